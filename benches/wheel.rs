@@ -1,0 +1,2 @@
+//! Placeholder; the wheel benchmarks land with the TimerWheel.
+fn main() {}

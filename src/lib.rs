@@ -1,0 +1,27 @@
+//! # ackwheel
+//!
+//! A lock-free concurrent expiry engine for servers that track in-flight work and time it
+//! out.
+//!
+//! | part | lineage | what it does |
+//! |---|---|---|
+//! | [`Clock`] | — | wrapping `u64` nanoseconds; [`MonotonicClock`], [`ManualClock`] |
+//! | [`TimerWheel`] | Caffeine `TimerWheel` | single-owner hierarchical wheel: O(1) schedule / reschedule / cancel, cascading `advance` |
+//!
+//! ## Time
+//!
+//! Time everywhere is `u64` nanoseconds on a **wrapping** timeline with an arbitrary origin.
+//! "`d` is due at `now`" means `(now.wrapping_sub(d) as i64) >= 0`. Every type behaves the
+//! same whatever the origin, including clocks that start near 2^63 or `u64::MAX` and wrap
+//! while running.
+
+#![deny(unsafe_op_in_unsafe_fn)]
+#![warn(missing_docs, missing_debug_implementations)]
+
+mod clock;
+mod error;
+#[allow(dead_code)]
+mod sync;
+
+pub use clock::{Clock, ManualClock, MonotonicClock};
+pub use error::ConfigError;

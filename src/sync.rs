@@ -1,0 +1,60 @@
+//! The one place atomics, cells and threads come from.
+//!
+//! Under `--cfg loom` every primitive is loom's, so the model checker sees each access;
+//! otherwise they are std's. The std [`UnsafeCell`] here carries loom's `with` / `with_mut`
+//! API so that code written against it compiles unchanged under both, and every raw access
+//! to shared memory goes through a closure that loom can observe.
+
+#[cfg(loom)]
+#[allow(unused_imports)]
+pub(crate) use loom::{
+    sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering},
+    sync::{Arc, Condvar, Mutex, MutexGuard},
+    thread,
+};
+
+#[cfg(not(loom))]
+#[allow(unused_imports)]
+pub(crate) use std::{
+    sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering},
+    sync::{Arc, Condvar, Mutex, MutexGuard},
+    thread,
+};
+
+#[cfg(loom)]
+#[allow(unused_imports)]
+pub(crate) use loom::cell::UnsafeCell;
+
+/// std's `UnsafeCell` with loom's closure-based accessors.
+#[cfg(not(loom))]
+#[derive(Debug, Default)]
+#[repr(transparent)]
+pub(crate) struct UnsafeCell<T: ?Sized>(std::cell::UnsafeCell<T>);
+
+#[cfg(not(loom))]
+#[allow(dead_code)]
+impl<T> UnsafeCell<T> {
+    pub(crate) const fn new(value: T) -> Self {
+        Self(std::cell::UnsafeCell::new(value))
+    }
+
+    pub(crate) fn into_inner(self) -> T {
+        self.0.into_inner()
+    }
+}
+
+#[cfg(not(loom))]
+#[allow(dead_code)]
+impl<T: ?Sized> UnsafeCell<T> {
+    /// Runs `f` with a shared raw pointer to the contents.
+    #[inline(always)]
+    pub(crate) fn with<R>(&self, f: impl FnOnce(*const T) -> R) -> R {
+        f(self.0.get())
+    }
+
+    /// Runs `f` with a mutable raw pointer to the contents.
+    #[inline(always)]
+    pub(crate) fn with_mut<R>(&self, f: impl FnOnce(*mut T) -> R) -> R {
+        f(self.0.get())
+    }
+}

@@ -1,0 +1,5 @@
+//! The ackwheel stress harness.
+
+fn main() {
+    println!("stress: no scenario yet");
+}
