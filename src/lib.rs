@@ -25,3 +25,6 @@ mod sync;
 
 pub use clock::{Clock, ManualClock, MonotonicClock};
 pub use error::ConfigError;
+mod wheel;
+
+pub use wheel::{Advance, Expired, Iter, TimerKey, TimerWheel};

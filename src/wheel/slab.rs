@@ -1,0 +1,200 @@
+//! The wheel's storage: one `Vec` of nodes threaded into circular doubly-linked lists.
+//!
+//! The first [`SENTINELS`] nodes are list heads, one per bucket plus the ready list; every
+//! other node is a timer or free. A timer is in exactly one list at a time, so unlinking is
+//! O(1) without knowing which bucket holds it, and a whole bucket moves to another list in
+//! O(1) by splicing. Free nodes form a singly-linked free list through `next`, so a warm
+//! wheel schedules without allocating.
+//!
+//! Each node carries a generation that grows every time it is freed; a [`TimerKey`] names a
+//! node *and* a generation, so a stale key never touches the timer that reused its node.
+//!
+//! A bitmap per level (`occupied`) mirrors which buckets are non-empty; it is kept exact on
+//! every link, unlink, splice and detach, which lets `next_expiration_delay` find the next
+//! non-empty bucket with one rotate and one `trailing_zeros`.
+//!
+//! [`TimerKey`]: super::TimerKey
+
+use super::geometry::{level_of_sentinel, LEVELS, SENTINELS};
+
+/// Marks the end of the free list, and a free node's `prev`.
+const NIL: u32 = u32::MAX;
+
+#[derive(Debug)]
+pub(crate) struct Node<T> {
+    pub(crate) prev: u32,
+    pub(crate) next: u32,
+    pub(crate) generation: u32,
+    pub(crate) deadline: u64,
+    /// `Some` exactly when the node is a live timer.
+    pub(crate) value: Option<T>,
+}
+
+#[derive(Debug)]
+pub(crate) struct Slab<T> {
+    pub(crate) nodes: Vec<Node<T>>,
+    free: u32,
+    len: usize,
+    /// Bit `b` of `occupied[l]` is set iff bucket `b` of level `l` holds a timer.
+    pub(crate) occupied: [u64; LEVELS],
+}
+
+impl<T> Slab<T> {
+    pub(crate) fn new() -> Self {
+        let nodes = (0..SENTINELS)
+            .map(|i| Node {
+                prev: i,
+                next: i,
+                generation: 0,
+                deadline: 0,
+                value: None,
+            })
+            .collect();
+        Slab {
+            nodes,
+            free: NIL,
+            len: 0,
+            occupied: [0; LEVELS],
+        }
+    }
+
+    /// Live timers.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// The node of a live timer of generation `generation`, if `index` still holds it.
+    #[inline]
+    pub(crate) fn live(&self, index: u32, generation: u32) -> Option<&Node<T>> {
+        let node = self.nodes.get(index as usize)?;
+        (index >= SENTINELS && node.generation == generation && node.value.is_some())
+            .then_some(node)
+    }
+
+    #[inline]
+    pub(crate) fn live_mut(&mut self, index: u32, generation: u32) -> Option<&mut Node<T>> {
+        let node = self.nodes.get_mut(index as usize)?;
+        (index >= SENTINELS && node.generation == generation && node.value.is_some())
+            .then_some(node)
+    }
+
+    /// A node for a new timer, unlinked. Reuses a freed node when there is one.
+    ///
+    /// # Panics
+    /// When 2^32 − 167 timers are live at once (≈130 GiB of nodes): no index is left.
+    #[inline]
+    pub(crate) fn alloc(&mut self, deadline: u64, value: T) -> (u32, u32) {
+        self.len += 1;
+        if self.free != NIL {
+            let index = self.free;
+            let node = &mut self.nodes[index as usize];
+            self.free = node.next;
+            node.deadline = deadline;
+            node.value = Some(value);
+            return (index, node.generation);
+        }
+        let index = u32::try_from(self.nodes.len())
+            .ok()
+            .filter(|&i| i != NIL)
+            .expect("TimerWheel: more than 2^32 timers");
+        self.nodes.push(Node {
+            prev: NIL,
+            next: NIL,
+            generation: 0,
+            deadline,
+            value: Some(value),
+        });
+        (index, 0)
+    }
+
+    /// Retires an unlinked timer node, returning its value; its key goes stale.
+    #[inline]
+    pub(crate) fn free(&mut self, index: u32) -> T {
+        self.len -= 1;
+        let node = &mut self.nodes[index as usize];
+        node.generation = node.generation.wrapping_add(1);
+        node.prev = NIL;
+        node.next = self.free;
+        self.free = index;
+        node.value
+            .take()
+            .expect("freed a node that was not a live timer")
+    }
+
+    #[inline]
+    pub(crate) fn is_empty_list(&self, sentinel: u32) -> bool {
+        self.nodes[sentinel as usize].next == sentinel
+    }
+
+    /// Appends `index` to the list headed by `sentinel`.
+    #[inline]
+    pub(crate) fn push_back(&mut self, sentinel: u32, index: u32) {
+        let last = self.nodes[sentinel as usize].prev;
+        self.nodes[index as usize].prev = last;
+        self.nodes[index as usize].next = sentinel;
+        self.nodes[last as usize].next = index;
+        self.nodes[sentinel as usize].prev = index;
+        self.mark(sentinel, true);
+    }
+
+    /// Takes `index` out of whatever list holds it.
+    #[inline]
+    pub(crate) fn unlink(&mut self, index: u32) {
+        let Node { prev, next, .. } = self.nodes[index as usize];
+        self.nodes[prev as usize].next = next;
+        self.nodes[next as usize].prev = prev;
+        // Only the sentinel can be its own neighbour on both sides: the list is now empty.
+        if prev == next && prev < SENTINELS {
+            self.mark(prev, false);
+        }
+    }
+
+    /// The first node of `sentinel`'s list, taken out of it.
+    #[inline]
+    pub(crate) fn pop_front(&mut self, sentinel: u32) -> Option<u32> {
+        let first = self.nodes[sentinel as usize].next;
+        if first == sentinel {
+            return None;
+        }
+        self.unlink(first);
+        Some(first)
+    }
+
+    /// Moves every node of `from`'s list to the end of `to`'s, in order. O(1).
+    pub(crate) fn splice(&mut self, from: u32, to: u32) {
+        let Some((first, last)) = self.detach(from) else {
+            return;
+        };
+        let tail = self.nodes[to as usize].prev;
+        self.nodes[tail as usize].next = first;
+        self.nodes[first as usize].prev = tail;
+        self.nodes[last as usize].next = to;
+        self.nodes[to as usize].prev = last;
+        self.mark(to, true);
+    }
+
+    /// Empties `sentinel`'s list and returns its first and last nodes; the nodes keep their
+    /// links to each other, so the caller walks `first` → `last` by `next`.
+    pub(crate) fn detach(&mut self, sentinel: u32) -> Option<(u32, u32)> {
+        let head = &mut self.nodes[sentinel as usize];
+        if head.next == sentinel {
+            return None;
+        }
+        let span = (head.next, head.prev);
+        head.next = sentinel;
+        head.prev = sentinel;
+        self.mark(sentinel, false);
+        Some(span)
+    }
+
+    #[inline]
+    fn mark(&mut self, sentinel: u32, occupied: bool) {
+        if let Some((level, bucket)) = level_of_sentinel(sentinel) {
+            if occupied {
+                self.occupied[level] |= 1 << bucket;
+            } else {
+                self.occupied[level] &= !(1 << bucket);
+            }
+        }
+    }
+}
