@@ -7,6 +7,7 @@
 //! |---|---|---|
 //! | [`Clock`] | — | wrapping `u64` nanoseconds; [`MonotonicClock`], [`ManualClock`] |
 //! | [`TimerWheel`] | Caffeine `TimerWheel` | single-owner hierarchical wheel: O(1) schedule / reschedule / cancel, cascading `advance` |
+//! | [`Acker`] | Storm acker + spout pending map | sharded lock-free XOR ledgers, a wheel per shard, one reaper thread |
 //!
 //! ## Time
 //!
@@ -23,11 +24,13 @@
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
 
+mod acker;
 mod clock;
 mod error;
 #[allow(dead_code)]
 mod sync;
 
+pub use acker::{Acker, AckerBuilder, AckerStats, Completion, InitError, Outcome};
 pub use clock::{Clock, ManualClock, MonotonicClock};
 pub use error::ConfigError;
 mod wheel;

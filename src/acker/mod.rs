@@ -1,0 +1,860 @@
+//! The Acker: Storm-style XOR tracking of tuple trees.
+//!
+//! ## Semantics
+//!
+//! A tree's value is the XOR of init's `xor` and every ack's `xor`; the tree completes
+//! `Acked` when init has been seen and the value is 0. `fail` on an initialized tree
+//! completes it `Failed`. Acks and fails that arrive before init are held in an entry of
+//! their own (an *orphan*); when init arrives it completes at once — `Acked` if the value is
+//! 0 (Acked wins), else `Failed` if a fail was seen — or stays pending. The deadline is the
+//! first message's time plus the timeout; `reset_timeout` moves it to now plus the tree's
+//! timeout. At the deadline an initialized tree completes `TimedOut`; an orphan is dropped
+//! silently and counted.
+//!
+//! ## Shape
+//!
+//! `hash(root)` picks a shard; each shard has a lock-free [`ledger`] (one slot per
+//! pending root) and, owned by whoever runs the reaper pass, a [`TimerWheel`] of
+//! `(slot, generation)` timers. Writers never touch a wheel: a new slot goes on the shard's
+//! lock-free *inbox* and the reaper schedules it. `reset_timeout` only stores the new,
+//! later deadline; when the wheel yields the slot, the reaper re-checks the real deadline and
+//! reschedules (Caffeine's re-check). Completion is claimed by one CAS that sets DONE on the
+//! slot, by whichever of the acking, failing or reaping thread gets there first.
+//!
+//! One reaper thread serves every shard ([`reaper`]). It sleeps until an atomic
+//! next-expiration time; a writer whose deadline is sooner lowers it and unparks the reaper.
+//!
+//! ## Memory reclamation
+//!
+//! Every operation runs pinned (crossbeam-epoch). A completed slot is freed (returned to
+//! EMPTY, next generation) only after a grace period, so a lookup that found it can never see
+//! it reused by another root.
+
+mod ledger;
+mod reaper;
+
+use std::fmt;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::time::Duration;
+
+use crossbeam_utils::CachePadded;
+
+use crate::clock::{duration_nanos, is_due, Clock, MonotonicClock};
+use crate::error::ConfigError;
+use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Mutex, Ordering};
+use crate::wheel::TimerWheel;
+use ledger::{Claim, HashLayout, Hashed, Ledger, BUCKET_WIDTH, DONE, FAILED, INIT};
+use std::sync::Arc;
+
+/// How a tree ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Outcome {
+    /// Init seen and every edge acked: the value reached 0.
+    Acked,
+    /// A fail arrived (and the tree was not acked first).
+    Failed,
+    /// The deadline passed first.
+    TimedOut,
+}
+
+/// One finished tree, handed to `on_complete` exactly once.
+#[derive(Debug)]
+pub struct Completion<T> {
+    /// The tree's root id.
+    pub root: u64,
+    /// What init attached.
+    pub payload: T,
+    /// How it ended.
+    pub outcome: Outcome,
+    /// From the first message seen for this root (init, ack or fail) to the completion.
+    pub elapsed: Duration,
+}
+
+/// Returned by init; the payload always comes back, nothing is lost.
+#[derive(Debug)]
+pub enum InitError<T> {
+    /// `max_pending` trees are pending (or the root's bucket is full).
+    Full(T),
+    /// The root was already initialized.
+    Duplicate(T),
+    /// `shutdown` was called.
+    Shutdown(T),
+}
+
+impl<T> InitError<T> {
+    /// The payload handed back.
+    pub fn into_payload(self) -> T {
+        match self {
+            InitError::Full(p) | InitError::Duplicate(p) | InitError::Shutdown(p) => p,
+        }
+    }
+}
+
+impl<T> fmt::Display for InitError<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            InitError::Full(_) => "acker is full: max_pending trees are pending",
+            InitError::Duplicate(_) => "root already initialized",
+            InitError::Shutdown(_) => "acker is shut down",
+        })
+    }
+}
+
+impl<T: fmt::Debug> std::error::Error for InitError<T> {}
+
+/// Counters since the acker was built.
+#[derive(Clone, Debug, Default)]
+#[non_exhaustive]
+pub struct AckerStats {
+    /// Entries held now (initialized or not).
+    pub pending: usize,
+    /// Trees completed `Acked`.
+    pub acked: u64,
+    /// Trees completed `Failed`.
+    pub failed: u64,
+    /// Trees completed `TimedOut`.
+    pub timed_out: u64,
+    /// Entries never initialized, dropped at their deadline.
+    pub orphans_expired: u64,
+    /// Inits and orphan acks/fails refused for capacity.
+    pub rejected_full: u64,
+    /// `on_complete` calls that panicked (caught).
+    pub callback_panics: u64,
+}
+
+type Callback<T> = Box<dyn Fn(Completion<T>) + Send + Sync>;
+
+/// Configures and builds an [`Acker`].
+pub struct AckerBuilder<T> {
+    timeout: Duration,
+    resolution: Duration,
+    shards: Option<usize>,
+    max_pending: usize,
+    clock: Option<Box<dyn Clock>>,
+    on_complete: Option<Callback<T>>,
+}
+
+impl<T> fmt::Debug for AckerBuilder<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AckerBuilder")
+            .field("timeout", &self.timeout)
+            .field("resolution", &self.resolution)
+            .field("shards", &self.shards)
+            .field("max_pending", &self.max_pending)
+            .field("custom_clock", &self.clock.is_some())
+            .field("on_complete", &self.on_complete.is_some())
+            .finish()
+    }
+}
+
+/// The longest timeout: deadlines must stay within the wrapping timeline's 2^63 ns horizon.
+const MAX_TIMEOUT_NS: u64 = 1 << 62;
+/// Slot indices are `u32` with one value reserved; 2^31 pending is far beyond any machine.
+const MAX_PENDING: usize = 1 << 31;
+const MAX_SHARDS: usize = 1 << 16;
+
+impl<T: Send + 'static> AckerBuilder<T> {
+    fn new() -> Self {
+        AckerBuilder {
+            timeout: Duration::from_secs(30),
+            resolution: Duration::from_millis(1),
+            shards: None,
+            max_pending: 1 << 20,
+            clock: None,
+            on_complete: None,
+        }
+    }
+
+    /// The default tree timeout; 30 s unless set.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// The wheels' tick, rounded up to a power of two of nanoseconds; default ~1 ms.
+    pub fn resolution(mut self, resolution: Duration) -> Self {
+        self.resolution = resolution;
+        self
+    }
+
+    /// Number of shards, rounded up to a power of two; default: a power of two >= 4 x cores.
+    /// 0 is an error.
+    pub fn shards(mut self, shards: usize) -> Self {
+        self.shards = Some(shards);
+        self
+    }
+
+    /// The most entries (initialized trees and orphans) held at once, across all shards;
+    /// default 1 << 20. It is an exact upper bound. An init can also be refused slightly
+    /// before it when the root's bucket (16 slots in a table sized for twice the shard's
+    /// share) is full, which random root ids make rare.
+    pub fn max_pending(mut self, max_pending: usize) -> Self {
+        self.max_pending = max_pending;
+        self
+    }
+
+    /// The time source; [`MonotonicClock`] unless set.
+    pub fn clock(mut self, clock: impl Clock) -> Self {
+        self.clock = Some(Box::new(clock));
+        self
+    }
+
+    /// Called exactly once per initialized root, on the completing thread. It may call back
+    /// into the acker. A panic in it is caught and counted.
+    ///
+    /// A callback that owns an `Acker` handle keeps the acker alive (and its reaper running)
+    /// until [`Acker::shutdown`] is called.
+    pub fn on_complete(mut self, f: impl Fn(Completion<T>) + Send + Sync + 'static) -> Self {
+        self.on_complete = Some(Box::new(f));
+        self
+    }
+
+    /// Starts the one reaper thread.
+    pub fn build(self) -> Result<Acker<T>, ConfigError> {
+        let acker = self.build_inner(false)?;
+        reaper::spawn(&acker);
+        Ok(acker)
+    }
+
+    /// No thread: the owner drives expiry with [`Acker::expire`]. For tests and simulation.
+    pub fn build_manual(self) -> Result<Acker<T>, ConfigError> {
+        self.build_inner(true)
+    }
+
+    fn build_inner(self, manual: bool) -> Result<Acker<T>, ConfigError> {
+        let timeout = duration_nanos(self.timeout);
+        if timeout == 0 {
+            return Err(ConfigError::Zero { param: "timeout" });
+        }
+        if timeout > MAX_TIMEOUT_NS {
+            return Err(ConfigError::TooLarge {
+                param: "timeout",
+                got: format!("{:?}", self.timeout),
+                max: format!("{:?}", Duration::from_nanos(MAX_TIMEOUT_NS)),
+            });
+        }
+        if self.resolution.is_zero() {
+            return Err(ConfigError::Zero {
+                param: "resolution",
+            });
+        }
+        let shards = match self.shards {
+            Some(0) => return Err(ConfigError::Zero { param: "shards" }),
+            Some(n) if n > MAX_SHARDS => {
+                return Err(ConfigError::TooLarge {
+                    param: "shards",
+                    got: n.to_string(),
+                    max: MAX_SHARDS.to_string(),
+                })
+            }
+            Some(n) => n.next_power_of_two(),
+            None => {
+                let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+                (4 * cores).next_power_of_two().min(MAX_SHARDS)
+            }
+        };
+        if self.max_pending == 0 {
+            return Err(ConfigError::Zero {
+                param: "max_pending",
+            });
+        }
+        if self.max_pending > MAX_PENDING {
+            return Err(ConfigError::TooLarge {
+                param: "max_pending",
+                got: self.max_pending.to_string(),
+                max: MAX_PENDING.to_string(),
+            });
+        }
+        // Twice each shard's fair share, in whole buckets, at least two buckets.
+        let share = self.max_pending.div_ceil(shards);
+        let slots = (2 * share).next_power_of_two().max(2 * BUCKET_WIDTH);
+        let buckets = slots / BUCKET_WIDTH;
+        let layout = HashLayout {
+            shard_bits: shards.trailing_zeros(),
+            bucket_bits: buckets.trailing_zeros(),
+        };
+        let clock = self
+            .clock
+            .unwrap_or_else(|| Box::new(MonotonicClock::new()));
+        let now = clock.now();
+        let resolution = self.resolution;
+        let inner = Inner {
+            layout,
+            shards: (0..shards).map(|_| Shard::new(buckets)).collect(),
+            wheels: Mutex::new(
+                (0..shards)
+                    .map(|_| TimerWheel::with_resolution(now, resolution))
+                    .collect(),
+            ),
+            clock,
+            timeout,
+            resolution: duration_nanos(resolution).max(1).next_power_of_two(),
+            max_pending: self.max_pending,
+            pending: CachePadded::new(AtomicUsize::new(0)),
+            on_complete: self.on_complete,
+            next_wake: CachePadded::new(AtomicU64::new(now.wrapping_add(reaper::FAR))),
+            shutdown: AtomicBool::new(false),
+            manual,
+            reaper_thread: std::sync::OnceLock::new(),
+            idle_wakeups: AtomicU64::new(0),
+        };
+        Ok(Acker {
+            handle: Arc::new(Handle {
+                inner: Arc::new(inner),
+                reaper: std::sync::Mutex::new(None),
+            }),
+        })
+    }
+}
+
+/// Per-shard counters, summed by `stats()`; per shard so that completions on different
+/// shards do not contend on one cache line.
+#[derive(Debug, Default)]
+struct Counters {
+    acked: AtomicU64,
+    failed: AtomicU64,
+    timed_out: AtomicU64,
+    orphans_expired: AtomicU64,
+    rejected_full: AtomicU64,
+    callback_panics: AtomicU64,
+}
+
+#[derive(Debug)]
+struct Shard<T> {
+    ledger: Ledger<T>,
+    counters: CachePadded<Counters>,
+}
+
+impl<T> Shard<T> {
+    fn new(buckets: usize) -> Self {
+        Shard {
+            ledger: Ledger::new(buckets),
+            counters: CachePadded::new(Counters::default()),
+        }
+    }
+}
+
+/// A completion claimed by an operation, delivered once the operation has unpinned.
+type Done<T> = Option<(usize, Completion<T>)>;
+
+/// A wheel timer: a ledger slot and the generation it had when scheduled.
+type SlotRef = (u32, u32);
+
+struct Inner<T> {
+    layout: HashLayout,
+    shards: Box<[Shard<T>]>,
+    /// The shards' wheels, owned by whoever runs a reaper pass.
+    wheels: Mutex<Vec<TimerWheel<SlotRef>>>,
+    clock: Box<dyn Clock>,
+    /// Default tree timeout, ns.
+    timeout: u64,
+    /// Wheel tick, ns.
+    resolution: u64,
+    max_pending: usize,
+    pending: CachePadded<AtomicUsize>,
+    on_complete: Option<Callback<T>>,
+    /// The earliest time the reaper must run again (see `reaper`).
+    next_wake: CachePadded<AtomicU64>,
+    shutdown: AtomicBool,
+    manual: bool,
+    reaper_thread: std::sync::OnceLock<std::thread::Thread>,
+    /// Reaper wake-ups that found nothing to do (for the stress harness's idle check).
+    idle_wakeups: AtomicU64,
+}
+
+/// The part of the acker shared by user handles only; dropping the last one stops the reaper.
+struct Handle<T: Send + 'static> {
+    inner: Arc<Inner<T>>,
+    reaper: std::sync::Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+impl<T: Send + 'static> Drop for Handle<T> {
+    fn drop(&mut self) {
+        reaper::stop(&self.inner, &self.reaper);
+    }
+}
+
+/// Storm-style XOR tracking of tuple trees: sharded lock-free ledgers, one hierarchical
+/// wheel per shard, one reaper thread. Clone is a cheap shared handle; Send + Sync.
+///
+/// ```
+/// use ackwheel::{Acker, ManualClock, Outcome};
+/// use std::sync::{Arc, Mutex};
+/// use std::time::Duration;
+///
+/// let done = Arc::new(Mutex::new(Vec::new()));
+/// let sink = Arc::clone(&done);
+/// let clock = ManualClock::new(0);
+/// let acker: Acker<&str> = Acker::builder()
+///     .timeout(Duration::from_secs(30))
+///     .clock(clock.clone())
+///     .on_complete(move |c| sink.lock().unwrap().push((c.root, c.outcome)))
+///     .build_manual()
+///     .unwrap();
+///
+/// // A spout emits root 7 with two edges; each bolt acks one of them.
+/// acker.init(7, 0b01 ^ 0b10, "tuple payload").unwrap();
+/// assert!(!acker.ack(7, 0b01));
+/// assert!(acker.ack(7, 0b10)); // the value reached 0: this call completed the tree
+///
+/// // Root 8 loses an ack and times out.
+/// acker.init(8, 0b11, "lost").unwrap();
+/// clock.advance(Duration::from_secs(31));
+/// assert_eq!(acker.expire(), 1);
+/// assert_eq!(*done.lock().unwrap(), [(7, Outcome::Acked), (8, Outcome::TimedOut)]);
+/// ```
+pub struct Acker<T: Send + 'static = u32> {
+    handle: Arc<Handle<T>>,
+}
+
+impl<T: Send + 'static> Clone for Acker<T> {
+    fn clone(&self) -> Self {
+        Acker {
+            handle: Arc::clone(&self.handle),
+        }
+    }
+}
+
+impl<T: Send + 'static> fmt::Debug for Acker<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let inner = &self.handle.inner;
+        f.debug_struct("Acker")
+            .field("shards", &inner.shards.len())
+            .field("pending", &inner.pending.load(Ordering::Relaxed))
+            .field("max_pending", &inner.max_pending)
+            .field("manual", &inner.manual)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Pins the current thread for the duration of one operation (see "Memory reclamation").
+#[inline]
+fn pin() -> impl Sized {
+    #[cfg(not(loom))]
+    return crossbeam_epoch::pin();
+    // FIXME(loom): crossbeam-epoch is not loom-aware without its own cfg; under loom slots
+    // are never freed (see `reaper::reclaim`), so there is nothing to protect.
+    #[cfg(loom)]
+    return ();
+}
+
+impl<T: Send + 'static> Acker<T> {
+    /// A builder with the defaults: 30 s timeout, ~1 ms resolution, 4 x cores shards,
+    /// 1 << 20 pending.
+    pub fn builder() -> AckerBuilder<T> {
+        AckerBuilder::new()
+    }
+
+    fn inner(&self) -> &Inner<T> {
+        &self.handle.inner
+    }
+
+    /// Storm's ACKER_INIT: XORs `xor` into the root's value and attaches the payload.
+    /// If acks (or a fail) arrived first, it completes now when the value is 0 (Acked wins)
+    /// or a fail was seen (Failed).
+    pub fn init(&self, root: u64, xor: u64, payload: T) -> Result<(), InitError<T>> {
+        let timeout = self.inner().timeout;
+        self.init_for(root, xor, payload, timeout)
+    }
+
+    fn init_for(&self, root: u64, xor: u64, payload: T, timeout: u64) -> Result<(), InitError<T>> {
+        let mut done = None;
+        let result = self.inner().init(root, xor, payload, timeout, &mut done);
+        self.inner().deliver(done);
+        result
+    }
+
+    /// [`init`](Self::init) with this tree's own timeout (also used by `reset_timeout`).
+    /// A zero timeout, or one beyond 2^62 ns, is clamped to 1 ns or 2^62 ns.
+    pub fn init_with_timeout(
+        &self,
+        root: u64,
+        xor: u64,
+        payload: T,
+        timeout: Duration,
+    ) -> Result<(), InitError<T>> {
+        let timeout = duration_nanos(timeout).clamp(1, MAX_TIMEOUT_NS);
+        self.init_for(root, xor, payload, timeout)
+    }
+
+    /// Storm's ACKER_ACK. `true` iff this call completed the tree (Acked). An ack for an
+    /// unknown root is held as an orphan until its init arrives or its deadline passes.
+    pub fn ack(&self, root: u64, xor: u64) -> bool {
+        let mut done = None;
+        self.inner().ack(root, xor, &mut done);
+        self.inner().deliver(done)
+    }
+
+    /// Storm's ACKER_FAIL. `true` iff this call completed the tree (Failed).
+    pub fn fail(&self, root: u64) -> bool {
+        let mut done = None;
+        self.inner().fail(root, &mut done);
+        self.inner().deliver(done)
+    }
+
+    /// Storm's ACKER_RESET_TIMEOUT: deadline = now + the tree's timeout. `true` iff the root
+    /// has an uncompleted entry (initialized or not).
+    pub fn reset_timeout(&self, root: u64) -> bool {
+        self.inner().reset_timeout(root)
+    }
+
+    /// Entries held now (initialized or not).
+    pub fn pending(&self) -> usize {
+        self.inner().pending.load(Ordering::SeqCst)
+    }
+
+    /// Counters since the acker was built.
+    pub fn stats(&self) -> AckerStats {
+        let inner = self.inner();
+        let mut stats = AckerStats {
+            pending: self.pending(),
+            ..AckerStats::default()
+        };
+        for shard in inner.shards.iter() {
+            let c = &shard.counters;
+            stats.acked += c.acked.load(Ordering::SeqCst);
+            stats.failed += c.failed.load(Ordering::SeqCst);
+            stats.timed_out += c.timed_out.load(Ordering::SeqCst);
+            stats.orphans_expired += c.orphans_expired.load(Ordering::SeqCst);
+            stats.rejected_full += c.rejected_full.load(Ordering::SeqCst);
+            stats.callback_panics += c.callback_panics.load(Ordering::SeqCst);
+        }
+        stats
+    }
+
+    /// Manual mode: one reaper pass at `clock.now()`; returns the completions it delivered.
+    /// On an acker built with `build()` it does nothing and returns 0.
+    pub fn expire(&self) -> usize {
+        let inner = self.inner();
+        if !inner.manual {
+            return 0;
+        }
+        let mut delivered = 0;
+        loop {
+            let pass = reaper::run_once(&self.handle.inner, inner.clock.now());
+            delivered += pass.delivered;
+            if !pass.more {
+                return delivered;
+            }
+        }
+    }
+
+    /// Reaper wake-ups that found nothing due (a measure of idle cost).
+    #[doc(hidden)]
+    pub fn idle_wakeups(&self) -> u64 {
+        self.inner().idle_wakeups.load(Ordering::SeqCst)
+    }
+
+    /// Stops and joins the reaper, then hands back every initialized, uncompleted tree.
+    /// Later inits fail with [`InitError::Shutdown`].
+    pub fn shutdown(&self) -> Vec<(u64, T)> {
+        let inner = self.inner();
+        reaper::stop(inner, &self.handle.reaper);
+        let _wheels = inner.wheels.lock().unwrap_or_else(|e| e.into_inner());
+        let mut handed_back = Vec::new();
+        for (index, shard) in inner.shards.iter().enumerate() {
+            let ledger = &shard.ledger;
+            for slot in 0..ledger.capacity() {
+                let mut state = ledger.state(slot);
+                while state & INIT != 0 && state & DONE == 0 {
+                    match ledger.transition(slot, state, DONE) {
+                        Ok(_) => {
+                            let root = inner.root_of(index, slot);
+                            handed_back.push((root, ledger.take_payload(slot)));
+                            inner.pending.fetch_sub(1, Ordering::SeqCst);
+                            ledger.retire(slot);
+                            break;
+                        }
+                        Err(now) => state = now,
+                    }
+                }
+            }
+        }
+        handed_back
+    }
+}
+
+impl<T: Send + 'static> Inner<T> {
+    fn root_of(&self, shard: usize, slot: usize) -> u64 {
+        let stored = self.shards[shard].ledger.key(slot);
+        self.layout.root(Hashed {
+            shard,
+            bucket: slot / BUCKET_WIDTH,
+            stored,
+        })
+    }
+
+    /// Counts one more entry if that stays within `max_pending`.
+    fn reserve(&self) -> bool {
+        if self.pending.fetch_add(1, Ordering::SeqCst) >= self.max_pending {
+            self.pending.fetch_sub(1, Ordering::SeqCst);
+            return false;
+        }
+        true
+    }
+
+    fn unreserve(&self) {
+        self.pending.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// Writes a newly claimed slot's times and makes it live, then tells the reaper.
+    fn open(&self, shard: &Shard<T>, slot: usize, now: u64, timeout: u64, flags: u32) {
+        let deadline = now.wrapping_add(timeout);
+        shard.ledger.set_times(slot, now, deadline, timeout);
+        shard.ledger.publish(slot, flags);
+        shard.ledger.push_inbox(slot);
+        reaper::wake_for(self, deadline);
+    }
+
+    fn init(
+        &self,
+        root: u64,
+        xor: u64,
+        payload: T,
+        timeout: u64,
+        done: &mut Done<T>,
+    ) -> Result<(), InitError<T>> {
+        if self.shutdown.load(Ordering::SeqCst) {
+            return Err(InitError::Shutdown(payload));
+        }
+        let _guard = pin();
+        let h = self.layout.hash(root);
+        let shard = &self.shards[h.shard];
+        let ledger = &shard.ledger;
+        if !self.reserve() {
+            shard.counters.rejected_full.fetch_add(1, Ordering::SeqCst);
+            return Err(InitError::Full(payload));
+        }
+        loop {
+            match ledger.find_or_claim(h) {
+                Claim::Full => {
+                    self.unreserve();
+                    shard.counters.rejected_full.fetch_add(1, Ordering::SeqCst);
+                    return Err(InitError::Full(payload));
+                }
+                Claim::Claimed(slot) => {
+                    ledger.write_payload(slot, payload);
+                    ledger.xor(slot, xor);
+                    self.open(shard, slot, self.clock.now(), timeout, INIT);
+                    // Acks cannot have come first on a fresh slot, but one may race in now.
+                    self.settle_after_init(h.shard, slot, done);
+                    return Ok(());
+                }
+                Claim::Found(slot) => {
+                    // An orphan (or a live tree): it is already counted.
+                    match ledger.claim_init(slot) {
+                        Ok(_) => {}
+                        Err(state) if state & DONE != 0 => continue, // the orphan just expired
+                        Err(_) => {
+                            self.unreserve();
+                            return Err(InitError::Duplicate(payload));
+                        }
+                    }
+                    self.unreserve();
+                    ledger.write_payload(slot, payload);
+                    ledger.set_timeout(slot, timeout);
+                    // The deadline counts from the first message, with the tree's timeout.
+                    let deadline = ledger.start(slot).wrapping_add(timeout);
+                    let sooner = !is_due(ledger.deadline(slot), deadline);
+                    ledger.xor(slot, xor);
+                    ledger.set_flags(slot, INIT);
+                    if sooner {
+                        ledger.set_deadline(slot, deadline);
+                        ledger.push_inbox(slot);
+                        reaper::wake_for(self, deadline);
+                    }
+                    self.settle_after_init(h.shard, slot, done);
+                    return Ok(());
+                }
+            }
+        }
+    }
+
+    /// After INIT is published: complete now if the value is 0 (Acked wins) or a fail was
+    /// held. INIT is set before these reads and acks/fails write before reading INIT, so of
+    /// init and the last ack (or the fail) at least one sees the other.
+    fn settle_after_init(&self, shard: usize, slot: usize, done: &mut Done<T>) {
+        let ledger = &self.shards[shard].ledger;
+        let mut state = ledger.state(slot);
+        loop {
+            if state & DONE != 0 {
+                return;
+            }
+            let outcome = if ledger.value(slot) == 0 {
+                Outcome::Acked
+            } else if state & FAILED != 0 {
+                Outcome::Failed
+            } else {
+                return;
+            };
+            match ledger.transition(slot, state, DONE) {
+                Ok(_) => return *done = Some(self.finish(shard, slot, outcome)),
+                Err(now) => state = now,
+            }
+        }
+    }
+
+    fn ack(&self, root: u64, xor: u64, done: &mut Done<T>) {
+        let _guard = pin();
+        let h = self.layout.hash(root);
+        let shard = &self.shards[h.shard];
+        let ledger = &shard.ledger;
+        if let Some(slot) = ledger.find(h) {
+            // The common path: one hash, one probe, one fetch_xor.
+            if ledger.xor(slot, xor) == 0 {
+                self.complete_acked(h.shard, slot, done);
+            }
+            return;
+        }
+        // No entry: hold the ack as an orphan.
+        if !self.reserve() {
+            shard.counters.rejected_full.fetch_add(1, Ordering::SeqCst);
+            return;
+        }
+        match ledger.find_or_claim(h) {
+            Claim::Found(slot) => {
+                self.unreserve();
+                if ledger.xor(slot, xor) == 0 {
+                    self.complete_acked(h.shard, slot, done);
+                }
+            }
+            Claim::Claimed(slot) => {
+                ledger.xor(slot, xor);
+                self.open(shard, slot, self.clock.now(), self.timeout, 0);
+            }
+            Claim::Full => {
+                self.unreserve();
+                shard.counters.rejected_full.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+    }
+
+    /// The value reached 0: complete `Acked` if init has been seen.
+    fn complete_acked(&self, shard: usize, slot: usize, done: &mut Done<T>) {
+        let ledger = &self.shards[shard].ledger;
+        let mut state = ledger.state(slot);
+        loop {
+            if state & DONE != 0 || state & INIT == 0 || ledger.value(slot) != 0 {
+                return;
+            }
+            match ledger.transition(slot, state, DONE) {
+                Ok(_) => {
+                    *done = Some(self.finish(shard, slot, Outcome::Acked));
+                    return;
+                }
+                Err(now) => state = now,
+            }
+        }
+    }
+
+    fn fail(&self, root: u64, done: &mut Done<T>) {
+        let _guard = pin();
+        let h = self.layout.hash(root);
+        let shard = &self.shards[h.shard];
+        let ledger = &shard.ledger;
+        let slot = match ledger.find(h) {
+            Some(slot) => slot,
+            None => {
+                if !self.reserve() {
+                    shard.counters.rejected_full.fetch_add(1, Ordering::SeqCst);
+                    return;
+                }
+                match ledger.find_or_claim(h) {
+                    Claim::Found(slot) => {
+                        self.unreserve();
+                        slot
+                    }
+                    Claim::Claimed(slot) => {
+                        self.open(shard, slot, self.clock.now(), self.timeout, FAILED);
+                        return;
+                    }
+                    Claim::Full => {
+                        self.unreserve();
+                        shard.counters.rejected_full.fetch_add(1, Ordering::SeqCst);
+                        return;
+                    }
+                }
+            }
+        };
+        let mut state = ledger.set_flags(slot, FAILED) | FAILED;
+        loop {
+            if state & DONE != 0 || state & INIT == 0 {
+                // Held for init (which re-checks FAILED after publishing INIT).
+                return;
+            }
+            match ledger.transition(slot, state, DONE) {
+                Ok(_) => {
+                    *done = Some(self.finish(h.shard, slot, Outcome::Failed));
+                    return;
+                }
+                Err(now) => state = now,
+            }
+        }
+    }
+
+    fn reset_timeout(&self, root: u64) -> bool {
+        let _guard = pin();
+        let h = self.layout.hash(root);
+        let ledger = &self.shards[h.shard].ledger;
+        let Some(slot) = ledger.find(h) else {
+            return false;
+        };
+        // Always later than the scheduled deadline (the timeout is fixed, time moves on), so
+        // the reaper finds it when the old deadline fires and reschedules: no hand-off.
+        ledger.set_deadline(slot, self.clock.now().wrapping_add(ledger.timeout(slot)));
+        ledger.state(slot) & DONE == 0
+    }
+
+    /// Takes the payload of a slot whose DONE this thread just set, counts the outcome and
+    /// retires the slot; the caller delivers the completion.
+    fn finish(&self, shard_index: usize, slot: usize, outcome: Outcome) -> (usize, Completion<T>) {
+        let shard = &self.shards[shard_index];
+        let ledger = &shard.ledger;
+        let root = self.root_of(shard_index, slot);
+        let payload = ledger.take_payload(slot);
+        let elapsed = Duration::from_nanos(
+            self.clock
+                .now()
+                .wrapping_sub(ledger.start(slot))
+                .min(i64::MAX as u64),
+        );
+        self.pending.fetch_sub(1, Ordering::SeqCst);
+        let counter = match outcome {
+            Outcome::Acked => &shard.counters.acked,
+            Outcome::Failed => &shard.counters.failed,
+            Outcome::TimedOut => &shard.counters.timed_out,
+        };
+        counter.fetch_add(1, Ordering::SeqCst);
+        ledger.retire(slot);
+        (
+            shard_index,
+            Completion {
+                root,
+                payload,
+                outcome,
+                elapsed,
+            },
+        )
+    }
+
+    /// Runs `on_complete` for a completion this thread claimed, after its pin is released
+    /// (a slow callback must not hold up memory reclamation). `true` iff there was one.
+    fn deliver(&self, done: Done<T>) -> bool {
+        let Some((shard, completion)) = done else {
+            return false;
+        };
+        if let Some(f) = &self.on_complete {
+            if catch_unwind(AssertUnwindSafe(|| f(completion))).is_err() {
+                self.shards[shard]
+                    .counters
+                    .callback_panics
+                    .fetch_add(1, Ordering::SeqCst);
+            }
+        }
+        true
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests;

@@ -1,0 +1,281 @@
+//! The reaper: one pass over every shard (`run_once`), and the one thread that runs passes.
+//!
+//! ## A pass
+//!
+//! For each shard, under the wheels' lock (held only by the reaper thread, or by `expire`
+//! callers in manual mode — never by writers):
+//!
+//! 1. drain the inbox: schedule each new slot at its deadline as `(slot, generation)`;
+//!    a slot found DONE is retired instead;
+//! 2. advance the wheel to `now`, at most [`BUDGET`] timers per shard per pass so a mass
+//!    expiry does not hold the lock (or starve other shards) for long; for each timer,
+//!    skip it if the slot's generation moved on or it is DONE, reschedule it if its real
+//!    deadline moved later (`reset_timeout`), else claim DONE: `TimedOut` for an
+//!    initialized tree, a silent drop for an orphan;
+//! 3. hand the retired slots to crossbeam-epoch, which frees them once no pinned thread
+//!    can still see them.
+//!
+//! Completions are delivered after the lock is released, so `on_complete` may call back
+//! into the acker (even `expire`).
+//!
+//! ## Wake-ups
+//!
+//! `next_wake` holds the time of the next pass. A writer that opens a slot pushes it on the
+//! inbox, then reads `next_wake` and, if its deadline is sooner, lowers it by CAS and
+//! unparks the reaper. The reaper stores its next time, then looks at every inbox once more
+//! before parking. All of it is SeqCst, so for any writer either the writer's read sees the
+//! reaper's store (and lowers it) or the reaper's re-check sees the writer's push: no
+//! deadline is published while the reaper decides to sleep without it waking. `unpark`
+//! before `park` leaves a token, so the order of those two does not matter. With nothing
+//! scheduled the reaper parks without a timeout: an idle acker costs no CPU.
+
+use std::time::Duration;
+
+use super::ledger::{generation, DONE, INIT, INITING};
+use super::{Inner, Outcome};
+use crate::clock::is_due;
+use crate::sync::Ordering;
+use std::sync::{Arc, Mutex};
+
+/// "Nothing scheduled": a wake time this far ahead is never reached in practice, and stays
+/// within the wrapping timeline's comparison horizon.
+pub(super) const FAR: u64 = 1 << 62;
+
+/// Timers one pass handles per shard before moving on.
+pub(super) const BUDGET: usize = 4096;
+
+/// What one pass did.
+#[derive(Debug, Default)]
+pub(super) struct Pass {
+    /// Completions delivered.
+    pub(super) delivered: usize,
+    /// A shard had more due timers than the budget: run again without sleeping.
+    pub(super) more: bool,
+    /// The earliest time anything is scheduled (`now + FAR` when nothing is).
+    pub(super) next: u64,
+}
+
+/// One reaper pass at `now`. Tests, loom models and manual mode call it directly.
+pub(super) fn run_once<T: Send + 'static>(inner: &Arc<Inner<T>>, now: u64) -> Pass {
+    let mut completions = Vec::new();
+    let mut pass = Pass {
+        next: now.wrapping_add(FAR),
+        ..Pass::default()
+    };
+    {
+        let mut wheels = inner.wheels.lock().unwrap_or_else(|e| e.into_inner());
+        let mut retired = Vec::new();
+        for (index, (shard, wheel)) in inner.shards.iter().zip(wheels.iter_mut()).enumerate() {
+            let ledger = &shard.ledger;
+            let mut arrivals = Vec::new();
+            ledger.drain_inbox(|slot, state| {
+                if state & DONE != 0 {
+                    if ledger.claim_retire(slot) {
+                        retired.push(slot as u32);
+                    }
+                } else {
+                    arrivals.push((slot as u32, generation(state)));
+                }
+            });
+            let mut later = Vec::new();
+            for (slot, gen) in arrivals {
+                let deadline = ledger.deadline(slot as usize);
+                if is_due(deadline, now) {
+                    // Already due (an init shortened an old orphan's deadline): reap now
+                    // rather than a tick later from the wheel's current bucket.
+                    if let Some(deadline) =
+                        reap(inner, index, slot as usize, gen, now, &mut completions)
+                    {
+                        later.push((deadline, (slot, gen)));
+                    }
+                } else {
+                    wheel.schedule(deadline, (slot, gen));
+                }
+            }
+            let mut handled = 0;
+            for expired in wheel.advance(now).take(BUDGET) {
+                handled += 1;
+                let (slot, gen) = expired.value;
+                if let Some(deadline) =
+                    reap(inner, index, slot as usize, gen, now, &mut completions)
+                {
+                    later.push((deadline, (slot, gen)));
+                }
+            }
+            for (deadline, slot_ref) in later {
+                wheel.schedule(deadline, slot_ref);
+            }
+            pass.more |= handled == BUDGET;
+            ledger.drain_retired(&mut retired);
+            reclaim(inner, index, std::mem::take(&mut retired));
+            if let Some(delay) = wheel.next_expiration_delay() {
+                let at = now.wrapping_add(delay);
+                if is_due(at, pass.next) {
+                    pass.next = at;
+                }
+            }
+        }
+    }
+    pass.delivered = completions.len();
+    for completion in completions {
+        inner.deliver(Some(completion));
+    }
+    pass
+}
+
+/// Handles one timer the wheel yielded. Returns a deadline to reschedule at, if any.
+fn reap<T: Send + 'static>(
+    inner: &Inner<T>,
+    shard: usize,
+    slot: usize,
+    gen: u32,
+    now: u64,
+    completions: &mut Vec<(usize, super::Completion<T>)>,
+) -> Option<u64> {
+    let counters = &inner.shards[shard].counters;
+    let ledger = &inner.shards[shard].ledger;
+    let mut state = ledger.state(slot);
+    loop {
+        if generation(state) != gen || state & DONE != 0 {
+            // Completed (and maybe reused) since: its completer retired it.
+            return None;
+        }
+        let deadline = ledger.deadline(slot);
+        if !is_due(deadline, now) {
+            return Some(deadline); // reset_timeout moved it later
+        }
+        if state & INITING != 0 && state & INIT == 0 {
+            // An init is writing the payload right now; look again next tick.
+            return Some(now.wrapping_add(inner.resolution));
+        }
+        match ledger.transition(slot, state, DONE) {
+            Ok(_) if state & INIT != 0 => {
+                completions.push(inner.finish(shard, slot, Outcome::TimedOut));
+                return None;
+            }
+            Ok(_) => {
+                // An orphan: acks or a fail that never saw their init.
+                counters.orphans_expired.fetch_add(1, Ordering::SeqCst);
+                inner.pending.fetch_sub(1, Ordering::SeqCst);
+                ledger.retire(slot);
+                return None;
+            }
+            Err(now_state) => state = now_state,
+        }
+    }
+}
+
+/// Frees retired slots once no pinned thread can still be looking at them.
+fn reclaim<T: Send + 'static>(inner: &Arc<Inner<T>>, shard: usize, slots: Vec<u32>) {
+    if slots.is_empty() {
+        return;
+    }
+    #[cfg(not(loom))]
+    {
+        let guard = crossbeam_epoch::pin();
+        // The deferred free may run after this pass, on any thread, even after the last
+        // user handle is gone: it keeps the acker's state alive with an Arc of its own.
+        let inner = Arc::clone(inner);
+        guard.defer(move || {
+            let ledger = &inner.shards[shard].ledger;
+            for slot in slots {
+                ledger.free(slot as usize);
+            }
+        });
+        guard.flush();
+    }
+    // FIXME(loom): without crossbeam-epoch under loom, retired slots stay tombstones (never
+    // reused) so that no model can observe a reuse the real grace period would forbid.
+    #[cfg(loom)]
+    {
+        let _ = (inner, shard, slots);
+    }
+}
+
+/// Lowers `next_wake` to `deadline` if that is sooner, and wakes the reaper.
+pub(super) fn wake_for<T: Send + 'static>(inner: &Inner<T>, deadline: u64) {
+    if inner.manual {
+        return;
+    }
+    let mut wake = inner.next_wake.load(Ordering::SeqCst);
+    loop {
+        if is_due(wake, deadline) {
+            return; // the reaper already runs at or before `deadline`
+        }
+        match inner
+            .next_wake
+            .compare_exchange(wake, deadline, Ordering::SeqCst, Ordering::SeqCst)
+        {
+            Ok(_) => break,
+            Err(now) => wake = now,
+        }
+    }
+    if let Some(thread) = inner.reaper_thread.get() {
+        thread.unpark();
+    }
+}
+
+/// Starts the reaper thread of a freshly built acker.
+pub(super) fn spawn<T: Send + 'static>(acker: &super::Acker<T>) {
+    let inner = Arc::clone(&acker.handle.inner);
+    let handle = std::thread::Builder::new()
+        .name("ackwheel-reaper".into())
+        .spawn(move || reaper_loop(&inner))
+        .expect("spawning the reaper thread");
+    let _ = acker
+        .handle
+        .inner
+        .reaper_thread
+        .set(handle.thread().clone());
+    *acker
+        .handle
+        .reaper
+        .lock()
+        .unwrap_or_else(|e| e.into_inner()) = Some(handle);
+}
+
+fn reaper_loop<T: Send + 'static>(inner: &Arc<Inner<T>>) {
+    while !inner.shutdown.load(Ordering::SeqCst) {
+        let now = inner.clock.now();
+        let pass = run_once(inner, now);
+        if pass.more {
+            continue;
+        }
+        if pass.delivered == 0 {
+            inner.idle_wakeups.fetch_add(1, Ordering::Relaxed); // a statistic only
+        }
+        inner.next_wake.store(pass.next, Ordering::SeqCst);
+        // The re-check that makes the hand-off race-free (module docs).
+        if inner.shards.iter().any(|s| s.ledger.inbox_pending()) {
+            continue;
+        }
+        if inner.shutdown.load(Ordering::SeqCst) {
+            break;
+        }
+        let wake = inner.next_wake.load(Ordering::SeqCst);
+        let now = inner.clock.now();
+        if is_due(wake, now) {
+            continue;
+        }
+        let sleep = wake.wrapping_sub(now);
+        if sleep >= FAR / 2 {
+            std::thread::park();
+        } else {
+            std::thread::park_timeout(Duration::from_nanos(sleep));
+        }
+    }
+}
+
+/// Stops and joins the reaper thread, if there is one. Idempotent.
+pub(super) fn stop<T: Send + 'static>(
+    inner: &Inner<T>,
+    reaper: &Mutex<Option<std::thread::JoinHandle<()>>>,
+) {
+    inner.shutdown.store(true, Ordering::SeqCst);
+    let handle = reaper.lock().unwrap_or_else(|e| e.into_inner()).take();
+    if let Some(handle) = handle {
+        handle.thread().unpark();
+        // A panic in the reaper was already reported on its thread; nothing to add here.
+        let _ = handle.join();
+    }
+}

@@ -1,0 +1,537 @@
+//! Acker tests: each rule of the semantics, a random model test against a sequential
+//! reference in manual mode, and multi-threaded exactly-once checks.
+
+use super::*;
+use crate::clock::ManualClock;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use std::collections::HashMap;
+use std::sync::Mutex as StdMutex;
+
+type Log = Arc<StdMutex<Vec<(u64, u32, Outcome)>>>;
+
+const SEC: Duration = Duration::from_secs(1);
+
+fn manual(
+    clock: &ManualClock,
+    builder: impl FnOnce(AckerBuilder<u32>) -> AckerBuilder<u32>,
+) -> (Acker<u32>, Log) {
+    let log: Log = Arc::default();
+    let sink = Arc::clone(&log);
+    let b = Acker::builder()
+        .timeout(30 * SEC)
+        .clock(clock.clone())
+        .shards(4)
+        .on_complete(move |c: Completion<u32>| {
+            sink.lock().unwrap().push((c.root, c.payload, c.outcome))
+        });
+    (builder(b).build_manual().unwrap(), log)
+}
+
+fn take(log: &Log) -> Vec<(u64, u32, Outcome)> {
+    std::mem::take(&mut *log.lock().unwrap())
+}
+
+#[test]
+fn acks_complete_the_tree_once_and_only_the_last_call_says_so() {
+    let clock = ManualClock::new(0);
+    let (acker, log) = manual(&clock, |b| b);
+    for root in [0, 1, u64::MAX, 1 << 63] {
+        acker.init(root, 0b1100, 7).unwrap();
+        assert!(!acker.ack(root, 0b0100));
+        assert!(acker.ack(root, 0b1000));
+        assert_eq!(take(&log), [(root, 7, Outcome::Acked)], "root {root}");
+        // A late ack is an orphan now, not part of a finished tree.
+        assert!(!acker.ack(root, 0b1000));
+    }
+    assert_eq!(acker.stats().acked, 4);
+    assert_eq!(acker.pending(), 4, "four late-ack orphans");
+    clock.advance(31 * SEC);
+    assert_eq!(acker.expire(), 0, "orphans expire silently");
+    assert_eq!(acker.stats().orphans_expired, 4);
+    assert_eq!(acker.pending(), 0);
+}
+
+#[test]
+fn init_with_zero_xor_completes_at_once() {
+    let clock = ManualClock::new(5);
+    let (acker, log) = manual(&clock, |b| b);
+    acker.init(9, 0, 1).unwrap();
+    assert_eq!(take(&log), [(9, 1, Outcome::Acked)]);
+    assert_eq!(acker.pending(), 0);
+}
+
+#[test]
+fn acks_before_init_are_held_and_init_completes() {
+    let clock = ManualClock::new(0);
+    let (acker, log) = manual(&clock, |b| b);
+    assert!(!acker.ack(3, 0b01));
+    assert!(!acker.ack(3, 0b10));
+    assert_eq!(acker.pending(), 1);
+    acker.init(3, 0b11, 30).unwrap();
+    assert_eq!(take(&log), [(3, 30, Outcome::Acked)]);
+    // Partial acks first: init leaves it pending.
+    assert!(!acker.ack(4, 0b01));
+    acker.init(4, 0b11, 40).unwrap();
+    assert!(take(&log).is_empty());
+    assert!(acker.ack(4, 0b10));
+    assert_eq!(take(&log), [(4, 40, Outcome::Acked)]);
+}
+
+#[test]
+fn fail_before_init_fails_at_init_unless_acked_wins() {
+    let clock = ManualClock::new(0);
+    let (acker, log) = manual(&clock, |b| b);
+    assert!(!acker.fail(5));
+    acker.init(5, 0b1, 50).unwrap();
+    assert_eq!(take(&log), [(5, 50, Outcome::Failed)]);
+    // Acked wins over a held fail when the value is already 0.
+    assert!(!acker.ack(6, 0b1));
+    assert!(!acker.fail(6));
+    acker.init(6, 0b1, 60).unwrap();
+    assert_eq!(take(&log), [(6, 60, Outcome::Acked)]);
+}
+
+#[test]
+fn fail_on_an_initialized_tree_fails_it_now() {
+    let clock = ManualClock::new(0);
+    let (acker, log) = manual(&clock, |b| b);
+    acker.init(8, 0b111, 80).unwrap();
+    assert!(!acker.ack(8, 0b001));
+    assert!(acker.fail(8));
+    assert!(!acker.ack(8, 0b110), "the tree is gone");
+    assert_eq!(take(&log), [(8, 80, Outcome::Failed)]);
+    assert_eq!(acker.stats().failed, 1);
+}
+
+#[test]
+fn timeouts_are_never_early_and_reset_moves_the_deadline() {
+    let start = u64::MAX - 10_000_000_000; // wraps during the test
+    let clock = ManualClock::new(start);
+    let (acker, log) = manual(&clock, |b| b.resolution(Duration::from_millis(1)));
+    acker.init(1, 1, 10).unwrap();
+    acker.init_with_timeout(2, 1, 20, 5 * SEC).unwrap();
+    clock.advance(4 * SEC);
+    acker.expire();
+    assert!(take(&log).is_empty());
+    clock.advance(SEC - Duration::from_nanos(1));
+    acker.expire();
+    assert!(take(&log).is_empty(), "one nanosecond early");
+    clock.advance(Duration::from_millis(3));
+    acker.expire();
+    assert_eq!(take(&log), [(2, 20, Outcome::TimedOut)]);
+    // Reset at t=20s: due at 50s, not 30s.
+    clock.set(start.wrapping_add(20_000_000_000));
+    assert!(acker.reset_timeout(1));
+    clock.set(start.wrapping_add(31_000_000_000));
+    acker.expire();
+    assert!(take(&log).is_empty(), "reset deadline ignored");
+    clock.set(start.wrapping_add(50_010_000_000));
+    acker.expire();
+    assert_eq!(take(&log), [(1, 10, Outcome::TimedOut)]);
+    assert!(!acker.reset_timeout(1));
+    assert_eq!(acker.stats().timed_out, 2);
+}
+
+#[test]
+fn duplicate_full_and_shutdown_hand_the_payload_back() {
+    let clock = ManualClock::new(0);
+    let (acker, _log) = manual(&clock, |b| b.max_pending(3));
+    acker.init(1, 1, 1).unwrap();
+    assert!(matches!(
+        acker.init(1, 1, 11),
+        Err(InitError::Duplicate(11))
+    ));
+    acker.init(2, 1, 2).unwrap();
+    assert!(!acker.ack(3, 1)); // an orphan takes the third place
+    assert!(matches!(acker.init(4, 1, 44), Err(InitError::Full(44))));
+    assert!(!acker.ack(5, 1), "an orphan beyond capacity is refused");
+    assert_eq!(acker.stats().rejected_full, 2);
+    let mut back = acker.shutdown();
+    back.sort_unstable();
+    assert_eq!(back, [(1, 1), (2, 2)]);
+    let err = acker.init(6, 1, 66).unwrap_err();
+    assert!(err.to_string().contains("shut down"));
+    assert_eq!(err.into_payload(), 66);
+}
+
+#[test]
+fn configuration_errors_name_the_parameter() {
+    let cases: [(AckerBuilder<u32>, &str); 5] = [
+        (Acker::builder().timeout(Duration::ZERO), "timeout"),
+        (Acker::builder().shards(0), "shards"),
+        (Acker::builder().max_pending(0), "max_pending"),
+        (Acker::builder().resolution(Duration::ZERO), "resolution"),
+        (
+            Acker::builder().timeout(Duration::from_secs(u64::MAX)),
+            "timeout",
+        ),
+    ];
+    for (builder, param) in cases {
+        let err = builder.build_manual().unwrap_err();
+        assert!(err.to_string().contains(param), "{err}");
+    }
+}
+
+#[test]
+fn a_panicking_callback_is_counted_and_the_acker_goes_on() {
+    let clock = ManualClock::new(0);
+    let acker: Acker<u32> = Acker::builder()
+        .clock(clock.clone())
+        .on_complete(|c| assert_ne!(c.payload, 13))
+        .build_manual()
+        .unwrap();
+    acker.init(1, 0, 13).unwrap();
+    acker.init(2, 0, 14).unwrap();
+    acker.init(3, 1, 13).unwrap();
+    clock.advance(31 * SEC);
+    assert_eq!(acker.expire(), 1);
+    let stats = acker.stats();
+    assert_eq!(
+        (stats.acked, stats.timed_out, stats.callback_panics),
+        (2, 1, 2)
+    );
+}
+
+#[test]
+fn the_callback_may_call_back_into_the_acker() {
+    let clock = ManualClock::new(0);
+    let slot: Arc<StdMutex<Option<Acker<u32>>>> = Arc::default();
+    let replays = Arc::new(AtomicU64::new(0));
+    let (s, r) = (Arc::clone(&slot), Arc::clone(&replays));
+    let acker: Acker<u32> = Acker::builder()
+        .clock(clock.clone())
+        .on_complete(move |c| {
+            if c.outcome == Outcome::TimedOut && c.payload < 3 {
+                // Replay the tree, as a spout does.
+                let a = s.lock().unwrap().clone().unwrap();
+                a.init(c.root, 1, c.payload + 1).unwrap();
+                a.expire(); // re-entrant pass: must not deadlock
+                r.fetch_add(1, Ordering::SeqCst);
+            }
+        })
+        .build_manual()
+        .unwrap();
+    *slot.lock().unwrap() = Some(acker.clone());
+    acker.init(42, 1, 0).unwrap();
+    for _ in 0..4 {
+        clock.advance(31 * SEC);
+        acker.expire();
+    }
+    assert_eq!(replays.load(Ordering::SeqCst), 3);
+    assert_eq!(acker.stats().timed_out, 4);
+    slot.lock().unwrap().take();
+}
+
+#[test]
+fn slots_are_reused_without_mixing_trees() {
+    // A tiny table: one shard, few slots; thousands of trees cycle through it.
+    let clock = ManualClock::new(0);
+    let (acker, log) = manual(&clock, |b| b.shards(1).max_pending(8));
+    for round in 0..2000u64 {
+        let root = round.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        // Freed slots come back after an epoch grace period, which other test threads
+        // can stretch; give reclamation a few passes before calling the table full.
+        let mut tries = 0;
+        while let Err(InitError::Full(_)) = acker.init(root, 0b11, round as u32) {
+            tries += 1;
+            assert!(tries < 10_000, "round {round}: slots never came back");
+            acker.expire();
+            std::thread::yield_now();
+        }
+        assert!(!acker.ack(root, 0b01));
+        assert!(acker.ack(root, 0b10));
+        acker.expire(); // lets the reaper retire and (after the grace period) free slots
+    }
+    let done = take(&log);
+    assert_eq!(done.len(), 2000);
+    assert!(done
+        .iter()
+        .enumerate()
+        .all(|(i, (_, p, o))| *p == i as u32 && *o == Outcome::Acked));
+}
+
+// ---------------------------------------------------------------- the model test
+
+/// The reference's view of one root.
+#[derive(Debug, Default, Clone)]
+struct Tree {
+    value: u64,
+    payload: Option<u32>,
+    failed: bool,
+    start: u64,
+    deadline: u64,
+    timeout: u64,
+}
+
+/// A sequential reference: what the acker must do for each call, in manual mode. Every
+/// time is a whole number of wheel ticks, so an entry is reaped exactly by the first
+/// `expire` at or after its deadline and the reference can predict each outcome.
+#[test]
+fn model_test_against_a_sequential_reference() {
+    const TICK: u64 = 1 << 20; // the wheel tick of a 1 ms resolution
+    const CAP: usize = 64;
+    let default_timeout = 48 * TICK;
+    let steps = if cfg!(miri) { 200 } else { 20_000 };
+    for (seed, origin) in [
+        (1u64, 0u64),
+        (2, 1 << 63),
+        (3, 0u64.wrapping_sub(5000 * TICK)),
+    ] {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let clock = ManualClock::new(origin);
+        let (acker, log) = manual(&clock, |b| {
+            b.shards(2)
+                .max_pending(CAP)
+                .timeout(Duration::from_nanos(default_timeout))
+                .resolution(Duration::from_millis(1))
+        });
+        let mut model: HashMap<u64, Tree> = HashMap::new();
+        let mut now = 0u64; // ticks * TICK since origin
+        let roots: Vec<u64> = (0..24)
+            .map(|i| if i == 0 { u64::MAX } else { i * 7919 })
+            .collect();
+        let fresh = |now: u64, timeout: u64| Tree {
+            start: now,
+            deadline: now + timeout,
+            timeout,
+            ..Tree::default()
+        };
+        for step in 0..steps {
+            let root = roots[rng.random_range(0..roots.len())];
+            let ctx = format!("seed {seed} step {step} root {root} now {now}");
+            let mut expected: Vec<(u64, u32, Outcome)> = Vec::new();
+            match rng.random_range(0..10) {
+                0..=2 => {
+                    let xor = if rng.random_bool(0.3) {
+                        0
+                    } else {
+                        rng.random::<u64>()
+                    };
+                    let payload = step as u32;
+                    let timeout = if rng.random_bool(0.2) {
+                        20 * TICK
+                    } else {
+                        default_timeout
+                    };
+                    let result =
+                        acker.init_with_timeout(root, xor, payload, Duration::from_nanos(timeout));
+                    let known = model.contains_key(&root);
+                    if model.get(&root).is_some_and(|t| t.payload.is_some()) {
+                        assert!(
+                            matches!(result, Err(InitError::Duplicate(p)) if p == payload),
+                            "{ctx}: {result:?}"
+                        );
+                    } else if !known && model.len() >= CAP {
+                        assert!(
+                            matches!(result, Err(InitError::Full(p)) if p == payload),
+                            "{ctx}: {result:?}"
+                        );
+                    } else {
+                        assert!(result.is_ok(), "{ctx}: {result:?}");
+                        let t = model.entry(root).or_insert_with(|| fresh(now, timeout));
+                        t.deadline = t.deadline.min(t.start + timeout);
+                        t.value ^= xor;
+                        t.payload = Some(payload);
+                        t.timeout = timeout;
+                        let outcome = if t.value == 0 {
+                            Some(Outcome::Acked)
+                        } else if t.failed {
+                            Some(Outcome::Failed)
+                        } else {
+                            None
+                        };
+                        if let Some(o) = outcome {
+                            model.remove(&root);
+                            expected.push((root, payload, o));
+                        }
+                    }
+                }
+                3..=5 => {
+                    let xor = rng.random::<u64>() | 1;
+                    let completed = acker.ack(root, xor);
+                    let mut expect_completed = false;
+                    if let Some(t) = model.get_mut(&root) {
+                        t.value ^= xor;
+                        if t.value == 0 && t.payload.is_some() {
+                            let t = model.remove(&root).unwrap();
+                            expected.push((root, t.payload.unwrap(), Outcome::Acked));
+                            expect_completed = true;
+                        }
+                    } else if model.len() < CAP {
+                        model.insert(
+                            root,
+                            Tree {
+                                value: xor,
+                                ..fresh(now, default_timeout)
+                            },
+                        );
+                    }
+                    assert_eq!(completed, expect_completed, "{ctx}");
+                }
+                6 => {
+                    let completed = acker.fail(root);
+                    let mut expect_completed = false;
+                    if let Some(t) = model.get_mut(&root) {
+                        t.failed = true;
+                        if let Some(p) = t.payload {
+                            model.remove(&root);
+                            expected.push((root, p, Outcome::Failed));
+                            expect_completed = true;
+                        }
+                    } else if model.len() < CAP {
+                        model.insert(
+                            root,
+                            Tree {
+                                failed: true,
+                                ..fresh(now, default_timeout)
+                            },
+                        );
+                    }
+                    assert_eq!(completed, expect_completed, "{ctx}");
+                }
+                7 => {
+                    assert_eq!(
+                        acker.reset_timeout(root),
+                        model.contains_key(&root),
+                        "{ctx}"
+                    );
+                    if let Some(t) = model.get_mut(&root) {
+                        t.deadline = now + t.timeout;
+                    }
+                }
+                _ => {
+                    now += TICK * rng.random_range(0..30);
+                    clock.set(origin.wrapping_add(now));
+                    let delivered = acker.expire();
+                    let due: Vec<u64> = model
+                        .iter()
+                        .filter(|(_, t)| t.deadline <= now)
+                        .map(|(r, _)| *r)
+                        .collect();
+                    for r in due {
+                        let t = model.remove(&r).unwrap();
+                        if let Some(p) = t.payload {
+                            expected.push((r, p, Outcome::TimedOut));
+                        }
+                    }
+                    assert_eq!(delivered, expected.len(), "{ctx}");
+                }
+            }
+            let mut got = take(&log);
+            got.sort_unstable_by_key(|c| c.0);
+            expected.sort_unstable_by_key(|c| c.0);
+            assert_eq!(got, expected, "{ctx}");
+            assert_eq!(acker.pending(), model.len(), "{ctx}: pending");
+        }
+        let stats = acker.stats();
+        assert_eq!(stats.pending, model.len());
+    }
+}
+
+// ---------------------------------------------------------------- threads
+
+#[test]
+fn concurrent_acks_complete_each_tree_exactly_once() {
+    let trees: u64 = if cfg!(miri) { 20 } else { 20_000 };
+    let edges = 8u64;
+    let completions = Arc::new(StdMutex::new(HashMap::<u64, u32>::new()));
+    let sink = Arc::clone(&completions);
+    let acker: Acker<u32> = Acker::builder()
+        .max_pending(trees as usize + 16)
+        .on_complete(move |c| *sink.lock().unwrap().entry(c.root).or_default() += 1)
+        .build()
+        .unwrap();
+    let completed_by_ack = AtomicU64::new(0);
+    let barrier = std::sync::Barrier::new(4);
+    std::thread::scope(|s| {
+        for t in 0..4u64 {
+            let (acker, barrier, completed_by_ack) = (&acker, &barrier, &completed_by_ack);
+            s.spawn(move || {
+                barrier.wait();
+                for tree in 0..trees {
+                    let root = tree.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+                    if t == 0 {
+                        let all =
+                            (0..edges).fold(0, |x, e| x ^ (root ^ ((e + 1) * 0x1234_5678_9abc)));
+                        let _ = acker.init(root, all, tree as u32);
+                    }
+                    // Each thread acks its share of the edges, before or after init.
+                    for e in (t..edges).step_by(4) {
+                        if acker.ack(root, root ^ ((e + 1) * 0x1234_5678_9abc)) {
+                            completed_by_ack.fetch_add(1, Ordering::SeqCst);
+                        }
+                    }
+                }
+            });
+        }
+    });
+    let map = completions.lock().unwrap();
+    assert_eq!(map.len() as u64, trees, "every tree completed");
+    assert!(map.values().all(|n| *n == 1), "a tree completed twice");
+    // The init may complete a tree whose acks all came first; every other completion is
+    // claimed by exactly one ack.
+    assert!(completed_by_ack.load(Ordering::SeqCst) <= trees);
+    assert_eq!(acker.stats().acked, trees);
+    assert_eq!(acker.pending(), 0);
+}
+
+#[test]
+fn the_reaper_thread_times_out_trees_never_early() {
+    let n = if cfg!(miri) { 5 } else { 200 };
+    let clock = MonotonicClock::new();
+    let seen = Arc::new(StdMutex::new(Vec::new()));
+    let sink = Arc::clone(&seen);
+    let acker: Acker<u64> = Acker::builder()
+        .timeout(Duration::from_millis(20))
+        .on_complete(move |c: Completion<u64>| {
+            sink.lock()
+                .unwrap()
+                .push((c.outcome, c.payload, clock.now(), c.elapsed))
+        })
+        .build()
+        .unwrap();
+    for i in 0..n {
+        let t = clock.now();
+        acker
+            .init_with_timeout(i, 1, t, Duration::from_millis(5 + i % 20))
+            .unwrap();
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while seen.lock().unwrap().len() < n as usize && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.len(), n as usize, "all trees timed out");
+    for (i, (outcome, start, at, elapsed)) in seen.iter().enumerate() {
+        assert_eq!(*outcome, Outcome::TimedOut);
+        let _ = i;
+        assert!(
+            at.wrapping_sub(*start) >= 5_000_000,
+            "timed out after {} ns",
+            at - start
+        );
+        assert!(*elapsed >= Duration::from_millis(5));
+    }
+    assert_eq!(acker.pending(), 0);
+    drop(seen);
+    // Idle now: the reaper must be parked, not polling.
+    let before = acker.idle_wakeups();
+    std::thread::sleep(Duration::from_millis(50));
+    assert!(
+        acker.idle_wakeups() - before <= 2,
+        "reaper polls while idle"
+    );
+}
+
+#[test]
+fn dropping_the_last_handle_stops_the_reaper_promptly() {
+    let acker: Acker<u32> = Acker::builder()
+        .timeout(Duration::from_secs(3600))
+        .build()
+        .unwrap();
+    acker.init(1, 1, 1).unwrap();
+    let t = std::time::Instant::now();
+    drop(acker);
+    assert!(t.elapsed() < Duration::from_secs(5));
+}
