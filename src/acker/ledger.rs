@@ -324,7 +324,7 @@ impl<T> Ledger<T> {
     }
 
     /// Gives back a CLAIMED slot nobody else has used (they wait for READY).
-    fn back_out(&self, slot: usize) {
+    pub(crate) fn back_out(&self, slot: usize) {
         self.keys[slot].store(0, Ordering::SeqCst);
     }
 

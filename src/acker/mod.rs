@@ -150,8 +150,9 @@ impl<T> fmt::Debug for AckerBuilder<T> {
 
 /// The longest timeout: deadlines must stay within the wrapping timeline's 2^63 ns horizon.
 const MAX_TIMEOUT_NS: u64 = 1 << 62;
-/// Slot indices are `u32` with one value reserved; 2^31 pending is far beyond any machine.
-const MAX_PENDING: usize = 1 << 31;
+/// Slot indices are `u32` with `u32::MAX` reserved as the lists' end; a one-shard table
+/// holds up to 4 x max_pending slots, so 2^30 keeps every index below it.
+const MAX_PENDING: usize = 1 << 30;
 const MAX_SHARDS: usize = 1 << 16;
 
 impl<T: Send + 'static> AckerBuilder<T> {
@@ -594,8 +595,24 @@ impl<T: Send + 'static> Inner<T> {
         true
     }
 
-    fn unreserve(&self) {
-        self.pending.fetch_sub(1, Ordering::SeqCst);
+    /// `find_or_claim` for an orphan: a new slot must fit within `max_pending`, else it is
+    /// backed out and the message refused (counted).
+    fn claim_new(&self, h: Hashed) -> Claim {
+        let shard = &self.shards[h.shard];
+        let claim = shard.ledger.find_or_claim(h);
+        let refused = match claim {
+            Claim::Claimed(slot) if !self.reserve() => {
+                shard.ledger.back_out(slot);
+                true
+            }
+            Claim::Full => true,
+            _ => false,
+        };
+        if refused {
+            shard.counters.rejected_full.fetch_add(1, Ordering::SeqCst);
+            return Claim::Full;
+        }
+        claim
     }
 
     /// Writes a newly claimed slot's times and makes it live, then tells the reaper.
@@ -622,18 +639,19 @@ impl<T: Send + 'static> Inner<T> {
         let h = self.layout.hash(root);
         let shard = &self.shards[h.shard];
         let ledger = &shard.ledger;
-        if !self.reserve() {
-            shard.counters.rejected_full.fetch_add(1, Ordering::SeqCst);
-            return Err(InitError::Full(payload));
-        }
         loop {
             match ledger.find_or_claim(h) {
                 Claim::Full => {
-                    self.unreserve();
                     shard.counters.rejected_full.fetch_add(1, Ordering::SeqCst);
                     return Err(InitError::Full(payload));
                 }
                 Claim::Claimed(slot) => {
+                    // Only a new entry counts against max_pending.
+                    if !self.reserve() {
+                        ledger.back_out(slot);
+                        shard.counters.rejected_full.fetch_add(1, Ordering::SeqCst);
+                        return Err(InitError::Full(payload));
+                    }
                     ledger.write_payload(slot, payload);
                     ledger.xor(slot, xor);
                     self.open(shard, slot, self.clock.now(), timeout, INIT);
@@ -646,21 +664,19 @@ impl<T: Send + 'static> Inner<T> {
                     match ledger.claim_init(slot) {
                         Ok(_) => {}
                         Err(state) if state & DONE != 0 => continue, // the orphan just expired
-                        Err(_) => {
-                            self.unreserve();
-                            return Err(InitError::Duplicate(payload));
-                        }
+                        Err(_) => return Err(InitError::Duplicate(payload)),
                     }
-                    self.unreserve();
                     ledger.write_payload(slot, payload);
                     ledger.set_timeout(slot, timeout);
                     // The deadline counts from the first message, with the tree's timeout.
+                    // Later than the orphan's: the reaper's re-check finds it when the old
+                    // one fires. Sooner: the reaper must hear of it.
                     let deadline = ledger.start(slot).wrapping_add(timeout);
                     let sooner = !is_due(ledger.deadline(slot), deadline);
+                    ledger.set_deadline(slot, deadline);
                     ledger.xor(slot, xor);
                     ledger.set_flags(slot, INIT);
                     if sooner {
-                        ledger.set_deadline(slot, deadline);
                         ledger.push_inbox(slot);
                         reaper::wake_for(self, deadline);
                     }
@@ -708,13 +724,8 @@ impl<T: Send + 'static> Inner<T> {
             return;
         }
         // No entry: hold the ack as an orphan.
-        if !self.reserve() {
-            shard.counters.rejected_full.fetch_add(1, Ordering::SeqCst);
-            return;
-        }
-        match ledger.find_or_claim(h) {
+        match self.claim_new(h) {
             Claim::Found(slot) => {
-                self.unreserve();
                 if ledger.xor(slot, xor) == 0 {
                     self.complete_acked(h.shard, slot, done);
                 }
@@ -723,10 +734,7 @@ impl<T: Send + 'static> Inner<T> {
                 ledger.xor(slot, xor);
                 self.open(shard, slot, self.clock.now(), self.timeout, 0);
             }
-            Claim::Full => {
-                self.unreserve();
-                shard.counters.rejected_full.fetch_add(1, Ordering::SeqCst);
-            }
+            Claim::Full => {}
         }
     }
 
@@ -755,27 +763,14 @@ impl<T: Send + 'static> Inner<T> {
         let ledger = &shard.ledger;
         let slot = match ledger.find(h) {
             Some(slot) => slot,
-            None => {
-                if !self.reserve() {
-                    shard.counters.rejected_full.fetch_add(1, Ordering::SeqCst);
+            None => match self.claim_new(h) {
+                Claim::Found(slot) => slot,
+                Claim::Claimed(slot) => {
+                    self.open(shard, slot, self.clock.now(), self.timeout, FAILED);
                     return;
                 }
-                match ledger.find_or_claim(h) {
-                    Claim::Found(slot) => {
-                        self.unreserve();
-                        slot
-                    }
-                    Claim::Claimed(slot) => {
-                        self.open(shard, slot, self.clock.now(), self.timeout, FAILED);
-                        return;
-                    }
-                    Claim::Full => {
-                        self.unreserve();
-                        shard.counters.rejected_full.fetch_add(1, Ordering::SeqCst);
-                        return;
-                    }
-                }
-            }
+                Claim::Full => return,
+            },
         };
         let mut state = ledger.set_flags(slot, FAILED) | FAILED;
         loop {

@@ -272,7 +272,17 @@ pub(super) fn stop<T: Send + 'static>(
     reaper: &Mutex<Option<std::thread::JoinHandle<()>>>,
 ) {
     inner.shutdown.store(true, Ordering::SeqCst);
-    let handle = reaper.lock().unwrap_or_else(|e| e.into_inner()).take();
+    let mut guard = reaper.lock().unwrap_or_else(|e| e.into_inner());
+    if guard
+        .as_ref()
+        .is_some_and(|h| h.thread().id() == std::thread::current().id())
+    {
+        // Called from `on_complete` on the reaper itself: it cannot join itself. The flag
+        // makes it exit after this pass; the last handle's drop joins it.
+        return;
+    }
+    let handle = guard.take();
+    drop(guard);
     if let Some(handle) = handle {
         handle.thread().unpark();
         // A panic in the reaper was already reported on its thread; nothing to add here.

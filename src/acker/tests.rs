@@ -270,7 +270,9 @@ struct Tree {
 #[test]
 fn model_test_against_a_sequential_reference() {
     const TICK: u64 = 1 << 20; // the wheel tick of a 1 ms resolution
-    const CAP: usize = 64;
+                               // Large enough that completed slots awaiting their epoch grace period never fill a
+                               // bucket (capacity refusals have their own test): this test is about the semantics.
+    const CAP: usize = 4096;
     let default_timeout = 48 * TICK;
     let steps = if cfg!(miri) { 200 } else { 20_000 };
     for (seed, origin) in [
@@ -534,4 +536,30 @@ fn dropping_the_last_handle_stops_the_reaper_promptly() {
     let t = std::time::Instant::now();
     drop(acker);
     assert!(t.elapsed() < Duration::from_secs(5));
+}
+
+#[test]
+fn a_longer_tree_timeout_on_an_orphan_is_not_cut_short() {
+    let clock = ManualClock::new(0);
+    let (acker, log) = manual(&clock, |b| b.timeout(10 * SEC));
+    assert!(!acker.ack(1, 0b1)); // orphan: due at 10 s with the default timeout
+    acker.init_with_timeout(1, 0b11, 10, 60 * SEC).unwrap();
+    clock.set(30_000_000_000);
+    acker.expire();
+    assert!(take(&log).is_empty(), "timed out at the orphan's deadline");
+    clock.set(60_010_000_000);
+    acker.expire();
+    assert_eq!(take(&log), [(1, 10, Outcome::TimedOut)]);
+}
+
+#[test]
+fn an_init_for_a_held_orphan_is_accepted_at_capacity() {
+    let clock = ManualClock::new(0);
+    let (acker, log) = manual(&clock, |b| b.max_pending(2));
+    acker.init(1, 0b1, 1).unwrap();
+    assert!(!acker.ack(2, 0b1));
+    assert_eq!(acker.pending(), 2);
+    // Root 2's entry exists: its init adds nothing and completes it.
+    acker.init(2, 0b1, 2).unwrap();
+    assert_eq!(take(&log), [(2, 2, Outcome::Acked)]);
 }
