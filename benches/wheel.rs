@@ -31,7 +31,9 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use ackwheel::{TimerKey, TimerWheel};
-use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, SamplingMode, Throughput};
+use criterion::{
+    criterion_group, criterion_main, BenchmarkId, Criterion, SamplingMode, Throughput,
+};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tokio::runtime::Runtime;

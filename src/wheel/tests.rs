@@ -184,7 +184,10 @@ fn backwards_yields_nothing_and_loses_nothing() {
         // A leftover on the ready list must not come out on a backward move either.
         wheel.schedule(origin.wrapping_add(20 * MS), 20);
         // Take one and let the iterator go.
-        assert_eq!(wheel.advance(origin.wrapping_add(60 * MS)).take(1).count(), 1);
+        assert_eq!(
+            wheel.advance(origin.wrapping_add(60 * MS)).take(1).count(),
+            1
+        );
         assert_eq!(wheel.len(), 1);
         assert!(drain(&mut wheel, t).is_empty(), "backwards yielded");
         assert_eq!(wheel.now(), origin.wrapping_add(60 * MS));

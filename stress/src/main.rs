@@ -37,7 +37,7 @@ struct Cli {
     seed: Option<u64>,
 
     /// Total operations over all threads.
-    #[arg(long, default_value_t = 24_000_000)]
+    #[arg(long, default_value_t = 30_000_000)]
     ops: u64,
 
     /// Stop after this many seconds even if `--ops` is not reached.

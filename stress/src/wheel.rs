@@ -62,7 +62,9 @@ pub(crate) fn run(seed: u64, limits: &Limits) -> ThreadReport {
     let mut failure = None;
     'run: while ops < limits.ops {
         let mut episode = Episode::new(&mut rng);
-        let length = rng.random_range(200_000..2_000_000u64).min(limits.ops - ops);
+        let length = rng
+            .random_range(200_000..2_000_000u64)
+            .min(limits.ops - ops);
         episodes += 1;
         let mut done = 0;
         while done < length {
@@ -127,7 +129,10 @@ impl Model {
 
     /// The slot the next `insert` will use (known before scheduling, as it is the payload).
     fn next_slot(&self) -> u32 {
-        self.free.last().copied().unwrap_or(self.entries.len() as u32)
+        self.free
+            .last()
+            .copied()
+            .unwrap_or(self.entries.len() as u32)
     }
 
     fn insert(&mut self, key: TimerKey, deadline: u128, id: u64) -> u32 {
@@ -500,7 +505,6 @@ impl Episode {
                 self.dead[id as usize % DEAD_KEYS] = expired.key;
             }
         }
-        drop(iter);
         self.fired += yielded as u64;
 
         if crossed_tick && drained {
@@ -547,11 +551,14 @@ impl Episode {
         }
         let mut seen = vec![false; self.model.entries.len()];
         for (key, deadline, &(slot, id)) in self.wheel.iter() {
-            let entry = self.model.get(slot, id).ok_or_else(|| {
-                format!("iter() lists timer {id}, which the model does not have")
-            })?;
+            let entry = self
+                .model
+                .get(slot, id)
+                .ok_or_else(|| format!("iter() lists timer {id}, which the model does not have"))?;
             if entry.key != key || self.wrap(entry.deadline) != deadline {
-                return Err(format!("iter() lists timer {id} with the wrong key or deadline"));
+                return Err(format!(
+                    "iter() lists timer {id} with the wrong key or deadline"
+                ));
             }
             if std::mem::replace(&mut seen[slot as usize], true) {
                 return Err(format!("iter() lists timer {id} twice"));
