@@ -31,18 +31,34 @@ pub enum ConfigError {
         /// The largest accepted value, as text.
         max: String,
     },
+    /// The operating system refused to start a thread the structure needs.
+    Spawn {
+        /// Which thread.
+        what: &'static str,
+        /// The operating system's error, as text.
+        reason: String,
+    },
 }
 
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            ConfigError::Zero { param } => write!(f, "invalid configuration: `{param}` must be greater than zero"),
+            ConfigError::Zero { param } => write!(
+                f,
+                "invalid configuration: `{param}` must be greater than zero"
+            ),
             ConfigError::TooFewBuckets { param, got, min } => write!(
                 f,
                 "invalid configuration: `{param}` is {got}, but at least {min} buckets are needed"
             ),
             ConfigError::TooLarge { param, got, max } => {
-                write!(f, "invalid configuration: `{param}` is {got}, above the maximum of {max}")
+                write!(
+                    f,
+                    "invalid configuration: `{param}` is {got}, above the maximum of {max}"
+                )
+            }
+            ConfigError::Spawn { what, reason } => {
+                write!(f, "could not start the {what}: {reason}")
             }
         }
     }
@@ -56,10 +72,19 @@ mod tests {
 
     #[test]
     fn messages_name_the_parameter() {
-        let e = ConfigError::TooFewBuckets { param: "num_buckets", got: 1, min: 2 };
+        let e = ConfigError::TooFewBuckets {
+            param: "num_buckets",
+            got: 1,
+            min: 2,
+        };
         let msg = e.to_string();
-        assert!(msg.contains("num_buckets") && msg.contains('1') && msg.contains('2'), "{msg}");
-        assert!(ConfigError::Zero { param: "interval" }.to_string().contains("`interval`"));
+        assert!(
+            msg.contains("num_buckets") && msg.contains('1') && msg.contains('2'),
+            "{msg}"
+        );
+        assert!(ConfigError::Zero { param: "interval" }
+            .to_string()
+            .contains("`interval`"));
         let boxed: Box<dyn std::error::Error> = Box::new(e);
         assert!(boxed.to_string().contains("num_buckets"));
     }

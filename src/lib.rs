@@ -7,6 +7,8 @@
 //! |---|---|---|
 //! | [`Clock`] | — | wrapping `u64` nanoseconds; [`MonotonicClock`], [`ManualClock`] |
 //! | [`TimerWheel`] | Caffeine `TimerWheel` | single-owner hierarchical wheel: O(1) schedule / reschedule / cancel, cascading `advance` |
+//! | [`ExpiryQueue`] | ZooKeeper `ExpiryQueue` | concurrent interval buckets keyed by `(t / I + 1) * I`, an atomic next-expiration time advanced by CAS; `update` / `touch` / `remove` / `poll` / `wait_time`, each element returned exactly once |
+//! | [`RotatingMap`], [`TimeCacheMap`] | Storm | rotating generations of maps; `TimeCacheMap` rotates itself on a cleaner thread and calls back outside its lock |
 //!
 //! ## Time
 //!
@@ -20,8 +22,12 @@
 
 mod clock;
 mod error;
+mod expiry_queue;
+mod rotating;
 #[allow(dead_code)]
 mod sync;
 
 pub use clock::{Clock, ManualClock, MonotonicClock};
 pub use error::ConfigError;
+pub use expiry_queue::{ExpiryQueue, MAX_TIMEOUT};
+pub use rotating::{RotatingMap, TimeCacheMap};
