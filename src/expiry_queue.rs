@@ -57,7 +57,6 @@
 //! Catch-up is one bucket per `poll`: after a long pause the owner calls `poll` repeatedly,
 //! and each call moves next-expiration by exactly one interval, as in ZooKeeper.
 
-use std::collections::hash_map::RandomState;
 use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::hash::{BuildHasher, Hash};
@@ -68,7 +67,7 @@ use crossbeam_utils::CachePadded;
 
 use crate::clock::{duration_nanos, Clock, MonotonicClock};
 use crate::error::ConfigError;
-use crate::sync::{AtomicU64, Mutex, MutexGuard, Ordering};
+use crate::sync::{AtomicU64, Mutex, MutexGuard, Ordering, RandomState};
 
 /// The largest timeout (and interval) the queue represents: 2^62 ns, about 146 years.
 ///
@@ -82,8 +81,8 @@ const SHARDS: usize = 2;
 #[cfg(not(loom))]
 const SHARDS: usize = 32;
 
-type ElemShard<E> = CachePadded<Mutex<HashMap<E, u64>>>;
-type BucketShard<E> = CachePadded<Mutex<HashMap<u64, HashSet<E>>>>;
+type ElemShard<E> = CachePadded<Mutex<HashMap<E, u64, RandomState>>>;
+type BucketShard<E> = CachePadded<Mutex<HashMap<u64, HashSet<E, RandomState>, RandomState>>>;
 
 /// Concurrent interval-bucket expiry queue with an atomic next-expiration time.
 ///
@@ -178,12 +177,12 @@ impl<E: Eq + Hash + Clone + Send + Sync + 'static> ExpiryQueue<E> {
             next_expiration: CachePadded::new(AtomicU64::new(first)),
             interval: nanos,
             elems: (0..SHARDS)
-                .map(|_| CachePadded::new(Mutex::new(HashMap::new())))
+                .map(|_| CachePadded::new(Mutex::new(HashMap::default())))
                 .collect(),
             buckets: (0..SHARDS)
-                .map(|_| CachePadded::new(Mutex::new(HashMap::new())))
+                .map(|_| CachePadded::new(Mutex::new(HashMap::default())))
                 .collect(),
-            hasher: RandomState::new(),
+            hasher: RandomState::default(),
             clock: Box::new(clock),
         })
     }

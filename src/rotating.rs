@@ -356,3 +356,217 @@ impl<K, V> fmt::Debug for TimeCacheMap<K, V> {
             .finish()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+    use std::sync::mpsc;
+
+    #[test]
+    fn fewer_than_two_buckets_or_zero_expiration_is_an_error() {
+        for n in [0, 1] {
+            let e = RotatingMap::<u32, u32>::new(n).unwrap_err();
+            assert_eq!(
+                e,
+                ConfigError::TooFewBuckets {
+                    param: "num_buckets",
+                    got: n,
+                    min: 2
+                }
+            );
+            assert!(TimeCacheMap::<u32, u32>::new(Duration::from_secs(1), n).is_err());
+        }
+        let e = TimeCacheMap::<u32, u32>::new(Duration::ZERO, 3).unwrap_err();
+        assert_eq!(
+            e,
+            ConfigError::Zero {
+                param: "expiration"
+            }
+        );
+        assert!(RotatingMap::<u32, u32>::new(2).is_ok());
+    }
+
+    #[test]
+    fn a_key_survives_n_minus_one_rotations() {
+        for n in 2..6 {
+            let m = RotatingMap::new(n).unwrap();
+            assert_eq!(m.put("k", 1), None);
+            for r in 0..n - 1 {
+                assert!(m.rotate().is_empty(), "n {n}, rotation {r}");
+                assert_eq!(m.get(&"k"), Some(1));
+            }
+            assert_eq!(m.rotate(), vec![("k", 1)], "n {n}");
+            assert!(!m.contains_key(&"k"));
+            assert!(m.is_empty());
+        }
+    }
+
+    #[test]
+    fn put_refreshes_and_moves_out_of_older_buckets() {
+        let m = RotatingMap::new(3).unwrap();
+        m.put(1, "a");
+        m.rotate();
+        m.rotate(); // 1 is in the oldest bucket now
+        assert_eq!(
+            m.put(1, "b"),
+            Some("a"),
+            "previous value from an older bucket"
+        );
+        assert_eq!(m.len(), 1, "not left behind in the old bucket");
+        assert!(m.rotate().is_empty(), "refreshed: not dropped");
+        assert!(m.rotate().is_empty());
+        assert_eq!(m.put(1, "c"), Some("b"));
+        assert_eq!(m.put(1, "d"), Some("c"), "same newest bucket");
+        assert_eq!(m.len(), 1);
+        assert_eq!(m.remove(&1), Some("d"));
+        assert_eq!(m.remove(&1), None);
+        assert_eq!(m.get(&1), None);
+    }
+
+    #[test]
+    fn len_counts_every_bucket_and_lookups_search_all() {
+        let m = RotatingMap::new(4).unwrap();
+        m.put(1, 10);
+        m.rotate();
+        m.put(2, 20);
+        m.rotate();
+        m.put(3, 30);
+        assert_eq!(m.len(), 3);
+        assert_eq!(m.num_buckets(), 4);
+        for k in 1..=3 {
+            assert!(m.contains_key(&k));
+            assert_eq!(m.get(&k), Some(k * 10));
+        }
+        let mut dropped = Vec::new();
+        for _ in 0..4 {
+            dropped.extend(m.rotate());
+        }
+        dropped.sort_unstable();
+        assert_eq!(dropped, vec![(1, 10), (2, 20), (3, 30)]);
+        assert!(format!("{m:?}").contains("bucket_lens"));
+    }
+
+    #[test]
+    fn concurrent_puts_and_rotations_lose_nothing() {
+        let per: u32 = if cfg!(miri) { 20 } else { 2_000 };
+        let m = Arc::new(RotatingMap::new(3).unwrap());
+        let writers: Vec<_> = (0..2u32)
+            .map(|w| {
+                let m = Arc::clone(&m);
+                std::thread::spawn(move || {
+                    for i in 0..per {
+                        m.put(w * per + i, i);
+                    }
+                })
+            })
+            .collect();
+        let mut dropped = Vec::new();
+        for _ in 0..10 {
+            dropped.extend(m.rotate());
+        }
+        for w in writers {
+            w.join().unwrap();
+        }
+        for _ in 0..3 {
+            dropped.extend(m.rotate());
+        }
+        let mut keys: Vec<u32> = dropped.into_iter().map(|(k, _)| k).collect();
+        keys.sort_unstable();
+        assert_eq!(keys, (0..2 * per).collect::<Vec<_>>());
+    }
+
+    #[cfg(not(miri))]
+    #[test]
+    fn time_cache_map_expires_within_its_window() {
+        // 3 buckets, 300 ms: rotations every 150 ms; an entry expires 300..450 ms after put.
+        let expiration = Duration::from_millis(300);
+        let (tx, rx) = mpsc::channel();
+        let m = TimeCacheMap::with_callback(expiration, 3, move |k: u32, v: Instant| {
+            let _ = tx.send((k, v.elapsed()));
+        })
+        .unwrap();
+        assert_eq!(m.rotation_period(), Duration::from_millis(150));
+        m.put(1, Instant::now());
+        assert!(m.contains_key(&1));
+        let (k, age) = rx
+            .recv_timeout(Duration::from_secs(5))
+            .expect("entry never expired");
+        assert_eq!(k, 1);
+        assert!(age >= expiration, "expired early, after {age:?}");
+        // 450 ms plus generous scheduling slack on the late side only.
+        assert!(
+            age < Duration::from_millis(450) + Duration::from_secs(2),
+            "far too late: {age:?}"
+        );
+        assert!(!m.contains_key(&1));
+        assert_eq!(m.get(&1), None);
+    }
+
+    #[cfg(not(miri))]
+    #[test]
+    fn time_cache_map_put_refreshes_lifetime() {
+        let m = TimeCacheMap::new(Duration::from_millis(200), 2).unwrap();
+        let start = Instant::now();
+        m.put("k", 1);
+        // Keep refreshing for longer than the expiration; the key must stay.
+        while start.elapsed() < Duration::from_millis(500) {
+            m.put("k", 1);
+            assert!(m.contains_key(&"k"), "expired while being refreshed");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(m.contains_key(&"k"));
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while m.contains_key(&"k") && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(
+            !m.contains_key(&"k"),
+            "did not expire after refreshing stopped"
+        );
+        assert!(m.is_empty());
+    }
+
+    #[cfg(not(miri))]
+    #[test]
+    fn drop_stops_the_cleaner_promptly() {
+        let m = TimeCacheMap::<u32, u32>::new(Duration::from_secs(60), 2).unwrap();
+        m.put(1, 1);
+        std::thread::sleep(Duration::from_millis(20)); // the cleaner is asleep in its wait
+        let start = Instant::now();
+        drop(m);
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "drop waited out the rotation period"
+        );
+    }
+
+    #[cfg(not(miri))]
+    #[test]
+    fn a_panicking_callback_does_not_kill_the_cleaner() {
+        let calls = Arc::new(AtomicUsize::new(0));
+        let seen = Arc::clone(&calls);
+        let m = TimeCacheMap::with_callback(Duration::from_millis(20), 2, move |k: u32, _v: ()| {
+            seen.fetch_add(1, Ordering::SeqCst);
+            assert!(k != 1, "callback panics on key 1 (expected in this test)");
+        })
+        .unwrap();
+        m.put(1, ());
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while m.callback_panics() == 0 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(m.callback_panics(), 1);
+        m.put(2, ());
+        while calls.load(Ordering::SeqCst) < 2 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(
+            calls.load(Ordering::SeqCst),
+            2,
+            "cleaner stopped after the panic"
+        );
+        assert!(!m.contains_key(&2));
+        assert!(format!("{m:?}").contains("callback_panics: 1"));
+    }
+}
