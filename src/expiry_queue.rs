@@ -366,8 +366,9 @@ impl<E: Eq + Hash + Clone + Send + Sync + 'static> ExpiryQueue<E> {
     fn file(&self, elem: &E, mut deadline: u64) -> u64 {
         loop {
             let mut buckets = lock(&self.buckets[self.bucket_shard(deadline)]);
-            // Acquire: sees every claim ordered before our lock by a poller that already
-            // took this shard's lock (the mutex gives that), and pairs with the AcqRel CAS.
+            // Acquire: pairs with the AcqRel claim in `poll`. Correctness rests on the shard
+            // mutex: a poller that claimed `deadline` and then took this lock before us has
+            // its claim ordered before this load, so we see it (invariant 2).
             let next = self.next_expiration.load(Ordering::Acquire);
             if !is_claimed(deadline, next) {
                 buckets.entry(deadline).or_default().insert(elem.clone());
@@ -410,6 +411,7 @@ impl<E> fmt::Debug for ExpiryQueue<E> {
             .field("interval_ns", &self.interval)
             .field(
                 "next_expiration",
+                // Relaxed: a snapshot for display; nothing is read through it.
                 &self.next_expiration.load(Ordering::Relaxed),
             )
             .field("len", &len)
