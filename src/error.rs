@@ -31,6 +31,13 @@ pub enum ConfigError {
         /// The largest accepted value, as text.
         max: String,
     },
+    /// The operating system refused to start a thread the structure needs.
+    Spawn {
+        /// Which thread.
+        what: &'static str,
+        /// The operating system's error, as text.
+        reason: String,
+    },
 }
 
 impl fmt::Display for ConfigError {
@@ -49,6 +56,9 @@ impl fmt::Display for ConfigError {
                     f,
                     "invalid configuration: `{param}` is {got}, above the maximum of {max}"
                 )
+            }
+            ConfigError::Spawn { what, reason } => {
+                write!(f, "could not start the {what}: {reason}")
             }
         }
     }

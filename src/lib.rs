@@ -8,6 +8,8 @@
 //! | [`Clock`] | — | wrapping `u64` nanoseconds; [`MonotonicClock`], [`ManualClock`] |
 //! | [`TimerWheel`] | Caffeine `TimerWheel` | single-owner hierarchical wheel: O(1) schedule / reschedule / cancel, cascading `advance` |
 //! | [`Acker`] | Storm acker + spout pending map | sharded lock-free XOR ledgers, a wheel per shard, one reaper thread |
+//! | [`ExpiryQueue`] | ZooKeeper `ExpiryQueue` | concurrent interval buckets keyed by `(t / I + 1) * I`, an atomic next-expiration time advanced by CAS; `update` / `touch` / `remove` / `poll` / `wait_time`, each element returned exactly once |
+//! | [`RotatingMap`], [`TimeCacheMap`] | Storm | rotating generations of maps; `TimeCacheMap` rotates itself on a cleaner thread and calls back outside its lock |
 //!
 //! ## Time
 //!
@@ -27,6 +29,8 @@ struct ReadmeDoctests;
 mod acker;
 mod clock;
 mod error;
+mod expiry_queue;
+mod rotating;
 #[allow(dead_code)]
 mod sync;
 
@@ -35,4 +39,6 @@ pub use clock::{Clock, ManualClock, MonotonicClock};
 pub use error::ConfigError;
 mod wheel;
 
+pub use expiry_queue::{ExpiryQueue, MAX_TIMEOUT};
+pub use rotating::{RotatingMap, TimeCacheMap};
 pub use wheel::{Advance, Expired, Iter, TimerKey, TimerWheel};

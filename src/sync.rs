@@ -58,3 +58,14 @@ impl<T: ?Sized> UnsafeCell<T> {
         f(self.0.get())
     }
 }
+
+/// The hash builder for every map whose layout the loom models can observe.
+///
+/// Loom replays schedules and needs every execution of a model to be deterministic; std's
+/// `RandomState` seeds each map differently, which would change shard choices and iteration
+/// orders between replays. Under loom the hasher is therefore fixed.
+#[cfg(loom)]
+pub(crate) type RandomState =
+    std::hash::BuildHasherDefault<std::collections::hash_map::DefaultHasher>;
+#[cfg(not(loom))]
+pub(crate) type RandomState = std::collections::hash_map::RandomState;
