@@ -22,6 +22,8 @@ fn manual(
         .timeout(30 * SEC)
         .clock(clock.clone())
         .shards(4)
+        // Small tables: these tests are about semantics (and Miri interprets every slot).
+        .max_pending(1024)
         .on_complete(move |c: Completion<u32>| {
             sink.lock().unwrap().push((c.root, c.payload, c.outcome))
         });
