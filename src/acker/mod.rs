@@ -692,20 +692,37 @@ impl<T: Send + 'static> Inner<T> {
     /// init and the last ack (or the fail) at least one sees the other.
     fn settle_after_init(&self, shard: usize, slot: usize, done: &mut Done<T>) {
         let ledger = &self.shards[shard].ledger;
-        let mut state = ledger.state(slot);
-        loop {
-            if state & DONE != 0 {
-                return;
-            }
-            let outcome = if ledger.value(slot) == 0 {
-                Outcome::Acked
+        self.claim_completion(shard, slot, done, |state| {
+            if ledger.value(slot) == 0 {
+                Some(Outcome::Acked)
             } else if state & FAILED != 0 {
-                Outcome::Failed
+                Some(Outcome::Failed)
             } else {
-                return;
-            };
+                None
+            }
+        });
+    }
+
+    /// The one way an operation completes a tree: while the slot is not DONE, `decide`
+    /// names the outcome the current state calls for (or `None`: nothing to do); the CAS
+    /// that sets DONE makes this thread the only completer, and the completion goes to
+    /// `done` for delivery after unpinning. A lost CAS (another flag changed) decides again.
+    fn claim_completion(
+        &self,
+        shard: usize,
+        slot: usize,
+        done: &mut Done<T>,
+        decide: impl Fn(u32) -> Option<Outcome>,
+    ) {
+        let ledger = &self.shards[shard].ledger;
+        let mut state = ledger.state(slot);
+        while state & DONE == 0 {
+            let Some(outcome) = decide(state) else { return };
             match ledger.transition(slot, state, DONE) {
-                Ok(_) => return *done = Some(self.finish(shard, slot, outcome)),
+                Ok(_) => {
+                    *done = Some(self.finish(shard, slot, outcome));
+                    return;
+                }
                 Err(now) => state = now,
             }
         }
@@ -741,19 +758,9 @@ impl<T: Send + 'static> Inner<T> {
     /// The value reached 0: complete `Acked` if init has been seen.
     fn complete_acked(&self, shard: usize, slot: usize, done: &mut Done<T>) {
         let ledger = &self.shards[shard].ledger;
-        let mut state = ledger.state(slot);
-        loop {
-            if state & DONE != 0 || state & INIT == 0 || ledger.value(slot) != 0 {
-                return;
-            }
-            match ledger.transition(slot, state, DONE) {
-                Ok(_) => {
-                    *done = Some(self.finish(shard, slot, Outcome::Acked));
-                    return;
-                }
-                Err(now) => state = now,
-            }
-        }
+        self.claim_completion(shard, slot, done, |state| {
+            (state & INIT != 0 && ledger.value(slot) == 0).then_some(Outcome::Acked)
+        });
     }
 
     fn fail(&self, root: u64, done: &mut Done<T>) {
@@ -772,20 +779,11 @@ impl<T: Send + 'static> Inner<T> {
                 Claim::Full => return,
             },
         };
-        let mut state = ledger.set_flags(slot, FAILED) | FAILED;
-        loop {
-            if state & DONE != 0 || state & INIT == 0 {
-                // Held for init (which re-checks FAILED after publishing INIT).
-                return;
-            }
-            match ledger.transition(slot, state, DONE) {
-                Ok(_) => {
-                    *done = Some(self.finish(h.shard, slot, Outcome::Failed));
-                    return;
-                }
-                Err(now) => state = now,
-            }
-        }
+        ledger.set_flags(slot, FAILED);
+        // Without INIT the fail is held: init re-checks FAILED after publishing INIT.
+        self.claim_completion(h.shard, slot, done, |state| {
+            (state & INIT != 0).then_some(Outcome::Failed)
+        });
     }
 
     fn reset_timeout(&self, root: u64) -> bool {

@@ -65,9 +65,11 @@ pub(super) fn run_once<T: Send + 'static>(inner: &Arc<Inner<T>>, now: u64) -> Pa
     {
         let mut wheels = inner.wheels.lock().unwrap_or_else(|e| e.into_inner());
         let mut retired = Vec::new();
+        // Scratch reused across shards: a pass allocates only what it retires.
+        let mut arrivals = Vec::new();
+        let mut later = Vec::new();
         for (index, (shard, wheel)) in inner.shards.iter().zip(wheels.iter_mut()).enumerate() {
             let ledger = &shard.ledger;
-            let mut arrivals = Vec::new();
             ledger.drain_inbox(|slot, state| {
                 if state & DONE != 0 {
                     if ledger.claim_retire(slot) {
@@ -77,8 +79,7 @@ pub(super) fn run_once<T: Send + 'static>(inner: &Arc<Inner<T>>, now: u64) -> Pa
                     arrivals.push((slot as u32, generation(state)));
                 }
             });
-            let mut later = Vec::new();
-            for (slot, gen) in arrivals {
+            for (slot, gen) in arrivals.drain(..) {
                 let deadline = ledger.deadline(slot as usize);
                 if is_due(deadline, now) {
                     // Already due (an init shortened an old orphan's deadline): reap now
@@ -102,7 +103,7 @@ pub(super) fn run_once<T: Send + 'static>(inner: &Arc<Inner<T>>, now: u64) -> Pa
                     later.push((deadline, (slot, gen)));
                 }
             }
-            for (deadline, slot_ref) in later {
+            for (deadline, slot_ref) in later.drain(..) {
                 wheel.schedule(deadline, slot_ref);
             }
             pass.more |= handled == BUDGET;

@@ -129,12 +129,7 @@ impl<T> Slab<T> {
     /// Appends `index` to the list headed by `sentinel`.
     #[inline]
     pub(crate) fn push_back(&mut self, sentinel: u32, index: u32) {
-        let last = self.nodes[sentinel as usize].prev;
-        self.nodes[index as usize].prev = last;
-        self.nodes[index as usize].next = sentinel;
-        self.nodes[last as usize].next = index;
-        self.nodes[sentinel as usize].prev = index;
-        self.mark(sentinel, true);
+        self.append(sentinel, index, index);
     }
 
     /// Takes `index` out of whatever list holds it.
@@ -162,15 +157,21 @@ impl<T> Slab<T> {
 
     /// Moves every node of `from`'s list to the end of `to`'s, in order. O(1).
     pub(crate) fn splice(&mut self, from: u32, to: u32) {
-        let Some((first, last)) = self.detach(from) else {
-            return;
-        };
-        let tail = self.nodes[to as usize].prev;
+        if let Some((first, last)) = self.detach(from) {
+            self.append(to, first, last);
+        }
+    }
+
+    /// Links the chain `first` → … → `last` (already linked to each other) at the end of
+    /// `sentinel`'s list.
+    #[inline]
+    fn append(&mut self, sentinel: u32, first: u32, last: u32) {
+        let tail = self.nodes[sentinel as usize].prev;
         self.nodes[tail as usize].next = first;
         self.nodes[first as usize].prev = tail;
-        self.nodes[last as usize].next = to;
-        self.nodes[to as usize].prev = last;
-        self.mark(to, true);
+        self.nodes[last as usize].next = sentinel;
+        self.nodes[sentinel as usize].prev = last;
+        self.mark(sentinel, true);
     }
 
     /// Empties `sentinel`'s list and returns its first and last nodes; the nodes keep their
