@@ -49,7 +49,7 @@ use std::mem::MaybeUninit;
 
 use crossbeam_utils::CachePadded;
 
-use crate::sync::{AtomicU32, AtomicU64, Ordering, UnsafeCell};
+use crate::sync::{fence, AtomicU32, AtomicU64, Ordering, UnsafeCell};
 
 /// Slots per bucket: a root lives in one of the `BUCKET_WIDTH` slots of its bucket.
 #[cfg(not(loom))]
@@ -278,6 +278,9 @@ impl<T> Ledger<T> {
                 continue 'scan;
             }
             // We own `slot`. Make sure no twin claim for the same root survives beside it.
+            // Two claimers each wrote their own key and now read the other's: the fence
+            // (one per new entry) makes at least one of them see the other.
+            fence(Ordering::SeqCst);
             for other in Self::bucket_range(h.bucket) {
                 if other == slot || self.keys[other].load(Ordering::SeqCst) != h.stored {
                     continue;
@@ -304,18 +307,27 @@ impl<T> Ledger<T> {
 
     /// Waits while `slot` is CLAIMED for `stored`; returns its state once READY, or `None`
     /// if the claim was backed out (or the slot now holds another key).
+    ///
+    /// The caller read the key before this reads the state, and the slot may have been freed
+    /// and taken by another root in between: an operation that pinned after the slot was
+    /// retired is not covered by the grace period, so it can read the old occupant's key
+    /// and then the new occupant's state. Reading the key again after the state closes that
+    /// gap: `free` clears the state before the key and a claimer writes the key before the
+    /// state, so a state written for a new occupant comes with that occupant's key. (Found
+    /// by the slot-reuse loom model.)
     fn await_claim(&self, slot: usize, stored: u64) -> Option<u32> {
         let mut spins = 0u32;
         loop {
             let state = self.states[slot].load(Ordering::SeqCst);
             if state & READY != 0 {
-                return Some(state);
+                return (self.keys[slot].load(Ordering::SeqCst) == stored).then_some(state);
             }
             if self.keys[slot].load(Ordering::SeqCst) != stored {
                 return None;
             }
             spins += 1;
-            if spins < 64 {
+            // Under loom every spin must yield, or the checker explores the loop forever.
+            if spins < 64 && !cfg!(loom) {
                 std::hint::spin_loop();
             } else {
                 crate::sync::thread::yield_now();
@@ -347,8 +359,23 @@ impl<T> Ledger<T> {
         self.xors[slot].fetch_xor(xor, Ordering::SeqCst) ^ xor
     }
 
+    /// The value, read with a read-modify-write (`fetch_or(0)`), not a load.
+    ///
+    /// Init reads the value after publishing INIT, while the last ack XORs the value and then
+    /// reads the state: each side writes one word and reads the other. Reading with an RMW
+    /// puts init's read in the value's modification order with every ack's `fetch_xor`: if
+    /// it comes first, the ack's `fetch_xor` reads from it and so sees INIT; if it comes
+    /// later, it sees the ack. This holds with acquire/release alone, so it does not rest on
+    /// SeqCst's store-load ordering (which loom does not model).
     pub(crate) fn value(&self, slot: usize) -> u64 {
-        self.xors[slot].load(Ordering::SeqCst)
+        self.xors[slot].fetch_or(0, Ordering::SeqCst)
+    }
+
+    /// The state, read with an RMW for the same reason as [`value`](Self::value): a scan
+    /// that must see every INIT published before it (shutdown's) writes a flag then reads
+    /// states, while init publishes INIT then reads that flag.
+    pub(crate) fn state_rmw(&self, slot: usize) -> u32 {
+        self.states[slot].fetch_or(0, Ordering::SeqCst)
     }
 
     pub(crate) fn state(&self, slot: usize) -> u32 {
@@ -486,8 +513,13 @@ impl<T> Ledger<T> {
     }
 
     /// `true` when the inbox holds something.
+    ///
+    /// An RMW, not a load: the reaper publishes its next wake time and then reads the inbox,
+    /// while a writer pushes on the inbox and then reads the wake time. As an RMW the read
+    /// is ordered with every push on the head word; a push after it reads from it and so
+    /// sees the wake time stored before it (acquire/release suffices, no store-load order).
     pub(crate) fn inbox_pending(&self) -> bool {
-        self.inbox.load(Ordering::SeqCst) != NIL
+        self.inbox.fetch_or(0, Ordering::SeqCst) != NIL
     }
 
     /// Takes the whole retired list.

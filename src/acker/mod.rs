@@ -26,10 +26,11 @@
 //!
 //! ## Memory reclamation
 //!
-//! Every operation runs pinned (crossbeam-epoch). A completed slot is freed (returned to
-//! EMPTY, next generation) only after a grace period, so a lookup that found it can never see
-//! it reused by another root.
+//! Every operation runs pinned ([`grace`]: crossbeam-epoch, or a loom-visible stand-in under
+//! the model checker). A completed slot is freed (returned to EMPTY, next generation) only
+//! after a grace period, so a lookup that found it can never see it reused by another root.
 
+mod grace;
 mod ledger;
 mod reaper;
 
@@ -41,7 +42,7 @@ use crossbeam_utils::CachePadded;
 
 use crate::clock::{duration_nanos, is_due, Clock, MonotonicClock};
 use crate::error::ConfigError;
-use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Mutex, Ordering};
+use crate::sync::{thread, AtomicBool, AtomicU64, AtomicUsize, Mutex, Ordering};
 use crate::wheel::TimerWheel;
 use ledger::{Claim, HashLayout, Hashed, Ledger, BUCKET_WIDTH, DONE, FAILED, INIT};
 use std::sync::Arc;
@@ -214,7 +215,7 @@ impl<T: Send + 'static> AckerBuilder<T> {
     /// Starts the one reaper thread.
     pub fn build(self) -> Result<Acker<T>, ConfigError> {
         let acker = self.build_inner(false)?;
-        reaper::spawn(&acker);
+        reaper::spawn(&acker)?;
         Ok(acker)
     }
 
@@ -299,6 +300,7 @@ impl<T: Send + 'static> AckerBuilder<T> {
             manual,
             reaper_thread: std::sync::OnceLock::new(),
             idle_wakeups: AtomicU64::new(0),
+            grace: grace::Grace::default(),
         };
         Ok(Acker {
             handle: Arc::new(Handle {
@@ -359,15 +361,17 @@ struct Inner<T> {
     next_wake: CachePadded<AtomicU64>,
     shutdown: AtomicBool,
     manual: bool,
-    reaper_thread: std::sync::OnceLock<std::thread::Thread>,
+    reaper_thread: std::sync::OnceLock<thread::Thread>,
     /// Reaper wake-ups that found nothing to do (for the stress harness's idle check).
     idle_wakeups: AtomicU64,
+    /// When retired slots may be freed.
+    grace: grace::Grace,
 }
 
 /// The part of the acker shared by user handles only; dropping the last one stops the reaper.
 struct Handle<T: Send + 'static> {
     inner: Arc<Inner<T>>,
-    reaper: std::sync::Mutex<Option<std::thread::JoinHandle<()>>>,
+    reaper: std::sync::Mutex<Option<thread::JoinHandle<()>>>,
 }
 
 impl<T: Send + 'static> Drop for Handle<T> {
@@ -427,17 +431,6 @@ impl<T: Send + 'static> fmt::Debug for Acker<T> {
             .field("manual", &inner.manual)
             .finish_non_exhaustive()
     }
-}
-
-/// Pins the current thread for the duration of one operation (see "Memory reclamation").
-#[inline]
-fn pin() -> impl Sized {
-    #[cfg(not(loom))]
-    return crossbeam_epoch::pin();
-    // FIXME(loom): crossbeam-epoch is not loom-aware without its own cfg; under loom slots
-    // are never freed (see `reaper::reclaim`), so there is nothing to protect.
-    #[cfg(loom)]
-    return ();
 }
 
 impl<T: Send + 'static> Acker<T> {
@@ -547,6 +540,14 @@ impl<T: Send + 'static> Acker<T> {
         self.inner().idle_wakeups.load(Ordering::SeqCst)
     }
 
+    /// The `(shard, bucket)` a root lives in: lets the loom models pick roots that compete
+    /// for the same slots.
+    #[doc(hidden)]
+    pub fn placement(&self, root: u64) -> (usize, usize) {
+        let h = self.inner().layout.hash(root);
+        (h.shard, h.bucket)
+    }
+
     /// Stops and joins the reaper, then hands back every initialized, uncompleted tree.
     /// Later inits fail with [`InitError::Shutdown`].
     pub fn shutdown(&self) -> Vec<(u64, T)> {
@@ -557,7 +558,8 @@ impl<T: Send + 'static> Acker<T> {
         for (index, shard) in inner.shards.iter().enumerate() {
             let ledger = &shard.ledger;
             for slot in 0..ledger.capacity() {
-                let mut state = ledger.state(slot);
+                // An RMW read: see `settle_after_init` for the race with a concurrent init.
+                let mut state = ledger.state_rmw(slot);
                 while state & INIT != 0 && state & DONE == 0 {
                     match ledger.transition(slot, state, DONE) {
                         Ok(_) => {
@@ -635,7 +637,7 @@ impl<T: Send + 'static> Inner<T> {
         if self.shutdown.load(Ordering::SeqCst) {
             return Err(InitError::Shutdown(payload));
         }
-        let _guard = pin();
+        let _guard = self.grace.pin();
         let h = self.layout.hash(root);
         let shard = &self.shards[h.shard];
         let ledger = &shard.ledger;
@@ -656,8 +658,7 @@ impl<T: Send + 'static> Inner<T> {
                     ledger.xor(slot, xor);
                     self.open(shard, slot, self.clock.now(), timeout, INIT);
                     // Acks cannot have come first on a fresh slot, but one may race in now.
-                    self.settle_after_init(h.shard, slot, done);
-                    return Ok(());
+                    return self.settle_after_init(h.shard, slot, done);
                 }
                 Claim::Found(slot) => {
                     // An orphan (or a live tree): it is already counted.
@@ -680,8 +681,7 @@ impl<T: Send + 'static> Inner<T> {
                         ledger.push_inbox(slot);
                         reaper::wake_for(self, deadline);
                     }
-                    self.settle_after_init(h.shard, slot, done);
-                    return Ok(());
+                    return self.settle_after_init(h.shard, slot, done);
                 }
             }
         }
@@ -690,7 +690,19 @@ impl<T: Send + 'static> Inner<T> {
     /// After INIT is published: complete now if the value is 0 (Acked wins) or a fail was
     /// held. INIT is set before these reads and acks/fails write before reading INIT, so of
     /// init and the last ack (or the fail) at least one sees the other.
-    fn settle_after_init(&self, shard: usize, slot: usize, done: &mut Done<T>) {
+    ///
+    /// Then the race with `shutdown`: init checked the flag before claiming, but shutdown
+    /// may have begun since and scanned past this slot before INIT was set. INIT is set
+    /// (an RMW on the state) before this reads the flag, and shutdown sets the flag before
+    /// its scan reads each state with an RMW, so one of the two sees the other: shutdown
+    /// hands the tree back, or init takes it back here and returns `Shutdown(payload)`.
+    /// Whichever sets DONE owns the payload.
+    fn settle_after_init(
+        &self,
+        shard: usize,
+        slot: usize,
+        done: &mut Done<T>,
+    ) -> Result<(), InitError<T>> {
         let ledger = &self.shards[shard].ledger;
         self.claim_completion(shard, slot, done, |state| {
             if ledger.value(slot) == 0 {
@@ -701,6 +713,23 @@ impl<T: Send + 'static> Inner<T> {
                 None
             }
         });
+        if done.is_some() || !self.shutdown.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        let mut state = ledger.state(slot);
+        while state & DONE == 0 {
+            match ledger.transition(slot, state, DONE) {
+                Ok(_) => {
+                    let payload = ledger.take_payload(slot);
+                    self.pending.fetch_sub(1, Ordering::SeqCst);
+                    ledger.retire(slot);
+                    return Err(InitError::Shutdown(payload));
+                }
+                Err(now) => state = now,
+            }
+        }
+        // Handed back by shutdown's scan, or completed by a racing ack or fail.
+        Ok(())
     }
 
     /// The one way an operation completes a tree: while the slot is not DONE, `decide`
@@ -729,7 +758,7 @@ impl<T: Send + 'static> Inner<T> {
     }
 
     fn ack(&self, root: u64, xor: u64, done: &mut Done<T>) {
-        let _guard = pin();
+        let _guard = self.grace.pin();
         let h = self.layout.hash(root);
         let shard = &self.shards[h.shard];
         let ledger = &shard.ledger;
@@ -755,16 +784,21 @@ impl<T: Send + 'static> Inner<T> {
         }
     }
 
-    /// The value reached 0: complete `Acked` if init has been seen.
+    /// This ack's `fetch_xor` brought the value to 0: complete `Acked` if init has been seen.
+    ///
+    /// The value is not read again. The ack that reached 0 is the one that completes the
+    /// tree, as it would be if acks were applied one at a time: a duplicate ack that XORs in
+    /// right after it is, in that order, an ack arriving after completion, and must not
+    /// cancel the completion (re-reading would leave neither ack completing the tree).
+    /// Without INIT, init completes the tree when it publishes (`settle_after_init`).
     fn complete_acked(&self, shard: usize, slot: usize, done: &mut Done<T>) {
-        let ledger = &self.shards[shard].ledger;
         self.claim_completion(shard, slot, done, |state| {
-            (state & INIT != 0 && ledger.value(slot) == 0).then_some(Outcome::Acked)
+            (state & INIT != 0).then_some(Outcome::Acked)
         });
     }
 
     fn fail(&self, root: u64, done: &mut Done<T>) {
-        let _guard = pin();
+        let _guard = self.grace.pin();
         let h = self.layout.hash(root);
         let shard = &self.shards[h.shard];
         let ledger = &shard.ledger;
@@ -787,7 +821,7 @@ impl<T: Send + 'static> Inner<T> {
     }
 
     fn reset_timeout(&self, root: u64) -> bool {
-        let _guard = pin();
+        let _guard = self.grace.pin();
         let h = self.layout.hash(root);
         let ledger = &self.shards[h.shard].ledger;
         let Some(slot) = ledger.find(h) else {

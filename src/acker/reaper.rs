@@ -34,7 +34,8 @@ use std::time::Duration;
 use super::ledger::{generation, DONE, INIT, INITING};
 use super::{Inner, Outcome};
 use crate::clock::is_due;
-use crate::sync::Ordering;
+use crate::error::ConfigError;
+use crate::sync::{thread, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// "Nothing scheduled": a wake time this far ahead is never reached in practice, and stays
@@ -108,7 +109,7 @@ pub(super) fn run_once<T: Send + 'static>(inner: &Arc<Inner<T>>, now: u64) -> Pa
             }
             pass.more |= handled == BUDGET;
             ledger.drain_retired(&mut retired);
-            reclaim(inner, index, std::mem::take(&mut retired));
+            super::grace::reclaim(inner, index, std::mem::take(&mut retired));
             if let Some(delay) = wheel.next_expiration_delay() {
                 let at = now.wrapping_add(delay);
                 if is_due(at, pass.next) {
@@ -166,33 +167,6 @@ fn reap<T: Send + 'static>(
     }
 }
 
-/// Frees retired slots once no pinned thread can still be looking at them.
-fn reclaim<T: Send + 'static>(inner: &Arc<Inner<T>>, shard: usize, slots: Vec<u32>) {
-    if slots.is_empty() {
-        return;
-    }
-    #[cfg(not(loom))]
-    {
-        let guard = crossbeam_epoch::pin();
-        // The deferred free may run after this pass, on any thread, even after the last
-        // user handle is gone: it keeps the acker's state alive with an Arc of its own.
-        let inner = Arc::clone(inner);
-        guard.defer(move || {
-            let ledger = &inner.shards[shard].ledger;
-            for slot in slots {
-                ledger.free(slot as usize);
-            }
-        });
-        guard.flush();
-    }
-    // FIXME(loom): without crossbeam-epoch under loom, retired slots stay tombstones (never
-    // reused) so that no model can observe a reuse the real grace period would forbid.
-    #[cfg(loom)]
-    {
-        let _ = (inner, shard, slots);
-    }
-}
-
 /// Lowers `next_wake` to `deadline` if that is sooner, and wakes the reaper.
 pub(super) fn wake_for<T: Send + 'static>(inner: &Inner<T>, deadline: u64) {
     if inner.manual {
@@ -217,12 +191,15 @@ pub(super) fn wake_for<T: Send + 'static>(inner: &Inner<T>, deadline: u64) {
 }
 
 /// Starts the reaper thread of a freshly built acker.
-pub(super) fn spawn<T: Send + 'static>(acker: &super::Acker<T>) {
+pub(super) fn spawn<T: Send + 'static>(acker: &super::Acker<T>) -> Result<(), ConfigError> {
     let inner = Arc::clone(&acker.handle.inner);
-    let handle = std::thread::Builder::new()
+    let handle = thread::Builder::new()
         .name("ackwheel-reaper".into())
         .spawn(move || reaper_loop(&inner))
-        .expect("spawning the reaper thread");
+        .map_err(|e| ConfigError::Spawn {
+            what: "reaper thread",
+            reason: e.to_string(),
+        })?;
     let _ = acker
         .handle
         .inner
@@ -233,6 +210,7 @@ pub(super) fn spawn<T: Send + 'static>(acker: &super::Acker<T>) {
         .reaper
         .lock()
         .unwrap_or_else(|e| e.into_inner()) = Some(handle);
+    Ok(())
 }
 
 fn reaper_loop<T: Send + 'static>(inner: &Arc<Inner<T>>) {
@@ -245,7 +223,8 @@ fn reaper_loop<T: Send + 'static>(inner: &Arc<Inner<T>>) {
         if pass.delivered == 0 {
             inner.idle_wakeups.fetch_add(1, Ordering::Relaxed); // a statistic only
         }
-        inner.next_wake.store(pass.next, Ordering::SeqCst);
+        // A swap, so that the inbox check below is ordered after it (see `inbox_pending`).
+        inner.next_wake.swap(pass.next, Ordering::SeqCst);
         // The re-check that makes the hand-off race-free (module docs).
         if inner.shards.iter().any(|s| s.ledger.inbox_pending()) {
             continue;
@@ -260,23 +239,37 @@ fn reaper_loop<T: Send + 'static>(inner: &Arc<Inner<T>>) {
         }
         let sleep = wake.wrapping_sub(now);
         if sleep >= FAR / 2 {
-            std::thread::park();
+            thread::park();
         } else {
-            std::thread::park_timeout(Duration::from_nanos(sleep));
+            park_timeout(Duration::from_nanos(sleep));
         }
     }
+}
+
+/// Sleeps at most `duration`, or until unparked.
+#[cfg(not(loom))]
+fn park_timeout(duration: Duration) {
+    thread::park_timeout(duration);
+}
+
+/// Loom has no timed park. The models drive the reaper with a clock that has moved past any
+/// deadline by its next reading, so a timed sleep is never reached there; if one were, an
+/// untimed park makes a missing wake-up show up as a deadlock instead of a hidden timeout.
+#[cfg(loom)]
+fn park_timeout(_duration: Duration) {
+    thread::park();
 }
 
 /// Stops and joins the reaper thread, if there is one. Idempotent.
 pub(super) fn stop<T: Send + 'static>(
     inner: &Inner<T>,
-    reaper: &Mutex<Option<std::thread::JoinHandle<()>>>,
+    reaper: &Mutex<Option<thread::JoinHandle<()>>>,
 ) {
     inner.shutdown.store(true, Ordering::SeqCst);
     let mut guard = reaper.lock().unwrap_or_else(|e| e.into_inner());
     if guard
         .as_ref()
-        .is_some_and(|h| h.thread().id() == std::thread::current().id())
+        .is_some_and(|h| h.thread().id() == thread::current().id())
     {
         // Called from `on_complete` on the reaper itself: it cannot join itself. The flag
         // makes it exit after this pass; the last handle's drop joins it.

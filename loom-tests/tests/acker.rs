@@ -1,0 +1,327 @@
+//! Loom models of the Acker's protocols: who completes a tree, slot reuse, the timer inbox and
+//! the reaper's wake-up.
+//!
+//! Each model asserts exactly-once delivery (one `Completion` per initialized root, with the
+//! outcome the racing calls' return values agree with) and that nothing is left behind
+//! (`pending()` back to 0 once every deadline has passed). The ackers are tiny: one shard,
+//! two buckets of two slots (`BUCKET_WIDTH` is 2 under loom), so full buckets and slot reuse
+//! are a few steps away. Clocks use std atomics on purpose: time is an input here, not part
+//! of the protocol, and loom runs every model thread on one OS thread.
+//!
+//! Under loom the ledger's grace period is a loom-visible stand-in for crossbeam-epoch (see
+//! `src/acker/grace.rs`): operations count themselves in and out, and the reaper frees
+//! retired slots only when it sees none in flight.
+#![cfg(loom)]
+
+use std::sync::atomic::{AtomicU64, Ordering as StdOrdering};
+use std::sync::Mutex as StdMutex;
+use std::time::Duration;
+
+use ackwheel::{Acker, Clock, ManualClock, Outcome};
+use loom::sync::atomic::{AtomicUsize, Ordering};
+use loom::sync::Arc;
+use loom::thread;
+
+const SEC: u64 = 1_000_000_000;
+
+/// Every completion delivered: `(root, payload, outcome)`.
+type Log = Arc<StdMutex<Vec<(u64, u32, Outcome)>>>;
+
+/// A one-shard manual acker (timeout 1 s, room for two pending entries) on `clock`.
+fn manual(clock: impl Clock) -> (Acker<u32>, Log) {
+    let log: Log = Arc::new(StdMutex::new(Vec::new()));
+    let sink = Arc::clone(&log);
+    let acker = Acker::builder()
+        .shards(1)
+        .max_pending(2)
+        .timeout(Duration::from_secs(1))
+        .clock(clock)
+        .on_complete(move |c| sink.lock().unwrap().push((c.root, c.payload, c.outcome)))
+        .build_manual()
+        .unwrap();
+    (acker, log)
+}
+
+fn completions(log: &Log) -> Vec<(u64, u32, Outcome)> {
+    let mut all = log.lock().unwrap().clone();
+    all.sort_unstable_by_key(|c| c.0);
+    all
+}
+
+/// A model checker bounded to `preemptions` forced thread switches per execution: a model
+/// with the real reaper thread is too large to explore exhaustively in CI.
+fn bounded(preemptions: usize) -> loom::model::Builder {
+    let mut model = loom::model::Builder::new();
+    model.preemption_bound = Some(preemptions);
+    model
+}
+
+/// Moves the clock past every deadline and expires: nothing may be left pending.
+fn drain(clock: &ManualClock, acker: &Acker<u32>) {
+    clock.advance(Duration::from_secs(10));
+    acker.expire();
+    assert_eq!(
+        acker.pending(),
+        0,
+        "entries left behind: {:?}",
+        acker.stats()
+    );
+}
+
+/// The last two acks of a tree race: exactly one of them completes it, once.
+#[test]
+fn ack_vs_ack_completes_once() {
+    loom::model(|| {
+        let clock = ManualClock::new(0);
+        let (acker, log) = manual(clock.clone());
+        acker.init(1, 0b01 ^ 0b10, 7).unwrap();
+        let other = acker.clone();
+        let t = thread::spawn(move || other.ack(1, 0b01));
+        let mine = acker.ack(1, 0b10);
+        let theirs = t.join().unwrap();
+        assert!(mine ^ theirs, "exactly one ack completes: {mine} {theirs}");
+        assert_eq!(completions(&log), [(1, 7, Outcome::Acked)]);
+        drain(&clock, &acker);
+    });
+}
+
+/// The last ack races a fail: one completion, and its outcome is the one whose call
+/// returned `true`.
+#[test]
+fn ack_vs_fail_completes_once() {
+    loom::model(|| {
+        let clock = ManualClock::new(0);
+        let (acker, log) = manual(clock.clone());
+        acker.init(1, 0b1, 7).unwrap();
+        let other = acker.clone();
+        let t = thread::spawn(move || other.fail(1));
+        let acked = acker.ack(1, 0b1);
+        let failed = t.join().unwrap();
+        assert!(
+            acked ^ failed,
+            "exactly one completes: ack {acked}, fail {failed}"
+        );
+        let outcome = if acked {
+            Outcome::Acked
+        } else {
+            Outcome::Failed
+        };
+        assert_eq!(completions(&log), [(1, 7, outcome)]);
+        drain(&clock, &acker);
+    });
+}
+
+/// The last ack races the reaper at the deadline: Acked or TimedOut, once. A late ack
+/// becomes an orphan that expires silently.
+#[test]
+fn ack_vs_timeout_completes_once() {
+    loom::model(|| {
+        let clock = ManualClock::new(0);
+        let (acker, log) = manual(clock.clone());
+        acker.init(1, 0b1, 7).unwrap();
+        clock.advance(Duration::from_secs(2));
+        let other = acker.clone();
+        let t = thread::spawn(move || other.ack(1, 0b1));
+        let expired = acker.expire();
+        let acked = t.join().unwrap();
+        assert!(acked ^ (expired == 1), "ack {acked}, expire {expired}");
+        let outcome = if acked {
+            Outcome::Acked
+        } else {
+            Outcome::TimedOut
+        };
+        assert_eq!(completions(&log), [(1, 7, outcome)]);
+        drain(&clock, &acker);
+        assert_eq!(
+            completions(&log).len(),
+            1,
+            "the orphan must expire silently"
+        );
+    });
+}
+
+/// The last ack and init race on a held orphan (the first ack came earlier): init or the
+/// ack completes the tree, once.
+#[test]
+fn init_vs_earlier_acks_completes_once() {
+    loom::model(|| {
+        let clock = ManualClock::new(0);
+        let (acker, log) = manual(clock.clone());
+        assert!(!acker.ack(1, 0b01)); // held as an orphan
+        let other = acker.clone();
+        let t = thread::spawn(move || other.ack(1, 0b10));
+        acker.init(1, 0b01 ^ 0b10, 7).unwrap();
+        t.join().unwrap();
+        assert_eq!(completions(&log), [(1, 7, Outcome::Acked)]);
+        drain(&clock, &acker);
+    });
+}
+
+/// An ack and init for a root nobody has seen race to create its entry: one entry (the
+/// twin claims resolve), and the tree completes once.
+#[test]
+fn init_vs_ack_on_a_new_root_completes_once() {
+    loom::model(|| {
+        let clock = ManualClock::new(0);
+        let (acker, log) = manual(clock.clone());
+        let other = acker.clone();
+        let t = thread::spawn(move || other.ack(1, 0b1));
+        acker.init(1, 0b1, 7).unwrap();
+        t.join().unwrap();
+        assert_eq!(completions(&log), [(1, 7, Outcome::Acked)]);
+        drain(&clock, &acker);
+    });
+}
+
+/// A fail before init is held; init and the fail race to complete it: Failed, once.
+#[test]
+fn init_vs_earlier_fail_completes_once() {
+    loom::model(|| {
+        let clock = ManualClock::new(0);
+        let (acker, log) = manual(clock.clone());
+        let other = acker.clone();
+        let t = thread::spawn(move || other.fail(1));
+        acker.init(1, 0b1, 7).unwrap();
+        t.join().unwrap();
+        assert_eq!(completions(&log), [(1, 7, Outcome::Failed)]);
+        drain(&clock, &acker);
+    });
+}
+
+/// A late (duplicate) ack for root 1 races its completion, the reaper retiring and freeing
+/// the slot, and root 2 moving into the same bucket: the late ack must never XOR into
+/// root 2. Root 2 then completes with exactly its own ack.
+#[test]
+fn slot_reuse_vs_late_ack() {
+    loom::model(|| {
+        let clock = ManualClock::new(0);
+        let (acker, log) = manual(clock.clone());
+        let r1 = 1;
+        let r2 = (2..)
+            .find(|r| acker.placement(*r) == acker.placement(r1))
+            .unwrap();
+        acker.init(r1, 0b1, 7).unwrap();
+        let late = {
+            let acker = acker.clone();
+            thread::spawn(move || acker.ack(r1, 0b1))
+        };
+        let completer = acker.clone();
+        let t = thread::spawn(move || {
+            let completed = completer.ack(r1, 0b1);
+            completer.expire();
+            (completed, completer.init(r2, 0b100, 8).is_ok())
+        });
+        let late_completed = late.join().unwrap();
+        let (completed, r2_in) = t.join().unwrap();
+        assert!(late_completed ^ completed, "root 1 completes once");
+        if r2_in {
+            assert!(
+                acker.ack(r2, 0b100),
+                "root 2's own ack must complete it: {:?} {:?} late {late_completed}",
+                completions(&log),
+                acker.stats()
+            );
+        }
+        let mut expected = vec![(r1, 7, Outcome::Acked)];
+        if r2_in {
+            expected.push((r2, 8, Outcome::Acked));
+        }
+        expected.sort_unstable_by_key(|c| c.0);
+        assert_eq!(completions(&log), expected);
+        drain(&clock, &acker);
+    });
+}
+
+/// Writers hand new slots to the reaper's inbox while a pass drains it: nothing is lost, so
+/// the tree times out once and the orphan expires once.
+#[test]
+fn inbox_hand_off_loses_nothing() {
+    loom::model(|| {
+        let clock = ManualClock::new(0);
+        let (acker, log) = manual(clock.clone());
+        let a = acker.clone();
+        let b = acker.clone();
+        let writer = thread::spawn(move || a.init(1, 0b1, 7).unwrap());
+        let orphan = thread::spawn(move || b.ack(2, 0b1));
+        acker.expire();
+        writer.join().unwrap();
+        orphan.join().unwrap();
+        clock.advance(Duration::from_secs(2));
+        assert_eq!(acker.expire(), 1);
+        assert_eq!(completions(&log), [(1, 7, Outcome::TimedOut)]);
+        assert_eq!(acker.stats().orphans_expired, 1);
+        assert_eq!(acker.pending(), 0);
+    });
+}
+
+/// A clock that has moved an hour on at every reading: any deadline is due by the reaper's
+/// next look, so the reaper only ever sleeps untimed, when it believes nothing is scheduled.
+#[derive(Debug)]
+struct StepClock(AtomicU64);
+
+impl Clock for StepClock {
+    fn now(&self) -> u64 {
+        self.0.fetch_add(3600 * SEC, StdOrdering::Relaxed) // an input, not a protocol
+    }
+}
+
+/// The real reaper thread must time out both trees: the first wakes it from its idle park;
+/// the second is initialized while the reaper is busy with the first, and finds the wake
+/// time already at the first's deadline (sooner than its own), so it does not unpark the
+/// reaper. The reaper must then find it by re-checking the inbox before it parks. A lost
+/// wake-up leaves both threads parked, which loom reports as a deadlock.
+#[test]
+fn next_expiration_wake_up_is_never_lost() {
+    bounded(3).check(|| {
+        let log: Log = Arc::new(StdMutex::new(Vec::new()));
+        let done = Arc::new(AtomicUsize::new(0));
+        let waiter = thread::current();
+        let acker = {
+            let (log, done) = (Arc::clone(&log), Arc::clone(&done));
+            Acker::builder()
+                .shards(1)
+                .max_pending(2)
+                .timeout(Duration::from_secs(1))
+                .clock(StepClock(AtomicU64::new(0)))
+                .on_complete(move |c| {
+                    log.lock().unwrap().push((c.root, c.payload, c.outcome));
+                    done.fetch_add(1, Ordering::SeqCst);
+                    waiter.unpark();
+                })
+                .build()
+                .unwrap()
+        };
+        acker.init(1, 0b1, 7).unwrap();
+        acker.init(2, 0b1, 8).unwrap();
+        while done.load(Ordering::SeqCst) < 2 {
+            thread::park();
+        }
+        assert_eq!(
+            completions(&log),
+            [(1, 7, Outcome::TimedOut), (2, 8, Outcome::TimedOut)]
+        );
+        assert_eq!(acker.pending(), 0);
+        drop(acker); // stops and joins the reaper
+    });
+}
+
+/// An init racing `shutdown`: the payload comes back exactly once, either in shutdown's
+/// hand-back or as `Shutdown(payload)` from init; it is never lost and never both.
+#[test]
+fn init_vs_shutdown_hands_back_once() {
+    loom::model(|| {
+        let (acker, log) = manual(ManualClock::new(0));
+        let other = acker.clone();
+        let t = thread::spawn(move || other.shutdown());
+        let init = acker.init(1, 0b1, 7);
+        let handed_back = t.join().unwrap();
+        match init {
+            Ok(()) => assert_eq!(handed_back, [(1, 7)], "accepted, so shutdown hands it back"),
+            Err(e) => {
+                assert!(handed_back.is_empty(), "both: {handed_back:?}");
+                assert_eq!(e.into_payload(), 7);
+            }
+        }
+        assert!(completions(&log).is_empty());
+    });
+}
