@@ -7,7 +7,12 @@
 //! reuse. This is what keeps a late ack from XORing into a newer tree.
 //!
 //! * Normally the grace period is crossbeam-epoch's: `pin` is an epoch pin and the free is a
-//!   deferred closure.
+//!   deferred closure. Each acker has a `Collector` of its own rather than the process-wide
+//!   default one: the default collector's garbage queue is shared with every other acker
+//!   and crate in the process and drained a few bags per collection, so a busy neighbour
+//!   could delay this acker's frees for a long time, and its tombstones would fill buckets
+//!   (inits refused as `Full` well below `max_pending`). A thread keeps one `LocalHandle`
+//!   per acker it has used, in a thread-local list pruned of ackers that are gone.
 //! * Under `cfg(loom)` crossbeam-epoch is invisible to the model checker, so a stand-in with
 //!   the same guarantee runs instead: `pin` counts the operations in flight on a loom atomic,
 //!   and retired slots wait in a limbo list until the reaper sees that count at zero. Every
@@ -22,6 +27,14 @@ use super::Inner;
 #[cfg(not(loom))]
 pub(super) type Pin<'a> = (crossbeam_epoch::Guard, std::marker::PhantomData<&'a ()>);
 
+#[cfg(not(loom))]
+thread_local! {
+    /// This thread's epoch handles, one per acker it has used, each with a token that dies
+    /// with its acker.
+    static HANDLES: std::cell::RefCell<Vec<(std::sync::Weak<()>, crossbeam_epoch::LocalHandle)>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
 /// Proof that the current operation is pinned; dropping it unpins.
 #[cfg(loom)]
 #[derive(Debug)]
@@ -34,9 +47,15 @@ impl Drop for Pin<'_> {
     }
 }
 
-/// The acker's grace-period state (empty outside loom: crossbeam-epoch's is global).
+/// The acker's grace-period state.
 #[derive(Debug, Default)]
 pub(super) struct Grace {
+    /// This acker's epoch collector.
+    #[cfg(not(loom))]
+    collector: crossbeam_epoch::Collector,
+    /// Alive as long as the acker: thread-local handles hold it weakly.
+    #[cfg(not(loom))]
+    alive: Arc<()>,
     /// Operations pinned now.
     #[cfg(loom)]
     active: crate::sync::AtomicUsize,
@@ -50,12 +69,35 @@ impl Grace {
     #[inline]
     pub(super) fn pin(&self) -> Pin<'_> {
         #[cfg(not(loom))]
-        return (crossbeam_epoch::pin(), std::marker::PhantomData);
+        return (self.pin_epoch(), std::marker::PhantomData);
         #[cfg(loom)]
         {
             self.active.fetch_add(1, crate::sync::Ordering::SeqCst);
             Pin(&self.active)
         }
+    }
+
+    /// An epoch pin on this acker's collector, through this thread's handle for it.
+    #[cfg(not(loom))]
+    fn pin_epoch(&self) -> crossbeam_epoch::Guard {
+        let pinned = HANDLES.try_with(|handles| {
+            let mut handles = handles.borrow_mut();
+            if let Some((_, handle)) = handles
+                .iter()
+                .find(|(_, handle)| handle.collector() == &self.collector)
+            {
+                return handle.pin();
+            }
+            // First use of this acker on this thread: drop the handles of ackers that are
+            // gone, then register.
+            handles.retain(|(alive, _)| alive.strong_count() > 0);
+            let handle = self.collector.register();
+            let guard = handle.pin();
+            handles.push((Arc::downgrade(&self.alive), handle));
+            guard
+        });
+        // During thread-local teardown: a one-off handle (the guard keeps it registered).
+        pinned.unwrap_or_else(|_| self.collector.register().pin())
     }
 }
 
@@ -66,14 +108,17 @@ pub(super) fn reclaim<T: Send + 'static>(inner: &Arc<Inner<T>>, shard: usize, sl
     }
     #[cfg(not(loom))]
     {
-        let guard = crossbeam_epoch::pin();
-        // The deferred free may run after this pass, on any thread, even after the last
-        // user handle is gone: it keeps the acker's state alive with an Arc of its own.
-        let inner = Arc::clone(inner);
+        let guard = inner.grace.pin_epoch();
+        // The deferred free may run after this pass, on any thread, even after the acker is
+        // gone (then there is nothing left to free): it holds the acker weakly, so the
+        // collector's queue, which the acker owns, does not keep the acker alive.
+        let weak = Arc::downgrade(inner);
         guard.defer(move || {
-            let ledger = &inner.shards[shard].ledger;
-            for slot in slots {
-                ledger.free(slot as usize);
+            if let Some(inner) = weak.upgrade() {
+                let ledger = &inner.shards[shard].ledger;
+                for slot in slots {
+                    ledger.free(slot as usize);
+                }
             }
         });
         guard.flush();

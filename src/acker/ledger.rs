@@ -180,9 +180,11 @@ pub(crate) struct Ledger<T> {
     links: Box<[AtomicU32]>,
     payloads: Box<[UnsafeCell<MaybeUninit<T>>]>,
     /// Slots whose deadline the reaper must (re)schedule.
-    inbox: CachePadded<AtomicU32>,
-    /// Completed slots waiting for the reaper to retire them.
-    retired: CachePadded<AtomicU32>,
+    /// A counted list like `retired`.
+    inbox: CachePadded<AtomicU64>,
+    /// Completed slots waiting for the reaper to retire them: the list's head slot in the
+    /// low 32 bits, its length in the high 32 (so a push learns the length for free).
+    retired: CachePadded<AtomicU64>,
 }
 
 // Safety: the payload cells are the only non-Sync part. A cell is written by the one thread
@@ -216,8 +218,8 @@ impl<T> Ledger<T> {
             payloads: (0..n)
                 .map(|_| UnsafeCell::new(MaybeUninit::uninit()))
                 .collect(),
-            inbox: CachePadded::new(AtomicU32::new(NIL)),
-            retired: CachePadded::new(AtomicU32::new(NIL)),
+            inbox: CachePadded::new(AtomicU64::new(NIL as u64)),
+            retired: CachePadded::new(AtomicU64::new(NIL as u64)),
         }
     }
 
@@ -447,12 +449,12 @@ impl<T> Ledger<T> {
     }
 
     /// Puts a live slot on the inbox so the reaper (re)schedules it, unless it is already
-    /// there or DONE.
-    pub(crate) fn push_inbox(&self, slot: usize) {
+    /// there or DONE. Returns the inbox's length after the push (0 if not pushed).
+    pub(crate) fn push_inbox(&self, slot: usize) -> u32 {
         let mut state = self.state(slot);
         loop {
             if state & (INBOX | DONE) != 0 {
-                return;
+                return 0;
             }
             match self.transition(slot, state, INBOX) {
                 Ok(_) => break,
@@ -460,15 +462,17 @@ impl<T> Ledger<T> {
             }
         }
         // INBOX set by us: the link is ours until the reaper drains the inbox.
-        Self::push(&self.inbox, &self.links, slot);
+        Self::push(&self.inbox, &self.links, slot)
     }
 
     /// After a completion: puts the slot on the retired list, unless it is on the inbox
-    /// (then the reaper retires it when it drains the inbox and finds it DONE).
-    pub(crate) fn retire(&self, slot: usize) {
-        if self.claim_retire(slot) {
-            Self::push(&self.retired, &self.links, slot);
+    /// (then the reaper retires it when it drains the inbox and finds it DONE). Returns the
+    /// retired list's length after the push (0 if the slot was left to the inbox drain).
+    pub(crate) fn retire(&self, slot: usize) -> u32 {
+        if !self.claim_retire(slot) {
+            return 0;
         }
+        Self::push(&self.retired, &self.links, slot)
     }
 
     /// Decides who retires a DONE slot: the first to set RETIRED while the slot is off the
@@ -489,13 +493,18 @@ impl<T> Ledger<T> {
         }
     }
 
-    fn push(head: &AtomicU32, links: &[AtomicU32], slot: usize) {
-        let mut first = head.load(Ordering::SeqCst);
+    /// Pushes `slot` on a counted Treiber list (head slot in the low 32 bits of the head
+    /// word, length in the high 32); returns the length after the push.
+    fn push(head: &AtomicU64, links: &[AtomicU32], slot: usize) -> u32 {
+        let mut word = head.load(Ordering::SeqCst);
         loop {
+            let (first, len) = (word as u32, (word >> 32) as u32);
             links[slot].store(first, Ordering::SeqCst);
-            match head.compare_exchange(first, slot as u32, Ordering::SeqCst, Ordering::SeqCst) {
-                Ok(_) => return,
-                Err(now) => first = now,
+            let len = len.saturating_add(1);
+            let new = (u64::from(len) << 32) | slot as u64;
+            match head.compare_exchange(word, new, Ordering::SeqCst, Ordering::SeqCst) {
+                Ok(_) => return len,
+                Err(now) => word = now,
             }
         }
     }
@@ -503,7 +512,7 @@ impl<T> Ledger<T> {
     /// Takes the whole inbox; each slot's INBOX flag is cleared (and its link read) before
     /// the slot is handed out with its state.
     pub(crate) fn drain_inbox(&self, mut each: impl FnMut(usize, u32)) {
-        let mut slot = self.inbox.swap(NIL, Ordering::SeqCst);
+        let mut slot = self.inbox.swap(NIL as u64, Ordering::SeqCst) as u32;
         while slot != NIL {
             let next = self.links[slot as usize].load(Ordering::SeqCst);
             let state = self.states[slot as usize].fetch_and(!INBOX, Ordering::SeqCst) & !INBOX;
@@ -519,12 +528,12 @@ impl<T> Ledger<T> {
     /// is ordered with every push on the head word; a push after it reads from it and so
     /// sees the wake time stored before it (acquire/release suffices, no store-load order).
     pub(crate) fn inbox_pending(&self) -> bool {
-        self.inbox.fetch_or(0, Ordering::SeqCst) != NIL
+        self.inbox.fetch_or(0, Ordering::SeqCst) as u32 != NIL
     }
 
     /// Takes the whole retired list.
     pub(crate) fn drain_retired(&self, out: &mut Vec<u32>) {
-        let mut slot = self.retired.swap(NIL, Ordering::SeqCst);
+        let mut slot = self.retired.swap(NIL as u64, Ordering::SeqCst) as u32;
         while slot != NIL {
             out.push(slot);
             slot = self.links[slot as usize].load(Ordering::SeqCst);

@@ -301,6 +301,8 @@ impl<T: Send + 'static> AckerBuilder<T> {
             reaper_thread: std::sync::OnceLock::new(),
             idle_wakeups: AtomicU64::new(0),
             grace: grace::Grace::default(),
+            // A sixty-fourth of a shard's table, so tombstones never take much room.
+            retire_batch: (slots / 64).clamp(8, 4096) as u32,
         };
         Ok(Acker {
             handle: Arc::new(Handle {
@@ -366,6 +368,8 @@ struct Inner<T> {
     idle_wakeups: AtomicU64,
     /// When retired slots may be freed.
     grace: grace::Grace,
+    /// A shard's retired list (or inbox) this long wakes the reaper to free (or schedule) it.
+    retire_batch: u32,
 }
 
 /// The part of the acker shared by user handles only; dropping the last one stops the reaper.
@@ -622,8 +626,13 @@ impl<T: Send + 'static> Inner<T> {
         let deadline = now.wrapping_add(timeout);
         shard.ledger.set_times(slot, now, deadline, timeout);
         shard.ledger.publish(slot, flags);
-        shard.ledger.push_inbox(slot);
+        let queued = shard.ledger.push_inbox(slot);
         reaper::wake_for(self, deadline);
+        if queued == self.retire_batch {
+            // Short-lived trees complete while still on the inbox and are retired by its
+            // drain: a long inbox wakes the reaper as a long retired list does.
+            reaper::wake_now(self);
+        }
     }
 
     fn init(
@@ -853,7 +862,11 @@ impl<T: Send + 'static> Inner<T> {
             Outcome::TimedOut => &shard.counters.timed_out,
         };
         counter.fetch_add(1, Ordering::SeqCst);
-        ledger.retire(slot);
+        if ledger.retire(slot) == self.retire_batch {
+            // Tombstones hold their bucket's slots until the reaper frees them: wake it
+            // now rather than at the next deadline, which may be a whole timeout away.
+            reaper::wake_now(self);
+        }
         (
             shard_index,
             Completion {

@@ -50,6 +50,8 @@ pub(super) const BUDGET: usize = 4096;
 pub(super) struct Pass {
     /// Completions delivered.
     pub(super) delivered: usize,
+    /// Anything done at all: timers scheduled or fired, slots retired.
+    pub(super) worked: bool,
     /// A shard had more due timers than the budget: run again without sleeping.
     pub(super) more: bool,
     /// The earliest time anything is scheduled (`now + FAR` when nothing is).
@@ -80,6 +82,7 @@ pub(super) fn run_once<T: Send + 'static>(inner: &Arc<Inner<T>>, now: u64) -> Pa
                     arrivals.push((slot as u32, generation(state)));
                 }
             });
+            pass.worked |= !arrivals.is_empty();
             for (slot, gen) in arrivals.drain(..) {
                 let deadline = ledger.deadline(slot as usize);
                 if is_due(deadline, now) {
@@ -109,6 +112,7 @@ pub(super) fn run_once<T: Send + 'static>(inner: &Arc<Inner<T>>, now: u64) -> Pa
             }
             pass.more |= handled == BUDGET;
             ledger.drain_retired(&mut retired);
+            pass.worked |= handled > 0 || !retired.is_empty();
             super::grace::reclaim(inner, index, std::mem::take(&mut retired));
             if let Some(delay) = wheel.next_expiration_delay() {
                 let at = now.wrapping_add(delay);
@@ -190,6 +194,13 @@ pub(super) fn wake_for<T: Send + 'static>(inner: &Inner<T>, deadline: u64) {
     }
 }
 
+/// Wakes the reaper for a pass now (a no-op in manual mode, where `expire` runs passes).
+pub(super) fn wake_now<T: Send + 'static>(inner: &Inner<T>) {
+    if let Some(thread) = inner.reaper_thread.get() {
+        thread.unpark();
+    }
+}
+
 /// Starts the reaper thread of a freshly built acker.
 pub(super) fn spawn<T: Send + 'static>(acker: &super::Acker<T>) -> Result<(), ConfigError> {
     let inner = Arc::clone(&acker.handle.inner);
@@ -220,7 +231,7 @@ fn reaper_loop<T: Send + 'static>(inner: &Arc<Inner<T>>) {
         if pass.more {
             continue;
         }
-        if pass.delivered == 0 {
+        if !pass.worked {
             inner.idle_wakeups.fetch_add(1, Ordering::Relaxed); // a statistic only
         }
         // A swap, so that the inbox check below is ordered after it (see `inbox_pending`).
