@@ -45,6 +45,23 @@ pub(crate) trait Tracker: Send + Sync + Sized + 'static {
     fn ack(&self, root: u64, xor: u64) -> bool;
     /// Storm's ACKER_FAIL; `true` iff this call completed the tree (Failed).
     fn fail(&self, root: u64) -> bool;
+
+    /// Whether each tree can have its own timeout (`Acker::init_with_timeout`). Trackers
+    /// with one global timeout (Storm's rotation period, moka's TTL) are built with the long
+    /// timeout when long-lived roots must be held.
+    const PER_TREE_TIMEOUT: bool = false;
+
+    /// Inits a root that must stay pending for `timeout` (the 1M group's background). With
+    /// one global timeout, the tracker must have been built with it.
+    fn hold(
+        &self,
+        root: u64,
+        xor: u64,
+        payload: u32,
+        _timeout: Duration,
+    ) -> Result<(), InitError<u32>> {
+        self.init(root, xor, payload)
+    }
 }
 
 impl Tracker for Acker<u32> {
@@ -80,6 +97,18 @@ impl Tracker for Acker<u32> {
     #[inline]
     fn fail(&self, root: u64) -> bool {
         Acker::fail(self, root)
+    }
+
+    const PER_TREE_TIMEOUT: bool = true;
+
+    fn hold(
+        &self,
+        root: u64,
+        xor: u64,
+        payload: u32,
+        timeout: Duration,
+    ) -> Result<(), InitError<u32>> {
+        Acker::init_with_timeout(self, root, xor, payload, timeout)
     }
 }
 
