@@ -45,15 +45,15 @@
 //! A last, untimed target, `sustained_capacity`, runs 2.5M trees through a default Acker
 //! with Storm's 30 s timeout and fails the run if it refuses inits.
 //!
-//! After each contender the bench checks that every tree whose last ack was sent completed
-//! `Acked` exactly once, on the acking thread (`ack` returned `true` and `on_complete` ran),
-//! and that nothing failed or timed out, and panics otherwise. Inits refused with
+//! After each contender the bench checks that every tree it inited completed `Acked` exactly
+//! once, on its last ack and on the acking thread (`ack` returned `true` and `on_complete`
+//! ran there), and that nothing failed or timed out, and panics otherwise. Inits refused with
 //! `InitError::Full` (which only the Acker, with its fixed table, can return) are counted and
 //! printed; the refused tree is skipped, which makes that contender's time optimistic. More
 //! than 1 in 10^4 is recorded as a violation and fails the run at the end (`verdict`), after
 //! every group has been measured.
 //!
-//! Run: `cargo bench --bench acker` (about 2 minutes), then
+//! Run: `cargo bench --bench acker` (under a minute here), then
 //! `python3 benches/acker_summary.py` for the medians per operation and the ratios. A smoke
 //! run: `cargo bench --bench acker -- --test`. The configuration is short on purpose
 //! (2-core, noisy machine): 1 s warm-up, 2 s measurement, 10 samples.
