@@ -1,0 +1,52 @@
+#!/usr/bin/env python3
+"""Medians of the last `cargo bench --bench acker` run, per tree and per operation, with
+the ratios the design targets are stated in (DESIGN.md, "Targets").
+
+Reads criterion's estimates under $CARGO_TARGET_DIR/criterion (default: ./target/criterion).
+Run from the workspace root: `python3 benches/acker_summary.py`.
+"""
+import json
+import os
+import sys
+
+OPS_PER_TREE = 5  # init + 4 acks
+GROUPS = ["lifecycle/1t/1k-inflight", "lifecycle/1t/1M-pending", "lifecycle/2t/1k-inflight"]
+CONTENDERS = ["ackwheel", "storm_port", "dashmap", "moka"]
+ROOT = os.path.join(os.environ.get("CARGO_TARGET_DIR", "target"), "criterion")
+
+
+def median_ns(group, name):
+    path = os.path.join(ROOT, group.replace("/", "_"), name, "new", "estimates.json")
+    try:
+        with open(path) as f:
+            return json.load(f)["median"]["point_estimate"]
+    except FileNotFoundError:
+        return None
+
+
+def main():
+    medians = {(g, c): median_ns(g, c) for g in GROUPS for c in CONTENDERS}
+    if all(v is None for v in medians.values()):
+        sys.exit(f"no results under {ROOT}; run `cargo bench --bench acker` first")
+    for g in GROUPS:
+        print(g)
+        print(f"  {'contender':<11} {'ns/tree':>10} {'ns/op':>9} {'peer/ours':>10}")
+        ours = medians[(g, "ackwheel")]
+        for c in CONTENDERS:
+            m = medians[(g, c)]
+            if m is None:
+                print(f"  {c:<11} {'-':>10}")
+                continue
+            ratio = f"{m / ours:.2f}x" if ours and c != "ackwheel" else ""
+            print(f"  {c:<11} {m:>10.1f} {m / OPS_PER_TREE:>9.1f} {ratio:>10}")
+    print("1 -> 2 threads, aggregate throughput (1t/1k time per tree / 2t time per tree):")
+    for c in CONTENDERS:
+        one, two = medians[("lifecycle/1t/1k-inflight", c)], medians[("lifecycle/2t/1k-inflight", c)]
+        if one and two:
+            print(f"  {c:<11} {one / two:.2f}x")
+    print("peer/ours > 1 means the Acker is faster; targets: <= 50 ns/op, >= 5x storm_port,"
+          " >= 30x moka, >= 1.8x scaling")
+
+
+if __name__ == "__main__":
+    main()
