@@ -348,11 +348,22 @@ impl<T> Ledger<T> {
         self.states[slot].fetch_or(READY | flags, Ordering::SeqCst);
     }
 
+    /// [`publish`](Self::publish) and [`push_inbox`](Self::push_inbox) in one state RMW: a
+    /// fresh slot is on no list, so INBOX is set with READY and the push follows. Until the
+    /// push lands, INBOX already tells a completer to leave retirement to the inbox drain,
+    /// which will find the slot. Returns the inbox's length after the push.
+    pub(crate) fn publish_queued(&self, slot: usize, flags: u32) -> u32 {
+        self.publish(slot, INBOX | flags);
+        Self::push(&self.inbox, &self.links, slot)
+    }
+
     /// Writes a CLAIMED slot's times. Only the claimer calls this, before `publish`.
     pub(crate) fn set_times(&self, slot: usize, start: u64, deadline: u64, timeout: u64) {
-        self.starts[slot].store(start, Ordering::SeqCst);
-        self.deadlines[slot].store(deadline, Ordering::SeqCst);
-        self.timeouts[slot].store(timeout, Ordering::SeqCst);
+        // Relaxed: published by `publish`'s SeqCst RMW on the state; every reader (finder,
+        // completer, reaper) acquires that state (or the inbox push after it) first.
+        self.starts[slot].store(start, Ordering::Relaxed);
+        self.deadlines[slot].store(deadline, Ordering::Relaxed);
+        self.timeouts[slot].store(timeout, Ordering::Relaxed);
     }
 
     /// XORs into the slot's value; returns the value after.
@@ -499,7 +510,8 @@ impl<T> Ledger<T> {
         let mut word = head.load(Ordering::SeqCst);
         loop {
             let (first, len) = (word as u32, (word >> 32) as u32);
-            links[slot].store(first, Ordering::SeqCst);
+            // Relaxed: published by the SeqCst CAS below; the drain acquires the head first.
+            links[slot].store(first, Ordering::Relaxed);
             let len = len.saturating_add(1);
             let new = (u64::from(len) << 32) | slot as u64;
             match head.compare_exchange(word, new, Ordering::SeqCst, Ordering::SeqCst) {

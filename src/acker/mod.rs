@@ -625,8 +625,7 @@ impl<T: Send + 'static> Inner<T> {
     fn open(&self, shard: &Shard<T>, slot: usize, now: u64, timeout: u64, flags: u32) {
         let deadline = now.wrapping_add(timeout);
         shard.ledger.set_times(slot, now, deadline, timeout);
-        shard.ledger.publish(slot, flags);
-        let queued = shard.ledger.push_inbox(slot);
+        let queued = shard.ledger.publish_queued(slot, flags);
         reaper::wake_for(self, deadline);
         if queued == self.retire_batch {
             // Short-lived trees complete while still on the inbox and are retired by its
