@@ -2,9 +2,10 @@
 //!
 //! ## Layout
 //!
-//! Structure of arrays: slot `i`'s key, XOR value, state, deadline, … live at index `i` of
-//! separate arrays, so the keys of one bucket ([`BUCKET_WIDTH`] slots) are contiguous and a
-//! lookup reads one or two cache lines. A root hashes (see [`Hashed`]) to a shard, a bucket
+//! Keys apart, the rest together: slot `i`'s key is at index `i` of a key array, so the keys
+//! of one bucket ([`BUCKET_WIDTH`] slots) are contiguous and a probe reads one or two cache
+//! lines; its XOR value, state, times, list link and payload sit together in one `Slot`, so
+//! the operation on the slot it found touches one or two more. A root hashes (see [`Hashed`]) to a shard, a bucket
 //! and a *stored key*: the hash bits not implied by the shard and bucket, shifted left with
 //! the low bit set, so a stored key is never 0 and `0` means EMPTY. The key word is then
 //! the slot's claim: one CAS `0 -> stored` takes an empty slot for a root, whatever the
@@ -165,20 +166,31 @@ pub(crate) enum Claim {
     Full,
 }
 
+/// A slot's fields other than its key.
+struct Slot<T> {
+    /// The XOR value.
+    xor: AtomicU64,
+    /// When the tree is due, as the clock reads (reaper compares; writers store).
+    deadline: AtomicU64,
+    /// First message seen, for `Completion::elapsed`.
+    start: AtomicU64,
+    /// The tree's timeout in ns, for `reset_timeout`.
+    timeout: AtomicU64,
+    /// Flags and generation (module docs).
+    state: AtomicU32,
+    /// Next slot on the inbox or retired list.
+    link: AtomicU32,
+    payload: UnsafeCell<MaybeUninit<T>>,
+}
+
 /// One shard's table. See the module docs for the protocol.
 pub(crate) struct Ledger<T> {
+    /// The stored keys, apart from the rest so that a bucket's keys share one or two cache
+    /// lines and a probe reads only those.
     keys: Box<[AtomicU64]>,
-    xors: Box<[AtomicU64]>,
-    states: Box<[AtomicU32]>,
-    /// When the tree is due, as the clock reads (reaper compares; writers store).
-    deadlines: Box<[AtomicU64]>,
-    /// First message seen, for `Completion::elapsed`.
-    starts: Box<[AtomicU64]>,
-    /// The tree's timeout in ns, for `reset_timeout`.
-    timeouts: Box<[AtomicU64]>,
-    /// Next slot on the inbox or retired list.
-    links: Box<[AtomicU32]>,
-    payloads: Box<[UnsafeCell<MaybeUninit<T>>]>,
+    /// Everything else about a slot, together, so that an operation on a found slot touches
+    /// one or two more cache lines rather than one per field.
+    slots: Box<[Slot<T>]>,
     /// Slots whose deadline the reaper must (re)schedule.
     /// A counted list like `retired`.
     inbox: CachePadded<AtomicU64>,
@@ -195,28 +207,22 @@ unsafe impl<T: Send> Sync for Ledger<T> {}
 // Safety: as above; the ledger owns its payloads.
 unsafe impl<T: Send> Send for Ledger<T> {}
 
-fn atomics64(n: usize) -> Box<[AtomicU64]> {
-    (0..n).map(|_| AtomicU64::new(0)).collect()
-}
-
-fn atomics32(n: usize, value: u32) -> Box<[AtomicU32]> {
-    (0..n).map(|_| AtomicU32::new(value)).collect()
-}
-
 impl<T> Ledger<T> {
     /// A ledger of `buckets * BUCKET_WIDTH` empty slots.
     pub(crate) fn new(buckets: usize) -> Self {
         let n = buckets * BUCKET_WIDTH;
         Ledger {
-            keys: atomics64(n),
-            xors: atomics64(n),
-            states: atomics32(n, 0),
-            deadlines: atomics64(n),
-            starts: atomics64(n),
-            timeouts: atomics64(n),
-            links: atomics32(n, NIL),
-            payloads: (0..n)
-                .map(|_| UnsafeCell::new(MaybeUninit::uninit()))
+            keys: (0..n).map(|_| AtomicU64::new(0)).collect(),
+            slots: (0..n)
+                .map(|_| Slot {
+                    xor: AtomicU64::new(0),
+                    deadline: AtomicU64::new(0),
+                    start: AtomicU64::new(0),
+                    timeout: AtomicU64::new(0),
+                    state: AtomicU32::new(0),
+                    link: AtomicU32::new(NIL),
+                    payload: UnsafeCell::new(MaybeUninit::uninit()),
+                })
                 .collect(),
             inbox: CachePadded::new(AtomicU64::new(NIL as u64)),
             retired: CachePadded::new(AtomicU64::new(NIL as u64)),
@@ -287,7 +293,7 @@ impl<T> Ledger<T> {
                 if other == slot || self.keys[other].load(Ordering::SeqCst) != h.stored {
                     continue;
                 }
-                let state = self.states[other].load(Ordering::SeqCst);
+                let state = self.slots[other].state.load(Ordering::SeqCst);
                 let twin_ready = state & READY != 0 && state & DONE == 0;
                 let twin_claimed = state & READY == 0;
                 if twin_ready || (twin_claimed && other < slot) {
@@ -320,7 +326,7 @@ impl<T> Ledger<T> {
     fn await_claim(&self, slot: usize, stored: u64) -> Option<u32> {
         let mut spins = 0u32;
         loop {
-            let state = self.states[slot].load(Ordering::SeqCst);
+            let state = self.slots[slot].state.load(Ordering::SeqCst);
             if state & READY != 0 {
                 return (self.keys[slot].load(Ordering::SeqCst) == stored).then_some(state);
             }
@@ -345,7 +351,9 @@ impl<T> Ledger<T> {
     /// Makes a CLAIMED slot live, with `flags` (READY is added) set.
     pub(crate) fn publish(&self, slot: usize, flags: u32) {
         // fetch_or keeps the generation bits the last free left.
-        self.states[slot].fetch_or(READY | flags, Ordering::SeqCst);
+        self.slots[slot]
+            .state
+            .fetch_or(READY | flags, Ordering::SeqCst);
     }
 
     /// [`publish`](Self::publish) and [`push_inbox`](Self::push_inbox) in one state RMW: a
@@ -354,22 +362,22 @@ impl<T> Ledger<T> {
     /// which will find the slot. Returns the inbox's length after the push.
     pub(crate) fn publish_queued(&self, slot: usize, flags: u32) -> u32 {
         self.publish(slot, INBOX | flags);
-        Self::push(&self.inbox, &self.links, slot)
+        Self::push(&self.inbox, &self.slots, slot)
     }
 
     /// Writes a CLAIMED slot's times. Only the claimer calls this, before `publish`.
     pub(crate) fn set_times(&self, slot: usize, start: u64, deadline: u64, timeout: u64) {
         // Relaxed: published by `publish`'s SeqCst RMW on the state; every reader (finder,
         // completer, reaper) acquires that state (or the inbox push after it) first.
-        self.starts[slot].store(start, Ordering::Relaxed);
-        self.deadlines[slot].store(deadline, Ordering::Relaxed);
-        self.timeouts[slot].store(timeout, Ordering::Relaxed);
+        self.slots[slot].start.store(start, Ordering::Relaxed);
+        self.slots[slot].deadline.store(deadline, Ordering::Relaxed);
+        self.slots[slot].timeout.store(timeout, Ordering::Relaxed);
     }
 
     /// XORs into the slot's value; returns the value after.
     #[inline]
     pub(crate) fn xor(&self, slot: usize, xor: u64) -> u64 {
-        self.xors[slot].fetch_xor(xor, Ordering::SeqCst) ^ xor
+        self.slots[slot].xor.fetch_xor(xor, Ordering::SeqCst) ^ xor
     }
 
     /// The value, read with a read-modify-write (`fetch_or(0)`), not a load.
@@ -381,28 +389,28 @@ impl<T> Ledger<T> {
     /// later, it sees the ack. This holds with acquire/release alone, so it does not rest on
     /// SeqCst's store-load ordering (which loom does not model).
     pub(crate) fn value(&self, slot: usize) -> u64 {
-        self.xors[slot].fetch_or(0, Ordering::SeqCst)
+        self.slots[slot].xor.fetch_or(0, Ordering::SeqCst)
     }
 
     /// The state, read with an RMW for the same reason as [`value`](Self::value): a scan
     /// that must see every INIT published before it (shutdown's) writes a flag then reads
     /// states, while init publishes INIT then reads that flag.
     pub(crate) fn state_rmw(&self, slot: usize) -> u32 {
-        self.states[slot].fetch_or(0, Ordering::SeqCst)
+        self.slots[slot].state.fetch_or(0, Ordering::SeqCst)
     }
 
     pub(crate) fn state(&self, slot: usize) -> u32 {
-        self.states[slot].load(Ordering::SeqCst)
+        self.slots[slot].state.load(Ordering::SeqCst)
     }
 
     /// Sets `flags`; returns the state before.
     pub(crate) fn set_flags(&self, slot: usize, flags: u32) -> u32 {
-        self.states[slot].fetch_or(flags, Ordering::SeqCst)
+        self.slots[slot].state.fetch_or(flags, Ordering::SeqCst)
     }
 
     /// Sets `add` if the state is still `expected`; the state before on failure.
     pub(crate) fn transition(&self, slot: usize, expected: u32, add: u32) -> Result<u32, u32> {
-        self.states[slot].compare_exchange(
+        self.slots[slot].state.compare_exchange(
             expected,
             expected | add,
             Ordering::SeqCst,
@@ -429,34 +437,38 @@ impl<T> Ledger<T> {
     pub(crate) fn write_payload(&self, slot: usize, payload: T) {
         // Safety: INITING gives this thread exclusive write access to the cell (module docs);
         // nobody reads it before INIT, which the caller sets after this returns.
-        self.payloads[slot].with_mut(|cell| unsafe { (*cell).write(payload) });
+        self.slots[slot]
+            .payload
+            .with_mut(|cell| unsafe { (*cell).write(payload) });
     }
 
     /// Moves the payload out. Only the thread that set DONE on a slot with INIT calls this.
     pub(crate) fn take_payload(&self, slot: usize) -> T {
         // Safety: INIT (observed by the caller's SeqCst CAS that set DONE) means the payload
         // was written and published; DONE makes the caller its only reader, once.
-        self.payloads[slot].with(|cell| unsafe { (*cell).assume_init_read() })
+        self.slots[slot]
+            .payload
+            .with(|cell| unsafe { (*cell).assume_init_read() })
     }
 
     pub(crate) fn deadline(&self, slot: usize) -> u64 {
-        self.deadlines[slot].load(Ordering::SeqCst)
+        self.slots[slot].deadline.load(Ordering::SeqCst)
     }
 
     pub(crate) fn set_deadline(&self, slot: usize, deadline: u64) {
-        self.deadlines[slot].store(deadline, Ordering::SeqCst);
+        self.slots[slot].deadline.store(deadline, Ordering::SeqCst);
     }
 
     pub(crate) fn start(&self, slot: usize) -> u64 {
-        self.starts[slot].load(Ordering::SeqCst)
+        self.slots[slot].start.load(Ordering::SeqCst)
     }
 
     pub(crate) fn timeout(&self, slot: usize) -> u64 {
-        self.timeouts[slot].load(Ordering::SeqCst)
+        self.slots[slot].timeout.load(Ordering::SeqCst)
     }
 
     pub(crate) fn set_timeout(&self, slot: usize, timeout: u64) {
-        self.timeouts[slot].store(timeout, Ordering::SeqCst);
+        self.slots[slot].timeout.store(timeout, Ordering::SeqCst);
     }
 
     /// Puts a live slot on the inbox so the reaper (re)schedules it, unless it is already
@@ -473,7 +485,7 @@ impl<T> Ledger<T> {
             }
         }
         // INBOX set by us: the link is ours until the reaper drains the inbox.
-        Self::push(&self.inbox, &self.links, slot)
+        Self::push(&self.inbox, &self.slots, slot)
     }
 
     /// After a completion: puts the slot on the retired list, unless it is on the inbox
@@ -483,7 +495,7 @@ impl<T> Ledger<T> {
         if !self.claim_retire(slot) {
             return 0;
         }
-        Self::push(&self.retired, &self.links, slot)
+        Self::push(&self.retired, &self.slots, slot)
     }
 
     /// Decides who retires a DONE slot: the first to set RETIRED while the slot is off the
@@ -506,12 +518,12 @@ impl<T> Ledger<T> {
 
     /// Pushes `slot` on a counted Treiber list (head slot in the low 32 bits of the head
     /// word, length in the high 32); returns the length after the push.
-    fn push(head: &AtomicU64, links: &[AtomicU32], slot: usize) -> u32 {
+    fn push(head: &AtomicU64, slots: &[Slot<T>], slot: usize) -> u32 {
         let mut word = head.load(Ordering::SeqCst);
         loop {
             let (first, len) = (word as u32, (word >> 32) as u32);
             // Relaxed: published by the SeqCst CAS below; the drain acquires the head first.
-            links[slot].store(first, Ordering::Relaxed);
+            slots[slot].link.store(first, Ordering::Relaxed);
             let len = len.saturating_add(1);
             let new = (u64::from(len) << 32) | slot as u64;
             match head.compare_exchange(word, new, Ordering::SeqCst, Ordering::SeqCst) {
@@ -526,8 +538,11 @@ impl<T> Ledger<T> {
     pub(crate) fn drain_inbox(&self, mut each: impl FnMut(usize, u32)) {
         let mut slot = self.inbox.swap(NIL as u64, Ordering::SeqCst) as u32;
         while slot != NIL {
-            let next = self.links[slot as usize].load(Ordering::SeqCst);
-            let state = self.states[slot as usize].fetch_and(!INBOX, Ordering::SeqCst) & !INBOX;
+            let next = self.slots[slot as usize].link.load(Ordering::SeqCst);
+            let state = self.slots[slot as usize]
+                .state
+                .fetch_and(!INBOX, Ordering::SeqCst)
+                & !INBOX;
             each(slot as usize, state);
             slot = next;
         }
@@ -548,7 +563,7 @@ impl<T> Ledger<T> {
         let mut slot = self.retired.swap(NIL as u64, Ordering::SeqCst) as u32;
         while slot != NIL {
             out.push(slot);
-            slot = self.links[slot as usize].load(Ordering::SeqCst);
+            slot = self.slots[slot as usize].link.load(Ordering::SeqCst);
         }
     }
 
@@ -557,10 +572,12 @@ impl<T> Ledger<T> {
     pub(crate) fn free(&self, slot: usize) {
         let state = self.state(slot);
         debug_assert!(state & DONE != 0, "freeing a live slot");
-        self.xors[slot].store(0, Ordering::SeqCst);
-        self.links[slot].store(NIL, Ordering::SeqCst);
+        self.slots[slot].xor.store(0, Ordering::SeqCst);
+        self.slots[slot].link.store(NIL, Ordering::SeqCst);
         let next_generation = generation(state).wrapping_add(1) & (u32::MAX >> GENERATION_SHIFT);
-        self.states[slot].store(next_generation << GENERATION_SHIFT, Ordering::SeqCst);
+        self.slots[slot]
+            .state
+            .store(next_generation << GENERATION_SHIFT, Ordering::SeqCst);
         // Last: the key. A claimer's CAS on it then sees the clean fields above.
         self.keys[slot].store(0, Ordering::SeqCst);
     }
@@ -569,11 +586,13 @@ impl<T> Ledger<T> {
 impl<T> Drop for Ledger<T> {
     fn drop(&mut self) {
         for slot in 0..self.capacity() {
-            let state = self.states[slot].load(Ordering::SeqCst);
+            let state = self.slots[slot].state.load(Ordering::SeqCst);
             if state & INIT != 0 && state & DONE == 0 {
                 // Safety: INIT without DONE: the payload is written and was never taken;
                 // `&mut self` means no other thread can touch it.
-                self.payloads[slot].with_mut(|cell| unsafe { (*cell).assume_init_drop() });
+                self.slots[slot]
+                    .payload
+                    .with_mut(|cell| unsafe { (*cell).assume_init_drop() });
             }
         }
     }
