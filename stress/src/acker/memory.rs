@@ -1,29 +1,33 @@
 //! The memory phase: what one pending root costs, and whether memory follows the roots
 //! pending rather than the roots ever seen.
 //!
-//! A fresh `Acker<u32>` is built with `max_pending = N` and filled with N roots (random ids,
-//! `u32` payloads); the resident-set growth from before the build to the full acker, divided
-//! by the roots actually pending, is the cost per pending root, everything included: the
-//! ledger's slots (preallocated for `max_pending`), the payloads, and the reaper's wheel
-//! timers. Every root is then acked, the phase waits out the timeout (so the wheels' stale
-//! timers for the acked roots fire and their slots are reclaimed), and a second wave of N
-//! new roots does the same. The second wave's resident size must not exceed the first's by
-//! much: roots that came and went must leave nothing behind.
+//! An `Acker<u32>` is built with `max_pending = N` and filled with N roots (random ids,
+//! `u32` payloads), then one reaper pass schedules their timers; the resident-set growth
+//! from before the build to that point, divided by the roots actually pending, is the cost
+//! per pending root with everything included: the ledger's slots (preallocated for
+//! `max_pending`), the payloads and the wheels' timers. Every root is then acked, the clock
+//! moves past the timeout and a pass reaps the wheels' stale timers (so their slots are
+//! reclaimed), and a second wave of N new roots does the same. The second wave's resident
+//! size must not exceed the first's by much: roots that came and went must leave nothing
+//! behind.
 //!
-//! RSS is coarse (pages, allocator arenas), which is why N is in the millions.
+//! The acker runs in manual mode on a `ManualClock`: the same ledger and wheels as with a
+//! reaper thread, but the phase does not wait out real timeouts, and a slow machine cannot
+//! make roots time out in the middle of a fill. RSS is coarse (pages, allocator arenas),
+//! which is why N is in the millions.
 
+use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
-use ackwheel::Acker;
+use ackwheel::{Acker, ManualClock};
 use serde::Serialize;
 
 use crate::rss;
 
-/// How long a root may stay pending in this phase: longer than a wave's fill on a slow
-/// machine, short enough to wait out between waves.
-const TIMEOUT: Duration = Duration::from_secs(2);
+/// The roots' timeout (any length: the clock is manual).
+const TIMEOUT: Duration = Duration::from_secs(30);
 
-/// The phase's figures.
+/// The phase's figures (bytes).
 #[derive(Debug, Clone, Default, Serialize)]
 pub(crate) struct Memory {
     pub(crate) max_pending: usize,
@@ -37,8 +41,10 @@ pub(crate) struct Memory {
     pub(crate) rss_full: u64,
     /// The second wave, at the same fill.
     pub(crate) rss_full_second: u64,
-    /// After both waves drained.
+    /// After both waves were acked and reaped.
     pub(crate) rss_drained: u64,
+    /// After the acker was dropped.
+    pub(crate) rss_dropped: u64,
     pub(crate) bytes_per_pending_root: f64,
     /// (second wave - first wave) / first wave's growth: memory left behind by roots that
     /// came and went.
@@ -52,65 +58,78 @@ pub(crate) fn run(roots: usize, seed: u64) -> Result<Option<Memory>, String> {
     let Some(rss_before) = rss::current() else {
         return Ok(None);
     };
+    let clock = ManualClock::new(seed);
     let acker: Acker<u32> = Acker::builder()
         .max_pending(roots)
         .timeout(TIMEOUT)
-        .build()
+        .clock(clock.clone())
+        .build_manual()
         .map_err(|e| format!("building the memory-phase acker: {e}"))?;
     let rss_built = rss::current().unwrap_or(0);
 
-    let mut next = seed;
-    let mut wave = |acker: &Acker<u32>| -> (Vec<u64>, u64, Instant) {
-        let began = Instant::now();
-        let mut ok = Vec::with_capacity(roots);
-        let mut refused = 0;
+    // The roots are a SplitMix64 sequence, regenerated to ack them rather than stored: a
+    // list of them would add 8 B per root to the very RSS being measured.
+    let wave = |from: u64| -> HashSet<u64> {
+        let mut refused = HashSet::new();
+        let mut next = from;
         for i in 0..roots {
             let root = splitmix(&mut next);
-            match acker.init(root, root | 1, i as u32) {
-                Ok(()) => ok.push(root),
-                Err(_) => refused += 1,
+            if acker.init(root, root | 1, i as u32).is_err() {
+                refused.insert(root);
             }
         }
-        (ok, refused, began)
+        // One pass at the same instant: nothing is due, every new timer goes on a wheel.
+        acker.expire();
+        refused
     };
-    let drain = |acker: &Acker<u32>, roots: Vec<u64>, began: Instant| -> Result<(), String> {
-        for root in roots {
-            acker.ack(root, root | 1);
-        }
-        // Past every deadline of the wave, plus slack for the reaper to reclaim.
-        let until = began + TIMEOUT + Duration::from_millis(300);
-        while Instant::now() < until || acker.pending() != 0 {
-            if Instant::now() > until + Duration::from_secs(10) {
-                return Err(format!(
-                    "memory phase: {} roots still pending 10 s after the timeout",
-                    acker.pending()
-                ));
+    let drain = |from: u64, refused: &HashSet<u64>| -> Result<(), String> {
+        let mut next = from;
+        for _ in 0..roots {
+            let root = splitmix(&mut next);
+            if !refused.contains(&root) {
+                acker.ack(root, root | 1);
             }
-            std::thread::sleep(Duration::from_millis(20));
         }
-        Ok(())
+        // Past every deadline: the pass reaps the stale timers of the acked roots.
+        clock.advance(TIMEOUT + Duration::from_secs(1));
+        acker.expire();
+        match acker.pending() {
+            0 => Ok(()),
+            n => Err(format!(
+                "memory phase: {n} entries pending after every root was acked"
+            )),
+        }
     };
 
-    let (first, refused, began) = wave(&acker);
+    let (first, second) = (splitmix(&mut (seed ^ 1)), splitmix(&mut (seed ^ 2)));
+    let refused = wave(first);
     let pending = acker.pending();
     let rss_full = rss::current().unwrap_or(0);
-    drain(&acker, first, began)?;
-    let (second, _, began) = wave(&acker);
+    drain(first, &refused)?;
+    let refused_second = wave(second);
     let rss_full_second = rss::current().unwrap_or(0);
-    drain(&acker, second, began)?;
+    drain(second, &refused_second)?;
     let rss_drained = rss::current().unwrap_or(0);
     drop(acker);
+    // Retired slots are freed by crossbeam-epoch's deferred functions, which keep the
+    // acker's state alive until they run: pin (and flush) until the global epoch has moved
+    // on enough for this thread to collect them, as any later user of the crate would.
+    for _ in 0..4096 {
+        crossbeam_epoch::pin().flush();
+    }
+    let rss_dropped = rss::current().unwrap_or(0);
 
     let grown = rss_full.saturating_sub(rss_before);
     Ok(Some(Memory {
         max_pending: roots,
         pending,
-        refused,
+        refused: refused.len() as u64,
         rss_before,
         rss_built,
         rss_full,
         rss_full_second,
         rss_drained,
+        rss_dropped,
         bytes_per_pending_root: grown as f64 / pending.max(1) as f64,
         second_wave_growth: (rss_full_second as f64 - rss_full as f64) / grown.max(1) as f64,
         seconds: start.elapsed().as_secs_f64(),

@@ -522,7 +522,7 @@ pub(crate) fn print(s: &Summary) {
     );
     match &s.memory {
         Some(m) => println!(
-            "  memory       {:.1} B per pending root ({} pending of max_pending {}: +{} RSS, of which {} right after build); second wave {:+.1} %, after drain {}",
+            "  memory       {:.1} B per pending root ({} pending of max_pending {}: +{} RSS, of which {} right after build); second wave {:+.1} %; after drain +{}, after drop +{}",
             m.bytes_per_pending_root,
             report::si(m.pending as f64),
             report::si(m.max_pending as f64),
@@ -530,6 +530,7 @@ pub(crate) fn print(s: &Summary) {
             report::bytes(m.rss_built.saturating_sub(m.rss_before)),
             m.second_wave_growth * 100.0,
             report::bytes(m.rss_drained.saturating_sub(m.rss_before)),
+            report::bytes(m.rss_dropped.saturating_sub(m.rss_before)),
         ),
         None if cfg.memory_roots > 0 => println!("  memory       unavailable (no /proc/self/status)"),
         None => {}
