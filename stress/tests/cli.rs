@@ -47,14 +47,22 @@ fn a_short_acker_run_passes_and_writes_its_reports() {
     ]);
     let all = text(&out);
     assert!(out.status.success(), "{all}");
-    assert!(all.contains("violations   0") && all.contains("PASS"), "{all}");
+    assert!(
+        all.contains("violations   0") && all.contains("PASS"),
+        "{all}"
+    );
     let report: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     assert_eq!(report["pass"], true);
     assert_eq!(report["acker"]["violations"], 0);
     assert_eq!(report["acker"]["pending_after_drain"], 0);
     assert!(report["acker"]["trees_completed"].as_u64().unwrap() > 0);
-    assert!(report["acker"]["memory"]["bytes_per_pending_root"].as_f64().unwrap() > 0.0);
+    assert!(
+        report["acker"]["memory"]["bytes_per_pending_root"]
+            .as_f64()
+            .unwrap()
+            > 0.0
+    );
     let picture = std::fs::read_to_string(&svg).unwrap();
     assert!(picture.starts_with("<svg") && picture.contains("<polyline"));
 }
@@ -97,6 +105,9 @@ fn a_planted_bug_fails_the_run_with_a_history() {
     assert_eq!(out.status.code(), Some(1), "{all}");
     assert!(all.contains("VIOLATION: root"), "{all}");
     assert!(all.contains("Failed, but no fail was sent"), "{all}");
-    assert!(all.contains("history:") && all.contains("on_complete: Failed"), "{all}");
+    assert!(
+        all.contains("history:") && all.contains("on_complete: Failed"),
+        "{all}"
+    );
     assert!(all.contains("FAIL:"), "{all}");
 }
