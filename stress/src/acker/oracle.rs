@@ -21,7 +21,7 @@
 //! (a tuple anchored to two trees holds one on each). Whoever drops the last reference —
 //! so no thread can still send a message for the tree — snapshots the slot into a [`Record`],
 //! sends it to the checker thread and hands the slot back to its spout. The checker
-//! ([`Checker`]) judges it against [`verify`], keeps the tallies and histograms, and asks the
+//! ([`check`]) judges it against [`verify`], keeps the tallies and histograms, and asks the
 //! spout for a replay when that is enabled. Keeping the judging on one thread keeps the
 //! histograms unshared and the bolts' critical path short.
 //!
@@ -681,7 +681,7 @@ pub(crate) fn history(r: &Record, timeout: u64) -> String {
     out
 }
 
-// === impl Checker ===
+// === the checker ===
 
 /// Outcome counts by fate: `counts[fate][outcome]`, outcome 0 = Acked, 1 = Failed,
 /// 2 = TimedOut.
