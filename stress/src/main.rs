@@ -306,23 +306,29 @@ fn plot(out: &Output) -> String {
                 x_ticks: Vec::new(),
             });
         }
-        charts.push(Chart {
-            title: "acker: timeout lateness (Completion.elapsed - timeout) and completion latency"
-                .into(),
-            x_label: "percentile".into(),
-            y_label: "ms".into(),
-            series: vec![
-                Series {
-                    name: "timeout lateness".into(),
-                    points: a.lateness_curve.clone(),
-                },
-                Series {
-                    name: "completion latency (Acked)".into(),
-                    points: a.latency_curve.clone(),
-                },
-            ],
-            x_ticks: nines.clone(),
-        });
+        for (title, name, points) in [
+            (
+                "acker: timeout lateness (Completion.elapsed - timeout of TimedOut trees)",
+                "lateness",
+                &a.lateness_curve,
+            ),
+            (
+                "acker: completion latency (Completion.elapsed of Acked trees)",
+                "latency",
+                &a.latency_curve,
+            ),
+        ] {
+            charts.push(Chart {
+                title: title.into(),
+                x_label: "percentile".into(),
+                y_label: "ms".into(),
+                series: vec![Series {
+                    name: name.into(),
+                    points: points.clone(),
+                }],
+                x_ticks: nines.clone(),
+            });
+        }
     }
     if let Some(q) = &out.expiry_queue {
         charts.push(Chart {
