@@ -53,8 +53,8 @@ struct Cli {
     #[arg(long)]
     trees: Option<u64>,
 
-    /// Seconds of load: the acker's traffic phase (drain, idle and memory phases follow,
-    /// about 6 s more), the expiry-queue's touching, the wheel's cap. For `all`, the budget
+    /// Seconds of load: the acker's traffic phase (its memory, drain and idle phases add
+    /// about 5 s), the expiry-queue's touching, the wheel's cap. For `all`, the budget
     /// shared by the three [default: 25 for acker, 28 for expiry-queue and wheel, 30 for all].
     #[arg(long, value_name = "SECONDS")]
     duration: Option<f64>,

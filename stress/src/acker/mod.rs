@@ -211,7 +211,8 @@ pub(crate) fn run(cfg: &Config) -> Summary {
         spouts_running: AtomicUsize::new(cfg.spouts),
         stop: AtomicBool::new(false),
         started: AtomicU64::new(0),
-        counters: (0..cfg.spouts.max(cfg.bolts))
+        // Spouts first, then bolts: each thread its own cache line of counters.
+        counters: (0..cfg.spouts + cfg.bolts)
             .map(|_| CachePadded::new(Counters::default()))
             .collect(),
     };
@@ -235,7 +236,7 @@ pub(crate) fn run(cfg: &Config) -> Summary {
                 .name(format!("bolt-{i}"))
                 .spawn_scoped(s, move || {
                     barrier.wait();
-                    topo.bolt(i, seed, rx);
+                    topo.bolt(cfg.spouts + i, seed, rx);
                 })
                 .expect("spawn a bolt");
         }

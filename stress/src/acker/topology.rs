@@ -262,9 +262,10 @@ impl Topology {
 
     // === bolt ===
 
-    /// Bolt `index`: processes tuples until the spouts are done and nothing is outstanding.
-    pub(crate) fn bolt(&self, index: usize, seed: u64, rx: &Receiver<Tuple>) {
-        let c = &self.counters[index];
+    /// A bolt (its counters at `counter`): processes tuples until the spouts are done and
+    /// nothing is outstanding.
+    pub(crate) fn bolt(&self, counter: usize, seed: u64, rx: &Receiver<Tuple>) {
+        let c = &self.counters[counter];
         let mut rng = SmallRng::seed_from_u64(seed);
         let mut held: Option<Tuple> = None;
         loop {
