@@ -106,6 +106,8 @@ pub(crate) struct Summary {
     pub(crate) messages_given_up: u64,
     pub(crate) violations: u64,
     pub(crate) violation_reports: Vec<String>,
+    /// How many violations of each kind the oracle found.
+    pub(crate) violation_kinds: Vec<(String, u64)>,
     /// Completion.elapsed - timeout, for TimedOut trees without a reset.
     pub(crate) timeout_lateness: Percentiles,
     /// Largest (completion - oracle deadline), by the oracle's own readings, in µs.
@@ -416,6 +418,7 @@ fn fill_from_tally(summary: &mut Summary, t: &Tally) {
     summary.messages_given_up = t.msgs_given_up;
     summary.violations += t.violations;
     summary.violation_reports.extend(t.reports.iter().cloned());
+    summary.violation_kinds = t.kinds.iter().map(|(k, n)| (k.clone(), *n)).collect();
     if let Some(h) = &t.lateness {
         summary.timeout_lateness = Percentiles::of(h);
         summary.lateness_curve = report::percentile_curve(h);
@@ -509,6 +512,9 @@ pub(crate) fn print(s: &Summary) {
         );
     }
     println!("  violations   {}", s.violations);
+    for (kind, n) in &s.violation_kinds {
+        println!("               {n} x {kind}");
+    }
     println!("  timeout lateness    {}", s.timeout_lateness.line());
     println!("  completion latency  {}", s.completion_latency.line());
     println!(

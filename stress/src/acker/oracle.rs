@@ -33,6 +33,7 @@
 //! deadline (its reading at the first message it saw, plus the timeout) is never earlier,
 //! so a `TimedOut` completion read before the oracle's deadline was early for certain.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
@@ -691,8 +692,10 @@ pub(crate) struct Tally {
     pub(crate) judged: u64,
     pub(crate) refused: u64,
     pub(crate) violations: u64,
-    /// The first few violations, each with its history.
+    /// The first few violations of each kind, each with its history.
     pub(crate) reports: Vec<String>,
+    /// Violations by kind (the title without its numbers).
+    pub(crate) kinds: BTreeMap<String, u64>,
     /// Messages (spout tuples, across replays) acked on the first attempt / after a replay /
     /// given up after the last attempt.
     pub(crate) msgs_first_try: u64,
@@ -710,8 +713,9 @@ pub(crate) struct Tally {
 /// Replays go back to the spout that owns the message.
 pub(crate) type ReplaySender = Sender<(u64, u8)>;
 
-/// At most this many violations are printed in full.
+/// At most this many violations are printed in full, and this many of each kind.
 const PRINTED: usize = 20;
+const PRINTED_PER_KIND: u64 = 3;
 
 /// Judges every record on one thread, until `Report::End`.
 pub(crate) fn check(
@@ -726,7 +730,18 @@ pub(crate) fn check(
     };
     let violation = |tally: &mut Tally, title: String, body: String| {
         tally.violations += 1;
-        if tally.reports.len() < PRINTED {
+        // Print a few of each kind (the title without its numbers), not just the first 20
+        // of the most frequent one.
+        let kind = title
+            .split_whitespace()
+            .filter(|w| !w.chars().any(|c| c.is_ascii_digit()))
+            .collect::<Vec<_>>()
+            .join(" ")
+            .trim_start_matches("root ")
+            .to_string();
+        let seen = tally.kinds.entry(kind).or_insert(0);
+        *seen += 1;
+        if *seen <= PRINTED_PER_KIND && tally.reports.len() < PRINTED {
             let text = format!("VIOLATION: {title}\n{body}");
             if tally.reports.is_empty() {
                 eprintln!("\n{text}");
