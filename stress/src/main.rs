@@ -182,6 +182,11 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     }
+    if cli.in_flight > 1 << 20 {
+        // Each tree in flight has a ~0.5 KiB oracle record (its history included).
+        eprintln!("stress: --in-flight is at most {}", 1 << 20);
+        return ExitCode::from(2);
+    }
     if cli.fanout == 0 || cli.depth == 0 || cli.in_flight == 0 || cli.timeout_ms == 0 {
         eprintln!("stress: --fanout, --depth, --in-flight and --timeout-ms must be at least 1");
         return ExitCode::from(2);

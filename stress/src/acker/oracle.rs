@@ -863,6 +863,16 @@ mod tests {
     }
 
     #[test]
+    fn a_slot_is_about_half_a_kibibyte() {
+        // --in-flight's limit in main.rs assumes so.
+        assert!(
+            std::mem::size_of::<Slot>() <= 512,
+            "{}",
+            std::mem::size_of::<Slot>()
+        );
+    }
+
+    #[test]
     fn clean_acked_tree_passes() {
         assert!(verify(&record(0, 1, 10_000), T).is_empty());
     }
