@@ -676,11 +676,15 @@ impl<T: Send + 'static> Inner<T> {
                         Err(_) => return Err(InitError::Duplicate(payload)),
                     }
                     ledger.write_payload(slot, payload);
-                    ledger.set_timeout(slot, timeout);
-                    // The deadline counts from the first message, with the tree's timeout.
+                    // The deadline counts from the first message, or from the last
+                    // `reset_timeout` if one came before init, with the tree's timeout. Both
+                    // keep `deadline = base + timeout(slot)`, so `base` is recovered before the
+                    // timeout changes (counting from `start` would undo an early reset).
                     // Later than the orphan's: the reaper's re-check finds it when the old
                     // one fires. Sooner: the reaper must hear of it.
-                    let deadline = ledger.start(slot).wrapping_add(timeout);
+                    let base = ledger.deadline(slot).wrapping_sub(ledger.timeout(slot));
+                    ledger.set_timeout(slot, timeout);
+                    let deadline = base.wrapping_add(timeout);
                     let sooner = !is_due(ledger.deadline(slot), deadline);
                     ledger.set_deadline(slot, deadline);
                     ledger.xor(slot, xor);

@@ -262,7 +262,6 @@ struct Tree {
     value: u64,
     payload: Option<u32>,
     failed: bool,
-    start: u64,
     deadline: u64,
     timeout: u64,
 }
@@ -297,7 +296,6 @@ fn model_test_against_a_sequential_reference() {
             .map(|i| if i == 0 { u64::MAX } else { i * 7919 })
             .collect();
         let fresh = |now: u64, timeout: u64| Tree {
-            start: now,
             deadline: now + timeout,
             timeout,
             ..Tree::default()
@@ -335,7 +333,9 @@ fn model_test_against_a_sequential_reference() {
                     } else {
                         assert!(result.is_ok(), "{ctx}: {result:?}");
                         let t = model.entry(root).or_insert_with(|| fresh(now, timeout));
-                        t.deadline = t.deadline.min(t.start + timeout);
+                        // From the first message or the last reset before init, whichever
+                        // is later (`deadline - timeout`), with the tree's own timeout.
+                        t.deadline = t.deadline - t.timeout + timeout;
                         t.value ^= xor;
                         t.payload = Some(payload);
                         t.timeout = timeout;
@@ -553,6 +553,25 @@ fn a_longer_tree_timeout_on_an_orphan_is_not_cut_short() {
     clock.set(60_010_000_000);
     acker.expire();
     assert_eq!(take(&log), [(1, 10, Outcome::TimedOut)]);
+}
+
+#[test]
+fn a_reset_before_init_is_kept_by_init() {
+    // Found by the stress harness: init recomputed the deadline from the first message and
+    // silently undid a reset_timeout that had returned true for the orphan.
+    let clock = ManualClock::new(0);
+    let (acker, log) = manual(&clock, |b| b.timeout(10 * SEC));
+    assert!(!acker.ack(1, 0b1)); // orphan: due at 10 s
+    clock.set(8_000_000_000);
+    assert!(acker.reset_timeout(1)); // due at 18 s
+    clock.set(9_000_000_000);
+    acker.init(1, 0b11, 5).unwrap();
+    clock.set(12_000_000_000);
+    acker.expire();
+    assert!(take(&log).is_empty(), "init undid the reset");
+    clock.set(18_010_000_000);
+    acker.expire();
+    assert_eq!(take(&log), [(1, 5, Outcome::TimedOut)]);
 }
 
 #[test]

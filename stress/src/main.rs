@@ -1,17 +1,25 @@
-//! The ackwheel stress harness: long randomized runs on every core, each checked against a
-//! reference model, ending in `PASS` or `FAIL: <details>` (exit code 1).
+//! The ackwheel stress harness: long randomized runs on every core, each checked against an
+//! oracle or a reference model, ending in `PASS` or a list of violations and exit code 1.
 //!
 //! ```text
-//! cargo run --release -p stress                 # the default scenario (wheel, for now)
-//! cargo run --release -p stress -- wheel --seed 7 --ops 5000000 --duration 10
+//! cargo run --release -p stress                          # the acker scenario, ~30 s
+//! cargo run --release -p stress -- acker --duration 60 --fail-rate 0.01 --replay
+//! cargo run --release -p stress -- expiry-queue --threads 4
+//! cargo run --release -p stress -- wheel --seed 7 --ops 5000000
+//! cargo run --release -p stress -- all --json out.json --plot out.svg
 //! ```
 //!
-//! Each scenario lives in its own module and exposes one function that runs a single worker
-//! thread to completion; this file owns the command line, the threads (started together
-//! behind a `Barrier`), the shared stop flag and the report. A scenario added later
-//! (`acker`, `expiry-queue`) is one more `Scenario` variant and one more module; `all` runs
-//! them in turn.
+//! Each scenario lives in its own module with its own oracle and its module docs say what
+//! it checks: [`acker`] (a simulated Storm topology against the `Acker`), [`expiry_queue`]
+//! (ZooKeeper-style session expiry) and [`wheel`] (single-owner timer wheels against a
+//! model). This file owns the command line, the seed, the `all` budget, the `--json` and
+//! `--plot` outputs and the exit code. [`report`], [`svg`] and [`rss`] are shared helpers.
 
+mod acker;
+mod expiry_queue;
+mod report;
+mod rss;
+mod svg;
 mod wheel;
 
 use std::num::NonZeroUsize;
@@ -22,48 +30,360 @@ use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use clap::{Parser, ValueEnum};
+use serde::Serialize;
 
-/// Randomized multi-core stress runs of ackwheel, checked against reference models.
+/// Randomized multi-core stress runs of ackwheel, checked against oracles and models.
 #[derive(Debug, Parser)]
 #[command(name = "stress", version, about)]
 struct Cli {
     /// Which scenario to run.
-    #[arg(value_enum, default_value_t = Scenario::Wheel)]
+    #[arg(value_enum, default_value_t = Scenario::Acker)]
     scenario: Scenario,
 
-    /// Seed of every random choice; each thread derives its own from it. Random (and
-    /// printed, so a failure can be replayed) when absent.
+    /// Worker threads: bolts (acker), touching threads (expiry-queue), wheel owners
+    /// (wheel) [default: available parallelism].
     #[arg(long)]
-    seed: Option<u64>,
+    threads: Option<NonZeroUsize>,
 
-    /// Total operations over all threads.
-    #[arg(long, default_value_t = 30_000_000)]
-    ops: u64,
+    /// Spout threads of the acker scenario [default: half of --threads, at least 1].
+    #[arg(long)]
+    spouts: Option<NonZeroUsize>,
 
-    /// Stop after this many seconds even if `--ops` is not reached.
+    /// Acker: stop starting trees after this many [default: no limit; --duration decides].
+    #[arg(long)]
+    trees: Option<u64>,
+
+    /// Seconds of load: the acker's traffic phase (its memory, drain and idle phases add
+    /// about 5 s), the expiry-queue's touching, the wheel's cap. For `all`, the budget
+    /// shared by the three [default: 25 for acker, 28 for expiry-queue and wheel, 30 for all].
     #[arg(long, value_name = "SECONDS")]
     duration: Option<f64>,
 
-    /// Worker threads [default: available parallelism].
+    /// Acker: most children a tuple gets (the spout emits 1..=F root tuples, bolts 0..=F).
+    #[arg(long, default_value_t = 3)]
+    fanout: u32,
+
+    /// Acker: depth of the trees (root tuples are at depth 1).
+    #[arg(long, default_value_t = 3)]
+    depth: u8,
+
+    /// Acker: probability that a bolt fails a tuple instead of processing it.
+    #[arg(long, default_value_t = 0.002)]
+    fail_rate: f64,
+
+    /// Acker: probability that an ack message is dropped.
+    #[arg(long, default_value_t = 0.001)]
+    drop_rate: f64,
+
+    /// Acker: probability that an ack message (of a tuple with children) is sent twice.
+    #[arg(long, default_value_t = 0.001)]
+    dup_rate: f64,
+
+    /// Tree timeout (acker) or session timeout (expiry-queue), milliseconds.
+    #[arg(long, default_value_t = 500)]
+    timeout_ms: u64,
+
+    /// Acker: replay failed and timed-out trees as new trees (up to 3 attempts per message).
     #[arg(long)]
-    threads: Option<NonZeroUsize>,
+    replay: bool,
+
+    /// Acker: most trees in flight across spouts (Storm's max.spout.pending).
+    #[arg(long, default_value_t = 2048)]
+    in_flight: usize,
+
+    /// Acker: roots per wave of the memory phase (0 skips it).
+    #[arg(long, default_value_t = 1_000_000)]
+    memory_roots: usize,
+
+    /// Expiry-queue: live sessions per touching thread.
+    #[arg(long, default_value_t = 60_000)]
+    sessions: usize,
+
+    /// Wheel: total operations over all threads.
+    #[arg(long, default_value_t = 30_000_000)]
+    ops: u64,
+
+    /// Seed of every random choice; each thread derives its own from it. Random (and
+    /// printed) when absent. Threads interleave freely, so a seed replays the choices,
+    /// not the schedule.
+    #[arg(long)]
+    seed: Option<u64>,
+
+    /// Write every figure of the summary to FILE as JSON.
+    #[arg(long, value_name = "FILE")]
+    json: Option<std::path::PathBuf>,
+
+    /// Draw throughput over time and the lateness distributions to FILE as SVG.
+    #[arg(long, value_name = "FILE.svg")]
+    plot: Option<std::path::PathBuf>,
+
+    /// Self-test of the oracle: report every Acked completion as Failed, which the oracle
+    /// must catch (the run must FAIL).
+    #[arg(long, hide = true)]
+    plant_bug: bool,
 }
 
 /// The scenarios, each a module of this crate.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum Scenario {
+    /// A simulated Storm topology (spouts, bolts, aggregation, fails, dropped and
+    /// duplicated acks) against one Acker; every tree's outcome checked by an oracle.
+    Acker,
+    /// Many touching threads and one expirer on an ExpiryQueue; every session must expire
+    /// exactly once and never early.
+    ExpiryQueue,
     /// Single-owner TimerWheels (one per thread), random schedule / reschedule / cancel /
     /// advance against a model, over several clock origins (0, near 2^63, near u64::MAX).
     Wheel,
+    /// acker, expiry-queue and wheel in turn, sharing --duration.
+    All,
 }
 
-impl Scenario {
-    fn name(self) -> &'static str {
-        match self {
-            Scenario::Wheel => "wheel",
+/// Everything `--json` writes.
+#[derive(Debug, Default, Serialize)]
+struct Output {
+    scenario: String,
+    seed: u64,
+    pass: bool,
+    violations: u64,
+    seconds: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    acker: Option<acker::Summary>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    expiry_queue: Option<expiry_queue::Summary>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    wheel: Option<WheelSummary>,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let threads = cli
+        .threads
+        .or_else(|| thread::available_parallelism().ok())
+        .map_or(1, NonZeroUsize::get);
+    let seed = cli.seed.unwrap_or_else(|| {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0x5eed, |d| d.as_nanos() as u64)
+    });
+    if let Some(d) = cli.duration {
+        if !(d.is_finite() && d >= 0.0) {
+            eprintln!("stress: --duration must be a non-negative number of seconds, got {d}");
+            return ExitCode::from(2);
         }
     }
+    for (name, rate) in [
+        ("--fail-rate", cli.fail_rate),
+        ("--drop-rate", cli.drop_rate),
+        ("--dup-rate", cli.dup_rate),
+    ] {
+        if !(0.0..=1.0).contains(&rate) {
+            eprintln!("stress: {name} must be a probability in [0, 1], got {rate}");
+            return ExitCode::from(2);
+        }
+    }
+    if cli.in_flight > 1 << 20 {
+        // Each tree in flight has a ~0.5 KiB oracle record (its history included).
+        eprintln!("stress: --in-flight is at most {}", 1 << 20);
+        return ExitCode::from(2);
+    }
+    if cli.fanout == 0 || cli.depth == 0 || cli.in_flight == 0 || cli.timeout_ms == 0 {
+        eprintln!("stress: --fanout, --depth, --in-flight and --timeout-ms must be at least 1");
+        return ExitCode::from(2);
+    }
+
+    let start = Instant::now();
+    let mut out = Output {
+        scenario: cli
+            .scenario
+            .to_possible_value()
+            .map_or_else(String::new, |v| v.get_name().to_string()),
+        seed,
+        ..Output::default()
+    };
+    // `all` splits its budget: the acker's fixed phases (drain, idle, memory) come on top of
+    // its share, so it gets the smallest traffic share of the time it really takes.
+    let (acker_s, queue_s, wheel_s) = match (cli.scenario, cli.duration) {
+        (Scenario::All, d) => {
+            let d = d.unwrap_or(30.0);
+            (d * 0.35, d * 0.2, d * 0.15)
+        }
+        (Scenario::Acker, d) => (d.unwrap_or(25.0), 0.0, 0.0),
+        (_, d) => (0.0, d.unwrap_or(28.0), d.unwrap_or(28.0)),
+    };
+    println!(
+        "stress: scenario {}, seed {seed}, {threads} threads (replay with --seed {seed})",
+        out.scenario
+    );
+    if matches!(cli.scenario, Scenario::Acker | Scenario::All) {
+        let cfg = acker::Config {
+            bolts: threads,
+            spouts: cli.spouts.map_or((threads / 2).max(1), NonZeroUsize::get),
+            trees: cli.trees,
+            duration_s: acker_s,
+            fanout: cli.fanout,
+            depth: cli.depth,
+            fail_rate: cli.fail_rate,
+            drop_rate: cli.drop_rate,
+            dup_rate: cli.dup_rate,
+            timeout_ms: cli.timeout_ms,
+            seed,
+            replay: cli.replay,
+            in_flight: cli.in_flight,
+            memory_roots: cli.memory_roots,
+            plant_bug: cli.plant_bug,
+        };
+        let summary = acker::run(&cfg);
+        acker::print(&summary);
+        out.violations += summary.violations;
+        out.acker = Some(summary);
+    }
+    if matches!(cli.scenario, Scenario::ExpiryQueue | Scenario::All) {
+        let cfg = expiry_queue::Config {
+            threads,
+            duration_s: queue_s,
+            timeout_ms: cli.timeout_ms,
+            sessions_per_thread: cli.sessions,
+            seed,
+        };
+        let summary = expiry_queue::run(&cfg);
+        expiry_queue::print(&summary);
+        out.violations += summary.violations;
+        out.expiry_queue = Some(summary);
+    }
+    if matches!(cli.scenario, Scenario::Wheel | Scenario::All) {
+        let summary = run_wheel(seed, cli.ops, threads, wheel_s);
+        out.violations += summary.failures.len() as u64;
+        out.wheel = Some(summary);
+    }
+    out.seconds = start.elapsed().as_secs_f64();
+    out.pass = out.violations == 0;
+
+    if let Some(path) = &cli.json {
+        match serde_json::to_string_pretty(&out) {
+            Ok(text) => {
+                if let Err(e) = std::fs::write(path, text + "\n") {
+                    eprintln!("stress: cannot write {}: {e}", path.display());
+                }
+            }
+            Err(e) => eprintln!("stress: cannot encode the JSON report: {e}"),
+        }
+    }
+    if let Some(path) = &cli.plot {
+        if let Err(e) = std::fs::write(path, plot(&out)) {
+            eprintln!("stress: cannot write {}: {e}", path.display());
+        }
+    }
+    if out.pass {
+        println!("PASS ({:.1} s)", out.seconds);
+        ExitCode::SUCCESS
+    } else {
+        println!(
+            "FAIL: {} violation(s). Replay: cargo run --release -p stress -- {} --seed {seed} --threads {threads}",
+            out.violations, out.scenario
+        );
+        ExitCode::from(1)
+    }
 }
+
+/// The `--plot` picture: a throughput panel and a lateness panel per scenario that ran.
+fn plot(out: &Output) -> String {
+    use svg::{Chart, Series};
+    let mut charts = Vec::new();
+    let nines = report::nines_ticks();
+    if let Some(a) = &out.acker {
+        for (title, rate) in [
+            ("acker: completed trees per second", 0),
+            ("acker: acks per second", 1),
+        ] {
+            charts.push(Chart {
+                title: title.into(),
+                x_label: "seconds".into(),
+                y_label: "per second".into(),
+                series: vec![Series {
+                    name: ["trees/s", "acks/s"][rate].into(),
+                    points: a
+                        .throughput
+                        .iter()
+                        .map(|s| (s.t, if rate == 0 { s.rate } else { s.rate2 }))
+                        .collect(),
+                }],
+                x_ticks: Vec::new(),
+            });
+        }
+        for (title, name, points) in [
+            (
+                "acker: timeout lateness (Completion.elapsed - timeout of TimedOut trees)",
+                "lateness",
+                &a.lateness_curve,
+            ),
+            (
+                "acker: completion latency (Completion.elapsed of Acked trees)",
+                "latency",
+                &a.latency_curve,
+            ),
+        ] {
+            charts.push(Chart {
+                title: title.into(),
+                x_label: "percentile".into(),
+                y_label: "ms".into(),
+                series: vec![Series {
+                    name: name.into(),
+                    points: points.clone(),
+                }],
+                x_ticks: nines.clone(),
+            });
+        }
+    }
+    if let Some(q) = &out.expiry_queue {
+        charts.push(Chart {
+            title: "expiry-queue: throughput".into(),
+            x_label: "seconds".into(),
+            y_label: "per second".into(),
+            series: vec![
+                Series {
+                    name: "touches/s".into(),
+                    points: q.throughput.iter().map(|s| (s.t, s.rate)).collect(),
+                },
+                Series {
+                    name: "expirations/s".into(),
+                    points: q.throughput.iter().map(|s| (s.t, s.rate2)).collect(),
+                },
+            ],
+            x_ticks: Vec::new(),
+        });
+        charts.push(Chart {
+            title: "expiry-queue: expiry lateness (after poll - deadline)".into(),
+            x_label: "percentile".into(),
+            y_label: "ms".into(),
+            series: vec![Series {
+                name: "lateness".into(),
+                points: q.lateness_curve.clone(),
+            }],
+            x_ticks: nines,
+        });
+    }
+    if let Some(w) = &out.wheel {
+        charts.push(Chart {
+            title: "wheel: operations".into(),
+            x_label: "thread".into(),
+            y_label: "M ops/s".into(),
+            series: vec![Series {
+                name: "M ops/s per thread".into(),
+                points: w
+                    .per_thread_mops
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &r)| (i as f64, r))
+                    .collect(),
+            }],
+            x_ticks: Vec::new(),
+        });
+    }
+    svg::render(&charts)
+}
+
+// === the wheel scenario's runner ===
 
 /// What one worker thread is allowed to do, and how it learns to stop early.
 #[derive(Debug)]
@@ -97,68 +417,53 @@ pub(crate) struct ThreadReport {
     pub(crate) elapsed: Duration,
 }
 
-fn main() -> ExitCode {
-    let cli = Cli::parse();
-    let threads = cli
-        .threads
-        .or_else(|| thread::available_parallelism().ok())
-        .map_or(1, NonZeroUsize::get);
-    let seed = cli.seed.unwrap_or_else(|| {
-        SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0x5eed, |d| d.as_nanos() as u64)
-    });
-    let until = match cli.duration {
-        Some(s) if s.is_finite() && s >= 0.0 => Some(Instant::now() + Duration::from_secs_f64(s)),
-        Some(s) => {
-            eprintln!("stress: --duration must be a non-negative number of seconds, got {s}");
-            return ExitCode::from(2);
-        }
-        None => None,
-    };
-    println!(
-        "stress: scenario {}, seed {seed}, {threads} threads, {} ops{}",
-        cli.scenario.name(),
-        cli.ops,
-        cli.duration
-            .map_or(String::new(), |s| format!(", at most {s} s")),
-    );
-
-    let (reports, elapsed) = run_threads(cli.scenario, seed, cli.ops, threads, until);
-
-    let mut total = 0;
-    let mut failures = Vec::new();
-    for (index, report) in reports.iter().enumerate() {
-        total += report.ops;
-        println!(
-            "  thread {index}: {} ops, {} ({})",
-            report.ops,
-            rate(report.ops, report.elapsed),
-            report.detail
-        );
-        if let Some(failure) = &report.failure {
-            failures.push(format!("thread {index}: {failure}"));
-        }
-    }
-    println!(
-        "  total: {total} ops in {:.2} s, {}",
-        elapsed.as_secs_f64(),
-        rate(total, elapsed)
-    );
-    if failures.is_empty() {
-        println!("PASS");
-        ExitCode::SUCCESS
-    } else {
-        println!("FAIL: {}", failures.join("; "));
-        println!("replay: cargo run --release -p stress -- {} --seed {seed} --threads {threads} --ops {}", cli.scenario.name(), cli.ops);
-        std::process::exit(1);
-    }
+/// The wheel scenario's figures.
+#[derive(Debug, Default, Serialize)]
+struct WheelSummary {
+    ops: u64,
+    seconds: f64,
+    ops_per_s: f64,
+    per_thread_mops: Vec<f64>,
+    failures: Vec<String>,
 }
 
-/// Runs `threads` workers of `scenario`, started together, and returns their reports and
-/// the wall time from the start signal to the last join.
+fn run_wheel(seed: u64, ops: u64, threads: usize, seconds: f64) -> WheelSummary {
+    let until = Some(Instant::now() + Duration::from_secs_f64(seconds));
+    println!("wheel: {threads} threads, {ops} ops, at most {seconds:.1} s, seed {seed}");
+    let (reports, elapsed) = run_threads(seed, ops, threads, until);
+    let mut summary = WheelSummary {
+        seconds: elapsed.as_secs_f64(),
+        ..WheelSummary::default()
+    };
+    for (index, report) in reports.iter().enumerate() {
+        summary.ops += report.ops;
+        let mops = report.ops as f64 / report.elapsed.as_secs_f64().max(1e-9) / 1e6;
+        summary.per_thread_mops.push(mops);
+        println!(
+            "  thread {index}: {} ops, {mops:.2} M ops/s ({})",
+            report.ops, report.detail
+        );
+        if let Some(failure) = &report.failure {
+            summary.failures.push(format!("thread {index}: {failure}"));
+        }
+    }
+    summary.ops_per_s = summary.ops as f64 / summary.seconds.max(1e-9);
+    println!(
+        "  total: {} ops in {:.2} s, {:.2} M ops/s",
+        summary.ops,
+        summary.seconds,
+        summary.ops_per_s / 1e6
+    );
+    println!("  violations   {}", summary.failures.len());
+    for failure in &summary.failures {
+        println!("VIOLATION: {failure}");
+    }
+    summary
+}
+
+/// Runs `threads` wheel workers, started together, and returns their reports and the wall
+/// time from the start signal to the last join.
 fn run_threads(
-    scenario: Scenario,
     seed: u64,
     ops: u64,
     threads: usize,
@@ -181,9 +486,7 @@ fn run_threads(
                 .spawn(move || {
                     barrier.wait();
                     let start = Instant::now();
-                    let mut report = match scenario {
-                        Scenario::Wheel => wheel::run(thread_seed, &limits),
-                    };
+                    let mut report = wheel::run(thread_seed, &limits);
                     report.elapsed = start.elapsed();
                     if report.failure.is_some() {
                         limits.stop.store(true, Ordering::Relaxed);
@@ -217,14 +520,9 @@ fn run_threads(
 
 /// Thread `index`'s seed: a SplitMix64 step of `seed` and the index, so neighbouring seeds
 /// and threads get unrelated streams.
-fn split_seed(seed: u64, index: u64) -> u64 {
+pub(crate) fn split_seed(seed: u64, index: u64) -> u64 {
     let mut z = seed ^ index.wrapping_add(1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
     z ^ (z >> 31)
-}
-
-fn rate(ops: u64, elapsed: Duration) -> String {
-    let per_second = ops as f64 / elapsed.as_secs_f64().max(1e-9);
-    format!("{:.2} M ops/s", per_second / 1e6)
 }

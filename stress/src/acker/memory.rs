@@ -1,0 +1,150 @@
+//! The memory phase: what one pending root costs, and whether memory follows the roots
+//! pending rather than the roots ever seen.
+//!
+//! An `Acker<u32>` is built with `max_pending = N` and filled with N roots (random ids,
+//! `u32` payloads), then one reaper pass schedules their timers; the resident-set growth
+//! from before the build to that point, divided by the roots actually pending, is the cost
+//! per pending root with everything included: the ledger's slots (preallocated for
+//! `max_pending`), the payloads and the wheels' timers. Every root is then acked, the clock
+//! moves past the timeout and a pass reaps the wheels' stale timers (so their slots are
+//! reclaimed), and a second wave of N new roots does the same. The second wave's resident
+//! size must not exceed the first's by much: roots that came and went must leave nothing
+//! behind.
+//!
+//! The acker runs in manual mode on a `ManualClock`: the same ledger and wheels as with a
+//! reaper thread, but the phase does not wait out real timeouts, and a slow machine cannot
+//! make roots time out in the middle of a fill. RSS is coarse (pages, allocator arenas),
+//! which is why N is in the millions.
+
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+use ackwheel::{Acker, ManualClock};
+use serde::Serialize;
+
+use crate::rss;
+
+/// The roots' timeout (any length: the clock is manual).
+const TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The phase's figures (bytes).
+#[derive(Debug, Clone, Default, Serialize)]
+pub(crate) struct Memory {
+    pub(crate) max_pending: usize,
+    /// Roots pending when the first wave's RSS was read.
+    pub(crate) pending: usize,
+    /// Inits refused (`Full`: the root's ledger bucket was full).
+    pub(crate) refused: u64,
+    pub(crate) rss_before: u64,
+    /// Right after `build()`, before any init: the preallocated table.
+    pub(crate) rss_built: u64,
+    pub(crate) rss_full: u64,
+    /// The second wave, at the same fill.
+    pub(crate) rss_full_second: u64,
+    /// After both waves were acked and reaped.
+    pub(crate) rss_drained: u64,
+    /// After the acker was dropped.
+    pub(crate) rss_dropped: u64,
+    pub(crate) bytes_per_pending_root: f64,
+    /// (second wave - first wave) / first wave's growth: memory left behind by roots that
+    /// came and went.
+    pub(crate) second_wave_growth: f64,
+    pub(crate) seconds: f64,
+}
+
+/// Runs the phase with `roots` roots per wave. `None` when RSS cannot be read.
+pub(crate) fn run(roots: usize, seed: u64) -> Result<Option<Memory>, String> {
+    let start = Instant::now();
+    let Some(rss_before) = rss::current() else {
+        return Ok(None);
+    };
+    let clock = ManualClock::new(seed);
+    let acker: Acker<u32> = Acker::builder()
+        .max_pending(roots)
+        .timeout(TIMEOUT)
+        .clock(clock.clone())
+        .build_manual()
+        .map_err(|e| format!("building the memory-phase acker: {e}"))?;
+    let rss_built = rss::current().unwrap_or(0);
+
+    // The roots are a SplitMix64 sequence, regenerated to ack them rather than stored: a
+    // list of them would add 8 B per root to the very RSS being measured.
+    let wave = |from: u64| -> HashSet<u64> {
+        let mut refused = HashSet::new();
+        let mut next = from;
+        for i in 0..roots {
+            let root = splitmix(&mut next);
+            if acker.init(root, root | 1, i as u32).is_err() {
+                refused.insert(root);
+            }
+        }
+        // One pass at the same instant: nothing is due, every new timer goes on a wheel.
+        acker.expire();
+        refused
+    };
+    let drain = |from: u64, refused: &HashSet<u64>| -> Result<(), String> {
+        let mut next = from;
+        for _ in 0..roots {
+            let root = splitmix(&mut next);
+            if !refused.contains(&root) {
+                acker.ack(root, root | 1);
+            }
+        }
+        // Past every deadline: the pass reaps the stale timers of the acked roots.
+        clock.advance(TIMEOUT + Duration::from_secs(1));
+        acker.expire();
+        match acker.pending() {
+            0 => Ok(()),
+            n => Err(format!(
+                "memory phase: {n} entries pending after every root was acked"
+            )),
+        }
+    };
+
+    let (first, second) = (splitmix(&mut (seed ^ 1)), splitmix(&mut (seed ^ 2)));
+    let refused = wave(first);
+    let pending = acker.pending();
+    let rss_full = rss::current().unwrap_or(0);
+    drain(first, &refused)?;
+    let refused_second = wave(second);
+    let rss_full_second = rss::current().unwrap_or(0);
+    drain(second, &refused_second)?;
+    let rss_drained = rss::current().unwrap_or(0);
+    drop(acker);
+    collect_garbage();
+    let rss_dropped = rss::current().unwrap_or(0);
+
+    let grown = rss_full.saturating_sub(rss_before);
+    Ok(Some(Memory {
+        max_pending: roots,
+        pending,
+        refused: refused.len() as u64,
+        rss_before,
+        rss_built,
+        rss_full,
+        rss_full_second,
+        rss_drained,
+        rss_dropped,
+        bytes_per_pending_root: grown as f64 / pending.max(1) as f64,
+        second_wave_growth: (rss_full_second as f64 - rss_full as f64) / grown.max(1) as f64,
+        seconds: start.elapsed().as_secs_f64(),
+    }))
+}
+
+/// Retired ledger slots are freed by crossbeam-epoch's deferred functions, which keep a
+/// dropped acker's state alive until they run: pin (and flush) until the global epoch has
+/// moved on enough for this thread to collect them, as any later user of the crate would.
+pub(crate) fn collect_garbage() {
+    for _ in 0..4096 {
+        crossbeam_epoch::pin().flush();
+    }
+}
+
+/// SplitMix64: distinct, well-spread roots from a seed.
+fn splitmix(state: &mut u64) -> u64 {
+    *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}

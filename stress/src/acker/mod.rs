@@ -1,0 +1,557 @@
+//! The acker scenario: a simulated Storm topology on every core, every tree judged by an
+//! oracle that knows its fate.
+//!
+//! ## Phases
+//!
+//! 1. **Memory** ([`memory`], `--memory-roots`, first: RSS reads best in a process that has
+//!    not yet allocated anything big): bytes per pending root, and no growth with the roots
+//!    ever seen.
+//! 2. **Traffic** (`--duration`): spout and bolt threads ([`topology`]) run against one
+//!    `Acker<u32>` with `--timeout-ms`; each completion goes to the [`oracle`], and each
+//!    tree, once nothing can touch it any more, to the checker thread, which judges it.
+//! 3. **Drain**: spouts stop (sending any init they held back), bolts finish every queued
+//!    tuple; then every tree must complete within timeout + 5 s (the timed-out ones on the
+//!    reaper), and then `pending()` must return to 0 as the orphans (acks that arrived
+//!    after their tree completed, ghost acks) expire.
+//! 4. **Cross-checks**: the acker's `stats()` must agree with the oracle's counts, no
+//!    callback may have panicked, and every ghost ack must have expired as an orphan.
+//! 5. **Idle**: once every deadline has passed, the reaper's wake-ups over one second (it
+//!    should sleep).
+//!
+//! Every violation is printed with the tree's history and makes the run fail.
+
+mod memory;
+mod oracle;
+mod topology;
+
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Barrier};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use ackwheel::Acker;
+use crossbeam_utils::CachePadded;
+use serde::Serialize;
+
+use crate::report::{self, Percentiles, Progress, Sample};
+use crate::{rss, split_seed};
+use oracle::{Oracle, Tally};
+use topology::{Counters, Shape, Topology};
+
+pub(crate) use memory::Memory;
+
+/// The acker scenario's knobs (from the command line).
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct Config {
+    pub(crate) bolts: usize,
+    pub(crate) spouts: usize,
+    pub(crate) trees: Option<u64>,
+    pub(crate) duration_s: f64,
+    pub(crate) fanout: u32,
+    pub(crate) depth: u8,
+    pub(crate) fail_rate: f64,
+    pub(crate) drop_rate: f64,
+    pub(crate) dup_rate: f64,
+    pub(crate) timeout_ms: u64,
+    pub(crate) seed: u64,
+    pub(crate) replay: bool,
+    pub(crate) in_flight: usize,
+    pub(crate) memory_roots: usize,
+    #[serde(skip)]
+    pub(crate) plant_bug: bool,
+}
+
+/// The smallest memory phase whose second-wave growth is judged.
+const MEMORY_CHECK_MIN_ROOTS: usize = 250_000;
+
+/// How many attempts a replayed message gets in all.
+const MAX_ATTEMPTS: u8 = 3;
+
+/// Outcome counts for one fate.
+#[derive(Debug, Clone, Default, Serialize)]
+pub(crate) struct Row {
+    pub(crate) acked: u64,
+    pub(crate) failed: u64,
+    pub(crate) timed_out: u64,
+}
+
+/// What the run did and found; printed, and written by `--json`.
+#[derive(Debug, Clone, Default, Serialize)]
+pub(crate) struct Summary {
+    pub(crate) config: Option<Config>,
+    pub(crate) traffic_seconds: f64,
+    pub(crate) total_seconds: f64,
+    pub(crate) trees_started: u64,
+    pub(crate) trees_completed: u64,
+    pub(crate) trees_per_s: f64,
+    pub(crate) acks: u64,
+    pub(crate) acks_per_s: f64,
+    pub(crate) tuples: u64,
+    pub(crate) fails_sent: u64,
+    pub(crate) acks_dropped: u64,
+    pub(crate) acks_duplicated: u64,
+    pub(crate) resets: u64,
+    pub(crate) ghost_acks: u64,
+    pub(crate) joins: u64,
+    pub(crate) inits_held_back: u64,
+    /// Outcomes by fate: clean (expected Acked), fail sent (expected Failed), ack dropped or
+    /// duplicated (expected TimedOut).
+    pub(crate) clean: Row,
+    pub(crate) fail_sent: Row,
+    pub(crate) ack_dropped_or_duplicated: Row,
+    pub(crate) inits_refused: u64,
+    pub(crate) replays_started: u64,
+    pub(crate) messages_acked_first_try: u64,
+    pub(crate) messages_acked_after_replay: u64,
+    pub(crate) messages_given_up: u64,
+    pub(crate) violations: u64,
+    pub(crate) violation_reports: Vec<String>,
+    /// How many violations of each kind the oracle found.
+    pub(crate) violation_kinds: Vec<(String, u64)>,
+    /// Completion.elapsed - timeout, for TimedOut trees without a reset.
+    pub(crate) timeout_lateness: Percentiles,
+    /// Largest (completion - oracle deadline), by the oracle's own readings, in µs.
+    pub(crate) oracle_lateness_max_us: f64,
+    /// Completion.elapsed of Acked trees.
+    pub(crate) completion_latency: Percentiles,
+    pub(crate) stats_acked: u64,
+    pub(crate) stats_failed: u64,
+    pub(crate) stats_timed_out: u64,
+    pub(crate) stats_orphans_expired: u64,
+    pub(crate) stats_rejected_full: u64,
+    pub(crate) stats_callback_panics: u64,
+    pub(crate) pending_after_drain: usize,
+    pub(crate) drain_seconds: f64,
+    pub(crate) peak_rss: Option<u64>,
+    pub(crate) idle_wakeups_per_s: u64,
+    pub(crate) memory: Option<Memory>,
+    pub(crate) throughput: Vec<Sample>,
+    #[serde(skip)]
+    pub(crate) lateness_curve: Vec<(f64, f64)>,
+    #[serde(skip)]
+    pub(crate) latency_curve: Vec<(f64, f64)>,
+}
+
+/// Runs the scenario.
+pub(crate) fn run(cfg: &Config) -> Summary {
+    let started_at = Instant::now();
+    let mut memory = None;
+    let mut memory_problems = Vec::new();
+    // --- memory, first: RSS is read best in a process that has not yet allocated (and
+    // half-freed, through deferred reclamation) anything big.
+    if cfg.memory_roots > 0 {
+        eprintln!(
+            "  memory phase: {} roots per wave, two waves",
+            report::si(cfg.memory_roots as f64)
+        );
+        match memory::run(cfg.memory_roots, cfg.seed) {
+            Ok(m) => {
+                if let Some(m) = &m {
+                    // Below a few hundred thousand roots RSS is too coarse (pages, arenas,
+                    // a sanitizer's shadow memory) to call a growth a leak.
+                    if m.max_pending >= MEMORY_CHECK_MIN_ROOTS && m.second_wave_growth > 0.25 {
+                        memory_problems.push(format!(
+                            "VIOLATION: memory grew {:.0} % from the first wave of {} roots to the second: it follows the roots ever seen",
+                            m.second_wave_growth * 100.0,
+                            m.max_pending
+                        ));
+                    }
+                }
+                memory = m;
+            }
+            Err(e) => {
+                memory_problems.push(format!("VIOLATION: {e}"));
+            }
+        }
+    }
+    let timeout = Duration::from_millis(cfg.timeout_ms.max(1));
+    let timeout_ns = timeout.as_nanos() as u64;
+    let per_spout = cfg.in_flight.div_ceil(cfg.spouts).max(1);
+    let (oracle, free, reports) = Oracle::new(cfg.spouts, per_spout, timeout_ns, cfg.plant_bug);
+    let oracle = Arc::new(oracle);
+
+    let (replay_tx, replay_rx): (Vec<_>, Vec<_>) = (0..cfg.spouts)
+        .map(|_| crossbeam_channel::unbounded::<(u64, u8)>())
+        .unzip();
+    let checker = {
+        let replays = cfg.replay.then(|| (replay_tx.clone(), MAX_ATTEMPTS));
+        thread::Builder::new()
+            .name("stress-checker".into())
+            .spawn(move || oracle::check(reports, timeout_ns, replays))
+            .expect("spawn the checker")
+    };
+    drop(replay_tx);
+
+    let sink = Arc::clone(&oracle);
+    let acker: Acker<u32> = Acker::builder()
+        .timeout(timeout)
+        .on_complete(move |c| sink.on_complete(c))
+        .build()
+        .expect("a valid acker configuration");
+
+    let (bolt_tx, bolt_rx): (Vec<_>, Vec<_>) = (0..cfg.bolts)
+        .map(|_| crossbeam_channel::unbounded())
+        .unzip();
+    let topo = Topology {
+        acker: acker.clone(),
+        oracle: Arc::clone(&oracle),
+        shape: Shape {
+            fanout: cfg.fanout.max(1),
+            depth: cfg.depth.max(1),
+            fail_rate: cfg.fail_rate.clamp(0.0, 1.0),
+            drop_rate: cfg.drop_rate.clamp(0.0, 1.0),
+            dup_rate: cfg.dup_rate.clamp(0.0, 1.0),
+            reset_rate: 0.001,
+            ghost_rate: 0.0005,
+            join_rate: 0.03,
+            init_first_rate: 0.25,
+            init_held_rate: 0.10,
+            max_trees: cfg.trees.unwrap_or(u64::MAX),
+        },
+        bolts: bolt_tx,
+        outstanding: AtomicI64::new(0),
+        spouts_running: AtomicUsize::new(cfg.spouts),
+        stop: AtomicBool::new(false),
+        started: AtomicU64::new(0),
+        // Spouts first, then bolts: each thread its own cache line of counters.
+        counters: (0..cfg.spouts + cfg.bolts)
+            .map(|_| CachePadded::new(Counters::default()))
+            .collect(),
+    };
+
+    rss::reset_peak();
+    let mut progress = Progress::new(Duration::from_secs_f64(cfg.duration_s));
+    let mut summary = Summary {
+        config: Some(cfg.clone()),
+        memory,
+        violations: memory_problems.len() as u64,
+        violation_reports: memory_problems,
+        ..Summary::default()
+    };
+    let barrier = Barrier::new(cfg.spouts + cfg.bolts + 1);
+    let traffic = thread::scope(|s| {
+        let topo = &topo;
+        let barrier = &barrier;
+        for (i, rx) in bolt_rx.iter().enumerate() {
+            let seed = split_seed(cfg.seed, 1000 + i as u64);
+            thread::Builder::new()
+                .name(format!("bolt-{i}"))
+                .spawn_scoped(s, move || {
+                    barrier.wait();
+                    topo.bolt(cfg.spouts + i, seed, rx);
+                })
+                .expect("spawn a bolt");
+        }
+        let spouts: Vec<_> = free
+            .iter()
+            .zip(&replay_rx)
+            .enumerate()
+            .map(|(i, (free, replays))| {
+                let seed = split_seed(cfg.seed, i as u64);
+                thread::Builder::new()
+                    .name(format!("spout-{i}"))
+                    .spawn_scoped(s, move || {
+                        barrier.wait();
+                        topo.spout(i, seed, free, replays);
+                        topo.spouts_running.fetch_sub(1, Ordering::SeqCst);
+                    })
+                    .expect("spawn a spout")
+            })
+            .collect();
+        barrier.wait();
+        let traffic_start = Instant::now();
+        let duration = Duration::from_secs_f64(cfg.duration_s);
+        let mut last = (Instant::now(), 0u64, 0u64);
+        loop {
+            thread::sleep(progress.period());
+            let elapsed = traffic_start.elapsed();
+            let done = oracle.completions.load(Ordering::Relaxed);
+            let acks = topo.sum(|c| &c.acks);
+            if last.0.elapsed() >= Duration::from_millis(500) {
+                let dt = last.0.elapsed().as_secs_f64();
+                summary.throughput.push(Sample {
+                    t: elapsed.as_secs_f64(),
+                    rate: (done - last.1) as f64 / dt,
+                    rate2: (acks - last.2) as f64 / dt,
+                });
+                last = (Instant::now(), done, acks);
+            }
+            let secs = elapsed.as_secs_f64().max(1e-3);
+            progress.update(&format!(
+                "trees {} ({}/s)  acks {} ({}/s)  in flight {}  pending {}",
+                report::si(done as f64),
+                report::si(done as f64 / secs),
+                report::si(acks as f64),
+                report::si(acks as f64 / secs),
+                oracle.in_flight(&free),
+                acker.pending(),
+            ));
+            if elapsed >= duration || topo.stop.load(Ordering::Relaxed) {
+                break;
+            }
+        }
+        topo.stop.store(true, Ordering::Relaxed);
+        let traffic = traffic_start.elapsed();
+        summary.trees_completed = oracle.completions.load(Ordering::Relaxed);
+        summary.acks = topo.sum(|c| &c.acks);
+        for spout in spouts {
+            let _ = spout.join();
+        }
+        // The bolts leave by themselves once every tuple has been processed.
+        traffic
+    });
+    summary.traffic_seconds = traffic.as_secs_f64();
+    summary.trees_per_s = summary.trees_completed as f64 / summary.traffic_seconds;
+    summary.acks_per_s = summary.acks as f64 / summary.traffic_seconds;
+
+    // --- drain: every tree completes, then every orphan expires.
+    let drain_start = Instant::now();
+    let quiet_since = oracle.now();
+    let limit = drain_start + timeout + Duration::from_secs(5);
+    while oracle.in_flight(&free) > 0 && Instant::now() < limit {
+        progress.update(&format!(
+            "draining: {} trees in flight, {} entries pending",
+            oracle.in_flight(&free),
+            acker.pending()
+        ));
+        thread::sleep(Duration::from_millis(20));
+    }
+    oracle.report_stuck(&free);
+    let limit = Instant::now() + timeout + Duration::from_secs(3);
+    while acker.pending() > 0 && Instant::now() < limit {
+        progress.update(&format!(
+            "draining: {} entries pending (orphans expire after the timeout)",
+            acker.pending()
+        ));
+        thread::sleep(Duration::from_millis(20));
+    }
+    progress.finish();
+    summary.pending_after_drain = acker.pending();
+    summary.drain_seconds = drain_start.elapsed().as_secs_f64();
+    oracle.end();
+    let tally = checker.join().unwrap_or_else(|_| Tally {
+        violations: 1,
+        reports: vec!["VIOLATION: the checker thread panicked".into()],
+        ..Tally::default()
+    });
+    fill_from_tally(&mut summary, &tally);
+    fill_from_counters(&mut summary, &topo);
+
+    // --- cross-checks against the acker's own counters.
+    let stats = acker.stats();
+    summary.stats_acked = stats.acked;
+    summary.stats_failed = stats.failed;
+    summary.stats_timed_out = stats.timed_out;
+    summary.stats_orphans_expired = stats.orphans_expired;
+    summary.stats_rejected_full = stats.rejected_full;
+    summary.stats_callback_panics = stats.callback_panics;
+    let rows = [
+        &summary.clean,
+        &summary.fail_sent,
+        &summary.ack_dropped_or_duplicated,
+    ];
+    let oracle_acked: u64 = rows.iter().map(|r| r.acked).sum();
+    let oracle_failed: u64 = rows.iter().map(|r| r.failed).sum();
+    let oracle_timed_out: u64 = rows.iter().map(|r| r.timed_out).sum();
+    let mut problems = Vec::new();
+    if summary.pending_after_drain != 0 {
+        problems.push(format!(
+            "pending() is {} after the drain (timeout + 3 s after the last tree), not 0",
+            summary.pending_after_drain
+        ));
+    }
+    if (stats.acked, stats.failed, stats.timed_out)
+        != (oracle_acked, oracle_failed, oracle_timed_out)
+    {
+        problems.push(format!(
+            "stats() says {} acked / {} failed / {} timed out, the oracle saw {oracle_acked} / {oracle_failed} / {oracle_timed_out}",
+            stats.acked, stats.failed, stats.timed_out
+        ));
+    }
+    if stats.callback_panics != 0 {
+        problems.push(format!(
+            "{} on_complete calls panicked",
+            stats.callback_panics
+        ));
+    }
+    if stats.orphans_expired + stats.rejected_full < summary.ghost_acks {
+        problems.push(format!(
+            "{} ghost acks (roots never initialized) but only {} orphans expired",
+            summary.ghost_acks, stats.orphans_expired
+        ));
+    }
+    for p in problems {
+        summary.violations += 1;
+        summary.violation_reports.push(format!("VIOLATION: {p}"));
+    }
+    summary.peak_rss = rss::peak();
+
+    // --- idle: every deadline (stale wheel timers included) has passed; count wake-ups.
+    let quiet_until = quiet_since + timeout_ns + 2 * 1_000_000 + 50_000_000;
+    while oracle.now() < quiet_until {
+        thread::sleep(Duration::from_millis(10));
+    }
+    let before = acker.idle_wakeups();
+    thread::sleep(Duration::from_secs(1));
+    summary.idle_wakeups_per_s = acker.idle_wakeups() - before;
+
+    drop(topo);
+    drop(acker);
+    memory::collect_garbage();
+
+    summary.total_seconds = started_at.elapsed().as_secs_f64();
+    summary
+}
+
+fn fill_from_tally(summary: &mut Summary, t: &Tally) {
+    let row = |r: &[u64; 3]| Row {
+        acked: r[0],
+        failed: r[1],
+        timed_out: r[2],
+    };
+    summary.clean = row(&t.counts[0]);
+    summary.fail_sent = row(&t.counts[1]);
+    summary.ack_dropped_or_duplicated = row(&t.counts[2]);
+    summary.inits_refused = t.refused;
+    summary.messages_acked_first_try = t.msgs_first_try;
+    summary.messages_acked_after_replay = t.msgs_after_replay;
+    summary.messages_given_up = t.msgs_given_up;
+    summary.violations += t.violations;
+    summary.violation_reports.extend(t.reports.iter().cloned());
+    summary.violation_kinds = t.kinds.iter().map(|(k, n)| (k.clone(), *n)).collect();
+    if let Some(h) = &t.lateness {
+        summary.timeout_lateness = Percentiles::of(h);
+        summary.lateness_curve = report::percentile_curve(h);
+    }
+    if let Some(h) = &t.latency {
+        summary.completion_latency = Percentiles::of(h);
+        summary.latency_curve = report::percentile_curve(h);
+    }
+    summary.oracle_lateness_max_us = t.oracle_lateness_max as f64 / 1e3;
+}
+
+fn fill_from_counters(summary: &mut Summary, topo: &Topology) {
+    summary.trees_started = topo.sum(|c| &c.trees);
+    summary.tuples = topo.sum(|c| &c.tuples);
+    summary.fails_sent = topo.sum(|c| &c.fails);
+    summary.acks_dropped = topo.sum(|c| &c.dropped);
+    summary.acks_duplicated = topo.sum(|c| &c.duplicated);
+    summary.resets = topo.sum(|c| &c.resets);
+    summary.ghost_acks = topo.sum(|c| &c.ghosts);
+    summary.joins = topo.sum(|c| &c.joins);
+    summary.inits_held_back = topo.sum(|c| &c.inits_held);
+    summary.replays_started = topo.sum(|c| &c.replays_started);
+}
+
+/// Prints the summary (stdout).
+pub(crate) fn print(s: &Summary) {
+    let Some(cfg) = &s.config else { return };
+    println!(
+        "acker: {:.1} s of traffic, seed {}, {} spout + {} bolt threads, fanout {}, depth {}, timeout {} ms, {} trees in flight at most{}",
+        s.traffic_seconds,
+        cfg.seed,
+        cfg.spouts,
+        cfg.bolts,
+        cfg.fanout,
+        cfg.depth,
+        cfg.timeout_ms,
+        cfg.in_flight,
+        if cfg.replay { ", replays on" } else { "" }
+    );
+    println!(
+        "  trees        {} started, {} completed: {} trees/s",
+        report::si(s.trees_started as f64),
+        report::si(s.trees_completed as f64),
+        report::si(s.trees_per_s)
+    );
+    println!(
+        "  acks         {}: {} acks/s ({} tuples processed)",
+        report::si(s.acks as f64),
+        report::si(s.acks_per_s),
+        report::si(s.tuples as f64)
+    );
+    println!(
+        "  injected     {} fails, {} dropped acks, {} duplicated acks, {} resets, {} ghost acks, {} joined tuples, {} held-back inits",
+        s.fails_sent,
+        s.acks_dropped,
+        s.acks_duplicated,
+        s.resets,
+        s.ghost_acks,
+        s.joins,
+        s.inits_held_back
+    );
+    println!("  outcomes     fate                   expected       Acked      Failed    TimedOut");
+    let line = |name: &str, expected: &str, r: &Row| {
+        println!(
+            "               {name:<22} {expected:<9} {:>10} {:>11} {:>11}",
+            r.acked, r.failed, r.timed_out
+        );
+    };
+    line("clean", "Acked", &s.clean);
+    line("fail sent", "Failed", &s.fail_sent);
+    line(
+        "ack dropped/duplicated",
+        "TimedOut",
+        &s.ack_dropped_or_duplicated,
+    );
+    let late_clean = s.clean.timed_out;
+    let late_fail = s.fail_sent.timed_out;
+    if late_clean + late_fail > 0 {
+        println!(
+            "               ({} clean and {} failed trees timed out because a message came after the deadline: legal, and checked)",
+            late_clean, late_fail
+        );
+    }
+    if cfg.replay {
+        println!(
+            "  replays      {} started; messages acked first try {}, after a replay {}, given up after {MAX_ATTEMPTS} attempts {}",
+            s.replays_started,
+            s.messages_acked_first_try,
+            s.messages_acked_after_replay,
+            s.messages_given_up
+        );
+    }
+    println!("  violations   {}", s.violations);
+    for (kind, n) in &s.violation_kinds {
+        println!("               {n} x {kind}");
+    }
+    println!("  timeout lateness    {}", s.timeout_lateness.line());
+    println!("  completion latency  {}", s.completion_latency.line());
+    println!(
+        "  acker stats  acked {}, failed {}, timed out {}, orphans expired {}, rejected full {}, callback panics {}; pending after drain {} ({:.1} s drain)",
+        s.stats_acked,
+        s.stats_failed,
+        s.stats_timed_out,
+        s.stats_orphans_expired,
+        s.stats_rejected_full,
+        s.stats_callback_panics,
+        s.pending_after_drain,
+        s.drain_seconds
+    );
+    println!(
+        "  peak RSS     {}",
+        s.peak_rss.map_or("unavailable".into(), report::bytes)
+    );
+    println!(
+        "  idle         {} reaper wake-ups in 1 s with nothing due",
+        s.idle_wakeups_per_s
+    );
+    match &s.memory {
+        Some(m) => println!(
+            "  memory       {:.1} B per pending root ({} pending of max_pending {}: +{} RSS, of which {} right after build); second wave {:+.1} %; after drain +{}, after drop +{}",
+            m.bytes_per_pending_root,
+            report::si(m.pending as f64),
+            report::si(m.max_pending as f64),
+            report::bytes(m.rss_full.saturating_sub(m.rss_before)),
+            report::bytes(m.rss_built.saturating_sub(m.rss_before)),
+            m.second_wave_growth * 100.0,
+            report::bytes(m.rss_drained.saturating_sub(m.rss_before)),
+            report::bytes(m.rss_dropped.saturating_sub(m.rss_before)),
+        ),
+        None if cfg.memory_roots > 0 => println!("  memory       unavailable (no /proc/self/status)"),
+        None => {}
+    }
+    for r in &s.violation_reports {
+        println!("{r}");
+    }
+}

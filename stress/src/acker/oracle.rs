@@ -1,0 +1,919 @@
+//! The oracle: what each tree's fate was, what the acker said about it, and whether the two
+//! agree.
+//!
+//! ## Records
+//!
+//! Every tree in flight owns one [`Slot`] of a fixed array; the acker's payload is the slot
+//! index, so a completion finds its record without a lookup, and a completion whose root is
+//! not the slot's current root is a completion for a root that was never initialized (or is
+//! long gone). The array's size is the harness's max-spout-pending: a spout waits for a free
+//! slot before it starts a tree, exactly like Storm's `max.spout.pending`.
+//!
+//! A slot is written by many threads at once (the spout, every bolt holding one of the tree's
+//! tuples, the thread that completes it), all with atomics: flags are OR-ed in, times are
+//! min-ed or max-ed, and each message is appended to a small event log (the *history*
+//! printed with a violation). Nothing here takes a lock.
+//!
+//! ## When a tree is judged
+//!
+//! A slot carries a reference count: one for the spout until the init has been sent, one for
+//! the completion, and one per tuple of the tree that is still queued or being processed
+//! (a tuple anchored to two trees holds one on each). Whoever drops the last reference —
+//! so no thread can still send a message for the tree — snapshots the slot into a [`Record`],
+//! sends it to the checker thread and hands the slot back to its spout. The checker
+//! ([`check`]) judges it against [`verify`], keeps the tallies and histograms, and asks the
+//! spout for a replay when that is enabled. Keeping the judging on one thread keeps the
+//! histograms unshared and the bolts' critical path short.
+//!
+//! ## Time
+//!
+//! Every time here is a reading of `MonotonicClock`, the acker's own clock (one process-wide
+//! origin), so "before the deadline" means the same thing to both. The oracle's deadline is
+//! the spout's reading *before* the tree's first message, plus the timeout: the acker's real
+//! deadline (its reading at the first message it saw, plus the timeout) is never earlier,
+//! so a `TimedOut` completion read before the oracle's deadline was early for certain.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+use ackwheel::{Clock, Completion, MonotonicClock, Outcome};
+use crossbeam_channel::{Receiver, Sender};
+use hdrhistogram::Histogram;
+
+use crate::report;
+
+/// Events kept per tree for its history; later ones are counted, not kept.
+const LOG: usize = 24;
+
+// Tree flags: what was done to the tree's messages.
+/// A bolt failed one of the tree's tuples.
+pub(crate) const FAIL_SENT: u32 = 1 << 0;
+/// An ack for the tree was dropped on its way to the acker.
+pub(crate) const DROPPED: u32 = 1 << 1;
+/// An ack for the tree was sent twice.
+pub(crate) const DUPED: u32 = 1 << 2;
+/// The spout held the init back for a while (acks may arrive first).
+pub(crate) const INIT_DELAYED: u32 = 1 << 3;
+/// A `reset_timeout` that the acker had to honour moved the oracle's deadline.
+pub(crate) const RESET: u32 = 1 << 4;
+/// A tuple of the tree was anchored to another tree as well (an aggregating bolt).
+pub(crate) const JOINED: u32 = 1 << 5;
+/// `init` was refused (`Full` or `Shutdown`): no completion may come.
+pub(crate) const REFUSED: u32 = 1 << 6;
+/// `init` returned `Duplicate` for a fresh random root.
+pub(crate) const DUPLICATE_INIT: u32 = 1 << 7;
+/// The spout sent the init before emitting the root's children.
+pub(crate) const INIT_FIRST: u32 = 1 << 8;
+
+/// What a history line records.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Event {
+    /// The spout is about to emit; data = number of root children.
+    Start = 1,
+    /// `init` returned; data = the init XOR.
+    Init,
+    /// The spout decided to hold the init back; data = the delay in ns.
+    InitHeld,
+    /// `ack` returned; data = the XOR.
+    Ack,
+    /// `ack` was called twice with the same XOR; data = the XOR.
+    AckTwice,
+    /// An ack was dropped (never sent); data = the XOR.
+    AckDropped,
+    /// `fail` returned; data = 1 if it completed the tree.
+    Fail,
+    /// `reset_timeout` returned; data = its result.
+    Reset,
+    /// A tuple of this tree was joined with one of another tree; data = the other root.
+    Join,
+    /// `on_complete` ran; data = the outcome code, + 16 per extra completion.
+    Complete,
+}
+
+impl Event {
+    fn from_code(code: u64) -> Option<Event> {
+        use Event::*;
+        [
+            Start, Init, InitHeld, Ack, AckTwice, AckDropped, Fail, Reset, Join, Complete,
+        ]
+        .into_iter()
+        .find(|e| *e as u64 == code)
+    }
+}
+
+/// `Outcome` as a small number for an atomic (0 = none yet).
+pub(crate) fn outcome_code(o: Outcome) -> u32 {
+    match o {
+        Outcome::Acked => 1,
+        Outcome::Failed => 2,
+        Outcome::TimedOut => 3,
+        _ => 4,
+    }
+}
+
+fn outcome_name(code: u32) -> &'static str {
+    match code {
+        0 => "none",
+        1 => "Acked",
+        2 => "Failed",
+        3 => "TimedOut",
+        _ => "unknown",
+    }
+}
+
+/// Event word: the kind in the top byte, the time (< 2^56 ns, two years) below.
+const TIME_MASK: u64 = (1 << 56) - 1;
+
+// === impl Slot ===
+
+/// One tree in flight. See the module docs for who writes what.
+#[derive(Debug, Default)]
+pub(crate) struct Slot {
+    root: AtomicU64,
+    tree: AtomicU64,
+    /// Message id (spout << 48 | serial) and replay attempt, `msg << 8 | attempt`.
+    msg: AtomicU64,
+    refs: AtomicU32,
+    flags: AtomicU32,
+    completions: AtomicU32,
+    outcome: AtomicU32,
+    first_before: AtomicU64,
+    init_after: AtomicU64,
+    /// Earliest reading before / after a `fail` call (u64::MAX: none).
+    fail_before: AtomicU64,
+    fail_after: AtomicU64,
+    /// Latest reading after any message call returned.
+    last_after: AtomicU64,
+    /// The oracle's deadline: `first_before + timeout`, raised by honoured resets.
+    deadline: AtomicU64,
+    completed_at: AtomicU64,
+    elapsed: AtomicU64,
+    log_len: AtomicU32,
+    log: [[AtomicU64; 2]; LOG],
+}
+
+/// A judged tree: a plain copy of its slot.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Record {
+    pub(crate) slot: u32,
+    pub(crate) root: u64,
+    pub(crate) tree: u64,
+    pub(crate) msg: u64,
+    pub(crate) attempt: u8,
+    pub(crate) flags: u32,
+    pub(crate) completions: u32,
+    pub(crate) outcome: u32,
+    pub(crate) first_before: u64,
+    pub(crate) init_after: u64,
+    pub(crate) fail_before: u64,
+    pub(crate) fail_after: u64,
+    pub(crate) last_after: u64,
+    pub(crate) deadline: u64,
+    pub(crate) completed_at: u64,
+    pub(crate) elapsed: u64,
+    pub(crate) events_dropped: u32,
+    pub(crate) log: Vec<(u64, Event, u64)>,
+}
+
+/// What the checker thread receives.
+#[derive(Debug)]
+pub(crate) enum Report {
+    /// Every reference to the tree is gone: judge it.
+    Final(Box<Record>),
+    /// A second (or later) completion for a tree still in flight.
+    Extra(Box<Record>, Outcome),
+    /// A completion whose payload does not name a slot holding that root.
+    Stray {
+        root: u64,
+        payload: u32,
+        outcome: Outcome,
+    },
+    /// A tree still holding references after the run drained (judged as never completed).
+    Stuck(Box<Record>),
+    /// The run is over: hand back the tallies.
+    End,
+}
+
+// === impl Oracle ===
+
+/// The slots, the clock, and the channels out: to the checker and back to the spouts.
+#[derive(Debug)]
+pub(crate) struct Oracle {
+    slots: Box<[Slot]>,
+    clock: MonotonicClock,
+    timeout: u64,
+    per_spout: usize,
+    free: Vec<Sender<u32>>,
+    reports: Sender<Report>,
+    /// Completions seen (for the progress line).
+    pub(crate) completions: AtomicU64,
+    /// For a planted-bug check: report every `Acked` as `Failed` (see `--plant-bug`).
+    plant_bug: bool,
+}
+
+impl Oracle {
+    /// `spouts * per_spout` slots; returns the oracle, each spout's free-slot receiver
+    /// (pre-filled with its slots) and the checker's receiver.
+    pub(crate) fn new(
+        spouts: usize,
+        per_spout: usize,
+        timeout: u64,
+        plant_bug: bool,
+    ) -> (Oracle, Vec<Receiver<u32>>, Receiver<Report>) {
+        let mut free = Vec::new();
+        let mut free_rx = Vec::new();
+        for s in 0..spouts {
+            let (tx, rx) = crossbeam_channel::bounded(per_spout);
+            for i in 0..per_spout {
+                tx.send((s * per_spout + i) as u32)
+                    .expect("fill a free list");
+            }
+            free.push(tx);
+            free_rx.push(rx);
+        }
+        let (reports, reports_rx) = crossbeam_channel::unbounded();
+        let oracle = Oracle {
+            slots: (0..spouts * per_spout).map(|_| Slot::default()).collect(),
+            clock: MonotonicClock::new(),
+            timeout,
+            per_spout,
+            free,
+            reports,
+            completions: AtomicU64::new(0),
+            plant_bug,
+        };
+        (oracle, free_rx, reports_rx)
+    }
+
+    /// The acker's clock.
+    #[inline]
+    pub(crate) fn now(&self) -> u64 {
+        self.clock.now()
+    }
+
+    pub(crate) fn timeout(&self) -> u64 {
+        self.timeout
+    }
+
+    fn slot(&self, slot: u32) -> &Slot {
+        &self.slots[slot as usize]
+    }
+
+    /// A spout takes a free slot for a new tree with `children` root tuples. Returns the
+    /// reading taken before any message of the tree, which starts the oracle's deadline.
+    pub(crate) fn begin(
+        &self,
+        slot: u32,
+        root: u64,
+        tree: u64,
+        msg: u64,
+        attempt: u8,
+        children: u32,
+    ) -> u64 {
+        let s = self.slot(slot);
+        // Relaxed throughout: the slot reaches other threads only through a channel send
+        // (a tuple, or the payload inside the acker), which orders these stores before them.
+        s.tree.store(tree, Ordering::Relaxed);
+        s.msg
+            .store(msg << 8 | u64::from(attempt), Ordering::Relaxed);
+        // Spout until init is sent, the completion, and one per root tuple.
+        s.refs.store(2 + children, Ordering::Relaxed);
+        s.flags.store(0, Ordering::Relaxed);
+        s.completions.store(0, Ordering::Relaxed);
+        s.outcome.store(0, Ordering::Relaxed);
+        s.init_after.store(0, Ordering::Relaxed);
+        s.fail_before.store(u64::MAX, Ordering::Relaxed);
+        s.fail_after.store(u64::MAX, Ordering::Relaxed);
+        s.completed_at.store(0, Ordering::Relaxed);
+        s.elapsed.store(0, Ordering::Relaxed);
+        s.log_len.store(0, Ordering::Relaxed);
+        s.root.store(root, Ordering::Release);
+        let before = self.now();
+        s.first_before.store(before, Ordering::Relaxed);
+        s.last_after.store(before, Ordering::Relaxed);
+        s.deadline
+            .store(before.wrapping_add(self.timeout), Ordering::Relaxed);
+        self.log(slot, Event::Start, before, u64::from(children));
+        before
+    }
+
+    /// Appends to the tree's history.
+    pub(crate) fn log(&self, slot: u32, event: Event, time: u64, data: u64) {
+        let s = self.slot(slot);
+        let i = s.log_len.fetch_add(1, Ordering::Relaxed) as usize;
+        if let Some(entry) = s.log.get(i) {
+            entry[0].store((event as u64) << 56 | (time & TIME_MASK), Ordering::Relaxed);
+            entry[1].store(data, Ordering::Relaxed);
+        }
+    }
+
+    /// A message call for the tree has just returned: note the time and log it.
+    pub(crate) fn sent(&self, slot: u32, event: Event, data: u64) -> u64 {
+        let after = self.now();
+        self.slot(slot)
+            .last_after
+            .fetch_max(after, Ordering::Relaxed);
+        self.log(slot, event, after, data);
+        after
+    }
+
+    pub(crate) fn flag(&self, slot: u32, flag: u32) {
+        self.slot(slot).flags.fetch_or(flag, Ordering::Relaxed);
+    }
+
+    pub(crate) fn first_before(&self, slot: u32) -> u64 {
+        self.slot(slot).first_before.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn init_sent(&self, slot: u32, xor: u64) {
+        let after = self.sent(slot, Event::Init, xor);
+        self.slot(slot).init_after.store(after, Ordering::Relaxed);
+    }
+
+    pub(crate) fn fail_sent(&self, slot: u32, before: u64, completed: bool) {
+        let after = self.sent(slot, Event::Fail, u64::from(completed));
+        let s = self.slot(slot);
+        s.flags.fetch_or(FAIL_SENT, Ordering::Relaxed);
+        s.fail_before.fetch_min(before, Ordering::Relaxed);
+        s.fail_after.fetch_min(after, Ordering::Relaxed);
+    }
+
+    /// A `reset_timeout` taken between `before` and `after` returned `pending`. The acker
+    /// must honour it if it said the tree was pending and returned well before the old
+    /// deadline (so the reaper cannot have been deciding on the old one already): the
+    /// oracle's deadline becomes `before + timeout`.
+    pub(crate) fn reset(&self, slot: u32, before: u64, pending: bool) {
+        let after = self.sent(slot, Event::Reset, u64::from(pending));
+        let s = self.slot(slot);
+        let first = s.first_before.load(Ordering::Relaxed);
+        if pending && after.wrapping_sub(first) < self.timeout / 2 {
+            s.deadline
+                .fetch_max(before.wrapping_add(self.timeout), Ordering::Relaxed);
+            s.flags.fetch_or(RESET, Ordering::Relaxed);
+        }
+    }
+
+    pub(crate) fn add_refs(&self, slot: u32, n: u32) {
+        if n > 0 {
+            // Relaxed: the caller holds a reference, so the count cannot reach 0 meanwhile.
+            self.slot(slot).refs.fetch_add(n, Ordering::Relaxed);
+        }
+    }
+
+    /// Drops one reference; the last one sends the tree to the checker and frees the slot.
+    pub(crate) fn release(&self, slot: u32) {
+        // AcqRel: every thread's writes to the slot happen before its release, and the last
+        // releaser's snapshot must see them all.
+        if self.slot(slot).refs.fetch_sub(1, Ordering::AcqRel) == 1 {
+            let record = self.snapshot(slot);
+            self.slot(slot).root.store(0, Ordering::Release);
+            let _ = self.reports.send(Report::Final(Box::new(record)));
+            let owner = slot as usize / self.per_spout;
+            let _ = self.free[owner].send(slot);
+        }
+    }
+
+    /// A slot a spout took but did not use goes back to its free list.
+    pub(crate) fn give_back(&self, slot: u32) {
+        let _ = self.free[slot as usize / self.per_spout].send(slot);
+    }
+
+    /// The acker's `on_complete`.
+    pub(crate) fn on_complete(&self, c: Completion<u32>) {
+        let now = self.now();
+        self.completions.fetch_add(1, Ordering::Relaxed);
+        let outcome = if self.plant_bug && c.outcome == Outcome::Acked {
+            Outcome::Failed
+        } else {
+            c.outcome
+        };
+        let slot = c.payload;
+        let known = self
+            .slots
+            .get(slot as usize)
+            .is_some_and(|s| s.root.load(Ordering::Acquire) == c.root && c.root != 0);
+        if !known {
+            let _ = self.reports.send(Report::Stray {
+                root: c.root,
+                payload: slot,
+                outcome,
+            });
+            return;
+        }
+        let s = self.slot(slot);
+        let elapsed = u64::try_from(c.elapsed.as_nanos()).unwrap_or(u64::MAX);
+        let n = s.completions.fetch_add(1, Ordering::AcqRel);
+        self.log(
+            slot,
+            Event::Complete,
+            now,
+            u64::from(outcome_code(outcome)) + 16 * u64::from(n),
+        );
+        if n == 0 {
+            s.outcome.store(outcome_code(outcome), Ordering::Relaxed);
+            s.completed_at.store(now, Ordering::Relaxed);
+            s.elapsed.store(elapsed, Ordering::Relaxed);
+            self.release(slot);
+        } else {
+            let _ = self
+                .reports
+                .send(Report::Extra(Box::new(self.snapshot(slot)), outcome));
+        }
+    }
+
+    /// Slots still referenced (trees in flight).
+    pub(crate) fn in_flight(&self, free: &[Receiver<u32>]) -> usize {
+        self.slots.len() - free.iter().map(Receiver::len).sum::<usize>()
+    }
+
+    /// After the drain: every slot still referenced goes to the checker as stuck.
+    pub(crate) fn report_stuck(&self, free: &[Receiver<u32>]) {
+        let mut is_free = vec![false; self.slots.len()];
+        for rx in free {
+            for slot in rx.try_iter().collect::<Vec<_>>() {
+                is_free[slot as usize] = true;
+            }
+        }
+        for (slot, free) in is_free.into_iter().enumerate() {
+            if !free {
+                let record = self.snapshot(slot as u32);
+                let _ = self.reports.send(Report::Stuck(Box::new(record)));
+            }
+        }
+    }
+
+    pub(crate) fn end(&self) {
+        let _ = self.reports.send(Report::End);
+    }
+
+    fn snapshot(&self, slot: u32) -> Record {
+        let s = self.slot(slot);
+        let len = s.log_len.load(Ordering::Acquire) as usize;
+        let mut log: Vec<(u64, Event, u64)> = s.log[..len.min(LOG)]
+            .iter()
+            .filter_map(|e| {
+                let w = e[0].load(Ordering::Relaxed);
+                Event::from_code(w >> 56)
+                    .map(|ev| (w & TIME_MASK, ev, e[1].load(Ordering::Relaxed)))
+            })
+            .collect();
+        log.sort_by_key(|e| e.0);
+        let msg = s.msg.load(Ordering::Relaxed);
+        Record {
+            slot,
+            root: s.root.load(Ordering::Acquire),
+            tree: s.tree.load(Ordering::Relaxed),
+            msg: msg >> 8,
+            attempt: msg as u8,
+            flags: s.flags.load(Ordering::Relaxed),
+            completions: s.completions.load(Ordering::Relaxed),
+            outcome: s.outcome.load(Ordering::Relaxed),
+            first_before: s.first_before.load(Ordering::Relaxed),
+            init_after: s.init_after.load(Ordering::Relaxed),
+            fail_before: s.fail_before.load(Ordering::Relaxed),
+            fail_after: s.fail_after.load(Ordering::Relaxed),
+            last_after: s.last_after.load(Ordering::Relaxed),
+            deadline: s.deadline.load(Ordering::Relaxed),
+            completed_at: s.completed_at.load(Ordering::Relaxed),
+            elapsed: s.elapsed.load(Ordering::Relaxed),
+            events_dropped: len.saturating_sub(LOG) as u32,
+            log,
+        }
+    }
+}
+
+// === verify ===
+
+/// What the harness did to a tree, hence what the acker should say.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Fate {
+    /// Every ack sent once, no fail: `Acked` (or `TimedOut` if a message came late).
+    Clean,
+    /// A fail was sent: `Failed` (or `TimedOut` if the fail came late).
+    FailSent,
+    /// An ack dropped or duplicated, no fail: the value never reaches 0, so `TimedOut`.
+    Broken,
+}
+
+impl Fate {
+    pub(crate) fn of(flags: u32) -> Fate {
+        if flags & FAIL_SENT != 0 {
+            Fate::FailSent
+        } else if flags & (DROPPED | DUPED) != 0 {
+            Fate::Broken
+        } else {
+            Fate::Clean
+        }
+    }
+
+    pub(crate) fn expected(self) -> u32 {
+        match self {
+            Fate::Clean => 1,
+            Fate::FailSent => 2,
+            Fate::Broken => 3,
+        }
+    }
+}
+
+/// Every rule a judged tree must satisfy; the broken ones, described.
+pub(crate) fn verify(r: &Record, timeout: u64) -> Vec<String> {
+    let mut problems = Vec::new();
+    let fate = Fate::of(r.flags);
+    let base_deadline = r.first_before.wrapping_add(timeout);
+    let refused = r.flags & (REFUSED | DUPLICATE_INIT) != 0;
+    if r.flags & DUPLICATE_INIT != 0 {
+        problems.push("init of a fresh root returned Duplicate".to_string());
+    }
+    match (refused, r.completions) {
+        (true, 0) => return problems,
+        (true, _) => problems.push("a completion for a root whose init was refused".into()),
+        (false, 0) => problems.push("no completion".into()),
+        (false, 1) => {}
+        (false, n) => problems.push(format!("{n} completions")),
+    }
+    if r.completions == 0 {
+        return problems;
+    }
+    // Completion.elapsed counts from the acker's first message, which is not before ours.
+    if r.elapsed > r.completed_at.wrapping_sub(r.first_before) {
+        problems.push(format!(
+            "Completion.elapsed {} is longer than the time since the first message ({})",
+            ms(r.elapsed),
+            ms(r.completed_at.wrapping_sub(r.first_before))
+        ));
+    }
+    match r.outcome {
+        1 => {
+            if fate != Fate::Clean {
+                problems.push(format!(
+                    "Acked, but {}",
+                    match fate {
+                        Fate::FailSent => "a tuple was failed (its ack never sent)",
+                        _ if r.flags & DROPPED != 0 => "an ack was dropped",
+                        _ => "an ack was sent twice",
+                    }
+                ));
+            }
+        }
+        2 => {
+            if r.flags & FAIL_SENT == 0 {
+                problems.push("Failed, but no fail was sent".into());
+            } else if before(r.completed_at, r.fail_before) {
+                problems.push("Failed before the first fail was sent".into());
+            }
+        }
+        3 => {
+            if r.elapsed < timeout {
+                problems.push(format!(
+                    "TimedOut after {} (Completion.elapsed), before the timeout {}",
+                    ms(r.elapsed),
+                    ms(timeout)
+                ));
+            }
+            if before(r.completed_at, r.deadline) {
+                problems.push(format!(
+                    "TimedOut {} before its deadline{}",
+                    ms(r.deadline.wrapping_sub(r.completed_at)),
+                    if r.flags & RESET != 0 {
+                        " (as moved by reset_timeout)"
+                    } else {
+                        ""
+                    }
+                ));
+            }
+            match fate {
+                Fate::Clean if before(r.last_after, base_deadline) => problems.push(format!(
+                    "TimedOut, yet init and every ack had returned {} before the deadline",
+                    ms(base_deadline.wrapping_sub(r.last_after))
+                )),
+                Fate::FailSent
+                    if before(r.init_after.max(r.fail_after), base_deadline)
+                        && r.init_after != 0 =>
+                {
+                    problems.push(format!(
+                        "TimedOut, yet init and a fail had returned {} before the deadline",
+                        ms(base_deadline.wrapping_sub(r.init_after.max(r.fail_after)))
+                    ))
+                }
+                _ => {}
+            }
+        }
+        code => problems.push(format!("unknown outcome code {code}")),
+    }
+    problems
+}
+
+/// `a` strictly before `b` on the wrapping timeline.
+fn before(a: u64, b: u64) -> bool {
+    (b.wrapping_sub(a) as i64) > 0
+}
+
+fn ms(ns: u64) -> String {
+    format!("{:.3} ms", ns as f64 / 1e6)
+}
+
+/// The history printed with a violation.
+pub(crate) fn history(r: &Record, timeout: u64) -> String {
+    let mut out = String::new();
+    let flags: Vec<&str> = [
+        (FAIL_SENT, "fail-sent"),
+        (DROPPED, "ack-dropped"),
+        (DUPED, "ack-duplicated"),
+        (INIT_DELAYED, "init-delayed"),
+        (INIT_FIRST, "init-first"),
+        (RESET, "reset"),
+        (JOINED, "joined"),
+        (REFUSED, "init-refused"),
+        (DUPLICATE_INIT, "init-duplicate"),
+    ]
+    .iter()
+    .filter(|(f, _)| r.flags & f != 0)
+    .map(|(_, n)| *n)
+    .collect();
+    let t0 = r.first_before;
+    let rel = |t: u64| format!("{:+9.3} ms", t.wrapping_sub(t0) as i64 as f64 / 1e6);
+    let _ = writeln!(
+        out,
+        "    root {:#018x}  tree #{}  message {:#x} attempt {}  slot {}",
+        r.root, r.tree, r.msg, r.attempt, r.slot
+    );
+    let _ = writeln!(
+        out,
+        "    fate {:?} [{}]  outcome {} ({} completion(s)), expected {}",
+        Fate::of(r.flags),
+        flags.join(", "),
+        outcome_name(r.outcome),
+        r.completions,
+        outcome_name(Fate::of(r.flags).expected())
+    );
+    let _ = writeln!(
+        out,
+        "    times from the spout's reading before the first message: deadline {} (timeout {}), last message returned {}, completed {} (Completion.elapsed {})",
+        rel(r.deadline),
+        ms(timeout),
+        rel(r.last_after),
+        if r.completions > 0 { rel(r.completed_at) } else { "never".into() },
+        ms(r.elapsed)
+    );
+    let _ = writeln!(out, "    history:");
+    for &(t, event, data) in &r.log {
+        let what = match event {
+            Event::Start => format!("spout emits {data} root tuple(s)"),
+            Event::Init => format!("init(xor {data:#018x}) returned"),
+            Event::InitHeld => format!("init held back for {}", ms(data)),
+            Event::Ack => format!("ack(xor {data:#018x}) returned"),
+            Event::AckTwice => format!("ack(xor {data:#018x}) sent twice, returned"),
+            Event::AckDropped => format!("ack(xor {data:#018x}) DROPPED"),
+            Event::Fail => format!("fail returned {}", data == 1),
+            Event::Reset => format!("reset_timeout returned {}", data == 1),
+            Event::Join => format!("tuple joined with root {data:#018x}"),
+            Event::Complete => format!(
+                "on_complete: {}{}",
+                outcome_name((data % 16) as u32),
+                if data >= 16 { " (AGAIN)" } else { "" }
+            ),
+        };
+        let _ = writeln!(out, "      {} {what}", rel(t));
+    }
+    if r.events_dropped > 0 {
+        let _ = writeln!(out, "      ... and {} more events", r.events_dropped);
+    }
+    out
+}
+
+// === the checker ===
+
+/// Outcome counts by fate: `counts[fate][outcome]`, outcome 0 = Acked, 1 = Failed,
+/// 2 = TimedOut.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct Tally {
+    pub(crate) counts: [[u64; 3]; 3],
+    pub(crate) judged: u64,
+    pub(crate) refused: u64,
+    pub(crate) violations: u64,
+    /// The first few violations of each kind, each with its history.
+    pub(crate) reports: Vec<String>,
+    /// Violations by kind (the title without its numbers).
+    pub(crate) kinds: BTreeMap<String, u64>,
+    /// Messages (spout tuples, across replays) acked on the first attempt / after a replay /
+    /// given up after the last attempt.
+    pub(crate) msgs_first_try: u64,
+    pub(crate) msgs_after_replay: u64,
+    pub(crate) msgs_given_up: u64,
+    pub(crate) replays_requested: u64,
+    /// Timeout lateness (Completion.elapsed - timeout) of trees without a reset, ns.
+    pub(crate) lateness: Option<Histogram<u64>>,
+    /// Completion.elapsed of Acked trees, ns.
+    pub(crate) latency: Option<Histogram<u64>>,
+    /// Largest lateness by the oracle's own clock readings (completion - oracle deadline).
+    pub(crate) oracle_lateness_max: u64,
+}
+
+/// Replays go back to the spout that owns the message.
+pub(crate) type ReplaySender = Sender<(u64, u8)>;
+
+/// At most this many violations are printed in full, and this many of each kind.
+const PRINTED: usize = 20;
+const PRINTED_PER_KIND: u64 = 3;
+
+/// Judges every record on one thread, until `Report::End`.
+pub(crate) fn check(
+    reports: Receiver<Report>,
+    timeout: u64,
+    replays: Option<(Vec<ReplaySender>, u8)>,
+) -> Tally {
+    let mut tally = Tally {
+        lateness: Some(report::histogram()),
+        latency: Some(report::histogram()),
+        ..Tally::default()
+    };
+    let violation = |tally: &mut Tally, title: String, body: String| {
+        tally.violations += 1;
+        // Print a few of each kind (the title without its numbers), not just the first 20
+        // of the most frequent one.
+        let kind = title
+            .split_whitespace()
+            .filter(|w| !w.chars().any(|c| c.is_ascii_digit()))
+            .collect::<Vec<_>>()
+            .join(" ")
+            .trim_start_matches("root ")
+            .to_string();
+        let seen = tally.kinds.entry(kind).or_insert(0);
+        *seen += 1;
+        if *seen <= PRINTED_PER_KIND && tally.reports.len() < PRINTED {
+            let text = format!("VIOLATION: {title}\n{body}");
+            if tally.reports.is_empty() {
+                eprintln!("\n{text}");
+            }
+            tally.reports.push(text);
+        }
+    };
+    for report in reports {
+        match report {
+            Report::End => break,
+            Report::Stray {
+                root,
+                payload,
+                outcome,
+            } => violation(
+                &mut tally,
+                format!("completion {outcome:?} for root {root:#018x} (payload {payload}), which is not in flight: never initialized, or completed before"),
+                String::new(),
+            ),
+            Report::Extra(r, outcome) => violation(
+                &mut tally,
+                format!("a second completion ({outcome:?}) for root {:#018x}", r.root),
+                history(&r, timeout),
+            ),
+            Report::Stuck(r) => {
+                let title = if r.completions == 0 && r.flags & REFUSED == 0 {
+                    format!("no completion for root {:#018x} by the end of the drain", r.root)
+                } else {
+                    format!(
+                        "root {:#018x} still has tuples outstanding after the drain (harness bug)",
+                        r.root
+                    )
+                };
+                violation(&mut tally, title, history(&r, timeout));
+            }
+            Report::Final(r) => {
+                tally.judged += 1;
+                let problems = verify(&r, timeout);
+                if !problems.is_empty() {
+                    violation(
+                        &mut tally,
+                        format!("root {:#018x}: {}", r.root, problems.join("; ")),
+                        history(&r, timeout),
+                    );
+                }
+                if r.flags & REFUSED != 0 {
+                    tally.refused += 1;
+                    continue;
+                }
+                let fate = Fate::of(r.flags) as usize;
+                if (1..=3).contains(&r.outcome) {
+                    tally.counts[fate][r.outcome as usize - 1] += 1;
+                }
+                match r.outcome {
+                    1 => {
+                        if let Some(h) = &mut tally.latency {
+                            h.saturating_record(r.elapsed.max(1));
+                        }
+                        if r.attempt == 0 {
+                            tally.msgs_first_try += 1;
+                        } else {
+                            tally.msgs_after_replay += 1;
+                        }
+                    }
+                    2 | 3 => {
+                        if r.outcome == 3 {
+                            if r.flags & RESET == 0 {
+                                if let Some(h) = &mut tally.lateness {
+                                    h.saturating_record(r.elapsed.saturating_sub(timeout).max(1));
+                                }
+                            }
+                            let late = r.completed_at.wrapping_sub(r.deadline);
+                            if (late as i64) > 0 {
+                                tally.oracle_lateness_max = tally.oracle_lateness_max.max(late);
+                            }
+                        }
+                        match &replays {
+                            Some((senders, max)) if r.attempt + 1 < *max => {
+                                let spout = (r.msg >> 48) as usize;
+                                if let Some(tx) = senders.get(spout) {
+                                    let _ = tx.send((r.msg, r.attempt + 1));
+                                    tally.replays_requested += 1;
+                                }
+                            }
+                            _ => tally.msgs_given_up += 1,
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+    tally
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const T: u64 = 500_000_000;
+
+    fn record(flags: u32, outcome: u32, completed_after: u64) -> Record {
+        let first = 1_000_000_000;
+        Record {
+            root: 7,
+            flags,
+            completions: 1,
+            outcome,
+            first_before: first,
+            init_after: first + 1000,
+            last_after: first + 5000,
+            deadline: first + T,
+            completed_at: first + completed_after,
+            elapsed: completed_after - 100,
+            fail_before: u64::MAX,
+            fail_after: u64::MAX,
+            ..Record::default()
+        }
+    }
+
+    #[test]
+    fn a_slot_is_about_half_a_kibibyte() {
+        // --in-flight's limit in main.rs assumes so.
+        assert!(
+            std::mem::size_of::<Slot>() <= 512,
+            "{}",
+            std::mem::size_of::<Slot>()
+        );
+    }
+
+    #[test]
+    fn clean_acked_tree_passes() {
+        assert!(verify(&record(0, 1, 10_000), T).is_empty());
+    }
+
+    #[test]
+    fn acked_with_a_dropped_ack_is_a_violation() {
+        let p = verify(&record(DROPPED, 1, 10_000), T);
+        assert_eq!(p.len(), 1, "{p:?}");
+    }
+
+    #[test]
+    fn early_timeout_is_a_violation() {
+        let p = verify(&record(DROPPED, 3, T - 1_000_000), T);
+        assert!(p.iter().any(|p| p.contains("before its deadline")), "{p:?}");
+        assert!(verify(&record(DROPPED, 3, T + 1_000_000), T).is_empty());
+    }
+
+    #[test]
+    fn clean_tree_timing_out_with_all_messages_in_time_is_a_violation() {
+        let p = verify(&record(0, 3, T + 1_000_000), T);
+        assert!(p.iter().any(|p| p.contains("every ack")), "{p:?}");
+        let mut late = record(0, 3, T + 1_000_000);
+        late.last_after = late.first_before + T + 10;
+        assert!(verify(&late, T).is_empty());
+    }
+
+    #[test]
+    fn failed_needs_a_fail() {
+        assert!(!verify(&record(0, 2, 10_000), T).is_empty());
+        let mut r = record(FAIL_SENT, 2, 10_000);
+        r.fail_before = r.first_before + 2000;
+        r.fail_after = r.first_before + 3000;
+        assert!(verify(&r, T).is_empty());
+    }
+
+    #[test]
+    fn double_completion_and_none_are_violations() {
+        let mut r = record(0, 1, 10_000);
+        r.completions = 2;
+        assert!(!verify(&r, T).is_empty());
+        r.completions = 0;
+        assert!(!verify(&r, T).is_empty());
+    }
+}

@@ -1,0 +1,113 @@
+//! The harness end to end, at a small scale: an honest run passes and writes its JSON and
+//! SVG, every scenario runs under `all`, and a planted bug (every `Acked` reported to the
+//! oracle as `Failed`) makes the run fail with the tree's history — so a green run means
+//! the oracle was looking.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn stress(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_stress"))
+        .args(args)
+        .output()
+        .expect("run the stress binary")
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "{}\n--- stderr ---\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("ackwheel-stress-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a scratch directory");
+    dir.join(name)
+}
+
+#[test]
+fn a_short_acker_run_passes_and_writes_its_reports() {
+    let json = scratch("acker.json");
+    let svg = scratch("acker.svg");
+    let out = stress(&[
+        "acker",
+        "--duration",
+        "1",
+        "--memory-roots",
+        "20000",
+        "--seed",
+        "11",
+        "--replay",
+        "--json",
+        json.to_str().unwrap(),
+        "--plot",
+        svg.to_str().unwrap(),
+    ]);
+    let all = text(&out);
+    assert!(out.status.success(), "{all}");
+    assert!(
+        all.contains("violations   0") && all.contains("PASS"),
+        "{all}"
+    );
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(report["pass"], true);
+    assert_eq!(report["acker"]["violations"], 0);
+    assert_eq!(report["acker"]["pending_after_drain"], 0);
+    assert!(report["acker"]["trees_completed"].as_u64().unwrap() > 0);
+    assert!(
+        report["acker"]["memory"]["bytes_per_pending_root"]
+            .as_f64()
+            .unwrap()
+            > 0.0
+    );
+    let picture = std::fs::read_to_string(&svg).unwrap();
+    assert!(picture.starts_with("<svg") && picture.contains("<polyline"));
+}
+
+#[test]
+fn every_scenario_passes_under_all() {
+    let out = stress(&[
+        "all",
+        "--duration",
+        "3",
+        "--memory-roots",
+        "0",
+        "--sessions",
+        "2000",
+        "--ops",
+        "300000",
+        "--seed",
+        "12",
+    ]);
+    let all = text(&out);
+    assert!(out.status.success(), "{all}");
+    for header in ["acker:", "expiry-queue:", "wheel:"] {
+        assert!(all.contains(header), "no {header} section\n{all}");
+    }
+}
+
+#[test]
+fn a_planted_bug_fails_the_run_with_a_history() {
+    let out = stress(&[
+        "acker",
+        "--duration",
+        "1",
+        "--memory-roots",
+        "0",
+        "--seed",
+        "13",
+        "--plant-bug",
+    ]);
+    let all = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{all}");
+    assert!(all.contains("VIOLATION: root"), "{all}");
+    assert!(all.contains("Failed, but no fail was sent"), "{all}");
+    assert!(
+        all.contains("history:") && all.contains("on_complete: Failed"),
+        "{all}"
+    );
+    assert!(all.contains("FAIL:"), "{all}");
+}
