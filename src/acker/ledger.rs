@@ -435,20 +435,18 @@ impl<T> Ledger<T> {
 
     /// Writes the payload. Only the thread whose `claim_init` succeeded calls this, once.
     pub(crate) fn write_payload(&self, slot: usize, payload: T) {
+        let payload_cell = &self.slots[slot].payload;
         // Safety: INITING gives this thread exclusive write access to the cell (module docs);
         // nobody reads it before INIT, which the caller sets after this returns.
-        self.slots[slot]
-            .payload
-            .with_mut(|cell| unsafe { (*cell).write(payload) });
+        payload_cell.with_mut(|cell| unsafe { (*cell).write(payload) });
     }
 
     /// Moves the payload out. Only the thread that set DONE on a slot with INIT calls this.
     pub(crate) fn take_payload(&self, slot: usize) -> T {
+        let payload_cell = &self.slots[slot].payload;
         // Safety: INIT (observed by the caller's SeqCst CAS that set DONE) means the payload
         // was written and published; DONE makes the caller its only reader, once.
-        self.slots[slot]
-            .payload
-            .with(|cell| unsafe { (*cell).assume_init_read() })
+        payload_cell.with(|cell| unsafe { (*cell).assume_init_read() })
     }
 
     pub(crate) fn deadline(&self, slot: usize) -> u64 {
@@ -588,11 +586,10 @@ impl<T> Drop for Ledger<T> {
         for slot in 0..self.capacity() {
             let state = self.slots[slot].state.load(Ordering::SeqCst);
             if state & INIT != 0 && state & DONE == 0 {
+                let payload_cell = &self.slots[slot].payload;
                 // Safety: INIT without DONE: the payload is written and was never taken;
                 // `&mut self` means no other thread can touch it.
-                self.slots[slot]
-                    .payload
-                    .with_mut(|cell| unsafe { (*cell).assume_init_drop() });
+                payload_cell.with_mut(|cell| unsafe { (*cell).assume_init_drop() });
             }
         }
     }

@@ -563,18 +563,8 @@ impl<T: Send + 'static> Acker<T> {
             let ledger = &shard.ledger;
             for slot in 0..ledger.capacity() {
                 // An RMW read: see `settle_after_init` for the race with a concurrent init.
-                let mut state = ledger.state_rmw(slot);
-                while state & INIT != 0 && state & DONE == 0 {
-                    match ledger.transition(slot, state, DONE) {
-                        Ok(_) => {
-                            let root = inner.root_of(index, slot);
-                            handed_back.push((root, ledger.take_payload(slot)));
-                            inner.pending.fetch_sub(1, Ordering::SeqCst);
-                            ledger.retire(slot);
-                            break;
-                        }
-                        Err(now) => state = now,
-                    }
+                if let Some(payload) = inner.take_back(index, slot, ledger.state_rmw(slot)) {
+                    handed_back.push((inner.root_of(index, slot), payload));
                 }
             }
         }
@@ -728,20 +718,31 @@ impl<T: Send + 'static> Inner<T> {
         if done.is_some() || !self.shutdown.load(Ordering::SeqCst) {
             return Ok(());
         }
-        let mut state = ledger.state(slot);
-        while state & DONE == 0 {
+        match self.take_back(shard, slot, ledger.state(slot)) {
+            Some(payload) => Err(InitError::Shutdown(payload)),
+            // Handed back by shutdown's scan, or completed by a racing ack or fail.
+            None => Ok(()),
+        }
+    }
+
+    /// Ends an initialized, uncompleted tree without a completion, for `shutdown` and an
+    /// init that lost the race with it: the CAS that sets DONE makes the caller the only one
+    /// to take the payload, which comes back instead of going to `on_complete`. `None` when
+    /// the slot (as `state` first reads) is not initialized or is already DONE.
+    fn take_back(&self, shard: usize, slot: usize, mut state: u32) -> Option<T> {
+        let ledger = &self.shards[shard].ledger;
+        while state & INIT != 0 && state & DONE == 0 {
             match ledger.transition(slot, state, DONE) {
                 Ok(_) => {
                     let payload = ledger.take_payload(slot);
                     self.pending.fetch_sub(1, Ordering::SeqCst);
                     ledger.retire(slot);
-                    return Err(InitError::Shutdown(payload));
+                    return Some(payload);
                 }
                 Err(now) => state = now,
             }
         }
-        // Handed back by shutdown's scan, or completed by a racing ack or fail.
-        Ok(())
+        None
     }
 
     /// The one way an operation completes a tree: while the slot is not DONE, `decide`

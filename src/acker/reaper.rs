@@ -189,9 +189,7 @@ pub(super) fn wake_for<T: Send + 'static>(inner: &Inner<T>, deadline: u64) {
             Err(now) => wake = now,
         }
     }
-    if let Some(thread) = inner.reaper_thread.get() {
-        thread.unpark();
-    }
+    wake_now(inner);
 }
 
 /// Wakes the reaper for a pass now (a no-op in manual mode, where `expire` runs passes).
