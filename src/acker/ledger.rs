@@ -50,6 +50,8 @@ use std::mem::MaybeUninit;
 
 use crossbeam_utils::CachePadded;
 
+use super::table::Table;
+
 use crate::sync::{fence, AtomicU32, AtomicU64, Ordering, UnsafeCell};
 
 /// Slots per bucket: a root lives in one of the `BUCKET_WIDTH` slots of its bucket.
@@ -187,10 +189,10 @@ struct Slot<T> {
 pub(crate) struct Ledger<T> {
     /// The stored keys, apart from the rest so that a bucket's keys share one or two cache
     /// lines and a probe reads only those.
-    keys: Box<[AtomicU64]>,
+    keys: Table<AtomicU64>,
     /// Everything else about a slot, together, so that an operation on a found slot touches
     /// one or two more cache lines rather than one per field.
-    slots: Box<[Slot<T>]>,
+    slots: Table<Slot<T>>,
     /// Slots whose deadline the reaper must (re)schedule.
     /// A counted list like `retired`.
     inbox: CachePadded<AtomicU64>,
@@ -212,18 +214,16 @@ impl<T> Ledger<T> {
     pub(crate) fn new(buckets: usize) -> Self {
         let n = buckets * BUCKET_WIDTH;
         Ledger {
-            keys: (0..n).map(|_| AtomicU64::new(0)).collect(),
-            slots: (0..n)
-                .map(|_| Slot {
-                    xor: AtomicU64::new(0),
-                    deadline: AtomicU64::new(0),
-                    start: AtomicU64::new(0),
-                    timeout: AtomicU64::new(0),
-                    state: AtomicU32::new(0),
-                    link: AtomicU32::new(NIL),
-                    payload: UnsafeCell::new(MaybeUninit::uninit()),
-                })
-                .collect(),
+            keys: Table::new(n, |_| AtomicU64::new(0)),
+            slots: Table::new(n, |_| Slot {
+                xor: AtomicU64::new(0),
+                deadline: AtomicU64::new(0),
+                start: AtomicU64::new(0),
+                timeout: AtomicU64::new(0),
+                state: AtomicU32::new(0),
+                link: AtomicU32::new(NIL),
+                payload: UnsafeCell::new(MaybeUninit::uninit()),
+            }),
             inbox: CachePadded::new(AtomicU64::new(NIL as u64)),
             retired: CachePadded::new(AtomicU64::new(NIL as u64)),
         }

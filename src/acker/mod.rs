@@ -33,6 +33,7 @@
 mod grace;
 mod ledger;
 mod reaper;
+mod table;
 
 use std::fmt;
 use std::panic::{catch_unwind, AssertUnwindSafe};

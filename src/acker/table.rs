@@ -1,0 +1,163 @@
+//! The ledger's fixed-size arrays, on huge pages where the OS offers them.
+//!
+//! A ledger is one big array of keys and one of slots, sized for `max_pending` up front, and
+//! roots land in it at random. With 4 KiB pages nearly every new root's key and slot are on
+//! pages the TLB does not cover, and each miss is a page walk (two-dimensional, and so several
+//! times dearer, under a hypervisor). So on Linux an array of 2 MiB or more is allocated
+//! 2 MiB-aligned and advised `MADV_HUGEPAGE` before it is first touched, so that its pages
+//! fault in as transparent huge pages: a million-root table is then a few dozen TLB entries.
+//! Where that is not available (other systems, THP disabled, Miri, loom), it is an ordinary
+//! boxed slice; only speed differs.
+
+use std::ops::Deref;
+
+/// A fixed-size array, built once, dropped with its owner.
+pub(crate) struct Table<T> {
+    #[cfg(all(target_os = "linux", not(miri), not(loom)))]
+    raw: huge::Raw<T>,
+    #[cfg(not(all(target_os = "linux", not(miri), not(loom))))]
+    boxed: Box<[T]>,
+}
+
+impl<T> Table<T> {
+    /// `len` elements, element `i` being `init(i)`.
+    pub(crate) fn new(len: usize, init: impl FnMut(usize) -> T) -> Self {
+        #[cfg(all(target_os = "linux", not(miri), not(loom)))]
+        return Table {
+            raw: huge::Raw::new(len, init),
+        };
+        #[cfg(not(all(target_os = "linux", not(miri), not(loom))))]
+        Table {
+            boxed: (0..len).map(init).collect(),
+        }
+    }
+}
+
+impl<T> Deref for Table<T> {
+    type Target = [T];
+
+    #[inline]
+    fn deref(&self) -> &[T] {
+        #[cfg(all(target_os = "linux", not(miri), not(loom)))]
+        return self.raw.as_slice();
+        #[cfg(not(all(target_os = "linux", not(miri), not(loom))))]
+        &self.boxed
+    }
+}
+
+#[cfg(all(target_os = "linux", not(miri), not(loom)))]
+mod huge {
+    use std::alloc::{alloc, dealloc, handle_alloc_error, Layout};
+    use std::ptr::NonNull;
+
+    /// Arrays smaller than one huge page are not worth aligning.
+    const HUGE_PAGE: usize = 2 << 20;
+
+    /// An owned `[T]` in its own allocation, aligned to [`HUGE_PAGE`] when at least that big.
+    pub(super) struct Raw<T> {
+        ptr: NonNull<T>,
+        len: usize,
+        layout: Layout,
+    }
+
+    // Safety: `Raw<T>` owns its elements exactly as `Box<[T]>` does.
+    unsafe impl<T: Send> Send for Raw<T> {}
+    // Safety: as above; shared access only hands out `&[T]`.
+    unsafe impl<T: Sync> Sync for Raw<T> {}
+
+    impl<T> Raw<T> {
+        pub(super) fn new(len: usize, mut init: impl FnMut(usize) -> T) -> Self {
+            let array = Layout::array::<T>(len).expect("table size overflows isize");
+            let layout = if array.size() >= HUGE_PAGE {
+                array
+                    .align_to(HUGE_PAGE)
+                    .expect("2 MiB is a valid alignment")
+            } else {
+                array
+            };
+            if layout.size() == 0 {
+                return Raw {
+                    ptr: NonNull::dangling(),
+                    len,
+                    layout,
+                };
+            }
+            // Safety: the layout has a non-zero size (checked above).
+            let ptr = unsafe { alloc(layout) } as *mut T;
+            let Some(ptr) = NonNull::new(ptr) else {
+                handle_alloc_error(layout)
+            };
+            if layout.size() >= HUGE_PAGE {
+                // Advice only: if the kernel refuses (THP off, old kernel) the table is
+                // simply on small pages, so the result is ignored.
+                // Safety: the range is exactly our fresh allocation, which nothing else uses.
+                unsafe {
+                    libc::madvise(ptr.as_ptr().cast(), layout.size(), libc::MADV_HUGEPAGE);
+                }
+            }
+            for i in 0..len {
+                // Safety: `i < len`, inside the allocation; each element is written once,
+                // before the slice is ever read.
+                unsafe { ptr.as_ptr().add(i).write(init(i)) };
+            }
+            Raw { ptr, len, layout }
+        }
+
+        #[inline]
+        pub(super) fn as_slice(&self) -> &[T] {
+            // Safety: `len` initialized elements from `ptr` (all written in `new`), alive as
+            // long as `self`.
+            unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+        }
+    }
+
+    impl<T> Drop for Raw<T> {
+        fn drop(&mut self) {
+            // Safety: the elements are initialized and dropped only here, once; the memory
+            // was allocated with `self.layout` (and not at all when its size is 0).
+            unsafe {
+                std::ptr::drop_in_place(std::ptr::slice_from_raw_parts_mut(
+                    self.ptr.as_ptr(),
+                    self.len,
+                ));
+                if self.layout.size() != 0 {
+                    dealloc(self.ptr.as_ptr().cast(), self.layout);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::Table;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    static DROPS: AtomicUsize = AtomicUsize::new(0);
+
+    struct Counted(u64);
+
+    impl Drop for Counted {
+        fn drop(&mut self) {
+            DROPS.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    #[test]
+    fn elements_are_built_in_order_and_each_dropped_once() {
+        // One table below the huge-page size and one above it (when not under Miri).
+        let sizes: &[usize] = if cfg!(miri) {
+            &[0, 3]
+        } else {
+            &[0, 3, 300_000]
+        };
+        for &len in sizes {
+            DROPS.store(0, Ordering::SeqCst);
+            let table = Table::new(len, |i| Counted(i as u64 * 7));
+            assert_eq!(table.len(), len);
+            assert!(table.iter().enumerate().all(|(i, c)| c.0 == i as u64 * 7));
+            drop(table);
+            assert_eq!(DROPS.load(Ordering::SeqCst), len);
+        }
+    }
+}
