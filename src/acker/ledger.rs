@@ -52,7 +52,9 @@ use crossbeam_utils::CachePadded;
 
 use super::table::Table;
 
-use crate::sync::{fence, AtomicU32, AtomicU64, Ordering, UnsafeCell};
+#[cfg(loom)]
+use crate::sync::fence;
+use crate::sync::{AtomicU32, AtomicU64, Ordering, UnsafeCell};
 
 /// Slots per bucket: a root lives in one of the `BUCKET_WIDTH` slots of its bucket.
 #[cfg(not(loom))]
@@ -286,8 +288,14 @@ impl<T> Ledger<T> {
                 continue 'scan;
             }
             // We own `slot`. Make sure no twin claim for the same root survives beside it.
-            // Two claimers each wrote their own key and now read the other's: the fence
-            // (one per new entry) makes at least one of them see the other.
+            // Two claimers each wrote their own key and now read the other's (store
+            // buffering): at least one must see the other. The CAS above and the loads below
+            // are all SeqCst, and C++20's single total order over SeqCst operations forbids
+            // both loads missing the other's CAS (and on x86 the locked CAS is a full barrier
+            // anyway). Loom does not model that store-load order of SeqCst accesses, so the
+            // models get it from an explicit fence, which costs a real machine a second
+            // barrier per new entry for nothing.
+            #[cfg(loom)]
             fence(Ordering::SeqCst);
             for other in Self::bucket_range(h.bucket) {
                 if other == slot || self.keys[other].load(Ordering::SeqCst) != h.stored {
@@ -372,6 +380,14 @@ impl<T> Ledger<T> {
         self.slots[slot].start.store(start, Ordering::Relaxed);
         self.slots[slot].deadline.store(deadline, Ordering::Relaxed);
         self.slots[slot].timeout.store(timeout, Ordering::Relaxed);
+    }
+
+    /// Sets a CLAIMED slot's value. Only the claimer calls this, before `publish`.
+    pub(crate) fn set_value(&self, slot: usize, value: u64) {
+        // Relaxed: published by `publish`'s SeqCst RMW on the state, which every ack
+        // acquires (it waits for READY) before its `fetch_xor`. The slot's last `free` stored
+        // 0 before releasing the key our claim CAS acquired, so this store comes after it.
+        self.slots[slot].xor.store(value, Ordering::Relaxed);
     }
 
     /// XORs into the slot's value; returns the value after.
@@ -486,21 +502,27 @@ impl<T> Ledger<T> {
         Self::push(&self.inbox, &self.slots, slot)
     }
 
-    /// After a completion: puts the slot on the retired list, unless it is on the inbox
-    /// (then the reaper retires it when it drains the inbox and finds it DONE). Returns the
-    /// retired list's length after the push (0 if the slot was left to the inbox drain).
-    pub(crate) fn retire(&self, slot: usize) -> u32 {
-        if !self.claim_retire(slot) {
-            return 0;
-        }
+    /// Claims completion: sets DONE on a slot whose state is still `expected`, and RETIRED in
+    /// the same CAS when the slot is off the inbox. `Ok(true)`: the caller must put the slot
+    /// on the retired list ([`push_retired`](Self::push_retired)); `Ok(false)`: it is on the
+    /// inbox, whose drain will find it DONE and retire it. `Err(state)` when the state moved.
+    ///
+    /// DONE forbids setting INBOX again, so a slot retired here never goes back on the inbox.
+    pub(crate) fn claim_done(&self, slot: usize, expected: u32) -> Result<bool, u32> {
+        let retire = expected & INBOX == 0;
+        let add = if retire { DONE | RETIRED } else { DONE };
+        self.transition(slot, expected, add).map(|_| retire)
+    }
+
+    /// Puts a slot whose RETIRED this thread set on the retired list; returns the list's
+    /// length after the push.
+    pub(crate) fn push_retired(&self, slot: usize) -> u32 {
         Self::push(&self.retired, &self.slots, slot)
     }
 
-    /// Decides who retires a DONE slot: the first to set RETIRED while the slot is off the
-    /// inbox. The completer calls this after setting DONE; the inbox drain calls it after
-    /// taking the slot off the inbox. DONE forbids setting INBOX again, so whichever of the
-    /// two comes second either finds RETIRED or, for the completer, INBOX still set (and
-    /// then the drain, which has not run yet, will see DONE).
+    /// For the inbox drain, after taking a DONE slot off the inbox: sets RETIRED unless the
+    /// completer already did ([`claim_done`](Self::claim_done) sets it when the slot was off
+    /// the inbox). `true`: the caller retires the slot.
     pub(crate) fn claim_retire(&self, slot: usize) -> bool {
         let mut state = self.state(slot);
         loop {

@@ -574,15 +574,6 @@ impl<T: Send + 'static> Acker<T> {
 }
 
 impl<T: Send + 'static> Inner<T> {
-    fn root_of(&self, shard: usize, slot: usize) -> u64 {
-        let stored = self.shards[shard].ledger.key(slot);
-        self.layout.root(Hashed {
-            shard,
-            bucket: slot / BUCKET_WIDTH,
-            stored,
-        })
-    }
-
     /// Counts one more entry if that stays within `max_pending`.
     fn reserve(&self) -> bool {
         if self.pending.fetch_add(1, Ordering::SeqCst) >= self.max_pending {
@@ -590,6 +581,15 @@ impl<T: Send + 'static> Inner<T> {
             return false;
         }
         true
+    }
+
+    fn root_of(&self, shard: usize, slot: usize) -> u64 {
+        let stored = self.shards[shard].ledger.key(slot);
+        self.layout.root(Hashed {
+            shard,
+            bucket: slot / BUCKET_WIDTH,
+            stored,
+        })
     }
 
     /// `find_or_claim` for an orphan: a new slot must fit within `max_pending`, else it is
@@ -654,10 +654,13 @@ impl<T: Send + 'static> Inner<T> {
                         return Err(InitError::Full(payload));
                     }
                     ledger.write_payload(slot, payload);
-                    ledger.xor(slot, xor);
+                    ledger.set_value(slot, xor);
                     self.open(shard, slot, self.clock.now(), timeout, INIT);
-                    // Acks cannot have come first on a fresh slot, but one may race in now.
-                    return self.settle_after_init(h.shard, slot, done);
+                    // A fresh slot becomes visible with INIT already set (one RMW), so no ack
+                    // or fail came first, and any that races in now sees INIT and completes
+                    // the tree itself. Only an init whose own XOR is 0 completes here (a tree
+                    // with no edges): the value it stored is the value before any ack.
+                    return self.settle_after_init(h.shard, slot, done, Some(xor));
                 }
                 Claim::Found(slot) => {
                     // An orphan (or a live tree): it is already counted.
@@ -684,7 +687,7 @@ impl<T: Send + 'static> Inner<T> {
                         ledger.push_inbox(slot);
                         reaper::wake_for(self, deadline);
                     }
-                    return self.settle_after_init(h.shard, slot, done);
+                    return self.settle_after_init(h.shard, slot, done, None);
                 }
             }
         }
@@ -700,15 +703,19 @@ impl<T: Send + 'static> Inner<T> {
     /// its scan reads each state with an RMW, so one of the two sees the other: shutdown
     /// hands the tree back, or init takes it back here and returns `Shutdown(payload)`.
     /// Whichever sets DONE owns the payload.
+    ///
+    /// `fresh` is the value a new entry was published with: no ack or fail can precede it,
+    /// so there is nothing to re-read, and the race above is settled by the acks themselves.
     fn settle_after_init(
         &self,
         shard: usize,
         slot: usize,
         done: &mut Done<T>,
+        fresh: Option<u64>,
     ) -> Result<(), InitError<T>> {
         let ledger = &self.shards[shard].ledger;
         self.claim_completion(shard, slot, done, |state| {
-            if ledger.value(slot) == 0 {
+            if fresh.unwrap_or_else(|| ledger.value(slot)) == 0 {
                 Some(Outcome::Acked)
             } else if state & FAILED != 0 {
                 Some(Outcome::Failed)
@@ -733,11 +740,13 @@ impl<T: Send + 'static> Inner<T> {
     fn take_back(&self, shard: usize, slot: usize, mut state: u32) -> Option<T> {
         let ledger = &self.shards[shard].ledger;
         while state & INIT != 0 && state & DONE == 0 {
-            match ledger.transition(slot, state, DONE) {
-                Ok(_) => {
+            match ledger.claim_done(slot, state) {
+                Ok(retire) => {
                     let payload = ledger.take_payload(slot);
                     self.pending.fetch_sub(1, Ordering::SeqCst);
-                    ledger.retire(slot);
+                    if retire {
+                        ledger.push_retired(slot);
+                    }
                     return Some(payload);
                 }
                 Err(now) => state = now,
@@ -761,9 +770,9 @@ impl<T: Send + 'static> Inner<T> {
         let mut state = ledger.state(slot);
         while state & DONE == 0 {
             let Some(outcome) = decide(state) else { return };
-            match ledger.transition(slot, state, DONE) {
-                Ok(_) => {
-                    *done = Some(self.finish(shard, slot, outcome));
+            match ledger.claim_done(slot, state) {
+                Ok(retire) => {
+                    *done = Some(self.finish(shard, slot, outcome, retire));
                     return;
                 }
                 Err(now) => state = now,
@@ -848,8 +857,15 @@ impl<T: Send + 'static> Inner<T> {
     }
 
     /// Takes the payload of a slot whose DONE this thread just set, counts the outcome and
-    /// retires the slot; the caller delivers the completion.
-    fn finish(&self, shard_index: usize, slot: usize, outcome: Outcome) -> (usize, Completion<T>) {
+    /// retires the slot if `retire` (see [`Ledger::claim_done`]); the caller delivers the
+    /// completion.
+    fn finish(
+        &self,
+        shard_index: usize,
+        slot: usize,
+        outcome: Outcome,
+        retire: bool,
+    ) -> (usize, Completion<T>) {
         let shard = &self.shards[shard_index];
         let ledger = &shard.ledger;
         let root = self.root_of(shard_index, slot);
@@ -867,7 +883,7 @@ impl<T: Send + 'static> Inner<T> {
             Outcome::TimedOut => &shard.counters.timed_out,
         };
         counter.fetch_add(1, Ordering::SeqCst);
-        if ledger.retire(slot) == self.retire_batch {
+        if retire && ledger.push_retired(slot) == self.retire_batch {
             // Tombstones hold their bucket's slots until the reaper frees them: wake it
             // now rather than at the next deadline, which may be a whole timeout away.
             reaper::wake_now(self);

@@ -154,16 +154,18 @@ fn reap<T: Send + 'static>(
             // An init is writing the payload right now; look again next tick.
             return Some(now.wrapping_add(inner.resolution));
         }
-        match ledger.transition(slot, state, DONE) {
-            Ok(_) if state & INIT != 0 => {
-                completions.push(inner.finish(shard, slot, Outcome::TimedOut));
+        match ledger.claim_done(slot, state) {
+            Ok(retire) if state & INIT != 0 => {
+                completions.push(inner.finish(shard, slot, Outcome::TimedOut, retire));
                 return None;
             }
-            Ok(_) => {
+            Ok(retire) => {
                 // An orphan: acks or a fail that never saw their init.
                 counters.orphans_expired.fetch_add(1, Ordering::SeqCst);
                 inner.pending.fetch_sub(1, Ordering::SeqCst);
-                ledger.retire(slot);
+                if retire {
+                    ledger.push_retired(slot);
+                }
                 return None;
             }
             Err(now_state) => state = now_state,
