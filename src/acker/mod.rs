@@ -189,9 +189,14 @@ impl<T: Send + 'static> AckerBuilder<T> {
     }
 
     /// The most entries (initialized trees and orphans) held at once, across all shards;
-    /// default 1 << 20. It is an exact upper bound. An init can also be refused slightly
-    /// before it when the root's bucket (16 slots in a table sized for twice the shard's
-    /// share) is full, which random root ids make rare.
+    /// default 1 << 20. It is an exact upper bound. An init can also be refused before it
+    /// when the root's bucket (16 slots in a table sized for twice the shard's share) is
+    /// full. Random root ids make that rare while the reaper keeps up, but a completed
+    /// tree's slot is recycled only by the reaper (after a grace period): if the reaper
+    /// thread is descheduled for a while, the trees completed meanwhile hold their slots.
+    /// With a small `max_pending` and a high rate that can fill a bucket (measured: one
+    /// refusal at 1,024 pending of 8,192, one thread at ~1 M trees/s, after a 30 ms reaper
+    /// stall), so leave room for what completes in a few tens of milliseconds.
     pub fn max_pending(mut self, max_pending: usize) -> Self {
         self.max_pending = max_pending;
         self
