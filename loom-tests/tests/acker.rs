@@ -4,8 +4,8 @@
 //! Each model asserts exactly-once delivery (one `Completion` per initialized root, with the
 //! outcome the racing calls' return values agree with) and that nothing is left behind
 //! (`pending()` back to 0 once every deadline has passed). The ackers are tiny: one shard,
-//! two buckets of two slots (`BUCKET_WIDTH` is 2 under loom), so full buckets and slot reuse
-//! are a few steps away. Clocks use std atomics on purpose: time is an input here, not part
+//! two buckets of two slots (`SLOTS_PER_BUCKET` is 2 and `MAX_PROBE` 1 under loom), so full
+//! buckets, overflow and slot reuse are a few steps away. Clocks use std atomics on purpose: time is an input here, not part
 //! of the protocol, and loom runs every model thread on one OS thread.
 //!
 //! Under loom the ledger's grace period is a loom-visible stand-in for crossbeam-epoch (see
@@ -29,11 +29,16 @@ type Log = Arc<StdMutex<Vec<(u64, u32, Outcome)>>>;
 
 /// A one-shard manual acker (timeout 1 s, room for two pending entries) on `clock`.
 fn manual(clock: impl Clock) -> (Acker<u32>, Log) {
+    manual_with(clock, 2)
+}
+
+/// [`manual`] with room for `max_pending` entries.
+fn manual_with(clock: impl Clock, max_pending: usize) -> (Acker<u32>, Log) {
     let log: Log = Arc::new(StdMutex::new(Vec::new()));
     let sink = Arc::clone(&log);
     let acker = Acker::builder()
         .shards(1)
-        .max_pending(2)
+        .max_pending(max_pending)
         .timeout(Duration::from_secs(1))
         .clock(clock)
         .on_complete(move |c| sink.lock().unwrap().push((c.root, c.payload, c.outcome)))
@@ -323,5 +328,81 @@ fn init_vs_shutdown_hands_back_once() {
             }
         }
         assert!(completions(&log).is_empty());
+    });
+}
+
+/// `n` roots other than `root` whose home bucket is `root`'s.
+fn neighbours(acker: &Acker<u32>, root: u64, n: usize) -> Vec<u64> {
+    (0..)
+        .filter(|r| *r != root && acker.placement(*r) == acker.placement(root))
+        .take(n)
+        .collect()
+}
+
+/// Root 1's home bucket is full, so an init and an ack that both create its entry claim
+/// slots in the next bucket: the twin claims still resolve to one entry (each raised the
+/// overflow count before its key CAS), and the tree completes once.
+#[test]
+fn twin_claims_past_a_full_bucket_complete_once() {
+    loom::model(|| {
+        let clock = ManualClock::new(0);
+        let (acker, log) = manual_with(clock.clone(), 4);
+        for (i, r) in neighbours(&acker, 1, 2).into_iter().enumerate() {
+            acker.init(r, 0b1, 100 + i as u32).unwrap();
+        }
+        let other = acker.clone();
+        let t = thread::spawn(move || other.ack(1, 0b1));
+        acker.init(1, 0b1, 7).unwrap();
+        t.join().unwrap();
+        assert_eq!(
+            completions(&log),
+            [(1, 7, Outcome::Acked)],
+            "{:?}",
+            acker.stats()
+        );
+        assert_eq!(acker.pending(), 2);
+    });
+}
+
+/// Root 1 lives past its full home bucket. While its last ack looks for it, a neighbour in
+/// the home bucket completes, the reaper frees that slot and a new neighbour takes it: the
+/// ack must still walk on to root 1 (the overflow count stays raised while root 1 lives)
+/// and complete it, never create a second entry for it.
+#[test]
+fn overflowed_root_is_found_while_its_home_bucket_changes() {
+    loom::model(|| {
+        let clock = ManualClock::new(0);
+        let (acker, log) = manual_with(clock.clone(), 4);
+        let n = neighbours(&acker, 1, 3);
+        acker.init(n[0], 0b1, 100).unwrap();
+        acker.init(n[1], 0b1, 101).unwrap();
+        acker.init(1, 0b1, 7).unwrap();
+        let churn = acker.clone();
+        let n2 = n[2];
+        let (a, b) = (n[0], n[1]);
+        let t = thread::spawn(move || {
+            assert!(churn.ack(a, 0b1));
+            churn.expire();
+            churn.init(n2, 0b1, 102).is_ok()
+        });
+        assert!(
+            acker.ack(1, 0b1),
+            "the ack must find root 1: {:?}",
+            acker.stats()
+        );
+        let n2_in = t.join().unwrap();
+        assert!(acker.ack(b, 0b1));
+        let mut expected = vec![
+            (1, 7, Outcome::Acked),
+            (a, 100, Outcome::Acked),
+            (b, 101, Outcome::Acked),
+        ];
+        if n2_in {
+            assert!(acker.ack(n2, 0b1));
+            expected.push((n2, 102, Outcome::Acked));
+        }
+        expected.sort_unstable_by_key(|c| c.0);
+        assert_eq!(completions(&log), expected);
+        drain(&clock, &acker);
     });
 }

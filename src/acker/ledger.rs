@@ -2,14 +2,30 @@
 //!
 //! ## Layout
 //!
-//! Keys apart, the rest together: slot `i`'s key is at index `i` of a key array, so the keys
-//! of one bucket ([`BUCKET_WIDTH`] slots) are contiguous and a probe reads one or two cache
-//! lines; its XOR value, state, times, list link and payload sit together in one `Slot`, so
-//! the operation on the slot it found touches one or two more. A root hashes (see [`Hashed`]) to a shard, a bucket
-//! and a *stored key*: the hash bits not implied by the shard and bucket, shifted left with
-//! the low bit set, so a stored key is never 0 and `0` means EMPTY. The key word is then
-//! the slot's claim: one CAS `0 -> stored` takes an empty slot for a root, whatever the
-//! root's value (0 and `u64::MAX` included).
+//! Keys apart, the rest together. The table is `buckets` buckets of [`SLOTS_PER_BUCKET`]
+//! slots. A bucket's keys are contiguous in a key array, followed by one more word, the
+//! bucket's *overflow count* (below), so a probe reads one or two cache lines; a slot's XOR
+//! value, state, times, list link and payload sit together in one `Slot`, so the operation
+//! on the slot it found touches one or two more.
+//!
+//! A root hashes (see [`HashLayout`]) to a shard, a *home* bucket and a *stored key*: the
+//! hash bits not implied by the shard and bucket, shifted left with the low bit set, so a
+//! stored key is never 0 and `0` means EMPTY. The key word is then the slot's claim: one CAS
+//! `0 -> stored` takes an empty slot for a root, whatever the root's value (0 and `u64::MAX`
+//! included). The bucket count need not be a power of two (the bucket is the hash's top bits
+//! scaled by the count), so a table is sized at about 1.25× its share of `max_pending`
+//! rather than rounded up to twice it.
+//!
+//! ## Overflow
+//!
+//! A root lives in its home bucket or, when that was full, in one of the next
+//! [`MAX_PROBE`] buckets (wrapping): the first with an empty slot. Before it claims a slot
+//! `d` buckets past home, a claimer adds one to the overflow counts of the `d` buckets it
+//! passed; `free` (or a back-out) takes them off again. A search for a root therefore walks
+//! on from a bucket only while that bucket's count is non-zero, and an entry that exists
+//! when the search starts is always reached: its counts were raised before its key was
+//! written. The distance `d` is kept in the state word, so the home bucket of any slot is
+//! known (for `free`, and to recover the root from the slot).
 //!
 //! ## A slot's life
 //!
@@ -28,14 +44,15 @@
 //! * back to **EMPTY** only through [`Ledger::free`], which the reaper defers with
 //!   crossbeam-epoch until every thread pinned when the slot was retired has unpinned. So
 //!   no operation that found the slot can see it reused: a late ack never XORs into a newer
-//!   tree, and the bucket does not change under a claimer's scan.
+//!   tree, and the probe sequence does not change under a claimer's scan.
 //!
 //! ## One slot per root
 //!
-//! A claimer scans the whole bucket for the key first, then CASes the first EMPTY slot.
-//! Two claimers of the same root can still both win a CAS (on different slots), when a
-//! free ran between their scans. After its CAS a claimer therefore scans again (every
-//! access SeqCst, so of two claimers at least one sees the other) and resolves:
+//! A claimer searches the root's probe sequence for the key first, then CASes the first
+//! EMPTY slot in it. Two claimers of the same root can still both win a CAS (on different
+//! slots), when a free ran between their scans. After its CAS a claimer therefore searches
+//! again (every access SeqCst, so of two claimers at least one sees the other: each raised
+//! its overflow counts and wrote its key before its search) and resolves:
 //! a READY twin, or a CLAIMED twin at a lower index, makes it back out; a CLAIMED twin at a
 //! higher index it waits out (it will back out or become READY, and then we back out).
 //! Waits only go from lower to higher index, so they cannot form a cycle.
@@ -44,7 +61,11 @@
 //!
 //! The state word's high bits count how often the slot was freed. The reaper's wheel holds
 //! `(slot, generation)`, so a timer for a completed tree is recognised as stale even after
-//! the slot holds another root.
+//! the slot holds another root. The count wraps after 2^20 frees of one slot; a stale timer
+//! that aliases a newer occupant is harmless, because the reaper never trusts a timer: it
+//! re-reads the occupant's real deadline, reschedules it when not yet due, and leaves a slot
+//! that is not READY alone. Timing out an occupant whose own deadline has passed is what its
+//! own timer would have done; completion is a CAS, so it happens once either way.
 
 use std::mem::MaybeUninit;
 
@@ -56,17 +77,27 @@ use super::table::Table;
 use crate::sync::fence;
 use crate::sync::{AtomicU32, AtomicU64, Ordering, UnsafeCell};
 
-/// Slots per bucket: a root lives in one of the `BUCKET_WIDTH` slots of its bucket.
+/// Slots per bucket: a bucket's keys and its overflow count fill 128 bytes, two cache lines.
 #[cfg(not(loom))]
-pub(crate) const BUCKET_WIDTH: usize = 16;
-/// Tiny under loom so models reach full buckets and reuse in a few steps.
+pub(crate) const SLOTS_PER_BUCKET: usize = 15;
+/// Tiny under loom so models reach full buckets, overflow and reuse in a few steps.
 #[cfg(loom)]
-pub(crate) const BUCKET_WIDTH: usize = 2;
+pub(crate) const SLOTS_PER_BUCKET: usize = 2;
+
+/// Key words per bucket: its keys, then its overflow count.
+const KEY_WORDS: usize = SLOTS_PER_BUCKET + 1;
+
+/// How many buckets past its home a root may live (capped at `buckets - 1`).
+#[cfg(not(loom))]
+pub(crate) const MAX_PROBE: usize = 15;
+/// Under loom one bucket past home: two buckets make the whole model table.
+#[cfg(loom)]
+pub(crate) const MAX_PROBE: usize = 1;
 
 /// End of an intrusive list (inbox, retired).
 pub(crate) const NIL: u32 = u32::MAX;
 
-// The state word: flags in the low byte, the generation above.
+// The state word: flags in the low byte, the probe distance, then the generation.
 /// The claimer has written start, deadline and timeout: the slot is live.
 pub(crate) const READY: u32 = 1 << 0;
 /// Init's payload is written and visible.
@@ -81,7 +112,11 @@ pub(crate) const DONE: u32 = 1 << 4;
 pub(crate) const INBOX: u32 = 1 << 5;
 /// A DONE slot has been handed to retirement (by its completer or by the inbox drain).
 pub(crate) const RETIRED: u32 = 1 << 6;
-const GENERATION_SHIFT: u32 = 8;
+/// How many buckets past its home bucket the slot is (0..=MAX_PROBE).
+const DISTANCE_SHIFT: u32 = 8;
+const DISTANCE_MASK: u32 = 0xf << DISTANCE_SHIFT;
+const GENERATION_SHIFT: u32 = 12;
+const _: () = assert!(MAX_PROBE <= (DISTANCE_MASK >> DISTANCE_SHIFT) as usize);
 
 /// The generation part of a state word.
 #[inline]
@@ -89,7 +124,12 @@ pub(crate) fn generation(state: u32) -> u32 {
     state >> GENERATION_SHIFT
 }
 
-/// Where a root lives: its shard, its bucket in that shard, and its stored key.
+#[inline]
+fn distance(state: u32) -> usize {
+    ((state & DISTANCE_MASK) >> DISTANCE_SHIFT) as usize
+}
+
+/// Where a root lives: its shard, its home bucket in that shard, and its stored key.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Hashed {
     pub(crate) shard: usize,
@@ -97,12 +137,19 @@ pub(crate) struct Hashed {
     pub(crate) stored: u64,
 }
 
-/// The bit layout of the hash: `shard_bits` top bits pick the shard, the next
-/// `bucket_bits` the bucket, the rest (shifted, low bit set) is the stored key.
+/// How a root's hash splits: the top `shard_bits` pick the shard; the remaining bits, read
+/// as a fraction, times `buckets` pick the home bucket; the bits below the top
+/// `implied_bits` of the remainder (which the bucket determines) are the stored key.
+///
+/// `buckets` is `k << implied_bits`. Write `r` for the remaining bits as a 64-bit fraction
+/// and `t` for its top `implied_bits`: `bucket = floor(r * buckets / 2^64)
+/// = floor(k * r / 2^(64 - implied_bits))`, which is `k * t` plus something below `k`, so
+/// `t = bucket / k`. That is what lets [`root`](Self::root) invert the hash exactly.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct HashLayout {
-    pub(crate) shard_bits: u32,
-    pub(crate) bucket_bits: u32,
+    shard_bits: u32,
+    buckets: usize,
+    implied_bits: u32,
 }
 
 const MIX: u64 = 0xff51_afd7_ed55_8ccd;
@@ -119,6 +166,26 @@ const MIX_INVERSE: u64 = {
 };
 
 impl HashLayout {
+    /// A layout for `2^shard_bits` shards of at least `min_buckets` buckets each (and at
+    /// least 2). The count is rounded up to `k << j` with `k` in 8..16, so by at most an
+    /// eighth.
+    pub(crate) fn new(shard_bits: u32, min_buckets: usize) -> Self {
+        let min = min_buckets.max(2);
+        let log = usize::BITS - 1 - min.leading_zeros();
+        let implied_bits = log.saturating_sub(3).max(1);
+        let k = min.div_ceil(1 << implied_bits);
+        HashLayout {
+            shard_bits,
+            buckets: k << implied_bits,
+            implied_bits,
+        }
+    }
+
+    /// Buckets per shard.
+    pub(crate) fn buckets(&self) -> usize {
+        self.buckets
+    }
+
     /// A bijective mix: a xor-shift (an involution for shifts ≥ 32) then an odd multiply,
     /// whose top bits depend on every input bit.
     #[inline]
@@ -135,12 +202,12 @@ impl HashLayout {
     #[inline]
     pub(crate) fn hash(&self, root: u64) -> Hashed {
         let m = Self::mix(root);
-        let (sb, bb) = (self.shard_bits, self.bucket_bits);
+        let (sb, ib) = (self.shard_bits, self.implied_bits);
         let shard = m.checked_shr(64 - sb).unwrap_or(0) as usize;
         let rest = m.checked_shl(sb).unwrap_or(0);
-        let bucket = rest.checked_shr(64 - bb).unwrap_or(0) as usize;
-        // The low 64 - sb - bb bits of m; sb + bb >= 1, so shifting in the tag bit loses nothing.
-        let low = m & (u64::MAX >> (sb + bb));
+        let bucket = ((u128::from(rest) * self.buckets as u128) >> 64) as usize;
+        // The low 64 - sb - ib bits of m; ib >= 1, so shifting in the tag bit loses nothing.
+        let low = m & (u64::MAX >> (sb + ib));
         Hashed {
             shard,
             bucket,
@@ -150,9 +217,10 @@ impl HashLayout {
 
     /// The root whose hash is `h`.
     pub(crate) fn root(&self, h: Hashed) -> u64 {
-        let (sb, bb) = (self.shard_bits, self.bucket_bits);
+        let (sb, ib) = (self.shard_bits, self.implied_bits);
+        let top = (h.bucket / (self.buckets >> ib)) as u64;
         let m = (h.shard as u64).checked_shl(64 - sb).unwrap_or(0)
-            | (h.bucket as u64).checked_shl(64 - sb - bb).unwrap_or(0)
+            | top << (64 - sb - ib)
             | (h.stored >> 1);
         Self::unmix(m)
     }
@@ -164,9 +232,9 @@ pub(crate) enum Claim {
     /// The root's live slot.
     Found(usize),
     /// A new slot, CLAIMED by this thread: it must call [`Ledger::publish`] after writing
-    /// the slot's fields.
+    /// the slot's fields, or give it back with [`Ledger::back_out`].
     Claimed(usize),
-    /// Every slot of the bucket is taken.
+    /// Every slot of the root's probe sequence is taken.
     Full,
 }
 
@@ -180,7 +248,7 @@ struct Slot<T> {
     start: AtomicU64,
     /// The tree's timeout in ns, for `reset_timeout`.
     timeout: AtomicU64,
-    /// Flags and generation (module docs).
+    /// Flags, probe distance and generation (module docs).
     state: AtomicU32,
     /// Next slot on the inbox or retired list.
     link: AtomicU32,
@@ -189,12 +257,15 @@ struct Slot<T> {
 
 /// One shard's table. See the module docs for the protocol.
 pub(crate) struct Ledger<T> {
-    /// The stored keys, apart from the rest so that a bucket's keys share one or two cache
-    /// lines and a probe reads only those.
+    /// Per bucket, its stored keys then its overflow count, apart from the rest so that a
+    /// probe reads only those.
     keys: Table<AtomicU64>,
     /// Everything else about a slot, together, so that an operation on a found slot touches
     /// one or two more cache lines rather than one per field.
     slots: Table<Slot<T>>,
+    buckets: usize,
+    /// Buckets past home a root may live: `MAX_PROBE`, or fewer in a small table.
+    max_probe: usize,
     /// Slots whose deadline the reaper must (re)schedule.
     /// A counted list like `retired`.
     inbox: CachePadded<AtomicU64>,
@@ -212,11 +283,11 @@ unsafe impl<T: Send> Sync for Ledger<T> {}
 unsafe impl<T: Send> Send for Ledger<T> {}
 
 impl<T> Ledger<T> {
-    /// A ledger of `buckets * BUCKET_WIDTH` empty slots.
+    /// A ledger of `buckets * SLOTS_PER_BUCKET` empty slots.
     pub(crate) fn new(buckets: usize) -> Self {
-        let n = buckets * BUCKET_WIDTH;
+        let n = buckets * SLOTS_PER_BUCKET;
         Ledger {
-            keys: Table::new(n, |_| AtomicU64::new(0)),
+            keys: Table::new(buckets * KEY_WORDS, |_| AtomicU64::new(0)),
             slots: Table::new(n, |_| Slot {
                 xor: AtomicU64::new(0),
                 deadline: AtomicU64::new(0),
@@ -226,6 +297,8 @@ impl<T> Ledger<T> {
                 link: AtomicU32::new(NIL),
                 payload: UnsafeCell::new(MaybeUninit::uninit()),
             }),
+            buckets,
+            max_probe: MAX_PROBE.min(buckets - 1),
             inbox: CachePadded::new(AtomicU64::new(NIL as u64)),
             retired: CachePadded::new(AtomicU64::new(NIL as u64)),
         }
@@ -233,29 +306,86 @@ impl<T> Ledger<T> {
 
     /// Slots in the table.
     pub(crate) fn capacity(&self) -> usize {
-        self.keys.len()
+        self.slots.len()
+    }
+
+    /// The bucket `d` past `home`.
+    #[inline]
+    fn probe(&self, home: usize, d: usize) -> usize {
+        let b = home + d;
+        if b >= self.buckets {
+            b - self.buckets
+        } else {
+            b
+        }
     }
 
     #[inline]
-    fn bucket_range(bucket: usize) -> std::ops::Range<usize> {
-        bucket * BUCKET_WIDTH..(bucket + 1) * BUCKET_WIDTH
+    fn bucket_slots(bucket: usize) -> std::ops::Range<usize> {
+        bucket * SLOTS_PER_BUCKET..(bucket + 1) * SLOTS_PER_BUCKET
+    }
+
+    #[inline]
+    fn key_word(&self, slot: usize) -> &AtomicU64 {
+        let (bucket, i) = (slot / SLOTS_PER_BUCKET, slot % SLOTS_PER_BUCKET);
+        &self.keys[bucket * KEY_WORDS + i]
+    }
+
+    /// How many roots live past `bucket` with their home at or before it (module docs).
+    #[inline]
+    fn overflow(&self, bucket: usize) -> &AtomicU64 {
+        &self.keys[bucket * KEY_WORDS + SLOTS_PER_BUCKET]
+    }
+
+    /// Adds `delta` (wrapping, so -1 works) to the overflow counts of the `d` buckets from
+    /// `home` on.
+    fn count_overflow(&self, home: usize, d: usize, delta: u64) {
+        for step in 0..d {
+            self.overflow(self.probe(home, step))
+                .fetch_add(delta, Ordering::SeqCst);
+        }
     }
 
     /// The stored key of a slot (0 when empty).
     pub(crate) fn key(&self, slot: usize) -> u64 {
-        self.keys[slot].load(Ordering::SeqCst)
+        self.key_word(slot).load(Ordering::SeqCst)
+    }
+
+    /// The home bucket of an occupied slot: its bucket less its probe distance.
+    pub(crate) fn home_bucket(&self, slot: usize) -> usize {
+        let d = distance(self.state(slot));
+        self.probe(slot / SLOTS_PER_BUCKET, self.buckets - d)
     }
 
     /// The root's live (READY, not DONE) slot, if any. Waits out a CLAIMED one.
     #[inline]
     pub(crate) fn find(&self, h: Hashed) -> Option<usize> {
-        for slot in Self::bucket_range(h.bucket) {
-            if self.keys[slot].load(Ordering::SeqCst) != h.stored {
+        for d in 0..=self.max_probe {
+            let bucket = self.probe(h.bucket, d);
+            if let Some(slot) = self.find_in(bucket, h.stored, usize::MAX) {
+                return Some(slot);
+            }
+            if self.overflow(bucket).load(Ordering::SeqCst) == 0 {
+                break;
+            }
+        }
+        None
+    }
+
+    /// A live slot in `bucket` holding `stored`, other than `except`.
+    #[inline]
+    fn find_in(&self, bucket: usize, stored: u64, except: usize) -> Option<usize> {
+        let base = bucket * KEY_WORDS;
+        for i in 0..SLOTS_PER_BUCKET {
+            if self.keys[base + i].load(Ordering::SeqCst) != stored {
                 continue;
             }
-            match self.await_claim(slot, h.stored) {
-                Some(state) if state & DONE == 0 => return Some(slot),
-                _ => continue,
+            let slot = bucket * SLOTS_PER_BUCKET + i;
+            if slot == except {
+                continue;
+            }
+            if matches!(self.await_claim(slot, stored), Some(state) if state & DONE == 0) {
+                return Some(slot);
             }
         }
         None
@@ -264,28 +394,50 @@ impl<T> Ledger<T> {
     /// The root's live slot, or a newly CLAIMED one, or `Full`.
     pub(crate) fn find_or_claim(&self, h: Hashed) -> Claim {
         'scan: loop {
-            let mut first_empty = None;
-            for slot in Self::bucket_range(h.bucket) {
-                let key = self.keys[slot].load(Ordering::SeqCst);
-                if key == h.stored {
-                    match self.await_claim(slot, h.stored) {
-                        Some(state) if state & DONE == 0 => return Claim::Found(slot),
-                        _ => continue,
+            // Search on while the key may be further, and until an empty slot is seen.
+            let mut empty = None;
+            for d in 0..=self.max_probe {
+                let bucket = self.probe(h.bucket, d);
+                let base = bucket * KEY_WORDS;
+                for i in 0..SLOTS_PER_BUCKET {
+                    let key = self.keys[base + i].load(Ordering::SeqCst);
+                    let slot = bucket * SLOTS_PER_BUCKET + i;
+                    if key == h.stored {
+                        match self.await_claim(slot, h.stored) {
+                            Some(state) if state & DONE == 0 => return Claim::Found(slot),
+                            _ => continue,
+                        }
+                    }
+                    if key == 0 && empty.is_none() {
+                        empty = Some((slot, d));
                     }
                 }
-                if key == 0 && first_empty.is_none() {
-                    first_empty = Some(slot);
+                if empty.is_some() && self.overflow(bucket).load(Ordering::SeqCst) == 0 {
+                    break;
                 }
             }
-            let Some(slot) = first_empty else {
+            let Some((slot, d)) = empty else {
                 return Claim::Full;
             };
-            if self.keys[slot]
+            // Raise the counts first, so that whoever can see our key can follow to it.
+            self.count_overflow(h.bucket, d, 1);
+            if self
+                .key_word(slot)
                 .compare_exchange(0, h.stored, Ordering::SeqCst, Ordering::SeqCst)
                 .is_err()
             {
                 // Someone took it first; it may be our root. Look again.
+                self.count_overflow(h.bucket, d, u64::MAX);
                 continue 'scan;
+            }
+            if d != 0 {
+                // Relaxed: while CLAIMED only this thread writes the state (others read its
+                // READY and DONE bits, which this leaves clear); `publish`'s RMW on the same
+                // word comes after it in its modification order and publishes it.
+                let state = self.slots[slot].state.load(Ordering::Relaxed);
+                self.slots[slot]
+                    .state
+                    .store(state | ((d as u32) << DISTANCE_SHIFT), Ordering::Relaxed);
             }
             // We own `slot`. Make sure no twin claim for the same root survives beside it.
             // Two claimers each wrote their own key and now read the other's (store
@@ -297,24 +449,30 @@ impl<T> Ledger<T> {
             // barrier per new entry for nothing.
             #[cfg(loom)]
             fence(Ordering::SeqCst);
-            for other in Self::bucket_range(h.bucket) {
-                if other == slot || self.keys[other].load(Ordering::SeqCst) != h.stored {
-                    continue;
-                }
-                let state = self.slots[other].state.load(Ordering::SeqCst);
-                let twin_ready = state & READY != 0 && state & DONE == 0;
-                let twin_claimed = state & READY == 0;
-                if twin_ready || (twin_claimed && other < slot) {
-                    self.back_out(slot);
-                    continue 'scan;
-                }
-                if twin_claimed {
-                    // A higher twin: it backs out (it sees us) or turns READY; either way
-                    // this resolves in a few of its steps.
-                    if matches!(self.await_claim(other, h.stored), Some(s) if s & DONE == 0) {
+            for step in 0..=self.max_probe {
+                let bucket = self.probe(h.bucket, step);
+                for other in Self::bucket_slots(bucket) {
+                    if other == slot || self.key(other) != h.stored {
+                        continue;
+                    }
+                    let state = self.slots[other].state.load(Ordering::SeqCst);
+                    let twin_ready = state & READY != 0 && state & DONE == 0;
+                    let twin_claimed = state & READY == 0;
+                    if twin_ready || (twin_claimed && other < slot) {
                         self.back_out(slot);
                         continue 'scan;
                     }
+                    if twin_claimed {
+                        // A higher twin: it backs out (it sees us) or turns READY; either way
+                        // this resolves in a few of its steps.
+                        if matches!(self.await_claim(other, h.stored), Some(s) if s & DONE == 0) {
+                            self.back_out(slot);
+                            continue 'scan;
+                        }
+                    }
+                }
+                if self.overflow(bucket).load(Ordering::SeqCst) == 0 {
+                    break;
                 }
             }
             return Claim::Claimed(slot);
@@ -336,9 +494,9 @@ impl<T> Ledger<T> {
         loop {
             let state = self.slots[slot].state.load(Ordering::SeqCst);
             if state & READY != 0 {
-                return (self.keys[slot].load(Ordering::SeqCst) == stored).then_some(state);
+                return (self.key(slot) == stored).then_some(state);
             }
-            if self.keys[slot].load(Ordering::SeqCst) != stored {
+            if self.key(slot) != stored {
                 return None;
             }
             spins += 1;
@@ -353,7 +511,15 @@ impl<T> Ledger<T> {
 
     /// Gives back a CLAIMED slot nobody else has used (they wait for READY).
     pub(crate) fn back_out(&self, slot: usize) {
-        self.keys[slot].store(0, Ordering::SeqCst);
+        // Relaxed loads and store: while CLAIMED only this thread writes the state (see
+        // `find_or_claim`); the SeqCst key store below publishes the cleared distance.
+        let state = self.slots[slot].state.load(Ordering::Relaxed);
+        let home = self.home_bucket(slot);
+        self.slots[slot]
+            .state
+            .store(state & !DISTANCE_MASK, Ordering::Relaxed);
+        self.key_word(slot).store(0, Ordering::SeqCst);
+        self.count_overflow(home, distance(state), u64::MAX);
     }
 
     /// Makes a CLAIMED slot live, with `flags` (READY is added) set.
@@ -592,14 +758,18 @@ impl<T> Ledger<T> {
     pub(crate) fn free(&self, slot: usize) {
         let state = self.state(slot);
         debug_assert!(state & DONE != 0, "freeing a live slot");
+        let home = self.home_bucket(slot);
         self.slots[slot].xor.store(0, Ordering::SeqCst);
         self.slots[slot].link.store(NIL, Ordering::SeqCst);
         let next_generation = generation(state).wrapping_add(1) & (u32::MAX >> GENERATION_SHIFT);
         self.slots[slot]
             .state
             .store(next_generation << GENERATION_SHIFT, Ordering::SeqCst);
-        // Last: the key. A claimer's CAS on it then sees the clean fields above.
-        self.keys[slot].store(0, Ordering::SeqCst);
+        // Then the key. A claimer's CAS on it then sees the clean fields above.
+        self.key_word(slot).store(0, Ordering::SeqCst);
+        // Last, the overflow counts this root raised: a search that still walks past here
+        // meets an empty or newer key, which it skips.
+        self.count_overflow(home, distance(state), u64::MAX);
     }
 }
 
@@ -633,14 +803,11 @@ mod tests {
     fn mix_is_a_bijection_and_hash_round_trips() {
         assert_eq!(MIX.wrapping_mul(MIX_INVERSE), 1);
         for layout in [
-            HashLayout {
-                shard_bits: 0,
-                bucket_bits: 1,
-            },
-            HashLayout {
-                shard_bits: 3,
-                bucket_bits: 10,
-            },
+            HashLayout::new(0, 1),
+            HashLayout::new(0, 3),
+            HashLayout::new(3, 10),
+            HashLayout::new(3, 1000),
+            HashLayout::new(16, 11_000),
         ] {
             for root in [
                 0,
@@ -654,7 +821,7 @@ mod tests {
             ] {
                 let h = layout.hash(root);
                 assert_ne!(h.stored, 0);
-                assert!(h.shard < 1 << layout.shard_bits && h.bucket < 1 << layout.bucket_bits);
+                assert!(h.shard < 1 << layout.shard_bits && h.bucket < layout.buckets);
                 assert_eq!(layout.root(h), root, "{layout:?}");
             }
         }
@@ -663,10 +830,7 @@ mod tests {
     #[test]
     fn claim_find_and_free_cycle_through_generations() {
         let ledger: Ledger<u32> = Ledger::new(2);
-        let layout = HashLayout {
-            shard_bits: 0,
-            bucket_bits: 1,
-        };
+        let layout = HashLayout::new(0, 2);
         let h = layout.hash(7);
         assert_eq!(ledger.find(h), None);
         let Claim::Claimed(slot) = ledger.find_or_claim(h) else {
@@ -686,38 +850,151 @@ mod tests {
         assert_eq!(ledger.key(slot), 0);
     }
 
-    #[test]
-    fn a_full_bucket_reports_full() {
-        let ledger: Ledger<u32> = Ledger::new(1);
-        let layout = HashLayout {
-            shard_bits: 0,
-            bucket_bits: 1,
+    /// Claims `root` as a new live entry (times and flags do not matter here).
+    fn open(ledger: &Ledger<u32>, h: Hashed) -> usize {
+        let Claim::Claimed(slot) = ledger.find_or_claim(h) else {
+            panic!("no new claim for {h:?}")
         };
-        // With one bucket in the table, every root maps to bucket 0 or 1; use a table of
-        // one bucket by picking roots that land in bucket 0.
+        ledger.publish(slot, 0);
+        slot
+    }
+
+    fn complete_and_free(ledger: &Ledger<u32>, slot: usize) {
+        let state = ledger.state(slot);
+        assert!(ledger.transition(slot, state, DONE).is_ok());
+        ledger.free(slot);
+    }
+
+    fn overflow_counts(ledger: &Ledger<u32>) -> Vec<u64> {
+        (0..ledger.buckets)
+            .map(|b| ledger.overflow(b).load(Ordering::SeqCst))
+            .collect()
+    }
+
+    #[test]
+    fn a_full_bucket_overflows_into_the_next_and_a_full_probe_reports_full() {
+        let layout = HashLayout::new(0, 2);
+        let ledger: Ledger<u32> = Ledger::new(layout.buckets());
+        assert_eq!(ledger.max_probe, 1);
+        // Every root below has bucket 1 as its home; bucket 0 is where it overflows (wrapping).
         let roots: Vec<u64> = (0..)
-            .filter(|r| layout.hash(*r).bucket == 0)
-            .take(BUCKET_WIDTH + 1)
+            .filter(|r| layout.hash(*r).bucket == 1)
+            .take(2 * SLOTS_PER_BUCKET + 1)
             .collect();
-        for r in &roots[..BUCKET_WIDTH] {
-            assert!(matches!(
-                ledger.find_or_claim(layout.hash(*r)),
-                Claim::Claimed(_)
-            ));
+        let slots: Vec<usize> = roots[..2 * SLOTS_PER_BUCKET]
+            .iter()
+            .map(|r| open(&ledger, layout.hash(*r)))
+            .collect();
+        for (i, (&root, &slot)) in roots.iter().zip(&slots).enumerate() {
+            let expected_bucket = if i < SLOTS_PER_BUCKET { 1 } else { 0 };
+            assert_eq!(slot / SLOTS_PER_BUCKET, expected_bucket, "root {root}");
+            assert_eq!(ledger.home_bucket(slot), 1, "root {root}");
+            assert_eq!(ledger.find(layout.hash(root)), Some(slot), "root {root}");
+            let h = Hashed {
+                shard: 0,
+                bucket: ledger.home_bucket(slot),
+                stored: ledger.key(slot),
+            };
+            assert_eq!(layout.root(h), root);
         }
-        assert_eq!(
-            ledger.find_or_claim(layout.hash(roots[BUCKET_WIDTH])),
-            Claim::Full
-        );
+        assert_eq!(overflow_counts(&ledger), [0, SLOTS_PER_BUCKET as u64]);
+        let last = layout.hash(roots[2 * SLOTS_PER_BUCKET]);
+        assert_eq!(ledger.find_or_claim(last), Claim::Full);
+        assert_eq!(ledger.find(last), None);
+        // Free one slot of the home bucket: a new root takes it, at distance 0.
+        complete_and_free(&ledger, slots[3]);
+        let slot = open(&ledger, last);
+        assert_eq!(slot, slots[3]);
+        assert_eq!(ledger.home_bucket(slot), 1);
+        // Freeing the overflowed entries brings the count back to zero, and a backed-out
+        // overflow claim leaves it there.
+        for &slot in &slots[SLOTS_PER_BUCKET..] {
+            complete_and_free(&ledger, slot);
+        }
+        assert_eq!(overflow_counts(&ledger), [0, 0]);
+        complete_and_free(&ledger, slots[4]);
+        let Claim::Claimed(slot) = ledger.find_or_claim(layout.hash(roots[4])) else {
+            panic!("no claim")
+        };
+        assert_eq!(slot, slots[4]);
+        let extra = (0..).find(|r| layout.hash(*r).bucket == 1 && !roots.contains(r));
+        let Claim::Claimed(far) = ledger.find_or_claim(layout.hash(extra.unwrap())) else {
+            panic!("no claim")
+        };
+        assert_eq!(far / SLOTS_PER_BUCKET, 0);
+        assert_eq!(overflow_counts(&ledger), [0, 1]);
+        ledger.back_out(far);
+        ledger.back_out(slot);
+        assert_eq!(overflow_counts(&ledger), [0, 0]);
+        assert_eq!(ledger.key(far), 0);
+    }
+
+    /// Random opens and frees on a crowded table against a set: every live root is found
+    /// where it was put, no absent root is found, and the overflow counts always equal the
+    /// number of live roots that passed each bucket.
+    #[test]
+    fn probing_matches_a_reference_set() {
+        let layout = HashLayout::new(0, 8);
+        let ledger: Ledger<u32> = Ledger::new(layout.buckets());
+        let capacity = ledger.capacity();
+        let mut live: std::collections::HashMap<u64, usize> = Default::default();
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let steps = if cfg!(miri) { 300 } else { 20_000 };
+        for _ in 0..steps {
+            let root = next() % (2 * capacity as u64);
+            let h = layout.hash(root);
+            match live.get(&root) {
+                Some(&slot) => {
+                    assert_eq!(ledger.find(h), Some(slot));
+                    if next() % 2 == 0 {
+                        complete_and_free(&ledger, slot);
+                        live.remove(&root);
+                        assert_eq!(ledger.find(h), None);
+                    } else {
+                        assert_eq!(ledger.find_or_claim(h), Claim::Found(slot));
+                    }
+                }
+                None => {
+                    assert_eq!(ledger.find(h), None);
+                    match ledger.find_or_claim(h) {
+                        Claim::Claimed(slot) => {
+                            ledger.publish(slot, 0);
+                            live.insert(root, slot);
+                        }
+                        Claim::Full => {
+                            // Only when every bucket it may use is full.
+                            for d in 0..=ledger.max_probe {
+                                let b = ledger.probe(h.bucket, d);
+                                assert!(Ledger::<u32>::bucket_slots(b).all(|s| ledger.key(s) != 0));
+                            }
+                        }
+                        Claim::Found(slot) => panic!("found absent root {root} at {slot}"),
+                    }
+                }
+            }
+            let mut expected = vec![0u64; ledger.buckets];
+            for &slot in live.values() {
+                let home = ledger.home_bucket(slot);
+                let d = (slot / SLOTS_PER_BUCKET + ledger.buckets - home) % ledger.buckets;
+                for step in 0..d {
+                    expected[ledger.probe(home, step)] += 1;
+                }
+            }
+            assert_eq!(overflow_counts(&ledger), expected);
+        }
+        assert!(live.len() > capacity / 2, "the table never got crowded");
     }
 
     #[test]
     fn concurrent_claims_of_one_root_leave_one_slot() {
         let rounds = if cfg!(miri) { 20 } else { 2000 };
-        let layout = HashLayout {
-            shard_bits: 0,
-            bucket_bits: 1,
-        };
+        let layout = HashLayout::new(0, 2);
         for round in 0..rounds {
             let ledger: Ledger<u32> = Ledger::new(2);
             let h = layout.hash(round);

@@ -45,7 +45,7 @@ use crate::clock::{duration_nanos, is_due, Clock, MonotonicClock};
 use crate::error::ConfigError;
 use crate::sync::{thread, AtomicBool, AtomicU64, AtomicUsize, Mutex, Ordering};
 use crate::wheel::TimerWheel;
-use ledger::{Claim, HashLayout, Hashed, Ledger, BUCKET_WIDTH, DONE, FAILED, INIT};
+use ledger::{Claim, HashLayout, Hashed, Ledger, DONE, FAILED, INIT, SLOTS_PER_BUCKET};
 use std::sync::Arc;
 
 /// How a tree ended.
@@ -76,7 +76,7 @@ pub struct Completion<T> {
 /// Returned by init; the payload always comes back, nothing is lost.
 #[derive(Debug)]
 pub enum InitError<T> {
-    /// `max_pending` trees are pending (or the root's bucket is full).
+    /// `max_pending` trees are pending (or every bucket the root may use is full).
     Full(T),
     /// The root was already initialized.
     Duplicate(T),
@@ -153,7 +153,7 @@ impl<T> fmt::Debug for AckerBuilder<T> {
 /// The longest timeout: deadlines must stay within the wrapping timeline's 2^63 ns horizon.
 const MAX_TIMEOUT_NS: u64 = 1 << 62;
 /// Slot indices are `u32` with `u32::MAX` reserved as the lists' end; a one-shard table
-/// holds up to 4 x max_pending slots, so 2^30 keeps every index below it.
+/// holds under 1.5 x max_pending slots (or 2 buckets), so 2^30 keeps every index below it.
 const MAX_PENDING: usize = 1 << 30;
 const MAX_SHARDS: usize = 1 << 16;
 
@@ -189,14 +189,13 @@ impl<T: Send + 'static> AckerBuilder<T> {
     }
 
     /// The most entries (initialized trees and orphans) held at once, across all shards;
-    /// default 1 << 20. It is an exact upper bound. An init can also be refused before it
-    /// when the root's bucket (16 slots in a table sized for twice the shard's share) is
-    /// full. Random root ids make that rare while the reaper keeps up, but a completed
-    /// tree's slot is recycled only by the reaper (after a grace period): if the reaper
-    /// thread is descheduled for a while, the trees completed meanwhile hold their slots.
-    /// With a small `max_pending` and a high rate that can fill a bucket (measured: one
-    /// refusal at 1,024 pending of 8,192, one thread at ~1 M trees/s, after a 30 ms reaper
-    /// stall), so leave room for what completes in a few tens of milliseconds.
+    /// default 1 << 20. It is an exact upper bound. Each shard's table has about 1.25x its
+    /// share of slots in 15-slot buckets, and a root whose home bucket is full takes a slot
+    /// in one of the next 15 buckets, so an init is refused below the bound only when all
+    /// 16 buckets (240 slots) it may use are taken. A completed tree's slot is recycled by
+    /// the reaper after a grace period, so what completes while the reaper thread is
+    /// descheduled still holds room: with a small `max_pending` and a high rate, leave room
+    /// for what completes in a few tens of milliseconds.
     pub fn max_pending(mut self, max_pending: usize) -> Self {
         self.max_pending = max_pending;
         self
@@ -274,14 +273,15 @@ impl<T: Send + 'static> AckerBuilder<T> {
                 max: MAX_PENDING.to_string(),
             });
         }
-        // Twice each shard's fair share, in whole buckets, at least two buckets.
+        // A quarter over each shard's fair share: roots overflow into the next buckets, so a
+        // bucket that fills early does not refuse anyone while the table has room.
         let share = self.max_pending.div_ceil(shards);
-        let slots = (2 * share).next_power_of_two().max(2 * BUCKET_WIDTH);
-        let buckets = slots / BUCKET_WIDTH;
-        let layout = HashLayout {
-            shard_bits: shards.trailing_zeros(),
-            bucket_bits: buckets.trailing_zeros(),
-        };
+        let layout = HashLayout::new(
+            shards.trailing_zeros(),
+            (share + share / 4).div_ceil(SLOTS_PER_BUCKET),
+        );
+        let buckets = layout.buckets();
+        let slots = buckets * SLOTS_PER_BUCKET;
         let clock = self
             .clock
             .unwrap_or_else(|| Box::new(MonotonicClock::new()));
@@ -589,11 +589,11 @@ impl<T: Send + 'static> Inner<T> {
     }
 
     fn root_of(&self, shard: usize, slot: usize) -> u64 {
-        let stored = self.shards[shard].ledger.key(slot);
+        let ledger = &self.shards[shard].ledger;
         self.layout.root(Hashed {
             shard,
-            bucket: slot / BUCKET_WIDTH,
-            stored,
+            bucket: ledger.home_bucket(slot),
+            stored: ledger.key(slot),
         })
     }
 

@@ -31,7 +31,7 @@
 
 use std::time::Duration;
 
-use super::ledger::{generation, DONE, INIT, INITING};
+use super::ledger::{generation, DONE, INIT, INITING, READY};
 use super::{Inner, Outcome};
 use crate::clock::is_due;
 use crate::error::ConfigError;
@@ -142,8 +142,10 @@ fn reap<T: Send + 'static>(
     let ledger = &inner.shards[shard].ledger;
     let mut state = ledger.state(slot);
     loop {
-        if generation(state) != gen || state & DONE != 0 {
-            // Completed (and maybe reused) since: its completer retired it.
+        if generation(state) != gen || state & (READY | DONE) != READY {
+            // Completed (and maybe reused) since: its completer retired it. A slot that is
+            // not READY is being claimed for another root, by a thread that owns its fields
+            // until it publishes; only a stale timer whose generation aliases can get here.
             return None;
         }
         let deadline = ledger.deadline(slot);
