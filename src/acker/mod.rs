@@ -641,6 +641,9 @@ impl<T: Send + 'static> Inner<T> {
         if self.shutdown.load(Ordering::SeqCst) {
             return Err(InitError::Shutdown(payload));
         }
+        // Read before anything changes: a `Clock` that panics then leaves no slot CLAIMED
+        // (others would wait for it forever).
+        let now = self.clock.now();
         let _guard = self.grace.pin();
         let h = self.layout.hash(root);
         let shard = &self.shards[h.shard];
@@ -660,7 +663,7 @@ impl<T: Send + 'static> Inner<T> {
                     }
                     ledger.write_payload(slot, payload);
                     ledger.set_value(slot, xor);
-                    self.open(shard, slot, self.clock.now(), timeout, INIT);
+                    self.open(shard, slot, now, timeout, INIT);
                     // A fresh slot becomes visible with INIT already set (one RMW), so no ack
                     // or fail came first, and any that races in now sees INIT and completes
                     // the tree itself. Only an init whose own XOR is 0 completes here (a tree
@@ -773,14 +776,18 @@ impl<T: Send + 'static> Inner<T> {
     ) {
         let ledger = &self.shards[shard].ledger;
         let mut state = ledger.state(slot);
+        let mut now = None;
         while state & DONE == 0 {
             let Some(outcome) = decide(state) else { return };
+            // The completion's time is read before the CAS: a `Clock` that panics then
+            // leaves the tree pending rather than DONE with nobody to finish it.
+            let now = *now.get_or_insert_with(|| self.clock.now());
             match ledger.claim_done(slot, state) {
                 Ok(retire) => {
-                    *done = Some(self.finish(shard, slot, outcome, retire));
+                    *done = Some(self.finish(shard, slot, outcome, retire, now));
                     return;
                 }
-                Err(now) => state = now,
+                Err(moved) => state = moved,
             }
         }
     }
@@ -797,7 +804,8 @@ impl<T: Send + 'static> Inner<T> {
             }
             return;
         }
-        // No entry: hold the ack as an orphan.
+        // No entry: hold the ack as an orphan. The clock is read before claiming (see `init`).
+        let now = self.clock.now();
         match self.claim_new(h) {
             Claim::Found(slot) => {
                 if ledger.xor(slot, xor) == 0 {
@@ -806,7 +814,7 @@ impl<T: Send + 'static> Inner<T> {
             }
             Claim::Claimed(slot) => {
                 ledger.xor(slot, xor);
-                self.open(shard, slot, self.clock.now(), self.timeout, 0);
+                self.open(shard, slot, now, self.timeout, 0);
             }
             Claim::Full => {}
         }
@@ -832,13 +840,14 @@ impl<T: Send + 'static> Inner<T> {
         let ledger = &shard.ledger;
         let slot = match ledger.find(h) {
             Some(slot) => slot,
-            None => match self.claim_new(h) {
-                Claim::Found(slot) => slot,
-                Claim::Claimed(slot) => {
-                    self.open(shard, slot, self.clock.now(), self.timeout, FAILED);
+            // The clock is read before claiming (see `init`).
+            None => match (self.clock.now(), self.claim_new(h)) {
+                (_, Claim::Found(slot)) => slot,
+                (now, Claim::Claimed(slot)) => {
+                    self.open(shard, slot, now, self.timeout, FAILED);
                     return;
                 }
-                Claim::Full => return,
+                (_, Claim::Full) => return,
             },
         };
         ledger.set_flags(slot, FAILED);
@@ -863,24 +872,21 @@ impl<T: Send + 'static> Inner<T> {
 
     /// Takes the payload of a slot whose DONE this thread just set, counts the outcome and
     /// retires the slot if `retire` (see [`Ledger::claim_done`]); the caller delivers the
-    /// completion.
+    /// completion. `now` (read before the DONE CAS) ends `elapsed`.
     fn finish(
         &self,
         shard_index: usize,
         slot: usize,
         outcome: Outcome,
         retire: bool,
+        now: u64,
     ) -> (usize, Completion<T>) {
         let shard = &self.shards[shard_index];
         let ledger = &shard.ledger;
         let root = self.root_of(shard_index, slot);
         let payload = ledger.take_payload(slot);
-        let elapsed = Duration::from_nanos(
-            self.clock
-                .now()
-                .wrapping_sub(ledger.start(slot))
-                .min(i64::MAX as u64),
-        );
+        let elapsed =
+            Duration::from_nanos(now.wrapping_sub(ledger.start(slot)).min(i64::MAX as u64));
         self.pending.fetch_sub(1, Ordering::SeqCst);
         let counter = match outcome {
             Outcome::Acked => &shard.counters.acked,

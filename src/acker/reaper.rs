@@ -158,7 +158,7 @@ fn reap<T: Send + 'static>(
         }
         match ledger.claim_done(slot, state) {
             Ok(retire) if state & INIT != 0 => {
-                completions.push(inner.finish(shard, slot, Outcome::TimedOut, retire));
+                completions.push(inner.finish(shard, slot, Outcome::TimedOut, retire, now));
                 return None;
             }
             Ok(retire) => {

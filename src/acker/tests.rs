@@ -623,3 +623,64 @@ fn completed_slots_are_recycled_without_waiting_for_a_deadline() {
     assert_eq!(acker.stats().acked, trees);
     assert_eq!(acker.pending(), 0);
 }
+
+/// A `Clock` that panics while `panicking` is set, and otherwise follows a `ManualClock`.
+#[derive(Clone)]
+struct FlakyClock {
+    time: ManualClock,
+    panicking: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Clock for FlakyClock {
+    fn now(&self) -> u64 {
+        if self.panicking.load(Ordering::SeqCst) {
+            panic!("clock failure (on purpose)");
+        }
+        self.time.now()
+    }
+}
+
+/// A panicking `Clock` panics the caller before the ledger changes: no slot is left
+/// CLAIMED (where every later call for the root would wait forever), nothing is counted,
+/// and a tree whose completing ack panicked is still completed, by its timeout.
+#[test]
+fn a_panicking_clock_leaves_nothing_half_done() {
+    let time = ManualClock::new(0);
+    let clock = FlakyClock {
+        time: time.clone(),
+        panicking: Arc::default(),
+    };
+    let (acker, log) = manual(&time, |b| b.clock(clock.clone()));
+    let fails = |f: &dyn Fn()| {
+        clock.panicking.store(true, Ordering::SeqCst);
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+        clock.panicking.store(false, Ordering::SeqCst);
+        assert!(result.is_err(), "the clock's panic reaches the caller");
+    };
+    fails(&|| {
+        let _ = acker.init(1, 0b1, 7);
+    });
+    fails(&|| {
+        let _ = acker.ack(2, 0b1);
+    });
+    fails(&|| {
+        let _ = acker.fail(3);
+    });
+    assert_eq!(acker.pending(), 0, "{:?}", acker.stats());
+    // The same roots work normally afterwards.
+    acker.init(1, 0b1, 7).unwrap();
+    assert!(!acker.ack(2, 0b1));
+    assert!(!acker.fail(3));
+    assert_eq!(acker.pending(), 3);
+    // The completing ack XORs the value to 0, then its clock read panics before it claims
+    // completion: the tree stays pending and times out, its payload intact.
+    fails(&|| {
+        let _ = acker.ack(1, 0b1);
+    });
+    assert_eq!(acker.pending(), 3);
+    assert!(take(&log).is_empty());
+    time.advance(31 * SEC);
+    acker.expire();
+    assert_eq!(take(&log), [(1, 7, Outcome::TimedOut)]);
+    assert_eq!(acker.pending(), 0, "{:?}", acker.stats());
+}
