@@ -406,3 +406,35 @@ fn overflowed_root_is_found_while_its_home_bucket_changes() {
         drain(&clock, &acker);
     });
 }
+
+/// `reset_timeout` races the init of a held orphan that sets a longer timeout of its own.
+/// Whichever goes first, the tree is due at the reset's time plus the tree's timeout: the
+/// reset is not lost (init recomputing the deadline from before it) and does not count with
+/// the orphan's shorter timeout (a reset that read it before init changed it).
+#[test]
+fn reset_vs_init_of_a_held_orphan_keeps_both() {
+    loom::model(|| {
+        let clock = ManualClock::new(0);
+        let (acker, log) = manual(clock.clone());
+        assert!(!acker.ack(1, 0b1)); // an orphan, due at 1 s (the default timeout)
+        clock.advance(Duration::from_millis(500));
+        let other = acker.clone();
+        let t = thread::spawn(move || other.reset_timeout(1));
+        acker
+            .init_with_timeout(1, 0b11, 7, Duration::from_secs(5))
+            .unwrap();
+        assert!(t.join().unwrap(), "the entry was pending throughout");
+        // Due at 0.5 s + 5 s.
+        clock.set(5_500_000_000 - 1);
+        acker.expire();
+        assert!(
+            completions(&log).is_empty(),
+            "timed out early: {:?}",
+            completions(&log)
+        );
+        clock.set(5_500_000_000 + 2 * SEC / 100);
+        acker.expire();
+        assert_eq!(completions(&log), [(1, 7, Outcome::TimedOut)]);
+        assert_eq!(acker.pending(), 0);
+    });
+}

@@ -34,7 +34,7 @@
 //!                        \--back out (duplicate claim)--> EMPTY
 //! ```
 //!
-//! * **CLAIMED**: the claimer owns the slot's fields and writes start, deadline and timeout.
+//! * **CLAIMED**: the claimer owns the slot's fields and writes start, base and timeout.
 //!   Anyone else who finds the key waits for READY (this happens only when two threads
 //!   create the same root at the same instant).
 //! * **READY**: live. Acks `fetch_xor` the value; `INIT`, `FAILED`, `INITING` and `INBOX`
@@ -72,6 +72,7 @@ use std::mem::MaybeUninit;
 use crossbeam_utils::CachePadded;
 
 use super::table::Table;
+use crate::clock::is_due;
 
 #[cfg(loom)]
 use crate::sync::fence;
@@ -98,7 +99,7 @@ pub(crate) const MAX_PROBE: usize = 1;
 pub(crate) const NIL: u32 = u32::MAX;
 
 // The state word: flags in the low byte, the probe distance, then the generation.
-/// The claimer has written start, deadline and timeout: the slot is live.
+/// The claimer has written start, base and timeout: the slot is live.
 pub(crate) const READY: u32 = 1 << 0;
 /// Init's payload is written and visible.
 pub(crate) const INIT: u32 = 1 << 1;
@@ -242,8 +243,11 @@ pub(crate) enum Claim {
 struct Slot<T> {
     /// The XOR value.
     xor: AtomicU64,
-    /// When the tree is due, as the clock reads (reaper compares; writers store).
-    deadline: AtomicU64,
+    /// When the timeout counts from: the first message, or the latest `reset_timeout`. The
+    /// tree is due at `base + timeout`. Kept apart from the timeout (rather than one
+    /// deadline word) so that a reset and the init that sets the tree's own timeout each
+    /// write one field and neither can undo the other.
+    base: AtomicU64,
     /// First message seen, for `Completion::elapsed`.
     start: AtomicU64,
     /// The tree's timeout in ns, for `reset_timeout`.
@@ -290,7 +294,7 @@ impl<T> Ledger<T> {
             keys: Table::new(buckets * KEY_WORDS, |_| AtomicU64::new(0)),
             slots: Table::new(n, |_| Slot {
                 xor: AtomicU64::new(0),
-                deadline: AtomicU64::new(0),
+                base: AtomicU64::new(0),
                 start: AtomicU64::new(0),
                 timeout: AtomicU64::new(0),
                 state: AtomicU32::new(0),
@@ -540,11 +544,11 @@ impl<T> Ledger<T> {
     }
 
     /// Writes a CLAIMED slot's times. Only the claimer calls this, before `publish`.
-    pub(crate) fn set_times(&self, slot: usize, start: u64, deadline: u64, timeout: u64) {
+    pub(crate) fn set_times(&self, slot: usize, start: u64, timeout: u64) {
         // Relaxed: published by `publish`'s SeqCst RMW on the state; every reader (finder,
         // completer, reaper) acquires that state (or the inbox push after it) first.
         self.slots[slot].start.store(start, Ordering::Relaxed);
-        self.slots[slot].deadline.store(deadline, Ordering::Relaxed);
+        self.slots[slot].base.store(start, Ordering::Relaxed);
         self.slots[slot].timeout.store(timeout, Ordering::Relaxed);
     }
 
@@ -631,12 +635,24 @@ impl<T> Ledger<T> {
         payload_cell.with(|cell| unsafe { (*cell).assume_init_read() })
     }
 
+    /// When the tree is due: its base plus its timeout.
     pub(crate) fn deadline(&self, slot: usize) -> u64 {
-        self.slots[slot].deadline.load(Ordering::SeqCst)
+        let base = self.slots[slot].base.load(Ordering::SeqCst);
+        base.wrapping_add(self.timeout(slot))
     }
 
-    pub(crate) fn set_deadline(&self, slot: usize, deadline: u64) {
-        self.slots[slot].deadline.store(deadline, Ordering::SeqCst);
+    /// Moves the base to `now` unless it is already later (two racing resets leave the
+    /// later one's time, whichever stores last).
+    pub(crate) fn reset_base(&self, slot: usize, now: u64) {
+        let base = &self.slots[slot].base;
+        let mut current = base.load(Ordering::SeqCst);
+        // `is_due(now, current)`: the base is already at or after `now`.
+        while !is_due(now, current) {
+            match base.compare_exchange(current, now, Ordering::SeqCst, Ordering::SeqCst) {
+                Ok(_) => return,
+                Err(moved) => current = moved,
+            }
+        }
     }
 
     pub(crate) fn start(&self, slot: usize) -> u64 {
@@ -836,7 +852,8 @@ mod tests {
         let Claim::Claimed(slot) = ledger.find_or_claim(h) else {
             panic!("no claim")
         };
-        ledger.set_times(slot, 1, 2, 3);
+        ledger.set_times(slot, 1, 3);
+        assert_eq!(ledger.deadline(slot), 4);
         ledger.publish(slot, 0);
         assert_eq!(ledger.find(h), Some(slot));
         assert_eq!(ledger.find_or_claim(h), Claim::Found(slot));

@@ -620,7 +620,7 @@ impl<T: Send + 'static> Inner<T> {
     /// Writes a newly claimed slot's times and makes it live, then tells the reaper.
     fn open(&self, shard: &Shard<T>, slot: usize, now: u64, timeout: u64, flags: u32) {
         let deadline = now.wrapping_add(timeout);
-        shard.ledger.set_times(slot, now, deadline, timeout);
+        shard.ledger.set_times(slot, now, timeout);
         let queued = shard.ledger.publish_queued(slot, flags);
         reaper::wake_for(self, deadline);
         if queued == self.retire_batch {
@@ -678,17 +678,15 @@ impl<T: Send + 'static> Inner<T> {
                         Err(_) => return Err(InitError::Duplicate(payload)),
                     }
                     ledger.write_payload(slot, payload);
-                    // The deadline counts from the first message, or from the last
-                    // `reset_timeout` if one came before init, with the tree's timeout. Both
-                    // keep `deadline = base + timeout(slot)`, so `base` is recovered before the
-                    // timeout changes (counting from `start` would undo an early reset).
-                    // Later than the orphan's: the reaper's re-check finds it when the old
-                    // one fires. Sooner: the reaper must hear of it.
-                    let base = ledger.deadline(slot).wrapping_sub(ledger.timeout(slot));
+                    // The deadline counts from the first message, or from the latest
+                    // `reset_timeout`, with the tree's timeout: init sets only the timeout
+                    // and a racing reset only the base, so neither undoes the other. Later
+                    // than the orphan's: the reaper's re-check finds it when the old one
+                    // fires. Sooner: the reaper must hear of it.
+                    let before = ledger.deadline(slot);
                     ledger.set_timeout(slot, timeout);
-                    let deadline = base.wrapping_add(timeout);
-                    let sooner = !is_due(ledger.deadline(slot), deadline);
-                    ledger.set_deadline(slot, deadline);
+                    let deadline = ledger.deadline(slot);
+                    let sooner = !is_due(before, deadline);
                     ledger.xor(slot, xor);
                     ledger.set_flags(slot, INIT);
                     if sooner {
@@ -864,9 +862,9 @@ impl<T: Send + 'static> Inner<T> {
         let Some(slot) = ledger.find(h) else {
             return false;
         };
-        // Always later than the scheduled deadline (the timeout is fixed, time moves on), so
-        // the reaper finds it when the old deadline fires and reschedules: no hand-off.
-        ledger.set_deadline(slot, self.clock.now().wrapping_add(ledger.timeout(slot)));
+        // The base only moves later, so the deadline does too: the reaper finds it when the
+        // scheduled deadline fires and reschedules it, no hand-off needed.
+        ledger.reset_base(slot, self.clock.now());
         ledger.state(slot) & DONE == 0
     }
 
