@@ -4,9 +4,10 @@
 //! Each model asserts exactly-once delivery (one `Completion` per initialized root, with the
 //! outcome the racing calls' return values agree with) and that nothing is left behind
 //! (`pending()` back to 0 once every deadline has passed). The ackers are tiny: one shard,
-//! two buckets of two slots (`SLOTS_PER_BUCKET` is 2 and `MAX_PROBE` 1 under loom), so full
-//! buckets, overflow and slot reuse are a few steps away. Clocks use std atomics on purpose: time is an input here, not part
-//! of the protocol, and loom runs every model thread on one OS thread.
+//! four buckets of two slots (`SLOTS_PER_BUCKET` is 2 and `MAX_PROBE` 1 under loom), so full
+//! buckets, overflow and slot reuse are a few steps away. Clocks use std atomics on purpose:
+//! time is an input here, not part of the protocol, and loom runs every model thread on one
+//! OS thread.
 //!
 //! Under loom the ledger's grace period is a loom-visible stand-in for crossbeam-epoch (see
 //! `src/acker/grace.rs`): operations count themselves in and out, and the reaper frees

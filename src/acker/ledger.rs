@@ -9,12 +9,15 @@
 //! on the slot it found touches one or two more.
 //!
 //! A root hashes (see [`HashLayout`]) to a shard, a *home* bucket and a *stored key*: the
-//! hash bits not implied by the shard and bucket, shifted left with the low bit set, so a
-//! stored key is never 0 and `0` means EMPTY. The key word is then the slot's claim: one CAS
-//! `0 -> stored` takes an empty slot for a root, whatever the root's value (0 and `u64::MAX`
-//! included). The bucket count need not be a power of two (the bucket is the hash's top bits
-//! scaled by the count), so a table is sized at about 1.25× its share of `max_pending`
-//! rather than rounded up to twice it.
+//! hash bits not implied by the shard and home bucket, shifted left with the low bit set, so
+//! a stored key is never 0 and `0` means EMPTY. A slot's key word is the stored key with the
+//! slot's *distance* from the home bucket in its top bits: the stored key names the root
+//! only together with its home, and two roots with the same stored key have different
+//! homes, so the word a root has in a given bucket is its own. The key word is the slot's
+//! claim: one CAS `0 -> key` takes an empty slot for a root, whatever the root's value (0 and
+//! `u64::MAX` included). The bucket count need not be a power of two (the bucket is the
+//! hash's top bits scaled by the count), so a table is sized at about 1.25× its share of
+//! `max_pending` rather than rounded up to twice it.
 //!
 //! ## Overflow
 //!
@@ -24,8 +27,10 @@
 //! passed; `free` (or a back-out) takes them off again. A search for a root therefore walks
 //! on from a bucket only while that bucket's count is non-zero, and an entry that exists
 //! when the search starts is always reached: its counts were raised before its key was
-//! written. The distance `d` is kept in the state word, so the home bucket of any slot is
-//! known (for `free`, and to recover the root from the slot).
+//! written. The distance `d` is in the key word, so the home bucket of any slot is known
+//! (for `free`, and to recover the root from the slot). (A first version kept `d` in the
+//! state word and matched the stored key alone; a review found two roots whose stored keys
+//! agree and whose homes are `k` buckets apart, which then matched each other's entries.)
 //!
 //! ## A slot's life
 //!
@@ -52,7 +57,8 @@
 //! EMPTY slot in it. Two claimers of the same root can still both win a CAS (on different
 //! slots), when a free ran between their scans. After its CAS a claimer therefore searches
 //! again (every access SeqCst, so of two claimers at least one sees the other: each raised
-//! its overflow counts and wrote its key before its search) and resolves:
+//! its overflow counts and wrote its key before its search, and a search compares each
+//! bucket's keys with the key word the root would have at that distance) and resolves:
 //! a READY twin, or a CLAIMED twin at a lower index, makes it back out; a CLAIMED twin at a
 //! higher index it waits out (it will back out or become READY, and then we back out).
 //! Waits only go from lower to higher index, so they cannot form a cycle.
@@ -61,7 +67,7 @@
 //!
 //! The state word's high bits count how often the slot was freed. The reaper's wheel holds
 //! `(slot, generation)`, so a timer for a completed tree is recognised as stale even after
-//! the slot holds another root. The count wraps after 2^20 frees of one slot; a stale timer
+//! the slot holds another root. The count wraps after 2^24 frees of one slot; a stale timer
 //! that aliases a newer occupant is harmless, because the reaper never trusts a timer: it
 //! re-reads the occupant's real deadline, reschedules it when not yet due, and leaves a slot
 //! that is not READY alone. Timing out an occupant whose own deadline has passed is what its
@@ -91,14 +97,28 @@ const KEY_WORDS: usize = SLOTS_PER_BUCKET + 1;
 /// How many buckets past its home a root may live (capped at `buckets - 1`).
 #[cfg(not(loom))]
 pub(crate) const MAX_PROBE: usize = 15;
-/// Under loom one bucket past home: two buckets make the whole model table.
+/// Under loom one bucket past home, so models overflow in few steps.
 #[cfg(loom)]
 pub(crate) const MAX_PROBE: usize = 1;
+
+/// Top bits of a key word that hold the slot's distance from its home bucket.
+#[cfg(not(loom))]
+const DISTANCE_BITS: u32 = 4;
+#[cfg(loom)]
+const DISTANCE_BITS: u32 = 1;
+const DISTANCE_SHIFT: u32 = 64 - DISTANCE_BITS;
+const _: () = assert!(MAX_PROBE < 1 << DISTANCE_BITS);
+
+/// The key word of a root with stored key `stored` in a slot `d` buckets past its home.
+#[inline]
+fn key_at(stored: u64, d: usize) -> u64 {
+    stored | (d as u64) << DISTANCE_SHIFT
+}
 
 /// End of an intrusive list (inbox, retired).
 pub(crate) const NIL: u32 = u32::MAX;
 
-// The state word: flags in the low byte, the probe distance, then the generation.
+// The state word: flags in the low byte, the generation above.
 /// The claimer has written start, base and timeout: the slot is live.
 pub(crate) const READY: u32 = 1 << 0;
 /// Init's payload is written and visible.
@@ -113,21 +133,12 @@ pub(crate) const DONE: u32 = 1 << 4;
 pub(crate) const INBOX: u32 = 1 << 5;
 /// A DONE slot has been handed to retirement (by its completer or by the inbox drain).
 pub(crate) const RETIRED: u32 = 1 << 6;
-/// How many buckets past its home bucket the slot is (0..=MAX_PROBE).
-const DISTANCE_SHIFT: u32 = 8;
-const DISTANCE_MASK: u32 = 0xf << DISTANCE_SHIFT;
-const GENERATION_SHIFT: u32 = 12;
-const _: () = assert!(MAX_PROBE <= (DISTANCE_MASK >> DISTANCE_SHIFT) as usize);
+const GENERATION_SHIFT: u32 = 8;
 
 /// The generation part of a state word.
 #[inline]
 pub(crate) fn generation(state: u32) -> u32 {
     state >> GENERATION_SHIFT
-}
-
-#[inline]
-fn distance(state: u32) -> usize {
-    ((state & DISTANCE_MASK) >> DISTANCE_SHIFT) as usize
 }
 
 /// Where a root lives: its shard, its home bucket in that shard, and its stored key.
@@ -167,13 +178,18 @@ const MIX_INVERSE: u64 = {
 };
 
 impl HashLayout {
-    /// A layout for `2^shard_bits` shards of at least `min_buckets` buckets each (and at
-    /// least 2). The count is rounded up to `k << j` with `k` in 8..16, so by at most an
-    /// eighth.
+    /// A layout for `2^shard_bits` shards of at least `min_buckets` buckets each. The count
+    /// is rounded up to `k << j` with `k` in 8..16, so by at most an eighth; and to at least
+    /// `2^j` with `shard_bits + j` of `1 +` [`DISTANCE_BITS`], so that a stored key (64 -
+    /// `shard_bits` - `j` hash bits and the tag bit) leaves the key word's top bits free for
+    /// the distance.
     pub(crate) fn new(shard_bits: u32, min_buckets: usize) -> Self {
         let min = min_buckets.max(2);
         let log = usize::BITS - 1 - min.leading_zeros();
-        let implied_bits = log.saturating_sub(3).max(1);
+        let implied_bits = log
+            .saturating_sub(3)
+            .max((1 + DISTANCE_BITS).saturating_sub(shard_bits))
+            .max(1);
         let k = min.div_ceil(1 << implied_bits);
         HashLayout {
             shard_bits,
@@ -252,7 +268,7 @@ struct Slot<T> {
     start: AtomicU64,
     /// The tree's timeout in ns, for `reset_timeout`.
     timeout: AtomicU64,
-    /// Flags, probe distance and generation (module docs).
+    /// Flags and generation (module docs).
     state: AtomicU32,
     /// Next slot on the inbox or retired list.
     link: AtomicU32,
@@ -350,15 +366,21 @@ impl<T> Ledger<T> {
         }
     }
 
-    /// The stored key of a slot (0 when empty).
+    /// A slot's key word (0 when empty).
     pub(crate) fn key(&self, slot: usize) -> u64 {
         self.key_word(slot).load(Ordering::SeqCst)
     }
 
-    /// The home bucket of an occupied slot: its bucket less its probe distance.
-    pub(crate) fn home_bucket(&self, slot: usize) -> usize {
-        let d = distance(self.state(slot));
+    /// The home bucket of a slot with key word `key`: its bucket less its distance.
+    fn home_of(&self, slot: usize, key: u64) -> usize {
+        let d = (key >> DISTANCE_SHIFT) as usize;
         self.probe(slot / SLOTS_PER_BUCKET, self.buckets - d)
+    }
+
+    /// An occupied slot's home bucket and stored key, from which its root is recovered.
+    pub(crate) fn placed(&self, slot: usize) -> (usize, u64) {
+        let key = self.key(slot);
+        (self.home_of(slot, key), key & ((1 << DISTANCE_SHIFT) - 1))
     }
 
     /// The root's live (READY, not DONE) slot, if any. Waits out a CLAIMED one.
@@ -366,7 +388,7 @@ impl<T> Ledger<T> {
     pub(crate) fn find(&self, h: Hashed) -> Option<usize> {
         for d in 0..=self.max_probe {
             let bucket = self.probe(h.bucket, d);
-            if let Some(slot) = self.find_in(bucket, h.stored, usize::MAX) {
+            if let Some(slot) = self.find_in(bucket, key_at(h.stored, d)) {
                 return Some(slot);
             }
             if self.overflow(bucket).load(Ordering::SeqCst) == 0 {
@@ -376,19 +398,16 @@ impl<T> Ledger<T> {
         None
     }
 
-    /// A live slot in `bucket` holding `stored`, other than `except`.
+    /// A live slot in `bucket` whose key word is `key`.
     #[inline]
-    fn find_in(&self, bucket: usize, stored: u64, except: usize) -> Option<usize> {
+    fn find_in(&self, bucket: usize, key: u64) -> Option<usize> {
         let base = bucket * KEY_WORDS;
         for i in 0..SLOTS_PER_BUCKET {
-            if self.keys[base + i].load(Ordering::SeqCst) != stored {
+            if self.keys[base + i].load(Ordering::SeqCst) != key {
                 continue;
             }
             let slot = bucket * SLOTS_PER_BUCKET + i;
-            if slot == except {
-                continue;
-            }
-            if matches!(self.await_claim(slot, stored), Some(state) if state & DONE == 0) {
+            if matches!(self.await_claim(slot, key), Some(state) if state & DONE == 0) {
                 return Some(slot);
             }
         }
@@ -403,11 +422,12 @@ impl<T> Ledger<T> {
             for d in 0..=self.max_probe {
                 let bucket = self.probe(h.bucket, d);
                 let base = bucket * KEY_WORDS;
+                let ours = key_at(h.stored, d);
                 for i in 0..SLOTS_PER_BUCKET {
                     let key = self.keys[base + i].load(Ordering::SeqCst);
                     let slot = bucket * SLOTS_PER_BUCKET + i;
-                    if key == h.stored {
-                        match self.await_claim(slot, h.stored) {
+                    if key == ours {
+                        match self.await_claim(slot, ours) {
                             Some(state) if state & DONE == 0 => return Claim::Found(slot),
                             _ => continue,
                         }
@@ -427,21 +447,12 @@ impl<T> Ledger<T> {
             self.count_overflow(h.bucket, d, 1);
             if self
                 .key_word(slot)
-                .compare_exchange(0, h.stored, Ordering::SeqCst, Ordering::SeqCst)
+                .compare_exchange(0, key_at(h.stored, d), Ordering::SeqCst, Ordering::SeqCst)
                 .is_err()
             {
                 // Someone took it first; it may be our root. Look again.
                 self.count_overflow(h.bucket, d, u64::MAX);
                 continue 'scan;
-            }
-            if d != 0 {
-                // Relaxed: while CLAIMED only this thread writes the state (others read its
-                // READY and DONE bits, which this leaves clear); `publish`'s RMW on the same
-                // word comes after it in its modification order and publishes it.
-                let state = self.slots[slot].state.load(Ordering::Relaxed);
-                self.slots[slot]
-                    .state
-                    .store(state | ((d as u32) << DISTANCE_SHIFT), Ordering::Relaxed);
             }
             // We own `slot`. Make sure no twin claim for the same root survives beside it.
             // Two claimers each wrote their own key and now read the other's (store
@@ -455,8 +466,9 @@ impl<T> Ledger<T> {
             fence(Ordering::SeqCst);
             for step in 0..=self.max_probe {
                 let bucket = self.probe(h.bucket, step);
+                let twin = key_at(h.stored, step);
                 for other in Self::bucket_slots(bucket) {
-                    if other == slot || self.key(other) != h.stored {
+                    if other == slot || self.key(other) != twin {
                         continue;
                     }
                     let state = self.slots[other].state.load(Ordering::SeqCst);
@@ -469,7 +481,7 @@ impl<T> Ledger<T> {
                     if twin_claimed {
                         // A higher twin: it backs out (it sees us) or turns READY; either way
                         // this resolves in a few of its steps.
-                        if matches!(self.await_claim(other, h.stored), Some(s) if s & DONE == 0) {
+                        if matches!(self.await_claim(other, twin), Some(s) if s & DONE == 0) {
                             self.back_out(slot);
                             continue 'scan;
                         }
@@ -483,8 +495,8 @@ impl<T> Ledger<T> {
         }
     }
 
-    /// Waits while `slot` is CLAIMED for `stored`; returns its state once READY, or `None`
-    /// if the claim was backed out (or the slot now holds another key).
+    /// Waits while `slot` is CLAIMED with key word `stored`; returns its state once READY, or
+    /// `None` if the claim was backed out (or the slot now holds another key).
     ///
     /// The caller read the key before this reads the state, and the slot may have been freed
     /// and taken by another root in between: an operation that pinned after the slot was
@@ -515,15 +527,10 @@ impl<T> Ledger<T> {
 
     /// Gives back a CLAIMED slot nobody else has used (they wait for READY).
     pub(crate) fn back_out(&self, slot: usize) {
-        // Relaxed loads and store: while CLAIMED only this thread writes the state (see
-        // `find_or_claim`); the SeqCst key store below publishes the cleared distance.
-        let state = self.slots[slot].state.load(Ordering::Relaxed);
-        let home = self.home_bucket(slot);
-        self.slots[slot]
-            .state
-            .store(state & !DISTANCE_MASK, Ordering::Relaxed);
+        let key = self.key(slot);
+        let (home, d) = (self.home_of(slot, key), (key >> DISTANCE_SHIFT) as usize);
         self.key_word(slot).store(0, Ordering::SeqCst);
-        self.count_overflow(home, distance(state), u64::MAX);
+        self.count_overflow(home, d, u64::MAX);
     }
 
     /// Makes a CLAIMED slot live, with `flags` (READY is added) set.
@@ -774,7 +781,8 @@ impl<T> Ledger<T> {
     pub(crate) fn free(&self, slot: usize) {
         let state = self.state(slot);
         debug_assert!(state & DONE != 0, "freeing a live slot");
-        let home = self.home_bucket(slot);
+        let key = self.key(slot);
+        let home = self.home_of(slot, key);
         self.slots[slot].xor.store(0, Ordering::SeqCst);
         self.slots[slot].link.store(NIL, Ordering::SeqCst);
         let next_generation = generation(state).wrapping_add(1) & (u32::MAX >> GENERATION_SHIFT);
@@ -785,7 +793,7 @@ impl<T> Ledger<T> {
         self.key_word(slot).store(0, Ordering::SeqCst);
         // Last, the overflow counts this root raised: a search that still walks past here
         // meets an empty or newer key, which it skips.
-        self.count_overflow(home, distance(state), u64::MAX);
+        self.count_overflow(home, (key >> DISTANCE_SHIFT) as usize, u64::MAX);
     }
 }
 
@@ -824,7 +832,13 @@ mod tests {
             HashLayout::new(3, 10),
             HashLayout::new(3, 1000),
             HashLayout::new(16, 11_000),
+            HashLayout::new(1, 5),
+            HashLayout::new(0, 1 << 20),
+            HashLayout::new(7, 123_457),
         ] {
+            assert!(layout.buckets >= 2);
+            // Room for the distance above every stored key.
+            assert!(layout.shard_bits + layout.implied_bits > DISTANCE_BITS);
             for root in [
                 0,
                 1,
@@ -845,8 +859,8 @@ mod tests {
 
     #[test]
     fn claim_find_and_free_cycle_through_generations() {
-        let ledger: Ledger<u32> = Ledger::new(2);
         let layout = HashLayout::new(0, 2);
+        let ledger: Ledger<u32> = Ledger::new(layout.buckets());
         let h = layout.hash(7);
         assert_eq!(ledger.find(h), None);
         let Claim::Claimed(slot) = ledger.find_or_claim(h) else {
@@ -892,58 +906,115 @@ mod tests {
     fn a_full_bucket_overflows_into_the_next_and_a_full_probe_reports_full() {
         let layout = HashLayout::new(0, 2);
         let ledger: Ledger<u32> = Ledger::new(layout.buckets());
-        assert_eq!(ledger.max_probe, 1);
-        // Every root below has bucket 1 as its home; bucket 0 is where it overflows (wrapping).
+        let s = SLOTS_PER_BUCKET;
+        // Home is the last bucket, so overflow wraps round to bucket 0.
+        let home = layout.buckets() - 1;
+        let window = ledger.max_probe + 1;
         let roots: Vec<u64> = (0..)
-            .filter(|r| layout.hash(*r).bucket == 1)
-            .take(2 * SLOTS_PER_BUCKET + 1)
+            .filter(|r| layout.hash(*r).bucket == home)
+            .take(window * s + 1)
             .collect();
-        let slots: Vec<usize> = roots[..2 * SLOTS_PER_BUCKET]
+        let slots: Vec<usize> = roots[..window * s]
             .iter()
             .map(|r| open(&ledger, layout.hash(*r)))
             .collect();
         for (i, (&root, &slot)) in roots.iter().zip(&slots).enumerate() {
-            let expected_bucket = if i < SLOTS_PER_BUCKET { 1 } else { 0 };
-            assert_eq!(slot / SLOTS_PER_BUCKET, expected_bucket, "root {root}");
-            assert_eq!(ledger.home_bucket(slot), 1, "root {root}");
+            assert_eq!(slot / s, ledger.probe(home, i / s), "root {root}");
+            let (bucket, stored) = ledger.placed(slot);
+            assert_eq!(bucket, home, "root {root}");
             assert_eq!(ledger.find(layout.hash(root)), Some(slot), "root {root}");
             let h = Hashed {
                 shard: 0,
-                bucket: ledger.home_bucket(slot),
-                stored: ledger.key(slot),
+                bucket,
+                stored,
             };
             assert_eq!(layout.root(h), root);
         }
-        assert_eq!(overflow_counts(&ledger), [0, SLOTS_PER_BUCKET as u64]);
-        let last = layout.hash(roots[2 * SLOTS_PER_BUCKET]);
+        let mut expected = vec![0; ledger.buckets];
+        for step in 0..window - 1 {
+            expected[ledger.probe(home, step)] = ((window - 1 - step) * s) as u64;
+        }
+        assert_eq!(overflow_counts(&ledger), expected);
+        let last = layout.hash(roots[window * s]);
         assert_eq!(ledger.find_or_claim(last), Claim::Full);
         assert_eq!(ledger.find(last), None);
         // Free one slot of the home bucket: a new root takes it, at distance 0.
         complete_and_free(&ledger, slots[3]);
         let slot = open(&ledger, last);
         assert_eq!(slot, slots[3]);
-        assert_eq!(ledger.home_bucket(slot), 1);
-        // Freeing the overflowed entries brings the count back to zero, and a backed-out
-        // overflow claim leaves it there.
-        for &slot in &slots[SLOTS_PER_BUCKET..] {
+        assert_eq!(ledger.placed(slot).0, home);
+        // Freeing the overflowed entries brings every count back to zero, and a backed-out
+        // overflow claim leaves them there.
+        for &slot in &slots[s..] {
             complete_and_free(&ledger, slot);
         }
-        assert_eq!(overflow_counts(&ledger), [0, 0]);
+        assert!(overflow_counts(&ledger).iter().all(|c| *c == 0));
         complete_and_free(&ledger, slots[4]);
         let Claim::Claimed(slot) = ledger.find_or_claim(layout.hash(roots[4])) else {
             panic!("no claim")
         };
         assert_eq!(slot, slots[4]);
-        let extra = (0..).find(|r| layout.hash(*r).bucket == 1 && !roots.contains(r));
+        let extra = (0..).find(|r| layout.hash(*r).bucket == home && !roots.contains(r));
         let Claim::Claimed(far) = ledger.find_or_claim(layout.hash(extra.unwrap())) else {
             panic!("no claim")
         };
-        assert_eq!(far / SLOTS_PER_BUCKET, 0);
-        assert_eq!(overflow_counts(&ledger), [0, 1]);
+        assert_eq!(far / s, ledger.probe(home, 1));
+        assert_eq!(overflow_counts(&ledger)[home], 1);
         ledger.back_out(far);
         ledger.back_out(slot);
-        assert_eq!(overflow_counts(&ledger), [0, 0]);
+        assert!(overflow_counts(&ledger).iter().all(|c| *c == 0));
         assert_eq!(ledger.key(far), 0);
+    }
+
+    /// Two roots of one shard with the same stored key have homes `k` buckets apart (found
+    /// in review): with the home run full, the first lands in the second's home bucket. Each
+    /// must still find only its own entry.
+    #[test]
+    fn roots_sharing_a_stored_key_stay_apart_across_homes() {
+        let layout = HashLayout::new(0, 40);
+        let ledger: Ledger<u32> = Ledger::new(layout.buckets());
+        let k = layout.buckets >> layout.implied_bits;
+        assert!(
+            k <= ledger.max_probe,
+            "the homes are within one probe window"
+        );
+        let low_bits = 64 - layout.shard_bits - layout.implied_bits;
+        let r1 = (0..)
+            .find(|r| layout.hash(*r).bucket + k < layout.buckets)
+            .unwrap();
+        let h1 = layout.hash(r1);
+        let r2 = HashLayout::unmix(HashLayout::mix(r1).wrapping_add(1 << low_bits));
+        let h2 = layout.hash(r2);
+        assert_eq!((h1.stored, h2.bucket), (h2.stored, h1.bucket + k));
+        // Fill r1's home and the k - 1 buckets after it, so r1 lands in r2's home.
+        let mut filler = 1u64 << 40;
+        for d in 0..k {
+            let mut placed = 0;
+            while placed < SLOTS_PER_BUCKET {
+                filler += 1;
+                let h = layout.hash(filler);
+                if h.bucket == h1.bucket + d {
+                    open(&ledger, h);
+                    placed += 1;
+                }
+            }
+        }
+        let s1 = open(&ledger, h1);
+        assert_eq!(s1 / SLOTS_PER_BUCKET, h2.bucket);
+        assert_eq!(ledger.find(h2), None, "r2 is absent");
+        let s2 = open(&ledger, h2);
+        assert_ne!(s1, s2);
+        assert_eq!(ledger.find(h1), Some(s1));
+        assert_eq!(ledger.find(h2), Some(s2));
+        for (slot, root) in [(s1, r1), (s2, r2)] {
+            let (bucket, stored) = ledger.placed(slot);
+            let h = Hashed {
+                shard: 0,
+                bucket,
+                stored,
+            };
+            assert_eq!(layout.root(h), root);
+        }
     }
 
     /// Random opens and frees on a crowded table against a set: every live root is found
@@ -997,7 +1068,7 @@ mod tests {
             }
             let mut expected = vec![0u64; ledger.buckets];
             for &slot in live.values() {
-                let home = ledger.home_bucket(slot);
+                let home = ledger.placed(slot).0;
                 let d = (slot / SLOTS_PER_BUCKET + ledger.buckets - home) % ledger.buckets;
                 for step in 0..d {
                     expected[ledger.probe(home, step)] += 1;
@@ -1013,7 +1084,7 @@ mod tests {
         let rounds = if cfg!(miri) { 20 } else { 2000 };
         let layout = HashLayout::new(0, 2);
         for round in 0..rounds {
-            let ledger: Ledger<u32> = Ledger::new(2);
+            let ledger: Ledger<u32> = Ledger::new(layout.buckets());
             let h = layout.hash(round);
             let slots: Vec<usize> = std::thread::scope(|s| {
                 let handles: Vec<_> = (0..3)

@@ -589,11 +589,11 @@ impl<T: Send + 'static> Inner<T> {
     }
 
     fn root_of(&self, shard: usize, slot: usize) -> u64 {
-        let ledger = &self.shards[shard].ledger;
+        let (bucket, stored) = self.shards[shard].ledger.placed(slot);
         self.layout.root(Hashed {
             shard,
-            bucket: ledger.home_bucket(slot),
-            stored: ledger.key(slot),
+            bucket,
+            stored,
         })
     }
 
