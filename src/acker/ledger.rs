@@ -115,6 +115,12 @@ fn key_at(stored: u64, d: usize) -> u64 {
     stored | (d as u64) << DISTANCE_SHIFT
 }
 
+/// The distance part of a key word.
+#[inline]
+fn distance(key: u64) -> usize {
+    (key >> DISTANCE_SHIFT) as usize
+}
+
 /// End of an intrusive list (inbox, retired).
 pub(crate) const NIL: u32 = u32::MAX;
 
@@ -373,8 +379,7 @@ impl<T> Ledger<T> {
 
     /// The home bucket of a slot with key word `key`: its bucket less its distance.
     fn home_of(&self, slot: usize, key: u64) -> usize {
-        let d = (key >> DISTANCE_SHIFT) as usize;
-        self.probe(slot / SLOTS_PER_BUCKET, self.buckets - d)
+        self.probe(slot / SLOTS_PER_BUCKET, self.buckets - distance(key))
     }
 
     /// An occupied slot's home bucket and stored key, from which its root is recovered.
@@ -527,10 +532,16 @@ impl<T> Ledger<T> {
 
     /// Gives back a CLAIMED slot nobody else has used (they wait for READY).
     pub(crate) fn back_out(&self, slot: usize) {
+        self.release_key(slot);
+    }
+
+    /// Empties a slot's key word, then lowers the overflow counts its root raised: a search
+    /// that still walks past here meets an empty or newer key, which it skips.
+    fn release_key(&self, slot: usize) {
         let key = self.key(slot);
-        let (home, d) = (self.home_of(slot, key), (key >> DISTANCE_SHIFT) as usize);
+        let home = self.home_of(slot, key);
         self.key_word(slot).store(0, Ordering::SeqCst);
-        self.count_overflow(home, d, u64::MAX);
+        self.count_overflow(home, distance(key), u64::MAX);
     }
 
     /// Makes a CLAIMED slot live, with `flags` (READY is added) set.
@@ -781,19 +792,14 @@ impl<T> Ledger<T> {
     pub(crate) fn free(&self, slot: usize) {
         let state = self.state(slot);
         debug_assert!(state & DONE != 0, "freeing a live slot");
-        let key = self.key(slot);
-        let home = self.home_of(slot, key);
         self.slots[slot].xor.store(0, Ordering::SeqCst);
         self.slots[slot].link.store(NIL, Ordering::SeqCst);
         let next_generation = generation(state).wrapping_add(1) & (u32::MAX >> GENERATION_SHIFT);
         self.slots[slot]
             .state
             .store(next_generation << GENERATION_SHIFT, Ordering::SeqCst);
-        // Then the key. A claimer's CAS on it then sees the clean fields above.
-        self.key_word(slot).store(0, Ordering::SeqCst);
-        // Last, the overflow counts this root raised: a search that still walks past here
-        // meets an empty or newer key, which it skips.
-        self.count_overflow(home, (key >> DISTANCE_SHIFT) as usize, u64::MAX);
+        // Last the key (and the counts). A claimer's CAS on it then sees the clean fields above.
+        self.release_key(slot);
     }
 }
 
