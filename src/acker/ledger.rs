@@ -278,6 +278,10 @@ struct Slot<T> {
     state: AtomicU32,
     /// Next slot on the inbox or retired list.
     link: AtomicU32,
+    /// The reaper's wheel node holding this occupant's timer, or [`NIL`]. Only the reaper
+    /// reads or writes it, under the acker's wheel lock; it fills what would otherwise be
+    /// padding (with a `u32` payload the slot stays 48 bytes).
+    timer: UnsafeCell<u32>,
     payload: UnsafeCell<MaybeUninit<T>>,
 }
 
@@ -300,9 +304,10 @@ pub(crate) struct Ledger<T> {
     retired: CachePadded<AtomicU64>,
 }
 
-// Safety: the payload cells are the only non-Sync part. A cell is written by the one thread
+// Safety: the cells are the only non-Sync part. A payload cell is written by the one thread
 // that set INITING on its slot and read (moved out) by the one thread that set DONE after
-// INIT was published, or by `Drop` with exclusive access. `T: Send` because payloads move
+// INIT was published, or by `Drop` with exclusive access. A timer cell is touched only under
+// the acker's wheel lock. `T: Send` because payloads move
 // between threads; no `&T` is ever shared, so `T: Sync` is not needed.
 unsafe impl<T: Send> Sync for Ledger<T> {}
 // Safety: as above; the ledger owns its payloads.
@@ -321,6 +326,7 @@ impl<T> Ledger<T> {
                 timeout: AtomicU64::new(0),
                 state: AtomicU32::new(0),
                 link: AtomicU32::new(NIL),
+                timer: UnsafeCell::new(NIL),
                 payload: UnsafeCell::new(MaybeUninit::uninit()),
             }),
             buckets,
@@ -776,6 +782,26 @@ impl<T> Ledger<T> {
     /// sees the wake time stored before it (acquire/release suffices, no store-load order).
     pub(crate) fn inbox_pending(&self) -> bool {
         self.inbox.fetch_or(0, Ordering::SeqCst) as u32 != NIL
+    }
+
+    /// The wheel node holding the slot's timer, or [`NIL`].
+    ///
+    /// # Safety
+    /// The caller holds the acker's wheel lock: only the reaper's pass touches this field.
+    pub(crate) unsafe fn timer(&self, slot: usize) -> u32 {
+        // Safety: the caller holds the wheel lock, so no one writes the field meanwhile.
+        self.slots[slot].timer.with(|timer| unsafe { *timer })
+    }
+
+    /// Records the wheel node holding the slot's timer ([`NIL`]: none).
+    ///
+    /// # Safety
+    /// As for [`timer`](Self::timer).
+    pub(crate) unsafe fn set_timer(&self, slot: usize, node: u32) {
+        // Safety: the caller holds the wheel lock, so no one else reads or writes the field.
+        self.slots[slot]
+            .timer
+            .with_mut(|timer| unsafe { *timer = node });
     }
 
     /// Takes the whole retired list.

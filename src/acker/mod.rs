@@ -76,7 +76,12 @@ pub struct Completion<T> {
 /// Returned by init; the payload always comes back, nothing is lost.
 #[derive(Debug)]
 pub enum InitError<T> {
-    /// `max_pending` trees are pending (or every bucket the root may use is full).
+    /// `max_pending` trees are pending, or every bucket the root may use is full. The
+    /// latter can happen below `max_pending`: completed trees keep their slots until the
+    /// reaper retires them and no thread can still see them, so when the reaper lags far
+    /// behind a high completion rate (a small `max_pending`, a descheduled reaper) their
+    /// tombstones can fill a root's buckets for a moment. The refusal wakes the reaper;
+    /// a retry shortly after finds room.
     Full(T),
     /// The root was already initialized.
     Duplicate(T),
@@ -607,7 +612,10 @@ impl<T: Send + 'static> Inner<T> {
                 shard.ledger.back_out(slot);
                 true
             }
-            Claim::Full => true,
+            Claim::Full => {
+                reaper::wake_now(self); // as in `init`
+                true
+            }
             _ => false,
         };
         if refused {
@@ -652,6 +660,10 @@ impl<T: Send + 'static> Inner<T> {
             match ledger.find_or_claim(h) {
                 Claim::Full => {
                     shard.counters.rejected_full.fetch_add(1, Ordering::SeqCst);
+                    // Full below max_pending: the buckets are taken by tombstones that the
+                    // reaper has not retired yet (it lags, e.g. descheduled). Wake it, so a
+                    // retry soon finds room.
+                    reaper::wake_now(self);
                     return Err(InitError::Full(payload));
                 }
                 Claim::Claimed(slot) => {

@@ -30,6 +30,12 @@ fn manual(
     (builder(b).build_manual().unwrap(), log)
 }
 
+/// Timers in all of the acker's wheels.
+fn wheel_timers<T: Send + 'static>(acker: &Acker<T>) -> usize {
+    let wheels = acker.handle.inner.wheels.lock().unwrap();
+    wheels.iter().map(|w| w.len()).sum()
+}
+
 fn take(log: &Log) -> Vec<(u64, u32, Outcome)> {
     std::mem::take(&mut *log.lock().unwrap())
 }
@@ -421,6 +427,9 @@ fn model_test_against_a_sequential_reference() {
                         }
                     }
                     assert_eq!(delivered, expected.len(), "{ctx}");
+                    // Right after a pass, every pending root (orphans too) has exactly one
+                    // timer, and completed trees have none.
+                    assert_eq!(wheel_timers(&acker), model.len(), "{ctx}");
                 }
             }
             let mut got = take(&log);
@@ -683,4 +692,43 @@ fn a_panicking_clock_leaves_nothing_half_done() {
     acker.expire();
     assert_eq!(take(&log), [(1, 7, Outcome::TimedOut)]);
     assert_eq!(acker.pending(), 0, "{:?}", acker.stats());
+}
+
+#[test]
+fn the_wheels_hold_one_timer_per_pending_root() {
+    // A completed tree's timer goes with its slot, and a reset moves the timer it has: the
+    // wheels follow the pending count, not the roots seen within a timeout.
+    let clock = ManualClock::new(0);
+    let (acker, log) = manual(&clock, |b| b);
+    for root in 0..300u64 {
+        acker.init(root, 0b11, root as u32).unwrap();
+    }
+    acker.expire();
+    assert_eq!(wheel_timers(&acker), 300);
+    for _ in 0..3 {
+        clock.advance(SEC);
+        for root in 0..300u64 {
+            assert!(acker.reset_timeout(root));
+        }
+        acker.expire();
+        assert_eq!(wheel_timers(&acker), 300, "a reset adds no second timer");
+    }
+    for root in 0..200u64 {
+        assert!(!acker.ack(root, 0b01));
+        assert!(acker.ack(root, 0b10));
+    }
+    for root in 200..250u64 {
+        acker.fail(root);
+    }
+    assert_eq!(take(&log).len(), 250);
+    acker.expire();
+    assert_eq!(
+        wheel_timers(&acker),
+        50,
+        "completed trees' timers are cancelled"
+    );
+    clock.advance(31 * SEC);
+    assert_eq!(acker.expire(), 50);
+    assert_eq!(wheel_timers(&acker), 0);
+    assert_eq!(acker.pending(), 0);
 }
