@@ -146,6 +146,36 @@ fn ack_vs_timeout_completes_once() {
     });
 }
 
+/// `reset_timeout` races the reaper at the deadline: a reset that reports success is
+/// honoured (the tree is not timed out at the old deadline), and one that reports failure
+/// found the tree already timed out. (The reaper used to read the deadline, lose the CPU to a
+/// reset that returned `true`, and then time the tree out anyway.)
+#[test]
+fn reset_vs_timeout_honours_a_successful_reset() {
+    loom::model(|| {
+        let clock = ManualClock::new(0);
+        let (acker, log) = manual(clock.clone());
+        acker.init(1, 0b1, 7).unwrap();
+        clock.advance(Duration::from_secs(2));
+        let other = acker.clone();
+        let t = thread::spawn(move || other.reset_timeout(1));
+        let expired = acker.expire();
+        let reset = t.join().unwrap();
+        assert!(reset ^ (expired == 1), "reset {reset}, expire {expired}");
+        if reset {
+            // Due one timeout after the reset (at 3 s), not before.
+            assert_eq!(completions(&log), []);
+            clock.set(3 * SEC - 1);
+            assert_eq!(acker.expire(), 0, "timed out before the reset deadline");
+            assert!(acker.ack(1, 0b1));
+            assert_eq!(completions(&log), [(1, 7, Outcome::Acked)]);
+        } else {
+            assert_eq!(completions(&log), [(1, 7, Outcome::TimedOut)]);
+        }
+        drain(&clock, &acker);
+    });
+}
+
 /// The last ack and init race on a held orphan (the first ack came earlier): init or the
 /// ack completes the tree, once.
 #[test]

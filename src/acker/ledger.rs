@@ -42,8 +42,8 @@
 //! * **CLAIMED**: the claimer owns the slot's fields and writes start, base and timeout.
 //!   Anyone else who finds the key waits for READY (this happens only when two threads
 //!   create the same root at the same instant).
-//! * **READY**: live. Acks `fetch_xor` the value; `INIT`, `FAILED`, `INITING` and `INBOX`
-//!   are flags in the state word beside READY and DONE.
+//! * **READY**: live. Acks `fetch_xor` the value; `INIT`, `FAILED`, `INITING`, `INBOX` and
+//!   `RESET` are flags in the state word beside READY and DONE.
 //! * **DONE**: completion was claimed by one CAS that set DONE; exactly one thread does it,
 //!   and only that thread reads the payload. The slot is a tombstone: lookups skip it.
 //! * back to **EMPTY** only through [`Ledger::free`], which the reaper defers with
@@ -139,6 +139,10 @@ pub(crate) const DONE: u32 = 1 << 4;
 pub(crate) const INBOX: u32 = 1 << 5;
 /// A DONE slot has been handed to retirement (by its completer or by the inbox drain).
 pub(crate) const RETIRED: u32 = 1 << 6;
+/// A `reset_timeout` moved the base since the reaper last cleared this. The reaper clears
+/// it before it reads the deadline, so its DONE CAS (from a state without RESET) fails if a
+/// reset lands between that read and the CAS, and it reads the deadline again.
+pub(crate) const RESET: u32 = 1 << 7;
 const GENERATION_SHIFT: u32 = 8;
 
 /// The generation part of a state word.
@@ -677,6 +681,27 @@ impl<T> Ledger<T> {
                 Err(moved) => current = moved,
             }
         }
+    }
+
+    /// Marks a reset of the base (after [`reset_base`](Self::reset_base)); returns the
+    /// state before. One RMW, so that it is ordered against the reaper's DONE CAS: a reset
+    /// before that CAS makes it fail, a reset after it finds DONE.
+    pub(crate) fn mark_reset(&self, slot: usize) -> u32 {
+        self.slots[slot].state.fetch_or(RESET, Ordering::SeqCst)
+    }
+
+    /// For the reaper, before it reads the deadline: clears RESET if the state is still
+    /// `expected`. `Ok(state after)`, or `Err(state)` when the state moved.
+    pub(crate) fn clear_reset(&self, slot: usize, expected: u32) -> Result<u32, u32> {
+        self.slots[slot]
+            .state
+            .compare_exchange(
+                expected,
+                expected & !RESET,
+                Ordering::SeqCst,
+                Ordering::SeqCst,
+            )
+            .map(|_| expected & !RESET)
     }
 
     pub(crate) fn start(&self, slot: usize) -> u64 {

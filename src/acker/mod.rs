@@ -18,7 +18,8 @@
 //! `(slot, generation)` timers. Writers never touch a wheel: a new slot goes on the shard's
 //! lock-free *inbox* and the reaper schedules it. `reset_timeout` only stores the new,
 //! later deadline; when the wheel yields the slot, the reaper re-checks the real deadline and
-//! reschedules (Caffeine's re-check). Completion is claimed by one CAS that sets DONE on the
+//! reschedules (Caffeine's re-check); it also marks the slot's state, so a reaper that read
+//! the old deadline just before cannot then time the tree out. Completion is claimed by one CAS that sets DONE on the
 //! slot, by whichever of the acking, failing or reaping thread gets there first.
 //!
 //! One reaper thread serves every shard ([`reaper`]). It sleeps until an atomic
@@ -503,7 +504,8 @@ impl<T: Send + 'static> Acker<T> {
     }
 
     /// Storm's ACKER_RESET_TIMEOUT: deadline = now + the tree's timeout. `true` iff the root
-    /// has an uncompleted entry (initialized or not).
+    /// has an uncompleted entry (initialized or not); then the new deadline holds: the tree
+    /// does not time out before it, even if the old one was passing at that moment.
     pub fn reset_timeout(&self, root: u64) -> bool {
         self.inner().reset_timeout(root)
     }
@@ -875,9 +877,11 @@ impl<T: Send + 'static> Inner<T> {
             return false;
         };
         // The base only moves later, so the deadline does too: the reaper finds it when the
-        // scheduled deadline fires and reschedules it, no hand-off needed.
+        // scheduled deadline fires and reschedules it, no hand-off needed. RESET then tells a
+        // reaper that may have read the old deadline to read it again (`reap`): the reset
+        // either lands before the reaper's DONE CAS, which then fails, or finds DONE.
         ledger.reset_base(slot, self.clock.now());
-        ledger.state(slot) & DONE == 0
+        ledger.mark_reset(slot) & DONE == 0
     }
 
     /// Takes the payload of a slot whose DONE this thread just set, counts the outcome and

@@ -38,7 +38,7 @@
 
 use std::time::Duration;
 
-use super::ledger::{generation, Ledger, DONE, INIT, INITING, NIL, READY};
+use super::ledger::{generation, Ledger, DONE, INIT, INITING, NIL, READY, RESET};
 use super::{Inner, Outcome};
 use crate::clock::is_due;
 use crate::error::ConfigError;
@@ -213,6 +213,17 @@ fn reap<T: Send + 'static>(
             // not READY is being claimed for another root, by a thread that owns its fields
             // until it publishes; only a stale timer whose generation aliases can get here.
             return None;
+        }
+        if state & RESET != 0 {
+            // Clear the mark before reading the deadline: a reset after this read marks the
+            // state again and the DONE CAS below fails.
+            match ledger.clear_reset(slot, state) {
+                Ok(cleared) => state = cleared,
+                Err(moved) => {
+                    state = moved;
+                    continue;
+                }
+            }
         }
         let deadline = ledger.deadline(slot);
         if !is_due(deadline, now) {
