@@ -322,10 +322,6 @@ impl Oracle {
         self.slot(slot).flags.fetch_or(flag, Ordering::Relaxed);
     }
 
-    pub(crate) fn first_before(&self, slot: u32) -> u64 {
-        self.slot(slot).first_before.load(Ordering::Relaxed)
-    }
-
     pub(crate) fn init_sent(&self, slot: u32, xor: u64) {
         let after = self.sent(slot, Event::Init, xor);
         self.slot(slot).init_after.store(after, Ordering::Relaxed);
@@ -340,14 +336,12 @@ impl Oracle {
     }
 
     /// A `reset_timeout` taken between `before` and `after` returned `pending`. The acker
-    /// must honour it if it said the tree was pending and returned well before the old
-    /// deadline (so the reaper cannot have been deciding on the old one already): the
-    /// oracle's deadline becomes `before + timeout`.
+    /// must honour every reset that said the tree was pending, even one racing the old
+    /// deadline: the oracle's deadline becomes `before + timeout`.
     pub(crate) fn reset(&self, slot: u32, before: u64, pending: bool) {
-        let after = self.sent(slot, Event::Reset, u64::from(pending));
+        self.sent(slot, Event::Reset, u64::from(pending));
         let s = self.slot(slot);
-        let first = s.first_before.load(Ordering::Relaxed);
-        if pending && after.wrapping_sub(first) < self.timeout / 2 {
+        if pending {
             s.deadline
                 .fetch_max(before.wrapping_add(self.timeout), Ordering::Relaxed);
             s.flags.fetch_or(RESET, Ordering::Relaxed);

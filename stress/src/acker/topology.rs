@@ -31,7 +31,7 @@
 //! The spout sends the init before emitting (sometimes), after emitting (mostly), or holds
 //! it back for up to a twentieth of the timeout (sometimes), so acks and fails often reach
 //! the acker before the init. A bolt sends its acks before or after handing on its
-//! children, at random. Bolts also call `reset_timeout` now and then on young trees, and
+//! children, at random. Bolts also call `reset_timeout` now and then on trees of any age, and
 //! send the odd *ghost* ack for a root no spout ever used, which the acker must hold as an
 //! orphan and expire silently.
 
@@ -306,15 +306,12 @@ impl Topology {
         }
         if rng.random_bool(self.shape.reset_rate) {
             for a in t.anchors() {
+                // Old trees too: a reset racing the reaper at the old deadline either reports
+                // the tree gone or is honoured, and the oracle holds the acker to it.
                 let before = self.oracle.now();
-                // Only young trees: a reset racing the reaper's decision on the old deadline
-                // may or may not win, and the oracle could not say which is right.
-                if before.wrapping_sub(self.oracle.first_before(a.slot)) < self.oracle.timeout() / 4
-                {
-                    let pending = self.acker.reset_timeout(a.root);
-                    self.oracle.reset(a.slot, before, pending);
-                    c.resets.fetch_add(1, Ordering::Relaxed);
-                }
+                let pending = self.acker.reset_timeout(a.root);
+                self.oracle.reset(a.slot, before, pending);
+                c.resets.fetch_add(1, Ordering::Relaxed);
             }
         }
         if t.len == 1 && t.depth < self.shape.depth && rng.random_bool(self.shape.join_rate) {
