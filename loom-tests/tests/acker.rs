@@ -117,19 +117,34 @@ fn ack_vs_fail_completes_once() {
     });
 }
 
+/// A [`manual`] acker at 2 s holding root 1 (XOR 0b1, payload 7), due since 1 s.
+fn overdue_tree() -> (ManualClock, Acker<u32>, Log) {
+    let clock = ManualClock::new(0);
+    let (acker, log) = manual(clock.clone());
+    acker.init(1, 0b1, 7).unwrap();
+    clock.advance(Duration::from_secs(2));
+    (clock, acker, log)
+}
+
+/// Runs `op` on another thread while this one runs a reaper pass; returns what `op`
+/// returned and how many completions the pass delivered.
+fn race_with_a_pass<R: Send + 'static>(
+    acker: &Acker<u32>,
+    op: impl FnOnce(Acker<u32>) -> R + Send + 'static,
+) -> (R, usize) {
+    let other = acker.clone();
+    let t = thread::spawn(move || op(other));
+    let expired = acker.expire();
+    (t.join().unwrap(), expired)
+}
+
 /// The last ack races the reaper at the deadline: Acked or TimedOut, once. A late ack
 /// becomes an orphan that expires silently.
 #[test]
 fn ack_vs_timeout_completes_once() {
     loom::model(|| {
-        let clock = ManualClock::new(0);
-        let (acker, log) = manual(clock.clone());
-        acker.init(1, 0b1, 7).unwrap();
-        clock.advance(Duration::from_secs(2));
-        let other = acker.clone();
-        let t = thread::spawn(move || other.ack(1, 0b1));
-        let expired = acker.expire();
-        let acked = t.join().unwrap();
+        let (clock, acker, log) = overdue_tree();
+        let (acked, expired) = race_with_a_pass(&acker, |acker| acker.ack(1, 0b1));
         assert!(acked ^ (expired == 1), "ack {acked}, expire {expired}");
         let outcome = if acked {
             Outcome::Acked
@@ -153,14 +168,8 @@ fn ack_vs_timeout_completes_once() {
 #[test]
 fn reset_vs_timeout_honours_a_successful_reset() {
     loom::model(|| {
-        let clock = ManualClock::new(0);
-        let (acker, log) = manual(clock.clone());
-        acker.init(1, 0b1, 7).unwrap();
-        clock.advance(Duration::from_secs(2));
-        let other = acker.clone();
-        let t = thread::spawn(move || other.reset_timeout(1));
-        let expired = acker.expire();
-        let reset = t.join().unwrap();
+        let (clock, acker, log) = overdue_tree();
+        let (reset, expired) = race_with_a_pass(&acker, |acker| acker.reset_timeout(1));
         assert!(reset ^ (expired == 1), "reset {reset}, expire {expired}");
         if reset {
             // Due one timeout after the reset (at 3 s), not before.
