@@ -66,8 +66,10 @@
 //! ## Generations
 //!
 //! The state word's high bits count how often the slot was freed. The reaper's wheel holds
-//! `(slot, generation)`, so a timer for a completed tree is recognised as stale even after
-//! the slot holds another root. The count wraps after 2^24 frees of one slot; a stale timer
+//! `(slot, generation)`. A completed tree's timer is cancelled when its slot is retired,
+//! before the slot can be reused (`Ledger::timer`), so stale timers should not exist; the
+//! generation is the fallback that would still recognise one after the slot holds another
+//! root. The count wraps after 2^24 frees of one slot; a stale timer
 //! that aliases a newer occupant is harmless, because the reaper never trusts a timer: it
 //! re-reads the occupant's real deadline, reschedules it when not yet due, and leaves a slot
 //! that is not READY alone. Timing out an occupant whose own deadline has passed is what its

@@ -6,7 +6,8 @@
 //! callers in manual mode — never by writers):
 //!
 //! 1. drain the inbox: schedule each new slot at its deadline as `(slot, generation)`, or
-//!    move the timer it already has (a `reset_timeout` sends a scheduled slot again);
+//!    move the timer it already has (an init that shortens a held orphan's deadline sends
+//!    its scheduled slot again; a `reset_timeout` sends nothing, step 2 re-checks);
 //!    a slot found DONE is retired instead;
 //! 2. advance the wheel to `now`, at most [`BUDGET`] timers per shard per pass so a mass
 //!    expiry does not hold the lock (or starve other shards) for long; for each timer,

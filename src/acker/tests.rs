@@ -696,23 +696,39 @@ fn a_panicking_clock_leaves_nothing_half_done() {
 
 #[test]
 fn the_wheels_hold_one_timer_per_pending_root() {
-    // A completed tree's timer goes with its slot, and a reset moves the timer it has: the
-    // wheels follow the pending count, not the roots seen within a timeout.
+    // A completed tree's timer goes with its slot, and a slot sent to the reaper again moves
+    // the timer it has: the wheels follow the pending count, not the roots seen within a
+    // timeout.
     let clock = ManualClock::new(0);
     let (acker, log) = manual(&clock, |b| b);
     for root in 0..300u64 {
         acker.init(root, 0b11, root as u32).unwrap();
     }
-    acker.expire();
-    assert_eq!(wheel_timers(&acker), 300);
-    for _ in 0..3 {
-        clock.advance(SEC);
-        for root in 0..300u64 {
-            assert!(acker.reset_timeout(root));
-        }
-        acker.expire();
-        assert_eq!(wheel_timers(&acker), 300, "a reset adds no second timer");
+    // Held orphans (acks before init), on the default 30 s timeout.
+    for root in 1000..1100u64 {
+        assert!(!acker.ack(root, 0b01));
     }
+    acker.expire();
+    assert_eq!(wheel_timers(&acker), 400);
+    // Their inits shorten the deadline to 5 s, which sends each slot to the reaper again.
+    for root in 1000..1100u64 {
+        acker
+            .init_with_timeout(root, 0b11, root as u32, 5 * SEC)
+            .unwrap();
+    }
+    acker.expire();
+    assert_eq!(
+        wheel_timers(&acker),
+        400,
+        "a slot sent again keeps one timer"
+    );
+    // Resets send nothing (the reaper re-checks when the timer fires).
+    clock.advance(SEC);
+    for root in 0..300u64 {
+        assert!(acker.reset_timeout(root));
+    }
+    acker.expire();
+    assert_eq!(wheel_timers(&acker), 400);
     for root in 0..200u64 {
         assert!(!acker.ack(root, 0b01));
         assert!(acker.ack(root, 0b10));
@@ -724,9 +740,12 @@ fn the_wheels_hold_one_timer_per_pending_root() {
     acker.expire();
     assert_eq!(
         wheel_timers(&acker),
-        50,
+        150,
         "completed trees' timers are cancelled"
     );
+    clock.advance(5 * SEC);
+    assert_eq!(acker.expire(), 100, "the shortened trees time out at 5 s");
+    assert_eq!(wheel_timers(&acker), 50);
     clock.advance(31 * SEC);
     assert_eq!(acker.expire(), 50);
     assert_eq!(wheel_timers(&acker), 0);
