@@ -77,6 +77,14 @@ impl Grace {
         }
     }
 
+    /// Helps the grace period along: tries to advance the epoch, and runs the frees that are
+    /// due. The caller must not be pinned (its own pin would hold the epoch back). Under loom
+    /// the stand-in frees at the reaper's next pass instead.
+    pub(super) fn collect(&self) {
+        #[cfg(not(loom))]
+        self.pin_epoch().flush();
+    }
+
     /// An epoch pin on this acker's collector, through this thread's handle for it.
     #[cfg(not(loom))]
     fn pin_epoch(&self) -> crossbeam_epoch::Guard {

@@ -77,12 +77,15 @@ pub struct Completion<T> {
 /// Returned by init; the payload always comes back, nothing is lost.
 #[derive(Debug)]
 pub enum InitError<T> {
-    /// `max_pending` trees are pending, or every bucket the root may use is full. The
-    /// latter can happen below `max_pending`: completed trees keep their slots until the
-    /// reaper retires them and no thread can still see them, so when the reaper lags far
-    /// behind a high completion rate (a small `max_pending`, a descheduled reaper) their
-    /// tombstones can fill a root's buckets for a moment. The refusal wakes the reaper;
-    /// a retry shortly after finds room.
+    /// `max_pending` trees are pending, or every bucket the root may use is full.
+    ///
+    /// Completed trees keep their slots until the reaper retires them and no thread can
+    /// still see them, so when the reaper or a preempted thread lags behind a high
+    /// completion rate (more busy threads than cores, a small `max_pending`) their tombstones
+    /// can fill a root's buckets below `max_pending`. An init (or an orphan ack or fail) that
+    /// finds that waits for them, up to 100 ms, rather than being refused; only a manual
+    /// acker (whose slots only `expire` retires) or an `on_complete` on the reaper thread
+    /// gets `Full` at once then.
     Full(T),
     /// The root was already initialized.
     Duplicate(T),
@@ -352,6 +355,22 @@ impl<T> Shard<T> {
     }
 }
 
+/// How long an operation refused room by tombstones waits for them before it gives up
+/// (`Inner::make_room`): many scheduler time slices. 20 ms was not always enough with six
+/// busy threads on two cores (four acking, two spinning).
+const ROOM_WAIT: Duration = Duration::from_millis(100);
+/// Waits that only yield before the sleeping ones.
+const ROOM_YIELDS: u32 = 8;
+/// One sleeping wait.
+const ROOM_SLEEP: Duration = Duration::from_micros(50);
+
+/// An operation's waits for room so far (`Inner::make_room`).
+#[derive(Default)]
+struct RoomWait {
+    waits: u32,
+    started: Option<std::time::Instant>,
+}
+
 /// A completion claimed by an operation, delivered once the operation has unpinned.
 type Done<T> = Option<(usize, Completion<T>)>;
 
@@ -605,26 +624,66 @@ impl<T: Send + 'static> Inner<T> {
     }
 
     /// `find_or_claim` for an orphan: a new slot must fit within `max_pending`, else it is
-    /// backed out and the message refused (counted).
+    /// backed out and `Full` returned.
     fn claim_new(&self, h: Hashed) -> Claim {
-        let shard = &self.shards[h.shard];
-        let claim = shard.ledger.find_or_claim(h);
-        let refused = match claim {
+        let ledger = &self.shards[h.shard].ledger;
+        match ledger.find_or_claim(h) {
             Claim::Claimed(slot) if !self.reserve() => {
-                shard.ledger.back_out(slot);
-                true
+                ledger.back_out(slot);
+                Claim::Full
             }
-            Claim::Full => {
-                reaper::wake_now(self); // as in `init`
-                true
-            }
-            _ => false,
-        };
-        if refused {
-            shard.counters.rejected_full.fetch_add(1, Ordering::SeqCst);
-            return Claim::Full;
+            claim => claim,
         }
-        claim
+    }
+
+    /// After `Claim::Full` with fewer than `max_pending` entries held: the root's window is
+    /// taken by tombstones, completed slots that the reaper has not retired yet or whose
+    /// grace period has not ended. Both wait for other threads to get CPU time: the reaper,
+    /// and any thread preempted while pinned, which holds the grace period back for its
+    /// whole time slice. With more busy threads than cores that is routine, and a small
+    /// table fills with tombstones at millions of trees per second (measured: 2 threads,
+    /// `max_pending` 16 384, inits refused with 2 048 pending after ~10k trees). So the
+    /// operation wakes the reaper, helps the grace period along (an epoch collection, which
+    /// also runs the frees that are due) and gives up the CPU, then claims again: a short
+    /// wait on the reaper is backpressure, a refusal at an eighth of `max_pending` is a lie.
+    ///
+    /// The caller must not be pinned: its own pin would hold the grace period back. `false`
+    /// when waiting cannot help, and the message is refused: in manual mode (only `expire`
+    /// retires slots), on the reaper thread (it would wait for itself), when the acker is
+    /// really full, or after [`ROOM_WAIT`]. The first waits are yields; a yield need not
+    /// let a descheduled thread run (measured: 64 yields took 80 µs and freed nothing), so
+    /// later ones sleep.
+    fn make_room(&self, wait: &mut RoomWait) -> bool {
+        if cfg!(loom)
+            || self.manual
+            || self.pending.load(Ordering::SeqCst) >= self.max_pending
+            || reaper::is_reaper(self)
+        {
+            return false;
+        }
+        let started = *wait.started.get_or_insert_with(std::time::Instant::now);
+        if started.elapsed() >= ROOM_WAIT {
+            return false;
+        }
+        wait.waits += 1;
+        reaper::wake_now(self);
+        self.grace.collect();
+        if wait.waits <= ROOM_YIELDS {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(ROOM_SLEEP);
+        }
+        true
+    }
+
+    /// Counts a message refused for want of room, and wakes the reaper: tombstones it has
+    /// not retired may be what filled the root's window.
+    fn refuse(&self, shard: usize) {
+        self.shards[shard]
+            .counters
+            .rejected_full
+            .fetch_add(1, Ordering::SeqCst);
+        reaper::wake_now(self);
     }
 
     /// Writes a newly claimed slot's times and makes it live, then tells the reaper.
@@ -654,25 +713,27 @@ impl<T: Send + 'static> Inner<T> {
         // Read before anything changes: a `Clock` that panics then leaves no slot CLAIMED
         // (others would wait for it forever).
         let now = self.clock.now();
-        let _guard = self.grace.pin();
+        let mut guard = self.grace.pin();
+        let mut wait = RoomWait::default();
         let h = self.layout.hash(root);
         let shard = &self.shards[h.shard];
         let ledger = &shard.ledger;
         loop {
             match ledger.find_or_claim(h) {
                 Claim::Full => {
-                    shard.counters.rejected_full.fetch_add(1, Ordering::SeqCst);
-                    // Full below max_pending: the buckets are taken by tombstones that the
-                    // reaper has not retired yet (it lags, e.g. descheduled). Wake it, so a
-                    // retry soon finds room.
-                    reaper::wake_now(self);
+                    drop(guard);
+                    if self.make_room(&mut wait) {
+                        guard = self.grace.pin();
+                        continue;
+                    }
+                    self.refuse(h.shard);
                     return Err(InitError::Full(payload));
                 }
                 Claim::Claimed(slot) => {
                     // Only a new entry counts against max_pending.
                     if !self.reserve() {
                         ledger.back_out(slot);
-                        shard.counters.rejected_full.fetch_add(1, Ordering::SeqCst);
+                        self.refuse(h.shard);
                         return Err(InitError::Full(payload));
                     }
                     ledger.write_payload(slot, payload);
@@ -805,7 +866,7 @@ impl<T: Send + 'static> Inner<T> {
     }
 
     fn ack(&self, root: u64, xor: u64, done: &mut Done<T>) {
-        let _guard = self.grace.pin();
+        let mut guard = self.grace.pin();
         let h = self.layout.hash(root);
         let shard = &self.shards[h.shard];
         let ledger = &shard.ledger;
@@ -818,17 +879,28 @@ impl<T: Send + 'static> Inner<T> {
         }
         // No entry: hold the ack as an orphan. The clock is read before claiming (see `init`).
         let now = self.clock.now();
-        match self.claim_new(h) {
-            Claim::Found(slot) => {
-                if ledger.xor(slot, xor) == 0 {
-                    self.complete_acked(h.shard, slot, done);
+        let mut wait = RoomWait::default();
+        loop {
+            match self.claim_new(h) {
+                Claim::Found(slot) => {
+                    if ledger.xor(slot, xor) == 0 {
+                        self.complete_acked(h.shard, slot, done);
+                    }
+                }
+                Claim::Claimed(slot) => {
+                    ledger.xor(slot, xor);
+                    self.open(shard, slot, now, self.timeout, 0);
+                }
+                Claim::Full => {
+                    drop(guard);
+                    if self.make_room(&mut wait) {
+                        guard = self.grace.pin();
+                        continue;
+                    }
+                    self.refuse(h.shard);
                 }
             }
-            Claim::Claimed(slot) => {
-                ledger.xor(slot, xor);
-                self.open(shard, slot, now, self.timeout, 0);
-            }
-            Claim::Full => {}
+            return;
         }
     }
 
@@ -846,21 +918,32 @@ impl<T: Send + 'static> Inner<T> {
     }
 
     fn fail(&self, root: u64, done: &mut Done<T>) {
-        let _guard = self.grace.pin();
+        let mut guard = self.grace.pin();
         let h = self.layout.hash(root);
         let shard = &self.shards[h.shard];
         let ledger = &shard.ledger;
-        let slot = match ledger.find(h) {
-            Some(slot) => slot,
+        let mut wait = RoomWait::default();
+        let slot = loop {
+            if let Some(slot) = ledger.find(h) {
+                break slot;
+            }
             // The clock is read before claiming (see `init`).
-            None => match (self.clock.now(), self.claim_new(h)) {
-                (_, Claim::Found(slot)) => slot,
-                (now, Claim::Claimed(slot)) => {
+            let now = self.clock.now();
+            match self.claim_new(h) {
+                Claim::Found(slot) => break slot,
+                Claim::Claimed(slot) => {
                     self.open(shard, slot, now, self.timeout, FAILED);
                     return;
                 }
-                (_, Claim::Full) => return,
-            },
+                Claim::Full => {
+                    drop(guard);
+                    if !self.make_room(&mut wait) {
+                        self.refuse(h.shard);
+                        return;
+                    }
+                    guard = self.grace.pin();
+                }
+            }
         };
         ledger.set_flags(slot, FAILED);
         // Without INIT the fail is held: init re-checks FAILED after publishing INIT.

@@ -281,6 +281,14 @@ pub(super) fn wake_now<T: Send + 'static>(inner: &Inner<T>) {
     }
 }
 
+/// Whether the calling thread is this acker's reaper (running `on_complete`).
+pub(super) fn is_reaper<T: Send + 'static>(inner: &Inner<T>) -> bool {
+    inner
+        .reaper_thread
+        .get()
+        .is_some_and(|reaper| reaper.id() == thread::current().id())
+}
+
 /// Starts the reaper thread of a freshly built acker.
 pub(super) fn spawn<T: Send + 'static>(acker: &super::Acker<T>) -> Result<(), ConfigError> {
     let inner = Arc::clone(&acker.handle.inner);
