@@ -91,6 +91,12 @@ struct Cli {
     #[arg(long, default_value_t = 2048)]
     in_flight: usize,
 
+    /// Acker: its `max_pending` in the traffic phase. Small tables make completed trees'
+    /// tombstones matter (with more threads than cores the reaper and the grace period
+    /// lag); an init refused `Full` well below it is a violation.
+    #[arg(long, default_value_t = 16_384)]
+    max_pending: usize,
+
     /// Acker: roots per wave of the memory phase (0 skips it).
     #[arg(long, default_value_t = 1_000_000)]
     memory_roots: usize,
@@ -187,6 +193,10 @@ fn main() -> ExitCode {
         eprintln!("stress: --in-flight is at most {}", 1 << 20);
         return ExitCode::from(2);
     }
+    if cli.max_pending == 0 || cli.max_pending > 1 << 26 {
+        eprintln!("stress: --max-pending must be in 1..={}", 1 << 26);
+        return ExitCode::from(2);
+    }
     if cli.fanout == 0 || cli.depth == 0 || cli.in_flight == 0 || cli.timeout_ms == 0 {
         eprintln!("stress: --fanout, --depth, --in-flight and --timeout-ms must be at least 1");
         return ExitCode::from(2);
@@ -230,6 +240,7 @@ fn main() -> ExitCode {
             seed,
             replay: cli.replay,
             in_flight: cli.in_flight,
+            max_pending: cli.max_pending,
             memory_roots: cli.memory_roots,
             plant_bug: cli.plant_bug,
         };

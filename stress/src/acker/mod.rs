@@ -14,7 +14,9 @@
 //!    reaper), and then `pending()` must return to 0 as the orphans (acks that arrived
 //!    after their tree completed, ghost acks) expire.
 //! 4. **Cross-checks**: the acker's `stats()` must agree with the oracle's counts, no
-//!    callback may have panicked, and every ghost ack must have expired as an orphan.
+//!    callback may have panicked, every ghost ack must have expired as an orphan, and no
+//!    init may have been refused `Full` while `pending()` was well below `max_pending`
+//!    (`--max-pending`, small by default so that tombstones matter).
 //! 5. **Idle**: once every deadline has passed, the reaper's wake-ups over one second (it
 //!    should sleep).
 //!
@@ -56,6 +58,7 @@ pub(crate) struct Config {
     pub(crate) seed: u64,
     pub(crate) replay: bool,
     pub(crate) in_flight: usize,
+    pub(crate) max_pending: usize,
     pub(crate) memory_roots: usize,
     #[serde(skip)]
     pub(crate) plant_bug: bool,
@@ -185,6 +188,7 @@ pub(crate) fn run(cfg: &Config) -> Summary {
     let sink = Arc::clone(&oracle);
     let acker: Acker<u32> = Acker::builder()
         .timeout(timeout)
+        .max_pending(cfg.max_pending)
         .on_complete(move |c| sink.on_complete(c))
         .build()
         .expect("a valid acker configuration");
@@ -213,6 +217,9 @@ pub(crate) fn run(cfg: &Config) -> Summary {
         spouts_running: AtomicUsize::new(cfg.spouts),
         stop: AtomicBool::new(false),
         started: AtomicU64::new(0),
+        max_pending: cfg.max_pending,
+        refused_with_room: AtomicU64::new(0),
+        pending_at_refusal: AtomicUsize::new(0),
         // Spouts first, then bolts: each thread its own cache line of counters.
         counters: (0..cfg.spouts + cfg.bolts)
             .map(|_| CachePadded::new(Counters::default()))
@@ -372,6 +379,14 @@ pub(crate) fn run(cfg: &Config) -> Summary {
         problems.push(format!(
             "{} on_complete calls panicked",
             stats.callback_panics
+        ));
+    }
+    let refused_with_room = topo.refused_with_room.load(Ordering::Relaxed);
+    if refused_with_room != 0 {
+        problems.push(format!(
+            "{refused_with_room} inits refused Full below max_pending (the latest with {} pending of {}): tombstones took the room and the init did not wait for them",
+            topo.pending_at_refusal.load(Ordering::Relaxed),
+            cfg.max_pending
         ));
     }
     if stats.orphans_expired + stats.rejected_full < summary.ghost_acks {

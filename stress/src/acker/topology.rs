@@ -121,6 +121,14 @@ pub(crate) struct Topology {
     pub(crate) stop: AtomicBool,
     pub(crate) started: AtomicU64,
     pub(crate) counters: Vec<CachePadded<Counters>>,
+    /// The acker's `max_pending`.
+    pub(crate) max_pending: usize,
+    /// Inits refused `Full` while `pending()`, read right after, was below three quarters
+    /// of `max_pending`: the room was there, taken by tombstones the init should have
+    /// waited out. Pending cannot fall by a quarter of `max_pending` in those nanoseconds.
+    pub(crate) refused_with_room: AtomicU64,
+    /// `pending()` at the latest such refusal.
+    pub(crate) pending_at_refusal: AtomicUsize,
 }
 
 /// A non-zero random id (0 would make an edge invisible to the XOR).
@@ -250,7 +258,12 @@ impl Topology {
                 self.oracle.flag(slot, oracle::DUPLICATE_INIT);
                 self.oracle.release(slot);
             }
-            Err(_) => {
+            Err(refusal) => {
+                let pending = self.acker.pending();
+                if matches!(refusal, InitError::Full(_)) && pending < self.max_pending / 4 * 3 {
+                    self.refused_with_room.fetch_add(1, Ordering::Relaxed);
+                    self.pending_at_refusal.store(pending, Ordering::Relaxed);
+                }
                 // Full or Shutdown: legal refusals; no completion may come.
                 self.oracle.flag(slot, oracle::REFUSED);
                 self.oracle.release(slot);
