@@ -60,6 +60,22 @@ impl Shared {
             elapsed: elapsed(entry.start, nanos_since(self.epoch)),
         });
     }
+
+    /// Delivers `outcome` for the tree an ack or a fail removed; `true` iff there was one.
+    fn deliver_if_removed(
+        &self,
+        root: u64,
+        result: CompResult<u64, Entry>,
+        outcome: Outcome,
+    ) -> bool {
+        match result {
+            CompResult::Removed(removed) => {
+                self.deliver(root, &removed.into_value(), outcome);
+                true
+            }
+            _ => false,
+        }
+    }
 }
 
 /// The moka peer. See the module docs.
@@ -173,14 +189,7 @@ impl Tracker for MokaTracker {
                 }
                 None => Op::Put(self.orphan(xor, false)),
             });
-        match result {
-            CompResult::Removed(removed) => {
-                self.shared
-                    .deliver(root, &removed.into_value(), Outcome::Acked);
-                true
-            }
-            _ => false,
-        }
+        self.shared.deliver_if_removed(root, result, Outcome::Acked)
     }
 
     fn fail(&self, root: u64) -> bool {
@@ -199,13 +208,7 @@ impl Tracker for MokaTracker {
                 }
                 None => Op::Put(self.orphan(0, true)),
             });
-        match result {
-            CompResult::Removed(removed) => {
-                self.shared
-                    .deliver(root, &removed.into_value(), Outcome::Failed);
-                true
-            }
-            _ => false,
-        }
+        self.shared
+            .deliver_if_removed(root, result, Outcome::Failed)
     }
 }
