@@ -677,6 +677,22 @@ impl<T: Send + 'static> Inner<T> {
         true
     }
 
+    /// After `Claim::Full`: unpins and waits for room ([`make_room`](Self::make_room)).
+    /// `Some`, pinned again, to claim again; `None` when the message is refused (counted).
+    fn wait_for_room<'a>(
+        &'a self,
+        pinned: grace::Pin<'a>,
+        shard: usize,
+        wait: &mut RoomWait,
+    ) -> Option<grace::Pin<'a>> {
+        drop(pinned);
+        if self.make_room(wait) {
+            return Some(self.grace.pin());
+        }
+        self.refuse(shard);
+        None
+    }
+
     /// Counts a message refused for want of room, and wakes the reaper: tombstones it has
     /// not retired may be what filled the root's window.
     fn refuse(&self, shard: usize) {
@@ -722,13 +738,10 @@ impl<T: Send + 'static> Inner<T> {
         loop {
             match ledger.find_or_claim(h) {
                 Claim::Full => {
-                    drop(guard);
-                    if self.make_room(&mut wait) {
-                        guard = self.grace.pin();
-                        continue;
-                    }
-                    self.refuse(h.shard);
-                    return Err(InitError::Full(payload));
+                    let Some(pin) = self.wait_for_room(guard, h.shard, &mut wait) else {
+                        return Err(InitError::Full(payload));
+                    };
+                    guard = pin;
                 }
                 Claim::Claimed(slot) => {
                     // Only a new entry counts against max_pending.
@@ -893,12 +906,10 @@ impl<T: Send + 'static> Inner<T> {
                     self.open(shard, slot, now, self.timeout, 0);
                 }
                 Claim::Full => {
-                    drop(guard);
-                    if self.make_room(&mut wait) {
-                        guard = self.grace.pin();
+                    if let Some(pin) = self.wait_for_room(guard, h.shard, &mut wait) {
+                        guard = pin;
                         continue;
                     }
-                    self.refuse(h.shard);
                 }
             }
             return;
@@ -937,12 +948,10 @@ impl<T: Send + 'static> Inner<T> {
                     return;
                 }
                 Claim::Full => {
-                    drop(guard);
-                    if !self.make_room(&mut wait) {
-                        self.refuse(h.shard);
+                    let Some(pin) = self.wait_for_room(guard, h.shard, &mut wait) else {
                         return;
-                    }
-                    guard = self.grace.pin();
+                    };
+                    guard = pin;
                 }
             }
         };
