@@ -415,6 +415,15 @@ impl<T> Ledger<T> {
         None
     }
 
+    /// Whether a tombstone (a DONE slot not yet freed) holds a place in the root's probe
+    /// window: after `Claim::Full`, whether waiting for frees can make room.
+    pub(crate) fn window_has_tombstones(&self, h: Hashed) -> bool {
+        (0..=self.max_probe).any(|d| {
+            Self::bucket_slots(self.probe(h.bucket, d))
+                .any(|slot| self.key(slot) != 0 && self.state(slot) & DONE != 0)
+        })
+    }
+
     /// A live slot in `bucket` whose key word is `key`.
     #[inline]
     fn find_in(&self, bucket: usize, key: u64) -> Option<usize> {

@@ -83,9 +83,10 @@ pub enum InitError<T> {
     /// still see them, so when the reaper or a preempted thread lags behind a high
     /// completion rate (more busy threads than cores, a small `max_pending`) their tombstones
     /// can fill a root's buckets below `max_pending`. An init (or an orphan ack or fail) that
-    /// finds that waits for them, up to 100 ms, rather than being refused; only a manual
-    /// acker (whose slots only `expire` retires) or an `on_complete` on the reaper thread
-    /// gets `Full` at once then.
+    /// finds that waits for them to be freed, and is refused only if that takes longer than
+    /// 100 ms. It gets `Full` at once when `max_pending` is reached, when the buckets are
+    /// full of live trees, in a manual acker (whose slots only `expire` retires) and in an
+    /// `on_complete` on the reaper thread.
     Full(T),
     /// The root was already initialized.
     Duplicate(T),
@@ -105,7 +106,9 @@ impl<T> InitError<T> {
 impl<T> fmt::Display for InitError<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
-            InitError::Full(_) => "acker is full: max_pending trees are pending",
+            InitError::Full(_) => {
+                "acker is full: max_pending trees are pending, or this root's buckets are"
+            }
             InitError::Duplicate(_) => "root already initialized",
             InitError::Shutdown(_) => "acker is shut down",
         })
@@ -650,15 +653,18 @@ impl<T: Send + 'static> Inner<T> {
     /// The caller must not be pinned: its own pin would hold the grace period back. `false`
     /// when waiting cannot help, and the message is refused: in manual mode (only `expire`
     /// retires slots), after `shutdown` (the reaper has stopped), on the reaper thread (it
-    /// would wait for itself), when the acker is really full, or after [`ROOM_WAIT`]. The first waits are yields; a yield need not
+    /// would wait for itself), when the acker is really full, when the window holds no
+    /// tombstone (it is full of live trees: skewed or chosen roots), or after
+    /// [`ROOM_WAIT`]. The first waits are yields; a yield need not
     /// let a descheduled thread run (measured: 64 yields took 80 µs and freed nothing), so
     /// later ones sleep.
-    fn make_room(&self, wait: &mut RoomWait) -> bool {
+    fn make_room(&self, h: Hashed, wait: &mut RoomWait) -> bool {
         if cfg!(loom)
             || self.manual
             || self.shutdown.load(Ordering::SeqCst)
             || self.pending.load(Ordering::SeqCst) >= self.max_pending
             || reaper::is_reaper(self)
+            || !self.shards[h.shard].ledger.window_has_tombstones(h)
         {
             return false;
         }
@@ -678,18 +684,21 @@ impl<T: Send + 'static> Inner<T> {
     }
 
     /// After `Claim::Full`: unpins and waits for room ([`make_room`](Self::make_room)).
-    /// `Some`, pinned again, to claim again; `None` when the message is refused (counted).
+    /// `Some`, pinned again, to claim again; `None` when the message is refused (counted,
+    /// unless the acker is shutting down).
     fn wait_for_room<'a>(
         &'a self,
         pinned: grace::Pin<'a>,
-        shard: usize,
+        h: Hashed,
         wait: &mut RoomWait,
     ) -> Option<grace::Pin<'a>> {
         drop(pinned);
-        if self.make_room(wait) {
+        if self.make_room(h, wait) {
             return Some(self.grace.pin());
         }
-        self.refuse(shard);
+        if !self.shutdown.load(Ordering::SeqCst) {
+            self.refuse(h.shard);
+        }
         None
     }
 
@@ -738,7 +747,10 @@ impl<T: Send + 'static> Inner<T> {
         loop {
             match ledger.find_or_claim(h) {
                 Claim::Full => {
-                    let Some(pin) = self.wait_for_room(guard, h.shard, &mut wait) else {
+                    let Some(pin) = self.wait_for_room(guard, h, &mut wait) else {
+                        if self.shutdown.load(Ordering::SeqCst) {
+                            return Err(InitError::Shutdown(payload));
+                        }
                         return Err(InitError::Full(payload));
                     };
                     guard = pin;
@@ -906,7 +918,7 @@ impl<T: Send + 'static> Inner<T> {
                     self.open(shard, slot, now, self.timeout, 0);
                 }
                 Claim::Full => {
-                    if let Some(pin) = self.wait_for_room(guard, h.shard, &mut wait) {
+                    if let Some(pin) = self.wait_for_room(guard, h, &mut wait) {
                         guard = pin;
                         continue;
                     }
@@ -948,7 +960,7 @@ impl<T: Send + 'static> Inner<T> {
                     return;
                 }
                 Claim::Full => {
-                    let Some(pin) = self.wait_for_room(guard, h.shard, &mut wait) else {
+                    let Some(pin) = self.wait_for_room(guard, h, &mut wait) else {
                         return;
                     };
                     guard = pin;

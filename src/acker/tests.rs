@@ -801,3 +801,34 @@ fn the_wheels_hold_one_timer_per_pending_root() {
     assert_eq!(wheel_timers(&acker), 0);
     assert_eq!(acker.pending(), 0);
 }
+
+/// A root whose buckets are full of live trees (skewed or chosen roots) below `max_pending`
+/// is refused at once: only tombstones are worth waiting for (it used to wait [`ROOM_WAIT`]).
+#[test]
+fn a_window_full_of_live_trees_is_refused_without_waiting() {
+    let acker: Acker<u32> = Acker::builder()
+        .timeout(30 * SEC)
+        .shards(4)
+        .max_pending(400)
+        .build()
+        .unwrap();
+    // Fill shard 0 with live trees until it refuses; the other shards keep pending low.
+    let mut root = 0u64;
+    let refused = loop {
+        root += 1;
+        if acker.placement(root).0 != 0 {
+            continue;
+        }
+        let started = std::time::Instant::now();
+        if let Err(e) = acker.init(root, 0b1, 0) {
+            assert!(matches!(e, InitError::Full(_)), "{e}");
+            break started.elapsed();
+        }
+    };
+    assert!(
+        acker.pending() < 400,
+        "shard 0's table fills before max_pending"
+    );
+    assert!(refused < ROOM_WAIT / 2, "refused after {refused:?}");
+    assert_eq!(acker.stats().rejected_full, 1);
+}
