@@ -702,14 +702,14 @@ impl<T: Send + 'static> Inner<T> {
         None
     }
 
-    /// Counts a message refused for want of room, and wakes the reaper: tombstones it has
-    /// not retired may be what filled the root's window.
+    /// Counts a message refused for want of room. It does not wake the reaper: when
+    /// tombstones were what filled the window, `make_room` has woken it already, and
+    /// otherwise (at `max_pending`, a window of live trees) a pass cannot help.
     fn refuse(&self, shard: usize) {
         self.shards[shard]
             .counters
             .rejected_full
             .fetch_add(1, Ordering::SeqCst);
-        reaper::wake_now(self);
     }
 
     /// Writes a newly claimed slot's times and makes it live, then tells the reaper.
