@@ -235,7 +235,7 @@ fn the_callback_may_call_back_into_the_acker() {
 fn slots_are_reused_without_mixing_trees() {
     // A tiny table: one shard, few slots; thousands of trees cycle through it.
     let clock = ManualClock::new(0);
-    let (acker, log) = manual(&clock, |b| b.shards(1).max_pending(8));
+    let (acker, log) = manual(&clock, |b| b.shards(1).max_pending(8).crowded());
     let rounds: u64 = if cfg!(miri) { 40 } else { 2000 };
     for round in 0..rounds {
         let root = round.wrapping_mul(0x9E37_79B9_7F4A_7C15);
@@ -630,6 +630,7 @@ fn completed_slots_are_recycled_without_waiting_for_a_deadline() {
         .timeout(30 * SEC)
         .shards(1)
         .max_pending(256)
+        .crowded()
         .build()
         .unwrap();
     let trees: u64 = if cfg!(miri) { 2_000 } else { 200_000 };
@@ -657,6 +658,7 @@ fn busy_threads_are_not_refused_below_max_pending() {
         .shards(1)
         // Room for twice what is ever in flight.
         .max_pending((2 * THREADS * IN_FLIGHT) as usize)
+        .crowded()
         .build()
         .unwrap();
     std::thread::scope(|s| {
@@ -807,6 +809,7 @@ fn a_window_full_of_live_trees_is_refused_without_waiting() {
         .timeout(30 * SEC)
         .shards(4)
         .max_pending(400)
+        .crowded()
         .build()
         .unwrap();
     // Fill shard 0 with live trees until it refuses; the other shards keep pending low.
@@ -828,4 +831,30 @@ fn a_window_full_of_live_trees_is_refused_without_waiting() {
     );
     assert!(refused < ROOM_WAIT / 2, "refused after {refused:?}");
     assert_eq!(acker.stats().rejected_full, 1);
+}
+
+/// A small `max_pending` still gets tables of at least [`MIN_TABLE_SLOTS`] (a crowded table
+/// is slow), and the bound stays exact: the ninth tree of eight is refused.
+#[test]
+fn a_small_max_pending_gets_an_uncrowded_table_and_an_exact_bound() {
+    let clock = ManualClock::new(0);
+    let (acker, _log) = manual(&clock, |b| b.max_pending(8));
+    let slots: usize = (acker.handle.inner.shards.iter())
+        .map(|s| s.ledger.capacity())
+        .sum();
+    assert!(slots >= MIN_TABLE_SLOTS, "{slots} slots");
+    assert!(
+        slots < 2 * MIN_TABLE_SLOTS.max(4 * 8 * SLOTS_PER_BUCKET),
+        "{slots} slots"
+    );
+    for root in 0..8 {
+        acker.init(root, 1, 0).unwrap();
+    }
+    assert!(matches!(acker.init(8, 1, 8), Err(InitError::Full(8))));
+    let (crowded, _log) = manual(&clock, |b| b.max_pending(8).crowded());
+    let slots: usize = (crowded.handle.inner.shards.iter())
+        .map(|s| s.ledger.capacity())
+        .sum();
+    // The smallest layout: 4 shards of 8 buckets (the hash needs 5 bits for them).
+    assert_eq!(slots, 4 * 8 * SLOTS_PER_BUCKET);
 }
