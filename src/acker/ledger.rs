@@ -8,6 +8,12 @@
 //! value, state, times, list link and payload sit together in one `Slot`, so the operation
 //! on the slot it found touches one or two more.
 //!
+//! In a large table every new entry misses twice: on its home bucket's keys and on the slot
+//! it claims. Both lines are prefetched as soon as their address is known (the keys before
+//! the caller reads the clock and pins, the slot when the scan sees it empty), so the
+//! misses overlap the work before the first write rather than stalling it (1 thread, 1k
+//! trees in flight in a 1M-slot table: about 107 -> 94 ns per operation).
+//!
 //! A root hashes (see [`HashLayout`]) to a shard, a *home* bucket and a *stored key*: the
 //! hash bits not implied by the shard and home bucket, shifted left with the low bit set, so
 //! a stored key is never 0 and `0` means EMPTY. A slot's key word is the stored key with the
@@ -121,6 +127,25 @@ fn key_at(stored: u64, d: usize) -> u64 {
 #[inline]
 fn distance(key: u64) -> usize {
     (key >> DISTANCE_SHIFT) as usize
+}
+
+/// A hint to bring the line holding `p` into this core's cache, in a state fit for writing
+/// if `WRITE`. It never faults and changes no memory, so any address will do.
+#[inline]
+fn prefetch<const WRITE: bool>(p: *const u8) {
+    #[cfg(all(target_arch = "x86_64", not(loom), not(miri)))]
+    // Safety: PREFETCHW and PREFETCHT0 are hints; they do not access memory architecturally
+    // and cannot fault. Where the CPU lacks PREFETCHW, its encoding executes as a no-op.
+    unsafe {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_ET0, _MM_HINT_T0};
+        if WRITE {
+            _mm_prefetch::<_MM_HINT_ET0>(p.cast());
+        } else {
+            _mm_prefetch::<_MM_HINT_T0>(p.cast());
+        }
+    }
+    #[cfg(not(all(target_arch = "x86_64", not(loom), not(miri))))]
+    let _ = p;
 }
 
 /// End of an intrusive list (inbox, retired).
@@ -460,6 +485,7 @@ impl<T> Ledger<T> {
                     }
                     if key == 0 && empty.is_none() {
                         empty = Some((slot, d));
+                        self.prefetch_slot(slot);
                     }
                 }
                 if empty.is_some() && self.overflow(bucket).load(Ordering::SeqCst) == 0 {
@@ -518,6 +544,32 @@ impl<T> Ledger<T> {
                 }
             }
             return Claim::Claimed(slot);
+        }
+    }
+
+    /// Starts loading a slot's lines for writing: a new entry's slot is a cache miss in a
+    /// large table, and its fields are written a few steps later (`set_times`, `publish`).
+    #[inline]
+    fn prefetch_slot(&self, slot: usize) {
+        let first = std::ptr::from_ref(&self.slots[slot]).cast::<u8>();
+        // A 48-byte slot may straddle two lines.
+        prefetch::<true>(first);
+        prefetch::<true>(first.wrapping_add(std::mem::size_of::<Slot<T>>() - 1));
+    }
+
+    /// Starts loading the root's home bucket keys (two lines), so that the miss overlaps
+    /// the caller's clock read and pin rather than following them. `write` when the caller
+    /// will likely claim a slot there (init), so the line comes ready for the CAS.
+    #[inline]
+    pub(crate) fn prefetch_home(&self, h: Hashed, write: bool) {
+        let first = std::ptr::from_ref(&self.keys[h.bucket * KEY_WORDS]).cast::<u8>();
+        let last = first.wrapping_add(KEY_WORDS * 8 - 1);
+        if write {
+            prefetch::<true>(first);
+            prefetch::<true>(last);
+        } else {
+            prefetch::<false>(first);
+            prefetch::<false>(last);
         }
     }
 

@@ -767,14 +767,15 @@ impl<T: Send + 'static> Inner<T> {
         if self.shutdown.load(Ordering::SeqCst) {
             return Err(InitError::Shutdown(payload));
         }
+        let h = self.layout.hash(root);
+        let shard = &self.shards[h.shard];
+        let ledger = &shard.ledger;
+        ledger.prefetch_home(h, true);
         // Read before anything changes: a `Clock` that panics then leaves no slot CLAIMED
         // (others would wait for it forever).
         let now = self.clock.now();
         let mut guard = self.grace.pin();
         let mut wait = RoomWait::default();
-        let h = self.layout.hash(root);
-        let shard = &self.shards[h.shard];
-        let ledger = &shard.ledger;
         loop {
             match ledger.find_or_claim(h) {
                 Claim::Full => {
@@ -923,10 +924,11 @@ impl<T: Send + 'static> Inner<T> {
     }
 
     fn ack(&self, root: u64, xor: u64, done: &mut Done<T>) {
-        let mut guard = self.grace.pin();
         let h = self.layout.hash(root);
         let shard = &self.shards[h.shard];
         let ledger = &shard.ledger;
+        ledger.prefetch_home(h, false);
+        let mut guard = self.grace.pin();
         if let Some(slot) = ledger.find(h) {
             // The common path: one hash, one probe, one fetch_xor.
             if ledger.xor(slot, xor) == 0 {
