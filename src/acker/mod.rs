@@ -168,15 +168,18 @@ impl<T> fmt::Debug for AckerBuilder<T> {
 /// The longest timeout: deadlines must stay within the wrapping timeline's 2^63 ns horizon.
 const MAX_TIMEOUT_NS: u64 = 1 << 62;
 /// Slot indices are `u32` with `u32::MAX` reserved as the lists' end; a one-shard table
-/// holds under 1.5 x max_pending slots (or 2 buckets), so 2^30 keeps every index below it.
+/// holds under 1.5 x max_pending slots (or the floor, `MIN_TABLE_SLOTS`, or 8 buckets), so
+/// 2^30 keeps every index below it.
 const MAX_PENDING: usize = 1 << 30;
 const MAX_SHARDS: usize = 1 << 16;
 
-/// The fewest slots an acker's tables hold in all, whatever `max_pending` (about 3.7 MB).
+/// The fewest slots an acker's tables hold in all, whatever `max_pending` (about 3.7 MB
+/// with a `u32` payload).
 ///
 /// A table sized to a small `max_pending` runs crowded: its live trees, and the tombstones
-/// of those just completed, share a few buckets, so the reaper's frees keep writing the key
-/// lines that the acking threads probe, and searches walk into overflow buckets. Measured
+/// of those just completed, share a few buckets, so (the likeliest cause; aligning slots to
+/// 64 bytes changed nothing) the reaper's frees keep writing the key lines that the acking
+/// threads probe, and searches walk into overflow buckets. Measured
 /// with 1 024 trees in flight and `max_pending` 1 100 (8 shards of 165 slots), one thread
 /// spent 177 ns per operation; with 65 536 slots, 122; the 2-thread figures were 175 and
 /// 118. A million-slot table (1 M `max_pending`) is not affected.
@@ -230,12 +233,13 @@ impl<T: Send + 'static> AckerBuilder<T> {
     /// default 1 << 20. It is an exact upper bound.
     ///
     /// Each shard's table has about 1.25x its share of slots in 15-slot buckets, and the
-    /// tables have at least 65 536 slots in all (about 3.7 MB), because crowded tables are
-    /// slow. A root whose home bucket is full takes a slot in one of the next 15 buckets, so
-    /// an init is refused below the bound only when all 16 buckets (240 slots) it may use
-    /// are taken. A completed tree's slot is recycled by the reaper after a grace period, so
-    /// what completes while the reaper thread is descheduled still holds room: at a high
-    /// rate, leave room for what completes in a few tens of milliseconds.
+    /// tables have at least 65 536 slots in all (about 3.7 MB with a `u32` payload),
+    /// because crowded tables are slow. A root whose home bucket is full takes a slot in
+    /// one of the next 15 buckets, so an init is refused below the bound only when all 16
+    /// buckets (240 slots) it may use are taken. A completed tree's slot is recycled by the
+    /// reaper after a grace period, so what completes while the reaper thread is
+    /// descheduled still holds room: at a high rate, leave room for what completes in a few
+    /// tens of milliseconds.
     pub fn max_pending(mut self, max_pending: usize) -> Self {
         self.max_pending = max_pending;
         self
