@@ -558,19 +558,13 @@ impl<T> Ledger<T> {
     }
 
     /// Starts loading the root's home bucket keys (two lines), so that the miss overlaps
-    /// the caller's clock read and pin rather than following them. `write` when the caller
+    /// the caller's clock read and pin rather than following them. `WRITE` when the caller
     /// will likely claim a slot there (init), so the line comes ready for the CAS.
     #[inline]
-    pub(crate) fn prefetch_home(&self, h: Hashed, write: bool) {
+    pub(crate) fn prefetch_home<const WRITE: bool>(&self, h: Hashed) {
         let first = std::ptr::from_ref(&self.keys[h.bucket * KEY_WORDS]).cast::<u8>();
-        let last = first.wrapping_add(KEY_WORDS * 8 - 1);
-        if write {
-            prefetch::<true>(first);
-            prefetch::<true>(last);
-        } else {
-            prefetch::<false>(first);
-            prefetch::<false>(last);
-        }
+        prefetch::<WRITE>(first);
+        prefetch::<WRITE>(first.wrapping_add(KEY_WORDS * 8 - 1));
     }
 
     /// Waits while `slot` is CLAIMED with key word `stored`; returns its state once READY, or

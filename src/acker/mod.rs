@@ -774,7 +774,7 @@ impl<T: Send + 'static> Inner<T> {
         let h = self.layout.hash(root);
         let shard = &self.shards[h.shard];
         let ledger = &shard.ledger;
-        ledger.prefetch_home(h, true);
+        ledger.prefetch_home::<true>(h);
         // Read before anything changes: a `Clock` that panics then leaves no slot CLAIMED
         // (others would wait for it forever).
         let now = self.clock.now();
@@ -931,7 +931,7 @@ impl<T: Send + 'static> Inner<T> {
         let h = self.layout.hash(root);
         let shard = &self.shards[h.shard];
         let ledger = &shard.ledger;
-        ledger.prefetch_home(h, false);
+        ledger.prefetch_home::<false>(h);
         let mut guard = self.grace.pin();
         if let Some(slot) = ledger.find(h) {
             // The common path: one hash, one probe, one fetch_xor.
