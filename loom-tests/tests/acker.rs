@@ -371,6 +371,48 @@ fn init_vs_shutdown_hands_back_once() {
     });
 }
 
+/// The `max_pending` credits (`src/acker/credits.rs`) with one credit, in the stripe of
+/// the thread that completes tree 1 and then starts tree 3 while another thread starts tree
+/// 2: the credit goes to exactly one of trees 2 and 3. Both would exceed the bound; neither
+/// would mean a credit lost between stripes (tree 3's init comes after tree 1 completed,
+/// so it is refused only if tree 2 holds the credit, and tree 2 only if tree 1 or 3 does).
+/// And an init of tree 2 that ran wholly between the two (the credit free, in the other
+/// thread's stripe) must be accepted.
+#[test]
+fn max_pending_credit_goes_to_exactly_one_init() {
+    loom::model(|| {
+        let clock = ManualClock::new(0);
+        let (acker, log) = manual_with(clock.clone(), 1);
+        acker.init(1, 0b1, 1).unwrap();
+        // 0: tree 1 pending, 1: tree 1 failed, 2: tree 3's init started.
+        let phase = Arc::new(AtomicUsize::new(0));
+        let other = acker.clone();
+        let seen = Arc::clone(&phase);
+        let t = thread::spawn(move || {
+            let before = seen.load(Ordering::SeqCst);
+            let ok = other.init(2, 0b1, 2).is_ok();
+            (ok, before == 1 && seen.load(Ordering::SeqCst) == 1)
+        });
+        assert!(acker.fail(1));
+        phase.store(1, Ordering::SeqCst);
+        phase.store(2, Ordering::SeqCst);
+        let third = acker.init(3, 0b1, 3).is_ok();
+        let (second, credit_was_free) = t.join().unwrap();
+        assert!(
+            second ^ third,
+            "one credit, inits of 2 and 3 accepted: {second} {third}"
+        );
+        assert!(
+            second || !credit_was_free,
+            "tree 2 refused while the only credit was free"
+        );
+        assert_eq!(acker.pending(), 1);
+        assert_eq!(completions(&log), [(1, 1, Outcome::Failed)]);
+        drain(&clock, &acker);
+        assert_eq!(completions(&log).len(), 2, "the accepted tree timed out");
+    });
+}
+
 /// `n` roots other than `root` whose home bucket is `root`'s.
 fn neighbours(acker: &Acker<u32>, root: u64, n: usize) -> Vec<u64> {
     (0..)

@@ -25,12 +25,17 @@
 //! One reaper thread serves every shard ([`reaper`]). It sleeps until an atomic
 //! next-expiration time; a writer whose deadline is sooner lowers it and unparks the reaper.
 //!
+//! `max_pending` is kept as credits in per-thread stripes ([`credits`]): a new entry takes
+//! one, its completion gives one back, each a single RMW on a line its thread mostly has to
+//! itself, and the bound stays exact.
+//!
 //! ## Memory reclamation
 //!
 //! Every operation runs pinned ([`grace`]: crossbeam-epoch, or a loom-visible stand-in under
 //! the model checker). A completed slot is freed (returned to EMPTY, next generation) only
 //! after a grace period, so a lookup that found it can never see it reused by another root.
 
+mod credits;
 mod grace;
 mod ledger;
 mod reaper;
@@ -44,7 +49,7 @@ use crossbeam_utils::CachePadded;
 
 use crate::clock::{duration_nanos, is_due, Clock, MonotonicClock};
 use crate::error::ConfigError;
-use crate::sync::{thread, AtomicBool, AtomicU64, AtomicUsize, Mutex, Ordering};
+use crate::sync::{thread, AtomicBool, AtomicU64, Mutex, Ordering};
 use crate::wheel::TimerWheel;
 use ledger::{Claim, HashLayout, Hashed, Ledger, DONE, FAILED, INIT, SLOTS_PER_BUCKET};
 use std::sync::Arc;
@@ -290,6 +295,7 @@ impl<T: Send + 'static> AckerBuilder<T> {
                 param: "resolution",
             });
         }
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let shards = match self.shards {
             Some(0) => return Err(ConfigError::Zero { param: "shards" }),
             Some(n) if n > MAX_SHARDS => {
@@ -300,10 +306,7 @@ impl<T: Send + 'static> AckerBuilder<T> {
                 })
             }
             Some(n) => n.next_power_of_two(),
-            None => {
-                let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-                (4 * cores).next_power_of_two().min(MAX_SHARDS)
-            }
+            None => (4 * cores).next_power_of_two().min(MAX_SHARDS),
         };
         if self.max_pending == 0 {
             return Err(ConfigError::Zero {
@@ -346,7 +349,7 @@ impl<T: Send + 'static> AckerBuilder<T> {
             timeout,
             resolution: duration_nanos(resolution).max(1).next_power_of_two(),
             max_pending: self.max_pending,
-            pending: CachePadded::new(AtomicUsize::new(0)),
+            credits: credits::Credits::new(self.max_pending, credits::Credits::stripes_for(cores)),
             on_complete: self.on_complete,
             next_wake: CachePadded::new(AtomicU64::new(now.wrapping_add(reaper::FAR))),
             shutdown: AtomicBool::new(false),
@@ -426,7 +429,8 @@ struct Inner<T> {
     /// Wheel tick, ns.
     resolution: u64,
     max_pending: usize,
-    pending: CachePadded<AtomicUsize>,
+    /// The `max_pending` bound: one credit per entry that may still be held.
+    credits: credits::Credits,
     on_complete: Option<Callback<T>>,
     /// The earliest time the reaper must run again (see `reaper`).
     next_wake: CachePadded<AtomicU64>,
@@ -499,7 +503,7 @@ impl<T: Send + 'static> fmt::Debug for Acker<T> {
         let inner = &self.handle.inner;
         f.debug_struct("Acker")
             .field("shards", &inner.shards.len())
-            .field("pending", &inner.pending.load(Ordering::Relaxed))
+            .field("pending", &inner.credits.held())
             .field("max_pending", &inner.max_pending)
             .field("manual", &inner.manual)
             .finish_non_exhaustive()
@@ -569,7 +573,7 @@ impl<T: Send + 'static> Acker<T> {
 
     /// Entries held now (initialized or not).
     pub fn pending(&self) -> usize {
-        self.inner().pending.load(Ordering::SeqCst)
+        self.inner().credits.held()
     }
 
     /// Counters since the acker was built.
@@ -643,13 +647,9 @@ impl<T: Send + 'static> Acker<T> {
 }
 
 impl<T: Send + 'static> Inner<T> {
-    /// Counts one more entry if that stays within `max_pending`.
+    /// Takes a credit for one more entry, if that stays within `max_pending`.
     fn reserve(&self) -> bool {
-        if self.pending.fetch_add(1, Ordering::SeqCst) >= self.max_pending {
-            self.pending.fetch_sub(1, Ordering::SeqCst);
-            return false;
-        }
-        true
+        self.credits.take()
     }
 
     fn root_of(&self, shard: usize, slot: usize) -> u64 {
@@ -697,7 +697,7 @@ impl<T: Send + 'static> Inner<T> {
         if cfg!(loom)
             || self.manual
             || self.shutdown.load(Ordering::SeqCst)
-            || self.pending.load(Ordering::SeqCst) >= self.max_pending
+            || self.credits.exhausted()
             || reaper::is_reaper(self)
             || !self.shards[h.shard].ledger.window_has_tombstones(h)
         {
@@ -886,7 +886,7 @@ impl<T: Send + 'static> Inner<T> {
             match ledger.claim_done(slot, state) {
                 Ok(retire) => {
                     let payload = ledger.take_payload(slot);
-                    self.pending.fetch_sub(1, Ordering::SeqCst);
+                    self.credits.give();
                     if retire {
                         ledger.push_retired(slot);
                     }
@@ -1043,7 +1043,7 @@ impl<T: Send + 'static> Inner<T> {
         let payload = ledger.take_payload(slot);
         let elapsed =
             Duration::from_nanos(now.wrapping_sub(ledger.start(slot)).min(i64::MAX as u64));
-        self.pending.fetch_sub(1, Ordering::SeqCst);
+        self.credits.give();
         let counter = match outcome {
             Outcome::Acked => &shard.counters.acked,
             Outcome::Failed => &shard.counters.failed,

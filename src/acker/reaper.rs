@@ -242,7 +242,7 @@ fn reap<T: Send + 'static>(
             Ok(retire) => {
                 // An orphan: acks or a fail that never saw their init.
                 counters.orphans_expired.fetch_add(1, Ordering::SeqCst);
-                inner.pending.fetch_sub(1, Ordering::SeqCst);
+                inner.credits.give();
                 if retire {
                     ledger.push_retired(slot);
                 }
