@@ -18,13 +18,13 @@
 //! cannot run at the Acker's 1 ms resolution without costing a core at 1M pending.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use ackwheel::{Completion, InitError, Outcome};
 use dashmap::mapref::entry::Entry as Slot;
 use dashmap::DashMap;
 
-use super::{elapsed, is_due, nanos_since, Sink, Ticker, Tracker, U64Hasher};
+use super::{elapsed, is_due, now, Sink, Ticker, Tracker, U64Hasher};
 
 #[derive(Clone, Copy, Debug)]
 struct Entry {
@@ -39,7 +39,6 @@ struct Entry {
 struct Shared {
     map: DashMap<u64, Entry, U64Hasher>,
     sink: Sink,
-    epoch: Instant,
     timeout: u64,
 }
 
@@ -51,7 +50,7 @@ impl Shared {
             root,
             payload,
             outcome,
-            elapsed: elapsed(start, nanos_since(self.epoch)),
+            elapsed: elapsed(start, now()),
         });
     }
 
@@ -65,7 +64,7 @@ impl Shared {
     }
 
     fn sweep(&self) {
-        let now = nanos_since(self.epoch);
+        let now = now();
         let mut expired = Vec::new();
         self.map.retain(|root, entry| {
             if !is_due(entry.deadline, now) {
@@ -93,7 +92,6 @@ impl Tracker for DashTracker {
         let shared = Arc::new(Shared {
             map: DashMap::with_hasher(U64Hasher(0)),
             sink,
-            epoch: Instant::now(),
             timeout: timeout.as_nanos() as u64,
         });
         let sweeping = Arc::clone(&shared);
@@ -106,7 +104,7 @@ impl Tracker for DashTracker {
 
     fn init(&self, root: u64, xor: u64, payload: u32) -> Result<(), InitError<u32>> {
         let s = &*self.shared;
-        let now = nanos_since(s.epoch);
+        let now = now();
         let (entry, outcome) = match s.map.entry(root) {
             Slot::Vacant(slot) => {
                 let entry = Entry {
@@ -154,7 +152,7 @@ impl Tracker for DashTracker {
                 slot.remove_entry().1
             }
             Slot::Vacant(slot) => {
-                slot.insert(s.orphan(nanos_since(s.epoch), xor, false));
+                slot.insert(s.orphan(now(), xor, false));
                 return false;
             }
         };
@@ -174,7 +172,7 @@ impl Tracker for DashTracker {
                 slot.remove_entry().1
             }
             Slot::Vacant(slot) => {
-                slot.insert(s.orphan(nanos_since(s.epoch), 0, true));
+                slot.insert(s.orphan(now(), 0, true));
                 return false;
             }
         };

@@ -26,14 +26,14 @@
 //! depend on it. `max_capacity` is left unbounded (no size eviction), as the other peers.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use ackwheel::{Completion, InitError, Outcome};
 use moka::notification::RemovalCause;
 use moka::ops::compute::{CompResult, Op};
 use moka::sync::Cache;
 
-use super::{elapsed, nanos_since, Sink, Ticker, Tracker, U64Hasher};
+use super::{elapsed, now, Sink, Ticker, Tracker, U64Hasher};
 
 #[derive(Clone, Copy, Debug)]
 struct Entry {
@@ -47,7 +47,6 @@ struct Entry {
 
 struct Shared {
     sink: Sink,
-    epoch: Instant,
 }
 
 impl Shared {
@@ -57,7 +56,7 @@ impl Shared {
             root,
             payload,
             outcome,
-            elapsed: elapsed(entry.start, nanos_since(self.epoch)),
+            elapsed: elapsed(entry.start, now()),
         });
     }
 
@@ -100,17 +99,14 @@ impl MokaTracker {
             val,
             payload: None,
             failed,
-            start: nanos_since(self.shared.epoch),
+            start: now(),
         }
     }
 }
 
 impl Tracker for MokaTracker {
     fn build(timeout: Duration, _pending: usize, sink: Sink) -> Self {
-        let shared = Arc::new(Shared {
-            sink,
-            epoch: Instant::now(),
-        });
+        let shared = Arc::new(Shared { sink });
         let listening = Arc::clone(&shared);
         let cache = Cache::builder()
             .time_to_live(timeout)

@@ -43,11 +43,11 @@
 use std::collections::hash_map::Entry;
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use ackwheel::{Completion, InitError, Outcome};
 
-use super::{elapsed, nanos_since, Sink, Ticker, Tracker, U64Hasher};
+use super::{elapsed, now, Sink, Ticker, Tracker, U64Hasher};
 
 /// Storm's `TIMEOUT_BUCKET_NUM`-style ring size: 3 buckets rotated every timeout / 2.
 const BUCKETS: usize = 3;
@@ -154,7 +154,6 @@ impl Pending {
 struct Shared {
     pending: Mutex<Pending>,
     sink: Sink,
-    epoch: Instant,
 }
 
 impl Shared {
@@ -164,7 +163,7 @@ impl Shared {
             root,
             payload,
             outcome,
-            elapsed: elapsed(obj.start, nanos_since(self.epoch)),
+            elapsed: elapsed(obj.start, now()),
         });
     }
 
@@ -191,7 +190,6 @@ impl Tracker for StormAcker {
         let shared = Arc::new(Shared {
             pending: Mutex::new(Pending::new()),
             sink,
-            epoch: Instant::now(),
         });
         let ticking = Arc::clone(&shared);
         let period = timeout / (BUCKETS as u32 - 1);
@@ -204,7 +202,7 @@ impl Tracker for StormAcker {
     fn init(&self, root: u64, xor: u64, payload: u32) -> Result<(), InitError<u32>> {
         // Read before locking: most inits create their object (Storm reads the time in the
         // AckObject constructor, inside execute; hoisting it only shortens the lock).
-        let now = nanos_since(self.shared.epoch);
+        let now = now();
         let (verdict, obj) = self.shared.pending.lock().unwrap().execute(
             root,
             || now,
@@ -228,15 +226,15 @@ impl Tracker for StormAcker {
     }
 
     fn ack(&self, root: u64, xor: u64) -> bool {
-        let epoch = self.shared.epoch;
-        let (verdict, obj) = self.shared.pending.lock().unwrap().execute(
-            root,
-            || nanos_since(epoch),
-            |curr| {
+        let (verdict, obj) = self
+            .shared
+            .pending
+            .lock()
+            .unwrap()
+            .execute(root, now, |curr| {
                 curr.val ^= xor;
                 tail(curr)
-            },
-        );
+            });
         match verdict {
             Verdict::Complete(outcome) => {
                 self.shared.deliver(root, &obj, outcome);
@@ -247,18 +245,18 @@ impl Tracker for StormAcker {
     }
 
     fn fail(&self, root: u64) -> bool {
-        let epoch = self.shared.epoch;
-        let (verdict, obj) = self.shared.pending.lock().unwrap().execute(
-            root,
-            || nanos_since(epoch),
-            |curr| {
+        let (verdict, obj) = self
+            .shared
+            .pending
+            .lock()
+            .unwrap()
+            .execute(root, now, |curr| {
                 curr.failed = true;
                 match tail(curr) {
                     Verdict::Keep => Verdict::KeepNewest,
                     other => other,
                 }
-            },
-        );
+            });
         match verdict {
             Verdict::Complete(outcome) => {
                 self.shared.deliver(root, &obj, outcome);
