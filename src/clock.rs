@@ -171,7 +171,10 @@ mod tests {
         let end = c.now();
         let outer = duration_nanos(outer.elapsed());
         let inner = end.wrapping_sub(start);
-        assert!(inner <= outer, "clock {inner} ns within Instant's {outer} ns");
+        assert!(
+            inner <= outer,
+            "clock {inner} ns within Instant's {outer} ns"
+        );
         assert!(inner >= 20_000_000, "clock {inner} ns over a 20 ms sleep");
     }
 
