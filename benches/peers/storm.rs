@@ -167,6 +167,24 @@ impl Shared {
         });
     }
 
+    /// An ack or fail: `execute` under the lock, delivery outside it. `true` iff the
+    /// message completed the tree with `outcome`.
+    fn update(
+        &self,
+        root: u64,
+        outcome: Outcome,
+        update: impl FnOnce(&mut AckObject) -> Verdict,
+    ) -> bool {
+        let (verdict, obj) = self.pending.lock().unwrap().execute(root, now, update);
+        match verdict {
+            Verdict::Complete(done) => {
+                self.deliver(root, &obj, done);
+                done == outcome
+            }
+            _ => false,
+        }
+    }
+
     /// A tick: rotate under the lock, deliver the dropped trees outside it.
     fn tick(&self) {
         let dropped = self.pending.lock().unwrap().rotate();
@@ -226,43 +244,19 @@ impl Tracker for StormAcker {
     }
 
     fn ack(&self, root: u64, xor: u64) -> bool {
-        let (verdict, obj) = self
-            .shared
-            .pending
-            .lock()
-            .unwrap()
-            .execute(root, now, |curr| {
-                curr.val ^= xor;
-                tail(curr)
-            });
-        match verdict {
-            Verdict::Complete(outcome) => {
-                self.shared.deliver(root, &obj, outcome);
-                outcome == Outcome::Acked
-            }
-            _ => false,
-        }
+        self.shared.update(root, Outcome::Acked, |curr| {
+            curr.val ^= xor;
+            tail(curr)
+        })
     }
 
     fn fail(&self, root: u64) -> bool {
-        let (verdict, obj) = self
-            .shared
-            .pending
-            .lock()
-            .unwrap()
-            .execute(root, now, |curr| {
-                curr.failed = true;
-                match tail(curr) {
-                    Verdict::Keep => Verdict::KeepNewest,
-                    other => other,
-                }
-            });
-        match verdict {
-            Verdict::Complete(outcome) => {
-                self.shared.deliver(root, &obj, outcome);
-                outcome == Outcome::Failed
+        self.shared.update(root, Outcome::Failed, |curr| {
+            curr.failed = true;
+            match tail(curr) {
+                Verdict::Keep => Verdict::KeepNewest,
+                other => other,
             }
-            _ => false,
-        }
+        })
     }
 }

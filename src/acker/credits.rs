@@ -78,6 +78,11 @@ impl Credits {
         stripe.fetch_add(1, Ordering::SeqCst);
     }
 
+    /// The bound: `max_pending`.
+    pub(super) fn max(&self) -> usize {
+        self.max
+    }
+
     /// Every stripe empty, as a take would find them.
     pub(super) fn exhausted(&self) -> bool {
         self.stripes.iter().all(|s| s.load(Ordering::SeqCst) == 0)

@@ -348,7 +348,6 @@ impl<T: Send + 'static> AckerBuilder<T> {
             clock,
             timeout,
             resolution: duration_nanos(resolution).max(1).next_power_of_two(),
-            max_pending: self.max_pending,
             credits: credits::Credits::new(self.max_pending, credits::Credits::stripes_for(cores)),
             on_complete: self.on_complete,
             next_wake: CachePadded::new(AtomicU64::new(now.wrapping_add(reaper::FAR))),
@@ -428,7 +427,6 @@ struct Inner<T> {
     timeout: u64,
     /// Wheel tick, ns.
     resolution: u64,
-    max_pending: usize,
     /// The `max_pending` bound: one credit per entry that may still be held.
     credits: credits::Credits,
     on_complete: Option<Callback<T>>,
@@ -504,7 +502,7 @@ impl<T: Send + 'static> fmt::Debug for Acker<T> {
         f.debug_struct("Acker")
             .field("shards", &inner.shards.len())
             .field("pending", &inner.credits.held())
-            .field("max_pending", &inner.max_pending)
+            .field("max_pending", &inner.credits.max())
             .field("manual", &inner.manual)
             .finish_non_exhaustive()
     }
