@@ -299,6 +299,47 @@ fn inbox_hand_off_loses_nothing() {
     });
 }
 
+/// A tree completes while a pass runs, so its retired word may come before its open word
+/// is read (the open word is pushed before the slot is published, but another writer's
+/// unwritten inbox cell can hold the drain up in front of it). The slot must not be freed
+/// until the open word is read: a root that reuses it then gets a timer of its own, and no
+/// stale one for the old occupant. Checked by the timers left: one per pending entry, and
+/// none once all have expired.
+#[test]
+fn retired_slot_is_freed_only_after_its_open_word() {
+    bounded(3).check(|| {
+        let clock = ManualClock::new(0);
+        let (acker, log) = manual_with(clock.clone(), 3);
+        let reuse = neighbours(&acker, 1, 2)
+            .into_iter()
+            .find(|r| *r != 2)
+            .unwrap();
+        let a = acker.clone();
+        let b = acker.clone();
+        let tree = thread::spawn(move || {
+            a.init(1, 0b1, 1).unwrap();
+            assert!(a.ack(1, 0b1));
+            a.init(reuse, 0b1, 3).unwrap();
+        });
+        let orphan = thread::spawn(move || b.ack(2, 0b1));
+        acker.expire();
+        acker.expire();
+        tree.join().unwrap();
+        orphan.join().unwrap();
+        acker.expire();
+        assert_eq!(acker.pending(), 2, "{:?}", acker.stats());
+        assert_eq!(acker.scheduled_timers(), 2, "one timer per pending entry");
+        clock.advance(Duration::from_secs(2));
+        assert_eq!(acker.expire(), 1);
+        let mut expected = vec![(1, 1, Outcome::Acked), (reuse, 3, Outcome::TimedOut)];
+        expected.sort_unstable_by_key(|c| c.0);
+        assert_eq!(completions(&log), expected);
+        assert_eq!(acker.stats().orphans_expired, 1);
+        assert_eq!(acker.scheduled_timers(), 0, "no timer outlives its entry");
+        drain(&clock, &acker);
+    });
+}
+
 /// A clock that has moved an hour on at every reading: any deadline is due by the reaper's
 /// next look, so the reaper only ever sleeps untimed, when it believes nothing is scheduled.
 #[derive(Debug)]

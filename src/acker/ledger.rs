@@ -5,8 +5,11 @@
 //! Keys apart, the rest together. The table is `buckets` buckets of [`SLOTS_PER_BUCKET`]
 //! slots. A bucket's keys are contiguous in a key array, followed by one more word, the
 //! bucket's *overflow count* (below), so a probe reads one or two cache lines; a slot's XOR
-//! value, state, times, list link and payload sit together in one `Slot`, so the operation
-//! on the slot it found touches one or two more.
+//! value, state, times and payload sit together in one 40-byte `Slot` (with a `u32`
+//! payload), so the operation on the slot it found touches one or two more. Nothing the
+//! reaper keeps (timers, queues) lives in a slot: the reaper never writes a slot's line
+//! until it times the tree out or frees the slot, so the threads acking a tree keep that
+//! line in their own caches.
 //!
 //! In a large table every new entry misses twice: on its home bucket's keys and on the slot
 //! it claims. Both lines are prefetched as soon as their address is known (the keys before
@@ -48,14 +51,15 @@
 //! * **CLAIMED**: the claimer owns the slot's fields and writes start, base and timeout.
 //!   Anyone else who finds the key waits for READY (this happens only when two threads
 //!   create the same root at the same instant).
-//! * **READY**: live. Acks `fetch_xor` the value; `INIT`, `FAILED`, `INITING`, `INBOX` and
-//!   `RESET` are flags in the state word beside READY and DONE.
+//! * **READY**: live. Acks `fetch_xor` the value; `INIT`, `FAILED`, `INITING` and `RESET`
+//!   are flags in the state word beside READY and DONE.
 //! * **DONE**: completion was claimed by one CAS that set DONE; exactly one thread does it,
 //!   and only that thread reads the payload. The slot is a tombstone: lookups skip it.
 //! * back to **EMPTY** only through [`Ledger::free`], which the reaper defers with
 //!   crossbeam-epoch until every thread pinned when the slot was retired has unpinned. So
 //!   no operation that found the slot can see it reused: a late ack never XORs into a newer
-//!   tree, and the probe sequence does not change under a claimer's scan.
+//!   tree, a completion CAS never lands on a newer occupant's state, and the probe sequence
+//!   does not change under a claimer's scan.
 //!
 //! ## One slot per root
 //!
@@ -68,22 +72,8 @@
 //! a READY twin, or a CLAIMED twin at a lower index, makes it back out; a CLAIMED twin at a
 //! higher index it waits out (it will back out or become READY, and then we back out).
 //! Waits only go from lower to higher index, so they cannot form a cycle.
-//!
-//! ## Generations
-//!
-//! The state word's high bits count how often the slot was freed. The reaper's wheel holds
-//! `(slot, generation)`. A completed tree's timer is cancelled when its slot is retired,
-//! before the slot can be reused (`Ledger::timer`), so stale timers should not exist; the
-//! generation is the fallback that would still recognise one after the slot holds another
-//! root. The count wraps after 2^24 frees of one slot; a stale timer
-//! that aliases a newer occupant is harmless, because the reaper never trusts a timer: it
-//! re-reads the occupant's real deadline, reschedules it when not yet due, and leaves a slot
-//! that is not READY alone. Timing out an occupant whose own deadline has passed is what its
-//! own timer would have done; completion is a CAS, so it happens once either way.
 
 use std::mem::MaybeUninit;
-
-use crossbeam_utils::CachePadded;
 
 use super::table::Table;
 use crate::clock::is_due;
@@ -148,10 +138,7 @@ fn prefetch<const WRITE: bool>(p: *const u8) {
     let _ = p;
 }
 
-/// End of an intrusive list (inbox, retired).
-pub(crate) const NIL: u32 = u32::MAX;
-
-// The state word: flags in the low byte, the generation above.
+// The state word's flags.
 /// The claimer has written start, base and timeout: the slot is live.
 pub(crate) const READY: u32 = 1 << 0;
 /// Init's payload is written and visible.
@@ -162,21 +149,10 @@ pub(crate) const INITING: u32 = 1 << 2;
 pub(crate) const FAILED: u32 = 1 << 3;
 /// Completion has been claimed; the slot is a tombstone.
 pub(crate) const DONE: u32 = 1 << 4;
-/// The slot is on the inbox list (its link is in use).
-pub(crate) const INBOX: u32 = 1 << 5;
-/// A DONE slot has been handed to retirement (by its completer or by the inbox drain).
-pub(crate) const RETIRED: u32 = 1 << 6;
 /// A `reset_timeout` moved the base since the reaper last cleared this. The reaper clears
 /// it before it reads the deadline, so its DONE CAS (from a state without RESET) fails if a
 /// reset lands between that read and the CAS, and it reads the deadline again.
-pub(crate) const RESET: u32 = 1 << 7;
-const GENERATION_SHIFT: u32 = 8;
-
-/// The generation part of a state word.
-#[inline]
-pub(crate) fn generation(state: u32) -> u32 {
-    state >> GENERATION_SHIFT
-}
+pub(crate) const RESET: u32 = 1 << 5;
 
 /// Where a root lives: its shard, its home bucket in that shard, and its stored key.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -305,14 +281,8 @@ struct Slot<T> {
     start: AtomicU64,
     /// The tree's timeout in ns, for `reset_timeout`.
     timeout: AtomicU64,
-    /// Flags and generation (module docs).
+    /// Flags (module docs).
     state: AtomicU32,
-    /// Next slot on the inbox or retired list.
-    link: AtomicU32,
-    /// The reaper's wheel node holding this occupant's timer, or [`NIL`]. Only the reaper
-    /// reads or writes it, under the acker's wheel lock; it fills what would otherwise be
-    /// padding (with a `u32` payload the slot stays 48 bytes).
-    timer: UnsafeCell<u32>,
     payload: UnsafeCell<MaybeUninit<T>>,
 }
 
@@ -327,18 +297,11 @@ pub(crate) struct Ledger<T> {
     buckets: usize,
     /// Buckets past home a root may live: `MAX_PROBE`, or fewer in a small table.
     max_probe: usize,
-    /// Slots whose deadline the reaper must (re)schedule.
-    /// A counted list like `retired`.
-    inbox: CachePadded<AtomicU64>,
-    /// Completed slots waiting for the reaper to retire them: the list's head slot in the
-    /// low 32 bits, its length in the high 32 (so a push learns the length for free).
-    retired: CachePadded<AtomicU64>,
 }
 
-// Safety: the cells are the only non-Sync part. A payload cell is written by the one thread
-// that set INITING on its slot and read (moved out) by the one thread that set DONE after
-// INIT was published, or by `Drop` with exclusive access. A timer cell is touched only under
-// the acker's wheel lock. `T: Send` because payloads move
+// Safety: the payload cells are the only non-Sync part. A payload cell is written by the one
+// thread that set INITING on its slot and read (moved out) by the one thread that set DONE
+// after INIT was published, or by `Drop` with exclusive access. `T: Send` because payloads move
 // between threads; no `&T` is ever shared, so `T: Sync` is not needed.
 unsafe impl<T: Send> Sync for Ledger<T> {}
 // Safety: as above; the ledger owns its payloads.
@@ -356,14 +319,10 @@ impl<T> Ledger<T> {
                 start: AtomicU64::new(0),
                 timeout: AtomicU64::new(0),
                 state: AtomicU32::new(0),
-                link: AtomicU32::new(NIL),
-                timer: UnsafeCell::new(NIL),
                 payload: UnsafeCell::new(MaybeUninit::uninit()),
             }),
             buckets,
             max_probe: MAX_PROBE.min(buckets - 1),
-            inbox: CachePadded::new(AtomicU64::new(NIL as u64)),
-            retired: CachePadded::new(AtomicU64::new(NIL as u64)),
         }
     }
 
@@ -613,25 +572,16 @@ impl<T> Ledger<T> {
 
     /// Makes a CLAIMED slot live, with `flags` (READY is added) set.
     pub(crate) fn publish(&self, slot: usize, flags: u32) {
-        // fetch_or keeps the generation bits the last free left.
+        // An RMW rather than a store: acks that find the CLAIMED slot wait on this word.
         self.slots[slot]
             .state
             .fetch_or(READY | flags, Ordering::SeqCst);
     }
 
-    /// [`publish`](Self::publish) and [`push_inbox`](Self::push_inbox) in one state RMW: a
-    /// fresh slot is on no list, so INBOX is set with READY and the push follows. Until the
-    /// push lands, INBOX already tells a completer to leave retirement to the inbox drain,
-    /// which will find the slot. Returns the inbox's length after the push.
-    pub(crate) fn publish_queued(&self, slot: usize, flags: u32) -> u32 {
-        self.publish(slot, INBOX | flags);
-        Self::push(&self.inbox, &self.slots, slot)
-    }
-
     /// Writes a CLAIMED slot's times. Only the claimer calls this, before `publish`.
     pub(crate) fn set_times(&self, slot: usize, start: u64, timeout: u64) {
-        // Relaxed: published by `publish`'s SeqCst RMW on the state; every reader (finder,
-        // completer, reaper) acquires that state (or the inbox push after it) first.
+        // Relaxed: published by the inbox push and by `publish` (both SeqCst, after these);
+        // every reader (finder, completer, reaper) acquires the state or the push first.
         self.slots[slot].start.store(start, Ordering::Relaxed);
         self.slots[slot].base.store(start, Ordering::Relaxed);
         self.slots[slot].timeout.store(timeout, Ordering::Relaxed);
@@ -773,139 +723,19 @@ impl<T> Ledger<T> {
         self.slots[slot].timeout.store(timeout, Ordering::SeqCst);
     }
 
-    /// Puts a live slot on the inbox so the reaper (re)schedules it, unless it is already
-    /// there or DONE. Returns the inbox's length after the push (0 if not pushed).
-    pub(crate) fn push_inbox(&self, slot: usize) -> u32 {
-        let mut state = self.state(slot);
-        loop {
-            if state & (INBOX | DONE) != 0 {
-                return 0;
-            }
-            match self.transition(slot, state, INBOX) {
-                Ok(_) => break,
-                Err(now) => state = now,
-            }
-        }
-        // INBOX set by us: the link is ours until the reaper drains the inbox.
-        Self::push(&self.inbox, &self.slots, slot)
+    /// Claims completion: sets DONE on a slot whose state is still `expected`. `Err(state)`
+    /// when the state moved. The caller then owns the payload (if INIT) and must retire the
+    /// slot.
+    pub(crate) fn claim_done(&self, slot: usize, expected: u32) -> Result<(), u32> {
+        self.transition(slot, expected, DONE).map(|_| ())
     }
 
-    /// Claims completion: sets DONE on a slot whose state is still `expected`, and RETIRED in
-    /// the same CAS when the slot is off the inbox. `Ok(true)`: the caller must put the slot
-    /// on the retired list ([`push_retired`](Self::push_retired)); `Ok(false)`: it is on the
-    /// inbox, whose drain will find it DONE and retire it. `Err(state)` when the state moved.
-    ///
-    /// DONE forbids setting INBOX again, so a slot retired here never goes back on the inbox.
-    pub(crate) fn claim_done(&self, slot: usize, expected: u32) -> Result<bool, u32> {
-        let retire = expected & INBOX == 0;
-        let add = if retire { DONE | RETIRED } else { DONE };
-        self.transition(slot, expected, add).map(|_| retire)
-    }
-
-    /// Puts a slot whose RETIRED this thread set on the retired list; returns the list's
-    /// length after the push.
-    pub(crate) fn push_retired(&self, slot: usize) -> u32 {
-        Self::push(&self.retired, &self.slots, slot)
-    }
-
-    /// For the inbox drain, after taking a DONE slot off the inbox: sets RETIRED unless the
-    /// completer already did ([`claim_done`](Self::claim_done) sets it when the slot was off
-    /// the inbox). `true`: the caller retires the slot.
-    pub(crate) fn claim_retire(&self, slot: usize) -> bool {
-        let mut state = self.state(slot);
-        loop {
-            if state & (RETIRED | INBOX) != 0 || state & DONE == 0 {
-                return false;
-            }
-            match self.transition(slot, state, RETIRED) {
-                Ok(_) => return true,
-                Err(now) => state = now,
-            }
-        }
-    }
-
-    /// Pushes `slot` on a counted Treiber list (head slot in the low 32 bits of the head
-    /// word, length in the high 32); returns the length after the push.
-    fn push(head: &AtomicU64, slots: &[Slot<T>], slot: usize) -> u32 {
-        let mut word = head.load(Ordering::SeqCst);
-        loop {
-            let (first, len) = (word as u32, (word >> 32) as u32);
-            // Relaxed: published by the SeqCst CAS below; the drain acquires the head first.
-            slots[slot].link.store(first, Ordering::Relaxed);
-            let len = len.saturating_add(1);
-            let new = (u64::from(len) << 32) | slot as u64;
-            match head.compare_exchange(word, new, Ordering::SeqCst, Ordering::SeqCst) {
-                Ok(_) => return len,
-                Err(now) => word = now,
-            }
-        }
-    }
-
-    /// Takes the whole inbox; each slot's INBOX flag is cleared (and its link read) before
-    /// the slot is handed out with its state.
-    pub(crate) fn drain_inbox(&self, mut each: impl FnMut(usize, u32)) {
-        let mut slot = self.inbox.swap(NIL as u64, Ordering::SeqCst) as u32;
-        while slot != NIL {
-            let next = self.slots[slot as usize].link.load(Ordering::SeqCst);
-            let state = self.slots[slot as usize]
-                .state
-                .fetch_and(!INBOX, Ordering::SeqCst)
-                & !INBOX;
-            each(slot as usize, state);
-            slot = next;
-        }
-    }
-
-    /// `true` when the inbox holds something.
-    ///
-    /// An RMW, not a load: the reaper publishes its next wake time and then reads the inbox,
-    /// while a writer pushes on the inbox and then reads the wake time. As an RMW the read
-    /// is ordered with every push on the head word; a push after it reads from it and so
-    /// sees the wake time stored before it (acquire/release suffices, no store-load order).
-    pub(crate) fn inbox_pending(&self) -> bool {
-        self.inbox.fetch_or(0, Ordering::SeqCst) as u32 != NIL
-    }
-
-    /// The wheel node holding the slot's timer, or [`NIL`].
-    ///
-    /// # Safety
-    /// The caller holds the acker's wheel lock: only the reaper's pass touches this field.
-    pub(crate) unsafe fn timer(&self, slot: usize) -> u32 {
-        // Safety: the caller holds the wheel lock, so no one writes the field meanwhile.
-        self.slots[slot].timer.with(|timer| unsafe { *timer })
-    }
-
-    /// Records the wheel node holding the slot's timer ([`NIL`]: none).
-    ///
-    /// # Safety
-    /// As for [`timer`](Self::timer).
-    pub(crate) unsafe fn set_timer(&self, slot: usize, node: u32) {
-        // Safety: the caller holds the wheel lock, so no one else reads or writes the field.
-        self.slots[slot]
-            .timer
-            .with_mut(|timer| unsafe { *timer = node });
-    }
-
-    /// Takes the whole retired list.
-    pub(crate) fn drain_retired(&self, out: &mut Vec<u32>) {
-        let mut slot = self.retired.swap(NIL as u64, Ordering::SeqCst) as u32;
-        while slot != NIL {
-            out.push(slot);
-            slot = self.slots[slot as usize].link.load(Ordering::SeqCst);
-        }
-    }
-
-    /// Returns a DONE slot to EMPTY with the next generation. Only after a grace period:
-    /// no thread may still hold the slot from a lookup.
+    /// Returns a DONE slot to EMPTY. Only after a grace period: no thread may still hold the
+    /// slot from a lookup.
     pub(crate) fn free(&self, slot: usize) {
-        let state = self.state(slot);
-        debug_assert!(state & DONE != 0, "freeing a live slot");
+        debug_assert!(self.state(slot) & DONE != 0, "freeing a live slot");
         self.slots[slot].xor.store(0, Ordering::SeqCst);
-        self.slots[slot].link.store(NIL, Ordering::SeqCst);
-        let next_generation = generation(state).wrapping_add(1) & (u32::MAX >> GENERATION_SHIFT);
-        self.slots[slot]
-            .state
-            .store(next_generation << GENERATION_SHIFT, Ordering::SeqCst);
+        self.slots[slot].state.store(0, Ordering::SeqCst);
         // Last the key (and the counts). A claimer's CAS on it then sees the clean fields above.
         self.release_key(slot);
     }
@@ -972,7 +802,7 @@ mod tests {
     }
 
     #[test]
-    fn claim_find_and_free_cycle_through_generations() {
+    fn claim_find_and_free() {
         let layout = HashLayout::new(0, 2);
         let ledger: Ledger<u32> = Ledger::new(layout.buckets());
         let h = layout.hash(7);
@@ -991,7 +821,7 @@ mod tests {
         assert!(ledger.transition(slot, state, DONE).is_ok());
         assert_eq!(ledger.find(h), None, "a DONE slot is a tombstone");
         ledger.free(slot);
-        assert_eq!(generation(ledger.state(slot)), 1);
+        assert_eq!(ledger.state(slot), 0);
         assert_eq!(ledger.key(slot), 0);
     }
 

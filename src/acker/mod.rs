@@ -14,13 +14,15 @@
 //! ## Shape
 //!
 //! `hash(root)` picks a shard; each shard has a lock-free [`ledger`] (one slot per
-//! pending root) and, owned by whoever runs the reaper pass, a [`TimerWheel`] of
-//! `(slot, generation)` timers. Writers never touch a wheel: a new slot goes on the shard's
-//! lock-free *inbox* and the reaper schedules it. `reset_timeout` only stores the new,
+//! pending root) and, owned by whoever runs the reaper pass, a [`TimerWheel`] of slot
+//! timers. Writers never touch a wheel: a new slot's deadline goes on the shard's lock-free
+//! *inbox* ring and the reaper schedules it; a completed slot goes on its *retired* ring and
+//! the reaper frees it ([`reaper`], [`ring`]). `reset_timeout` only stores the new,
 //! later deadline; when the wheel yields the slot, the reaper re-checks the real deadline and
 //! reschedules (Caffeine's re-check); it also marks the slot's state, so a reaper that read
-//! the old deadline just before cannot then time the tree out. Completion is claimed by one CAS that sets DONE on the
-//! slot, by whichever of the acking, failing or reaping thread gets there first.
+//! the old deadline just before cannot then time the tree out. Completion is claimed by one
+//! CAS that sets DONE on the slot, by whichever of the acking, failing or reaping thread gets
+//! there first; that thread also retires the slot.
 //!
 //! One reaper thread serves every shard ([`reaper`]). It sleeps until an atomic
 //! next-expiration time; a writer whose deadline is sooner lowers it and unparks the reaper.
@@ -32,13 +34,15 @@
 //! ## Memory reclamation
 //!
 //! Every operation runs pinned ([`grace`]: crossbeam-epoch, or a loom-visible stand-in under
-//! the model checker). A completed slot is freed (returned to EMPTY, next generation) only
+//! the model checker). A completed slot is freed (returned to EMPTY) only
 //! after a grace period, so a lookup that found it can never see it reused by another root.
 
+mod arrival;
 mod credits;
 mod grace;
 mod ledger;
 mod reaper;
+mod ring;
 mod table;
 
 use std::fmt;
@@ -47,11 +51,13 @@ use std::time::Duration;
 
 use crossbeam_utils::CachePadded;
 
-use crate::clock::{duration_nanos, is_due, Clock, MonotonicClock};
+use crate::clock::{duration_nanos, Clock, MonotonicClock};
 use crate::error::ConfigError;
 use crate::sync::{thread, AtomicBool, AtomicU64, Mutex, Ordering};
+#[cfg(doc)]
 use crate::wheel::TimerWheel;
 use ledger::{Claim, HashLayout, Hashed, Ledger, DONE, FAILED, INIT, SLOTS_PER_BUCKET};
+use ring::Ring;
 use std::sync::Arc;
 
 /// How a tree ended.
@@ -92,6 +98,10 @@ pub enum InitError<T> {
     /// 100 ms. It gets `Full` at once when `max_pending` is reached, when the buckets are
     /// full of live trees, in a manual acker (whose slots only `expire` retires) and in an
     /// `on_complete` on the reaper thread.
+    ///
+    /// New deadlines reach the reaper through a bounded ring per shard (a quarter of the
+    /// shard's slots; a slot each in manual mode). A message that finds its shard's ring full,
+    /// because the reaper has fallen that far behind, waits for it the same way.
     Full(T),
     /// The root was already initialized.
     Duplicate(T),
@@ -337,17 +347,19 @@ impl<T: Send + 'static> AckerBuilder<T> {
             .unwrap_or_else(|| Box::new(MonotonicClock::new()));
         let now = clock.now();
         let resolution = self.resolution;
+        let resolution_ns = duration_nanos(resolution).max(1).next_power_of_two();
         let inner = Inner {
             layout,
-            shards: (0..shards).map(|_| Shard::new(buckets)).collect(),
+            shards: (0..shards).map(|_| Shard::new(buckets, manual)).collect(),
             wheels: Mutex::new(
                 (0..shards)
-                    .map(|_| TimerWheel::with_resolution(now, resolution))
+                    .map(|_| reaper::Timers::new(slots, now, resolution))
                     .collect(),
             ),
             clock,
             timeout,
-            resolution: duration_nanos(resolution).max(1).next_power_of_two(),
+            resolution: resolution_ns,
+            tick_shift: resolution_ns.trailing_zeros(),
             credits: credits::Credits::new(self.max_pending, credits::Credits::stripes_for(cores)),
             on_complete: self.on_complete,
             next_wake: CachePadded::new(AtomicU64::new(now.wrapping_add(reaper::FAR))),
@@ -383,13 +395,29 @@ struct Counters {
 #[derive(Debug)]
 struct Shard<T> {
     ledger: Ledger<T>,
+    /// Deadlines for the reaper to schedule ([`arrival`] words).
+    inbox: Ring<u64>,
+    /// Completed slots for the reaper to free (slot + 1).
+    retired: Ring<u32>,
     counters: CachePadded<Counters>,
 }
 
 impl<T> Shard<T> {
-    fn new(buckets: usize) -> Self {
+    fn new(buckets: usize, manual: bool) -> Self {
+        let slots = buckets * SLOTS_PER_BUCKET;
         Shard {
             ledger: Ledger::new(buckets),
+            // The reaper thread drains the inbox every pass, and is woken when a shard's
+            // inbox reaches `retire_batch` (a 64th of its slots), so a quarter of the slots
+            // is room for its passes to lag several times over; only then do writers wait
+            // for it (and after `ROOM_WAIT`, are refused). In manual mode only `expire`
+            // drains it: a cell per slot, since each slot brings one open word until
+            // `expire` frees it, so only the rare adjust words could fill it before
+            // `max_pending` is reached.
+            inbox: Ring::new(if manual { slots } else { (slots / 4).max(64) }),
+            // A slot is on it at most once (it is freed only after the reaper has taken it
+            // off), so a cell per slot means it is never full.
+            retired: Ring::new(slots),
             counters: CachePadded::new(Counters::default()),
         }
     }
@@ -414,19 +442,37 @@ struct RoomWait {
 /// A completion claimed by an operation, delivered once the operation has unpinned.
 type Done<T> = Option<(usize, Completion<T>)>;
 
-/// A wheel timer: a ledger slot and the generation it had when scheduled.
-type SlotRef = (u32, u32);
+/// Why a message could not get room: the root's buckets are full (or `max_pending`
+/// reached), or the shard's inbox ring is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Room {
+    Window,
+    Inbox,
+}
+
+/// What [`Inner::claim_new`] found or made.
+enum Entry {
+    /// The root's live slot.
+    Found(usize),
+    /// A new slot, CLAIMED, with its credit and an inbox ticket for its open word: the caller
+    /// must [`Inner::open`] it.
+    New { slot: usize, ticket: u64 },
+    /// No room of that kind.
+    Full(Room),
+}
 
 struct Inner<T> {
     layout: HashLayout,
     shards: Box<[Shard<T>]>,
-    /// The shards' wheels, owned by whoever runs a reaper pass.
-    wheels: Mutex<Vec<TimerWheel<SlotRef>>>,
+    /// The shards' wheels and timer bookkeeping, owned by whoever runs a reaper pass.
+    wheels: Mutex<Vec<reaper::Timers>>,
     clock: Box<dyn Clock>,
     /// Default tree timeout, ns.
     timeout: u64,
-    /// Wheel tick, ns.
+    /// Wheel tick, ns (a power of two).
     resolution: u64,
+    /// log2 of `resolution`, for [`arrival`] words.
+    tick_shift: u32,
     /// The `max_pending` bound: one credit per entry that may still be held.
     credits: credits::Credits,
     on_complete: Option<Callback<T>>,
@@ -616,6 +662,18 @@ impl<T: Send + 'static> Acker<T> {
         self.inner().idle_wakeups.load(Ordering::SeqCst)
     }
 
+    /// Timers in the reaper's wheels: with the inboxes drained, one per pending entry. Lets
+    /// the loom models check that no timer outlives its slot's occupant.
+    #[doc(hidden)]
+    pub fn scheduled_timers(&self) -> usize {
+        let all = self
+            .inner()
+            .wheels
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        all.iter().map(reaper::Timers::len).sum()
+    }
+
     /// The `(shard, bucket)` a root lives in: lets the loom models pick roots that compete
     /// for the same slots.
     #[doc(hidden)]
@@ -659,20 +717,31 @@ impl<T: Send + 'static> Inner<T> {
         })
     }
 
-    /// `find_or_claim` for an orphan: a new slot must fit within `max_pending`, else it is
-    /// backed out and `Full` returned.
-    fn claim_new(&self, h: Hashed) -> Claim {
-        let ledger = &self.shards[h.shard].ledger;
-        match ledger.find_or_claim(h) {
-            Claim::Claimed(slot) if !self.reserve() => {
-                ledger.back_out(slot);
-                Claim::Full
+    /// The root's live slot, or a new one with its credit (within `max_pending`) and its
+    /// inbox ticket; a new slot that gets either not is backed out.
+    fn claim_new(&self, h: Hashed) -> Entry {
+        let shard = &self.shards[h.shard];
+        match shard.ledger.find_or_claim(h) {
+            Claim::Found(slot) => Entry::Found(slot),
+            Claim::Full => Entry::Full(Room::Window),
+            Claim::Claimed(slot) => {
+                if !self.reserve() {
+                    shard.ledger.back_out(slot);
+                    return Entry::Full(Room::Window);
+                }
+                match shard.inbox.reserve(shard.inbox.capacity()) {
+                    Some(ticket) => Entry::New { slot, ticket },
+                    None => {
+                        self.credits.give();
+                        shard.ledger.back_out(slot);
+                        Entry::Full(Room::Inbox)
+                    }
+                }
             }
-            claim => claim,
         }
     }
 
-    /// After `Claim::Full` with fewer than `max_pending` entries held: the root's window is
+    /// After `Entry::Full` with fewer than `max_pending` entries held: the root's window is
     /// taken by tombstones, completed slots that the reaper has not retired yet or whose
     /// grace period has not ended. Both wait for other threads to get CPU time: the reaper,
     /// and any thread preempted while pinned, which holds the grace period back for its
@@ -691,13 +760,17 @@ impl<T: Send + 'static> Inner<T> {
     /// [`ROOM_WAIT`]. The first waits are yields; a yield need not
     /// let a descheduled thread run (measured: 64 yields took 80 µs and freed nothing), so
     /// later ones sleep.
-    fn make_room(&self, h: Hashed, wait: &mut RoomWait) -> bool {
+    ///
+    /// A full inbox ring (`Room::Inbox`: the reaper has not drained a ring's worth of new
+    /// deadlines) is waited out the same way.
+    fn make_room(&self, h: Hashed, room: Room, wait: &mut RoomWait) -> bool {
         if cfg!(loom)
             || self.manual
             || self.shutdown.load(Ordering::SeqCst)
-            || self.credits.exhausted()
             || reaper::is_reaper(self)
-            || !self.shards[h.shard].ledger.window_has_tombstones(h)
+            || (room == Room::Window
+                && (self.credits.exhausted()
+                    || !self.shards[h.shard].ledger.window_has_tombstones(h)))
         {
             return false;
         }
@@ -716,17 +789,18 @@ impl<T: Send + 'static> Inner<T> {
         true
     }
 
-    /// After `Claim::Full`: unpins and waits for room ([`make_room`](Self::make_room)).
+    /// After `Entry::Full`: unpins and waits for room ([`make_room`](Self::make_room)).
     /// `Some`, pinned again, to claim again; `None` when the message is refused (counted,
     /// unless the acker is shutting down).
     fn wait_for_room<'a>(
         &'a self,
         pinned: grace::Pin<'a>,
         h: Hashed,
+        room: Room,
         wait: &mut RoomWait,
     ) -> Option<grace::Pin<'a>> {
         drop(pinned);
-        if self.make_room(h, wait) {
+        if self.make_room(h, room, wait) {
             return Some(self.grace.pin());
         }
         if !self.shutdown.load(Ordering::SeqCst) {
@@ -745,15 +819,32 @@ impl<T: Send + 'static> Inner<T> {
             .fetch_add(1, Ordering::SeqCst);
     }
 
-    /// Writes a newly claimed slot's times and makes it live, then tells the reaper.
-    fn open(&self, shard: &Shard<T>, slot: usize, now: u64, timeout: u64, flags: u32) {
+    /// Writes a newly claimed slot's times, hands its open word to the reaper with the
+    /// inbox ticket `claim_new` took, and makes it live with `flags`.
+    ///
+    /// The word goes first, so that in the inbox it precedes anything about this occupant
+    /// (an adjust word; its completion is on the other ring, see the reaper's pass).
+    fn open(&self, shard: &Shard<T>, slot: usize, ticket: u64, now: u64, timeout: u64, flags: u32) {
         let deadline = now.wrapping_add(timeout);
         shard.ledger.set_times(slot, now, timeout);
-        let queued = shard.ledger.publish_queued(slot, flags);
+        let word = arrival::open(slot, deadline, timeout, self.tick_shift);
+        let queued = shard.inbox.put(ticket, word);
+        shard.ledger.publish(slot, flags);
         reaper::wake_for(self, deadline);
-        if queued == self.retire_batch {
-            // Short-lived trees complete while still on the inbox and are retired by its
-            // drain: a long inbox wakes the reaper as a long retired list does.
+        if queued == u64::from(self.retire_batch) {
+            // A long inbox wakes the reaper as a long retired ring does.
+            reaper::wake_now(self);
+        }
+    }
+
+    /// Hands a slot whose DONE this thread set to the reaper, which frees it after a grace
+    /// period.
+    fn retire(&self, shard: usize, slot: usize) {
+        let retired = &self.shards[shard].retired;
+        let ticket = retired.reserve_unbounded();
+        if retired.put(ticket, slot as u32 + 1) == u64::from(self.retire_batch) {
+            // Tombstones hold their bucket's slots until the reaper frees them: wake it
+            // now rather than at the next deadline, which may be a whole timeout away.
             reaper::wake_now(self);
         }
     }
@@ -779,58 +870,84 @@ impl<T: Send + 'static> Inner<T> {
         let mut guard = self.grace.pin();
         let mut wait = RoomWait::default();
         loop {
-            match ledger.find_or_claim(h) {
-                Claim::Full => {
-                    let Some(pin) = self.wait_for_room(guard, h, &mut wait) else {
-                        if self.shutdown.load(Ordering::SeqCst) {
-                            return Err(InitError::Shutdown(payload));
-                        }
-                        return Err(InitError::Full(payload));
+            match self.claim_new(h) {
+                Entry::Full(room) => {
+                    let Some(pin) = self.wait_for_room(guard, h, room, &mut wait) else {
+                        return Err(self.refusal(payload));
                     };
                     guard = pin;
                 }
-                Claim::Claimed(slot) => {
-                    // Only a new entry counts against max_pending.
-                    if !self.reserve() {
-                        ledger.back_out(slot);
-                        self.refuse(h.shard);
-                        return Err(InitError::Full(payload));
-                    }
+                Entry::New { slot, ticket } => {
                     ledger.write_payload(slot, payload);
                     ledger.set_value(slot, xor);
-                    self.open(shard, slot, now, timeout, INIT);
+                    self.open(shard, slot, ticket, now, timeout, INIT);
                     // A fresh slot becomes visible with INIT already set (one RMW), so no ack
                     // or fail came first, and any that races in now sees INIT and completes
                     // the tree itself. Only an init whose own XOR is 0 completes here (a tree
                     // with no edges): the value it stored is the value before any ack.
                     return self.settle_after_init(h.shard, slot, done, Some(xor));
                 }
-                Claim::Found(slot) => {
-                    // An orphan (or a live tree): it is already counted.
+                Entry::Found(slot) => {
+                    // An orphan (or a live tree): it is already counted. The deadline counts
+                    // from the first message, or from the latest `reset_timeout`, with the
+                    // tree's timeout: init sets only the timeout and a racing reset only the
+                    // base, so neither undoes the other. A longer timeout than the orphan's
+                    // needs nothing: the reaper's re-check finds it when the old deadline
+                    // fires. A shorter one needs an adjust word, whose inbox ticket is taken
+                    // first so that a full inbox refuses the init before it changes anything.
+                    let ticket = if timeout < ledger.timeout(slot) {
+                        match shard.inbox.reserve(shard.inbox.capacity()) {
+                            Some(ticket) => Some(ticket),
+                            None => {
+                                let room = Room::Inbox;
+                                let Some(pin) = self.wait_for_room(guard, h, room, &mut wait)
+                                else {
+                                    return Err(self.refusal(payload));
+                                };
+                                guard = pin;
+                                continue;
+                            }
+                        }
+                    } else {
+                        None
+                    };
+                    let adjust = |slot| {
+                        if let Some(ticket) = ticket {
+                            shard.inbox.put(ticket, arrival::adjust(slot));
+                        }
+                    };
                     match ledger.claim_init(slot) {
                         Ok(_) => {}
-                        Err(state) if state & DONE != 0 => continue, // the orphan just expired
-                        Err(_) => return Err(InitError::Duplicate(payload)),
+                        Err(state) => {
+                            // The word is put all the same (a ticket must be): an adjust
+                            // for a slot that needs none moves no timer later.
+                            adjust(slot);
+                            if state & DONE != 0 {
+                                continue; // the orphan just expired
+                            }
+                            return Err(InitError::Duplicate(payload));
+                        }
                     }
                     ledger.write_payload(slot, payload);
-                    // The deadline counts from the first message, or from the latest
-                    // `reset_timeout`, with the tree's timeout: init sets only the timeout
-                    // and a racing reset only the base, so neither undoes the other. Later
-                    // than the orphan's: the reaper's re-check finds it when the old one
-                    // fires. Sooner: the reaper must hear of it.
-                    let before = ledger.deadline(slot);
                     ledger.set_timeout(slot, timeout);
-                    let deadline = ledger.deadline(slot);
-                    let sooner = !is_due(before, deadline);
                     ledger.xor(slot, xor);
                     ledger.set_flags(slot, INIT);
-                    if sooner {
-                        ledger.push_inbox(slot);
-                        reaper::wake_for(self, deadline);
+                    if ticket.is_some() {
+                        adjust(slot);
+                        reaper::wake_for(self, ledger.deadline(slot));
                     }
                     return self.settle_after_init(h.shard, slot, done, None);
                 }
             }
+        }
+    }
+
+    /// An init refused for room: `Full`, or `Shutdown` if that is why.
+    fn refusal(&self, payload: T) -> InitError<T> {
+        if self.shutdown.load(Ordering::SeqCst) {
+            InitError::Shutdown(payload)
+        } else {
+            InitError::Full(payload)
         }
     }
 
@@ -882,12 +999,10 @@ impl<T: Send + 'static> Inner<T> {
         let ledger = &self.shards[shard].ledger;
         while state & INIT != 0 && state & DONE == 0 {
             match ledger.claim_done(slot, state) {
-                Ok(retire) => {
+                Ok(()) => {
                     let payload = ledger.take_payload(slot);
                     self.credits.give();
-                    if retire {
-                        ledger.push_retired(slot);
-                    }
+                    self.retire(shard, slot);
                     return Some(payload);
                 }
                 Err(now) => state = now,
@@ -916,8 +1031,8 @@ impl<T: Send + 'static> Inner<T> {
             // leaves the tree pending rather than DONE with nobody to finish it.
             let now = *now.get_or_insert_with(|| self.clock.now());
             match ledger.claim_done(slot, state) {
-                Ok(retire) => {
-                    *done = Some(self.finish(shard, slot, outcome, retire, now));
+                Ok(()) => {
+                    *done = Some(self.finish(shard, slot, outcome, now));
                     return;
                 }
                 Err(moved) => state = moved,
@@ -943,17 +1058,17 @@ impl<T: Send + 'static> Inner<T> {
         let mut wait = RoomWait::default();
         loop {
             match self.claim_new(h) {
-                Claim::Found(slot) => {
+                Entry::Found(slot) => {
                     if ledger.xor(slot, xor) == 0 {
                         self.complete_acked(h.shard, slot, done);
                     }
                 }
-                Claim::Claimed(slot) => {
+                Entry::New { slot, ticket } => {
                     ledger.xor(slot, xor);
-                    self.open(shard, slot, now, self.timeout, 0);
+                    self.open(shard, slot, ticket, now, self.timeout, 0);
                 }
-                Claim::Full => {
-                    if let Some(pin) = self.wait_for_room(guard, h, &mut wait) {
+                Entry::Full(room) => {
+                    if let Some(pin) = self.wait_for_room(guard, h, room, &mut wait) {
                         guard = pin;
                         continue;
                     }
@@ -989,13 +1104,13 @@ impl<T: Send + 'static> Inner<T> {
             // The clock is read before claiming (see `init`).
             let now = self.clock.now();
             match self.claim_new(h) {
-                Claim::Found(slot) => break slot,
-                Claim::Claimed(slot) => {
-                    self.open(shard, slot, now, self.timeout, FAILED);
+                Entry::Found(slot) => break slot,
+                Entry::New { slot, ticket } => {
+                    self.open(shard, slot, ticket, now, self.timeout, FAILED);
                     return;
                 }
-                Claim::Full => {
-                    let Some(pin) = self.wait_for_room(guard, h, &mut wait) else {
+                Entry::Full(room) => {
+                    let Some(pin) = self.wait_for_room(guard, h, room, &mut wait) else {
                         return;
                     };
                     guard = pin;
@@ -1025,14 +1140,13 @@ impl<T: Send + 'static> Inner<T> {
     }
 
     /// Takes the payload of a slot whose DONE this thread just set, counts the outcome and
-    /// retires the slot if `retire` (see [`Ledger::claim_done`]); the caller delivers the
-    /// completion. `now` (read before the DONE CAS) ends `elapsed`.
+    /// retires the slot; the caller delivers the completion. `now` (read before the DONE
+    /// CAS) ends `elapsed`.
     fn finish(
         &self,
         shard_index: usize,
         slot: usize,
         outcome: Outcome,
-        retire: bool,
         now: u64,
     ) -> (usize, Completion<T>) {
         let shard = &self.shards[shard_index];
@@ -1048,11 +1162,7 @@ impl<T: Send + 'static> Inner<T> {
             Outcome::TimedOut => &shard.counters.timed_out,
         };
         counter.fetch_add(1, Ordering::SeqCst);
-        if retire && ledger.push_retired(slot) == self.retire_batch {
-            // Tombstones hold their bucket's slots until the reaper frees them: wake it
-            // now rather than at the next deadline, which may be a whole timeout away.
-            reaper::wake_now(self);
-        }
+        self.retire(shard_index, slot);
         (
             shard_index,
             Completion {

@@ -1,49 +1,66 @@
 //! The reaper: one pass over every shard (`run_once`), and the one thread that runs passes.
 //!
+//! ## What it owns
+//!
+//! Per shard, behind the acker's wheel lock (held only by the reaper thread, or by `expire`
+//! callers in manual mode, never by writers), a [`Timers`]: the shard's wheel, and for each
+//! slot the wheel node holding its occupant's timer. Writers talk to it through the shard's
+//! two rings ([`ring`](super::ring)): the *inbox* (an [`arrival`](super::arrival) word for
+//! every new slot, and for an init that shortens a held orphan's deadline) and the *retired*
+//! ring (every completed slot, pushed by its completer). The reaper reads a slot only when
+//! its timer fires, and writes it only to time it out or (after a grace period) to free it,
+//! so a live tree's cache line stays with the threads acking it.
+//!
 //! ## A pass
 //!
-//! For each shard, under the wheels' lock (held only by the reaper thread, or by `expire`
-//! callers in manual mode — never by writers):
+//! For each shard:
 //!
-//! 1. drain the inbox: schedule each new slot at its deadline as `(slot, generation)`, or
-//!    move the timer it already has (an init that shortens a held orphan's deadline sends
-//!    its scheduled slot again; a `reset_timeout` sends nothing, step 2 re-checks);
-//!    a slot found DONE is retired instead;
-//! 2. advance the wheel to `now`, at most [`BUDGET`] timers per shard per pass so a mass
-//!    expiry does not hold the lock (or starve other shards) for long; for each timer,
-//!    skip it if the slot's generation moved on or it is DONE, reschedule it if its real
-//!    deadline moved later (`reset_timeout`), else claim DONE: `TimedOut` for an
-//!    initialized tree, a silent drop for an orphan;
-//! 3. cancel the timers of the slots retired (completed by an ack or a fail), and hand the
-//!    slots to crossbeam-epoch, which frees them once no pinned thread can still see them.
+//! 1. drain the retired ring: those slots are done; cancel their timers and mark them
+//!    retiring, so that a late open word for one of them schedules nothing;
+//! 2. drain the inbox: schedule each open word's slot at its deadline (at once if it is
+//!    already due); move an existing timer earlier for an adjust word;
+//! 3. hand the retiring slots to the grace period, which frees them once no pinned thread
+//!    can still see them. Not before every open word pushed before their retirement has been
+//!    read: a slot's open word is pushed before the slot is published, so before it can
+//!    complete, and the inbox drain reads every ticket taken before it began, unless it
+//!    stops at a cell whose producer has not written it yet. Then the retiring slots wait
+//!    for a later pass: freeing one whose open word is still behind that cell would let the
+//!    word schedule a timer for the slot's next occupant;
+//! 4. advance the wheel to `now`, at most [`BUDGET`] timers per shard per pass, so a mass
+//!    expiry does not hold the lock (or starve other shards) for long. For each timer: skip
+//!    a DONE slot, reschedule one whose real deadline moved later (`reset_timeout`) or that
+//!    is not published yet, else claim DONE: `TimedOut` for an initialized tree, a silent
+//!    drop for an orphan.
 //!
-//! Each slot records the wheel node of its timer (`Ledger::timer`, reaper-only), so a slot
-//! has at most one timer and a completed tree's timer goes when its slot is retired. The
-//! wheel therefore holds one node per pending root, not one per root seen within a timeout
-//! (a first version left completed trees' timers in the wheel until their deadlines: with
-//! a 30 s timeout and 80k trees in flight, 214 MiB of dead timers).
+//! So every slot has at most one timer, and it is its current occupant's: the wheel holds
+//! one node per pending root, not one per root seen within a timeout (a first version left
+//! completed trees' timers in the wheel until their deadlines: with a 30 s timeout and 80k
+//! trees in flight, 214 MiB of dead timers).
 //!
 //! Completions are delivered after the lock is released, so `on_complete` may call back
 //! into the acker (even `expire`).
 //!
 //! ## Wake-ups
 //!
-//! `next_wake` holds the time of the next pass. A writer that opens a slot pushes it on the
-//! inbox, then reads `next_wake` and, if its deadline is sooner, lowers it by CAS and
-//! unparks the reaper. The reaper stores its next time, then looks at every inbox once more
-//! before parking. All of it is SeqCst, so for any writer either the writer's read sees the
-//! reaper's store (and lowers it) or the reaper's re-check sees the writer's push: no
-//! deadline is published while the reaper decides to sleep without it waking. `unpark`
-//! before `park` leaves a token, so the order of those two does not matter. With nothing
-//! scheduled the reaper parks without a timeout: an idle acker costs no CPU.
+//! `next_wake` holds the time of the next pass. A writer that opens a slot takes an inbox
+//! ticket (an RMW on the ring's tail), then reads `next_wake` and, if its deadline is
+//! sooner, lowers it by CAS and unparks the reaper. The reaper stores its next time, then
+//! reads every inbox's tail with an RMW before parking. All of it is SeqCst, so for any
+//! writer either the writer's read sees the reaper's store (and lowers it) or the reaper's
+//! re-check sees the writer's ticket: no deadline is published while the reaper decides to
+//! sleep without it waking. `unpark` before `park` leaves a token, so the order of those
+//! two does not matter. With nothing scheduled the reaper parks without a timeout: an idle
+//! acker costs no CPU.
 
 use std::time::Duration;
 
-use super::ledger::{generation, Ledger, DONE, INIT, INITING, NIL, READY, RESET};
+use super::arrival;
+use super::ledger::{Ledger, DONE, INIT, INITING, READY, RESET};
 use super::{Inner, Outcome};
 use crate::clock::is_due;
 use crate::error::ConfigError;
 use crate::sync::{thread, Ordering};
+use crate::wheel::TimerWheel;
 use std::sync::{Arc, Mutex};
 
 /// "Nothing scheduled": a wake time this far ahead is never reached in practice, and stays
@@ -52,6 +69,93 @@ pub(super) const FAR: u64 = 1 << 62;
 
 /// Timers one pass handles per shard before moving on.
 pub(super) const BUDGET: usize = 4096;
+
+/// No timer (in [`Timers::node`]).
+const NONE: u32 = u32::MAX;
+/// Retired, waiting to be freed: a late open word schedules nothing (in [`Timers::node`]).
+const RETIRING: u32 = u32::MAX - 1;
+
+/// One shard's reaper-side state.
+pub(super) struct Timers {
+    /// Timers name slots.
+    wheel: TimerWheel<u32>,
+    /// Per slot: the wheel node of its occupant's timer, [`NONE`] or [`RETIRING`].
+    node: Box<[u32]>,
+    /// Retired slots not yet handed to the grace period (step 3 of a pass).
+    retiring: Vec<u32>,
+}
+
+impl Timers {
+    pub(super) fn new(slots: usize, now: u64, resolution: Duration) -> Self {
+        Timers {
+            wheel: TimerWheel::with_resolution(now, resolution),
+            node: vec![NONE; slots].into_boxed_slice(),
+            retiring: Vec::new(),
+        }
+    }
+
+    /// Schedules the slot's timer at `deadline`, or moves the one it has.
+    fn set(&mut self, slot: usize, deadline: u64) {
+        if let Some(key) = self.wheel.key_at(self.node[slot]) {
+            debug_assert_eq!(self.wheel.get(key), Some(&(slot as u32)), "its own timer");
+            self.wheel.reschedule(key, deadline);
+        } else {
+            self.node[slot] = self.wheel.schedule(deadline, slot as u32).index();
+        }
+    }
+
+    /// For an adjust word: if the slot has a timer due after `deadline`, moves it there,
+    /// or takes it out when `due` (the caller reaps the slot now) and returns `true`.
+    fn advance_to(&mut self, slot: usize, deadline: u64, due: bool) -> bool {
+        let Some(key) = self.wheel.key_at(self.node[slot]) else {
+            return false; // no timer: fired and done, or retired
+        };
+        if self
+            .wheel
+            .deadline(key)
+            .is_some_and(|d| is_due(d, deadline))
+        {
+            return false; // already due by then
+        }
+        if due {
+            self.wheel.cancel(key);
+            self.node[slot] = NONE;
+            return true;
+        }
+        self.wheel.reschedule(key, deadline);
+        false
+    }
+
+    /// Cancels the slot's timer and marks it retiring.
+    fn retire(&mut self, slot: usize) {
+        debug_assert_ne!(
+            self.node[slot], RETIRING,
+            "a slot retires once per occupant"
+        );
+        if let Some(key) = self.wheel.key_at(self.node[slot]) {
+            debug_assert_eq!(self.wheel.get(key), Some(&(slot as u32)), "its own timer");
+            self.wheel.cancel(key);
+        }
+        self.node[slot] = RETIRING;
+        self.retiring.push(slot as u32);
+    }
+}
+
+impl Timers {
+    /// Timers scheduled.
+    pub(super) fn len(&self) -> usize {
+        self.wheel.len()
+    }
+}
+
+impl std::fmt::Debug for Timers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Timers")
+            .field("timers", &self.wheel.len())
+            .field("retiring", &self.retiring.len())
+            .finish_non_exhaustive()
+    }
+}
 
 /// What one pass did.
 #[derive(Debug, Default)]
@@ -62,6 +166,9 @@ pub(super) struct Pass {
     pub(super) worked: bool,
     /// A shard had more due timers than the budget: run again without sleeping.
     pub(super) more: bool,
+    /// A producer is mid-way (an inbox cell taken but not written, or a slot whose open word
+    /// came but which is not published yet): the reaper yields before it runs again.
+    pub(super) blocked: bool,
     /// The earliest time anything is scheduled (`now + FAR` when nothing is).
     pub(super) next: u64,
 }
@@ -74,66 +181,68 @@ pub(super) fn run_once<T: Send + 'static>(inner: &Arc<Inner<T>>, now: u64) -> Pa
         ..Pass::default()
     };
     {
-        let mut wheels = inner.wheels.lock().unwrap_or_else(|e| e.into_inner());
-        let mut retired = Vec::new();
+        let mut all = inner.wheels.lock().unwrap_or_else(|e| e.into_inner());
         // Scratch reused across shards: a pass allocates only what it retires.
-        let mut arrivals = Vec::new();
+        let mut retired = Vec::new();
+        let mut arrived = Vec::new();
         let mut later = Vec::new();
-        for (index, (shard, wheel)) in inner.shards.iter().zip(wheels.iter_mut()).enumerate() {
+        for (index, (shard, timers)) in inner.shards.iter().zip(all.iter_mut()).enumerate() {
             let ledger = &shard.ledger;
-            ledger.drain_inbox(|slot, state| {
-                if state & DONE != 0 {
-                    if ledger.claim_retire(slot) {
-                        retired.push(slot as u32);
-                    }
-                } else {
-                    arrivals.push((slot as u32, generation(state)));
+            // 1. Completed slots.
+            shard.retired.drain(|word| retired.push(word));
+            pass.worked |= !retired.is_empty();
+            for word in retired.drain(..) {
+                timers.retire((word - 1) as usize);
+            }
+            // 2. New deadlines.
+            let stopped = shard.inbox.drain(|word| arrived.push(word));
+            pass.blocked |= stopped;
+            pass.worked |= !arrived.is_empty();
+            for word in arrived.drain(..) {
+                let a = arrival::read(word, now, inner.tick_shift);
+                if timers.node[a.slot] == RETIRING {
+                    continue; // completed before we heard of it
                 }
-            });
-            pass.worked |= !arrivals.is_empty();
-            for (slot, gen) in arrivals.drain(..) {
-                let deadline = ledger.deadline(slot as usize);
-                if is_due(deadline, now) {
-                    // Already due (an init shortened an old orphan's deadline): reap now
-                    // rather than a tick later from the wheel's current bucket.
-                    if let Some(deadline) =
-                        reap(inner, index, slot as usize, gen, now, &mut completions)
-                    {
-                        later.push((deadline, (slot, gen)));
+                let deadline = a.deadline.unwrap_or_else(|| ledger.deadline(a.slot));
+                let due = is_due(deadline, now);
+                if a.adjust && !timers.advance_to(a.slot, deadline, due) {
+                    continue;
+                }
+                if due {
+                    // Already due (a tiny timeout, a lagging pass, an init that shortened
+                    // an orphan's deadline): reap now rather than a tick later from the
+                    // wheel's current bucket.
+                    if let Some(at) = reap(inner, index, a.slot, now, &mut completions, &mut pass) {
+                        timers.set(a.slot, at);
                     }
                 } else {
-                    later.push((deadline, (slot, gen)));
+                    timers.set(a.slot, deadline);
                 }
             }
+            // 3. Free what completed, unless an open word may still be behind `stopped`.
+            if !stopped && !timers.retiring.is_empty() {
+                for &slot in &timers.retiring {
+                    timers.node[slot as usize] = NONE;
+                }
+                let retired = std::mem::take(&mut timers.retiring);
+                super::grace::reclaim(inner, index, retired);
+            }
+            // 4. Expire.
             let mut handled = 0;
-            for expired in wheel.advance(now).take(BUDGET) {
+            for expired in timers.wheel.advance(now).take(BUDGET) {
                 handled += 1;
-                let (slot, gen) = expired.value;
-                // Safety: `wheels` is locked for this whole pass.
-                unsafe {
-                    if ledger.timer(slot as usize) == expired.key.index() {
-                        ledger.set_timer(slot as usize, NIL);
-                    }
-                }
-                if let Some(deadline) =
-                    reap(inner, index, slot as usize, gen, now, &mut completions)
-                {
-                    later.push((deadline, (slot, gen)));
+                let slot = expired.value as usize;
+                timers.node[slot] = NONE;
+                if let Some(at) = reap(inner, index, slot, now, &mut completions, &mut pass) {
+                    later.push((slot, at));
                 }
             }
-            for (deadline, (slot, gen)) in later.drain(..) {
-                // Safety: `wheels` is locked for this whole pass.
-                unsafe { set_timer(wheel, ledger, slot, gen, deadline) };
+            for (slot, at) in later.drain(..) {
+                timers.set(slot, at);
             }
             pass.more |= handled == BUDGET;
-            ledger.drain_retired(&mut retired);
-            pass.worked |= handled > 0 || !retired.is_empty();
-            for &slot in &retired {
-                // Safety: `wheels` is locked for this whole pass.
-                unsafe { cancel_timer(wheel, ledger, slot) };
-            }
-            super::grace::reclaim(inner, index, std::mem::take(&mut retired));
-            if let Some(delay) = wheel.next_expiration_delay() {
+            pass.worked |= handled > 0;
+            if let Some(delay) = timers.wheel.next_expiration_delay() {
                 let at = now.wrapping_add(delay);
                 if is_due(at, pass.next) {
                     pass.next = at;
@@ -148,72 +257,29 @@ pub(super) fn run_once<T: Send + 'static>(inner: &Arc<Inner<T>>, now: u64) -> Pa
     pass
 }
 
-/// A shard's wheel: timers name `(slot, generation)`.
-type Wheel = crate::wheel::TimerWheel<(u32, u32)>;
-
-/// Schedules the slot's timer at `deadline`, moving the one it has if it has one.
-///
-/// # Safety
-/// The caller holds the acker's wheel lock (`Ledger::timer`).
-unsafe fn set_timer<T>(wheel: &mut Wheel, ledger: &Ledger<T>, slot: u32, gen: u32, deadline: u64) {
-    // Safety: the caller holds the wheel lock.
-    let node = unsafe { ledger.timer(slot as usize) };
-    if let Some(key) = wheel.key_at(node) {
-        // A slot's timer is cancelled when the slot is retired, before it can be reused, so
-        // a recorded node always holds this occupant's timer.
-        debug_assert_eq!(
-            wheel.get(key),
-            Some(&(slot, gen)),
-            "a slot's timer is its own"
-        );
-        wheel.reschedule(key, deadline);
-        return;
-    }
-    let key = wheel.schedule(deadline, (slot, gen));
-    // Safety: the caller holds the wheel lock.
-    unsafe { ledger.set_timer(slot as usize, key.index()) };
-}
-
-/// Cancels the timer of a slot being retired, if it has one.
-///
-/// # Safety
-/// The caller holds the acker's wheel lock (`Ledger::timer`).
-unsafe fn cancel_timer<T>(wheel: &mut Wheel, ledger: &Ledger<T>, slot: u32) {
-    // Safety: the caller holds the wheel lock.
-    let node = unsafe { ledger.timer(slot as usize) };
-    if node == NIL {
-        return;
-    }
-    if let Some(key) = wheel.key_at(node) {
-        debug_assert_eq!(
-            wheel.get(key).map(|v| v.0),
-            Some(slot),
-            "a slot's timer is its own"
-        );
-        wheel.cancel(key);
-    }
-    // Safety: the caller holds the wheel lock.
-    unsafe { ledger.set_timer(slot as usize, NIL) };
-}
-
-/// Handles one timer the wheel yielded. Returns a deadline to reschedule at, if any.
+/// Handles a slot whose timer fired (or whose open word arrived already due). Returns a
+/// deadline to schedule it at again, if any.
 fn reap<T: Send + 'static>(
     inner: &Inner<T>,
     shard: usize,
     slot: usize,
-    gen: u32,
     now: u64,
     completions: &mut Vec<(usize, super::Completion<T>)>,
+    pass: &mut Pass,
 ) -> Option<u64> {
     let counters = &inner.shards[shard].counters;
-    let ledger = &inner.shards[shard].ledger;
+    let ledger: &Ledger<T> = &inner.shards[shard].ledger;
     let mut state = ledger.state(slot);
     loop {
-        if generation(state) != gen || state & (READY | DONE) != READY {
-            // Completed (and maybe reused) since: its completer retired it. A slot that is
-            // not READY is being claimed for another root, by a thread that owns its fields
-            // until it publishes; only a stale timer whose generation aliases can get here.
+        if state & DONE != 0 {
+            // Completed since: its completer retires it.
             return None;
+        }
+        if state & READY == 0 {
+            // Its claimer pushed the open word and has not published yet (a timeout shorter
+            // than that); it is the slot's occupant, as every timer is (module docs).
+            pass.blocked = true;
+            return Some(now.wrapping_add(inner.resolution));
         }
         if state & RESET != 0 {
             // Clear the mark before reading the deadline: a reset after this read marks the
@@ -232,20 +298,19 @@ fn reap<T: Send + 'static>(
         }
         if state & INITING != 0 && state & INIT == 0 {
             // An init is writing the payload right now; look again next tick.
+            pass.blocked = true;
             return Some(now.wrapping_add(inner.resolution));
         }
         match ledger.claim_done(slot, state) {
-            Ok(retire) if state & INIT != 0 => {
-                completions.push(inner.finish(shard, slot, Outcome::TimedOut, retire, now));
+            Ok(()) if state & INIT != 0 => {
+                completions.push(inner.finish(shard, slot, Outcome::TimedOut, now));
                 return None;
             }
-            Ok(retire) => {
+            Ok(()) => {
                 // An orphan: acks or a fail that never saw their init.
                 counters.orphans_expired.fetch_add(1, Ordering::SeqCst);
                 inner.credits.give();
-                if retire {
-                    ledger.push_retired(slot);
-                }
+                inner.retire(shard, slot);
                 return None;
             }
             Err(now_state) => state = now_state,
@@ -316,16 +381,20 @@ fn reaper_loop<T: Send + 'static>(inner: &Arc<Inner<T>>) {
     while !inner.shutdown.load(Ordering::SeqCst) {
         let now = inner.clock.now();
         let pass = run_once(inner, now);
+        if pass.blocked {
+            // A producer between two steps: let it run rather than spin on it.
+            thread::yield_now();
+        }
         if pass.more {
             continue;
         }
         if !pass.worked {
             inner.idle_wakeups.fetch_add(1, Ordering::Relaxed); // a statistic only
         }
-        // A swap, so that the inbox check below is ordered after it (see `inbox_pending`).
+        // A swap, so that the inbox check below is ordered after it (module docs).
         inner.next_wake.swap(pass.next, Ordering::SeqCst);
         // The re-check that makes the hand-off race-free (module docs).
-        if inner.shards.iter().any(|s| s.ledger.inbox_pending()) {
+        if inner.shards.iter().any(|s| s.inbox.pending()) {
             continue;
         }
         if inner.shutdown.load(Ordering::SeqCst) {
