@@ -485,7 +485,7 @@ struct Inner<T> {
     idle_wakeups: AtomicU64,
     /// When retired slots may be freed.
     grace: grace::Grace,
-    /// A shard's retired list (or inbox) this long wakes the reaper to free (or schedule) it.
+    /// A shard's retired ring (or inbox) this long wakes the reaper to free (or schedule) it.
     retire_batch: u32,
 }
 
