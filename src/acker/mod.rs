@@ -729,7 +729,7 @@ impl<T: Send + 'static> Inner<T> {
                     shard.ledger.back_out(slot);
                     return Entry::Full(Room::Window);
                 }
-                match shard.inbox.reserve(shard.inbox.capacity()) {
+                match shard.inbox.reserve() {
                     Some(ticket) => Entry::New { slot, ticket },
                     None => {
                         self.credits.give();
@@ -896,7 +896,7 @@ impl<T: Send + 'static> Inner<T> {
                     // fires. A shorter one needs an adjust word, whose inbox ticket is taken
                     // first so that a full inbox refuses the init before it changes anything.
                     let ticket = if timeout < ledger.timeout(slot) {
-                        match shard.inbox.reserve(shard.inbox.capacity()) {
+                        match shard.inbox.reserve() {
                             Some(ticket) => Some(ticket),
                             None => {
                                 let room = Room::Inbox;

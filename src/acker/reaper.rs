@@ -139,9 +139,7 @@ impl Timers {
         self.node[slot] = RETIRING;
         self.retiring.push(slot as u32);
     }
-}
 
-impl Timers {
     /// Timers scheduled.
     pub(super) fn len(&self) -> usize {
         self.wheel.len()
@@ -183,17 +181,16 @@ pub(super) fn run_once<T: Send + 'static>(inner: &Arc<Inner<T>>, now: u64) -> Pa
     {
         let mut all = inner.wheels.lock().unwrap_or_else(|e| e.into_inner());
         // Scratch reused across shards: a pass allocates only what it retires.
-        let mut retired = Vec::new();
         let mut arrived = Vec::new();
         let mut later = Vec::new();
         for (index, (shard, timers)) in inner.shards.iter().zip(all.iter_mut()).enumerate() {
             let ledger = &shard.ledger;
             // 1. Completed slots.
-            shard.retired.drain(|word| retired.push(word));
-            pass.worked |= !retired.is_empty();
-            for word in retired.drain(..) {
-                timers.retire((word - 1) as usize);
-            }
+            let before = timers.retiring.len();
+            shard
+                .retired
+                .drain(|word| timers.retire((word - 1) as usize));
+            pass.worked |= timers.retiring.len() > before;
             // 2. New deadlines.
             let stopped = shard.inbox.drain(|word| arrived.push(word));
             pass.blocked |= stopped;
