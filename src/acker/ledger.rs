@@ -75,7 +75,7 @@
 
 use std::mem::MaybeUninit;
 
-use super::table::Table;
+use super::table::{Part, Table};
 use crate::clock::is_due;
 
 #[cfg(loom)]
@@ -290,10 +290,10 @@ struct Slot<T> {
 pub(crate) struct Ledger<T> {
     /// Per bucket, its stored keys then its overflow count, apart from the rest so that a
     /// probe reads only those.
-    keys: Table<AtomicU64>,
+    keys: Part<AtomicU64>,
     /// Everything else about a slot, together, so that an operation on a found slot touches
     /// one or two more cache lines rather than one per field.
-    slots: Table<Slot<T>>,
+    slots: Part<Slot<T>>,
     buckets: usize,
     /// Buckets past home a root may live: `MAX_PROBE`, or fewer in a small table.
     max_probe: usize,
@@ -309,21 +309,32 @@ unsafe impl<T: Send> Send for Ledger<T> {}
 
 impl<T> Ledger<T> {
     /// A ledger of `buckets * SLOTS_PER_BUCKET` empty slots.
+    #[cfg(test)]
     pub(crate) fn new(buckets: usize) -> Self {
-        let n = buckets * SLOTS_PER_BUCKET;
-        Ledger {
-            keys: Table::new(buckets * KEY_WORDS, |_| AtomicU64::new(0)),
-            slots: Table::new(n, |_| Slot {
-                xor: AtomicU64::new(0),
-                base: AtomicU64::new(0),
-                start: AtomicU64::new(0),
-                timeout: AtomicU64::new(0),
-                state: AtomicU32::new(0),
-                payload: UnsafeCell::new(MaybeUninit::uninit()),
-            }),
-            buckets,
-            max_probe: MAX_PROBE.min(buckets - 1),
-        }
+        Self::shards(1, buckets).pop().expect("one ledger")
+    }
+
+    /// `shards` ledgers of `buckets * SLOTS_PER_BUCKET` empty slots each, sharing one key
+    /// array and one slot array ([`Table::split`]).
+    pub(crate) fn shards(shards: usize, buckets: usize) -> Vec<Self> {
+        let keys = Table::split(shards, buckets * KEY_WORDS, |_| AtomicU64::new(0));
+        let slots = Table::split(shards, buckets * SLOTS_PER_BUCKET, |_| Slot {
+            xor: AtomicU64::new(0),
+            base: AtomicU64::new(0),
+            start: AtomicU64::new(0),
+            timeout: AtomicU64::new(0),
+            state: AtomicU32::new(0),
+            payload: UnsafeCell::new(MaybeUninit::uninit()),
+        });
+        keys.into_iter()
+            .zip(slots)
+            .map(|(keys, slots)| Ledger {
+                keys,
+                slots,
+                buckets,
+                max_probe: MAX_PROBE.min(buckets - 1),
+            })
+            .collect()
     }
 
     /// Slots in the table.

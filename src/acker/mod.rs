@@ -350,7 +350,10 @@ impl<T: Send + 'static> AckerBuilder<T> {
         let resolution_ns = duration_nanos(resolution).max(1).next_power_of_two();
         let inner = Inner {
             layout,
-            shards: (0..shards).map(|_| Shard::new(buckets, manual)).collect(),
+            shards: Ledger::shards(shards, buckets)
+                .into_iter()
+                .map(|ledger| Shard::new(ledger, manual))
+                .collect(),
             wheels: Mutex::new(
                 (0..shards)
                     .map(|_| reaper::Timers::new(slots, now, resolution))
@@ -403,10 +406,10 @@ struct Shard<T> {
 }
 
 impl<T> Shard<T> {
-    fn new(buckets: usize, manual: bool) -> Self {
-        let slots = buckets * SLOTS_PER_BUCKET;
+    fn new(ledger: Ledger<T>, manual: bool) -> Self {
+        let slots = ledger.capacity();
         Shard {
-            ledger: Ledger::new(buckets),
+            ledger,
             // The reaper thread drains the inbox every pass, and is woken when a shard's
             // inbox reaches `retire_batch` (a 64th of its slots), so a quarter of the slots
             // is room for its passes to lag several times over; only then do writers wait
