@@ -38,6 +38,12 @@
 //!    the wall clock for N trees shared between both (persistent workers, released by
 //!    barriers, claiming steps in chunks of 256 so they finish together), so the time is per
 //!    tree in aggregate and group 1 / group 3 is the 1 -> 2 thread scaling.
+//! 4. `ack/1t/64k-pending` and 5. `ack/1t/1M-pending` — the common ack alone: 65,536 or
+//!    1,000,000 roots held pending (1 h timeout, an init value no ack can cancel), acked one
+//!    per iteration in a fixed random order; criterion's time is per ack.
+//! 6. `reaper/expire` — the Acker alone (DESIGN.md's reaper throughput): one `expire` of a
+//!    manual Acker times out 50,000 trees whose timers are already on the wheels;
+//!    criterion's throughput is expirations.
 //!
 //! Timeouts: 200 ms for the trees in every group (none expires in flight, and every
 //! contender's timer work happens inside the measurement; see `TIMEOUT`); the 1M group's
@@ -53,7 +59,7 @@
 //! than 1 in 10^4 is recorded as a violation and fails the run at the end (`verdict`), after
 //! every group has been measured.
 //!
-//! Run: `cargo bench --bench acker` (under a minute here), then
+//! Run: `cargo bench --bench acker` (a few minutes here), then
 //! `python3 benches/acker_summary.py` for the medians per operation and the ratios. A smoke
 //! run: `cargo bench --bench acker -- --test`. The configuration is short on purpose
 //! (2-core, noisy machine): 1 s warm-up, 2 s measurement, 10 samples.
@@ -68,10 +74,11 @@ use std::sync::{Arc, Barrier, Mutex, OnceLock};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use ackwheel::{Acker, Completion, InitError, Outcome};
+use ackwheel::{Acker, Completion, InitError, ManualClock, Outcome};
 use criterion::measurement::WallTime;
 use criterion::{criterion_group, criterion_main, BenchmarkGroup, Criterion, Throughput};
 use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 
 use peers::dash::DashTracker;
@@ -618,6 +625,143 @@ fn lifecycle_2t_1k(c: &mut Criterion) {
     group.finish();
 }
 
+// ============================================================================ groups 4, 5, 6
+
+/// Roots pending in group 4 (DESIGN.md's "ack, 1 thread, <= 64k pending").
+const ACK_PENDING_SMALL: u64 = 1 << 16;
+/// Counter range of the ack groups' roots (see BACKGROUND_SEED).
+const ACK_SEED: u64 = 14 << 56;
+/// Set in every ack-group root's init value and cleared in every edge acked into it, so the
+/// value never reaches 0 and every ack is the common one: no completion.
+const KEEP: u64 = 1 << 63;
+
+/// One thread acks `pending` roots that stay pending, visiting them in a random order (a
+/// fixed shuffle, so no two consecutive acks are near each other in any table), one ack per
+/// iteration: the cost of the common ack — for the Acker a pin, a hash, a probe and one
+/// `fetch_xor` — with the contender's table as large as `pending` makes it.
+fn ack_only<T: Tracker>(group: &mut BenchmarkGroup<'_, WallTime>, name: &str, pending: u64) {
+    let tracker = T::build(LONG_TIMEOUT, pending as usize, counting_sink());
+    let mut roots = Vec::with_capacity(pending as usize);
+    let mut full = 0u64;
+    for j in 0..pending {
+        let root = mix(ACK_SEED + j);
+        match tracker.hold(root, KEEP | 1, 0, LONG_TIMEOUT) {
+            Ok(()) => roots.push(root),
+            Err(InitError::Full(_)) => full += 1,
+            Err(e) => panic!("{name}: ack-group init refused: {e}"),
+        }
+    }
+    refusals(name, "ack-group", full, pending);
+    roots.shuffle(&mut StdRng::seed_from_u64(0xac4));
+    let edges = Edges::get();
+    let other_before = OTHER.load(Ordering::Relaxed);
+    let delivered_before = acked_here();
+    let (mut next, mut completed) = (0usize, 0u64);
+    group.bench_function(name, |b| {
+        b.iter_custom(|iters| {
+            let start = Instant::now();
+            for i in 0..iters {
+                let edge = edges.edges[(i as usize) & (TABLE - 1)] & !KEEP;
+                completed += u64::from(tracker.ack(roots[next], edge));
+                next += 1;
+                if next == roots.len() {
+                    next = 0;
+                }
+            }
+            start.elapsed()
+        })
+    });
+    assert_eq!(
+        completed, 0,
+        "{name}: an ack completed a tree that cannot complete"
+    );
+    assert_eq!(acked_here(), delivered_before, "{name}: a tree completed");
+    assert_eq!(
+        OTHER.load(Ordering::Relaxed),
+        other_before,
+        "{name}: trees failed or timed out"
+    );
+    drop(tracker);
+}
+
+fn ack_1t_64k(c: &mut Criterion) {
+    let mut group = c.benchmark_group("ack/1t/64k-pending");
+    group.throughput(Throughput::Elements(1));
+    ack_only::<Acker<u32>>(&mut group, "ackwheel", ACK_PENDING_SMALL);
+    ack_only::<StormAcker>(&mut group, "storm_port", ACK_PENDING_SMALL);
+    ack_only::<DashTracker>(&mut group, "dashmap", ACK_PENDING_SMALL);
+    ack_only::<MokaTracker>(&mut group, "moka", ACK_PENDING_SMALL);
+    group.finish();
+}
+
+fn ack_1t_1m(c: &mut Criterion) {
+    let mut group = c.benchmark_group("ack/1t/1M-pending");
+    group.throughput(Throughput::Elements(1));
+    ack_only::<Acker<u32>>(&mut group, "ackwheel", BACKGROUND);
+    ack_only::<StormAcker>(&mut group, "storm_port", BACKGROUND);
+    ack_only::<DashTracker>(&mut group, "dashmap", BACKGROUND);
+    ack_only::<MokaTracker>(&mut group, "moka", BACKGROUND);
+    group.finish();
+}
+
+/// Trees timed out per measured `expire` in group 6.
+const EXPIRY_BATCH: u64 = 50_000;
+
+/// DESIGN.md's "reaper throughput": a manual Acker on a `ManualClock` holds EXPIRY_BATCH
+/// trees whose timers the reaper has already scheduled (an `expire` at the same instant,
+/// untimed); the clock moves past their deadline and one timed `expire` times every one of
+/// them out: wheel advance, the re-check of each slot's deadline, the completion CAS, the
+/// payload, `on_complete`, and retiring the slot. Criterion's throughput is expirations.
+fn reaper_expire(c: &mut Criterion) {
+    let mut group = c.benchmark_group("reaper/expire");
+    group.throughput(Throughput::Elements(EXPIRY_BATCH));
+    let clock = ManualClock::new(0);
+    let timed_out = Arc::new(AtomicU64::new(0));
+    let sink = Arc::clone(&timed_out);
+    let acker: Acker<u32> = Acker::builder()
+        .timeout(Duration::from_secs(1))
+        .clock(clock.clone())
+        .on_complete(move |c| {
+            if c.outcome == Outcome::TimedOut {
+                sink.fetch_add(1, Ordering::Relaxed);
+            }
+            black_box(c.payload);
+        })
+        .build_manual()
+        .expect("a valid configuration");
+    let mut next = 0u64;
+    let mut expected = 0u64;
+    group.bench_function("ackwheel", |b| {
+        b.iter_custom(|iters| {
+            let mut took = Duration::ZERO;
+            for _ in 0..iters {
+                for _ in 0..EXPIRY_BATCH {
+                    let root = mix(ACK_SEED + next);
+                    next += 1;
+                    match acker.init(root, KEEP | 1, next as u32) {
+                        Ok(()) => expected += 1,
+                        Err(InitError::Full(_)) => {}
+                        Err(e) => panic!("reaper/expire: init refused: {e}"),
+                    }
+                }
+                acker.expire();
+                clock.advance(Duration::from_secs(2));
+                let start = Instant::now();
+                black_box(acker.expire());
+                took += start.elapsed();
+            }
+            took
+        })
+    });
+    group.finish();
+    assert_eq!(
+        timed_out.load(Ordering::Relaxed),
+        expected,
+        "reaper/expire: every tree times out once"
+    );
+    assert_eq!(acker.pending(), 0, "reaper/expire: trees left pending");
+}
+
 // ============================================================================ capacity
 
 /// Not a timing: the Acker as a Storm user would configure it (defaults, 30 s timeout) runs
@@ -666,6 +810,7 @@ fn config() -> Criterion {
 criterion_group! {
     name = benches;
     config = config();
-    targets = semantics, lifecycle_1t_1k, lifecycle_1t_1m, lifecycle_2t_1k, sustained_capacity, verdict
+    targets = semantics, lifecycle_1t_1k, lifecycle_1t_1m, lifecycle_2t_1k, ack_1t_64k, ack_1t_1m,
+        reaper_expire, sustained_capacity, verdict
 }
 criterion_main!(benches);

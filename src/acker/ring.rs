@@ -59,7 +59,11 @@ word!(u64, AtomicU64);
 /// See the module docs.
 pub(crate) struct Ring<W: Word> {
     cells: Box<[W::Cell]>,
-    mask: u64,
+    /// `cells.len()`: exactly what was asked for, not a power of two, because these rings
+    /// are sized by the shard's slot count and rounding up would waste up to half of them
+    /// (8 B per root). A producer pays one division per word (`put`); the consumer walks
+    /// its cells without one.
+    capacity: u64,
     /// Tickets handed out.
     tail: CachePadded<AtomicU64>,
     /// Cells consumed; written only by the consumer.
@@ -67,12 +71,20 @@ pub(crate) struct Ring<W: Word> {
 }
 
 impl<W: Word> Ring<W> {
-    /// A ring of at least `min_capacity` cells (a power of two).
-    pub(crate) fn new(min_capacity: usize) -> Self {
-        let capacity = min_capacity.max(2).next_power_of_two();
+    /// A ring of `capacity` cells (at least 2).
+    pub(crate) fn new(capacity: usize) -> Self {
+        let capacity = capacity.max(2);
+        let cells: Box<[W::Cell]> = (0..capacity).map(|_| W::empty_cell()).collect();
+        // Touch every cell now: the allocator may hand out fresh zero pages that become
+        // resident only when first written, and tickets go round every cell, so a ring would
+        // otherwise fault its pages in on the hot path and grow the process after the build.
+        for cell in cells.iter() {
+            // Relaxed: nothing else can see the ring yet.
+            W::store(cell, W::EMPTY, Ordering::Relaxed);
+        }
         Ring {
-            cells: (0..capacity).map(|_| W::empty_cell()).collect(),
-            mask: capacity as u64 - 1,
+            cells,
+            capacity: capacity as u64,
             tail: CachePadded::new(AtomicU64::new(0)),
             head: CachePadded::new(AtomicU64::new(0)),
         }
@@ -118,7 +130,7 @@ impl<W: Word> Ring<W> {
     #[inline]
     pub(crate) fn put(&self, ticket: u64, word: W) -> u64 {
         debug_assert!(!word.is_empty());
-        let cell = &self.cells[(ticket & self.mask) as usize];
+        let cell = &self.cells[(ticket % self.capacity) as usize];
         // Never taken: a ticket is admitted only once the drain that emptied this cell has
         // published its head (`reserve`), and the unbounded ring has a cell per possible
         // word. Kept as a wait rather than trusted, so a broken bound stalls, never loses.
@@ -139,8 +151,9 @@ impl<W: Word> Ring<W> {
     pub(crate) fn drain(&self, mut each: impl FnMut(W)) -> bool {
         let mut head = self.head.load(Ordering::SeqCst);
         let tail = self.tail.load(Ordering::SeqCst);
+        let mut index = (head % self.capacity) as usize;
         loop {
-            let cell = &self.cells[(head & self.mask) as usize];
+            let cell = &self.cells[index];
             let word = W::load(cell);
             if word.is_empty() {
                 break;
@@ -149,6 +162,10 @@ impl<W: Word> Ring<W> {
             // producer that reserves it next.
             W::store(cell, W::EMPTY, Ordering::Relaxed);
             head += 1;
+            index += 1;
+            if index == self.cells.len() {
+                index = 0;
+            }
             each(word);
         }
         self.head.store(head, Ordering::SeqCst);
@@ -178,7 +195,7 @@ mod tests {
     #[test]
     fn words_come_out_in_ticket_order_and_the_limit_holds() {
         let ring: Ring<u32> = Ring::new(3);
-        assert_eq!(ring.capacity(), 4);
+        assert_eq!(ring.capacity(), 3);
         let a = ring.reserve().unwrap();
         let b = ring.reserve().unwrap();
         assert_eq!(ring.put(b, 20), 2);
@@ -188,29 +205,28 @@ mod tests {
         assert!(out.is_empty());
         ring.put(a, 10);
         let c = ring.reserve().unwrap();
-        let d = ring.reserve().unwrap();
-        assert_eq!(ring.reserve(), None, "four words already reserved");
+        assert_eq!(ring.reserve(), None, "three words already reserved");
         ring.put(c, 30);
-        ring.put(d, 40);
         assert!(!ring.drain(|w| out.push(w)));
-        assert_eq!(out, [10, 20, 30, 40]);
+        assert_eq!(out, [10, 20, 30]);
         assert!(!ring.pending());
         // Round the ring a few times.
         for round in 1..=10u32 {
-            for i in 0..4 {
+            for i in 0..3 {
                 let t = ring.reserve().unwrap();
                 ring.put(t, round * 100 + i);
             }
             assert_eq!(ring.reserve(), None);
             out.clear();
             ring.drain(|w| out.push(w));
-            assert_eq!(out, (0..4).map(|i| round * 100 + i).collect::<Vec<_>>());
+            assert_eq!(out, (0..3).map(|i| round * 100 + i).collect::<Vec<_>>());
         }
     }
 
     #[test]
     fn concurrent_producers_lose_nothing() {
-        let ring: Ring<u64> = Ring::new(64);
+        // 61 cells: tickets wrap round a capacity that is not a power of two.
+        let ring: Ring<u64> = Ring::new(61);
         let per = if cfg!(miri) { 50 } else { 20_000 };
         let mut seen = Vec::new();
         std::thread::scope(|s| {

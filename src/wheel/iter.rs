@@ -102,7 +102,7 @@ impl<'a, T> Iter<'a, T> {
 
     fn item(&self, index: u32) -> (TimerKey, u64, &'a T) {
         let node = &self.wheel.slab.nodes[index as usize];
-        let value = node.value.as_ref().expect("a listed node is a live timer");
+        let value = self.wheel.slab.value(index);
         (
             TimerKey {
                 index,

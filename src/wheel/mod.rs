@@ -202,15 +202,14 @@ impl<T> TimerWheel<T> {
 
     /// The timer's value, `None` when the key is stale.
     pub fn get(&self, key: TimerKey) -> Option<&T> {
-        self.slab.live(key.index, key.generation)?.value.as_ref()
+        self.slab.live(key.index, key.generation)?;
+        Some(self.slab.value(key.index))
     }
 
     /// The timer's value, mutably; `None` when the key is stale.
     pub fn get_mut(&mut self, key: TimerKey) -> Option<&mut T> {
-        self.slab
-            .live_mut(key.index, key.generation)?
-            .value
-            .as_mut()
+        self.slab.live(key.index, key.generation)?;
+        Some(self.slab.value_mut(key.index))
     }
 
     /// Moves the wheel's time to `now`, yielding (and removing) due timers and cascading the
