@@ -40,7 +40,8 @@
 //!    tree in aggregate and group 1 / group 3 is the 1 -> 2 thread scaling.
 //! 4. `ack/1t/64k-pending` and 5. `ack/1t/1M-pending` — the common ack alone: 65,536 or
 //!    1,000,000 roots held pending (1 h timeout, an init value no ack can cancel), acked one
-//!    per iteration in a fixed random order; criterion's time is per ack.
+//!    per iteration in a fixed random order; criterion's time is per ack. The Acker's table
+//!    is sized for the roots held (`Tracker::build_holding`), not the default 1M.
 //! 6. `reaper/expire` — the Acker alone (DESIGN.md's reaper throughput): one `expire` of a
 //!    manual Acker times out 50,000 trees whose timers are already on the wheels;
 //!    criterion's throughput is expirations.
@@ -640,7 +641,7 @@ const KEEP: u64 = 1 << 63;
 /// iteration: the cost of the common ack — for the Acker a pin, a hash, a probe and one
 /// `fetch_xor` — with the contender's table as large as `pending` makes it.
 fn ack_only<T: Tracker>(group: &mut BenchmarkGroup<'_, WallTime>, name: &str, pending: u64) {
-    let tracker = T::build(LONG_TIMEOUT, pending as usize, counting_sink());
+    let tracker = T::build_holding(LONG_TIMEOUT, pending as usize, counting_sink());
     let mut roots = Vec::with_capacity(pending as usize);
     let mut full = 0u64;
     for j in 0..pending {

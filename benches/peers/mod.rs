@@ -39,6 +39,12 @@ pub(crate) trait Tracker: Send + Sync + Sized + 'static {
     /// hold `pending` trees at once. The peers are unbounded and grow as needed; the Acker
     /// has a fixed table and needs the bound up front.
     fn build(timeout: Duration, pending: usize, sink: Sink) -> Self;
+    /// As `build`, for a tracker that will hold `pending` long-lived roots and no others
+    /// (the ack groups). The peers grow to fit either way; the Acker sizes its table for
+    /// them, as a user who knows the count would, rather than taking the default 1M.
+    fn build_holding(timeout: Duration, pending: usize, sink: Sink) -> Self {
+        Self::build(timeout, pending, sink)
+    }
     /// Storm's ACKER_INIT.
     fn init(&self, root: u64, xor: u64, payload: u32) -> Result<(), InitError<u32>>;
     /// Storm's ACKER_ACK; `true` iff this call completed the tree (Acked).
@@ -75,6 +81,22 @@ impl Tracker for Acker<u32> {
             2 * pending
         } else {
             1 << 20
+        };
+        Acker::builder()
+            .timeout(timeout)
+            .max_pending(max_pending)
+            .on_complete(move |c| sink(c))
+            .build()
+            .expect("valid acker configuration")
+    }
+
+    fn build_holding(timeout: Duration, pending: usize, sink: Sink) -> Self {
+        // Up to half a million, exactly `pending`: the table still has a quarter of
+        // headroom (`AckerBuilder::max_pending`). Beyond, twice, as `build` does.
+        let max_pending = if pending > 1 << 19 {
+            2 * pending
+        } else {
+            pending
         };
         Acker::builder()
             .timeout(timeout)

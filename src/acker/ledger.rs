@@ -518,11 +518,12 @@ impl<T> Ledger<T> {
     }
 
     /// Starts loading a slot's lines for writing: a new entry's slot is a cache miss in a
-    /// large table, and its fields are written a few steps later (`set_times`, `publish`).
+    /// large table, and its fields are written a few steps later (`set_times`, `publish`);
+    /// so is a due timer's slot, which the reaper is about to complete.
     #[inline]
-    fn prefetch_slot(&self, slot: usize) {
+    pub(crate) fn prefetch_slot(&self, slot: usize) {
         let first = std::ptr::from_ref(&self.slots[slot]).cast::<u8>();
-        // A 48-byte slot may straddle two lines.
+        // A 40-byte slot may straddle two lines.
         prefetch::<true>(first);
         prefetch::<true>(first.wrapping_add(std::mem::size_of::<Slot<T>>() - 1));
     }

@@ -36,6 +36,26 @@
 //! Every operation runs pinned ([`grace`]: crossbeam-epoch, or a loom-visible stand-in under
 //! the model checker). A completed slot is freed (returned to EMPTY) only
 //! after a grace period, so a lookup that found it can never see it reused by another root.
+//!
+//! ## Memory per pending root
+//!
+//! Everything but the wheels' timer nodes is allocated and touched when the acker is built,
+//! for `max_pending`; the timer nodes follow the roots pending. Where the bytes go with a
+//! `u32` payload, 8 shards and `max_pending` = 1M (the stress harness's memory phase, which
+//! measures about 113 B per root as RSS growth):
+//!
+//! | what | size | per pending root at max_pending |
+//! |---|---|---|
+//! | slot (XOR, base, start, timeout: 8 B each; state, payload: 4 B each) | 40 B per slot | 54 B: the table has 1.35 slots per root (a quarter of headroom, bucket rounding) |
+//! | key word, plus a bucket's overflow count | 8.5 B per slot | 11.5 B, and up to 2 MiB of huge-page rounding per acker |
+//! | inbox ring (an [`arrival`] word) | 8 B per slot manual, 2 B threaded | 10.8 B manual, 2.7 B threaded |
+//! | retired ring (slot + 1) | 4 B per slot | 5.4 B |
+//! | the reaper's slot-to-node index | 4 B per slot | 5.4 B |
+//! | timer-wheel node (links, generation, deadline, slot) | 24 B per pending root | 24 B |
+//!
+//! So about 105 B per root with a reaper thread and 113 B in manual mode. The slot alone is
+//! 40 B: a 64-bit XOR and a first-message time for `elapsed` are needed by the contract, and
+//! nanosecond deadlines that a reset and a per-tree timeout can each move need two words more.
 
 mod arrival;
 mod credits;
