@@ -685,24 +685,23 @@ fn ack_only<T: Tracker>(group: &mut BenchmarkGroup<'_, WallTime>, name: &str, pe
     drop(tracker);
 }
 
-fn ack_1t_64k(c: &mut Criterion) {
-    let mut group = c.benchmark_group("ack/1t/64k-pending");
+/// Every contender of an ack group, side by side.
+fn ack_group(c: &mut Criterion, name: &str, pending: u64) {
+    let mut group = c.benchmark_group(name);
     group.throughput(Throughput::Elements(1));
-    ack_only::<Acker<u32>>(&mut group, "ackwheel", ACK_PENDING_SMALL);
-    ack_only::<StormAcker>(&mut group, "storm_port", ACK_PENDING_SMALL);
-    ack_only::<DashTracker>(&mut group, "dashmap", ACK_PENDING_SMALL);
-    ack_only::<MokaTracker>(&mut group, "moka", ACK_PENDING_SMALL);
+    ack_only::<Acker<u32>>(&mut group, "ackwheel", pending);
+    ack_only::<StormAcker>(&mut group, "storm_port", pending);
+    ack_only::<DashTracker>(&mut group, "dashmap", pending);
+    ack_only::<MokaTracker>(&mut group, "moka", pending);
     group.finish();
 }
 
+fn ack_1t_64k(c: &mut Criterion) {
+    ack_group(c, "ack/1t/64k-pending", ACK_PENDING_SMALL);
+}
+
 fn ack_1t_1m(c: &mut Criterion) {
-    let mut group = c.benchmark_group("ack/1t/1M-pending");
-    group.throughput(Throughput::Elements(1));
-    ack_only::<Acker<u32>>(&mut group, "ackwheel", BACKGROUND);
-    ack_only::<StormAcker>(&mut group, "storm_port", BACKGROUND);
-    ack_only::<DashTracker>(&mut group, "dashmap", BACKGROUND);
-    ack_only::<MokaTracker>(&mut group, "moka", BACKGROUND);
-    group.finish();
+    ack_group(c, "ack/1t/1M-pending", BACKGROUND);
 }
 
 /// Trees timed out per measured `expire` in group 6.

@@ -70,6 +70,17 @@ pub(crate) trait Tracker: Send + Sync + Sized + 'static {
     }
 }
 
+/// An Acker with the defaults a user gets (shards = 4 x cores, 1 ms resolution) and the
+/// real reaper thread.
+fn acker(timeout: Duration, max_pending: usize, sink: Sink) -> Acker<u32> {
+    Acker::builder()
+        .timeout(timeout)
+        .max_pending(max_pending)
+        .on_complete(move |c| sink(c))
+        .build()
+        .expect("valid acker configuration")
+}
+
 impl Tracker for Acker<u32> {
     fn build(timeout: Duration, pending: usize, sink: Sink) -> Self {
         // The defaults a user gets (shards = 4 x cores, 1 ms resolution), with the real
@@ -82,12 +93,7 @@ impl Tracker for Acker<u32> {
         } else {
             1 << 20
         };
-        Acker::builder()
-            .timeout(timeout)
-            .max_pending(max_pending)
-            .on_complete(move |c| sink(c))
-            .build()
-            .expect("valid acker configuration")
+        acker(timeout, max_pending, sink)
     }
 
     fn build_holding(timeout: Duration, pending: usize, sink: Sink) -> Self {
@@ -98,12 +104,7 @@ impl Tracker for Acker<u32> {
         } else {
             pending
         };
-        Acker::builder()
-            .timeout(timeout)
-            .max_pending(max_pending)
-            .on_complete(move |c| sink(c))
-            .build()
-            .expect("valid acker configuration")
+        acker(timeout, max_pending, sink)
     }
 
     #[inline]
