@@ -58,12 +58,10 @@ word!(u64, AtomicU64);
 
 /// See the module docs.
 pub(crate) struct Ring<W: Word> {
+    /// Exactly as many as asked for, not a power of two: these rings are sized by the
+    /// shard's slot count, and rounding up would waste up to half of them (8 B per root). A
+    /// producer pays one division per word (`put`); the consumer walks its cells without one.
     cells: Box<[W::Cell]>,
-    /// `cells.len()`: exactly what was asked for, not a power of two, because these rings
-    /// are sized by the shard's slot count and rounding up would waste up to half of them
-    /// (8 B per root). A producer pays one division per word (`put`); the consumer walks
-    /// its cells without one.
-    capacity: u64,
     /// Tickets handed out.
     tail: CachePadded<AtomicU64>,
     /// Cells consumed; written only by the consumer.
@@ -84,7 +82,6 @@ impl<W: Word> Ring<W> {
         }
         Ring {
             cells,
-            capacity: capacity as u64,
             tail: CachePadded::new(AtomicU64::new(0)),
             head: CachePadded::new(AtomicU64::new(0)),
         }
@@ -130,7 +127,7 @@ impl<W: Word> Ring<W> {
     #[inline]
     pub(crate) fn put(&self, ticket: u64, word: W) -> u64 {
         debug_assert!(!word.is_empty());
-        let cell = &self.cells[(ticket % self.capacity) as usize];
+        let cell = &self.cells[(ticket % self.capacity() as u64) as usize];
         // Never taken: a ticket is admitted only once the drain that emptied this cell has
         // published its head (`reserve`), and the unbounded ring has a cell per possible
         // word. Kept as a wait rather than trusted, so a broken bound stalls, never loses.
@@ -151,7 +148,7 @@ impl<W: Word> Ring<W> {
     pub(crate) fn drain(&self, mut each: impl FnMut(W)) -> bool {
         let mut head = self.head.load(Ordering::SeqCst);
         let tail = self.tail.load(Ordering::SeqCst);
-        let mut index = (head % self.capacity) as usize;
+        let mut index = (head % self.capacity() as u64) as usize;
         loop {
             let cell = &self.cells[index];
             let word = W::load(cell);
@@ -163,7 +160,7 @@ impl<W: Word> Ring<W> {
             W::store(cell, W::EMPTY, Ordering::Relaxed);
             head += 1;
             index += 1;
-            if index == self.cells.len() {
+            if index == self.capacity() {
                 index = 0;
             }
             each(word);
