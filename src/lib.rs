@@ -35,6 +35,12 @@ mod rotating;
 mod sync;
 
 pub use acker::{Acker, AckerBuilder, AckerStats, Completion, InitError, Outcome};
+/// The grace-period protocol's parts, for the `grace_*` loom models only.
+#[cfg(loom)]
+#[doc(hidden)]
+pub mod grace {
+    pub use crate::acker::grace::{Fences, Limbo, Participant, Registry};
+}
 pub use clock::{Clock, ManualClock, MonotonicClock};
 pub use error::ConfigError;
 mod wheel;

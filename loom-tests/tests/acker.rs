@@ -9,9 +9,10 @@
 //! time is an input here, not part of the protocol, and loom runs every model thread on one
 //! OS thread.
 //!
-//! Under loom the ledger's grace period is a loom-visible stand-in for crossbeam-epoch (see
-//! `src/acker/grace.rs`): operations count themselves in and out, and the reaper frees
-//! retired slots only when it sees none in flight.
+//! Under loom the ledger's grace period is a loom-visible stand-in for the per-thread pin
+//! words (see `src/acker/grace.rs`): operations count themselves in and out, and the reaper
+//! frees retired slots only when it sees none in flight. The pin-word protocol itself has
+//! models of its own in `grace.rs`.
 #![cfg(loom)]
 
 use std::sync::atomic::{AtomicU64, Ordering as StdOrdering};

@@ -55,8 +55,8 @@
 //!   are flags in the state word beside READY and DONE.
 //! * **DONE**: completion was claimed by one CAS that set DONE; exactly one thread does it,
 //!   and only that thread reads the payload. The slot is a tombstone: lookups skip it.
-//! * back to **EMPTY** only through [`Ledger::free`], which the reaper defers with
-//!   crossbeam-epoch until every thread pinned when the slot was retired has unpinned. So
+//! * back to **EMPTY** only through [`Ledger::free`], which the reaper defers (the acker's
+//!   `grace` module) until every thread pinned when the slot was retired has unpinned. So
 //!   no operation that found the slot can see it reused: a late ack never XORs into a newer
 //!   tree, a completion CAS never lands on a newer occupant's state, and the probe sequence
 //!   does not change under a claimer's scan.

@@ -33,7 +33,8 @@
 //!
 //! ## Memory reclamation
 //!
-//! Every operation runs pinned ([`grace`]: crossbeam-epoch, or a loom-visible stand-in under
+//! Every operation runs pinned ([`grace`]: a per-thread pin word, with the barrier moved to
+//! the reaper by `membarrier` where Linux offers it, or a loom-visible stand-in under
 //! the model checker). A completed slot is freed (returned to EMPTY) only
 //! after a grace period, so a lookup that found it can never see it reused by another root.
 //!
@@ -59,7 +60,7 @@
 
 mod arrival;
 mod credits;
-mod grace;
+pub(crate) mod grace;
 mod ledger;
 mod reaper;
 mod ring;
@@ -390,7 +391,7 @@ impl<T: Send + 'static> AckerBuilder<T> {
             manual,
             reaper_thread: std::sync::OnceLock::new(),
             idle_wakeups: AtomicU64::new(0),
-            grace: grace::Grace::default(),
+            grace: grace::Grace::new(),
             // A sixty-fourth of a shard's table, so tombstones never take much room.
             retire_batch: (slots / 64).clamp(8, 4096) as u32,
         };
@@ -685,6 +686,13 @@ impl<T: Send + 'static> Acker<T> {
         self.inner().idle_wakeups.load(Ordering::SeqCst)
     }
 
+    /// Whether pins use asymmetric fences (`membarrier`) rather than a SeqCst fence each.
+    #[doc(hidden)]
+    #[cfg(not(loom))]
+    pub fn asymmetric_fences(&self) -> bool {
+        self.inner().grace.fences() == grace::Fences::Asymmetric
+    }
+
     /// Timers in the reaper's wheels: with the inboxes drained, one per pending entry. Lets
     /// the loom models check that no timer outlives its slot's occupant.
     #[doc(hidden)]
@@ -771,8 +779,8 @@ impl<T: Send + 'static> Inner<T> {
     /// whole time slice. With more busy threads than cores that is routine, and a small
     /// table fills with tombstones at millions of trees per second (measured: 2 threads,
     /// `max_pending` 16 384, inits refused with 2 048 pending after ~10k trees). So the
-    /// operation wakes the reaper, helps the grace period along (an epoch collection, which
-    /// also runs the frees that are due) and gives up the CPU, then claims again: a short
+    /// operation wakes the reaper (whose pass frees what the grace period allows) and gives
+    /// up the CPU, then claims again: a short
     /// wait on the reaper is backpressure, a refusal at an eighth of `max_pending` is a lie.
     ///
     /// The caller must not be pinned: its own pin would hold the grace period back. `false`
@@ -803,7 +811,6 @@ impl<T: Send + 'static> Inner<T> {
         }
         wait.waits += 1;
         reaper::wake_now(self);
-        self.grace.collect();
         if wait.waits <= ROOM_YIELDS {
             std::thread::yield_now();
         } else {

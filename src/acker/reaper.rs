@@ -32,6 +32,10 @@
 //!    is not published yet, else claim DONE: `TimedOut` for an initialized tree, a silent
 //!    drop for an orphan.
 //!
+//! Then, once for all shards: free the retired slots whose grace period has ended, and take
+//! a snapshot of the pinned threads for those retired since the last one ([`grace`]). While
+//! slots still wait, the next pass is at most a tick away.
+//!
 //! So every slot has at most one timer, and it is its current occupant's: the wheel holds
 //! one node per pending root, not one per root seen within a timeout (a first version left
 //! completed trees' timers in the wheel until their deadlines: with a 30 s timeout and 80k
@@ -55,6 +59,8 @@
 use std::time::Duration;
 
 use super::arrival;
+#[cfg(doc)]
+use super::grace;
 use super::ledger::{Ledger, DONE, INIT, INITING, READY, RESET};
 use super::{Inner, Outcome};
 use crate::clock::is_due;
@@ -169,6 +175,9 @@ pub(super) struct Pass {
     /// A producer is mid-way (an inbox cell taken but not written, or a slot whose open word
     /// came but which is not published yet): the reaper yields before it runs again.
     pub(super) blocked: bool,
+    /// Retired slots wait for operations still pinned: the reaper yields to them before
+    /// it runs again.
+    pub(super) grace_waits: bool,
     /// The earliest time anything is scheduled (`now + FAR` when nothing is).
     pub(super) next: u64,
 }
@@ -223,8 +232,7 @@ pub(super) fn run_once<T: Send + 'static>(inner: &Arc<Inner<T>>, now: u64) -> Pa
                 for &slot in &timers.retiring {
                     timers.node[slot as usize] = NONE;
                 }
-                let retired = std::mem::take(&mut timers.retiring);
-                super::grace::reclaim(inner, index, retired);
+                inner.grace.retire(index, &mut timers.retiring);
             }
             // 4. Expire, a few timers at a time: their slots are spread over the whole
             // table, so each reap would start with a cache miss; the batch's slot lines are
@@ -265,6 +273,20 @@ pub(super) fn run_once<T: Send + 'static>(inner: &Arc<Inner<T>>, now: u64) -> Pa
                 if is_due(at, pass.next) {
                     pass.next = at;
                 }
+            }
+        }
+        // 5. Free the slots whose grace period has ended. While some still wait, come back
+        // within a tick: nothing else may be due for a whole timeout, and their tombstones
+        // hold places in their buckets.
+        let (freed, waiting) = inner.grace.advance(inner.manual, |shard, slot| {
+            inner.shards[shard].ledger.free(slot)
+        });
+        pass.worked |= freed > 0;
+        pass.grace_waits = waiting > 0;
+        if waiting > 0 {
+            let soon = now.wrapping_add(inner.resolution);
+            if is_due(soon, pass.next) {
+                pass.next = soon;
             }
         }
     }
@@ -399,8 +421,9 @@ fn reaper_loop<T: Send + 'static>(inner: &Arc<Inner<T>>) {
     while !inner.shutdown.load(Ordering::SeqCst) {
         let now = inner.clock.now();
         let pass = run_once(inner, now);
-        if pass.blocked {
-            // A producer between two steps: let it run rather than spin on it.
+        if pass.blocked || pass.grace_waits {
+            // A producer between two steps, or an operation pinned: let it run rather than
+            // spin on it (the reaper still sleeps below if nothing is due).
             thread::yield_now();
         }
         if pass.more {

@@ -111,7 +111,6 @@ pub(crate) fn run(roots: usize, seed: u64) -> Result<Option<Memory>, String> {
     drain(second, &refused_second)?;
     let rss_drained = rss::current().unwrap_or(0);
     drop(acker);
-    collect_garbage();
     let rss_dropped = rss::current().unwrap_or(0);
 
     let grown = rss_full.saturating_sub(rss_before);
@@ -129,15 +128,6 @@ pub(crate) fn run(roots: usize, seed: u64) -> Result<Option<Memory>, String> {
         second_wave_growth: (rss_full_second as f64 - rss_full as f64) / grown.max(1) as f64,
         seconds: start.elapsed().as_secs_f64(),
     }))
-}
-
-/// Retired ledger slots are freed by crossbeam-epoch's deferred functions, which keep a
-/// dropped acker's state alive until they run: pin (and flush) until the global epoch has
-/// moved on enough for this thread to collect them, as any later user of the crate would.
-pub(crate) fn collect_garbage() {
-    for _ in 0..4096 {
-        crossbeam_epoch::pin().flush();
-    }
 }
 
 /// SplitMix64: distinct, well-spread roots from a seed.

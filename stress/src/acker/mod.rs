@@ -412,7 +412,6 @@ pub(crate) fn run(cfg: &Config) -> Summary {
 
     drop(topo);
     drop(acker);
-    memory::collect_garbage();
 
     summary.total_seconds = started_at.elapsed().as_secs_f64();
     summary
