@@ -267,6 +267,11 @@ impl Registry {
     }
 }
 
+/// Entries a drained list keeps room for. A mass completion (a million trees timing out in
+/// one pass) fills the lists with as many; keeping that room would hold 8 B per slot ever
+/// retired at once (measured: +16 MiB at 1M slots) after the trees are gone.
+const KEEP: usize = 4096;
+
 /// Retired items waiting for their grace period (module docs). Owned by the reaper.
 #[derive(Debug)]
 pub struct Limbo<I> {
@@ -322,6 +327,7 @@ impl<I> Limbo<I> {
             self.snapshot.clear();
             freed += self.covered.len();
             self.covered.drain(..).for_each(&mut free);
+            self.covered.shrink_to(KEEP);
         }
         if snapshot
             && self.covered.is_empty()
@@ -334,6 +340,7 @@ impl<I> Limbo<I> {
                 // Nobody was pinned: nobody can still be looking.
                 freed += self.covered.len();
                 self.covered.drain(..).for_each(&mut free);
+                self.covered.shrink_to(KEEP);
             }
         }
         (freed, took)
@@ -497,6 +504,8 @@ impl Grace {
         limbo
             .0
             .retire(slots.drain(..).map(|slot| (shard as u32, slot)));
+        // The caller's list is reused every pass; see `KEEP`.
+        slots.shrink_to(KEEP);
     }
 
     /// Reaper only: frees (through `free(shard, slot)`) the retired slots whose grace period
