@@ -177,9 +177,10 @@ impl Participant {
     pub fn pin(&self, fences: Fences) {
         // Relaxed: only this participant's thread reads or writes `depth`.
         let depth = self.depth.load(Ordering::Relaxed);
+        // Relaxed: as above, this thread's own counter.
         self.depth.store(depth + 1, Ordering::Relaxed);
         if depth == 0 {
-            // Relaxed: only this thread writes the word.
+            // Relaxed: only this thread writes the word, so it reads its own last store.
             let word = self.word.load(Ordering::Relaxed);
             // Release: a snapshot that reads this (later) word must also see everything
             // this thread did before, its last operation included (module docs).
@@ -191,11 +192,13 @@ impl Participant {
     /// Ends the matching [`pin`](Self::pin).
     #[inline]
     pub fn unpin(&self) {
-        // Relaxed: only this participant's thread reads or writes `depth` and the word.
+        // Relaxed: only this participant's thread reads or writes `depth`.
         let depth = self.depth.load(Ordering::Relaxed);
         debug_assert!(depth > 0, "unpin without pin");
+        // Relaxed: as above, this thread's own counter.
         self.depth.store(depth - 1, Ordering::Relaxed);
         if depth == 1 {
+            // Relaxed: only this thread writes the word, so it reads its own last store.
             let word = self.word.load(Ordering::Relaxed);
             // Release: the operation's accesses happen before a free that reads this word.
             self.word.store(word + 1, Ordering::Release);
@@ -208,6 +211,11 @@ impl Participant {
 pub struct Registry {
     participants: Mutex<Vec<Arc<Participant>>>,
     fences: Fences,
+    /// Heavy fences that could not be run (`membarrier` refused after it was registered,
+    /// say by a seccomp filter installed later). Each leaves the retired slots waiting; if
+    /// it persists, tombstones fill the table and inits are refused `Full`. The stress
+    /// harness fails on any.
+    barrier_failures: AtomicU64,
 }
 
 impl Registry {
@@ -216,6 +224,7 @@ impl Registry {
         Registry {
             participants: Mutex::new(Vec::new()),
             fences,
+            barrier_failures: AtomicU64::new(0),
         }
     }
 
@@ -223,6 +232,11 @@ impl Registry {
     #[inline]
     pub fn fences(&self) -> Fences {
         self.fences
+    }
+
+    /// Snapshots that could not run their heavy fence (see the field).
+    pub fn barrier_failures(&self) -> u64 {
+        self.barrier_failures.load(Ordering::SeqCst)
     }
 
     /// A new participant for the calling thread.
@@ -250,6 +264,8 @@ impl Registry {
     /// fence could not be run.
     fn snapshot(&self, into: &mut Vec<(Arc<Participant>, u64)>) -> bool {
         if !self.fences.heavy() {
+            // Relaxed: a statistic only.
+            self.barrier_failures.fetch_add(1, Ordering::Relaxed);
             return false;
         }
         let mut participants = self.participants.lock().unwrap_or_else(|e| e.into_inner());
@@ -260,7 +276,8 @@ impl Registry {
             if pinned {
                 into.push((Arc::clone(participant), word));
             }
-            // Nobody else holds it: its thread's list is gone, and with it the thread.
+            // Nobody else holds it: its thread's list is gone, and with it the thread. (A
+            // stale count can only be too high, which keeps the entry one snapshot longer.)
             pinned || Arc::strong_count(participant) > 1
         });
         true
@@ -415,8 +432,7 @@ type Retired = (u32, u32);
 /// which cost the acking threads half their speed (96 -> 150 ns per operation). One
 /// snapshot per 100 µs bounds that at 10k a second, and a retired slot waits at most a few
 /// hundred microseconds more.
-#[cfg(not(loom))]
-const SNAPSHOT_INTERVAL: std::time::Duration = std::time::Duration::from_micros(100);
+pub(super) const SNAPSHOT_INTERVAL: std::time::Duration = std::time::Duration::from_micros(100);
 
 impl Grace {
     /// Grace periods with [`Fences::detect`]'s fences.
@@ -440,6 +456,12 @@ impl Grace {
     #[cfg(not(loom))]
     pub(super) fn fences(&self) -> Fences {
         self.registry.fences()
+    }
+
+    /// Snapshots whose heavy fence failed.
+    #[cfg(not(loom))]
+    pub(super) fn barrier_failures(&self) -> u64 {
+        self.registry.barrier_failures()
     }
 
     /// Pins the current thread for one operation.

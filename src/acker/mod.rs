@@ -693,6 +693,13 @@ impl<T: Send + 'static> Acker<T> {
         self.inner().grace.fences() == grace::Fences::Asymmetric
     }
 
+    /// Grace-period snapshots whose barrier failed (each leaves retired slots waiting).
+    #[doc(hidden)]
+    #[cfg(not(loom))]
+    pub fn grace_barrier_failures(&self) -> u64 {
+        self.inner().grace.barrier_failures()
+    }
+
     /// Timers in the reaper's wheels: with the inboxes drained, one per pending entry. Lets
     /// the loom models check that no timer outlives its slot's occupant.
     #[doc(hidden)]

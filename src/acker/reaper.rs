@@ -34,7 +34,7 @@
 //!
 //! Then, once for all shards: free the retired slots whose grace period has ended, and take
 //! a snapshot of the pinned threads for those retired since the last one ([`grace`]). While
-//! slots still wait, the next pass is at most a tick away.
+//! slots still wait, the next pass is at most a tick (and at least 100 µs) away.
 //!
 //! So every slot has at most one timer, and it is its current occupant's: the wheel holds
 //! one node per pending root, not one per root seen within a timeout (a first version left
@@ -175,8 +175,7 @@ pub(super) struct Pass {
     /// A producer is mid-way (an inbox cell taken but not written, or a slot whose open word
     /// came but which is not published yet): the reaper yields before it runs again.
     pub(super) blocked: bool,
-    /// Retired slots wait for operations still pinned: the reaper yields to them before
-    /// it runs again.
+    /// Retired slots wait for operations still pinned.
     pub(super) grace_waits: bool,
     /// The earliest time anything is scheduled (`now + FAR` when nothing is).
     pub(super) next: u64,
@@ -276,15 +275,18 @@ pub(super) fn run_once<T: Send + 'static>(inner: &Arc<Inner<T>>, now: u64) -> Pa
             }
         }
         // 5. Free the slots whose grace period has ended. While some still wait, come back
-        // within a tick: nothing else may be due for a whole timeout, and their tombstones
-        // hold places in their buckets.
+        // within a tick (or the snapshot interval, if longer): nothing else may be due for
+        // a whole timeout, and their tombstones hold places in their buckets.
         let (freed, waiting) = inner.grace.advance(inner.manual, |shard, slot| {
             inner.shards[shard].ledger.free(slot)
         });
         pass.worked |= freed > 0;
         pass.grace_waits = waiting > 0;
         if waiting > 0 {
-            let soon = now.wrapping_add(inner.resolution);
+            // Not sooner than the next snapshot may be taken: with a tiny resolution the
+            // reaper would otherwise wake again and again to find it may not yet.
+            let interval = super::grace::SNAPSHOT_INTERVAL.as_nanos() as u64;
+            let soon = now.wrapping_add(inner.resolution.max(interval));
             if is_due(soon, pass.next) {
                 pass.next = soon;
             }
@@ -421,9 +423,10 @@ fn reaper_loop<T: Send + 'static>(inner: &Arc<Inner<T>>) {
     while !inner.shutdown.load(Ordering::SeqCst) {
         let now = inner.clock.now();
         let pass = run_once(inner, now);
-        if pass.blocked || pass.grace_waits {
-            // A producer between two steps, or an operation pinned: let it run rather than
-            // spin on it (the reaper still sleeps below if nothing is due).
+        // A producer between two steps: let it run rather than spin on it. Under loom also
+        // an operation still pinned: the models' clock makes every wake time due at once,
+        // so the reaper would otherwise spin on it (elsewhere it sleeps below till then).
+        if pass.blocked || (cfg!(loom) && pass.grace_waits) {
             thread::yield_now();
         }
         if pass.more {

@@ -127,6 +127,8 @@ pub(crate) struct Summary {
     pub(crate) drain_seconds: f64,
     pub(crate) peak_rss: Option<u64>,
     pub(crate) idle_wakeups_per_s: u64,
+    /// Whether the acker's pins used asymmetric fences (`membarrier`).
+    pub(crate) asymmetric_fences: bool,
     pub(crate) memory: Option<Memory>,
     pub(crate) throughput: Vec<Sample>,
     #[serde(skip)]
@@ -395,6 +397,12 @@ pub(crate) fn run(cfg: &Config) -> Summary {
             summary.ghost_acks, stats.orphans_expired
         ));
     }
+    if acker.grace_barrier_failures() != 0 {
+        problems.push(format!(
+            "{} grace-period barriers (membarrier) failed: retired slots were left waiting",
+            acker.grace_barrier_failures()
+        ));
+    }
     for p in problems {
         summary.violations += 1;
         summary.violation_reports.push(format!("VIOLATION: {p}"));
@@ -409,6 +417,7 @@ pub(crate) fn run(cfg: &Config) -> Summary {
     let before = acker.idle_wakeups();
     thread::sleep(Duration::from_secs(1));
     summary.idle_wakeups_per_s = acker.idle_wakeups() - before;
+    summary.asymmetric_fences = acker.asymmetric_fences();
 
     drop(topo);
     drop(acker);
@@ -549,6 +558,14 @@ pub(crate) fn print(s: &Summary) {
     println!(
         "  idle         {} reaper wake-ups in 1 s with nothing due",
         s.idle_wakeups_per_s
+    );
+    println!(
+        "  grace        {}",
+        if s.asymmetric_fences {
+            "asymmetric fences: pins store a word, the reaper calls membarrier"
+        } else {
+            "symmetric fences: a SeqCst fence per pin (membarrier unavailable)"
+        }
     );
     match &s.memory {
         Some(m) => println!(
