@@ -81,39 +81,18 @@ fn finish(registry: &Registry, slot: &Slot, mut limbo: Limbo<u32>) {
     assert_eq!(limbo.len(), 0, "a slot outlived every reader");
 }
 
-/// One reader, registered beforehand, racing one completion and reuse.
-#[test]
-fn grace_a_slot_is_reused_only_after_every_reader_that_may_see_it_live() {
-    loom::model(|| {
+/// One reader thread racing a completion and reuse. The reader registers before it is
+/// spawned (`registered`) or when it starts, then runs `operations` pinned visits.
+fn race(registered: bool, operations: usize) {
+    loom::model(move || {
         let registry = Arc::new(Registry::new(Fences::Symmetric));
         let slot = Slot::new();
-        let me = registry.register();
+        let early = registered.then(|| registry.register());
         let reader = {
             let (registry, slot) = (Arc::clone(&registry), Arc::clone(&slot));
             thread::spawn(move || {
-                me.pin(registry.fences());
-                slot.visit();
-                me.unpin();
-            })
-        };
-        let limbo = complete(&registry, &slot);
-        reader.join().unwrap();
-        finish(&registry, &slot, limbo);
-    });
-}
-
-/// A reader running two operations: the second may begin after the snapshot, when its word
-/// has changed but is odd again.
-#[test]
-fn grace_a_second_operation_after_the_snapshot_never_sees_a_reused_slot() {
-    loom::model(|| {
-        let registry = Arc::new(Registry::new(Fences::Symmetric));
-        let slot = Slot::new();
-        let me = registry.register();
-        let reader = {
-            let (registry, slot) = (Arc::clone(&registry), Arc::clone(&slot));
-            thread::spawn(move || {
-                for _ in 0..2 {
+                let me = early.unwrap_or_else(|| registry.register());
+                for _ in 0..operations {
                     me.pin(registry.fences());
                     slot.visit();
                     me.unpin();
@@ -126,26 +105,24 @@ fn grace_a_second_operation_after_the_snapshot_never_sees_a_reused_slot() {
     });
 }
 
+/// One reader, registered beforehand, racing one completion and reuse.
+#[test]
+fn grace_a_slot_is_reused_only_after_every_reader_that_may_see_it_live() {
+    race(true, 1);
+}
+
+/// A reader running two operations: the second may begin after the snapshot, when its word
+/// has changed but is odd again.
+#[test]
+fn grace_a_second_operation_after_the_snapshot_never_sees_a_reused_slot() {
+    race(true, 2);
+}
+
 /// A reader that registers while the reaper runs: its first pin may follow a snapshot that
 /// did not list it.
 #[test]
 fn grace_a_thread_registering_during_a_snapshot_never_sees_a_reused_slot() {
-    loom::model(|| {
-        let registry = Arc::new(Registry::new(Fences::Symmetric));
-        let slot = Slot::new();
-        let reader = {
-            let (registry, slot) = (Arc::clone(&registry), Arc::clone(&slot));
-            thread::spawn(move || {
-                let me = registry.register();
-                me.pin(registry.fences());
-                slot.visit();
-                me.unpin();
-            })
-        };
-        let limbo = complete(&registry, &slot);
-        reader.join().unwrap();
-        finish(&registry, &slot, limbo);
-    });
+    race(false, 1);
 }
 
 /// The control: without a pin the same reader is caught reading a reused slot, so the
