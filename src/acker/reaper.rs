@@ -34,7 +34,7 @@
 //!
 //! Then, once for all shards: free the retired slots whose grace period has ended, and take
 //! a snapshot of the pinned threads for those retired since the last one ([`grace`]). While
-//! slots still wait, the next pass is at most a tick (and at least 100 µs) away.
+//! slots still wait, the next pass is a tick away, or 100 µs if the tick is shorter.
 //!
 //! So every slot has at most one timer, and it is its current occupant's: the wheel holds
 //! one node per pending root, not one per root seen within a timeout (a first version left
