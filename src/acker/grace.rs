@@ -331,36 +331,37 @@ impl<I> Limbo<I> {
         snapshot: bool,
         mut free: impl FnMut(I),
     ) -> (usize, bool) {
-        let mut freed = 0;
-        let mut took = false;
-        if !self.covered.is_empty()
-            && self
+        let mut freed = self.free_if_passed(&mut free);
+        let took = snapshot
+            && self.covered.is_empty()
+            && !self.waiting.is_empty()
+            && registry.snapshot(&mut self.snapshot);
+        if took {
+            std::mem::swap(&mut self.waiting, &mut self.covered);
+            // A snapshot that found nobody pinned has passed already.
+            freed += self.free_if_passed(&mut free);
+        }
+        (freed, took)
+    }
+
+    /// Frees the covered items if every participant of their snapshot has changed its word
+    /// since (at once if none was pinned). Returns how many were freed.
+    fn free_if_passed(&mut self, free: &mut impl FnMut(I)) -> usize {
+        if self.covered.is_empty()
+            || !self
                 .snapshot
                 .iter()
                 // Acquire: the changed word is a later store of that thread (both are
                 // Release), after the unpin that ended the pinned operation.
                 .all(|(participant, word)| participant.word.load(Ordering::Acquire) != *word)
         {
-            self.snapshot.clear();
-            freed += self.covered.len();
-            self.covered.drain(..).for_each(&mut free);
-            self.covered.shrink_to(KEEP);
+            return 0;
         }
-        if snapshot
-            && self.covered.is_empty()
-            && !self.waiting.is_empty()
-            && registry.snapshot(&mut self.snapshot)
-        {
-            took = true;
-            std::mem::swap(&mut self.waiting, &mut self.covered);
-            if self.snapshot.is_empty() {
-                // Nobody was pinned: nobody can still be looking.
-                freed += self.covered.len();
-                self.covered.drain(..).for_each(&mut free);
-                self.covered.shrink_to(KEEP);
-            }
-        }
-        (freed, took)
+        self.snapshot.clear();
+        let freed = self.covered.len();
+        self.covered.drain(..).for_each(free);
+        self.covered.shrink_to(KEEP);
+        freed
     }
 }
 
@@ -560,9 +561,8 @@ impl Grace {
             // pin after it reads from it, so that operation sees the slots' DONE.
             let mut freed = 0;
             if !limbo.waiting.is_empty() && self.active.fetch_add(0, Ordering::SeqCst) == 0 {
-                let items: Vec<_> = limbo.waiting.drain(..).collect();
-                freed = items.len();
-                for (shard, slot) in items {
+                freed = limbo.waiting.len();
+                for (shard, slot) in limbo.waiting.drain(..) {
                     free(shard as usize, slot as usize);
                 }
             }
