@@ -191,7 +191,7 @@ struct Lifecycle {
     /// Trees whose last ack was sent (refused trees are not acked).
     expected: u64,
     /// Inits refused with `Full`: allowed by the Acker's contract (a fixed table whose
-    /// 16-slot buckets can fill up before max_pending), counted and reported.
+    /// buckets can fill up before max_pending), counted and reported.
     full: u64,
     /// Anything else: other refusals, and acks that completed a tree before its last edge.
     errors: u64,

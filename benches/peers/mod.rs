@@ -85,9 +85,8 @@ impl Tracker for Acker<u32> {
     fn build(timeout: Duration, pending: usize, sink: Sink) -> Self {
         // The defaults a user gets (shards = 4 x cores, 1 ms resolution), with the real
         // reaper thread. max_pending stays at its default (1 << 20) unless `pending` needs
-        // more than half of it: near max_pending a few inits are refused early because a
-        // root's 16-slot bucket is full (531 of the first 1M random roots at 1 << 20), so
-        // the 1M group doubles it, as a user holding 1M trees would have to.
+        // more than half of it, so that the 1M group's background does not fill the table
+        // to the brim, as a user holding 1M trees would not.
         let max_pending = if pending > 1 << 19 {
             2 * pending
         } else {

@@ -94,14 +94,14 @@ const KEY_WORDS: usize = SLOTS_PER_BUCKET + 1;
 
 /// How many buckets past its home a root may live (capped at `buckets - 1`).
 #[cfg(not(loom))]
-pub(crate) const MAX_PROBE: usize = 15;
+pub(crate) const MAX_PROBE: usize = 31;
 /// Under loom one bucket past home, so models overflow in few steps.
 #[cfg(loom)]
 pub(crate) const MAX_PROBE: usize = 1;
 
 /// Top bits of a key word that hold the slot's distance from its home bucket.
 #[cfg(not(loom))]
-const DISTANCE_BITS: u32 = 4;
+const DISTANCE_BITS: u32 = 5;
 #[cfg(loom)]
 const DISTANCE_BITS: u32 = 1;
 const DISTANCE_SHIFT: u32 = 64 - DISTANCE_BITS;
@@ -192,7 +192,7 @@ const MIX_INVERSE: u64 = {
 
 impl HashLayout {
     /// A layout for `2^shard_bits` shards of at least `min_buckets` buckets each. The count
-    /// is rounded up to `k << j` with `k` in 8..16, so by at most an eighth; and to at least
+    /// is rounded up to `k << j` with `k` in 64..128, so by at most a 64th; and to at least
     /// `2^j` with `shard_bits + j` of `1 +` [`DISTANCE_BITS`], so that a stored key (64 -
     /// `shard_bits` - `j` hash bits and the tag bit) leaves the key word's top bits free for
     /// the distance.
@@ -200,7 +200,7 @@ impl HashLayout {
         let min = min_buckets.max(2);
         let log = usize::BITS - 1 - min.leading_zeros();
         let implied_bits = log
-            .saturating_sub(3)
+            .saturating_sub(6)
             .max((1 + DISTANCE_BITS).saturating_sub(shard_bits))
             .max(1);
         let k = min.div_ceil(1 << implied_bits);

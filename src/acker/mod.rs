@@ -43,18 +43,18 @@
 //! Everything but the wheels' timer nodes is allocated and touched when the acker is built,
 //! for `max_pending`; the timer nodes follow the roots pending. Where the bytes go with a
 //! `u32` payload, 8 shards and `max_pending` = 1M (the stress harness's memory phase, which
-//! measures about 113 B per root as RSS growth):
+//! measures about 109 B per root as RSS growth):
 //!
 //! | what | size | per pending root at max_pending |
 //! |---|---|---|
-//! | slot (XOR, base, start, timeout: 8 B each; state, payload: 4 B each) | 40 B per slot | 54 B: the table has 1.35 slots per root (a quarter of headroom, bucket rounding) |
-//! | key word, plus a bucket's overflow count | 8.5 B per slot | 11.5 B, and up to 2 MiB of huge-page rounding per acker |
-//! | inbox ring (an [`arrival`] word) | 8 B per slot manual, 2 B threaded | 10.8 B manual, 2.7 B threaded |
-//! | retired ring (slot + 1) | 4 B per slot | 5.4 B |
-//! | the reaper's slot-to-node index | 4 B per slot | 5.4 B |
+//! | slot (XOR, base, start, timeout: 8 B each; state, payload: 4 B each) | 40 B per slot | 50.6 B: the table has 1.26 slots per root (a quarter of headroom, bucket rounding) |
+//! | key word, plus a bucket's overflow count | 8.5 B per slot | 10.8 B, and up to 2 MiB of huge-page rounding per acker |
+//! | inbox ring (an [`arrival`] word) | 8 B per slot manual, 2 B threaded | 10.1 B manual, 2.5 B threaded |
+//! | retired ring (slot + 1) | 4 B per slot | 5.1 B |
+//! | the reaper's slot-to-node index | 4 B per slot | 5.1 B |
 //! | timer-wheel node (links, generation, deadline, slot) | 24 B per pending root | 24 B |
 //!
-//! So about 105 B per root with a reaper thread and 113 B in manual mode. The slot alone is
+//! So about 98 B per root with a reaper thread and 106 B in manual mode. The slot alone is
 //! 40 B: a 64-bit XOR and a first-message time for `elapsed` are needed by the contract, and
 //! nanosecond deadlines that a reset and a per-tree timeout can each move need two words more.
 
@@ -238,7 +238,7 @@ impl<T: Send + 'static> AckerBuilder<T> {
         }
     }
 
-    /// Tables of exactly 1.25x `max_pending` slots, without the [`MIN_TABLE_SLOTS`] floor,
+    /// Tables of exactly 1.25x `max_pending` slots (bucket rounding aside), without the [`MIN_TABLE_SLOTS`] floor,
     /// for tests that need buckets to fill up.
     #[cfg(test)]
     pub(crate) fn crowded(mut self) -> Self {
@@ -271,8 +271,9 @@ impl<T: Send + 'static> AckerBuilder<T> {
     /// Each shard's table has about 1.25x its share of slots in 15-slot buckets, and the
     /// tables have at least 65 536 slots in all (about 3.7 MB with a `u32` payload),
     /// because crowded tables are slow. A root whose home bucket is full takes a slot in
-    /// one of the next 15 buckets, so an init is refused below the bound only when all 16
-    /// buckets (240 slots) it may use are taken. A completed tree's slot is recycled by the
+    /// one of the next 31 buckets, so an init is refused below the bound only when all 32
+    /// buckets (480 slots) it may use are taken: random roots fill tables of 64k to 4M to
+    /// the brim without one refusal. A completed tree's slot is recycled by the
     /// reaper after a grace period, so what completes while the reaper thread is
     /// descheduled still holds room: at a high rate, leave room for what completes in a few
     /// tens of milliseconds.
@@ -352,7 +353,10 @@ impl<T: Send + 'static> AckerBuilder<T> {
             });
         }
         // A quarter over each shard's fair share: roots overflow into the next buckets, so a
-        // bucket that fills early does not refuse anyone while the table has room. And at
+        // bucket that fills early does not refuse anyone while the table has room. (An
+        // eighth would save 10 B per root, but random roots then start to be refused at
+        // 93-99 % of max_pending, even with 32 buckets to choose from; with a quarter and 16
+        // buckets, a few were in the last 0.5 %.) And at
         // least the floor, so that a small table is not crowded (`MIN_TABLE_SLOTS`).
         let share = self.max_pending.div_ceil(shards);
         let layout = HashLayout::new(
