@@ -67,6 +67,12 @@ pub(crate) struct Arrival {
     pub(crate) deadline: Option<u64>,
 }
 
+/// The slot a word is about (what [`read`] returns as `slot`), cheaply.
+#[inline]
+pub(crate) fn slot(word: u64) -> usize {
+    (word as u32).wrapping_sub(1) as usize
+}
+
 /// Reads a word back at the reaper's `now`.
 #[inline]
 pub(crate) fn read(word: u64, now: u64, shift: u32) -> Arrival {

@@ -78,6 +78,14 @@ impl Credits {
         stripe.fetch_add(1, Ordering::SeqCst);
     }
 
+    /// Gives `n` credits back at once (the reaper, for the entries one pass ended).
+    pub(super) fn give_many(&self, n: usize) {
+        if n > 0 {
+            let stripe = &self.stripes[stripe_index() & (self.stripes.len() - 1)];
+            stripe.fetch_add(n, Ordering::SeqCst);
+        }
+    }
+
     /// The bound: `max_pending`.
     pub(super) fn max(&self) -> usize {
         self.max

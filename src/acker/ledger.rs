@@ -122,7 +122,7 @@ fn distance(key: u64) -> usize {
 /// A hint to bring the line holding `p` into this core's cache, in a state fit for writing
 /// if `WRITE`. It never faults and changes no memory, so any address will do.
 #[inline]
-fn prefetch<const WRITE: bool>(p: *const u8) {
+pub(crate) fn prefetch<const WRITE: bool>(p: *const u8) {
     #[cfg(all(target_arch = "x86_64", not(loom), not(miri)))]
     // Safety: PREFETCHW and PREFETCHT0 are hints; they do not access memory architecturally
     // and cannot fault. Where the CPU lacks PREFETCHW, its encoding executes as a no-op.

@@ -1190,20 +1190,35 @@ impl<T: Send + 'static> Inner<T> {
         outcome: Outcome,
         now: u64,
     ) -> (usize, Completion<T>) {
+        let done = self.complete(shard_index, slot, outcome, now);
+        self.credits.give();
+        let counters = &self.shards[shard_index].counters;
+        let counter = match outcome {
+            Outcome::Acked => &counters.acked,
+            Outcome::Failed => &counters.failed,
+            Outcome::TimedOut => &counters.timed_out,
+        };
+        counter.fetch_add(1, Ordering::SeqCst);
+        self.retire(shard_index, slot);
+        done
+    }
+
+    /// [`finish`](Self::finish) but for the bookkeeping (the credit, the outcome's count and
+    /// retiring the slot), which the reaper does once per pass and shard for the trees it
+    /// times out, and in its own lists rather than through the retired ring it drains.
+    fn complete(
+        &self,
+        shard_index: usize,
+        slot: usize,
+        outcome: Outcome,
+        now: u64,
+    ) -> (usize, Completion<T>) {
         let shard = &self.shards[shard_index];
         let ledger = &shard.ledger;
         let root = self.root_of(shard_index, slot);
         let payload = ledger.take_payload(slot);
         let elapsed =
             Duration::from_nanos(now.wrapping_sub(ledger.start(slot)).min(i64::MAX as u64));
-        self.credits.give();
-        let counter = match outcome {
-            Outcome::Acked => &shard.counters.acked,
-            Outcome::Failed => &shard.counters.failed,
-            Outcome::TimedOut => &shard.counters.timed_out,
-        };
-        counter.fetch_add(1, Ordering::SeqCst);
-        self.retire(shard_index, slot);
         (
             shard_index,
             Completion {

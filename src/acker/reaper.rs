@@ -19,18 +19,20 @@
 //!    retiring, so that a late open word for one of them schedules nothing;
 //! 2. drain the inbox: schedule each open word's slot at its deadline (at once if it is
 //!    already due); move an existing timer earlier for an adjust word;
-//! 3. hand the retiring slots to the grace period, which frees them once no pinned thread
+//! 3. advance the wheel to `now`, at most [`BUDGET`] timers per shard per pass, so a mass
+//!    expiry does not hold the lock (or starve other shards) for long. For each timer: skip
+//!    a DONE slot, reschedule one whose real deadline moved later (`reset_timeout`) or that
+//!    is not published yet, else claim DONE: `TimedOut` for an initialized tree, a silent
+//!    drop for an orphan. A slot the reaper completes (here, or in step 2 when its deadline
+//!    is already due) it marks retiring at once, as step 1 does, rather than push it on the
+//!    retired ring for the next pass to drain;
+//! 4. hand the retiring slots to the grace period, which frees them once no pinned thread
 //!    can still see them. Not before every open word pushed before their retirement has been
 //!    read: a slot's open word is pushed before the slot is published, so before it can
 //!    complete, and the inbox drain reads every ticket taken before it began, unless it
 //!    stops at a cell whose producer has not written it yet. Then the retiring slots wait
 //!    for a later pass: freeing one whose open word is still behind that cell would let the
-//!    word schedule a timer for the slot's next occupant;
-//! 4. advance the wheel to `now`, at most [`BUDGET`] timers per shard per pass, so a mass
-//!    expiry does not hold the lock (or starve other shards) for long. For each timer: skip
-//!    a DONE slot, reschedule one whose real deadline moved later (`reset_timeout`) or that
-//!    is not published yet, else claim DONE: `TimedOut` for an initialized tree, a silent
-//!    drop for an orphan.
+//!    word schedule a timer for the slot's next occupant.
 //!
 //! Then, once for all shards: free the retired slots whose grace period has ended, and take
 //! a snapshot of the pinned threads for those retired since the last one ([`grace`]). While
@@ -61,7 +63,7 @@ use std::time::Duration;
 use super::arrival;
 #[cfg(doc)]
 use super::grace;
-use super::ledger::{Ledger, DONE, INIT, INITING, READY, RESET};
+use super::ledger::{prefetch, Ledger, DONE, INIT, INITING, READY, RESET};
 use super::{Inner, Outcome};
 use crate::clock::is_due;
 use crate::error::ConfigError;
@@ -75,8 +77,11 @@ pub(super) const FAR: u64 = 1 << 62;
 
 /// Timers one pass handles per shard before moving on.
 pub(super) const BUDGET: usize = 4096;
-/// Due timers whose slots are prefetched together before they are reaped (step 4).
+/// Due timers whose slots are prefetched together before they are reaped (step 3).
 const REAP_BATCH: usize = 16;
+/// How far ahead of the word it handles a drain prefetches a word's [`Timers::node`] entry
+/// (steps 1 and 2).
+const LOOKAHEAD: usize = 8;
 
 /// No timer (in [`Timers::node`]).
 const NONE: u32 = u32::MAX;
@@ -148,6 +153,16 @@ impl Timers {
         self.retiring.push(slot as u32);
     }
 
+    /// Starts loading the slot's [`node`](Self::node) entry for writing: the entries of
+    /// the slots a drain or an expiry handles are spread over the whole array, so each would
+    /// be a cache miss, and an entry written with the miss pending holds up the next locked
+    /// instruction (the slot's DONE CAS in step 3) until it is served.
+    fn prefetch_node(&self, slot: usize) {
+        if let Some(entry) = self.node.get(slot) {
+            prefetch::<true>(std::ptr::from_ref(entry).cast());
+        }
+    }
+
     /// Timers scheduled.
     pub(super) fn len(&self) -> usize {
         self.wheel.len()
@@ -191,22 +206,32 @@ pub(super) fn run_once<T: Send + 'static>(inner: &Arc<Inner<T>>, now: u64) -> Pa
     {
         let mut all = inner.wheels.lock().unwrap_or_else(|e| e.into_inner());
         // Scratch reused across shards: a pass allocates only what it retires.
+        let mut slots = Vec::new();
         let mut arrived = Vec::new();
         let mut later = Vec::new();
+        let mut reaped = Vec::new();
+        let mut ended = Ended::default();
         for (index, (shard, timers)) in inner.shards.iter().zip(all.iter_mut()).enumerate() {
             let ledger = &shard.ledger;
             // 1. Completed slots.
-            let before = timers.retiring.len();
-            shard
-                .retired
-                .drain(|word| timers.retire((word - 1) as usize));
-            pass.worked |= timers.retiring.len() > before;
+            shard.retired.drain(|word| slots.push(word - 1));
+            pass.worked |= !slots.is_empty();
+            for i in 0..slots.len() {
+                if let Some(&ahead) = slots.get(i + LOOKAHEAD) {
+                    timers.prefetch_node(ahead as usize);
+                }
+                timers.retire(slots[i] as usize);
+            }
+            slots.clear();
             // 2. New deadlines.
             let stopped = shard.inbox.drain(|word| arrived.push(word));
             pass.blocked |= stopped;
             pass.worked |= !arrived.is_empty();
-            for word in arrived.drain(..) {
-                let a = arrival::read(word, now, inner.tick_shift);
+            for i in 0..arrived.len() {
+                if let Some(&ahead) = arrived.get(i + LOOKAHEAD) {
+                    timers.prefetch_node(arrival::slot(ahead));
+                }
+                let a = arrival::read(arrived[i], now, inner.tick_shift);
                 if timers.node[a.slot] == RETIRING {
                     continue; // completed before we heard of it
                 }
@@ -219,21 +244,17 @@ pub(super) fn run_once<T: Send + 'static>(inner: &Arc<Inner<T>>, now: u64) -> Pa
                     // Already due (a tiny timeout, a lagging pass, an init that shortened
                     // an orphan's deadline): reap now rather than a tick later from the
                     // wheel's current bucket.
-                    if let Some(at) = reap(inner, index, a.slot, now, &mut completions, &mut pass) {
-                        timers.set(a.slot, at);
+                    match reap(inner, index, a.slot, now, &mut completions, &mut ended) {
+                        Reaped::Again(at) => timers.set(a.slot, at),
+                        Reaped::Retire => timers.retire(a.slot),
+                        Reaped::Gone => {}
                     }
                 } else {
                     timers.set(a.slot, deadline);
                 }
             }
-            // 3. Free what completed, unless an open word may still be behind `stopped`.
-            if !stopped && !timers.retiring.is_empty() {
-                for &slot in &timers.retiring {
-                    timers.node[slot as usize] = NONE;
-                }
-                inner.grace.retire(index, &mut timers.retiring);
-            }
-            // 4. Expire, a few timers at a time: their slots are spread over the whole
+            arrived.clear();
+            // 3. Expire, a few timers at a time: their slots are spread over the whole
             // table, so each reap would start with a cache miss; the batch's slot lines are
             // prefetched first, so the misses overlap instead of following one another.
             let mut handled = 0;
@@ -244,6 +265,9 @@ pub(super) fn run_once<T: Send + 'static>(inner: &Arc<Inner<T>>, now: u64) -> Pa
                 let mut n = 0;
                 for expired in due.by_ref() {
                     ledger.prefetch_slot(expired.value as usize);
+                    prefetch::<true>(
+                        std::ptr::from_ref(&timers.node[expired.value as usize]).cast(),
+                    );
                     batch[n] = expired.value;
                     n += 1;
                     if n == REAP_BATCH {
@@ -257,16 +281,29 @@ pub(super) fn run_once<T: Send + 'static>(inner: &Arc<Inner<T>>, now: u64) -> Pa
                 for &slot in &batch[..n] {
                     let slot = slot as usize;
                     timers.node[slot] = NONE;
-                    if let Some(at) = reap(inner, index, slot, now, &mut completions, &mut pass) {
-                        later.push((slot, at));
+                    match reap(inner, index, slot, now, &mut completions, &mut ended) {
+                        Reaped::Again(at) => later.push((slot, at)),
+                        Reaped::Retire => reaped.push(slot),
+                        Reaped::Gone => {}
                     }
                 }
             }
             for (slot, at) in later.drain(..) {
                 timers.set(slot, at);
             }
+            for slot in reaped.drain(..) {
+                timers.retire(slot);
+            }
+            ended.settle(inner, index, &mut pass);
             pass.more |= handled == BUDGET;
             pass.worked |= handled > 0;
+            // 4. Free what completed, unless an open word may still be behind `stopped`.
+            if !stopped && !timers.retiring.is_empty() {
+                for &slot in &timers.retiring {
+                    timers.node[slot as usize] = NONE;
+                }
+                inner.grace.retire(index, &mut timers.retiring);
+            }
             if let Some(delay) = timers.wheel.next_expiration_delay() {
                 let at = now.wrapping_add(delay);
                 if is_due(at, pass.next) {
@@ -299,29 +336,70 @@ pub(super) fn run_once<T: Send + 'static>(inner: &Arc<Inner<T>>, now: u64) -> Pa
     pass
 }
 
-/// Handles a slot whose timer fired (or whose open word arrived already due). Returns a
-/// deadline to schedule it at again, if any.
+/// What the reaper ended in one shard during a pass, counted once at the end of it rather
+/// than with an RMW per tree.
+#[derive(Default)]
+struct Ended {
+    timed_out: u64,
+    orphans: u64,
+    /// Reaping waited on a producer mid-way ([`Pass::blocked`]).
+    blocked: bool,
+}
+
+impl Ended {
+    /// Gives the credits back, adds to the shard's counters and resets.
+    fn settle<T: Send + 'static>(&mut self, inner: &Inner<T>, shard: usize, pass: &mut Pass) {
+        let counters = &inner.shards[shard].counters;
+        if self.timed_out > 0 {
+            counters
+                .timed_out
+                .fetch_add(self.timed_out, Ordering::SeqCst);
+        }
+        if self.orphans > 0 {
+            counters
+                .orphans_expired
+                .fetch_add(self.orphans, Ordering::SeqCst);
+        }
+        inner
+            .credits
+            .give_many((self.timed_out + self.orphans) as usize);
+        pass.blocked |= self.blocked;
+        *self = Ended::default();
+    }
+}
+
+/// What became of a slot whose timer fired.
+enum Reaped {
+    /// Still pending: schedule it again at this time.
+    Again(u64),
+    /// The reaper completed it (or dropped it, an orphan): the caller retires it, in the
+    /// reaper's own lists rather than through the retired ring it would drain next pass.
+    Retire,
+    /// Completed by another thread, which retires it.
+    Gone,
+}
+
+/// Handles a slot whose timer fired (or whose open word arrived already due).
 fn reap<T: Send + 'static>(
     inner: &Inner<T>,
     shard: usize,
     slot: usize,
     now: u64,
     completions: &mut Vec<(usize, super::Completion<T>)>,
-    pass: &mut Pass,
-) -> Option<u64> {
-    let counters = &inner.shards[shard].counters;
+    ended: &mut Ended,
+) -> Reaped {
     let ledger: &Ledger<T> = &inner.shards[shard].ledger;
     let mut state = ledger.state(slot);
     loop {
         if state & DONE != 0 {
             // Completed since: its completer retires it.
-            return None;
+            return Reaped::Gone;
         }
         if state & READY == 0 {
             // Its claimer pushed the open word and has not published yet (a timeout shorter
             // than that); it is the slot's occupant, as every timer is (module docs).
-            pass.blocked = true;
-            return Some(now.wrapping_add(inner.resolution));
+            ended.blocked = true;
+            return Reaped::Again(now.wrapping_add(inner.resolution));
         }
         if state & RESET != 0 {
             // Clear the mark before reading the deadline: a reset after this read marks the
@@ -336,24 +414,23 @@ fn reap<T: Send + 'static>(
         }
         let deadline = ledger.deadline(slot);
         if !is_due(deadline, now) {
-            return Some(deadline); // reset_timeout moved it later
+            return Reaped::Again(deadline); // reset_timeout moved it later
         }
         if state & INITING != 0 && state & INIT == 0 {
             // An init is writing the payload right now; look again next tick.
-            pass.blocked = true;
-            return Some(now.wrapping_add(inner.resolution));
+            ended.blocked = true;
+            return Reaped::Again(now.wrapping_add(inner.resolution));
         }
         match ledger.claim_done(slot, state) {
             Ok(()) if state & INIT != 0 => {
-                completions.push(inner.finish(shard, slot, Outcome::TimedOut, now));
-                return None;
+                completions.push(inner.complete(shard, slot, Outcome::TimedOut, now));
+                ended.timed_out += 1;
+                return Reaped::Retire;
             }
             Ok(()) => {
                 // An orphan: acks or a fail that never saw their init.
-                counters.orphans_expired.fetch_add(1, Ordering::SeqCst);
-                inner.credits.give();
-                inner.retire(shard, slot);
-                return None;
+                ended.orphans += 1;
+                return Reaped::Retire;
             }
             Err(now_state) => state = now_state,
         }
