@@ -153,16 +153,6 @@ impl Timers {
         self.retiring.push(slot as u32);
     }
 
-    /// Starts loading the slot's [`node`](Self::node) entry for writing: the entries of
-    /// the slots a drain or an expiry handles are spread over the whole array, so each would
-    /// be a cache miss, and an entry written with the miss pending holds up the next locked
-    /// instruction (the slot's DONE CAS in step 3) until it is served.
-    fn prefetch_node(&self, slot: usize) {
-        if let Some(entry) = self.node.get(slot) {
-            prefetch::<true>(std::ptr::from_ref(entry).cast());
-        }
-    }
-
     /// Timers scheduled.
     pub(super) fn len(&self) -> usize {
         self.wheel.len()
@@ -175,6 +165,17 @@ impl std::fmt::Debug for Timers {
             .field("timers", &self.wheel.len())
             .field("retiring", &self.retiring.len())
             .finish_non_exhaustive()
+    }
+}
+
+/// Starts loading a slot's [`Timers::node`] entry for writing: the entries of the slots a
+/// drain or an expiry handles are spread over the whole array, so each would be a cache
+/// miss, and an entry written with the miss pending holds up the next locked instruction
+/// (the slot's DONE CAS in step 3) until it is served. A free function, so that step 3 can
+/// call it while it borrows the wheel.
+fn prefetch_node(node: &[u32], slot: usize) {
+    if let Some(entry) = node.get(slot) {
+        prefetch::<true>(std::ptr::from_ref(entry).cast());
     }
 }
 
@@ -218,7 +219,7 @@ pub(super) fn run_once<T: Send + 'static>(inner: &Arc<Inner<T>>, now: u64) -> Pa
             pass.worked |= !slots.is_empty();
             for i in 0..slots.len() {
                 if let Some(&ahead) = slots.get(i + LOOKAHEAD) {
-                    timers.prefetch_node(ahead as usize);
+                    prefetch_node(&timers.node, ahead as usize);
                 }
                 timers.retire(slots[i] as usize);
             }
@@ -229,7 +230,7 @@ pub(super) fn run_once<T: Send + 'static>(inner: &Arc<Inner<T>>, now: u64) -> Pa
             pass.worked |= !arrived.is_empty();
             for i in 0..arrived.len() {
                 if let Some(&ahead) = arrived.get(i + LOOKAHEAD) {
-                    timers.prefetch_node(arrival::slot(ahead));
+                    prefetch_node(&timers.node, arrival::slot(ahead));
                 }
                 let a = arrival::read(arrived[i], now, inner.tick_shift);
                 if timers.node[a.slot] == RETIRING {
@@ -265,9 +266,7 @@ pub(super) fn run_once<T: Send + 'static>(inner: &Arc<Inner<T>>, now: u64) -> Pa
                 let mut n = 0;
                 for expired in due.by_ref() {
                     ledger.prefetch_slot(expired.value as usize);
-                    prefetch::<true>(
-                        std::ptr::from_ref(&timers.node[expired.value as usize]).cast(),
-                    );
+                    prefetch_node(&timers.node, expired.value as usize);
                     batch[n] = expired.value;
                     n += 1;
                     if n == REAP_BATCH {
