@@ -748,12 +748,23 @@ impl<T> Ledger<T> {
         self.transition(slot, expected, DONE).map(|_| ())
     }
 
+    /// Starts loading the lines [`free`](Self::free) writes: the slot's and its key's.
+    #[inline]
+    pub(crate) fn prefetch_free(&self, slot: usize) {
+        prefetch::<true>(std::ptr::from_ref(self.key_word(slot)).cast());
+        self.prefetch_slot(slot);
+    }
+
     /// Returns a DONE slot to EMPTY. Only after a grace period: no thread may still hold the
     /// slot from a lookup.
     pub(crate) fn free(&self, slot: usize) {
         debug_assert!(self.state(slot) & DONE != 0, "freeing a live slot");
-        self.slots[slot].xor.store(0, Ordering::SeqCst);
-        self.slots[slot].state.store(0, Ordering::SeqCst);
+        // Release, not SeqCst: what publishes these is the key's SeqCst store below, which
+        // a claimer's CAS acquires, so the claimer and whoever finds its key see them. A
+        // reader that found the old key may see them early: a 0 state is not READY, so it
+        // waits on the key and leaves (`await_claim`), as it could between SeqCst stores.
+        self.slots[slot].xor.store(0, Ordering::Release);
+        self.slots[slot].state.store(0, Ordering::Release);
         // Last the key (and the counts). A claimer's CAS on it then sees the clean fields above.
         self.release_key(slot);
     }

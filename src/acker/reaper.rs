@@ -34,8 +34,9 @@
 //!    for a later pass: freeing one whose open word is still behind that cell would let the
 //!    word schedule a timer for the slot's next occupant.
 //!
-//! Then, once for all shards: free the retired slots whose grace period has ended, and take
-//! a snapshot of the pinned threads for those retired since the last one ([`grace`]). While
+//! Then, once for all shards: free the retired slots whose grace period has ended (each a
+//! few slots after prefetching its lines), and take a snapshot of the pinned threads for
+//! those retired since the last one ([`grace`]). While
 //! slots still wait, the next pass is a tick away, or 100 µs if the tick is shorter.
 //!
 //! So every slot has at most one timer, and it is its current occupant's: the wheel holds
@@ -80,7 +81,7 @@ pub(super) const BUDGET: usize = 4096;
 /// Due timers whose slots are prefetched together before they are reaped (step 3).
 const REAP_BATCH: usize = 16;
 /// How far ahead of the word it handles a drain prefetches a word's [`Timers::node`] entry
-/// (steps 1 and 2).
+/// (steps 1 and 2), and how many slots after prefetching its lines it frees one (step 5).
 const LOOKAHEAD: usize = 8;
 
 /// No timer (in [`Timers::node`]).
@@ -313,9 +314,22 @@ pub(super) fn run_once<T: Send + 'static>(inner: &Arc<Inner<T>>, now: u64) -> Pa
         // 5. Free the slots whose grace period has ended. While some still wait, come back
         // within a tick (or the snapshot interval, if longer): nothing else may be due for
         // a whole timeout, and their tombstones hold places in their buckets.
+        // Each slot is freed LOOKAHEAD slots after its lines were prefetched (they are spread
+        // over the whole table); freeing later than the grace period allows is always safe.
+        let free = |(shard, slot): (usize, usize)| inner.shards[shard].ledger.free(slot);
+        let mut behind = [(0, 0); LOOKAHEAD];
+        let mut seen = 0;
         let (freed, waiting) = inner.grace.advance(inner.manual, |shard, slot| {
-            inner.shards[shard].ledger.free(slot)
+            inner.shards[shard].ledger.prefetch_free(slot);
+            let last = std::mem::replace(&mut behind[seen % LOOKAHEAD], (shard, slot));
+            if seen >= LOOKAHEAD {
+                free(last);
+            }
+            seen += 1;
         });
+        for i in seen.saturating_sub(LOOKAHEAD)..seen {
+            free(behind[i % LOOKAHEAD]);
+        }
         pass.worked |= freed > 0;
         pass.grace_waits = waiting > 0;
         if waiting > 0 {
