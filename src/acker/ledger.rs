@@ -748,9 +748,11 @@ impl<T> Ledger<T> {
         self.transition(slot, expected, DONE).map(|_| ())
     }
 
-    /// Starts loading the lines [`free`](Self::free) writes: the slot's and its key's.
+    /// Starts loading the slot's lines and its key's, for writing: what [`free`](Self::free)
+    /// writes, and what the reaper reads and writes to time a tree out (the key names the
+    /// root).
     #[inline]
-    pub(crate) fn prefetch_free(&self, slot: usize) {
+    pub(crate) fn prefetch_slot_and_key(&self, slot: usize) {
         prefetch::<true>(std::ptr::from_ref(self.key_word(slot)).cast());
         self.prefetch_slot(slot);
     }

@@ -257,7 +257,7 @@ pub(super) fn run_once<T: Send + 'static>(inner: &Arc<Inner<T>>, now: u64) -> Pa
             }
             arrived.clear();
             // 3. Expire, a few timers at a time: their slots are spread over the whole
-            // table, so each reap would start with a cache miss; the batch's slot lines are
+            // table, so each reap would start with a cache miss; the batch's slot and key lines are
             // prefetched first, so the misses overlap instead of following one another.
             let mut handled = 0;
             let ledger = &inner.shards[index].ledger;
@@ -266,7 +266,7 @@ pub(super) fn run_once<T: Send + 'static>(inner: &Arc<Inner<T>>, now: u64) -> Pa
             loop {
                 let mut n = 0;
                 for expired in due.by_ref() {
-                    ledger.prefetch_slot(expired.value as usize);
+                    ledger.prefetch_slot_and_key(expired.value as usize);
                     prefetch_node(&timers.node, expired.value as usize);
                     batch[n] = expired.value;
                     n += 1;
@@ -320,7 +320,7 @@ pub(super) fn run_once<T: Send + 'static>(inner: &Arc<Inner<T>>, now: u64) -> Pa
         let mut behind = [(0, 0); LOOKAHEAD];
         let mut seen = 0;
         let (freed, waiting) = inner.grace.advance(inner.manual, |shard, slot| {
-            inner.shards[shard].ledger.prefetch_free(slot);
+            inner.shards[shard].ledger.prefetch_slot_and_key(slot);
             let last = std::mem::replace(&mut behind[seen % LOOKAHEAD], (shard, slot));
             if seen >= LOOKAHEAD {
                 free(last);
