@@ -257,8 +257,9 @@ pub(super) fn run_once<T: Send + 'static>(inner: &Arc<Inner<T>>, now: u64) -> Pa
             }
             arrived.clear();
             // 3. Expire, a few timers at a time: their slots are spread over the whole
-            // table, so each reap would start with a cache miss; the batch's slot and key lines are
-            // prefetched first, so the misses overlap instead of following one another.
+            // table, so each reap would start with cache misses; the batch's slot and key
+            // lines are prefetched first, so the misses overlap instead of following one
+            // another.
             let mut handled = 0;
             let ledger = &inner.shards[index].ledger;
             let mut due = timers.wheel.advance(now).take(BUDGET);
