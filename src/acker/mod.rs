@@ -47,14 +47,14 @@
 //!
 //! | what | size | per pending root at max_pending |
 //! |---|---|---|
-//! | slot (XOR, base, start, timeout: 8 B each; state, payload: 4 B each) | 40 B per slot | 50.6 B: the table has 1.26 slots per root (a quarter of headroom, bucket rounding) |
-//! | key word, plus a bucket's overflow count | 8.5 B per slot | 10.8 B, and up to 2 MiB of huge-page rounding per acker |
+//! | slot (XOR, base, start, timeout: 8 B each; state, payload: 4 B each) | 40 B per slot | 50.4 B: the table has 1.26 slots per root (a quarter of headroom, bucket rounding) |
+//! | key word, plus a bucket's overflow count | 8.5 B per slot | 10.7 B, and up to 2 MiB of huge-page rounding per acker |
 //! | inbox ring (an [`arrival`] word) | 8 B per slot manual, 2 B threaded | 10.1 B manual, 2.5 B threaded |
-//! | retired ring (slot + 1) | 4 B per slot | 5.1 B |
-//! | the reaper's slot-to-node index | 4 B per slot | 5.1 B |
+//! | retired ring (slot + 1) | 4 B per slot | 5.0 B |
+//! | the reaper's slot-to-node index | 4 B per slot | 5.0 B |
 //! | timer-wheel node (links, generation, deadline, slot) | 24 B per pending root | 24 B |
 //!
-//! So about 98 B per root with a reaper thread and 106 B in manual mode. The slot alone is
+//! So about 98 B per root with a reaper thread and 105 B in manual mode. The slot alone is
 //! 40 B: a 64-bit XOR and a first-message time for `elapsed` are needed by the contract, and
 //! nanosecond deadlines that a reset and a per-tree timeout can each move need two words more.
 
