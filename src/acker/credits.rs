@@ -124,7 +124,7 @@ fn take_one(stripe: &AtomicUsize) -> bool {
 /// first take or give back, so the first threads each get a stripe of their own.
 #[cfg(not(loom))]
 #[inline]
-fn stripe_index() -> usize {
+pub(super) fn stripe_index() -> usize {
     use std::cell::Cell;
     use std::sync::atomic::AtomicUsize as StdAtomicUsize;
 
@@ -148,7 +148,7 @@ fn stripe_index() -> usize {
 /// Under loom: the model thread's number, which is the same in every execution (loom's
 /// `ThreadId` hashes an execution id too, and shows only the number).
 #[cfg(loom)]
-fn stripe_index() -> usize {
+pub(super) fn stripe_index() -> usize {
     let id = format!("{:?}", crate::sync::thread::current().id());
     id.trim_start_matches("ThreadId(")
         .trim_end_matches(')')

@@ -389,6 +389,9 @@ impl<T: Send + 'static> AckerBuilder<T> {
             resolution: resolution_ns,
             tick_shift: resolution_ns.trailing_zeros(),
             credits: credits::Credits::new(self.max_pending, credits::Credits::stripes_for(cores)),
+            counters: (0..credits::Credits::stripes_for(cores))
+                .map(|_| CachePadded::new(Counters::default()))
+                .collect(),
             on_complete: self.on_complete,
             next_wake: CachePadded::new(AtomicU64::new(now.wrapping_add(reaper::FAR))),
             shutdown: AtomicBool::new(false),
@@ -408,8 +411,10 @@ impl<T: Send + 'static> AckerBuilder<T> {
     }
 }
 
-/// Per-shard counters, summed by `stats()`; per shard so that completions on different
-/// shards do not contend on one cache line.
+/// Counters, summed by `stats()`. One set per credit stripe, each thread counting in its
+/// own (as it takes and gives credits), so that threads completing trees in the same shards
+/// do not pass one cache line back and forth (per shard, two threads did).
+/// [`Counters::of`] picks the calling thread's.
 #[derive(Debug, Default)]
 struct Counters {
     acked: AtomicU64,
@@ -420,6 +425,14 @@ struct Counters {
     callback_panics: AtomicU64,
 }
 
+impl Counters {
+    /// The calling thread's counters.
+    #[inline]
+    fn of<T>(inner: &Inner<T>) -> &Counters {
+        &inner.counters[credits::stripe_index() & (inner.counters.len() - 1)]
+    }
+}
+
 #[derive(Debug)]
 struct Shard<T> {
     ledger: Ledger<T>,
@@ -427,7 +440,6 @@ struct Shard<T> {
     inbox: Ring<u64>,
     /// Completed slots for the reaper to free (slot + 1).
     retired: Ring<u32>,
-    counters: CachePadded<Counters>,
 }
 
 impl<T> Shard<T> {
@@ -446,7 +458,6 @@ impl<T> Shard<T> {
             // A slot is on it at most once (it is freed only after the reaper has taken it
             // off), so a cell per slot means it is never full.
             retired: Ring::new(slots),
-            counters: CachePadded::new(Counters::default()),
         }
     }
 }
@@ -468,7 +479,7 @@ struct RoomWait {
 }
 
 /// A completion claimed by an operation, delivered once the operation has unpinned.
-type Done<T> = Option<(usize, Completion<T>)>;
+type Done<T> = Option<Completion<T>>;
 
 /// Why a message could not get room: the root's buckets are full (or `max_pending`
 /// reached), or the shard's inbox ring is.
@@ -503,6 +514,8 @@ struct Inner<T> {
     tick_shift: u32,
     /// The `max_pending` bound: one credit per entry that may still be held.
     credits: credits::Credits,
+    /// See [`Counters`]: a power-of-two number of them.
+    counters: Box<[CachePadded<Counters>]>,
     on_complete: Option<Callback<T>>,
     /// The earliest time the reaper must run again (see `reaper`).
     next_wake: CachePadded<AtomicU64>,
@@ -655,8 +668,7 @@ impl<T: Send + 'static> Acker<T> {
             pending: self.pending(),
             ..AckerStats::default()
         };
-        for shard in inner.shards.iter() {
-            let c = &shard.counters;
+        for c in inner.counters.iter() {
             stats.acked += c.acked.load(Ordering::SeqCst);
             stats.failed += c.failed.load(Ordering::SeqCst);
             stats.timed_out += c.timed_out.load(Ordering::SeqCst);
@@ -845,7 +857,7 @@ impl<T: Send + 'static> Inner<T> {
             return Some(self.grace.pin());
         }
         if !self.shutdown.load(Ordering::SeqCst) {
-            self.refuse(h.shard);
+            self.refuse();
         }
         None
     }
@@ -853,9 +865,8 @@ impl<T: Send + 'static> Inner<T> {
     /// Counts a message refused for want of room. It does not wake the reaper: when
     /// tombstones were what filled the window, `make_room` has woken it already, and
     /// otherwise (at `max_pending`, a window of live trees) a pass cannot help.
-    fn refuse(&self, shard: usize) {
-        self.shards[shard]
-            .counters
+    fn refuse(&self) {
+        Counters::of(self)
             .rejected_full
             .fetch_add(1, Ordering::SeqCst);
     }
@@ -1183,16 +1194,10 @@ impl<T: Send + 'static> Inner<T> {
     /// Takes the payload of a slot whose DONE this thread just set, counts the outcome and
     /// retires the slot; the caller delivers the completion. `now` (read before the DONE
     /// CAS) ends `elapsed`.
-    fn finish(
-        &self,
-        shard_index: usize,
-        slot: usize,
-        outcome: Outcome,
-        now: u64,
-    ) -> (usize, Completion<T>) {
+    fn finish(&self, shard_index: usize, slot: usize, outcome: Outcome, now: u64) -> Completion<T> {
         let done = self.complete(shard_index, slot, outcome, now);
         self.credits.give();
-        let counters = &self.shards[shard_index].counters;
+        let counters = Counters::of(self);
         let counter = match outcome {
             Outcome::Acked => &counters.acked,
             Outcome::Failed => &counters.failed,
@@ -1212,34 +1217,30 @@ impl<T: Send + 'static> Inner<T> {
         slot: usize,
         outcome: Outcome,
         now: u64,
-    ) -> (usize, Completion<T>) {
+    ) -> Completion<T> {
         let shard = &self.shards[shard_index];
         let ledger = &shard.ledger;
         let root = self.root_of(shard_index, slot);
         let payload = ledger.take_payload(slot);
         let elapsed =
             Duration::from_nanos(now.wrapping_sub(ledger.start(slot)).min(i64::MAX as u64));
-        (
-            shard_index,
-            Completion {
-                root,
-                payload,
-                outcome,
-                elapsed,
-            },
-        )
+        Completion {
+            root,
+            payload,
+            outcome,
+            elapsed,
+        }
     }
 
     /// Runs `on_complete` for a completion this thread claimed, after its pin is released
     /// (a slow callback must not hold up memory reclamation). `true` iff there was one.
     fn deliver(&self, done: Done<T>) -> bool {
-        let Some((shard, completion)) = done else {
+        let Some(completion) = done else {
             return false;
         };
         if let Some(f) = &self.on_complete {
             if catch_unwind(AssertUnwindSafe(|| f(completion))).is_err() {
-                self.shards[shard]
-                    .counters
+                Counters::of(self)
                     .callback_panics
                     .fetch_add(1, Ordering::SeqCst);
             }

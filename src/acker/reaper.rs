@@ -295,7 +295,7 @@ pub(super) fn run_once<T: Send + 'static>(inner: &Arc<Inner<T>>, now: u64) -> Pa
             for slot in reaped.drain(..) {
                 timers.retire(slot);
             }
-            ended.settle(inner, index, &mut pass);
+            ended.settle(inner, &mut pass);
             pass.more |= handled == BUDGET;
             pass.worked |= handled > 0;
             // 4. Free what completed, unless an open word may still be behind `stopped`.
@@ -361,9 +361,9 @@ struct Ended {
 }
 
 impl Ended {
-    /// Gives the credits back, adds to the shard's counters and resets.
-    fn settle<T: Send + 'static>(&mut self, inner: &Inner<T>, shard: usize, pass: &mut Pass) {
-        let counters = &inner.shards[shard].counters;
+    /// Gives the credits back, adds to the counters and resets.
+    fn settle<T: Send + 'static>(&mut self, inner: &Inner<T>, pass: &mut Pass) {
+        let counters = super::Counters::of(inner);
         if self.timed_out > 0 {
             counters
                 .timed_out
@@ -399,7 +399,7 @@ fn reap<T: Send + 'static>(
     shard: usize,
     slot: usize,
     now: u64,
-    completions: &mut Vec<(usize, super::Completion<T>)>,
+    completions: &mut Vec<super::Completion<T>>,
     ended: &mut Ended,
 ) -> Reaped {
     let ledger: &Ledger<T> = &inner.shards[shard].ledger;
