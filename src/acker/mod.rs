@@ -16,8 +16,8 @@
 //! `hash(root)` picks a shard; each shard has a lock-free [`ledger`] (one slot per
 //! pending root) and, owned by whoever runs the reaper pass, a [`TimerWheel`] of slot
 //! timers. Writers never touch a wheel: a new slot's deadline goes on the shard's lock-free
-//! *inbox* ring and the reaper schedules it; a completed slot goes on its *retired* ring and
-//! the reaper frees it ([`reaper`], [`ring`]). `reset_timeout` only stores the new,
+//! *inbox* ring and the reaper schedules it; a completed slot goes on one of its *retired*
+//! rings and the reaper frees it ([`reaper`], [`ring`]). `reset_timeout` only stores the new,
 //! later deadline; when the wheel yields the slot, the reaper re-checks the real deadline and
 //! reschedules (Caffeine's re-check); it also marks the slot's state, so a reaper that read
 //! the old deadline just before cannot then time the tree out. Completion is claimed by one
@@ -50,7 +50,7 @@
 //! | slot (XOR, base, start, timeout: 8 B each; state, payload: 4 B each) | 40 B per slot | 50.4 B: the table has 1.26 slots per root (a quarter of headroom, bucket rounding) |
 //! | key word, plus a bucket's overflow count | 8.5 B per slot | 10.7 B, and up to 2 MiB of huge-page rounding per acker |
 //! | inbox ring (an [`arrival`] word) | 8 B per slot manual, 2 B threaded | 10.1 B manual, 2.5 B threaded |
-//! | retired ring (slot + 1) | 4 B per slot | 5.0 B |
+//! | retired rings (slot + 1), two per shard | 4 B per slot | 5.0 B |
 //! | the reaper's slot-to-node index | 4 B per slot | 5.0 B |
 //! | timer-wheel node (links, generation, deadline, slot) | 24 B per pending root | 24 B |
 //!
@@ -439,8 +439,15 @@ struct Shard<T> {
     /// Deadlines for the reaper to schedule ([`arrival`] words).
     inbox: Ring<u64>,
     /// Completed slots for the reaper to free (slot + 1).
-    retired: Ring<u32>,
+    /// Completed slots for the reaper to free (slot + 1), in [`RETIRED_LANES`] rings: a
+    /// completer starts at its credit stripe's, so that threads completing trees in the same
+    /// shard do not share a ring's tail and cells (its `fetch_add` and cell store were two
+    /// thirds of `finish` with two threads on one ring).
+    retired: Box<[Ring<u32>]>,
 }
+
+/// Rings per shard for retired slots (see [`Shard::retired`]).
+const RETIRED_LANES: usize = 2;
 
 impl<T> Shard<T> {
     fn new(ledger: Ledger<T>, manual: bool) -> Self {
@@ -455,9 +462,12 @@ impl<T> Shard<T> {
             // `expire` frees it, so only the rare adjust words could fill it before
             // `max_pending` is reached.
             inbox: Ring::new(if manual { slots } else { (slots / 4).max(64) }),
-            // A slot is on it at most once (it is freed only after the reaper has taken it
-            // off), so a cell per slot means it is never full.
-            retired: Ring::new(slots),
+            // A slot is on one of them at most once (it is freed only after the reaper has
+            // taken it off), so with a cell per slot between them, plus one each, they are
+            // never all full at once: a completer whose lane is full finds room in another.
+            retired: (0..RETIRED_LANES)
+                .map(|_| Ring::new(slots / RETIRED_LANES + 1))
+                .collect(),
         }
     }
 }
@@ -526,7 +536,8 @@ struct Inner<T> {
     idle_wakeups: AtomicU64,
     /// When retired slots may be freed.
     grace: grace::Grace,
-    /// A shard's retired ring (or inbox) this long wakes the reaper to free (or schedule) it.
+    /// A shard's inbox this long wakes the reaper to schedule it, and one of its retired
+    /// rings half this long, to free them.
     retire_batch: u32,
 }
 
@@ -884,7 +895,7 @@ impl<T: Send + 'static> Inner<T> {
         shard.ledger.publish(slot, flags);
         reaper::wake_for(self, deadline);
         if queued == u64::from(self.retire_batch) {
-            // A long inbox wakes the reaper as a long retired ring does.
+            // A long inbox wakes the reaper as long retired rings do.
             reaper::wake_now(self);
         }
     }
@@ -892,9 +903,22 @@ impl<T: Send + 'static> Inner<T> {
     /// Hands a slot whose DONE this thread set to the reaper, which frees it after a grace
     /// period.
     fn retire(&self, shard: usize, slot: usize) {
-        let retired = &self.shards[shard].retired;
-        let ticket = retired.reserve_unbounded();
-        if retired.put(ticket, slot as u32 + 1) == u64::from(self.retire_batch) {
+        let lanes = &self.shards[shard].retired;
+        let mut lane = credits::stripe_index();
+        let (retired, ticket) = loop {
+            let retired = &lanes[lane % RETIRED_LANES];
+            if let Some(ticket) = retired.reserve() {
+                break (retired, ticket);
+            }
+            lane += 1;
+            if lane % RETIRED_LANES == 0 {
+                // Every lane looked full. They cannot all be (see `Shard::new`): another
+                // completer's reservation or a drain is in flight; let it finish.
+                thread::yield_now();
+            }
+        };
+        let batch = u64::from(self.retire_batch).div_ceil(RETIRED_LANES as u64);
+        if retired.put(ticket, slot as u32 + 1) == batch {
             // Tombstones hold their bucket's slots until the reaper frees them: wake it
             // now rather than at the next deadline, which may be a whole timeout away.
             reaper::wake_now(self);
@@ -1210,7 +1234,7 @@ impl<T: Send + 'static> Inner<T> {
 
     /// [`finish`](Self::finish) but for the bookkeeping (the credit, the outcome's count and
     /// retiring the slot), which the reaper does once per pass and shard for the trees it
-    /// times out, and in its own lists rather than through the retired ring it drains.
+    /// times out, and in its own lists rather than through the retired rings it drains.
     fn complete(
         &self,
         shard_index: usize,

@@ -5,9 +5,9 @@
 //! Per shard, behind the acker's wheel lock (held only by the reaper thread, or by `expire`
 //! callers in manual mode, never by writers), a [`Timers`]: the shard's wheel, and for each
 //! slot the wheel node holding its occupant's timer. Writers talk to it through the shard's
-//! two rings ([`ring`](super::ring)): the *inbox* (an [`arrival`](super::arrival) word for
+//! rings ([`ring`](super::ring)): the *inbox* (an [`arrival`](super::arrival) word for
 //! every new slot, and for an init that shortens a held orphan's deadline) and the *retired*
-//! ring (every completed slot, pushed by its completer). The reaper reads a slot only when
+//! rings (every completed slot, pushed by its completer on the ring of its lane). The reaper reads a slot only when
 //! its timer fires, and writes it only to time it out or (after a grace period) to free it,
 //! so a live tree's cache line stays with the threads acking it.
 //!
@@ -15,7 +15,7 @@
 //!
 //! For each shard:
 //!
-//! 1. drain the retired ring: those slots are done; cancel their timers and mark them
+//! 1. drain the retired rings: those slots are done; cancel their timers and mark them
 //!    retiring, so that a late open word for one of them schedules nothing;
 //! 2. drain the inbox: schedule each open word's slot at its deadline (at once if it is
 //!    already due); move an existing timer earlier for an adjust word;
@@ -25,7 +25,7 @@
 //!    is not published yet, else claim DONE: `TimedOut` for an initialized tree, a silent
 //!    drop for an orphan. A slot the reaper completes (here, or in step 2 when its deadline
 //!    is already due) it marks retiring at once, as step 1 does, rather than push it on the
-//!    retired ring for the next pass to drain;
+//!    retired rings for the next pass to drain;
 //! 4. hand the retiring slots to the grace period, which frees them once no pinned thread
 //!    can still see them. Not before every open word pushed before their retirement has been
 //!    read: a slot's open word is pushed before the slot is published, so before it can
@@ -216,7 +216,9 @@ pub(super) fn run_once<T: Send + 'static>(inner: &Arc<Inner<T>>, now: u64) -> Pa
         for (index, (shard, timers)) in inner.shards.iter().zip(all.iter_mut()).enumerate() {
             let ledger = &shard.ledger;
             // 1. Completed slots.
-            shard.retired.drain(|word| slots.push(word - 1));
+            for lane in shard.retired.iter() {
+                lane.drain(|word| slots.push(word - 1));
+            }
             pass.worked |= !slots.is_empty();
             for i in 0..slots.len() {
                 if let Some(&ahead) = slots.get(i + LOOKAHEAD) {
@@ -387,7 +389,7 @@ enum Reaped {
     /// Still pending: schedule it again at this time.
     Again(u64),
     /// The reaper completed it (or dropped it, an orphan): the caller retires it, in the
-    /// reaper's own lists rather than through the retired ring it would drain next pass.
+    /// reaper's own lists rather than through the retired rings it would drain next pass.
     Retire,
     /// Completed by another thread, which retires it.
     Gone,

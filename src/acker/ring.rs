@@ -1,7 +1,8 @@
 //! A bounded ring of non-zero words: many producers, one consumer (the reaper).
 //!
-//! Each shard hands the reaper its news through two of these: the *inbox* (a deadline to
-//! schedule) and the *retired* ring (a completed slot to free). Neither runs through the
+//! Each shard hands the reaper its news through these: the *inbox* (a deadline to schedule)
+//! and two *retired* rings (a completed slot to free; a completer starts at its own lane's,
+//! so that two threads completing trees in one shard do not share a tail and its cells). Neither runs through the
 //! ledger's slots, so the reaper reads and writes only ring cells and its own state, never a
 //! slot's cache line, while the threads acking that slot keep the line to themselves.
 //!
@@ -115,13 +116,6 @@ impl<W: Word> Ring<W> {
         }
     }
 
-    /// Takes a ticket with no limit: for a caller that knows the ring cannot be full (the
-    /// retired ring holds at most one word per slot, and has a cell per slot).
-    #[inline]
-    pub(crate) fn reserve_unbounded(&self) -> u64 {
-        self.tail.fetch_add(1, Ordering::SeqCst)
-    }
-
     /// Stores `word` (non-zero) under `ticket`. Returns how many tickets were unconsumed
     /// just before, this one included: roughly the ring's length.
     #[inline]
@@ -129,8 +123,8 @@ impl<W: Word> Ring<W> {
         debug_assert!(!word.is_empty());
         let cell = &self.cells[(ticket % self.capacity() as u64) as usize];
         // Never taken: a ticket is admitted only once the drain that emptied this cell has
-        // published its head (`reserve`), and the unbounded ring has a cell per possible
-        // word. Kept as a wait rather than trusted, so a broken bound stalls, never loses.
+        // published its head (`reserve`). Kept as a wait rather than trusted, so a broken
+        // bound stalls, never loses.
         while !W::load(cell).is_empty() {
             crate::sync::thread::yield_now();
         }

@@ -883,3 +883,30 @@ fn random_roots_fill_max_pending_without_a_refusal() {
     assert_eq!(acker.pending(), N as usize);
     assert!(matches!(acker.init(N, 1, 1), Err(InitError::Full(1))));
 }
+
+/// A thread that completes more trees than its retired ring holds before a pass drains it
+/// moves on to the shard's other ring: nothing is lost and nothing waits (with one thread, a
+/// wait for the reaper would never end in manual mode).
+#[test]
+fn completions_past_one_retired_ring_go_to_the_other() {
+    const TREES: u64 = 2000;
+    let clock = ManualClock::new(0);
+    let (acker, log) = manual(&clock, |b| {
+        b.shards(1).max_pending(TREES as usize).crowded()
+    });
+    let lane = acker.handle.inner.shards[0].retired[0].capacity() as u64;
+    assert!(TREES > lane, "the test must overflow a ring: {lane} cells");
+    for round in 0..2 {
+        for root in 0..TREES {
+            acker.init(root, 7, round as u32).unwrap();
+            assert!(acker.ack(root, 7));
+        }
+        assert_eq!(acker.pending(), 0);
+        // One pass retires every tombstone, whichever ring it is on, so the second round
+        // finds its slots free again.
+        acker.expire();
+        acker.expire();
+    }
+    assert_eq!(log.lock().unwrap().len(), 2 * TREES as usize);
+    assert_eq!(acker.stats().acked, 2 * TREES);
+}
