@@ -238,8 +238,8 @@ impl<T: Send + 'static> AckerBuilder<T> {
         }
     }
 
-    /// Tables of exactly 1.25x `max_pending` slots (bucket rounding aside), without the [`MIN_TABLE_SLOTS`] floor,
-    /// for tests that need buckets to fill up.
+    /// Tables of exactly 1.25x `max_pending` slots (bucket rounding aside), without the
+    /// [`MIN_TABLE_SLOTS`] floor, for tests that need buckets to fill up.
     #[cfg(test)]
     pub(crate) fn crowded(mut self) -> Self {
         self.min_slots = 0;
