@@ -7,9 +7,9 @@
 //! slot the wheel node holding its occupant's timer. Writers talk to it through the shard's
 //! rings ([`ring`](super::ring)): the *inbox* (an [`arrival`](super::arrival) word for
 //! every new slot, and for an init that shortens a held orphan's deadline) and the *retired*
-//! rings (every completed slot, pushed by its completer on the ring of its lane). The reaper reads a slot only when
-//! its timer fires, and writes it only to time it out or (after a grace period) to free it,
-//! so a live tree's cache line stays with the threads acking it.
+//! rings (every completed slot, pushed by its completer on the ring of its lane). The reaper
+//! reads a slot only when its timer fires, and writes it only to time it out or (after a
+//! grace period) to free it, so a live tree's cache line stays with the threads acking it.
 //!
 //! ## A pass
 //!

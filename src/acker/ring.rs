@@ -2,9 +2,10 @@
 //!
 //! Each shard hands the reaper its news through these: the *inbox* (a deadline to schedule)
 //! and two *retired* rings (a completed slot to free; a completer starts at its own lane's,
-//! so that two threads completing trees in one shard do not share a tail and its cells). Neither runs through the
-//! ledger's slots, so the reaper reads and writes only ring cells and its own state, never a
-//! slot's cache line, while the threads acking that slot keep the line to themselves.
+//! so that two threads completing trees in one shard do not share a tail and its cells).
+//! None runs through the ledger's slots, so the reaper reads and writes only ring cells and
+//! its own state, never a slot's cache line, while the threads acking that slot keep the
+//! line to themselves.
 //!
 //! ## Protocol
 //!
