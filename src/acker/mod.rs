@@ -536,8 +536,9 @@ struct Inner<T> {
     idle_wakeups: AtomicU64,
     /// When retired slots may be freed.
     grace: grace::Grace,
-    /// A shard's inbox this long wakes the reaper to schedule it, and one of its retired
-    /// rings half this long, to free them.
+    /// A shard's inbox or one of its retired rings this long wakes the reaper to schedule or
+    /// free what it holds. (Per retired ring, not half as long: with one thread, which uses
+    /// one of them, half woke the reaper twice as often.)
     retire_batch: u32,
 }
 
@@ -917,8 +918,7 @@ impl<T: Send + 'static> Inner<T> {
                 thread::yield_now();
             }
         };
-        let batch = u64::from(self.retire_batch).div_ceil(RETIRED_LANES as u64);
-        if retired.put(ticket, slot as u32 + 1) == batch {
+        if retired.put(ticket, slot as u32 + 1) == u64::from(self.retire_batch) {
             // Tombstones hold their bucket's slots until the reaper frees them: wake it
             // now rather than at the next deadline, which may be a whole timeout away.
             reaper::wake_now(self);
