@@ -74,15 +74,14 @@ impl Credits {
     /// Gives one credit back (an entry was completed or dropped).
     #[inline]
     pub(super) fn give(&self) {
-        let stripe = &self.stripes[stripe_index() & (self.stripes.len() - 1)];
-        stripe.fetch_add(1, Ordering::SeqCst);
+        self.give_many(1);
     }
 
     /// Gives `n` credits back at once (the reaper, for the entries one pass ended).
+    #[inline]
     pub(super) fn give_many(&self, n: usize) {
         if n > 0 {
-            let stripe = &self.stripes[stripe_index() & (self.stripes.len() - 1)];
-            stripe.fetch_add(n, Ordering::SeqCst);
+            own_stripe(&self.stripes).fetch_add(n, Ordering::SeqCst);
         }
     }
 
@@ -102,6 +101,13 @@ impl Credits {
         let free: usize = self.stripes.iter().map(|s| s.load(Ordering::SeqCst)).sum();
         self.max.saturating_sub(free)
     }
+}
+
+/// The calling thread's element of `stripes`, whose length is a power of two: its credit
+/// stripe, and (in the acker) its set of counters.
+#[inline]
+pub(super) fn own_stripe<S>(stripes: &[S]) -> &S {
+    &stripes[stripe_index() & (stripes.len() - 1)]
 }
 
 /// Takes one credit from `stripe` if it has one. A CAS rather than a `fetch_sub` that is

@@ -429,7 +429,8 @@ impl Counters {
     /// The calling thread's counters.
     #[inline]
     fn of<T>(inner: &Inner<T>) -> &Counters {
-        &inner.counters[credits::stripe_index() & (inner.counters.len() - 1)]
+        let own: &CachePadded<Counters> = credits::own_stripe(&inner.counters);
+        own
     }
 }
 

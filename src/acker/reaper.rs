@@ -34,10 +34,10 @@
 //!    for a later pass: freeing one whose open word is still behind that cell would let the
 //!    word schedule a timer for the slot's next occupant.
 //!
-//! Then, once for all shards: free the retired slots whose grace period has ended (each a
-//! few slots after prefetching its lines), and take a snapshot of the pinned threads for
-//! those retired since the last one ([`grace`]). While
-//! slots still wait, the next pass is a tick away, or 100 µs if the tick is shorter.
+//! Then, once for all shards (step 5): free the retired slots whose grace period has ended
+//! (each a few slots after prefetching its lines), and take a snapshot of the pinned threads
+//! for those retired since the last one ([`grace`]). While slots still wait, the next pass
+//! is a tick away, or 100 µs if the tick is shorter.
 //!
 //! So every slot has at most one timer, and it is its current occupant's: the wheel holds
 //! one node per pending root, not one per root seen within a timeout (a first version left
