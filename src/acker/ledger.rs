@@ -2,20 +2,23 @@
 //!
 //! ## Layout
 //!
-//! Keys apart, the rest together. The table is `buckets` buckets of [`SLOTS_PER_BUCKET`]
-//! slots. A bucket's keys are contiguous in a key array, followed by one more word, the
-//! bucket's *overflow count* (below), so a probe reads one or two cache lines; a slot's XOR
-//! value, state, times and payload sit together in one 40-byte `Slot` (with a `u32`
-//! payload), so the operation on the slot it found touches one or two more. Nothing the
-//! reaper keeps (timers, queues) lives in a slot: the reaper never writes a slot's line
-//! until it times the tree out or frees the slot, so the threads acking a tree keep that
-//! line in their own caches.
+//! What every operation touches apart from the rest. The table is `buckets` buckets of
+//! [`SLOTS_PER_BUCKET`] slots. A bucket is two cache lines: the first holds its *overflow
+//! count* (below) and its slots' keys, which a probe reads; the second its slots' XOR values
+//! and states, which an ack reads and writes. A slot's other fields (times and payload, 32
+//! bytes with a `u32` payload) sit together in a `Slot` of their own, which only init, a
+//! reset, completion and the reaper touch. So the common ack reads and writes its home
+//! bucket's two lines and nothing else, and both are prefetched as soon as the root is
+//! hashed: they arrive together rather than one miss after the other, and at 64k pending
+//! roots the buckets (18 B per slot) stay in a core's L2 where keys and slots together (48
+//! B) did not (1 thread: 48 -> 38 ns per ack at 64k pending, 150 -> 114 ns at 1M).
+//! Nothing the reaper keeps (timers, queues) lives in a bucket or slot: the reaper writes
+//! them only to time a tree out or to free a slot.
 //!
-//! In a large table every new entry misses twice: on its home bucket's keys and on the slot
-//! it claims. Both lines are prefetched as soon as their address is known (the keys before
-//! the caller reads the clock and pins, the slot when the scan sees it empty), so the
-//! misses overlap the work before the first write rather than stalling it (1 thread, 1k
-//! trees in flight in a 1M-slot table: about 107 -> 94 ns per operation).
+//! In a large table every new entry misses twice: on its home bucket and on the slot it
+//! claims. Both are prefetched as soon as their address is known (the bucket before the
+//! caller reads the clock and pins, the slot when the scan sees it empty), so the misses
+//! overlap the work before the first write rather than stalling it.
 //!
 //! A root hashes (see [`HashLayout`]) to a shard, a *home* bucket and a *stored key*: the
 //! hash bits not implied by the shard and home bucket, shifted left with the low bit set, so
@@ -80,23 +83,24 @@ use crate::clock::is_due;
 
 #[cfg(loom)]
 use crate::sync::fence;
-use crate::sync::{AtomicU32, AtomicU64, Ordering, UnsafeCell};
+use crate::sync::{AtomicU64, AtomicU8, Ordering, UnsafeCell};
 
-/// Slots per bucket: a bucket's keys and its overflow count fill 128 bytes, two cache lines.
+/// Slots per bucket: a bucket's overflow count, keys, XOR values and states fill 128 bytes,
+/// two cache lines.
 #[cfg(not(loom))]
-pub(crate) const SLOTS_PER_BUCKET: usize = 15;
+pub(crate) const SLOTS_PER_BUCKET: usize = 7;
 /// Tiny under loom so models reach full buckets, overflow and reuse in a few steps.
 #[cfg(loom)]
 pub(crate) const SLOTS_PER_BUCKET: usize = 2;
 
-/// Key words per bucket: its keys, then its overflow count.
-const KEY_WORDS: usize = SLOTS_PER_BUCKET + 1;
-
-/// How many buckets past its home a root may live (capped at `buckets - 1`).
+/// How many buckets past its home a root may live (capped at `buckets - 1`): a window of
+/// 448 slots, which random roots filling a table to `max_pending` never overrun (test
+/// `random_roots_fill_max_pending_without_a_refusal`; 32 buckets did, at 97.6 %).
 #[cfg(not(any(loom, miri)))]
-pub(crate) const MAX_PROBE: usize = 31;
+pub(crate) const MAX_PROBE: usize = 63;
 /// Under Miri 15: its tests fill a root's whole window slot by slot, and Miri interprets
-/// every probe of every one of those claims (32 buckets took it over ten minutes).
+/// every probe of every one of those claims (32 buckets of 15 slots took it over ten
+/// minutes).
 #[cfg(all(miri, not(loom)))]
 pub(crate) const MAX_PROBE: usize = 15;
 /// Under loom one bucket past home, so models overflow in few steps.
@@ -105,7 +109,7 @@ pub(crate) const MAX_PROBE: usize = 1;
 
 /// Top bits of a key word that hold the slot's distance from its home bucket.
 #[cfg(not(any(loom, miri)))]
-const DISTANCE_BITS: u32 = 5;
+const DISTANCE_BITS: u32 = 6;
 #[cfg(all(miri, not(loom)))]
 const DISTANCE_BITS: u32 = 4;
 #[cfg(loom)]
@@ -159,6 +163,8 @@ pub(crate) const DONE: u32 = 1 << 4;
 /// it before it reads the deadline, so its DONE CAS (from a state without RESET) fails if a
 /// reset lands between that read and the CAS, and it reads the deadline again.
 pub(crate) const RESET: u32 = 1 << 5;
+/// A slot's state is one byte of its bucket's second line.
+const _: () = assert!((READY | INIT | INITING | FAILED | DONE | RESET) <= u8::MAX as u32);
 
 /// Where a root lives: its shard, its home bucket in that shard, and its stored key.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -274,10 +280,37 @@ pub(crate) enum Claim {
     Full,
 }
 
-/// A slot's fields other than its key.
+/// A bucket's words that every operation touches: its overflow count and keys (the first
+/// cache line, which a probe reads), then its slots' XOR values and states (the second,
+/// which an ack writes). `align(64)`, so the two halves are the two lines.
+#[repr(C, align(64))]
+struct Bucket {
+    /// How many roots live past this bucket with their home at or before it (module docs).
+    overflow: AtomicU64,
+    /// Stored keys with distances; 0 is EMPTY.
+    keys: [AtomicU64; SLOTS_PER_BUCKET],
+    /// The XOR values.
+    xors: [AtomicU64; SLOTS_PER_BUCKET],
+    /// Flags (module docs).
+    states: [AtomicU8; SLOTS_PER_BUCKET],
+}
+
+#[cfg(not(loom))]
+const _: () = assert!(std::mem::size_of::<Bucket>() == 128);
+
+impl Bucket {
+    fn new() -> Self {
+        Bucket {
+            overflow: AtomicU64::new(0),
+            keys: std::array::from_fn(|_| AtomicU64::new(0)),
+            xors: std::array::from_fn(|_| AtomicU64::new(0)),
+            states: std::array::from_fn(|_| AtomicU8::new(0)),
+        }
+    }
+}
+
+/// A slot's fields that only init, a reset, completion and the reaper touch.
 struct Slot<T> {
-    /// The XOR value.
-    xor: AtomicU64,
     /// When the timeout counts from: the first message, or the latest `reset_timeout`. The
     /// tree is due at `base + timeout`. Kept apart from the timeout (rather than one
     /// deadline word) so that a reset and the init that sets the tree's own timeout each
@@ -287,18 +320,14 @@ struct Slot<T> {
     start: AtomicU64,
     /// The tree's timeout in ns, for `reset_timeout`.
     timeout: AtomicU64,
-    /// Flags (module docs).
-    state: AtomicU32,
     payload: UnsafeCell<MaybeUninit<T>>,
 }
 
 /// One shard's table. See the module docs for the protocol.
 pub(crate) struct Ledger<T> {
-    /// Per bucket, its stored keys then its overflow count, apart from the rest so that a
-    /// probe reads only those.
-    keys: Part<AtomicU64>,
-    /// Everything else about a slot, together, so that an operation on a found slot touches
-    /// one or two more cache lines rather than one per field.
+    /// The buckets' overflow counts, keys, values and states: all that an ack touches.
+    table: Part<Bucket>,
+    /// The rest of each slot, together, apart from the buckets so that they stay small.
     slots: Part<Slot<T>>,
     buckets: usize,
     /// Buckets past home a root may live: `MAX_PROBE`, or fewer in a small table.
@@ -323,19 +352,18 @@ impl<T> Ledger<T> {
     /// `shards` ledgers of `buckets * SLOTS_PER_BUCKET` empty slots each, sharing one key
     /// array and one slot array ([`Table::split`]).
     pub(crate) fn shards(shards: usize, buckets: usize) -> Vec<Self> {
-        let keys = Table::split(shards, buckets * KEY_WORDS, |_| AtomicU64::new(0));
+        let table = Table::split(shards, buckets, |_| Bucket::new());
         let slots = Table::split(shards, buckets * SLOTS_PER_BUCKET, |_| Slot {
-            xor: AtomicU64::new(0),
             base: AtomicU64::new(0),
             start: AtomicU64::new(0),
             timeout: AtomicU64::new(0),
-            state: AtomicU32::new(0),
             payload: UnsafeCell::new(MaybeUninit::uninit()),
         });
-        keys.into_iter()
+        table
+            .into_iter()
             .zip(slots)
-            .map(|(keys, slots)| Ledger {
-                keys,
+            .map(|(table, slots)| Ledger {
+                table,
                 slots,
                 buckets,
                 max_probe: MAX_PROBE.min(buckets - 1),
@@ -366,14 +394,23 @@ impl<T> Ledger<T> {
 
     #[inline]
     fn key_word(&self, slot: usize) -> &AtomicU64 {
-        let (bucket, i) = (slot / SLOTS_PER_BUCKET, slot % SLOTS_PER_BUCKET);
-        &self.keys[bucket * KEY_WORDS + i]
+        &self.table[slot / SLOTS_PER_BUCKET].keys[slot % SLOTS_PER_BUCKET]
+    }
+
+    #[inline]
+    fn xor_word(&self, slot: usize) -> &AtomicU64 {
+        &self.table[slot / SLOTS_PER_BUCKET].xors[slot % SLOTS_PER_BUCKET]
+    }
+
+    #[inline]
+    fn state_word(&self, slot: usize) -> &AtomicU8 {
+        &self.table[slot / SLOTS_PER_BUCKET].states[slot % SLOTS_PER_BUCKET]
     }
 
     /// How many roots live past `bucket` with their home at or before it (module docs).
     #[inline]
     fn overflow(&self, bucket: usize) -> &AtomicU64 {
-        &self.keys[bucket * KEY_WORDS + SLOTS_PER_BUCKET]
+        &self.table[bucket].overflow
     }
 
     /// Adds `delta` (wrapping, so -1 works) to the overflow counts of the `d` buckets from
@@ -428,9 +465,8 @@ impl<T> Ledger<T> {
     /// A live slot in `bucket` whose key word is `key`.
     #[inline]
     fn find_in(&self, bucket: usize, key: u64) -> Option<usize> {
-        let base = bucket * KEY_WORDS;
-        for i in 0..SLOTS_PER_BUCKET {
-            if self.keys[base + i].load(Ordering::SeqCst) != key {
+        for (i, word) in self.table[bucket].keys.iter().enumerate() {
+            if word.load(Ordering::SeqCst) != key {
                 continue;
             }
             let slot = bucket * SLOTS_PER_BUCKET + i;
@@ -448,10 +484,10 @@ impl<T> Ledger<T> {
             let mut empty = None;
             for d in 0..=self.max_probe {
                 let bucket = self.probe(h.bucket, d);
-                let base = bucket * KEY_WORDS;
+                let keys = &self.table[bucket].keys;
                 let ours = key_at(h.stored, d);
-                for i in 0..SLOTS_PER_BUCKET {
-                    let key = self.keys[base + i].load(Ordering::SeqCst);
+                for (i, key) in keys.iter().enumerate() {
+                    let key = key.load(Ordering::SeqCst);
                     let slot = bucket * SLOTS_PER_BUCKET + i;
                     if key == ours {
                         match self.await_claim(slot, ours) {
@@ -499,7 +535,7 @@ impl<T> Ledger<T> {
                     if other == slot || self.key(other) != twin {
                         continue;
                     }
-                    let state = self.slots[other].state.load(Ordering::SeqCst);
+                    let state = self.state(other);
                     let twin_ready = state & READY != 0 && state & DONE == 0;
                     let twin_claimed = state & READY == 0;
                     if twin_ready || (twin_claimed && other < slot) {
@@ -523,25 +559,32 @@ impl<T> Ledger<T> {
         }
     }
 
-    /// Starts loading a slot's lines for writing: a new entry's slot is a cache miss in a
-    /// large table, and its fields are written a few steps later (`set_times`, `publish`);
-    /// so is a due timer's slot, which the reaper is about to complete.
+    /// Starts loading a slot's other fields for writing: a new entry's slot is a cache miss
+    /// in a large table, and its fields are written a few steps later (`set_times`,
+    /// `write_payload`); so is a due timer's slot, which the reaper is about to complete.
     #[inline]
     pub(crate) fn prefetch_slot(&self, slot: usize) {
         let first = std::ptr::from_ref(&self.slots[slot]).cast::<u8>();
-        // A 40-byte slot may straddle two lines.
+        // A slot may straddle two lines.
         prefetch::<true>(first);
         prefetch::<true>(first.wrapping_add(std::mem::size_of::<Slot<T>>() - 1));
     }
 
-    /// Starts loading the root's home bucket keys (two lines), so that the miss overlaps
-    /// the caller's clock read and pin rather than following them. `WRITE` when the caller
-    /// will likely claim a slot there (init), so the line comes ready for the CAS.
+    /// Starts loading a bucket's two lines: its keys, and its values and states.
+    #[inline]
+    fn prefetch_bucket<const WRITE: bool>(&self, bucket: usize) {
+        let first = std::ptr::from_ref(&self.table[bucket]).cast::<u8>();
+        prefetch::<WRITE>(first);
+        prefetch::<WRITE>(first.wrapping_add(std::mem::size_of::<Bucket>() - 1));
+    }
+
+    /// Starts loading the root's home bucket (its keys, values and states: two lines), so
+    /// that the miss overlaps the caller's clock read and pin rather than following them.
+    /// `WRITE` when the caller will likely claim a slot there (init), so the lines come
+    /// ready for the CAS.
     #[inline]
     pub(crate) fn prefetch_home<const WRITE: bool>(&self, h: Hashed) {
-        let first = std::ptr::from_ref(&self.keys[h.bucket * KEY_WORDS]).cast::<u8>();
-        prefetch::<WRITE>(first);
-        prefetch::<WRITE>(first.wrapping_add(KEY_WORDS * 8 - 1));
+        self.prefetch_bucket::<WRITE>(h.bucket);
     }
 
     /// Waits while `slot` is CLAIMED with key word `stored`; returns its state once READY, or
@@ -557,7 +600,7 @@ impl<T> Ledger<T> {
     fn await_claim(&self, slot: usize, stored: u64) -> Option<u32> {
         let mut spins = 0u32;
         loop {
-            let state = self.slots[slot].state.load(Ordering::SeqCst);
+            let state = self.state(slot);
             if state & READY != 0 {
                 return (self.key(slot) == stored).then_some(state);
             }
@@ -591,9 +634,7 @@ impl<T> Ledger<T> {
     /// Makes a CLAIMED slot live, with `flags` (READY is added) set.
     pub(crate) fn publish(&self, slot: usize, flags: u32) {
         // An RMW rather than a store: acks that find the CLAIMED slot wait on this word.
-        self.slots[slot]
-            .state
-            .fetch_or(READY | flags, Ordering::SeqCst);
+        self.set_flags(slot, READY | flags);
     }
 
     /// Writes a CLAIMED slot's times. Only the claimer calls this, before `publish`.
@@ -610,13 +651,13 @@ impl<T> Ledger<T> {
         // Relaxed: published by `publish`'s SeqCst RMW on the state, which every ack
         // acquires (it waits for READY) before its `fetch_xor`. The slot's last `free` stored
         // 0 before releasing the key our claim CAS acquired, so this store comes after it.
-        self.slots[slot].xor.store(value, Ordering::Relaxed);
+        self.xor_word(slot).store(value, Ordering::Relaxed);
     }
 
     /// XORs into the slot's value; returns the value after.
     #[inline]
     pub(crate) fn xor(&self, slot: usize, xor: u64) -> u64 {
-        self.slots[slot].xor.fetch_xor(xor, Ordering::SeqCst) ^ xor
+        self.xor_word(slot).fetch_xor(xor, Ordering::SeqCst) ^ xor
     }
 
     /// The value, read with a read-modify-write (`fetch_or(0)`), not a load.
@@ -628,33 +669,40 @@ impl<T> Ledger<T> {
     /// later, it sees the ack. This holds with acquire/release alone, so it does not rest on
     /// SeqCst's store-load ordering (which loom does not model).
     pub(crate) fn value(&self, slot: usize) -> u64 {
-        self.slots[slot].xor.fetch_or(0, Ordering::SeqCst)
+        self.xor_word(slot).fetch_or(0, Ordering::SeqCst)
     }
 
     /// The state, read with an RMW for the same reason as [`value`](Self::value): a scan
     /// that must see every INIT published before it (shutdown's) writes a flag then reads
     /// states, while init publishes INIT then reads that flag.
     pub(crate) fn state_rmw(&self, slot: usize) -> u32 {
-        self.slots[slot].state.fetch_or(0, Ordering::SeqCst)
+        self.set_flags(slot, 0)
     }
 
     pub(crate) fn state(&self, slot: usize) -> u32 {
-        self.slots[slot].state.load(Ordering::SeqCst)
+        u32::from(self.state_word(slot).load(Ordering::SeqCst))
     }
 
     /// Sets `flags`; returns the state before.
     pub(crate) fn set_flags(&self, slot: usize, flags: u32) -> u32 {
-        self.slots[slot].state.fetch_or(flags, Ordering::SeqCst)
+        // The flags fit a byte (asserted with their definitions).
+        u32::from(
+            self.state_word(slot)
+                .fetch_or(flags as u8, Ordering::SeqCst),
+        )
     }
 
     /// Sets `add` if the state is still `expected`; the state before on failure.
     pub(crate) fn transition(&self, slot: usize, expected: u32, add: u32) -> Result<u32, u32> {
-        self.slots[slot].state.compare_exchange(
-            expected,
-            expected | add,
-            Ordering::SeqCst,
-            Ordering::SeqCst,
-        )
+        self.state_word(slot)
+            .compare_exchange(
+                expected as u8,
+                (expected | add) as u8,
+                Ordering::SeqCst,
+                Ordering::SeqCst,
+            )
+            .map(u32::from)
+            .map_err(u32::from)
     }
 
     /// Claims the right to write the payload: sets INITING unless an init came first.
@@ -712,21 +760,21 @@ impl<T> Ledger<T> {
     /// state before. One RMW, so that it is ordered against the reaper's DONE CAS: a reset
     /// before that CAS makes it fail, a reset after it finds DONE.
     pub(crate) fn mark_reset(&self, slot: usize) -> u32 {
-        self.slots[slot].state.fetch_or(RESET, Ordering::SeqCst)
+        self.set_flags(slot, RESET)
     }
 
     /// For the reaper, before it reads the deadline: clears RESET if the state is still
     /// `expected`. `Ok(state after)`, or `Err(state)` when the state moved.
     pub(crate) fn clear_reset(&self, slot: usize, expected: u32) -> Result<u32, u32> {
-        self.slots[slot]
-            .state
+        self.state_word(slot)
             .compare_exchange(
-                expected,
-                expected & !RESET,
+                expected as u8,
+                (expected & !RESET) as u8,
                 Ordering::SeqCst,
                 Ordering::SeqCst,
             )
             .map(|_| expected & !RESET)
+            .map_err(u32::from)
     }
 
     pub(crate) fn start(&self, slot: usize) -> u64 {
@@ -748,13 +796,21 @@ impl<T> Ledger<T> {
         self.transition(slot, expected, DONE).map(|_| ())
     }
 
-    /// Starts loading the slot's lines and its key's, for writing: what [`free`](Self::free)
-    /// writes, and what the reaper reads and writes to time a tree out (the key names the
-    /// root).
+    /// Starts loading, for writing, the lines the reaper reads and writes to time a tree
+    /// out: its bucket's (the key names the root; the state takes DONE) and its slot's
+    /// (times and payload).
     #[inline]
-    pub(crate) fn prefetch_slot_and_key(&self, slot: usize) {
-        prefetch::<true>(std::ptr::from_ref(self.key_word(slot)).cast());
+    pub(crate) fn prefetch_entry(&self, slot: usize) {
+        self.prefetch_bucket::<true>(slot / SLOTS_PER_BUCKET);
         self.prefetch_slot(slot);
+    }
+
+    /// Starts loading, for writing, the lines [`free`](Self::free) writes: the slot's
+    /// bucket (key, XOR and state; not the slot's other fields, which the next claimer
+    /// writes).
+    #[inline]
+    pub(crate) fn prefetch_for_free(&self, slot: usize) {
+        self.prefetch_bucket::<true>(slot / SLOTS_PER_BUCKET);
     }
 
     /// Returns a DONE slot to EMPTY. Only after a grace period: no thread may still hold the
@@ -765,8 +821,8 @@ impl<T> Ledger<T> {
         // a claimer's CAS acquires, so the claimer and whoever finds its key see them. A
         // reader that found the old key may see them early: a 0 state is not READY, so it
         // waits on the key and leaves (`await_claim`), as it could between SeqCst stores.
-        self.slots[slot].xor.store(0, Ordering::Release);
-        self.slots[slot].state.store(0, Ordering::Release);
+        self.xor_word(slot).store(0, Ordering::Release);
+        self.state_word(slot).store(0, Ordering::Release);
         // Last the key (and the counts). A claimer's CAS on it then sees the clean fields above.
         self.release_key(slot);
     }
@@ -775,7 +831,7 @@ impl<T> Ledger<T> {
 impl<T> Drop for Ledger<T> {
     fn drop(&mut self) {
         for slot in 0..self.capacity() {
-            let state = self.slots[slot].state.load(Ordering::SeqCst);
+            let state = self.state(slot);
             if state & INIT != 0 && state & DONE == 0 {
                 let payload_cell = &self.slots[slot].payload;
                 // Safety: INIT without DONE: the payload is written and was never taken;

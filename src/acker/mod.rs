@@ -43,20 +43,23 @@
 //! Everything but the wheels' timer nodes is allocated and touched when the acker is built,
 //! for `max_pending`; the timer nodes follow the roots pending. Where the bytes go with a
 //! `u32` payload, 8 shards and `max_pending` = 1M (the stress harness's memory phase, which
-//! measures about 109 B per root as RSS growth):
+//! measures about 111 B per root as RSS growth):
 //!
 //! | what | size | per pending root at max_pending |
 //! |---|---|---|
-//! | slot (XOR, base, start, timeout: 8 B each; state, payload: 4 B each) | 40 B per slot | 50.4 B: the table has 1.26 slots per root (a quarter of headroom, bucket rounding) |
-//! | key word, plus a bucket's overflow count | 8.5 B per slot | 10.7 B, and up to 2 MiB of huge-page rounding per acker |
+//! | bucket line pair: key, XOR (8 B each) and state (1 B) per slot, one overflow count per 7 slots | 18.3 B per slot | 23.0 B: the table has 1.26 slots per root (a quarter of headroom, bucket rounding), and up to 2 MiB of huge-page rounding per acker |
+//! | slot (base, start, timeout: 8 B each; payload 4 B, padded to 8) | 32 B per slot | 40.3 B |
 //! | inbox ring (an [`arrival`] word) | 8 B per slot manual, 2 B threaded | 10.1 B manual, 2.5 B threaded |
 //! | retired rings (slot + 1), two per shard | 4 B per slot | 5.0 B |
 //! | the reaper's slot-to-node index | 4 B per slot | 5.0 B |
 //! | timer-wheel node (links, generation, deadline, slot) | 24 B per pending root | 24 B |
 //!
-//! So about 98 B per root with a reaper thread and 105 B in manual mode. The slot alone is
-//! 40 B: a 64-bit XOR and a first-message time for `elapsed` are needed by the contract, and
-//! nanosecond deadlines that a reset and a per-tree timeout can each move need two words more.
+//! So about 100 B per root with a reaper thread and 108 B in manual mode. The table alone is
+//! 50 B per slot: a 64-bit key, a 64-bit XOR and a first-message time for `elapsed` are
+//! needed by the contract, and nanosecond deadlines that a reset and a per-tree timeout can
+//! each move need two words more. (Keeping the XOR and state beside the keys rather than in
+//! the slot costs 1.8 B per slot, the bucket's overflow word and padding, for an ack that
+//! misses once rather than twice.)
 
 mod arrival;
 mod credits;
@@ -209,12 +212,12 @@ const MAX_TIMEOUT_NS: u64 = 1 << 62;
 const MAX_PENDING: usize = 1 << 30;
 const MAX_SHARDS: usize = 1 << 16;
 
-/// The fewest slots an acker's tables hold in all, whatever `max_pending` (about 3.7 MB
+/// The fewest slots an acker's tables hold in all, whatever `max_pending` (about 4 MB
 /// with a `u32` payload).
 ///
 /// A table sized to a small `max_pending` runs crowded: its live trees, and the tombstones
 /// of those just completed, share a few buckets, so (the likeliest cause; aligning slots to
-/// 64 bytes changed nothing) the reaper's frees keep writing the key lines that the acking
+/// 64 bytes changed nothing) the reaper's frees keep writing the bucket lines that the acking
 /// threads probe, and searches walk into overflow buckets. Measured
 /// with 1 024 trees in flight and `max_pending` 1 100 (8 shards of 165 slots), one thread
 /// spent 177 ns per operation; with 65 536 slots, 122; the 2-thread figures were 175 and

@@ -259,7 +259,7 @@ pub(super) fn run_once<T: Send + 'static>(inner: &Arc<Inner<T>>, now: u64) -> Pa
             }
             arrived.clear();
             // 3. Expire, a few timers at a time: their slots are spread over the whole
-            // table, so each reap would start with cache misses; the batch's slot and key
+            // table, so each reap would start with cache misses; the batch's bucket and slot
             // lines are prefetched first, so the misses overlap instead of following one
             // another.
             let mut handled = 0;
@@ -269,7 +269,7 @@ pub(super) fn run_once<T: Send + 'static>(inner: &Arc<Inner<T>>, now: u64) -> Pa
             loop {
                 let mut n = 0;
                 for expired in due.by_ref() {
-                    ledger.prefetch_slot_and_key(expired.value as usize);
+                    ledger.prefetch_entry(expired.value as usize);
                     prefetch_node(&timers.node, expired.value as usize);
                     batch[n] = expired.value;
                     n += 1;
@@ -323,7 +323,7 @@ pub(super) fn run_once<T: Send + 'static>(inner: &Arc<Inner<T>>, now: u64) -> Pa
         let mut behind = [(0, 0); LOOKAHEAD];
         let mut seen = 0;
         let (freed, waiting) = inner.grace.advance(inner.manual, |shard, slot| {
-            inner.shards[shard].ledger.prefetch_slot_and_key(slot);
+            inner.shards[shard].ledger.prefetch_for_free(slot);
             let last = std::mem::replace(&mut behind[seen % LOOKAHEAD], (shard, slot));
             if seen >= LOOKAHEAD {
                 free(last);

@@ -21,16 +21,34 @@ fn text(out: &Output) -> String {
     )
 }
 
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("ackwheel-stress-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("a scratch directory");
-    dir.join(name)
+/// A directory of its own under the system's temp dir, removed when dropped (so runs of
+/// this test do not pile up there), whether the test passed or not.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(test: &str) -> Self {
+        let dir =
+            std::env::temp_dir().join(format!("ackwheel-stress-{}-{test}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("a scratch directory");
+        Scratch(dir)
+    }
+
+    fn file(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 #[test]
 fn a_short_acker_run_passes_and_writes_its_reports() {
-    let json = scratch("acker.json");
-    let svg = scratch("acker.svg");
+    let scratch = Scratch::new("acker");
+    let json = scratch.file("acker.json");
+    let svg = scratch.file("acker.svg");
     let out = stress(&[
         "acker",
         "--duration",
