@@ -360,7 +360,10 @@ impl<K, V> fmt::Debug for TimeCacheMap<K, V> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    // Only the threaded tests use these, and Miri skips them.
+    #[cfg(not(miri))]
     use std::sync::atomic::AtomicUsize;
+    #[cfg(not(miri))]
     use std::sync::mpsc;
 
     #[test]

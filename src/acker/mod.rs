@@ -271,11 +271,11 @@ impl<T: Send + 'static> AckerBuilder<T> {
     /// The most entries (initialized trees and orphans) held at once, across all shards;
     /// default 1 << 20. It is an exact upper bound.
     ///
-    /// Each shard's table has about 1.25x its share of slots in 15-slot buckets, and the
-    /// tables have at least 65 536 slots in all (about 3.7 MB with a `u32` payload),
+    /// Each shard's table has about 1.25x its share of slots in 7-slot buckets, and the
+    /// tables have at least 65 536 slots in all (about 4 MB with a `u32` payload),
     /// because crowded tables are slow. A root whose home bucket is full takes a slot in
-    /// one of the next 31 buckets, so an init is refused below the bound only when all 32
-    /// buckets (480 slots) it may use are taken: random roots fill tables of 64k to 4M to
+    /// one of the next 63 buckets, so an init is refused below the bound only when all 64
+    /// buckets (448 slots) it may use are taken: random roots fill tables of 64k to 4M to
     /// the brim without one refusal. A completed tree's slot is recycled by the
     /// reaper after a grace period, so what completes while the reaper thread is
     /// descheduled still holds room: at a high rate, leave room for what completes in a few
@@ -356,11 +356,14 @@ impl<T: Send + 'static> AckerBuilder<T> {
             });
         }
         // A quarter over each shard's fair share: roots overflow into the next buckets, so a
-        // bucket that fills early does not refuse anyone while the table has room. (An
-        // eighth would save 10 B per root, but random roots then start to be refused at
-        // 93-99 % of max_pending, even with 32 buckets to choose from; with a quarter and 16
-        // buckets, a few were in the last 0.5 %.) And at
-        // least the floor, so that a small table is not crowded (`MIN_TABLE_SLOTS`).
+        // bucket that fills early does not refuse anyone while the table has room, and
+        // tombstones waiting for the reaper do not crowd out live roots. (An eighth would
+        // save about 8 B per root. With 15-slot buckets random roots were then refused
+        // from 93-99 % of max_pending, even with 32 buckets to choose from; with 7-slot
+        // buckets and 128 to choose from they fill 200k and 1M tables without a refusal,
+        // but the tombstone margin halves and the small-table tests would need new
+        // geometry, so it is left for now.) And at least the floor, so that a small table
+        // is not crowded (`MIN_TABLE_SLOTS`).
         let share = self.max_pending.div_ceil(shards);
         let layout = HashLayout::new(
             shards.trailing_zeros(),
