@@ -531,6 +531,32 @@ fn overflowed_root_is_found_while_its_home_bucket_changes() {
     });
 }
 
+/// An init shortens the deadline of an orphan that another thread opened, while a pass
+/// drains the inboxes. Each opens on its own lane (loom's thread 1 on lane 1, the main
+/// thread on lane 0), and a pass drains lane 0 first: the init's adjust word must go on the
+/// orphan's lane, after its open word, or a pass that reads both drops the adjust (no timer
+/// yet) and schedules the open word's deadline, 1 s instead of 100 ms.
+#[test]
+fn an_adjust_word_follows_its_open_word_across_lanes() {
+    loom::model(|| {
+        let clock = ManualClock::new(0);
+        let (acker, log) = manual(clock.clone());
+        let other = acker.clone();
+        thread::spawn(move || assert!(!other.ack(1, 0b1)))
+            .join()
+            .unwrap();
+        let other = acker.clone();
+        let pass = thread::spawn(move || other.expire());
+        acker
+            .init_with_timeout(1, 0b11, 7, Duration::from_millis(100))
+            .unwrap();
+        assert_eq!(pass.join().unwrap(), 0, "nothing is due at 0");
+        clock.set(SEC / 10 + 2 * SEC / 100);
+        acker.expire();
+        assert_eq!(completions(&log), [(1, 7, Outcome::TimedOut)]);
+    });
+}
+
 /// `reset_timeout` races the init of a held orphan that sets a longer timeout of its own.
 /// Whichever goes first, the tree is due at the reset's time plus the tree's timeout: the
 /// reset is not lost (init recomputing the deadline from before it) and does not count with

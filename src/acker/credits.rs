@@ -126,18 +126,27 @@ fn take_one(stripe: &AtomicUsize) -> bool {
     false
 }
 
+#[cfg(not(loom))]
+thread_local! {
+    /// This thread's stripe index, `usize::MAX` until it first needs one.
+    static INDEX: std::cell::Cell<usize> = const { std::cell::Cell::new(usize::MAX) };
+}
+
+/// Gives this thread the stripe index `index`: for tests that need two threads on given
+/// stripes (and so on given lanes).
+#[cfg(all(test, not(loom)))]
+pub(super) fn set_stripe_index(index: usize) {
+    INDEX.with(|own| own.set(index));
+}
+
 /// This thread's stripe index (before masking): threads are numbered in the order they
 /// first take or give back, so the first threads each get a stripe of their own.
 #[cfg(not(loom))]
 #[inline]
 pub(super) fn stripe_index() -> usize {
-    use std::cell::Cell;
     use std::sync::atomic::AtomicUsize as StdAtomicUsize;
 
     static NEXT: StdAtomicUsize = StdAtomicUsize::new(0);
-    thread_local! {
-        static INDEX: Cell<usize> = const { Cell::new(usize::MAX) };
-    }
     INDEX
         .try_with(|index| {
             if index.get() == usize::MAX {

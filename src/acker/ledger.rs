@@ -163,8 +163,11 @@ pub(crate) const DONE: u32 = 1 << 4;
 /// it before it reads the deadline, so its DONE CAS (from a state without RESET) fails if a
 /// reset lands between that read and the CAS, and it reads the deadline again.
 pub(crate) const RESET: u32 = 1 << 5;
+/// The slot's open word went on inbox lane 1 (else lane 0): where an adjust word for it
+/// must go, so that the reaper reads the two in order. Set by `publish`, with READY.
+pub(crate) const LANE: u32 = 1 << 6;
 /// A slot's state is one byte of its bucket's second line.
-const _: () = assert!((READY | INIT | INITING | FAILED | DONE | RESET) <= u8::MAX as u32);
+const _: () = assert!((READY | INIT | INITING | FAILED | DONE | RESET | LANE) <= u8::MAX as u32);
 
 /// Where a root lives: its shard, its home bucket in that shard, and its stored key.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

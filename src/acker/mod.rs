@@ -15,9 +15,11 @@
 //!
 //! `hash(root)` picks a shard; each shard has a lock-free [`ledger`] (one slot per
 //! pending root) and, owned by whoever runs the reaper pass, a [`TimerWheel`] of slot
-//! timers. Writers never touch a wheel: a new slot's deadline goes on the shard's lock-free
-//! *inbox* ring and the reaper schedules it; a completed slot goes on one of its *retired*
-//! rings and the reaper frees it ([`reaper`], [`ring`]). `reset_timeout` only stores the new,
+//! timers. Writers never touch a wheel: a new slot's deadline goes on one of the shard's
+//! lock-free *inbox* rings and the reaper schedules it; a completed slot goes on one of its
+//! *retired* rings and the reaper frees it ([`reaper`], [`ring`]). Each kind has a ring per
+//! lane, and a thread starts at its own lane's, so two threads working in one shard do not
+//! share a ring's tail. `reset_timeout` only stores the new,
 //! later deadline; when the wheel yields the slot, the reaper re-checks the real deadline and
 //! reschedules (Caffeine's re-check); it also marks the slot's state, so a reaper that read
 //! the old deadline just before cannot then time the tree out. Completion is claimed by one
@@ -49,7 +51,7 @@
 //! |---|---|---|
 //! | bucket line pair: key, XOR (8 B each) and state (1 B) per slot, one overflow count per 7 slots | 18.3 B per slot | 23.0 B: the table has 1.26 slots per root (a quarter of headroom, bucket rounding), and up to 2 MiB of huge-page rounding per acker |
 //! | slot (base, start, timeout: 8 B each; payload 4 B, padded to 8) | 32 B per slot | 40.3 B |
-//! | inbox ring (an [`arrival`] word) | 8 B per slot manual, 2 B threaded | 10.1 B manual, 2.5 B threaded |
+//! | inbox rings (an [`arrival`] word), two per shard | 8 B per slot manual, 2 B threaded | 10.1 B manual, 2.5 B threaded |
 //! | retired rings (slot + 1), two per shard | 4 B per slot | 5.0 B |
 //! | the reaper's slot-to-node index | 4 B per slot | 5.0 B |
 //! | timer-wheel node (links, generation, deadline, slot) | 24 B per pending root | 24 B |
@@ -80,7 +82,7 @@ use crate::error::ConfigError;
 use crate::sync::{thread, AtomicBool, AtomicU64, Mutex, Ordering};
 #[cfg(doc)]
 use crate::wheel::TimerWheel;
-use ledger::{Claim, HashLayout, Hashed, Ledger, DONE, FAILED, INIT, SLOTS_PER_BUCKET};
+use ledger::{Claim, HashLayout, Hashed, Ledger, DONE, FAILED, INIT, LANE, SLOTS_PER_BUCKET};
 use ring::Ring;
 use std::sync::Arc;
 
@@ -443,38 +445,65 @@ impl Counters {
 #[derive(Debug)]
 struct Shard<T> {
     ledger: Ledger<T>,
-    /// Deadlines for the reaper to schedule ([`arrival`] words).
-    inbox: Ring<u64>,
-    /// Completed slots for the reaper to free (slot + 1).
-    /// Completed slots for the reaper to free (slot + 1), in [`RETIRED_LANES`] rings: a
-    /// completer starts at its credit stripe's, so that threads completing trees in the same
-    /// shard do not share a ring's tail and cells (its `fetch_add` and cell store were two
-    /// thirds of `finish` with two threads on one ring).
+    /// Deadlines for the reaper to schedule ([`arrival`] words), in [`LANES`] rings: an
+    /// opener starts at its credit stripe's, so that threads opening slots in the same shard
+    /// do not share a ring's tail and cells (with two threads on one ring, the tail's CAS
+    /// and the load before it were three quarters of `claim_new`). An adjust word goes on
+    /// the ring its slot's open word went on (the state's [`LANE`] flag), so the reaper
+    /// reads it after that open word.
+    inbox: Box<[Ring<u64>]>,
+    /// Completed slots for the reaper to free (slot + 1), in [`LANES`] rings, a completer
+    /// starting at its credit stripe's for the same reason (its `fetch_add` and cell store
+    /// were two thirds of `finish` with two threads on one ring).
     retired: Box<[Ring<u32>]>,
 }
 
-/// Rings per shard for retired slots (see [`Shard::retired`]).
-const RETIRED_LANES: usize = 2;
+/// Rings per shard for each kind of news (see [`Shard::inbox`]). Two, because a slot's
+/// inbox lane is one flag of its state.
+const LANES: usize = 2;
+
+/// An inbox ticket: the lane and the ticket number in its ring.
+#[derive(Clone, Copy, Debug)]
+struct Ticket {
+    lane: usize,
+    number: u64,
+}
+
+/// The state flag that records an open word on `lane`.
+fn lane_flag(lane: usize) -> u32 {
+    if lane == 0 {
+        0
+    } else {
+        LANE
+    }
+}
 
 impl<T> Shard<T> {
     fn new(ledger: Ledger<T>, manual: bool) -> Self {
         let slots = ledger.capacity();
         Shard {
             ledger,
-            // The reaper thread drains the inbox every pass, and is woken when a shard's
-            // inbox reaches `retire_batch` (a 64th of its slots), so a quarter of the slots
-            // is room for its passes to lag several times over; only then do writers wait
-            // for it (and after `ROOM_WAIT`, are refused). In manual mode only `expire`
-            // drains it: a cell per slot, since each slot brings one open word until
-            // `expire` frees it, so only the rare adjust words could fill it before
-            // `max_pending` is reached.
-            inbox: Ring::new(if manual { slots } else { (slots / 4).max(64) }),
+            // The reaper thread drains the inboxes every pass, and is woken when a lane
+            // reaches `retire_batch` (a 64th of the shard's slots), so a quarter of the slots
+            // between the lanes is room for its passes to lag several times over (an opener
+            // whose lane is full takes the other); only then do writers wait for it (and
+            // after `ROOM_WAIT`, are refused). In manual mode only `expire` drains them: a
+            // cell per slot between them, plus one each, since each slot brings one open
+            // word until `expire` frees it, so only the rare adjust words could fill them
+            // before `max_pending` is reached.
+            inbox: (0..LANES)
+                .map(|_| {
+                    Ring::new(if manual {
+                        slots / LANES + 1
+                    } else {
+                        (slots / (4 * LANES)).max(64)
+                    })
+                })
+                .collect(),
             // A slot is on one of them at most once (it is freed only after the reaper has
             // taken it off), so with a cell per slot between them, plus one each, they are
             // never all full at once: a completer whose lane is full finds room in another.
-            retired: (0..RETIRED_LANES)
-                .map(|_| Ring::new(slots / RETIRED_LANES + 1))
-                .collect(),
+            retired: (0..LANES).map(|_| Ring::new(slots / LANES + 1)).collect(),
         }
     }
 }
@@ -512,7 +541,7 @@ enum Entry {
     Found(usize),
     /// A new slot, CLAIMED, with its credit and an inbox ticket for its open word: the caller
     /// must [`Inner::open`] it.
-    New { slot: usize, ticket: u64 },
+    New { slot: usize, ticket: Ticket },
     /// No room of that kind.
     Full(Room),
 }
@@ -802,7 +831,14 @@ impl<T: Send + 'static> Inner<T> {
                     shard.ledger.back_out(slot);
                     return Entry::Full(Room::Window);
                 }
-                match shard.inbox.reserve() {
+                // The calling thread's lane, or the other when it is full.
+                let own = credits::stripe_index();
+                let ticket = (own..own + LANES).find_map(|lane| {
+                    let lane = lane % LANES;
+                    let number = shard.inbox[lane].reserve()?;
+                    Some(Ticket { lane, number })
+                });
+                match ticket {
                     Some(ticket) => Entry::New { slot, ticket },
                     None => {
                         self.credits.give();
@@ -893,14 +929,23 @@ impl<T: Send + 'static> Inner<T> {
     /// Writes a newly claimed slot's times, hands its open word to the reaper with the
     /// inbox ticket `claim_new` took, and makes it live with `flags`.
     ///
-    /// The word goes first, so that in the inbox it precedes anything about this occupant
-    /// (an adjust word; its completion is on the other ring, see the reaper's pass).
-    fn open(&self, shard: &Shard<T>, slot: usize, ticket: u64, now: u64, timeout: u64, flags: u32) {
+    /// The word goes first, so that in its lane it precedes anything about this occupant
+    /// (an adjust word, which follows the lane flag that `publish` sets; its completion is
+    /// on another ring, see the reaper's pass).
+    fn open(
+        &self,
+        shard: &Shard<T>,
+        slot: usize,
+        ticket: Ticket,
+        now: u64,
+        timeout: u64,
+        flags: u32,
+    ) {
         let deadline = now.wrapping_add(timeout);
         shard.ledger.set_times(slot, now, timeout);
         let word = arrival::open(slot, deadline, timeout, self.tick_shift);
-        let queued = shard.inbox.put(ticket, word);
-        shard.ledger.publish(slot, flags);
+        let queued = shard.inbox[ticket.lane].put(ticket.number, word);
+        shard.ledger.publish(slot, flags | lane_flag(ticket.lane));
         reaper::wake_for(self, deadline);
         if queued == u64::from(self.retire_batch) {
             // A long inbox wakes the reaper as long retired rings do.
@@ -914,12 +959,12 @@ impl<T: Send + 'static> Inner<T> {
         let lanes = &self.shards[shard].retired;
         let mut lane = credits::stripe_index();
         let (retired, ticket) = loop {
-            let retired = &lanes[lane % RETIRED_LANES];
+            let retired = &lanes[lane % LANES];
             if let Some(ticket) = retired.reserve() {
                 break (retired, ticket);
             }
             lane += 1;
-            if lane % RETIRED_LANES == 0 {
+            if lane % LANES == 0 {
                 // Every lane looked full. They cannot all be (see `Shard::new`): another
                 // completer's reservation or a drain is in flight; let it finish.
                 thread::yield_now();
@@ -977,10 +1022,13 @@ impl<T: Send + 'static> Inner<T> {
                     // base, so neither undoes the other. A longer timeout than the orphan's
                     // needs nothing: the reaper's re-check finds it when the old deadline
                     // fires. A shorter one needs an adjust word, whose inbox ticket is taken
-                    // first so that a full inbox refuses the init before it changes anything.
+                    // first so that a full inbox refuses the init before it changes anything,
+                    // on the lane of the slot's open word (found READY, so its lane flag is
+                    // set), which the reaper has read or reads first.
                     let ticket = if timeout < ledger.timeout(slot) {
-                        match shard.inbox.reserve() {
-                            Some(ticket) => Some(ticket),
+                        let lane = usize::from(ledger.state(slot) & LANE != 0);
+                        match shard.inbox[lane].reserve() {
+                            Some(number) => Some(Ticket { lane, number }),
                             None => {
                                 let room = Room::Inbox;
                                 let Some(pin) = self.wait_for_room(guard, h, room, &mut wait)
@@ -996,7 +1044,7 @@ impl<T: Send + 'static> Inner<T> {
                     };
                     let adjust = |slot| {
                         if let Some(ticket) = ticket {
-                            shard.inbox.put(ticket, arrival::adjust(slot));
+                            shard.inbox[ticket.lane].put(ticket.number, arrival::adjust(slot));
                         }
                     };
                     match ledger.claim_init(slot) {

@@ -5,9 +5,10 @@
 //! Per shard, behind the acker's wheel lock (held only by the reaper thread, or by `expire`
 //! callers in manual mode, never by writers), a [`Timers`]: the shard's wheel, and for each
 //! slot the wheel node holding its occupant's timer. Writers talk to it through the shard's
-//! rings ([`ring`](super::ring)): the *inbox* (an [`arrival`](super::arrival) word for
-//! every new slot, and for an init that shortens a held orphan's deadline) and the *retired*
-//! rings (every completed slot, pushed by its completer on the ring of its lane). The reaper
+//! rings ([`ring`](super::ring)): the *inbox* rings (an [`arrival`](super::arrival) word
+//! for every new slot, pushed by its opener on the ring of its lane, and for an init that
+//! shortens a held orphan's deadline, on the ring of that orphan's open word) and the
+//! *retired* rings (every completed slot, pushed by its completer on the ring of its lane). The reaper
 //! reads a slot only when its timer fires, and writes it only to time it out or (after a
 //! grace period) to free it, so a live tree's cache line stays with the threads acking it.
 //!
@@ -17,8 +18,9 @@
 //!
 //! 1. drain the retired rings: those slots are done; cancel their timers and mark them
 //!    retiring, so that a late open word for one of them schedules nothing;
-//! 2. drain the inbox: schedule each open word's slot at its deadline (at once if it is
-//!    already due); move an existing timer earlier for an adjust word;
+//! 2. drain the inbox rings: schedule each open word's slot at its deadline (at once if it
+//!    is already due); move an existing timer earlier for an adjust word, which is on its
+//!    open word's ring, after it;
 //! 3. advance the wheel to `now`, at most [`BUDGET`] timers per shard per pass, so a mass
 //!    expiry does not hold the lock (or starve other shards) for long. For each timer: skip
 //!    a DONE slot, reschedule one whose real deadline moved later (`reset_timeout`) or that
@@ -29,8 +31,9 @@
 //! 4. hand the retiring slots to the grace period, which frees them once no pinned thread
 //!    can still see them. Not before every open word pushed before their retirement has been
 //!    read: a slot's open word is pushed before the slot is published, so before it can
-//!    complete, and the inbox drain reads every ticket taken before it began, unless it
-//!    stops at a cell whose producer has not written it yet. Then the retiring slots wait
+//!    complete, and the drain of each inbox ring reads every ticket taken before it
+//!    began, unless it stops at a cell whose producer has not written it yet. If any ring
+//!    of the shard stopped so, the retiring slots wait
 //!    for a later pass: freeing one whose open word is still behind that cell would let the
 //!    word schedule a timer for the slot's next occupant.
 //!
@@ -52,7 +55,7 @@
 //! `next_wake` holds the time of the next pass. A writer that opens a slot takes an inbox
 //! ticket (an RMW on the ring's tail), then reads `next_wake` and, if its deadline is
 //! sooner, lowers it by CAS and unparks the reaper. The reaper stores its next time, then
-//! reads every inbox's tail with an RMW before parking. All of it is SeqCst, so for any
+//! reads every inbox ring's tail with an RMW before parking. All of it is SeqCst, so for any
 //! writer either the writer's read sees the reaper's store (and lowers it) or the reaper's
 //! re-check sees the writer's ticket: no deadline is published while the reaper decides to
 //! sleep without it waking. `unpark` before `park` leaves a token, so the order of those
@@ -228,7 +231,11 @@ pub(super) fn run_once<T: Send + 'static>(inner: &Arc<Inner<T>>, now: u64) -> Pa
             }
             slots.clear();
             // 2. New deadlines.
-            let stopped = shard.inbox.drain(|word| arrived.push(word));
+            // Lane by lane: an adjust word is on its open word's lane, after it.
+            let mut stopped = false;
+            for lane in shard.inbox.iter() {
+                stopped |= lane.drain(|word| arrived.push(word));
+            }
             pass.blocked |= stopped;
             pass.worked |= !arrived.is_empty();
             for i in 0..arrived.len() {
@@ -300,7 +307,8 @@ pub(super) fn run_once<T: Send + 'static>(inner: &Arc<Inner<T>>, now: u64) -> Pa
             ended.settle(inner, &mut pass);
             pass.more |= handled == BUDGET;
             pass.worked |= handled > 0;
-            // 4. Free what completed, unless an open word may still be behind `stopped`.
+            // 4. Free what completed, unless an open word may still be behind a cell that
+            // stopped a lane's drain.
             if !stopped && !timers.retiring.is_empty() {
                 for &slot in &timers.retiring {
                     timers.node[slot as usize] = NONE;
@@ -531,7 +539,7 @@ fn reaper_loop<T: Send + 'static>(inner: &Arc<Inner<T>>) {
         // A swap, so that the inbox check below is ordered after it (module docs).
         inner.next_wake.swap(pass.next, Ordering::SeqCst);
         // The re-check that makes the hand-off race-free (module docs).
-        if inner.shards.iter().any(|s| s.inbox.pending()) {
+        if (inner.shards.iter()).any(|s| s.inbox.iter().any(|lane| lane.pending())) {
             continue;
         }
         if inner.shutdown.load(Ordering::SeqCst) {

@@ -112,6 +112,37 @@ fn fail_on_an_initialized_tree_fails_it_now() {
     assert_eq!(acker.stats().failed, 1);
 }
 
+/// An init that shortens a held orphan's deadline sends its adjust word on the inbox lane
+/// of the orphan's open word, whichever thread it runs on: on another lane, a pass that
+/// drains that lane first finds no timer to move, then schedules the open word at the old
+/// deadline, and the tree times out late.
+#[test]
+fn an_adjust_word_follows_its_open_word_on_another_threads_lane() {
+    let clock = ManualClock::new(0);
+    let (acker, log) = manual(&clock, |b| b.resolution(Duration::from_millis(1)));
+    for (orphan_lane, init_lane) in [(1, 0), (0, 1)] {
+        let root = 40 + orphan_lane as u64;
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                credits::set_stripe_index(orphan_lane);
+                assert!(!acker.ack(root, 0b01)); // held, due in 30 s
+            });
+        });
+        credits::set_stripe_index(init_lane);
+        acker
+            .init_with_timeout(root, 0b11, 7, Duration::from_secs(1))
+            .unwrap();
+        // One pass reads both words.
+        clock.advance(Duration::from_millis(1_002));
+        acker.expire();
+        assert_eq!(
+            take(&log),
+            [(root, 7, Outcome::TimedOut)],
+            "open word on lane {orphan_lane}, init on lane {init_lane}"
+        );
+    }
+}
+
 #[test]
 fn timeouts_are_never_early_and_reset_moves_the_deadline() {
     let start = u64::MAX - 10_000_000_000; // wraps during the test
