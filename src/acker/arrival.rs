@@ -1,6 +1,6 @@
 //! The inbox's words: what a writer tells the reaper about a slot's deadline.
 //!
-//! A word is 64 bits, so the inbox is a ring of plain atomics and the reaper learns a new
+//! A word is 64 bits, so an inbox is a ring of plain atomics and the reaper learns a new
 //! slot's deadline without reading the slot (whose cache line the acking threads are about
 //! to write):
 //!
@@ -9,10 +9,12 @@
 //!  ADJUST  IN_SLOT   deadline tick       slot + 1  (0 is the ring's empty cell)
 //! ```
 //!
-//! * An **open** word comes with every new slot, pushed before the slot is published, so in
-//!   the inbox it precedes anything else about that occupant. The reaper schedules it.
+//! * An **open** word comes with every new slot, pushed on one of the shard's inbox rings
+//!   (lanes) before the slot is published, so on that lane it precedes anything else about
+//!   that occupant; the slot's state records the lane. The reaper schedules it.
 //! * An **adjust** word comes from an init whose timeout is shorter than the orphan it
-//!   initializes: the deadline moved sooner. The reaper only moves an existing timer
+//!   initializes: the deadline moved sooner. It goes on the lane of the orphan's open word,
+//!   so the reaper reads it after that word. The reaper only moves an existing timer
 //!   earlier, never creates one, so a late adjust (its slot since completed, or reused) does
 //!   no harm: an early timer is re-checked against the real deadline when it fires.
 //!

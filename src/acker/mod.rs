@@ -51,12 +51,12 @@
 //! |---|---|---|
 //! | bucket line pair: key, XOR (8 B each) and state (1 B) per slot, one overflow count per 7 slots | 18.3 B per slot | 23.0 B: the table has 1.26 slots per root (a quarter of headroom, bucket rounding), and up to 2 MiB of huge-page rounding per acker |
 //! | slot (base, start, timeout: 8 B each; payload 4 B, padded to 8) | 32 B per slot | 40.3 B |
-//! | inbox rings (an [`arrival`] word), two per shard | 8 B per slot manual, 2 B threaded | 10.1 B manual, 2.5 B threaded |
+//! | inbox rings (an [`arrival`] word), two per shard | 16 B per slot manual, 2 B threaded | 20.2 B manual, 2.5 B threaded |
 //! | retired rings (slot + 1), two per shard | 4 B per slot | 5.0 B |
 //! | the reaper's slot-to-node index | 4 B per slot | 5.0 B |
 //! | timer-wheel node (links, generation, deadline, slot) | 24 B per pending root | 24 B |
 //!
-//! So about 100 B per root with a reaper thread and 108 B in manual mode. The table alone is
+//! So about 100 B per root with a reaper thread and 118 B in manual mode. The table alone is
 //! 50 B per slot: a 64-bit key, a 64-bit XOR and a first-message time for `elapsed` are
 //! needed by the contract, and nanosecond deadlines that a reset and a per-tree timeout can
 //! each move need two words more. (Keeping the XOR and state beside the keys rather than in
@@ -486,15 +486,17 @@ impl<T> Shard<T> {
             // The reaper thread drains the inboxes every pass, and is woken when a lane
             // reaches `retire_batch` (a 64th of the shard's slots), so a quarter of the slots
             // between the lanes is room for its passes to lag several times over (an opener
-            // whose lane is full takes the other); only then do writers wait for it (and
-            // after `ROOM_WAIT`, are refused). In manual mode only `expire` drains them: a
-            // cell per slot between them, plus one each, since each slot brings one open
-            // word until `expire` frees it, so only the rare adjust words could fill them
-            // before `max_pending` is reached.
+            // whose lane is full takes the other; an adjust word waits for room on its open
+            // word's lane); only then do writers wait for it (and after `ROOM_WAIT`, are
+            // refused). In manual mode only `expire` drains them, and nothing waits: a cell
+            // per slot in each lane, since each slot brings one open word until `expire`
+            // frees it and one thread's open words may all be on one lane, so only the rare
+            // adjust words (on that lane too) could fill it before `max_pending` is reached,
+            // as with one ring of a cell per slot.
             inbox: (0..LANES)
                 .map(|_| {
                     Ring::new(if manual {
-                        slots / LANES + 1
+                        slots
                     } else {
                         (slots / (4 * LANES)).max(64)
                     })
@@ -528,7 +530,7 @@ struct RoomWait {
 type Done<T> = Option<Completion<T>>;
 
 /// Why a message could not get room: the root's buckets are full (or `max_pending`
-/// reached), or the shard's inbox ring is.
+/// reached), or the shard's inbox rings are (for an adjust word, its slot's lane is).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Room {
     Window,
@@ -572,9 +574,9 @@ struct Inner<T> {
     idle_wakeups: AtomicU64,
     /// When retired slots may be freed.
     grace: grace::Grace,
-    /// A shard's inbox or one of its retired rings this long wakes the reaper to schedule or
-    /// free what it holds. (Per retired ring, not half as long: with one thread, which uses
-    /// one of them, half woke the reaper twice as often.)
+    /// One of a shard's inbox or retired rings this long wakes the reaper to schedule or
+    /// free what it holds. (Per ring, not half as long: with one thread, which uses one
+    /// lane, half woke the reaper twice as often.)
     retire_batch: u32,
 }
 

@@ -1,8 +1,9 @@
 //! A bounded ring of non-zero words: many producers, one consumer (the reaper).
 //!
-//! Each shard hands the reaper its news through these: the *inbox* (a deadline to schedule)
-//! and two *retired* rings (a completed slot to free; a completer starts at its own lane's,
-//! so that two threads completing trees in one shard do not share a tail and its cells).
+//! Each shard hands the reaper its news through these: two *inbox* rings (a deadline to
+//! schedule) and two *retired* rings (a completed slot to free). A writer starts at its own
+//! lane's ring of each kind, so that two threads working in one shard do not share a tail
+//! and its cells.
 //! None runs through the ledger's slots, so the reaper reads and writes only ring cells and
 //! its own state, never a slot's cache line, while the threads acking that slot keep the
 //! line to themselves.

@@ -143,6 +143,36 @@ fn an_adjust_word_follows_its_open_word_on_another_threads_lane() {
     }
 }
 
+/// In manual mode nothing drains the inboxes between `expire` calls, and one thread's open
+/// words all go on its own lane: that lane still has room for an adjust word for each of
+/// as many orphans as half the table holds (a cell per slot in each lane, as the one ring
+/// had before there were lanes).
+#[test]
+fn one_thread_can_shorten_the_deadline_of_every_orphan_it_holds() {
+    let clock = ManualClock::new(0);
+    let (acker, log) = manual(&clock, |b| {
+        b.shards(1)
+            .max_pending(1000)
+            .crowded()
+            .resolution(Duration::from_millis(1))
+    });
+    for root in 0..500 {
+        assert!(!acker.ack(root, 0b01));
+    }
+    for root in 0..500 {
+        let refused = acker.init_with_timeout(root, 0b11, root as u32, SEC).err();
+        assert!(refused.is_none(), "root {root}: {refused:?}");
+    }
+    clock.advance(SEC + Duration::from_millis(2));
+    acker.expire();
+    let mut timed_out = take(&log);
+    timed_out.sort_unstable_by_key(|c| c.0);
+    let expected: Vec<_> = (0..500)
+        .map(|root| (root, root as u32, Outcome::TimedOut))
+        .collect();
+    assert_eq!(timed_out, expected, "timed out at the shortened deadline");
+}
+
 #[test]
 fn timeouts_are_never_early_and_reset_moves_the_deadline() {
     let start = u64::MAX - 10_000_000_000; // wraps during the test
