@@ -45,7 +45,7 @@
 //! Everything but the wheels' timer nodes is allocated and touched when the acker is built,
 //! for `max_pending`; the timer nodes follow the roots pending. Where the bytes go with a
 //! `u32` payload, 8 shards and `max_pending` = 1M (the stress harness's memory phase, which
-//! measures about 111 B per root as RSS growth):
+//! runs in manual mode and measures about 120 B per root as RSS growth):
 //!
 //! | what | size | per pending root at max_pending |
 //! |---|---|---|
