@@ -13,8 +13,11 @@
 //!
 //! The acker runs in manual mode on a `ManualClock`: the same ledger and wheels as with a
 //! reaper thread, but the phase does not wait out real timeouts, and a slow machine cannot
-//! make roots time out in the middle of a fill. RSS is coarse (pages, allocator arenas),
-//! which is why N is in the millions.
+//! make roots time out in the middle of a fill. Manual mode's inbox rings are larger,
+//! though (only `expire` drains them, so they hold a cell per slot in each lane), so the
+//! phase then fills a second acker, with a reaper thread and the same `ManualClock`, and
+//! reports its growth too: what a root costs a server. RSS is coarse (pages, allocator
+//! arenas), which is why N is in the millions.
 
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
@@ -46,6 +49,8 @@ pub(crate) struct Memory {
     /// After the acker was dropped.
     pub(crate) rss_dropped: u64,
     pub(crate) bytes_per_pending_root: f64,
+    /// The same with a reaper thread (a single wave), `None` if it could not be measured.
+    pub(crate) bytes_per_pending_root_threaded: Option<f64>,
     /// (second wave - first wave) / first wave's growth: memory left behind by roots that
     /// came and went.
     pub(crate) second_wave_growth: f64,
@@ -112,6 +117,7 @@ pub(crate) fn run(roots: usize, seed: u64) -> Result<Option<Memory>, String> {
     let rss_drained = rss::current().unwrap_or(0);
     drop(acker);
     let rss_dropped = rss::current().unwrap_or(0);
+    let threaded = threaded_bytes_per_root(roots, seed)?;
 
     let grown = rss_full.saturating_sub(rss_before);
     Ok(Some(Memory {
@@ -125,9 +131,57 @@ pub(crate) fn run(roots: usize, seed: u64) -> Result<Option<Memory>, String> {
         rss_drained,
         rss_dropped,
         bytes_per_pending_root: grown as f64 / pending.max(1) as f64,
+        bytes_per_pending_root_threaded: threaded,
         second_wave_growth: (rss_full_second as f64 - rss_full as f64) / grown.max(1) as f64,
         seconds: start.elapsed().as_secs_f64(),
     }))
+}
+
+/// One wave into an acker with a reaper thread: RSS growth per pending root once the reaper
+/// has scheduled every root's timer. The clock stays put, so nothing is due: the reaper
+/// drains the inboxes when a lane fills up, and a last root with a 1 ns timeout, timed out
+/// once the clock moves 10 ms, wakes it for the rest. It runs after the manual acker is
+/// dropped, and what stayed resident of that (the `after drop` figure) may be reused here,
+/// so the figure can be low by up to that much spread over the roots (about 1 B at 1M).
+fn threaded_bytes_per_root(roots: usize, seed: u64) -> Result<Option<f64>, String> {
+    let Some(rss_before) = rss::current() else {
+        return Ok(None);
+    };
+    let clock = ManualClock::new(seed);
+    let acker: Acker<u32> = Acker::builder()
+        .max_pending(roots + 1)
+        .timeout(TIMEOUT)
+        .clock(clock.clone())
+        .build()
+        .map_err(|e| format!("building the threaded memory-phase acker: {e}"))?;
+    let mut next = splitmix(&mut (seed ^ 3));
+    for i in 0..roots {
+        let root = splitmix(&mut next);
+        // A refusal leaves the root out of the count (pending), nothing more.
+        let _ = acker.init(root, root | 1, i as u32);
+    }
+    acker
+        .init_with_timeout(splitmix(&mut next), 1, 0, Duration::from_nanos(1))
+        .map_err(|e| format!("memory phase: the wake-up root was refused: {e}"))?;
+    // Several of the wheels' ~1 ms ticks, so that the root's tick has surely passed.
+    clock.advance(Duration::from_millis(10));
+    let waited = Instant::now();
+    let pending = loop {
+        let pending = acker.pending();
+        if pending <= roots && acker.scheduled_timers() >= pending {
+            break pending;
+        }
+        if waited.elapsed() > Duration::from_secs(30) {
+            return Err(format!(
+                "memory phase: the reaper thread scheduled {} timers of {pending} in 30 s",
+                acker.scheduled_timers()
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    };
+    let grown = rss::current().unwrap_or(0).saturating_sub(rss_before);
+    acker.shutdown();
+    Ok(Some(grown as f64 / pending.max(1) as f64))
 }
 
 /// SplitMix64: distinct, well-spread roots from a seed.

@@ -569,8 +569,10 @@ pub(crate) fn print(s: &Summary) {
     );
     match &s.memory {
         Some(m) => println!(
-            "  memory       {:.1} B per pending root ({} pending of max_pending {}: +{} RSS, of which {} right after build); second wave {:+.1} %; after drain +{}, after drop +{}",
+            "  memory       {:.1} B per pending root in manual mode, {} with a reaper thread ({} pending of max_pending {}: +{} RSS, of which {} right after build); second wave {:+.1} %; after drain +{}, after drop +{}",
             m.bytes_per_pending_root,
+            m.bytes_per_pending_root_threaded
+                .map_or("unmeasured".to_string(), |b| format!("{b:.1} B")),
             report::si(m.pending as f64),
             report::si(m.max_pending as f64),
             report::bytes(m.rss_full.saturating_sub(m.rss_before)),
