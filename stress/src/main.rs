@@ -162,6 +162,10 @@ struct Output {
 }
 
 fn main() -> ExitCode {
+    // The memory phase's child process (see `acker::memory`).
+    if let Ok(spec) = std::env::var(acker::THREADED_ENV) {
+        return acker::threaded_child(&spec);
+    }
     let cli = Cli::parse();
     let threads = cli
         .threads

@@ -16,8 +16,11 @@
 //! make roots time out in the middle of a fill. Manual mode's inbox rings are larger,
 //! though (only `expire` drains them, so they hold a cell per slot in each lane), so the
 //! phase then fills a second acker, with a reaper thread and the same `ManualClock`, and
-//! reports its growth too: what a root costs a server. RSS is coarse (pages, allocator
-//! arenas), which is why N is in the millions.
+//! reports its growth too: what a root costs a server. That one runs in a child process
+//! (this binary, with [`THREADED_ENV`] set): what the allocator keeps of the reaper
+//! thread's arena after the acker is dropped would otherwise stay in this process's RSS
+//! and in the traffic phase's peak, and the child starts from a clean baseline. RSS is
+//! coarse (pages, allocator arenas), which is why N is in the millions.
 
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
@@ -117,7 +120,7 @@ pub(crate) fn run(roots: usize, seed: u64) -> Result<Option<Memory>, String> {
     let rss_drained = rss::current().unwrap_or(0);
     drop(acker);
     let rss_dropped = rss::current().unwrap_or(0);
-    let threaded = threaded_bytes_per_root(roots, seed)?;
+    let threaded = threaded_in_child(roots, seed)?;
 
     let grown = rss_full.saturating_sub(rss_before);
     Ok(Some(Memory {
@@ -137,12 +140,58 @@ pub(crate) fn run(roots: usize, seed: u64) -> Result<Option<Memory>, String> {
     }))
 }
 
+/// Set (to `roots,seed`) in the child process that measures the acker with a reaper thread.
+pub(crate) const THREADED_ENV: &str = "ACKWHEEL_STRESS_MEMORY_THREADED";
+
+/// Runs [`threaded_bytes_per_root`] in a child process (module docs) and reads its figure.
+fn threaded_in_child(roots: usize, seed: u64) -> Result<Option<f64>, String> {
+    let exe = std::env::current_exe().map_err(|e| format!("memory phase: {e}"))?;
+    let out = std::process::Command::new(exe)
+        .env(THREADED_ENV, format!("{roots},{seed}"))
+        .output()
+        .map_err(|e| format!("memory phase: cannot start the threaded measurement: {e}"))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    if !out.status.success() {
+        return Err(format!(
+            "memory phase: the threaded measurement failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    match text.trim() {
+        "unavailable" => Ok(None),
+        figure => figure
+            .parse()
+            .map(Some)
+            .map_err(|e| format!("memory phase: the threaded measurement printed {figure:?}: {e}")),
+    }
+}
+
+/// The child process's whole job: `spec` is `roots,seed`; prints the figure (or
+/// `unavailable`) and exits 0, or explains on stderr and exits 1.
+pub(crate) fn threaded_child(spec: &str) -> std::process::ExitCode {
+    let parsed = spec
+        .split_once(',')
+        .and_then(|(roots, seed)| Some((roots.parse().ok()?, seed.parse().ok()?)));
+    let Some((roots, seed)) = parsed else {
+        eprintln!("{THREADED_ENV}: expected `roots,seed`, got {spec:?}");
+        return std::process::ExitCode::FAILURE;
+    };
+    match threaded_bytes_per_root(roots, seed) {
+        Ok(Some(bytes)) => println!("{bytes}"),
+        Ok(None) => println!("unavailable"),
+        Err(e) => {
+            eprintln!("{e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    }
+    std::process::ExitCode::SUCCESS
+}
+
 /// One wave into an acker with a reaper thread: RSS growth per pending root once the reaper
 /// has scheduled every root's timer. The clock stays put, so nothing is due: the reaper
 /// drains the inboxes when a lane fills up, and a last root with a 1 ns timeout, timed out
-/// once the clock moves 10 ms, wakes it for the rest. It runs after the manual acker is
-/// dropped, and what stayed resident of that (the `after drop` figure) may be reused here,
-/// so the figure can be low by up to that much spread over the roots (about 1 B at 1M).
+/// once the clock moves 10 ms, wakes it for the rest.
 fn threaded_bytes_per_root(roots: usize, seed: u64) -> Result<Option<f64>, String> {
     let Some(rss_before) = rss::current() else {
         return Ok(None);

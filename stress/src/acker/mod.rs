@@ -23,6 +23,8 @@
 //! Every violation is printed with the tree's history and makes the run fail.
 
 mod memory;
+
+pub(crate) use memory::{threaded_child, THREADED_ENV};
 mod oracle;
 mod topology;
 
