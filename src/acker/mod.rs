@@ -478,6 +478,11 @@ fn lane_flag(lane: usize) -> u32 {
     }
 }
 
+/// The lane of a published slot's open word, from its state ([`lane_flag`]'s inverse).
+fn lane_of(state: u32) -> usize {
+    usize::from(state & LANE != 0)
+}
+
 impl<T> Shard<T> {
     fn new(ledger: Ledger<T>, manual: bool) -> Self {
         let slots = ledger.capacity();
@@ -1028,7 +1033,7 @@ impl<T: Send + 'static> Inner<T> {
                     // on the lane of the slot's open word (found READY, so its lane flag is
                     // set), which the reaper has read or reads first.
                     let ticket = if timeout < ledger.timeout(slot) {
-                        let lane = usize::from(ledger.state(slot) & LANE != 0);
+                        let lane = lane_of(ledger.state(slot));
                         match shard.inbox[lane].reserve() {
                             Some(number) => Some(Ticket { lane, number }),
                             None => {
