@@ -219,6 +219,51 @@ fn init_vs_ack_on_a_new_root_completes_once() {
     });
 }
 
+/// An ack `0b01` sent twice races init of root 1 (XOR 0b10, payload 7): the copy on this
+/// thread before the race if `held` (so the other thread's copy meets a held orphan), else
+/// both copies on the other thread. The value never reaches 0 with init's XOR in it, so
+/// no call may complete the tree, and it must time out.
+fn duplicated_ack_vs_init(held: bool) {
+    let clock = ManualClock::new(0);
+    let (acker, log) = manual(clock.clone());
+    if held {
+        assert!(!acker.ack(1, 0b01));
+    }
+    let other = acker.clone();
+    let copies = if held { 1 } else { 2 };
+    let t = thread::spawn(move || (0..copies).any(|_| other.ack(1, 0b01)));
+    acker.init(1, 0b10, 7).unwrap();
+    assert!(!t.join().unwrap(), "an ack said it completed the tree");
+    assert!(
+        completions(&log).is_empty(),
+        "completed with init's XOR unacked: {:?}",
+        completions(&log)
+    );
+    clock.advance(Duration::from_secs(10));
+    acker.expire();
+    assert_eq!(completions(&log), [(1, 7, Outcome::TimedOut)]);
+    assert_eq!(acker.pending(), 0);
+}
+
+/// The false `Acked` of a long soak: the second copy of an ack races init on the orphan
+/// the first copy left. Its `fetch_xor` may return 0 (the orphan's `a ^ a`) just before
+/// init XORs its value in and sets INIT; a zero from before init's XOR must never complete
+/// the tree. Unbounded.
+#[test]
+fn duplicated_ack_vs_init_of_a_held_orphan_never_completes() {
+    loom::model(|| duplicated_ack_vs_init(true));
+}
+
+/// Both copies race init of a root nobody has seen: the first creates the orphan (or
+/// meets init's new entry), the second races init's join. Bounded at 4 preemptions, the
+/// fewest that reach the failing interleaving (checked: bounds 2 and 3 pass without the
+/// fix): the copies and init must each stop mid-operation, in an order that goes back and
+/// forth between the two threads.
+#[test]
+fn duplicated_ack_vs_init_of_a_new_root_never_completes() {
+    bounded(4).check(|| duplicated_ack_vs_init(false));
+}
+
 /// A fail before init is held; init and the fail race to complete it: Failed, once.
 #[test]
 fn init_vs_earlier_fail_completes_once() {

@@ -553,6 +553,18 @@ enum Entry {
     Full(Room),
 }
 
+/// What an ack's XOR left in the value ([`Inner::xor_in`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum AckedValue {
+    /// Not 0: nothing to complete.
+    NonZero,
+    /// 0, with init's XOR in it: INIT was set before the ack's XOR.
+    ZeroWithInit,
+    /// 0, but INIT was not set before the ack's XOR: the zero may be a held orphan's
+    /// (a duplicated ack cancelling its first copy) and predate init's XOR.
+    ZeroBeforeInit,
+}
+
 struct Inner<T> {
     layout: HashLayout,
     shards: Box<[Shard<T>]>,
@@ -1185,10 +1197,10 @@ impl<T: Send + 'static> Inner<T> {
         ledger.prefetch_home::<false>(h);
         let mut guard = self.grace.pin();
         if let Some(slot) = ledger.find(h) {
-            // The common path: one hash, one probe, one fetch_xor.
-            if ledger.xor(slot, xor) == 0 {
-                self.complete_acked(h.shard, slot, done);
-            }
+            // The common path: one hash, one probe, a state load and one fetch_xor on the
+            // bucket's second line.
+            let acked = self.xor_in(h.shard, slot, xor);
+            self.complete_acked(h.shard, slot, acked, done);
             return;
         }
         // No entry: hold the ack as an orphan. The clock is read before claiming (see `init`).
@@ -1197,11 +1209,12 @@ impl<T: Send + 'static> Inner<T> {
         loop {
             match self.claim_new(h) {
                 Entry::Found(slot) => {
-                    if ledger.xor(slot, xor) == 0 {
-                        self.complete_acked(h.shard, slot, done);
-                    }
+                    let acked = self.xor_in(h.shard, slot, xor);
+                    self.complete_acked(h.shard, slot, acked, done);
                 }
                 Entry::New { slot, ticket } => {
+                    // Not yet published: nobody else reads or writes the value, and without
+                    // INIT there is nothing to complete.
                     ledger.xor(slot, xor);
                     self.open(shard, slot, ticket, now, self.timeout, 0);
                 }
@@ -1216,17 +1229,53 @@ impl<T: Send + 'static> Inner<T> {
         }
     }
 
-    /// This ack's `fetch_xor` brought the value to 0: complete `Acked` if init has been seen.
+    /// An ack's half that changes the value: XORs `xor` into the slot and says whether the
+    /// value is now 0 and whether that zero is known to hold init's XOR.
     ///
-    /// The value is not read again. The ack that reached 0 is the one that completes the
-    /// tree, as it would be if acks were applied one at a time: a duplicate ack that XORs in
-    /// right after it is, in that order, an ack arriving after completion, and must not
-    /// cancel the completion (re-reading would leave neither ack completing the tree).
-    /// Without INIT, init completes the tree when it publishes (`settle_after_init`).
-    fn complete_acked(&self, shard: usize, slot: usize, done: &mut Done<T>) {
-        self.claim_completion(shard, slot, done, |state| {
-            (state & INIT != 0).then_some(Outcome::Acked)
-        });
+    /// The state is read *before* the XOR. Init XORs its value in and only then sets INIT
+    /// (both SeqCst RMWs), so an INIT this load sees was set after init's XOR, which
+    /// therefore happens before our `fetch_xor` and precedes it in the value's modification
+    /// order: the value our `fetch_xor` returns contains it. An INIT read *after* the XOR
+    /// proves nothing about the zero: a duplicated ack may cancel its first copy on a held
+    /// orphan (value 0) just before init XORs its value in and sets INIT.
+    #[inline]
+    fn xor_in(&self, shard: usize, slot: usize, xor: u64) -> AckedValue {
+        let ledger = &self.shards[shard].ledger;
+        let init_seen = ledger.state(slot) & INIT != 0;
+        match (ledger.xor(slot, xor), init_seen) {
+            (0, true) => AckedValue::ZeroWithInit,
+            (0, false) => AckedValue::ZeroBeforeInit,
+            _ => AckedValue::NonZero,
+        }
+    }
+
+    /// An ack's second half, after [`xor_in`](Self::xor_in): completes the tree `Acked` if
+    /// the zero counts.
+    ///
+    /// * `ZeroWithInit`: it does, and the value is not read again. The ack that reached 0 is
+    ///   the one that completes the tree, as it would be if acks were applied one at a time:
+    ///   a duplicate ack that XORs in right after it is, in that order, an ack arriving after
+    ///   completion, and must not cancel the completion.
+    /// * `ZeroBeforeInit`: only if INIT is set now and the value, re-read with an RMW
+    ///   (which comes after init's XOR in the modification order, as INIT does), is still 0.
+    ///   If INIT is not set yet, init's `settle_after_init` reads the value after setting
+    ///   INIT and completes the tree itself: init sets INIT then reads the value with an RMW,
+    ///   we XORed the value then read the state, so one of the two sees the other (see
+    ///   [`Ledger::value`]). A duplicate that XORs in between leaves the tree to time out,
+    ///   which is what a duplicated ack is owed; the zero before init never completes it.
+    fn complete_acked(&self, shard: usize, slot: usize, acked: AckedValue, done: &mut Done<T>) {
+        let ledger = &self.shards[shard].ledger;
+        match acked {
+            AckedValue::NonZero => {}
+            AckedValue::ZeroWithInit => {
+                self.claim_completion(shard, slot, done, |_| Some(Outcome::Acked));
+            }
+            AckedValue::ZeroBeforeInit => {
+                self.claim_completion(shard, slot, done, |state| {
+                    (state & INIT != 0 && ledger.value(slot) == 0).then_some(Outcome::Acked)
+                });
+            }
+        }
     }
 
     fn fail(&self, root: u64, done: &mut Done<T>) {

@@ -86,6 +86,43 @@ fn acks_before_init_are_held_and_init_completes() {
     assert_eq!(take(&log), [(4, 40, Outcome::Acked)]);
 }
 
+/// The soak's false `Acked`, step by step: a duplicated ack cancels its first copy on a held
+/// orphan (value 0) just before init XORs its value in and sets INIT, and only then looks at
+/// the state. Its zero predates init's XOR, so it must not complete the tree: that would
+/// report a tree `Acked` whose value is init's, unacked. The duplicate's two halves run
+/// around a whole init; the tree must stay pending and time out.
+#[test]
+fn acks_zero_from_before_init_never_completes_the_tree() {
+    let clock = ManualClock::new(0);
+    let (acker, log) = manual(&clock, |b| b);
+    let (root, edge, init_xor) = (0x8f48_5a2b_ffa6_4a58, 0xf804_e36f_688e_fec8, 0x5eed);
+    assert!(
+        !acker.ack(root, edge),
+        "the first copy is held as an orphan"
+    );
+    let inner = acker.inner();
+    let h = inner.layout.hash(root);
+    let slot = inner.shards[h.shard]
+        .ledger
+        .find(h)
+        .expect("the orphan's slot");
+    let second_copy = inner.xor_in(h.shard, slot, edge);
+    assert_eq!(second_copy, AckedValue::ZeroBeforeInit);
+    acker.init(root, init_xor, 7).unwrap();
+    assert!(take(&log).is_empty(), "init sees its own XOR: not 0");
+    let mut done = None;
+    inner.complete_acked(h.shard, slot, second_copy, &mut done);
+    assert!(
+        !inner.deliver(done),
+        "the duplicate completed a tree whose value is {init_xor:#x}"
+    );
+    assert!(take(&log).is_empty());
+    assert_eq!(acker.pending(), 1);
+    clock.advance(31 * SEC);
+    assert_eq!(acker.expire(), 1);
+    assert_eq!(take(&log), [(root, 7, Outcome::TimedOut)]);
+}
+
 #[test]
 fn fail_before_init_fails_at_init_unless_acked_wins() {
     let clock = ManualClock::new(0);
