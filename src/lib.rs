@@ -41,6 +41,15 @@ pub use acker::{Acker, AckerBuilder, AckerStats, Completion, InitError, Outcome}
 pub mod grace {
     pub use crate::acker::grace::{Fences, Limbo, Participant, Registry};
 }
+/// The second-generation ledger's table and slot word, for the `roots` loom models only.
+#[cfg(loom)]
+#[doc(hidden)]
+pub mod roots {
+    pub use crate::acker::roots::{
+        Applied, Completed, Done, Expiry, Refused, Roots, GROUP_SLOTS, MAX_PROBE,
+    };
+    pub use crate::acker::word::{Key, Phase, Word, KEY_SHIFT};
+}
 pub use clock::{Clock, ManualClock, MonotonicClock};
 pub use error::ConfigError;
 mod wheel;

@@ -59,6 +59,45 @@ impl<T: ?Sized> UnsafeCell<T> {
     }
 }
 
+/// A 128-bit atomic: portable-atomic's, which on x86_64 is `lock cmpxchg16b` for a CAS and
+/// `vmovdqa` for a load where the CPU has AVX (detected at run time): lock-free.
+#[cfg(not(loom))]
+pub(crate) use portable_atomic::AtomicU128;
+
+/// Under loom, a stand-in for the 128-bit atomic, which loom does not model: a value behind
+/// a loom mutex. Every operation takes the lock, so the stand-in is linearizable, which is
+/// what the real word's SeqCst operations give (the slot word uses nothing weaker).
+#[cfg(loom)]
+#[derive(Debug)]
+pub(crate) struct AtomicU128(loom::sync::Mutex<u128>);
+
+#[cfg(loom)]
+impl AtomicU128 {
+    pub(crate) fn new(value: u128) -> Self {
+        AtomicU128(loom::sync::Mutex::new(value))
+    }
+
+    pub(crate) fn load(&self, _: Ordering) -> u128 {
+        *self.0.lock().unwrap()
+    }
+
+    pub(crate) fn compare_exchange(
+        &self,
+        current: u128,
+        new: u128,
+        _: Ordering,
+        _: Ordering,
+    ) -> Result<u128, u128> {
+        let mut value = self.0.lock().unwrap();
+        if *value == current {
+            *value = new;
+            Ok(current)
+        } else {
+            Err(*value)
+        }
+    }
+}
+
 /// The hash builder for every map whose layout the loom models can observe.
 ///
 /// Loom replays schedules and needs every execution of a model to be deterministic; std's

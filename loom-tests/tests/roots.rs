@@ -1,0 +1,232 @@
+//! Loom models of the second-generation ledger's table (`src/acker/roots.rs`): one 128-bit
+//! word per slot (a linearizable lock-based stand-in under loom), twin claims merged
+//! lock-free, slots reused without a grace period.
+//!
+//! Each model asserts exactly-once: every initialized tree is completed by one call, with
+//! the outcome its messages call for, and the table ends with no entry for it. The table is
+//! tiny (two groups of two slots, one group of overflow under loom), so full groups, overflow
+//! and reuse are a few steps away.
+#![cfg(loom)]
+
+use ackwheel::roots::{Applied, Completed, Done, Expiry, Key, Refused, Roots, KEY_SHIFT};
+use ackwheel::Outcome;
+use loom::sync::Arc;
+use loom::thread;
+
+/// Groups in every model's table.
+const GROUPS: usize = 2;
+
+/// A key whose home is group `home`.
+fn key(home: usize, low: u64) -> Key {
+    let shift = 64 - KEY_SHIFT - GROUPS.trailing_zeros();
+    Key::new((home as u64) << shift | low)
+}
+
+fn table() -> Arc<Roots<u32>> {
+    Arc::new(Roots::new(GROUPS))
+}
+
+/// Takes the payload of a completion the call claimed and frees the slot.
+fn finish(roots: &Roots<u32>, done: Done) -> Option<(u32, Outcome)> {
+    let Completed { slot, outcome } = done?;
+    let payload = roots.take(slot);
+    roots.free(slot);
+    Some((payload, outcome))
+}
+
+fn ack(roots: &Roots<u32>, key: Key, xor: u64) -> Option<(u32, Outcome)> {
+    let mut done = None;
+    assert_ne!(roots.ack(key, xor, &mut done), Applied::Full);
+    finish(roots, done)
+}
+
+fn init(roots: &Roots<u32>, key: Key, xor: u64, payload: u32) -> Option<(u32, Outcome)> {
+    let mut done = None;
+    roots.init(key, xor, payload, &mut done).unwrap();
+    finish(roots, done)
+}
+
+fn bounded(preemptions: usize) -> loom::model::Builder {
+    let mut model = loom::model::Builder::new();
+    model.preemption_bound = Some(preemptions);
+    model
+}
+
+/// The last two acks race: exactly one completes the tree.
+#[test]
+fn roots_ack_vs_ack_completes_once() {
+    loom::model(|| {
+        let roots = table();
+        let k = key(0, 1);
+        assert_eq!(init(&roots, k, 0b11, 7), None);
+        let other = Arc::clone(&roots);
+        let t = thread::spawn(move || ack(&other, k, 0b01));
+        let mine = ack(&roots, k, 0b10);
+        let theirs = t.join().unwrap();
+        let all: Vec<_> = mine.into_iter().chain(theirs).collect();
+        assert_eq!(all, [(7, Outcome::Acked)]);
+        assert_eq!(roots.find(k), None);
+    });
+}
+
+/// The last ack races a fail: one completion, Acked or Failed.
+#[test]
+fn roots_ack_vs_fail_completes_once() {
+    loom::model(|| {
+        let roots = table();
+        let k = key(1, 1);
+        init(&roots, k, 0b1, 7);
+        let other = Arc::clone(&roots);
+        let t = thread::spawn(move || {
+            let mut done = None;
+            other.fail(k, &mut done);
+            finish(&other, done)
+        });
+        let acked = ack(&roots, k, 0b1);
+        let failed = t.join().unwrap();
+        // Whichever came second is held as an orphan of a completed tree.
+        let late = roots.find(k).map(|(_, w)| (w.value(), w.state().failed()));
+        match (acked, failed) {
+            (Some((7, Outcome::Acked)), None) => assert_eq!(late, Some((0, true))),
+            (None, Some((7, Outcome::Failed))) => assert_eq!(late, Some((0b1, false))),
+            other => panic!("not exactly one completion: {other:?}"),
+        }
+    });
+}
+
+/// A duplicated ack: both copies race init of a root nobody has seen (the shape of the
+/// first generation's false `Acked`). The value never reaches 0 with init's XOR in it, so
+/// nothing completes, and the reaper times the tree out. Bounded at 4 like the first
+/// generation's model of the same race.
+#[test]
+fn roots_duplicated_ack_vs_init_never_completes() {
+    bounded(4).check(|| {
+        let roots = table();
+        let k = key(0, 1);
+        let other = Arc::clone(&roots);
+        let t = thread::spawn(move || [ack(&other, k, 0b01), ack(&other, k, 0b01)]);
+        assert_eq!(init(&roots, k, 0b10, 7), None);
+        assert_eq!(t.join().unwrap(), [None, None]);
+        let (slot, word) = roots.find(k).unwrap();
+        assert_eq!(word.value(), 0b10);
+        let mut done = None;
+        assert_eq!(roots.expire(slot, k, &mut done), Expiry::TimedOut);
+        assert_eq!(finish(&roots, done), Some((7, Outcome::TimedOut)));
+    });
+}
+
+/// Init and an ack race on a new root (twin claims of one root, joined by init): the tree
+/// completes once, on whichever call was last.
+#[test]
+fn roots_init_vs_ack_on_a_new_root_completes_once() {
+    loom::model(|| {
+        let roots = table();
+        let k = key(0, 1);
+        let other = Arc::clone(&roots);
+        let t = thread::spawn(move || ack(&other, k, 0b1));
+        let mine = init(&roots, k, 0b1, 7);
+        let theirs = t.join().unwrap();
+        let all: Vec<_> = mine.into_iter().chain(theirs).collect();
+        assert_eq!(all, [(7, Outcome::Acked)]);
+        assert_eq!(roots.find(k), None);
+    });
+}
+
+/// Twin claims: root `x` holds the first slot of `k`'s home group; one thread drops it (as
+/// the reaper drops an orphan) and acks `k`, so its claim may land in the slot that the
+/// other thread's claim, having seen `x` there, passed by. The twins merge: init then finds
+/// one entry holding both acks and completes the tree once, Acked.
+#[test]
+fn roots_twin_claims_merge_and_complete_once() {
+    bounded(3).check(|| {
+        let roots = table();
+        let (x, k) = (key(0, 9), key(0, 1));
+        ack(&roots, x, 0b1);
+        let other = Arc::clone(&roots);
+        let t = thread::spawn(move || {
+            let (slot, _) = other.find(x).unwrap();
+            let mut done = None;
+            assert_eq!(other.expire(slot, x, &mut done), Expiry::Dropped);
+            ack(&other, k, 0b01)
+        });
+        let mine = ack(&roots, k, 0b10);
+        assert_eq!((mine, t.join().unwrap()), (None, None));
+        assert_eq!(init(&roots, k, 0b11, 7), Some((7, Outcome::Acked)));
+        assert_eq!(roots.find(k), None, "a twin was left behind");
+    });
+}
+
+/// Two inits of one new root race: one joins, the other gets its payload back as a
+/// duplicate; the tree completes once.
+#[test]
+fn roots_init_vs_init_joins_once() {
+    loom::model(|| {
+        let roots = table();
+        let k = key(1, 1);
+        let other = Arc::clone(&roots);
+        let t = thread::spawn(move || {
+            let mut done = None;
+            other.init(k, 0b1, 8, &mut done).map(|()| done)
+        });
+        let mut done = None;
+        let mine = roots.init(k, 0b1, 7, &mut done).map(|()| done);
+        let theirs = t.join().unwrap();
+        let (winner, refused) = match (mine, theirs) {
+            (Ok(None), Err(Refused::Duplicate(8))) => (7, 8),
+            (Err(Refused::Duplicate(7)), Ok(None)) => (8, 7),
+            other => panic!("not one init and one duplicate: {other:?}"),
+        };
+        let _ = refused;
+        assert_eq!(ack(&roots, k, 0b1), Some((winner, Outcome::Acked)));
+    });
+}
+
+/// A late (duplicate) ack for root `k` races `k`'s completion, the freeing of its slot and
+/// root `y` moving into that slot: the late ack never XORs into `y` (no grace period: the
+/// 128-bit CAS expects `k`'s key). `y` then completes with exactly its own ack.
+#[test]
+fn roots_slot_reuse_vs_late_ack() {
+    loom::model(|| {
+        let roots = table();
+        let (k, y) = (key(0, 1), key(0, 2));
+        init(&roots, k, 0b1, 7);
+        let other = Arc::clone(&roots);
+        let t = thread::spawn(move || ack(&other, k, 0b1)); // the late copy, or the last ack
+        let mine = ack(&roots, k, 0b1);
+        // `y` takes the first EMPTY slot, perhaps `k`'s, while the other copy is in flight.
+        assert_eq!(init(&roots, y, 0b100, 9), None);
+        let theirs = t.join().unwrap();
+        let all: Vec<_> = mine.into_iter().chain(theirs).collect();
+        assert_eq!(all, [(7, Outcome::Acked)]);
+        assert_eq!(roots.find(y).map(|(_, w)| w.value()), Some(0b100));
+        // The copy that came second is an orphan of `k` now.
+        assert_eq!(roots.find(k).map(|(_, w)| w.value()), Some(0b1));
+        assert_eq!(ack(&roots, y, 0b100), Some((9, Outcome::Acked)));
+    });
+}
+
+/// A reset races the reaper's timeout of a LIVE tree: a reset that found the entry makes
+/// the reaper's CAS fail (it must read the deadline again) unless the tree was already
+/// timed out, in which case the reset finds no entry.
+#[test]
+fn roots_reset_vs_timeout_is_never_lost() {
+    loom::model(|| {
+        let roots = table();
+        let k = key(1, 3);
+        init(&roots, k, 0b1, 7);
+        let (slot, _) = roots.find(k).unwrap();
+        let other = Arc::clone(&roots);
+        let t = thread::spawn(move || other.reset(k));
+        let mut done = None;
+        let expiry = roots.expire(slot, k, &mut done);
+        let timed_out = finish(&roots, done);
+        let reset = t.join().unwrap();
+        match (expiry, reset) {
+            (Expiry::TimedOut, false) => assert_eq!(timed_out, Some((7, Outcome::TimedOut))),
+            // The reset landed first: the reaper saw R and must look at the deadline again.
+            (Expiry::Reset, true) => assert_eq!(roots.find(k).map(|(s, _)| s), Some(slot)),
+            // The reaper cleared no R and timed out... only if the reset came after.
+            other => panic!("a successful reset was lost: {other:?}"),
+        }
+    });
+}

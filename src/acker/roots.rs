@@ -1,0 +1,859 @@
+//! The second-generation ledger's table: a lock-free hash table of root words.
+//!
+//! One table holds the roots whose mixed hash falls in its range (the acker keeps at least
+//! `1 << KEY_SHIFT` tables, so a [`Key`] names its root within one). Each slot is one
+//! 16-byte [`SlotWord`] (key, state and XOR value: see `word.rs`) and, apart, the payload
+//! cell its init writes. Four words fill a cache line, a *group*; a root's *home* group is
+//! its key's top bits, so an ack is a hash, a load of one line and one 128-bit CAS on it.
+//!
+//! ## Finding a root
+//!
+//! A root lives in its home group or, when that was full, in one of the next
+//! [`MAX_PROBE`] groups. A claimer `d` groups past home first adds one to the *overflow
+//! count* of each of the `d` groups it passes, then CASes its word into an EMPTY slot; a
+//! slot emptied again (freed, dropped, merged) takes them off. A search walks on past a
+//! group only while its count is non-zero, so an entry that exists when a search starts is
+//! always reached. Because counts, not tombstones, keep the probe sequences whole, a freed
+//! slot is EMPTY at once and the next claimer may take it.
+//!
+//! ## No grace period
+//!
+//! A slot's word is only ever changed by a CAS that expects the whole word, key included.
+//! An operation that found root A's word and is about to CAS it cannot, after A's slot was
+//! freed and reused by root B, change B's word: the CAS fails, and the operation looks for
+//! A again. Nothing a thread holds across operations points into the table, so slots are
+//! reused without waiting for anyone. (Growth will retire whole tables; that is the only
+//! place a pin is needed.)
+//!
+//! ## Twin claims
+//!
+//! Two threads that find no entry for a new root may both claim a slot for it, when a
+//! slot that one of them passed was freed in between: two *twin* entries. Every claimer
+//! therefore searches again after its claim (every access SeqCst: of two claimers, at
+//! least one sees the other's word, since each wrote its counts and its word before
+//! reading) and the twins are merged lock-free: the *loser* is CASed to EMPTY by whoever
+//! sees the pair first (either claimer), and its contents (value and held fail) are applied
+//! to the winner as an ack and a fail would be. The CAS on the loser decides who carries
+//! them, so they are applied once; an ack that was about to XOR into the loser finds its CAS
+//! failing and goes to the winner. The winner is the entry init has joined (JOINING or
+//! LIVE) if there is one, else the first in probe order. Init creates a new root as an empty
+//! HELD placeholder and joins it only after a search that finds no twin, so a payload is
+//! never in a loser.
+
+use std::mem::MaybeUninit;
+
+use super::word::{Key, Phase, Step, Word, KEY_SHIFT};
+use super::Outcome;
+use crate::sync::{AtomicU128, AtomicU32, AtomicU64, Ordering, UnsafeCell};
+
+/// Words per group: four 16-byte words fill a 64-byte line.
+#[cfg(not(loom))]
+pub const GROUP_SLOTS: usize = 4;
+/// Under loom two, so models reach full groups and overflow in a few steps.
+#[cfg(loom)]
+pub const GROUP_SLOTS: usize = 2;
+
+/// How many groups past its home a root may live.
+#[cfg(not(loom))]
+pub const MAX_PROBE: usize = 15;
+/// Under loom one, so models overflow in a few steps.
+#[cfg(loom)]
+pub const MAX_PROBE: usize = 1;
+
+/// One slot's word: a [`Word`] in a 128-bit atomic.
+///
+/// Every access is SeqCst. On x86_64 that costs nothing over acquire/release (a 128-bit CAS
+/// is a locked instruction either way, and a load is a plain `vmovdqa`), the twin search
+/// needs it (a claimer writes its word, then reads the others'), and it is what the loom
+/// stand-in, a value behind a lock, gives: the models check exactly this.
+#[derive(Debug)]
+pub struct SlotWord(AtomicU128);
+
+impl SlotWord {
+    fn new() -> Self {
+        SlotWord(AtomicU128::new(0))
+    }
+
+    #[inline]
+    pub fn load(&self) -> Word {
+        Word::from_bits(self.0.load(Ordering::SeqCst))
+    }
+
+    /// `Ok(())` when the word was `current` and is now `new`; else the word it is.
+    #[inline]
+    pub fn cas(&self, current: Word, new: Word) -> Result<(), Word> {
+        self.0
+            .compare_exchange(
+                current.to_bits(),
+                new.to_bits(),
+                Ordering::SeqCst,
+                Ordering::SeqCst,
+            )
+            .map(|_| ())
+            .map_err(Word::from_bits)
+    }
+}
+
+/// A group of words on one cache line.
+#[repr(C, align(64))]
+struct Group([SlotWord; GROUP_SLOTS]);
+
+/// What an operation did to its root's entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Applied {
+    /// Applied to the root's entry (or completed it: see [`Completed`]).
+    Changed,
+    /// No entry: a new one (HELD) holds the message.
+    Created,
+    /// No entry, and no EMPTY slot in the root's window.
+    Full,
+}
+
+/// A completion this call's CAS claimed: it set DONE on `slot`, and the caller completes
+/// the tree with `outcome` ([`Roots::take`] the payload, then [`Roots::free`] the slot).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Completed {
+    /// The slot whose DONE the call set.
+    pub slot: usize,
+    /// What the tree completed as.
+    pub outcome: Outcome,
+}
+
+/// Where an operation leaves the completion it claimed, if any (at most one per call).
+pub type Done = Option<Completed>;
+
+fn claimed(done: &mut Done, slot: usize, outcome: Outcome) {
+    debug_assert!(done.is_none(), "two completions in one call");
+    *done = Some(Completed { slot, outcome });
+}
+
+/// What [`Roots::expire`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Expiry {
+    /// The root's entry is no longer in the slot: nothing to do.
+    Gone,
+    /// A HELD orphan was dropped silently; its slot is EMPTY.
+    Dropped,
+    /// A LIVE tree timed out; the completion is in `done`.
+    TimedOut,
+    /// A reset moved the deadline: R is cleared; read the deadline again.
+    Reset,
+    /// Init is joining: look again shortly.
+    Joining,
+}
+
+/// What [`Roots::init`] could not do; the payload comes back.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Refused<T> {
+    /// The root is already initialized (or being initialized).
+    Duplicate(T),
+    /// No entry, and no EMPTY slot in the root's window.
+    Full(T),
+}
+
+/// A message applied to a root's entry, or held in a new one.
+#[derive(Clone, Copy, Debug)]
+enum Message {
+    Ack(u64),
+    Fail,
+    /// A twin's contents, carried to the entry that absorbs it.
+    Twin(Word),
+}
+
+impl Message {
+    fn step(self, word: Word) -> Option<Step> {
+        match self {
+            Message::Ack(xor) => word.acked(xor),
+            Message::Fail => word.failed(),
+            Message::Twin(twin) => word.absorbed(twin),
+        }
+    }
+
+    fn held(self, key: Key) -> Word {
+        match self {
+            Message::Ack(xor) => Word::held_ack(key, xor),
+            Message::Fail => Word::held_fail(key),
+            Message::Twin(twin) => twin,
+        }
+    }
+}
+
+/// A slot's payload cell: written by the init that joined the slot, read once by the
+/// thread whose CAS set DONE.
+struct Payload<T>(UnsafeCell<MaybeUninit<T>>);
+
+/// One table of root words. See the module docs.
+pub struct Roots<T> {
+    groups: Box<[Group]>,
+    overflow: Box<[AtomicU32]>,
+    payloads: Box<[Payload<T>]>,
+    /// `groups.len() - 1`; the group count is a power of two.
+    mask: usize,
+    /// Key bits below the home group's.
+    home_shift: u32,
+    /// Twin entries merged, ever (rare: counted here, not on the hot path's lines).
+    merged: AtomicU64,
+}
+
+// Safety: the payload cells are the only non-Sync parts. A cell is written only by the
+// thread whose join CAS made the slot JOINING and read only by the thread whose CAS made it
+// DONE, after the settle CAS that published the write (see `init` and `take`), so no two
+// threads touch one at once. `T: Send` because payloads move between threads.
+unsafe impl<T: Send> Sync for Roots<T> {}
+// Safety: as above; the table owns its payloads.
+unsafe impl<T: Send> Send for Roots<T> {}
+
+impl<T> Roots<T> {
+    /// A table of `groups` groups (a power of two, at least 2).
+    pub fn new(groups: usize) -> Self {
+        assert!(groups.is_power_of_two() && groups >= 2, "{groups} groups");
+        let group_bits = groups.trailing_zeros();
+        Roots {
+            groups: (0..groups)
+                .map(|_| Group(std::array::from_fn(|_| SlotWord::new())))
+                .collect(),
+            overflow: (0..groups).map(|_| AtomicU32::new(0)).collect(),
+            payloads: (0..groups * GROUP_SLOTS)
+                .map(|_| Payload(UnsafeCell::new(MaybeUninit::uninit())))
+                .collect(),
+            mask: groups - 1,
+            home_shift: 64 - KEY_SHIFT - group_bits,
+            merged: AtomicU64::new(0),
+        }
+    }
+
+    /// Slots in the table.
+    pub fn slots(&self) -> usize {
+        self.payloads.len()
+    }
+
+    /// Twin entries merged since the table was built.
+    pub fn merged(&self) -> u64 {
+        self.merged.load(Ordering::Relaxed) // Relaxed: a statistic.
+    }
+
+    #[inline]
+    fn home(&self, key: Key) -> usize {
+        (key.bits() >> self.home_shift) as usize & self.mask
+    }
+
+    /// A slot's word.
+    #[inline]
+    pub fn word(&self, slot: usize) -> &SlotWord {
+        &self.groups[slot / GROUP_SLOTS].0[slot % GROUP_SLOTS]
+    }
+
+    /// How many groups past `key`'s home `slot` is.
+    fn distance(&self, key: Key, slot: usize) -> usize {
+        (slot / GROUP_SLOTS).wrapping_sub(self.home(key)) & self.mask
+    }
+
+    fn window(&self) -> usize {
+        MAX_PROBE.min(self.mask)
+    }
+
+    /// Adds `delta` (1 or -1) to the overflow counts of the `d` groups from `home` on.
+    fn count_overflow(&self, home: usize, d: usize, delta: i32) {
+        for group in (0..d).map(|j| (home + j) & self.mask) {
+            self.overflow[group].fetch_add(delta as u32, Ordering::SeqCst);
+        }
+    }
+
+    /// Entries of `key`'s root in probe order, but for `skip`: the first, with its word.
+    fn find_other(&self, key: Key, skip: Option<usize>) -> Option<(usize, Word)> {
+        let home = self.home(key);
+        for d in 0..=self.window() {
+            let group = (home + d) & self.mask;
+            for (i, word) in self.groups[group].0.iter().enumerate() {
+                let slot = group * GROUP_SLOTS + i;
+                let w = word.load();
+                if w.holds(key) && Some(slot) != skip {
+                    return Some((slot, w));
+                }
+            }
+            if self.overflow[group].load(Ordering::SeqCst) == 0 {
+                return None;
+            }
+        }
+        None
+    }
+
+    /// The root's entry (the first in probe order), with its word.
+    #[inline]
+    pub fn find(&self, key: Key) -> Option<(usize, Word)> {
+        self.find_other(key, None)
+    }
+
+    /// CASes `word` into the first EMPTY slot of `key`'s window. `Err(true)` when another
+    /// claimer took that slot first (look again), `Err(false)` when the window is full.
+    fn claim(&self, key: Key, word: Word) -> Result<usize, bool> {
+        let home = self.home(key);
+        for d in 0..=self.window() {
+            let group = (home + d) & self.mask;
+            for (i, slot_word) in self.groups[group].0.iter().enumerate() {
+                if slot_word.load() != Word::EMPTY {
+                    continue;
+                }
+                // The counts first: a search that sees the word must be able to reach it.
+                self.count_overflow(home, d, 1);
+                return match slot_word.cas(Word::EMPTY, word) {
+                    Ok(()) => Ok(group * GROUP_SLOTS + i),
+                    Err(_) => {
+                        self.count_overflow(home, d, -1);
+                        Err(true)
+                    }
+                };
+            }
+        }
+        Err(false)
+    }
+
+    /// Empties a slot whose word was `word` (an orphan dropped, a twin merged, a tree freed)
+    /// and takes its overflow counts off. `Err(now)` when the word moved.
+    fn empty(&self, slot: usize, word: Word) -> Result<(), Word> {
+        self.word(slot).cas(word, Word::EMPTY)?;
+        let key = word.key();
+        self.count_overflow(self.home(key), self.distance(key, slot), -1);
+        Ok(())
+    }
+
+    /// An ack: XORs `xor` into the root's value, or holds it in a new entry.
+    pub fn ack(&self, key: Key, xor: u64, done: &mut Done) -> Applied {
+        self.apply(key, Message::Ack(xor), done)
+    }
+
+    /// A fail: completes an initialized tree `Failed`, or is held until init.
+    pub fn fail(&self, key: Key, done: &mut Done) -> Applied {
+        self.apply(key, Message::Fail, done)
+    }
+
+    /// Applies `message` to the root's entry with the word's transition, CASing until it
+    /// lands; with no entry, holds it in a new one and merges any twin.
+    fn apply(&self, key: Key, message: Message, done: &mut Done) -> Applied {
+        loop {
+            let Some((slot, mut word)) = self.find(key) else {
+                match self.claim(key, message.held(key)) {
+                    Ok(slot) => {
+                        self.merge_twins(key, slot, done);
+                        return Applied::Created;
+                    }
+                    Err(true) => continue,
+                    Err(false) => return Applied::Full,
+                }
+            };
+            while let Some(step) = message.step(word) {
+                match self.word(slot).cas(word, step.word()) {
+                    Ok(()) => {
+                        if let Step::Complete(_, outcome) = step {
+                            claimed(done, slot, outcome);
+                        }
+                        return Applied::Changed;
+                    }
+                    // Another message changed the value or state: apply ours to that.
+                    Err(now) if now.holds(key) => word = now,
+                    // Completed, freed, merged away: look for the root again.
+                    Err(_) => break,
+                }
+            }
+        }
+    }
+
+    /// After claiming `mine` for `key`: merges every twin entry (module docs) until `mine`
+    /// is the root's only entry or has been merged into another. Carrying a twin's contents
+    /// may complete the tree (into `done`).
+    fn merge_twins(&self, key: Key, mine: usize, done: &mut Done) {
+        while let Some((other, theirs)) = self.find_other(key, Some(mine)) {
+            let ours = self.word(mine).load();
+            if !ours.holds(key) {
+                // Merged away by the other claimer, or completed: nothing of ours is left.
+                return;
+            }
+            let (loser, lost) = if wins(ours, mine, theirs, other, |s| self.distance(key, s)) {
+                (other, theirs)
+            } else {
+                (mine, ours)
+            };
+            if lost.state().phase() != Some(Phase::Held) {
+                // Two joined entries: cannot happen (init joins the first entry in probe
+                // order, which a later twin loses to); leave them rather than lose a payload.
+                debug_assert!(false, "two joined entries for {key:?}");
+                return;
+            }
+            if self.empty(loser, lost).is_err() {
+                continue; // it moved: look at the pair again
+            }
+            self.merged.fetch_add(1, Ordering::Relaxed); // Relaxed: a statistic.
+                                                         // An empty twin (init's placeholder, or acks that cancelled) carries nothing;
+                                                         // carrying it to a tree that has completed meanwhile would leave an empty orphan.
+            if lost.value() != 0 || lost.state().failed() {
+                self.apply(key, Message::Twin(lost), done);
+            }
+            if loser == mine {
+                return;
+            }
+        }
+    }
+
+    /// Storm's init: joins the root's HELD entry (an orphan's, or a placeholder it creates),
+    /// writes the payload, and settles: LIVE, or completed at once (into `done`) when held
+    /// acks cancel `xor` (Acked wins) or a fail was held.
+    ///
+    /// It joins the first entry in probe order. A twin of it is either later in probe order
+    /// (and loses to it) or was claimed after our search passed its slot; its claimer's
+    /// search then finds ours, and a joined entry wins. So a payload never lands in a loser.
+    pub fn init(&self, key: Key, xor: u64, payload: T, done: &mut Done) -> Result<(), Refused<T>> {
+        let slot = loop {
+            let Some((slot, word)) = self.find(key) else {
+                match self.claim(key, Word::placeholder(key)) {
+                    Ok(slot) => self.merge_twins(key, slot, done),
+                    Err(true) => {}
+                    Err(false) => return Err(Refused::Full(payload)),
+                }
+                continue;
+            };
+            let Some(joined) = word.joined(xor) else {
+                return Err(Refused::Duplicate(payload));
+            };
+            if self.word(slot).cas(word, joined).is_ok() {
+                break slot;
+            }
+        };
+        self.payloads[slot].0.with_mut(|cell| {
+            // Safety: our join CAS made the slot JOINING: until our settle CAS below, no
+            // other thread reads or writes its payload cell (module docs, `Sync` impl).
+            unsafe { (*cell).write(payload) };
+        });
+        let mut word = self.word(slot).load();
+        loop {
+            let Some(step) = word.settled() else {
+                // Only the joining init leaves JOINING, and that is us.
+                debug_assert!(false, "settling {word:?}");
+                return Ok(());
+            };
+            match self.word(slot).cas(word, step.word()) {
+                Ok(()) => {
+                    if let Step::Complete(_, outcome) = step {
+                        claimed(done, slot, outcome);
+                    }
+                    return Ok(());
+                }
+                Err(now) => word = now, // an ack or a fail landed; settle that
+            }
+        }
+    }
+
+    /// The reaper, at `key`'s deadline as it last read it, on the entry it scheduled in
+    /// `slot`: a LIVE tree times out (into `done`), a HELD orphan is dropped. Nothing
+    /// happens when the entry is gone (completed, freed, reused), still JOINING, or when a
+    /// reset has moved the deadline since the reaper last looked (R is cleared then, and the
+    /// reaper must read the deadline again before it calls this once more).
+    pub fn expire(&self, slot: usize, key: Key, done: &mut Done) -> Expiry {
+        let mut word = self.word(slot).load();
+        loop {
+            if !word.holds(key) {
+                return Expiry::Gone;
+            }
+            if let Some(seen) = word.reset_seen() {
+                match self.word(slot).cas(word, seen) {
+                    Ok(()) => return Expiry::Reset,
+                    Err(now) => {
+                        word = now;
+                        continue;
+                    }
+                }
+            }
+            let Some(step) = word.expired() else {
+                return Expiry::Joining;
+            };
+            let result = match step {
+                Step::To(_) => self.empty(slot, word).map(|()| Expiry::Dropped),
+                Step::Complete(dead, outcome) => self.word(slot).cas(word, dead).map(|()| {
+                    claimed(done, slot, outcome);
+                    Expiry::TimedOut
+                }),
+            };
+            match result {
+                Ok(expiry) => return expiry,
+                Err(now) => word = now, // an ack, a fail or a reset landed: decide again
+            }
+        }
+    }
+
+    /// `reset_timeout`'s half in the table: sets R on the root's entry, so that a reaper
+    /// about to time it out on the old deadline fails its CAS and reads the new one. The
+    /// caller stores the new deadline first. `false` when the root has no entry.
+    pub fn reset(&self, key: Key) -> bool {
+        while let Some((slot, mut word)) = self.find(key) {
+            while let Some(next) = word.reset() {
+                match self.word(slot).cas(word, next) {
+                    Ok(()) => return true,
+                    Err(now) if now.holds(key) => word = now,
+                    Err(_) => break,
+                }
+            }
+        }
+        false
+    }
+
+    /// Moves the payload out of a slot whose DONE this thread set.
+    pub fn take(&self, slot: usize) -> T {
+        self.payloads[slot].0.with(|cell| {
+            // Safety: our CAS made the slot DONE from LIVE or JOINING, which only the
+            // settle CAS after the payload write enters (our CAS read from it, SeqCst): the
+            // cell is written, and DONE makes us its only reader, once.
+            unsafe { (*cell).assume_init_read() }
+        })
+    }
+
+    /// Returns a DONE slot to EMPTY; only the thread that set DONE, after [`take`](Self::take).
+    pub fn free(&self, slot: usize) {
+        let word = self.word(slot).load();
+        debug_assert_eq!(
+            word.state(),
+            super::word::State::DONE,
+            "freeing a live slot"
+        );
+        // Nobody else changes a DONE word: no transition leaves DONE but this one.
+        let freed = self.empty(slot, word);
+        debug_assert!(freed.is_ok());
+    }
+}
+
+/// Whether our entry `mine` (word `ours`) survives its twin `other` (word `theirs`): a
+/// joined entry (JOINING or LIVE) beats a HELD one, else the first in probe order wins.
+fn wins(
+    ours: Word,
+    mine: usize,
+    theirs: Word,
+    other: usize,
+    distance: impl Fn(usize) -> usize,
+) -> bool {
+    let joined = |w: Word| w.state().phase() != Some(Phase::Held);
+    match (joined(ours), joined(theirs)) {
+        (true, false) => true,
+        (false, true) => false,
+        _ => (distance(mine), mine % GROUP_SLOTS) < (distance(other), other % GROUP_SLOTS),
+    }
+}
+
+impl<T> Drop for Roots<T> {
+    fn drop(&mut self) {
+        for slot in 0..self.slots() {
+            let word = self.word(slot).load();
+            let joined = matches!(word.state().phase(), Some(Phase::Joining | Phase::Live));
+            if joined {
+                // Safety: a JOINING or LIVE word's payload is written (a JOINING one only
+                // between the join and the settle, which `&mut self` rules out) and not
+                // taken; we have exclusive access.
+                self.payloads[slot]
+                    .0
+                    .with_mut(|cell| unsafe { (*cell).assume_init_drop() });
+            }
+        }
+    }
+}
+
+impl<T> std::fmt::Debug for Roots<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Roots")
+            .field("slots", &self.slots())
+            .field("merged", &self.merged())
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use rand::rngs::StdRng;
+    use rand::{Rng, SeedableRng};
+    use std::collections::HashMap;
+    use std::sync::Arc;
+
+    /// A key whose home is `home` in a table of `groups` groups.
+    fn key_in(groups: usize, home: usize, low: u64) -> Key {
+        let shift = 64 - KEY_SHIFT - groups.trailing_zeros();
+        Key::new((home as u64) << shift | low)
+    }
+
+    /// Completes a claimed tree the way the acker will: payload out, slot freed.
+    fn finish(roots: &Roots<u32>, done: &mut Done) -> Option<(u32, Outcome)> {
+        let Completed { slot, outcome } = done.take()?;
+        let payload = roots.take(slot);
+        roots.free(slot);
+        Some((payload, outcome))
+    }
+
+    #[test]
+    fn the_last_ack_completes_once_and_frees_its_slot_at_once() {
+        let roots = Roots::new(4);
+        let key = key_in(4, 1, 7);
+        let mut done = None;
+        assert_eq!(roots.init(key, 0b11, 9, &mut done), Ok(()));
+        assert_eq!(roots.ack(key, 0b01, &mut done), Applied::Changed);
+        assert!(done.is_none());
+        assert_eq!(roots.ack(key, 0b10, &mut done), Applied::Changed);
+        assert_eq!(finish(&roots, &mut done), Some((9, Outcome::Acked)));
+        assert_eq!(roots.find(key), None, "freed at once, no tombstone");
+        // A late ack is a new orphan, in the same slot.
+        assert_eq!(roots.ack(key, 0b10, &mut done), Applied::Created);
+        assert_eq!(roots.find(key).map(|(s, _)| s), Some(4));
+    }
+
+    #[test]
+    fn a_duplicated_ack_on_a_held_orphan_never_completes_the_tree() {
+        let roots = Roots::new(4);
+        let key = key_in(4, 0, 1);
+        let mut done = None;
+        roots.ack(key, 0xA, &mut done);
+        roots.ack(key, 0xA, &mut done); // the orphan's value is 0 now
+        roots.init(key, 0xB, 1, &mut done).unwrap();
+        assert!(done.is_none(), "init's XOR is unacked");
+        let (slot, word) = roots.find(key).unwrap();
+        assert_eq!(
+            (word.state().phase(), word.value()),
+            (Some(Phase::Live), 0xB)
+        );
+        // Timed out by the reaper (word transition), as the tree must be.
+        let Some(Step::Complete(dead, Outcome::TimedOut)) = word.expired() else {
+            panic!("{word:?}")
+        };
+        roots.word(slot).cas(word, dead).unwrap();
+        assert_eq!(roots.take(slot), 1);
+        roots.free(slot);
+    }
+
+    #[test]
+    fn init_after_held_messages_settles_at_once() {
+        let roots = Roots::new(4);
+        let (a, b, c) = (key_in(4, 2, 1), key_in(4, 2, 2), key_in(4, 2, 3));
+        let mut done = None;
+        roots.ack(a, 0b1, &mut done);
+        roots.fail(a, &mut done);
+        roots.init(a, 0b1, 10, &mut done).unwrap();
+        assert_eq!(
+            finish(&roots, &mut done),
+            Some((10, Outcome::Acked)),
+            "Acked wins"
+        );
+        roots.fail(b, &mut done);
+        roots.init(b, 0b1, 20, &mut done).unwrap();
+        assert_eq!(finish(&roots, &mut done), Some((20, Outcome::Failed)));
+        roots.init(c, 0b1, 30, &mut done).unwrap();
+        assert_eq!(
+            roots.init(c, 0b1, 31, &mut done),
+            Err(Refused::Duplicate(31))
+        );
+        roots.fail(c, &mut done);
+        assert_eq!(finish(&roots, &mut done), Some((30, Outcome::Failed)));
+    }
+
+    #[test]
+    fn overflowed_roots_are_found_and_their_counts_come_off() {
+        let roots = Roots::<u32>::new(4);
+        let mut done = None;
+        let keys: Vec<Key> = (0..GROUP_SLOTS as u64 + 2)
+            .map(|i| key_in(4, 3, i))
+            .collect();
+        for &key in &keys {
+            assert_eq!(roots.ack(key, 1, &mut done), Applied::Created);
+        }
+        // Home 3 is full: the last two wrapped to group 0.
+        for &key in &keys[GROUP_SLOTS..] {
+            assert_eq!(roots.find(key).unwrap().0 / GROUP_SLOTS, 0);
+        }
+        assert_eq!(roots.overflow[3].load(Ordering::SeqCst), 2);
+        for &key in &keys {
+            roots.ack(key, 1, &mut done); // value 0, still HELD: nothing completes
+            let (slot, word) = roots.find(key).unwrap();
+            roots.empty(slot, word).unwrap(); // as the reaper drops an orphan
+        }
+        assert!(done.is_none());
+        assert!(roots.overflow.iter().all(|c| c.load(Ordering::SeqCst) == 0));
+    }
+
+    #[test]
+    fn a_full_window_refuses_and_gives_the_payload_back() {
+        let roots = Roots::<u32>::new(2); // window: both groups
+        let mut done = None;
+        for i in 0..2 * GROUP_SLOTS as u64 {
+            assert_eq!(roots.ack(key_in(2, 0, i), 1, &mut done), Applied::Created);
+        }
+        let key = key_in(2, 1, 99);
+        assert_eq!(roots.ack(key, 1, &mut done), Applied::Full);
+        assert_eq!(roots.init(key, 1, 5, &mut done), Err(Refused::Full(5)));
+    }
+
+    #[test]
+    fn twin_entries_merge_into_one_with_both_contents() {
+        let roots = Roots::<u32>::new(4);
+        let mut done = None;
+        let (other, key) = (key_in(4, 1, 1), key_in(4, 1, 2));
+        // `other` takes the home group's first slot, `key` the second.
+        roots.ack(other, 1, &mut done);
+        roots.ack(key, 0b01, &mut done);
+        roots.fail(key, &mut done);
+        // `other`'s slot empties and a claimer that had not seen `key` takes it: a twin.
+        let (slot, word) = roots.find(other).unwrap();
+        roots.empty(slot, word).unwrap();
+        let twin = roots.claim(key, Word::held_ack(key, 0b10)).unwrap();
+        assert_eq!(twin, slot);
+        roots.merge_twins(key, twin, &mut done);
+        assert_eq!(roots.merged(), 1);
+        let (survivor, word) = roots.find(key).unwrap();
+        assert_eq!(survivor, twin, "the first in probe order wins");
+        assert_eq!(roots.find_other(key, Some(survivor)), None);
+        assert_eq!(word.value(), 0b11);
+        assert!(word.state().failed(), "the loser's held fail came along");
+        roots.init(key, 0b01, 3, &mut done).unwrap();
+        assert_eq!(finish(&roots, &mut done), Some((3, Outcome::Failed)));
+    }
+
+    #[test]
+    fn a_held_twin_merges_into_the_joined_entry() {
+        let roots = Roots::<u32>::new(4);
+        let mut done = None;
+        let (other, key) = (key_in(4, 0, 1), key_in(4, 0, 2));
+        roots.ack(other, 1, &mut done);
+        roots.init(key, 0b11, 4, &mut done).unwrap(); // LIVE, second in probe order
+        let (slot, word) = roots.find(other).unwrap();
+        roots.empty(slot, word).unwrap();
+        let twin = roots.claim(key, Word::held_ack(key, 0b11)).unwrap();
+        roots.merge_twins(key, twin, &mut done);
+        assert_eq!(finish(&roots, &mut done), Some((4, Outcome::Acked)));
+        assert_eq!(roots.find(key), None);
+    }
+
+    /// Random messages for a few roots against a sequential model of Storm's semantics.
+    #[test]
+    fn random_messages_match_a_sequential_model() {
+        #[derive(Default)]
+        struct Model {
+            value: u64,
+            init: Option<u32>,
+            failed: bool,
+        }
+        let mut rng = StdRng::seed_from_u64(7);
+        let roots = Roots::<u32>::new(8);
+        let mut model: HashMap<u64, Model> = HashMap::new();
+        let mut done = None;
+        let rounds = if cfg!(miri) { 2_000 } else { 200_000 };
+        for round in 0..rounds {
+            let id = rng.random_range(0..24u64);
+            let key = key_in(8, (id % 3) as usize, id);
+            let entry = model.entry(id).or_default();
+            let expected = match rng.random_range(0..10) {
+                0..=5 => {
+                    let xor = rng.random_range(1..8u64);
+                    assert_ne!(roots.ack(key, xor, &mut done), Applied::Full);
+                    entry.value ^= xor;
+                    (entry.init.is_some() && entry.value == 0).then_some(Outcome::Acked)
+                }
+                6 => {
+                    roots.fail(key, &mut done);
+                    entry.failed = true;
+                    entry.init.is_some().then_some(Outcome::Failed)
+                }
+                _ => {
+                    let xor = rng.random_range(1..8u64);
+                    let payload = round as u32;
+                    let result = roots.init(key, xor, payload, &mut done);
+                    if entry.init.is_some() {
+                        assert_eq!(result, Err(Refused::Duplicate(payload)));
+                        None
+                    } else {
+                        assert_eq!(result, Ok(()));
+                        entry.value ^= xor;
+                        entry.init = Some(payload);
+                        if entry.value == 0 {
+                            Some(Outcome::Acked)
+                        } else {
+                            entry.failed.then_some(Outcome::Failed)
+                        }
+                    }
+                }
+            };
+            let got = finish(&roots, &mut done);
+            match expected {
+                Some(outcome) => {
+                    let payload = model.remove(&id).unwrap().init.unwrap();
+                    assert_eq!(got, Some((payload, outcome)), "root {id}, round {round}");
+                }
+                None => assert_eq!(got, None, "root {id}, round {round}"),
+            }
+            let held = model.contains_key(&id);
+            assert_eq!(roots.find(key).is_some(), held, "root {id}, round {round}");
+        }
+    }
+
+    #[test]
+    fn live_payloads_are_dropped_with_the_table() {
+        let payload = Arc::new(());
+        {
+            let roots = Roots::new(2);
+            let mut done = None;
+            roots
+                .init(key_in(2, 0, 1), 1, Arc::clone(&payload), &mut done)
+                .unwrap();
+            roots.ack(key_in(2, 0, 2), 1, &mut done); // an orphan: no payload
+            assert_eq!(Arc::strong_count(&payload), 2);
+        }
+        assert_eq!(Arc::strong_count(&payload), 1);
+    }
+
+    /// Threads race every message of shared trees: each tree completes exactly once, on
+    /// its last message, and the table ends empty.
+    #[test]
+    fn racing_threads_complete_every_tree_exactly_once() {
+        const THREADS: usize = 4;
+        let trees: u64 = if cfg!(miri) { 40 } else { 20_000 };
+        // A small table whose roots share two home groups, so that slots are freed and
+        // claimed again in every root's window all the time: twin claims happen.
+        let roots = Arc::new(Roots::<u64>::new(8));
+        // Threads meet every 8 trees, so that at most a few dozen are held at once.
+        let barrier = std::sync::Barrier::new(THREADS);
+        let edges = |t: u64| {
+            [t * 4 + 1, t * 4 + 2, t * 4 + 3].map(|e| e.wrapping_mul(0x9e37_79b9_7f4a_7c15))
+        };
+        let completions: Vec<Vec<(u64, Outcome)>> = std::thread::scope(|s| {
+            let workers: Vec<_> = (0..THREADS)
+                .map(|me| {
+                    let roots = Arc::clone(&roots);
+                    let barrier = &barrier;
+                    s.spawn(move || {
+                        let mut mine = Vec::new();
+                        let mut done = None;
+                        for t in 0..trees {
+                            if t % 8 == 0 {
+                                barrier.wait();
+                            }
+                            let key = key_in(8, (t % 2) as usize, t);
+                            let [a, b, c] = edges(t);
+                            // Thread `t % THREADS` inits, the others ack one edge each.
+                            let role = (me + t as usize) % THREADS;
+                            match role {
+                                0 => roots.init(key, a ^ b ^ c, t, &mut done).unwrap(),
+                                1 => drop(roots.ack(key, a, &mut done)),
+                                2 => drop(roots.ack(key, b, &mut done)),
+                                _ => drop(roots.ack(key, c, &mut done)),
+                            }
+                            if let Some(Completed { slot, outcome }) = done.take() {
+                                mine.push((roots.take(slot), outcome));
+                                roots.free(slot);
+                            }
+                        }
+                        mine
+                    })
+                })
+                .collect();
+            workers.into_iter().map(|w| w.join().unwrap()).collect()
+        });
+        let mut all: Vec<_> = completions.into_iter().flatten().collect();
+        all.sort_unstable_by_key(|c| c.0);
+        assert_eq!(all.len() as u64, trees, "one completion per tree");
+        for (i, (tree, outcome)) in all.into_iter().enumerate() {
+            assert_eq!((tree, outcome), (i as u64, Outcome::Acked));
+        }
+        assert!((0..roots.slots()).all(|s| roots.word(s).load() == Word::EMPTY));
+    }
+}

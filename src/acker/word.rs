@@ -1,0 +1,498 @@
+//! A root's slot word: its key, its state and its XOR value, changed together.
+//!
+//! The second-generation ledger keeps everything an operation decides on in one 16-byte
+//! word per slot, changed only by a 128-bit compare-and-swap:
+//!
+//! ```text
+//!   bits 127..64  value   the XOR of init's value and every ack's, so far
+//!   bits  63..4   key     the root's mixed hash without the top KEY_SHIFT bits
+//!   bits   3..0   state   EMPTY, DONE, or a phase (HELD, JOINING, LIVE) with flags
+//! ```
+//!
+//! Because key, state and value move together, three defects of a design with separate
+//! words cannot happen:
+//!
+//! * **a false `Acked`**: an ack that brings the value to 0 completes the tree in the same
+//!   CAS that XORs, and only from LIVE, a state init enters after its own XOR is in the
+//!   value. There is no zero read at one moment and a state read at another;
+//! * **a late ack in the next root's tree**: an ack's CAS expects the word it read, key
+//!   included, so once the slot is freed (or reused) the CAS fails and the ack looks again:
+//!   slot reuse needs no grace period;
+//! * **a lost reset**: `reset_timeout` sets RESET with a CAS, so a reaper's timeout CAS
+//!   from the word it read before the reset fails, and the reaper reads the deadline again.
+//!
+//! ## States
+//!
+//! ```text
+//!            claim                     join (init)             settle
+//!   EMPTY ----------> HELD[F][R] ------------------> JOINING[F][R] ------> LIVE[R]
+//!     ^  (ack, fail,     |   \                           |       \            |
+//!     |   placeholder)   |    \ merged into its twin     |        \ value 0,  | ack to 0, fail,
+//!     |                  |     '---------> EMPTY         |         \ or F     | timeout, take back
+//!     |                  | expire (orphan)               |          v         v
+//!     +------------------'                               '------> DONE <------'
+//!     |                                                             |
+//!     '------------------------ free (payload taken) --------------'
+//! ```
+//!
+//! * **HELD**: acks or a fail arrived before init (Storm's orphans). F: a fail was held.
+//!   Init also creates a new root as an empty HELD placeholder and then joins it, so that
+//!   twin claims of one new root (two threads that both found no entry, see `roots.rs`) only
+//!   ever merge HELD words, which carry no payload.
+//! * **JOINING**: an init won the join CAS and owns the slot's payload cell and times until
+//!   it settles. Acks XOR in and a fail sets F, but nothing completes: the payload is not
+//!   written yet.
+//! * **LIVE**: initialized. An ack that brings the value to 0 completes the tree (`Acked`), a
+//!   fail completes it (`Failed`), the reaper times it out (`TimedOut`).
+//! * **DONE**: one thread's CAS claimed the completion; it alone takes the payload and then
+//!   frees the slot. Lookups skip a DONE word: the tree is over.
+//! * R (RESET): `reset_timeout` moved the deadline; the reaper clears R before it reads the
+//!   deadline, so its timeout CAS fails if another reset lands in between.
+//!
+//! Every transition is a method of [`Word`] that returns the word to CAS in (or why not), so
+//! the protocol lives in this file; `roots.rs` only finds slots and retries CASes.
+
+use crate::acker::Outcome;
+
+/// A state code: the low four bits of a word's low half.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct State(u8);
+
+/// The phases a live slot goes through (DONE and EMPTY are states of their own).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    /// Messages arrived before init.
+    Held,
+    /// An init is writing the payload.
+    Joining,
+    /// Initialized.
+    Live,
+}
+
+impl State {
+    pub const EMPTY: State = State(0);
+    pub const DONE: State = State(1);
+    /// A fail arrived (before init, or while init was joining).
+    const FAILED: u8 = 1;
+    /// A reset moved the deadline since the reaper last looked.
+    const RESET: u8 = 2;
+    /// Codes 2..=13: `2 + 4 * phase + flags`.
+    const PHASE_BASE: u8 = 2;
+
+    const fn of(phase: Phase, flags: u8) -> State {
+        let phase = match phase {
+            Phase::Held => 0,
+            Phase::Joining => 1,
+            Phase::Live => 2,
+        };
+        State(Self::PHASE_BASE + 4 * phase + flags)
+    }
+
+    /// The phase of an occupied, uncompleted slot; `None` for EMPTY and DONE.
+    pub fn phase(self) -> Option<Phase> {
+        match self.0.checked_sub(Self::PHASE_BASE)? / 4 {
+            0 => Some(Phase::Held),
+            1 => Some(Phase::Joining),
+            2 => Some(Phase::Live),
+            _ => None,
+        }
+    }
+
+    fn flags(self) -> u8 {
+        self.0.saturating_sub(Self::PHASE_BASE) % 4
+    }
+
+    pub fn failed(self) -> bool {
+        self.phase().is_some() && self.flags() & Self::FAILED != 0
+    }
+
+    pub fn reset(self) -> bool {
+        self.phase().is_some() && self.flags() & Self::RESET != 0
+    }
+
+    fn with_flags(self, flags: u8) -> State {
+        match self.phase() {
+            Some(phase) => State::of(phase, flags),
+            None => self,
+        }
+    }
+}
+
+const _: () = assert!(State::of(Phase::Live, 3).0 < 16, "a state fits four bits");
+
+impl std::fmt::Debug for State {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match (*self, self.phase()) {
+            (State::EMPTY, _) => f.write_str("EMPTY"),
+            (State::DONE, _) => f.write_str("DONE"),
+            (_, Some(phase)) => {
+                write!(f, "{phase:?}")?;
+                if self.failed() {
+                    f.write_str("|F")?;
+                }
+                if self.reset() {
+                    f.write_str("|R")?;
+                }
+                Ok(())
+            }
+            _ => write!(f, "State({})", self.0),
+        }
+    }
+}
+
+/// Bits of a word's low half below the key.
+const STATE_BITS: u32 = 4;
+/// How many top bits of a root's mixed hash the key drops: they are implied by the table
+/// the root hashes to, which is chosen by at least these bits (`roots.rs` keeps at least
+/// `1 << KEY_SHIFT` tables), so a key names its root within its table.
+pub const KEY_SHIFT: u32 = STATE_BITS;
+
+/// A root's key in its table: the low `64 - KEY_SHIFT` bits of its mixed hash.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Key(u64);
+
+impl Key {
+    /// The largest key.
+    pub const MAX: u64 = (1 << (64 - KEY_SHIFT)) - 1;
+
+    /// The key of `bits` (at most [`Key::MAX`]).
+    pub fn new(bits: u64) -> Key {
+        debug_assert!(bits <= Self::MAX, "a key has {} bits", 64 - KEY_SHIFT);
+        Key(bits & Self::MAX)
+    }
+
+    /// The key's bits.
+    pub fn bits(self) -> u64 {
+        self.0
+    }
+}
+
+/// What a transition did, for the operation that made it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// CAS this word in; the tree goes on.
+    To(Word),
+    /// CAS this (DONE) word in; whoever's CAS succeeds completes the tree with the outcome.
+    Complete(Word, Outcome),
+}
+
+impl Step {
+    pub fn word(self) -> Word {
+        match self {
+            Step::To(word) | Step::Complete(word, _) => word,
+        }
+    }
+}
+
+/// A slot word's contents. `Word::EMPTY` is all zero.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Word {
+    low: u64,
+    value: u64,
+}
+
+impl std::fmt::Debug for Word {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "Word({:?} key {:#x} value {:#x})",
+            self.state(),
+            self.key().0,
+            self.value
+        )
+    }
+}
+
+impl Word {
+    /// An empty slot's word.
+    pub const EMPTY: Word = Word { low: 0, value: 0 };
+
+    fn new(key: Key, state: State, value: u64) -> Word {
+        Word {
+            low: key.0 << STATE_BITS | u64::from(state.0),
+            value,
+        }
+    }
+
+    /// The key part.
+    pub fn key(self) -> Key {
+        Key(self.low >> STATE_BITS)
+    }
+
+    /// The state part.
+    pub fn state(self) -> State {
+        State((self.low & ((1 << STATE_BITS) - 1)) as u8)
+    }
+
+    /// The XOR value.
+    pub fn value(self) -> u64 {
+        self.value
+    }
+
+    /// An uncompleted entry of `key`'s root (not EMPTY, not DONE).
+    pub fn holds(self, key: Key) -> bool {
+        self.key() == key && self.state().phase().is_some()
+    }
+
+    /// The word as the atomic holds it.
+    pub fn to_bits(self) -> u128 {
+        u128::from(self.value) << 64 | u128::from(self.low)
+    }
+
+    /// A word from the atomic's bits.
+    pub fn from_bits(bits: u128) -> Word {
+        Word {
+            low: bits as u64,
+            value: (bits >> 64) as u64,
+        }
+    }
+
+    // === transitions ===
+
+    /// A new entry for an ack that found none: HELD with the ack's XOR.
+    pub fn held_ack(key: Key, xor: u64) -> Word {
+        Word::new(key, State::of(Phase::Held, 0), xor)
+    }
+
+    /// A new entry for a fail that found none: HELD with F.
+    pub fn held_fail(key: Key) -> Word {
+        Word::new(key, State::of(Phase::Held, State::FAILED), 0)
+    }
+
+    /// A new root's placeholder, which its init joins at once: HELD, value 0.
+    pub fn placeholder(key: Key) -> Word {
+        Word::held_ack(key, 0)
+    }
+
+    /// An ack: XORs `xor` in; from LIVE, a value of 0 completes the tree `Acked` in this
+    /// very CAS. `None` when the word holds no uncompleted tree.
+    pub fn acked(self, xor: u64) -> Option<Step> {
+        let phase = self.state().phase()?;
+        let next = Word {
+            value: self.value ^ xor,
+            ..self
+        };
+        Some(if phase == Phase::Live && next.value == 0 {
+            Step::Complete(next.done(), Outcome::Acked)
+        } else {
+            Step::To(next)
+        })
+    }
+
+    /// A fail: completes a LIVE tree `Failed`; before that it is held as F. `None` when
+    /// the word holds no uncompleted tree.
+    pub fn failed(self) -> Option<Step> {
+        let state = self.state();
+        Some(match state.phase()? {
+            Phase::Live => Step::Complete(self.done(), Outcome::Failed),
+            _ => Step::To(self.with(state.with_flags(state.flags() | State::FAILED))),
+        })
+    }
+
+    /// Init's join: HELD to JOINING with init's XOR in. `None` if init has been here
+    /// already (JOINING or LIVE: a duplicate init) or the word holds no uncompleted tree.
+    pub fn joined(self, xor: u64) -> Option<Word> {
+        let state = self.state();
+        (state.phase()? == Phase::Held).then(|| Word {
+            value: self.value ^ xor,
+            ..self.with(State::of(Phase::Joining, state.flags()))
+        })
+    }
+
+    /// Init's settle, after it wrote the payload: JOINING to LIVE, or straight to DONE when
+    /// the held acks already cancel init's XOR (`Acked` wins) or a fail was held. `None`
+    /// unless the word is JOINING (only the joining init calls this, and only it leaves
+    /// JOINING, so that would be a bug).
+    pub fn settled(self) -> Option<Step> {
+        let state = self.state();
+        if state.phase()? != Phase::Joining {
+            return None;
+        }
+        Some(if self.value == 0 {
+            Step::Complete(self.done(), Outcome::Acked)
+        } else if state.failed() {
+            Step::Complete(self.done(), Outcome::Failed)
+        } else {
+            Step::To(self.with(State::of(Phase::Live, state.flags() & State::RESET)))
+        })
+    }
+
+    /// `reset_timeout`: sets R. `None` when the word holds no uncompleted tree.
+    pub fn reset(self) -> Option<Word> {
+        let state = self.state();
+        state.phase()?;
+        Some(self.with(state.with_flags(state.flags() | State::RESET)))
+    }
+
+    /// The reaper, before it reads the deadline: R cleared. `None` when R is not set.
+    pub fn reset_seen(self) -> Option<Word> {
+        let state = self.state();
+        state
+            .reset()
+            .then(|| self.with(state.with_flags(state.flags() & !State::RESET)))
+    }
+
+    /// The reaper, at the deadline, from a word without R: a LIVE tree times out (DONE), a
+    /// HELD orphan is dropped (EMPTY: it has no payload). `None` for JOINING (init is about
+    /// to make it LIVE; look again later), with R set, or for no uncompleted tree.
+    pub fn expired(self) -> Option<Step> {
+        let state = self.state();
+        if state.reset() {
+            return None;
+        }
+        match state.phase()? {
+            Phase::Live => Some(Step::Complete(self.done(), Outcome::TimedOut)),
+            Phase::Held => Some(Step::To(Word::EMPTY)),
+            Phase::Joining => None,
+        }
+    }
+
+    /// `shutdown` taking an initialized tree back: LIVE to DONE (no outcome is delivered).
+    pub fn taken_back(self) -> Option<Word> {
+        (self.state().phase()? == Phase::Live).then(|| self.done())
+    }
+
+    /// A twin's contents merged into this entry: its value XORed in and its fail applied,
+    /// as an ack and a fail would be (so a LIVE tree may complete: Acked wins). `None` when
+    /// this word holds no uncompleted tree.
+    pub fn absorbed(self, twin: Word) -> Option<Step> {
+        let step = self.acked(twin.value)?;
+        match step {
+            Step::To(next) if twin.state().failed() => next.failed(),
+            step => Some(step),
+        }
+    }
+
+    fn with(self, state: State) -> Word {
+        Word::new(self.key(), state, self.value)
+    }
+
+    fn done(self) -> Word {
+        self.with(State::DONE)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const K: u64 = 0x0abc_def0_1234_5678;
+
+    fn key() -> Key {
+        Key::new(K)
+    }
+
+    #[test]
+    fn fields_round_trip_through_the_bits() {
+        for (bits, value) in [(0, 0), (K, u64::MAX), (Key::MAX, 1)] {
+            let w = Word::held_ack(Key::new(bits), value);
+            assert_eq!(Word::from_bits(w.to_bits()), w);
+            assert_eq!(w.key(), Key::new(bits));
+            assert_eq!(w.value(), value);
+            assert_eq!(w.state().phase(), Some(Phase::Held));
+        }
+        assert_eq!(Word::from_bits(0), Word::EMPTY);
+        assert_eq!(Word::EMPTY.state(), State::EMPTY);
+    }
+
+    #[test]
+    fn an_ack_completes_only_a_live_tree_and_in_the_same_step() {
+        let held = Word::held_ack(key(), 0b1);
+        // A held orphan reaching 0 (a duplicated ack) completes nothing.
+        assert_eq!(held.acked(0b1), Some(Step::To(Word::placeholder(key()))));
+        let joining = held.joined(0b10).unwrap();
+        assert_eq!(joining.value(), 0b11);
+        assert!(matches!(joining.acked(0b11), Some(Step::To(w)) if w.value() == 0));
+        let Some(Step::To(live)) = joining.settled() else {
+            panic!("value 0b11 settles LIVE")
+        };
+        assert!(matches!(live.acked(0b01), Some(Step::To(w)) if w.value() == 0b10));
+        let Some(Step::Complete(done, Outcome::Acked)) = live.acked(0b11) else {
+            panic!("the last ack completes")
+        };
+        assert_eq!(done.state(), State::DONE);
+        assert_eq!(done.acked(1), None, "a DONE word takes no ack");
+        assert!(!done.holds(key()));
+    }
+
+    #[test]
+    fn settle_lets_acked_win_over_a_held_fail() {
+        let failed = Word::held_fail(key()).failed().unwrap().word();
+        assert!(failed.state().failed());
+        let acked = Word::held_ack(key(), 0b1).failed().unwrap().word();
+        // Init's XOR cancels the held acks: Acked, though a fail was held.
+        let Some(Step::Complete(done, outcome)) = acked.joined(0b1).unwrap().settled() else {
+            panic!("held acks that cancel init's XOR complete at settle")
+        };
+        assert_eq!((done.state(), outcome), (State::DONE, Outcome::Acked));
+        let Some(Step::Complete(_, outcome)) = failed.joined(0b1).unwrap().settled() else {
+            panic!("a held fail completes at settle")
+        };
+        assert_eq!(outcome, Outcome::Failed);
+    }
+
+    #[test]
+    fn a_second_init_cannot_join() {
+        let joining = Word::placeholder(key()).joined(5).unwrap();
+        assert_eq!(joining.joined(5), None);
+        let live = joining.settled().unwrap().word();
+        assert_eq!(live.joined(5), None);
+        assert_eq!(Word::EMPTY.joined(5), None);
+    }
+
+    #[test]
+    fn reset_survives_join_and_settle_and_blocks_expiry_until_seen() {
+        let held = Word::held_ack(key(), 1).reset().unwrap();
+        assert_eq!(held.expired(), None, "R must be seen first");
+        let live = held.joined(2).unwrap().settled().unwrap().word();
+        assert!(live.state().reset());
+        assert_eq!(live.expired(), None);
+        let seen = live.reset_seen().unwrap();
+        assert!(!seen.state().reset());
+        assert_eq!(seen.reset_seen(), None);
+        assert!(matches!(
+            seen.expired(),
+            Some(Step::Complete(_, Outcome::TimedOut))
+        ));
+        assert_eq!(
+            Word::held_ack(key(), 1).expired(),
+            Some(Step::To(Word::EMPTY)),
+            "an orphan is dropped"
+        );
+        assert_eq!(
+            held.joined(2).unwrap().reset_seen().unwrap().expired(),
+            None
+        );
+    }
+
+    #[test]
+    fn a_twin_is_absorbed_as_its_acks_and_fail() {
+        let live = Word::placeholder(key())
+            .joined(0b11)
+            .unwrap()
+            .settled()
+            .unwrap()
+            .word();
+        let twin = Word::held_ack(key(), 0b01).failed().unwrap().word();
+        // Its ack leaves 0b10, its fail then completes the LIVE tree.
+        assert!(matches!(
+            live.absorbed(twin),
+            Some(Step::Complete(_, Outcome::Failed))
+        ));
+        let twin = Word::held_ack(key(), 0b11).failed().unwrap().word();
+        assert!(matches!(
+            live.absorbed(twin),
+            Some(Step::Complete(_, Outcome::Acked))
+        ));
+        let held = Word::placeholder(key());
+        assert_eq!(held.absorbed(twin).unwrap().word().value(), 0b11);
+        assert!(held.absorbed(twin).unwrap().word().state().failed());
+    }
+
+    #[test]
+    fn states_print_their_names() {
+        let w = Word::held_fail(key()).reset().unwrap();
+        assert_eq!(format!("{:?}", w.state()), "Held|F|R");
+        assert_eq!(format!("{:?}", State::DONE), "DONE");
+    }
+}
