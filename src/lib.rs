@@ -41,8 +41,9 @@ pub use acker::{Acker, AckerBuilder, AckerStats, Completion, InitError, Outcome}
 pub mod grace {
     pub use crate::acker::grace::{Fences, Limbo, Participant, Registry};
 }
-/// The second-generation ledger's table and slot word, for the `roots` loom models only.
-#[cfg(loom)]
+/// The second-generation ledger's table and slot word, for the `roots` loom models and the
+/// `roots` bench only (`--features internals`): not part of the API.
+#[cfg(any(loom, feature = "internals"))]
 #[doc(hidden)]
 pub mod roots {
     pub use crate::acker::roots::{

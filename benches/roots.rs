@@ -1,0 +1,168 @@
+//! The second-generation ledger's table (`src/acker/roots.rs`) alone, before it is wired
+//! into the Acker: what one tree's messages cost in the 128-bit-word table, with a bare
+//! `DashMap<u64, u64>` doing the same XOR bookkeeping measured in the same run as the
+//! reference. Neither side has timers, times or payload callbacks here; the Acker bench
+//! (`benches/acker.rs`) compares the full contenders.
+//!
+//! Groups:
+//! * `roots/lifecycle/1t/1k-inflight`: per step, init tree `i` (XOR of four random edges)
+//!   and ack one edge of each of trees `i - 256`, `- 512`, `- 768`, `- 1024` (the last
+//!   edge of the oldest completes it): 5 operations per step, ~1k trees in flight;
+//!   criterion's time is per tree.
+//! * `roots/ack/1t/64k-pending`: 65,536 roots held LIVE, acked one per iteration in a fixed
+//!   random order with XORs that never bring a value to 0; time per ack.
+//!
+//! Run: `cargo bench --features internals --bench roots`.
+
+use std::hint::black_box;
+
+use ackwheel::roots::{Completed, Key, Roots, KEY_SHIFT};
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use dashmap::DashMap;
+
+const WINDOW: u64 = 1024;
+
+fn mix(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+fn edge(tree: u64, k: u64) -> u64 {
+    mix(tree * 8 + k) | 1
+}
+
+fn xor_of(tree: u64) -> u64 {
+    (0..4).fold(0, |x, k| x ^ edge(tree, k))
+}
+
+/// One table holds the keys of one of the acker's tables: the top KEY_SHIFT bits dropped.
+fn key(tree: u64) -> Key {
+    Key::new(mix(tree) >> KEY_SHIFT)
+}
+
+/// The 128-bit-word table: init, ack, and on completion take the payload and free.
+struct Lean(Roots<u32>);
+
+/// A bare concurrent map with the same XOR bookkeeping (no orphans, no state).
+struct Dash(DashMap<u64, u64>);
+
+trait Table {
+    fn init(&self, tree: u64);
+    /// `true` when this ack completed the tree.
+    fn ack(&self, tree: u64, xor: u64) -> bool;
+}
+
+impl Table for Lean {
+    fn init(&self, tree: u64) {
+        let mut done = None;
+        let _ = self.0.init(key(tree), xor_of(tree), tree as u32, &mut done);
+    }
+
+    fn ack(&self, tree: u64, xor: u64) -> bool {
+        let mut done = None;
+        self.0.ack(key(tree), xor, &mut done);
+        match done {
+            Some(Completed { slot, .. }) => {
+                black_box(self.0.take(slot));
+                self.0.free(slot);
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+impl Table for Dash {
+    fn init(&self, tree: u64) {
+        *self.0.entry(mix(tree)).or_insert(0) ^= xor_of(tree);
+    }
+
+    fn ack(&self, tree: u64, xor: u64) -> bool {
+        let root = mix(tree);
+        let zero = {
+            let mut entry = self.0.entry(root).or_insert(0);
+            *entry ^= xor;
+            *entry == 0
+        };
+        zero && self.0.remove_if(&root, |_, v| *v == 0).is_some()
+    }
+}
+
+fn step(table: &impl Table, i: u64) {
+    table.init(i);
+    for back in 1..=4u64 {
+        if let Some(tree) = i.checked_sub(back * WINDOW / 4) {
+            let done = table.ack(tree, edge(tree, back - 1));
+            debug_assert_eq!(done, back == 4);
+        }
+    }
+}
+
+fn lifecycle(c: &mut Criterion) {
+    let mut group = c.benchmark_group("roots/lifecycle/1t/1k-inflight");
+    group.throughput(Throughput::Elements(1));
+    let lean = Lean(Roots::new(1024)); // 4096 slots for ~1.3k entries, as growth would keep
+    let dash = Dash(DashMap::new());
+    let mut next = 0u64;
+    group.bench_function("lean", |b| {
+        b.iter(|| {
+            step(&lean, next);
+            next += 1;
+        })
+    });
+    let mut next = 0u64;
+    group.bench_function("dashmap", |b| {
+        b.iter(|| {
+            step(&dash, next);
+            next += 1;
+        })
+    });
+    group.finish();
+}
+
+fn ack_64k(c: &mut Criterion) {
+    const HELD: u64 = 1 << 16;
+    let mut group = c.benchmark_group("roots/ack/1t/64k-pending");
+    group.throughput(Throughput::Elements(1));
+    let lean = Lean(Roots::new(HELD as usize / 2)); // 2 slots per root
+    let dash = Dash(DashMap::new());
+    let order: Vec<u64> = (0..HELD).map(|i| mix(i ^ 0x5eed) % HELD).collect();
+    for tree in 0..HELD {
+        // Bit 0 of the value stays set: no ack (edges have bit 0 set, sent twice) clears it.
+        let mut done = None;
+        lean.0.init(key(tree), 1 << 63 | 1, 0, &mut done).unwrap();
+        dash.0.insert(mix(tree), 1 << 63 | 1);
+    }
+    let mut i = 0usize;
+    group.bench_function("lean", |b| {
+        b.iter(|| {
+            let tree = order[i % order.len()];
+            i += 1;
+            lean.ack(tree, 2 << (i & 31))
+        })
+    });
+    let mut i = 0usize;
+    group.bench_function("dashmap", |b| {
+        b.iter(|| {
+            let tree = order[i % order.len()];
+            i += 1;
+            dash.ack(tree, 2 << (i & 31))
+        })
+    });
+    group.finish();
+}
+
+fn config() -> Criterion {
+    Criterion::default()
+        .sample_size(10)
+        .warm_up_time(std::time::Duration::from_secs(1))
+        .measurement_time(std::time::Duration::from_secs(2))
+}
+
+criterion_group! {
+    name = benches;
+    config = config();
+    targets = lifecycle, ack_64k
+}
+criterion_main!(benches);
