@@ -6,6 +6,8 @@
 //!   `AckObject`s, rotated by a ticker thread every timeout / 2 ([`peers::storm`]);
 //! * `dashmap` — `DashMap<u64, Entry>` with one `entry()` per operation and a sweeper
 //!   thread ([`peers::dash`]);
+//! * `scc` — `scc::HashMap<u64, Entry>` (one array of small bucket-locked hash tables, no
+//!   shards) with the same one `entry_sync()` per operation and sweeper ([`peers::scc_map`]);
 //! * `moka` — `moka::sync::Cache` with `time_to_live`, an eviction listener and
 //!   `and_compute_with` ([`peers::moka_cache`]).
 //!
@@ -84,6 +86,7 @@ use rand::{Rng, SeedableRng};
 
 use peers::dash::DashTracker;
 use peers::moka_cache::MokaTracker;
+use peers::scc_map::SccTracker;
 use peers::storm::StormAcker;
 use peers::{Sink, Tracker};
 
@@ -480,6 +483,7 @@ fn semantics(_: &mut Criterion) {
     check_semantics::<Acker<u32>>("ackwheel");
     check_semantics::<StormAcker>("storm_port");
     check_semantics::<DashTracker>("dashmap");
+    check_semantics::<SccTracker>("scc");
     check_semantics::<MokaTracker>("moka");
 }
 
@@ -525,6 +529,7 @@ fn lifecycle_1t_1k(c: &mut Criterion) {
     one_thread::<Acker<u32>>(&mut group, "ackwheel", 0);
     one_thread::<StormAcker>(&mut group, "storm_port", 0);
     one_thread::<DashTracker>(&mut group, "dashmap", 0);
+    one_thread::<SccTracker>(&mut group, "scc", 0);
     one_thread::<MokaTracker>(&mut group, "moka", 0);
     group.finish();
 }
@@ -535,6 +540,7 @@ fn lifecycle_1t_1m(c: &mut Criterion) {
     one_thread::<Acker<u32>>(&mut group, "ackwheel", BACKGROUND);
     one_thread::<StormAcker>(&mut group, "storm_port", BACKGROUND);
     one_thread::<DashTracker>(&mut group, "dashmap", BACKGROUND);
+    one_thread::<SccTracker>(&mut group, "scc", BACKGROUND);
     one_thread::<MokaTracker>(&mut group, "moka", BACKGROUND);
     group.finish();
 }
@@ -622,6 +628,7 @@ fn lifecycle_2t_1k(c: &mut Criterion) {
     two_threads::<Acker<u32>>(&mut group, "ackwheel");
     two_threads::<StormAcker>(&mut group, "storm_port");
     two_threads::<DashTracker>(&mut group, "dashmap");
+    two_threads::<SccTracker>(&mut group, "scc");
     two_threads::<MokaTracker>(&mut group, "moka");
     group.finish();
 }
@@ -692,6 +699,7 @@ fn ack_group(c: &mut Criterion, name: &str, pending: u64) {
     ack_only::<Acker<u32>>(&mut group, "ackwheel", pending);
     ack_only::<StormAcker>(&mut group, "storm_port", pending);
     ack_only::<DashTracker>(&mut group, "dashmap", pending);
+    ack_only::<SccTracker>(&mut group, "scc", pending);
     ack_only::<MokaTracker>(&mut group, "moka", pending);
     group.finish();
 }

@@ -13,7 +13,7 @@ OPS_PER_TREE = 5  # init + 4 acks
 GROUPS = ["lifecycle/1t/1k-inflight", "lifecycle/1t/1M-pending", "lifecycle/2t/1k-inflight"]
 ACK_GROUPS = ["ack/1t/64k-pending", "ack/1t/1M-pending"]
 EXPIRY_GROUP, EXPIRY_BATCH = "reaper/expire", 50_000  # EXPIRY_BATCH in acker.rs
-CONTENDERS = ["ackwheel", "storm_port", "dashmap", "moka"]
+CONTENDERS = ["ackwheel", "storm_port", "dashmap", "scc", "moka"]
 ROOT = os.path.join(os.environ.get("CARGO_TARGET_DIR", "target"), "criterion")
 
 
@@ -27,7 +27,7 @@ def median_ns(group, name):
 
 
 def main():
-    medians = {(g, c): median_ns(g, c) for g in GROUPS for c in CONTENDERS}
+    medians = {(g, c): median_ns(g, c) for g in GROUPS + ACK_GROUPS for c in CONTENDERS}
     if all(v is None for v in medians.values()):
         sys.exit(f"no results under {ROOT}; run `cargo bench --bench acker` first")
     for g in GROUPS:

@@ -23,6 +23,7 @@
 
 pub(crate) mod dash;
 pub(crate) mod moka_cache;
+pub(crate) mod scc_map;
 pub(crate) mod storm;
 
 use std::hash::{BuildHasher, Hasher};
@@ -155,7 +156,8 @@ pub(crate) fn elapsed(start: u64, now: u64) -> Duration {
 
 /// Hashes a `u64` key with one multiply and two xor-shifts: every output bit depends on
 /// every input bit, low bits included (hashbrown indexes with the low bits and tags with the
-/// top seven; DashMap picks its shard from the high bits).
+/// top seven; DashMap picks its shard from the high bits; scc picks its bucket from the high
+/// bits and tags with the low eight).
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct U64Hasher(u64);
 

@@ -737,7 +737,7 @@ mod tests {
         let roots = Roots::<u32>::new(8);
         let mut model: HashMap<u64, Model> = HashMap::new();
         let mut done = None;
-        let rounds = if cfg!(miri) { 2_000 } else { 200_000 };
+        let rounds = if cfg!(miri) { 500 } else { 200_000 };
         for round in 0..rounds {
             let id = rng.random_range(0..24u64);
             let key = key_in(8, (id % 3) as usize, id);
