@@ -63,7 +63,8 @@ use slab::Slab;
 pub use iter::{Advance, Iter};
 
 /// Names one scheduled timer. Generational: once the timer fires or is cancelled its key is
-/// stale forever (until 2^32 reuses of one slot), even after the slot holds another timer.
+/// stale forever, even after its slot holds another timer (a slot whose 32-bit generations
+/// are used up is retired, never reused).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct TimerKey {
     index: u32,

@@ -8,6 +8,10 @@
 //!
 //! Each node carries a generation that grows every time it is freed; a [`TimerKey`] names a
 //! node *and* a generation, so a stale key never touches the timer that reused its node.
+//! Generations never wrap: a node whose generation reaches [`RETIRED`] is not put back on
+//! the free list, so no generation of a node is ever issued twice. With the free list's
+//! LIFO order one node can take every reuse (a schedule/cancel loop reaches 2^32 in about
+//! 24 s), so a wrap is a real risk, and retiring costs one 24-byte node per 2^32 − 1 reuses.
 //!
 //! A node holds its value uninitialized while free: a free node's `prev` is [`NIL`], and
 //! `prev != NIL` (for a node past the sentinels) means the value is initialized. A live
@@ -28,6 +32,10 @@ use super::geometry::{level_of_sentinel, LEVELS, SENTINELS};
 
 /// Marks the end of the free list, and a free node's `prev`.
 const NIL: u32 = u32::MAX;
+
+/// The generation of a node that has been reused as often as its generations allow: it
+/// stays free for good (module docs).
+pub(crate) const RETIRED: u32 = u32::MAX;
 
 #[derive(Debug)]
 pub(crate) struct Node<T> {
@@ -158,10 +166,12 @@ impl<T> Slab<T> {
         // `unlink` leaves the node's own links as they were, so a timer just taken out of
         // its list still has its (non-NIL) `prev` here.
         assert!(node.prev != NIL, "freed a node that was not a live timer");
-        node.generation = node.generation.wrapping_add(1);
+        node.generation += 1; // never past RETIRED: such a node is never allocated again
         node.prev = NIL;
-        node.next = self.free;
-        self.free = index;
+        if node.generation != RETIRED {
+            node.next = self.free;
+            self.free = index;
+        }
         self.len -= 1;
         // Safety: the node was live (checked above, and it is past the sentinels), so its
         // value is initialized; `prev = NIL` marks it free, so it is never read again.

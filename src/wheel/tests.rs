@@ -107,6 +107,40 @@ fn cancel_removes_and_stale_keys_never_touch_new_timers() {
     assert!(drain(&mut wheel, 100 * MS).is_empty());
 }
 
+/// One node reused until its generations run out (a schedule/cancel loop with the free
+/// list's LIFO order reaches 2^32 reuses of one node in seconds): the key of the node's
+/// first timer must stay stale. The generation is moved near the end by hand.
+#[test]
+fn a_stale_key_never_names_a_timer_even_after_its_node_is_reused_2_pow_32_times() {
+    let mut wheel = ms_wheel(0);
+    let first = wheel.schedule(10 * MS, "first");
+    assert_eq!(wheel.cancel(first), Some("first"));
+    let node = first.index() as usize;
+    wheel.slab.nodes[node].generation = slab::RETIRED - 1;
+    let last = wheel.schedule(10 * MS, "last generation");
+    assert_eq!(last.index() as usize, node);
+    assert_eq!(wheel.cancel(last), Some("last generation"));
+    // Without retirement the node would come back with generation RETIRED, then with 0,
+    // the generation of `first`.
+    let churn = wheel.schedule(20 * MS, "churn");
+    wheel.cancel(churn);
+    let later: Vec<_> = (0..3)
+        .map(|i| wheel.schedule(10 * MS, ["a", "b", "c"][i]))
+        .collect();
+    assert_eq!(wheel.get(first), None, "a stale key names a live timer");
+    assert_eq!(
+        wheel.cancel(first),
+        None,
+        "a stale key cancelled a live timer"
+    );
+    assert!(
+        later.iter().all(|k| k.index() as usize != node),
+        "a retired node came back"
+    );
+    assert_eq!(wheel.cancel(last), None);
+    assert_eq!(wheel.len(), 3);
+}
+
 #[test]
 fn cancelled_timers_never_fire() {
     let mut wheel = ms_wheel(0);
