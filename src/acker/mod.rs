@@ -218,6 +218,9 @@ const MAX_TIMEOUT_NS: u64 = 1 << 62;
 /// holds under 1.5 x max_pending slots (or the floor, `MIN_TABLE_SLOTS`, or 8 buckets), so
 /// 2^30 keeps every index below it.
 const MAX_PENDING: usize = 1 << 30;
+/// The coarsest tick, 2^43 ns (about 2.4 h): the wheels' coarsest level then spans 2^62 ns,
+/// the most a wrapping timeline's due test can tell apart (`wheel::MAX_SHIFT`).
+const MAX_RESOLUTION_NS: u64 = 1 << crate::wheel::MAX_SHIFT;
 const MAX_SHARDS: usize = 1 << 16;
 
 /// The fewest slots an acker's tables hold in all, whatever `max_pending` (about 4 MB
@@ -263,7 +266,8 @@ impl<T: Send + 'static> AckerBuilder<T> {
         self
     }
 
-    /// The wheels' tick, rounded up to a power of two of nanoseconds; default ~1 ms.
+    /// The wheels' tick, rounded up to a power of two of nanoseconds; default ~1 ms. Above
+    /// 2^43 ns (about 2.4 h) `build` refuses it.
     pub fn resolution(mut self, resolution: Duration) -> Self {
         self.resolution = resolution;
         self
@@ -336,6 +340,13 @@ impl<T: Send + 'static> AckerBuilder<T> {
         if self.resolution.is_zero() {
             return Err(ConfigError::Zero {
                 param: "resolution",
+            });
+        }
+        if duration_nanos(self.resolution) > MAX_RESOLUTION_NS {
+            return Err(ConfigError::TooLarge {
+                param: "resolution",
+                got: format!("{:?}", self.resolution),
+                max: format!("{:?}", Duration::from_nanos(MAX_RESOLUTION_NS)),
             });
         }
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());

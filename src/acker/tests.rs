@@ -263,7 +263,7 @@ fn duplicate_full_and_shutdown_hand_the_payload_back() {
 
 #[test]
 fn configuration_errors_name_the_parameter() {
-    let cases: [(AckerBuilder<u32>, &str); 5] = [
+    let cases: [(AckerBuilder<u32>, &str); 7] = [
         (Acker::builder().timeout(Duration::ZERO), "timeout"),
         (Acker::builder().shards(0), "shards"),
         (Acker::builder().max_pending(0), "max_pending"),
@@ -271,6 +271,16 @@ fn configuration_errors_name_the_parameter() {
         (
             Acker::builder().timeout(Duration::from_secs(u64::MAX)),
             "timeout",
+        ),
+        // Above 2^63 ns rounding up to a power of two overflowed (a panic in a debug
+        // build, a 64-bit shift in release).
+        (
+            Acker::builder().resolution(Duration::from_secs(1 << 40)),
+            "resolution",
+        ),
+        (
+            Acker::builder().resolution(Duration::from_nanos((1 << 43) + 1)),
+            "resolution",
         ),
     ];
     for (builder, param) in cases {

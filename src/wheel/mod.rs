@@ -57,6 +57,7 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::clock::{duration_nanos, is_due};
+pub(crate) use geometry::MAX_SHIFT;
 use geometry::{Geometry, BUCKETS, DEFAULT_SHIFT, FIRST_SENTINEL, LEVELS, READY};
 use slab::Slab;
 
