@@ -1,20 +1,28 @@
 //! The second-generation ledger's table (`src/acker/roots.rs`) alone, before it is wired
 //! into the Acker: what one tree's messages cost in the 128-bit-word table, with a bare
-//! `DashMap<u64, u64>` doing the same XOR bookkeeping measured in the same run as the
-//! reference. Neither side has timers, times or payload callbacks here; the Acker bench
-//! (`benches/acker.rs`) compares the full contenders.
+//! `DashMap<u64, u64>` and a bare `scc::HashMap<u64, u64>` doing the same XOR bookkeeping
+//! (one locked entry per message, removed at 0) measured in the same run. None of them has
+//! timers, times or callbacks here; the Acker bench (`benches/acker.rs`) compares the full
+//! contenders. This is the floor the new Acker builds on.
 //!
 //! Groups:
 //! * `roots/lifecycle/1t/1k-inflight`: per step, init tree `i` (XOR of four random edges)
 //!   and ack one edge of each of trees `i - 256`, `- 512`, `- 768`, `- 1024` (the last
 //!   edge of the oldest completes it): 5 operations per step, ~1k trees in flight;
 //!   criterion's time is per tree.
+//! * `roots/lifecycle/2t/1k-inflight`: two threads, each with its own trees and window;
+//!   time per tree in aggregate (wall clock for both threads' trees).
+//! * `roots/lifecycle/1t/1M-pending`: group 1 with 1,000,000 other roots held (inited,
+//!   never acked), so the table is large and cold.
 //! * `roots/ack/1t/64k-pending`: 65,536 roots held LIVE, acked one per iteration in a fixed
 //!   random order with XORs that never bring a value to 0; time per ack.
 //!
 //! Run: `cargo bench --features internals --bench roots`.
 
 use std::hint::black_box;
+
+use std::sync::Barrier;
+use std::time::{Duration, Instant};
 
 use ackwheel::roots::{Completed, Key, Roots, KEY_SHIFT};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
@@ -47,7 +55,10 @@ struct Lean(Roots<u32>);
 /// A bare concurrent map with the same XOR bookkeeping (no orphans, no state).
 struct Dash(DashMap<u64, u64>);
 
-trait Table {
+/// The same on scc's map: one `entry_sync` (the bucket's lock) per message.
+struct Scc(scc::HashMap<u64, u64>);
+
+trait Table: Sync {
     fn init(&self, tree: u64);
     /// `true` when this ack completed the tree.
     fn ack(&self, tree: u64, xor: u64) -> bool;
@@ -89,35 +100,139 @@ impl Table for Dash {
     }
 }
 
-fn step(table: &impl Table, i: u64) {
-    table.init(i);
+impl Table for Scc {
+    fn init(&self, tree: u64) {
+        *self.0.entry_sync(mix(tree)).or_insert(0).get_mut() ^= xor_of(tree);
+    }
+
+    fn ack(&self, tree: u64, xor: u64) -> bool {
+        match self.0.entry_sync(mix(tree)) {
+            scc::hash_map::Entry::Occupied(mut entry) => {
+                *entry.get_mut() ^= xor;
+                if *entry.get() == 0 {
+                    let _ = entry.remove_entry();
+                    return true;
+                }
+                false
+            }
+            scc::hash_map::Entry::Vacant(entry) => {
+                entry.insert_entry(xor);
+                false
+            }
+        }
+    }
+}
+
+/// One step of the window over trees `base + 0, base + 1, ...`: init tree `i`, ack one
+/// edge of each of four older trees (the last edge of the oldest).
+fn step(table: &impl Table, base: u64, i: u64) {
+    table.init(base + i);
     for back in 1..=4u64 {
         if let Some(tree) = i.checked_sub(back * WINDOW / 4) {
-            let done = table.ack(tree, edge(tree, back - 1));
+            let done = table.ack(base + tree, edge(base + tree, back - 1));
             debug_assert_eq!(done, back == 4);
         }
     }
 }
 
-fn lifecycle(c: &mut Criterion) {
-    let mut group = c.benchmark_group("roots/lifecycle/1t/1k-inflight");
+fn lean() -> Lean {
+    Lean(Roots::new(1024)) // 4096 slots for ~1.3k entries, as growth would keep them
+}
+
+fn dash() -> Dash {
+    Dash(DashMap::new())
+}
+
+fn scc() -> Scc {
+    Scc(scc::HashMap::new())
+}
+
+/// Group 1 and 3: one thread's window over trees numbered from `base`.
+fn one_thread(c: &mut Criterion, group: &str, held: u64) {
+    let mut group = c.benchmark_group(group);
     group.throughput(Throughput::Elements(1));
-    let lean = Lean(Roots::new(1024)); // 4096 slots for ~1.3k entries, as growth would keep
-    let dash = Dash(DashMap::new());
-    let mut next = 0u64;
-    group.bench_function("lean", |b| {
-        b.iter(|| {
-            step(&lean, next);
-            next += 1;
-        })
+    fn run(
+        group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+        name: &str,
+        table: &impl Table,
+        held: u64,
+    ) {
+        // Held roots are trees numbered from 2^40, inited and never acked.
+        (0..held).for_each(|t| table.init(1 << 40 | t));
+        let mut next = 0u64;
+        group.bench_function(name, |b| {
+            b.iter(|| {
+                step(table, 0, next);
+                next += 1;
+            })
+        });
+    }
+    run(&mut group, "lean", &lean_sized(held), held);
+    run(&mut group, "dashmap", &dash(), held);
+    run(&mut group, "scc", &scc(), held);
+    group.finish();
+}
+
+/// A lean table with room for `held` roots beside the window, at most about half full.
+fn lean_sized(held: u64) -> Lean {
+    let slots = ((held + 2 * WINDOW) * 2).next_power_of_two() as usize;
+    Lean(Roots::new((slots / 4).max(1024)))
+}
+
+fn lifecycle_1t(c: &mut Criterion) {
+    one_thread(c, "roots/lifecycle/1t/1k-inflight", 0);
+}
+
+fn lifecycle_1m(c: &mut Criterion) {
+    one_thread(c, "roots/lifecycle/1t/1M-pending", 1_000_000);
+}
+
+/// Two threads, each stepping its own trees (thread `k`'s trees are numbered from
+/// `k << 48`) over one shared table; the time is the wall clock for `iters` trees in all.
+fn two_threads_on(table: &impl Table, iters: u64, next: &mut [u64; 2]) -> Duration {
+    let per_thread = iters.div_ceil(2);
+    let barrier = Barrier::new(2);
+    let start = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..2u64)
+            .map(|k| {
+                let from = next[k as usize];
+                let barrier = &barrier;
+                s.spawn(move || {
+                    barrier.wait();
+                    let t0 = Instant::now();
+                    for i in from..from + per_thread {
+                        step(table, k << 48, i);
+                    }
+                    t0.elapsed()
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap())
+            .max()
+            .unwrap()
     });
-    let mut next = 0u64;
-    group.bench_function("dashmap", |b| {
-        b.iter(|| {
-            step(&dash, next);
-            next += 1;
-        })
-    });
+    next.iter_mut().for_each(|n| *n += per_thread);
+    start
+}
+
+fn lifecycle_2t(c: &mut Criterion) {
+    let mut group = c.benchmark_group("roots/lifecycle/2t/1k-inflight");
+    group.throughput(Throughput::Elements(1));
+    fn run(
+        group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+        name: &str,
+        table: &impl Table,
+    ) {
+        let mut next = [0u64; 2];
+        group.bench_function(name, |b| {
+            b.iter_custom(|iters| two_threads_on(table, iters, &mut next))
+        });
+    }
+    run(&mut group, "lean", &lean());
+    run(&mut group, "dashmap", &dash());
+    run(&mut group, "scc", &scc());
     group.finish();
 }
 
@@ -163,6 +278,6 @@ fn config() -> Criterion {
 criterion_group! {
     name = benches;
     config = config();
-    targets = lifecycle, ack_64k
+    targets = lifecycle_1t, lifecycle_2t, lifecycle_1m, ack_64k
 }
 criterion_main!(benches);

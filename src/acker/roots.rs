@@ -122,6 +122,7 @@ pub struct Completed {
 /// Where an operation leaves the completion it claimed, if any (at most one per call).
 pub type Done = Option<Completed>;
 
+#[inline]
 fn claimed(done: &mut Done, slot: usize, outcome: Outcome) {
     debug_assert!(done.is_none(), "two completions in one call");
     *done = Some(Completed { slot, outcome });
@@ -161,6 +162,7 @@ enum Message {
 }
 
 impl Message {
+    #[inline]
     fn step(self, word: Word) -> Option<Step> {
         match self {
             Message::Ack(xor) => word.acked(xor),
@@ -169,6 +171,7 @@ impl Message {
         }
     }
 
+    #[inline]
     fn held(self, key: Key) -> Word {
         match self {
             Message::Ack(xor) => Word::held_ack(key, xor),
@@ -176,6 +179,20 @@ impl Message {
             Message::Twin(twin) => twin,
         }
     }
+}
+
+/// An EMPTY slot `d` groups past a root's home.
+#[derive(Clone, Copy, Debug)]
+struct Vacancy {
+    slot: usize,
+    d: usize,
+}
+
+/// What [`Roots::search`] found.
+enum Search {
+    Found(usize, Word),
+    /// No entry; the first EMPTY slot the search passed, if any.
+    Missing(Option<Vacancy>),
 }
 
 /// A slot's payload cell: written by the init that joined the slot, read once by the
@@ -259,23 +276,37 @@ impl<T> Roots<T> {
         }
     }
 
-    /// Entries of `key`'s root in probe order, but for `skip`: the first, with its word.
-    fn find_other(&self, key: Key, skip: Option<usize>) -> Option<(usize, Word)> {
+    /// Looks for `key`'s entry (the first in probe order, but for `skip`) and, on the way,
+    /// for the first EMPTY slot, where a new entry could go.
+    #[inline]
+    fn search(&self, key: Key, skip: Option<usize>) -> Search {
         let home = self.home(key);
+        let mut vacancy = None;
         for d in 0..=self.window() {
             let group = (home + d) & self.mask;
             for (i, word) in self.groups[group].0.iter().enumerate() {
                 let slot = group * GROUP_SLOTS + i;
                 let w = word.load();
                 if w.holds(key) && Some(slot) != skip {
-                    return Some((slot, w));
+                    return Search::Found(slot, w);
+                }
+                if vacancy.is_none() && w == Word::EMPTY {
+                    vacancy = Some(Vacancy { slot, d });
                 }
             }
             if self.overflow[group].load(Ordering::SeqCst) == 0 {
-                return None;
+                break;
             }
         }
-        None
+        Search::Missing(vacancy)
+    }
+
+    /// Entries of `key`'s root in probe order, but for `skip`: the first, with its word.
+    fn find_other(&self, key: Key, skip: Option<usize>) -> Option<(usize, Word)> {
+        match self.search(key, skip) {
+            Search::Found(slot, word) => Some((slot, word)),
+            Search::Missing(_) => None,
+        }
     }
 
     /// The root's entry (the first in probe order), with its word.
@@ -284,28 +315,38 @@ impl<T> Roots<T> {
         self.find_other(key, None)
     }
 
-    /// CASes `word` into the first EMPTY slot of `key`'s window. `Err(true)` when another
-    /// claimer took that slot first (look again), `Err(false)` when the window is full.
-    fn claim(&self, key: Key, word: Word) -> Result<usize, bool> {
+    /// CASes `word` into `vacancy`, the EMPTY slot a search just saw, or else the first
+    /// EMPTY slot of `key`'s window. `Err(true)` when another claimer took the slot first
+    /// (look again), `Err(false)` when the window is full.
+    fn claim(&self, key: Key, word: Word, vacancy: Option<Vacancy>) -> Result<usize, bool> {
         let home = self.home(key);
-        for d in 0..=self.window() {
-            let group = (home + d) & self.mask;
-            for (i, slot_word) in self.groups[group].0.iter().enumerate() {
-                if slot_word.load() != Word::EMPTY {
-                    continue;
-                }
-                // The counts first: a search that sees the word must be able to reach it.
-                self.count_overflow(home, d, 1);
-                return match slot_word.cas(Word::EMPTY, word) {
-                    Ok(()) => Ok(group * GROUP_SLOTS + i),
-                    Err(_) => {
-                        self.count_overflow(home, d, -1);
-                        Err(true)
-                    }
-                };
+        let Some(Vacancy { slot, d }) = vacancy.or_else(|| self.vacancy(home)) else {
+            return Err(false);
+        };
+        // The counts first: a search that sees the word must be able to reach it.
+        self.count_overflow(home, d, 1);
+        match self.word(slot).cas(Word::EMPTY, word) {
+            Ok(()) => Ok(slot),
+            Err(_) => {
+                self.count_overflow(home, d, -1);
+                Err(true)
             }
         }
-        Err(false)
+    }
+
+    /// The first EMPTY slot in the window of the roots whose home is `home`.
+    fn vacancy(&self, home: usize) -> Option<Vacancy> {
+        (0..=self.window()).find_map(|d| {
+            let group = (home + d) & self.mask;
+            let i = self.groups[group]
+                .0
+                .iter()
+                .position(|w| w.load() == Word::EMPTY)?;
+            Some(Vacancy {
+                slot: group * GROUP_SLOTS + i,
+                d,
+            })
+        })
     }
 
     /// Empties a slot whose word was `word` (an orphan dropped, a twin merged, a tree freed)
@@ -331,15 +372,16 @@ impl<T> Roots<T> {
     /// lands; with no entry, holds it in a new one and merges any twin.
     fn apply(&self, key: Key, message: Message, done: &mut Done) -> Applied {
         loop {
-            let Some((slot, mut word)) = self.find(key) else {
-                match self.claim(key, message.held(key)) {
+            let (slot, mut word) = match self.search(key, None) {
+                Search::Found(slot, word) => (slot, word),
+                Search::Missing(vacancy) => match self.claim(key, message.held(key), vacancy) {
                     Ok(slot) => {
                         self.merge_twins(key, slot, done);
                         return Applied::Created;
                     }
                     Err(true) => continue,
                     Err(false) => return Applied::Full,
-                }
+                },
             };
             while let Some(step) = message.step(word) {
                 match self.word(slot).cas(word, step.word()) {
@@ -402,20 +444,25 @@ impl<T> Roots<T> {
     /// (and loses to it) or was claimed after our search passed its slot; its claimer's
     /// search then finds ours, and a joined entry wins. So a payload never lands in a loser.
     pub fn init(&self, key: Key, xor: u64, payload: T, done: &mut Done) -> Result<(), Refused<T>> {
+        let mut search = self.search(key, None);
         let slot = loop {
-            let Some((slot, word)) = self.find(key) else {
-                match self.claim(key, Word::placeholder(key)) {
-                    Ok(slot) => self.merge_twins(key, slot, done),
-                    Err(true) => {}
-                    Err(false) => return Err(Refused::Full(payload)),
+            let (slot, word) = match search {
+                Search::Found(slot, word) => (slot, word),
+                Search::Missing(vacancy) => {
+                    match self.placeholder(key, vacancy, done) {
+                        Some(next) => search = next,
+                        None => return Err(Refused::Full(payload)),
+                    }
+                    continue;
                 }
-                continue;
             };
             let Some(joined) = word.joined(xor) else {
                 return Err(Refused::Duplicate(payload));
             };
-            if self.word(slot).cas(word, joined).is_ok() {
-                break slot;
+            match self.word(slot).cas(word, joined) {
+                Ok(()) => break slot,
+                Err(now) if now.holds(key) => search = Search::Found(slot, now),
+                Err(_) => search = self.search(key, None),
             }
         };
         self.payloads[slot].0.with_mut(|cell| {
@@ -440,6 +487,26 @@ impl<T> Roots<T> {
                 Err(now) => word = now, // an ack or a fail landed; settle that
             }
         }
+    }
+
+    /// Creates `key`'s placeholder (an empty HELD entry for init to join) in `vacancy` or
+    /// the first EMPTY slot, and merges any twin; returns what init should join next.
+    /// `None` when the window is full.
+    fn placeholder(&self, key: Key, vacancy: Option<Vacancy>, done: &mut Done) -> Option<Search> {
+        let placeholder = Word::placeholder(key);
+        Some(match self.claim(key, placeholder, vacancy) {
+            Ok(slot) => match self.search(key, Some(slot)) {
+                // The common case: no twin, and the placeholder is ours to join (if an ack
+                // has changed it meanwhile, the join CAS fails and init joins what it is).
+                Search::Missing(_) => Search::Found(slot, placeholder),
+                Search::Found(..) => {
+                    self.merge_twins(key, slot, done);
+                    self.search(key, None)
+                }
+            },
+            Err(true) => self.search(key, None),
+            Err(false) => return None,
+        })
     }
 
     /// The reaper, at `key`'s deadline as it last read it, on the entry it scheduled in
@@ -696,7 +763,7 @@ mod tests {
         // `other`'s slot empties and a claimer that had not seen `key` takes it: a twin.
         let (slot, word) = roots.find(other).unwrap();
         roots.empty(slot, word).unwrap();
-        let twin = roots.claim(key, Word::held_ack(key, 0b10)).unwrap();
+        let twin = roots.claim(key, Word::held_ack(key, 0b10), None).unwrap();
         assert_eq!(twin, slot);
         roots.merge_twins(key, twin, &mut done);
         assert_eq!(roots.merged(), 1);
@@ -718,7 +785,7 @@ mod tests {
         roots.init(key, 0b11, 4, &mut done).unwrap(); // LIVE, second in probe order
         let (slot, word) = roots.find(other).unwrap();
         roots.empty(slot, word).unwrap();
-        let twin = roots.claim(key, Word::held_ack(key, 0b11)).unwrap();
+        let twin = roots.claim(key, Word::held_ack(key, 0b11), None).unwrap();
         roots.merge_twins(key, twin, &mut done);
         assert_eq!(finish(&roots, &mut done), Some((4, Outcome::Acked)));
         assert_eq!(roots.find(key), None);

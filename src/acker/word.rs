@@ -79,6 +79,7 @@ impl State {
     /// Codes 2..=13: `2 + 4 * phase + flags`.
     const PHASE_BASE: u8 = 2;
 
+    #[inline]
     const fn of(phase: Phase, flags: u8) -> State {
         let phase = match phase {
             Phase::Held => 0,
@@ -89,6 +90,7 @@ impl State {
     }
 
     /// The phase of an occupied, uncompleted slot; `None` for EMPTY and DONE.
+    #[inline]
     pub fn phase(self) -> Option<Phase> {
         match self.0.checked_sub(Self::PHASE_BASE)? / 4 {
             0 => Some(Phase::Held),
@@ -98,18 +100,22 @@ impl State {
         }
     }
 
+    #[inline]
     fn flags(self) -> u8 {
         self.0.saturating_sub(Self::PHASE_BASE) % 4
     }
 
+    #[inline]
     pub fn failed(self) -> bool {
         self.phase().is_some() && self.flags() & Self::FAILED != 0
     }
 
+    #[inline]
     pub fn reset(self) -> bool {
         self.phase().is_some() && self.flags() & Self::RESET != 0
     }
 
+    #[inline]
     fn with_flags(self, flags: u8) -> State {
         match self.phase() {
             Some(phase) => State::of(phase, flags),
@@ -156,12 +162,14 @@ impl Key {
     pub const MAX: u64 = (1 << (64 - KEY_SHIFT)) - 1;
 
     /// The key of `bits` (at most [`Key::MAX`]).
+    #[inline]
     pub fn new(bits: u64) -> Key {
         debug_assert!(bits <= Self::MAX, "a key has {} bits", 64 - KEY_SHIFT);
         Key(bits & Self::MAX)
     }
 
     /// The key's bits.
+    #[inline]
     pub fn bits(self) -> u64 {
         self.0
     }
@@ -177,6 +185,7 @@ pub enum Step {
 }
 
 impl Step {
+    #[inline]
     pub fn word(self) -> Word {
         match self {
             Step::To(word) | Step::Complete(word, _) => word,
@@ -207,6 +216,7 @@ impl Word {
     /// An empty slot's word.
     pub const EMPTY: Word = Word { low: 0, value: 0 };
 
+    #[inline]
     fn new(key: Key, state: State, value: u64) -> Word {
         Word {
             low: key.0 << STATE_BITS | u64::from(state.0),
@@ -215,31 +225,40 @@ impl Word {
     }
 
     /// The key part.
+    #[inline]
     pub fn key(self) -> Key {
         Key(self.low >> STATE_BITS)
     }
 
     /// The state part.
+    #[inline]
     pub fn state(self) -> State {
         State((self.low & ((1 << STATE_BITS) - 1)) as u8)
     }
 
     /// The XOR value.
+    #[inline]
     pub fn value(self) -> u64 {
         self.value
     }
 
     /// An uncompleted entry of `key`'s root (not EMPTY, not DONE).
+    #[inline]
     pub fn holds(self, key: Key) -> bool {
-        self.key() == key && self.state().phase().is_some()
+        // The phase codes are PHASE_BASE.. PHASE_BASE + 12: one compare of the code, and
+        // one of the key bits.
+        let code = (self.low & ((1 << STATE_BITS) - 1)) as u8;
+        self.low >> STATE_BITS == key.0 && code.wrapping_sub(State::PHASE_BASE) < 12
     }
 
     /// The word as the atomic holds it.
+    #[inline]
     pub fn to_bits(self) -> u128 {
         u128::from(self.value) << 64 | u128::from(self.low)
     }
 
     /// A word from the atomic's bits.
+    #[inline]
     pub fn from_bits(bits: u128) -> Word {
         Word {
             low: bits as u64,
@@ -250,22 +269,26 @@ impl Word {
     // === transitions ===
 
     /// A new entry for an ack that found none: HELD with the ack's XOR.
+    #[inline]
     pub fn held_ack(key: Key, xor: u64) -> Word {
         Word::new(key, State::of(Phase::Held, 0), xor)
     }
 
     /// A new entry for a fail that found none: HELD with F.
+    #[inline]
     pub fn held_fail(key: Key) -> Word {
         Word::new(key, State::of(Phase::Held, State::FAILED), 0)
     }
 
     /// A new root's placeholder, which its init joins at once: HELD, value 0.
+    #[inline]
     pub fn placeholder(key: Key) -> Word {
         Word::held_ack(key, 0)
     }
 
     /// An ack: XORs `xor` in; from LIVE, a value of 0 completes the tree `Acked` in this
     /// very CAS. `None` when the word holds no uncompleted tree.
+    #[inline]
     pub fn acked(self, xor: u64) -> Option<Step> {
         let phase = self.state().phase()?;
         let next = Word {
@@ -281,6 +304,7 @@ impl Word {
 
     /// A fail: completes a LIVE tree `Failed`; before that it is held as F. `None` when
     /// the word holds no uncompleted tree.
+    #[inline]
     pub fn failed(self) -> Option<Step> {
         let state = self.state();
         Some(match state.phase()? {
@@ -291,6 +315,7 @@ impl Word {
 
     /// Init's join: HELD to JOINING with init's XOR in. `None` if init has been here
     /// already (JOINING or LIVE: a duplicate init) or the word holds no uncompleted tree.
+    #[inline]
     pub fn joined(self, xor: u64) -> Option<Word> {
         let state = self.state();
         (state.phase()? == Phase::Held).then(|| Word {
@@ -303,6 +328,7 @@ impl Word {
     /// the held acks already cancel init's XOR (`Acked` wins) or a fail was held. `None`
     /// unless the word is JOINING (only the joining init calls this, and only it leaves
     /// JOINING, so that would be a bug).
+    #[inline]
     pub fn settled(self) -> Option<Step> {
         let state = self.state();
         if state.phase()? != Phase::Joining {
@@ -318,6 +344,7 @@ impl Word {
     }
 
     /// `reset_timeout`: sets R. `None` when the word holds no uncompleted tree.
+    #[inline]
     pub fn reset(self) -> Option<Word> {
         let state = self.state();
         state.phase()?;
@@ -325,6 +352,7 @@ impl Word {
     }
 
     /// The reaper, before it reads the deadline: R cleared. `None` when R is not set.
+    #[inline]
     pub fn reset_seen(self) -> Option<Word> {
         let state = self.state();
         state
@@ -335,6 +363,7 @@ impl Word {
     /// The reaper, at the deadline, from a word without R: a LIVE tree times out (DONE), a
     /// HELD orphan is dropped (EMPTY: it has no payload). `None` for JOINING (init is about
     /// to make it LIVE; look again later), with R set, or for no uncompleted tree.
+    #[inline]
     pub fn expired(self) -> Option<Step> {
         let state = self.state();
         if state.reset() {
@@ -348,6 +377,7 @@ impl Word {
     }
 
     /// `shutdown` taking an initialized tree back: LIVE to DONE (no outcome is delivered).
+    #[inline]
     pub fn taken_back(self) -> Option<Word> {
         (self.state().phase()? == Phase::Live).then(|| self.done())
     }
@@ -355,6 +385,7 @@ impl Word {
     /// A twin's contents merged into this entry: its value XORed in and its fail applied,
     /// as an ack and a fail would be (so a LIVE tree may complete: Acked wins). `None` when
     /// this word holds no uncompleted tree.
+    #[inline]
     pub fn absorbed(self, twin: Word) -> Option<Step> {
         let step = self.acked(twin.value)?;
         match step {
@@ -363,10 +394,12 @@ impl Word {
         }
     }
 
+    #[inline]
     fn with(self, state: State) -> Word {
         Word::new(self.key(), state, self.value)
     }
 
+    #[inline]
     fn done(self) -> Word {
         self.with(State::DONE)
     }
