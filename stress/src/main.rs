@@ -54,7 +54,7 @@ struct Cli {
     trees: Option<u64>,
 
     /// Seconds of load: the acker's traffic phase (its memory, drain and idle phases add
-    /// about 5 s), the expiry-queue's touching, the wheel's cap. For `all`, the budget
+    /// about 7 s), the expiry-queue's touching, the wheel's cap. For `all`, the budget
     /// shared by the three [default: 25 for acker, 28 for expiry-queue and wheel, 30 for all].
     #[arg(long, value_name = "SECONDS")]
     duration: Option<f64>,
@@ -100,6 +100,16 @@ struct Cli {
     /// Acker: roots per wave of the memory phase (0 skips it).
     #[arg(long, default_value_t = 1_000_000)]
     memory_roots: usize,
+
+    /// Acker: trees churned through a 1M-max_pending acker (about 1k in flight) by the
+    /// memory phase, for its peak RSS (0 skips the churn; `--memory-roots 0` skips it too).
+    #[arg(long, default_value_t = 2_000_000)]
+    churn_trees: u64,
+
+    /// Acker: default ackers the memory phase builds in one process, all alive at once, for
+    /// the build cost's second figure (each holds about 80 MiB today).
+    #[arg(long, default_value_t = 10)]
+    ackers_at_once: usize,
 
     /// Expiry-queue: live sessions per touching thread.
     #[arg(long, default_value_t = 60_000)]
@@ -162,9 +172,12 @@ struct Output {
 }
 
 fn main() -> ExitCode {
-    // The memory phase's child process (see `acker::memory`).
+    // The memory phase's child processes (see `acker::memory` and `acker::footprint`).
     if let Ok(spec) = std::env::var(acker::THREADED_ENV) {
         return acker::threaded_child(&spec);
+    }
+    if let Ok(spec) = std::env::var(acker::FOOTPRINT_ENV) {
+        return acker::footprint_child(&spec);
     }
     let cli = Cli::parse();
     let threads = cli
@@ -199,6 +212,10 @@ fn main() -> ExitCode {
     }
     if cli.max_pending == 0 || cli.max_pending > 1 << 26 {
         eprintln!("stress: --max-pending must be in 1..={}", 1 << 26);
+        return ExitCode::from(2);
+    }
+    if cli.ackers_at_once == 0 || cli.ackers_at_once > 100 {
+        eprintln!("stress: --ackers-at-once must be in 1..=100");
         return ExitCode::from(2);
     }
     if cli.fanout == 0 || cli.depth == 0 || cli.in_flight == 0 || cli.timeout_ms == 0 {
@@ -246,6 +263,8 @@ fn main() -> ExitCode {
             in_flight: cli.in_flight,
             max_pending: cli.max_pending,
             memory_roots: cli.memory_roots,
+            churn_trees: cli.churn_trees,
+            ackers_at_once: cli.ackers_at_once,
             plant_bug: cli.plant_bug,
         };
         let summary = acker::run(&cfg);

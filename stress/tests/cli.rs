@@ -55,6 +55,12 @@ fn a_short_acker_run_passes_and_writes_its_reports() {
         "1",
         "--memory-roots",
         "20000",
+        // The build cost and the churn run in debug children here: a default acker's build
+        // takes ~0.4 s and a tree ~5 µs, so fewer of both than by default.
+        "--ackers-at-once",
+        "2",
+        "--churn-trees",
+        "20000",
         "--seed",
         "11",
         "--replay",
@@ -81,6 +87,25 @@ fn a_short_acker_run_passes_and_writes_its_reports() {
             "{figure}"
         );
     }
+    let footprint = &report["acker"]["footprint"];
+    for (part, figure) in [
+        ("build", "rss_growth"),
+        ("build", "seconds"),
+        ("build", "rss_growth_at_once"),
+        ("build", "seconds_at_once"),
+        ("churn", "peak_rss_growth"),
+    ] {
+        assert!(
+            footprint[part][figure].as_f64().is_some_and(|v| v > 0.0),
+            "{part}.{figure} in {footprint}"
+        );
+    }
+    assert_eq!(footprint["build"]["ackers_at_once"], 2);
+    assert_eq!(footprint["churn"]["trees"], 20000);
+    assert!(
+        all.contains("  build        +") && all.contains("  churn        +"),
+        "{all}"
+    );
     let picture = std::fs::read_to_string(&svg).unwrap();
     assert!(picture.starts_with("<svg") && picture.contains("<polyline"));
 }

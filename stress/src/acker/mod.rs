@@ -5,7 +5,9 @@
 //!
 //! 1. **Memory** ([`memory`], `--memory-roots`, first: RSS reads best in a process that has
 //!    not yet allocated anything big): bytes per pending root, and no growth with the roots
-//!    ever seen.
+//!    ever seen; then, in fresh child processes ([`footprint`]), what a default acker costs
+//!    to build before its first tree and the peak RSS of a 1M-`max_pending` acker churning
+//!    `--churn-trees` trees with 1k in flight (reported beside their targets, not judged).
 //! 2. **Traffic** (`--duration`): spout and bolt threads ([`topology`]) run against one
 //!    `Acker<u32>` with `--timeout-ms`; each completion goes to the [`oracle`], and each
 //!    tree, once nothing can touch it any more, to the checker thread, which judges it.
@@ -22,8 +24,10 @@
 //!
 //! Every violation is printed with the tree's history and makes the run fail.
 
+mod footprint;
 mod memory;
 
+pub(crate) use footprint::{footprint_child, FOOTPRINT_ENV};
 pub(crate) use memory::{threaded_child, THREADED_ENV};
 mod oracle;
 mod topology;
@@ -62,6 +66,8 @@ pub(crate) struct Config {
     pub(crate) in_flight: usize,
     pub(crate) max_pending: usize,
     pub(crate) memory_roots: usize,
+    pub(crate) churn_trees: u64,
+    pub(crate) ackers_at_once: usize,
     #[serde(skip)]
     pub(crate) plant_bug: bool,
 }
@@ -132,6 +138,8 @@ pub(crate) struct Summary {
     /// Whether the acker's pins used asymmetric fences (`membarrier`).
     pub(crate) asymmetric_fences: bool,
     pub(crate) memory: Option<Memory>,
+    /// The memory phase's build cost and churn figures (`None` when skipped or unreadable).
+    pub(crate) footprint: Option<footprint::Footprint>,
     pub(crate) throughput: Vec<Sample>,
     #[serde(skip)]
     pub(crate) lateness_curve: Vec<(f64, f64)>,
@@ -143,6 +151,7 @@ pub(crate) struct Summary {
 pub(crate) fn run(cfg: &Config) -> Summary {
     let started_at = Instant::now();
     let mut memory = None;
+    let mut footprint_figures = None;
     let mut memory_problems = Vec::new();
     // --- memory, first: RSS is read best in a process that has not yet allocated (and
     // half-freed, through deferred reclamation) anything big.
@@ -169,6 +178,17 @@ pub(crate) fn run(cfg: &Config) -> Summary {
             Err(e) => {
                 memory_problems.push(format!("VIOLATION: {e}"));
             }
+        }
+        // After the fill, which it does not disturb: every figure comes from a fresh child.
+        eprintln!(
+            "  memory phase: build cost ({} processes of 1 acker, 1 of {}), churn of {} trees",
+            footprint::BUILD_SAMPLES,
+            cfg.ackers_at_once,
+            report::si(cfg.churn_trees as f64)
+        );
+        match footprint::run(cfg.churn_trees, cfg.ackers_at_once) {
+            Ok(f) => footprint_figures = f,
+            Err(e) => memory_problems.push(format!("VIOLATION: {e}")),
         }
     }
     let timeout = Duration::from_millis(cfg.timeout_ms.max(1));
@@ -235,6 +255,7 @@ pub(crate) fn run(cfg: &Config) -> Summary {
     let mut summary = Summary {
         config: Some(cfg.clone()),
         memory,
+        footprint: footprint_figures,
         violations: memory_problems.len() as u64,
         violation_reports: memory_problems,
         ..Summary::default()
@@ -586,7 +607,42 @@ pub(crate) fn print(s: &Summary) {
         None if cfg.memory_roots > 0 => println!("  memory       unavailable (no /proc/self/status)"),
         None => {}
     }
+    if let Some(f) = &s.footprint {
+        print_footprint(f);
+    }
     for r in &s.violation_reports {
         println!("{r}");
+    }
+}
+
+/// The build and churn lines, each figure with its target beside it (not judged).
+fn print_footprint(f: &footprint::Footprint) {
+    let b = &f.build;
+    let time = |s: f64| report::duration_us(s * 1e6);
+    println!(
+        "  build        +{} RSS, {} per default acker (median of {} fresh processes; target ≤ {}, ≤ {}); {} at once +{}, {}",
+        report::bytes(b.rss_growth),
+        time(b.seconds),
+        b.rss_growth_samples.len(),
+        report::bytes(b.target_rss),
+        time(b.target_seconds),
+        b.ackers_at_once,
+        report::bytes(b.rss_growth_at_once),
+        time(b.seconds_at_once),
+    );
+    match &f.churn {
+        Some(c) => println!(
+            "  churn        +{} peak RSS (target ≤ {}): {} trees, {} in flight, max_pending {} (+{} right after build, +{} at the end); {} trees/s, {} inits refused Full",
+            report::bytes(c.peak_rss_growth),
+            report::bytes(c.target_rss),
+            report::si(c.trees as f64),
+            c.in_flight,
+            report::si(c.max_pending as f64),
+            report::bytes(c.built_rss_growth),
+            report::bytes(c.end_rss_growth),
+            report::si(c.trees_per_s),
+            c.refused,
+        ),
+        None => println!("  churn        skipped (--churn-trees 0)"),
     }
 }
