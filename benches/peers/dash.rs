@@ -8,8 +8,9 @@
 //! the removal), so the bench uses the `Entry::Occupied` / `Entry::Vacant` form of the same
 //! API, which does the XOR, the zero check and `remove_entry` under one lock.
 //!
-//! The deadline is fixed at the first message (`now + timeout`), as the Acker's; the start
-//! time for `elapsed` is `deadline - timeout`, so the entry needs no fourth word.
+//! The tracker's logic (the acker's semantics, the deadline, the sweeper) is
+//! [`super::entry_map`]'s, shared with the scc peer; this module is the map's side of it: the
+//! `entry()` call and its `Occupied` / `Vacant` halves, and `retain` for the sweep.
 //!
 //! Timeouts: a sweeper thread runs every `timeout / 10` (at least 1 ms, at most 1 s) and
 //! `retain`s the map, taking each shard's write lock in turn, dropping due entries and
@@ -17,166 +18,53 @@
 //! tenth of its timeout (and never more than 1 s) late; a scan is O(pending), which is why it
 //! cannot run at the Acker's 1 ms resolution without costing a core at 1M pending.
 
-use std::sync::Arc;
-use std::time::Duration;
-
-use ackwheel::{Completion, InitError, Outcome};
-use dashmap::mapref::entry::Entry as Slot;
+use dashmap::mapref::entry::{Entry as DashEntry, OccupiedEntry, VacantEntry};
 use dashmap::DashMap;
 
-use super::{elapsed, is_due, now, Sink, Ticker, Tracker, U64Hasher};
-
-#[derive(Clone, Copy, Debug)]
-struct Entry {
-    val: u64,
-    /// `Some` once init has been seen.
-    payload: Option<u32>,
-    failed: bool,
-    /// First message + timeout, ns since the tracker's epoch.
-    deadline: u64,
-}
-
-struct Shared {
-    map: DashMap<u64, Entry, U64Hasher>,
-    sink: Sink,
-    timeout: u64,
-}
-
-impl Shared {
-    fn deliver(&self, root: u64, entry: &Entry, outcome: Outcome) {
-        let payload = entry.payload.expect("only initialized trees complete");
-        let start = entry.deadline.wrapping_sub(self.timeout);
-        (self.sink)(Completion {
-            root,
-            payload,
-            outcome,
-            elapsed: elapsed(start, now()),
-        });
-    }
-
-    fn orphan(&self, now: u64, val: u64, failed: bool) -> Entry {
-        Entry {
-            val,
-            payload: None,
-            failed,
-            deadline: now.wrapping_add(self.timeout),
-        }
-    }
-
-    fn sweep(&self) {
-        let now = now();
-        let mut expired = Vec::new();
-        self.map.retain(|root, entry| {
-            if !is_due(entry.deadline, now) {
-                return true;
-            }
-            if entry.payload.is_some() {
-                expired.push((*root, *entry));
-            }
-            false // orphans are dropped silently
-        });
-        for (root, entry) in &expired {
-            self.deliver(*root, entry, Outcome::TimedOut);
-        }
-    }
-}
+use super::entry_map::{Entry, EntryMap, EntryMapTracker, OccupiedSlot, Slot, VacantSlot};
+use super::U64Hasher;
 
 /// The DashMap peer. See the module docs.
-pub(crate) struct DashTracker {
-    shared: Arc<Shared>,
-    _sweeper: Ticker,
-}
+pub(crate) type DashTracker = EntryMapTracker<DashMap<u64, Entry, U64Hasher>>;
 
-impl Tracker for DashTracker {
-    fn build(timeout: Duration, _pending: usize, sink: Sink) -> Self {
-        let shared = Arc::new(Shared {
-            map: DashMap::with_hasher(U64Hasher(0)),
-            sink,
-            timeout: timeout.as_nanos() as u64,
-        });
-        let sweeping = Arc::clone(&shared);
-        let period = (timeout / 10).clamp(Duration::from_millis(1), Duration::from_secs(1));
-        DashTracker {
-            shared,
-            _sweeper: Ticker::spawn("dashmap-sweep", period, move || sweeping.sweep()),
+impl EntryMap for DashMap<u64, Entry, U64Hasher> {
+    const SWEEPER: &'static str = "dashmap-sweep";
+
+    type Occupied<'a> = OccupiedEntry<'a, u64, Entry>;
+    type Vacant<'a> = VacantEntry<'a, u64, Entry>;
+
+    fn empty() -> Self {
+        DashMap::with_hasher(U64Hasher(0))
+    }
+
+    #[inline]
+    fn lock(&self, root: u64) -> Slot<Self::Occupied<'_>, Self::Vacant<'_>> {
+        match self.entry(root) {
+            DashEntry::Occupied(slot) => Slot::Occupied(slot),
+            DashEntry::Vacant(slot) => Slot::Vacant(slot),
         }
     }
 
-    fn init(&self, root: u64, xor: u64, payload: u32) -> Result<(), InitError<u32>> {
-        let s = &*self.shared;
-        let now = now();
-        let (entry, outcome) = match s.map.entry(root) {
-            Slot::Vacant(slot) => {
-                let entry = Entry {
-                    val: xor,
-                    payload: Some(payload),
-                    failed: false,
-                    deadline: now.wrapping_add(s.timeout),
-                };
-                if xor != 0 {
-                    slot.insert(entry);
-                    return Ok(());
-                }
-                (entry, Outcome::Acked) // a tree without edges is done at once
-            }
-            Slot::Occupied(mut slot) => {
-                let entry = slot.get_mut();
-                if entry.payload.is_some() {
-                    return Err(InitError::Duplicate(payload));
-                }
-                entry.val ^= xor;
-                entry.payload = Some(payload);
-                let outcome = if entry.val == 0 {
-                    Outcome::Acked
-                } else if entry.failed {
-                    Outcome::Failed
-                } else {
-                    return Ok(());
-                };
-                (slot.remove_entry().1, outcome)
-            }
-        };
-        s.deliver(root, &entry, outcome);
-        Ok(())
+    fn retain_each(&self, keep: impl FnMut(&u64, &mut Entry) -> bool) {
+        self.retain(keep);
+    }
+}
+
+impl OccupiedSlot for OccupiedEntry<'_, u64, Entry> {
+    #[inline]
+    fn entry_mut(&mut self) -> &mut Entry {
+        self.get_mut()
     }
 
-    fn ack(&self, root: u64, xor: u64) -> bool {
-        let s = &*self.shared;
-        let entry = match s.map.entry(root) {
-            Slot::Occupied(mut slot) => {
-                let entry = slot.get_mut();
-                entry.val ^= xor;
-                if entry.val != 0 || entry.payload.is_none() {
-                    return false;
-                }
-                slot.remove_entry().1
-            }
-            Slot::Vacant(slot) => {
-                slot.insert(s.orphan(now(), xor, false));
-                return false;
-            }
-        };
-        s.deliver(root, &entry, Outcome::Acked);
-        true
+    #[inline]
+    fn take(self) -> Entry {
+        self.remove_entry().1
     }
+}
 
-    fn fail(&self, root: u64) -> bool {
-        let s = &*self.shared;
-        let entry = match s.map.entry(root) {
-            Slot::Occupied(mut slot) => {
-                let entry = slot.get_mut();
-                entry.failed = true;
-                if entry.payload.is_none() {
-                    return false; // held until init
-                }
-                slot.remove_entry().1
-            }
-            Slot::Vacant(slot) => {
-                slot.insert(s.orphan(now(), 0, true));
-                return false;
-            }
-        };
-        s.deliver(root, &entry, Outcome::Failed);
-        true
+impl VacantSlot for VacantEntry<'_, u64, Entry> {
+    #[inline]
+    fn put(self, entry: Entry) {
+        self.insert(entry);
     }
 }
