@@ -24,7 +24,7 @@ use std::hint::black_box;
 use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
-use ackwheel::roots::{Completed, Key, Roots, KEY_SHIFT};
+use ackwheel::roots::{Completed, Done, Key, Roots, KEY_SHIFT};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use dashmap::DashMap;
 
@@ -66,17 +66,19 @@ trait Table: Sync {
 
 impl Table for Lean {
     fn init(&self, tree: u64) {
-        let mut done = None;
+        let mut done = Done::default();
         let _ = self.0.init(key(tree), xor_of(tree), tree as u32, &mut done);
     }
 
     fn ack(&self, tree: u64, xor: u64) -> bool {
-        let mut done = None;
+        let mut done = Done::default();
         self.0.ack(key(tree), xor, &mut done);
-        match done {
+        match done.take() {
             Some(Completed { slot, .. }) => {
-                black_box(self.0.take(slot));
-                self.0.free(slot);
+                // Safety: this call claimed the completion; taken and freed once.
+                black_box(unsafe { self.0.take(slot) });
+                // Safety: the same completion, freed once, after its take.
+                unsafe { self.0.free(slot) };
                 true
             }
             None => false,
@@ -245,7 +247,7 @@ fn ack_64k(c: &mut Criterion) {
     let order: Vec<u64> = (0..HELD).map(|i| mix(i ^ 0x5eed) % HELD).collect();
     for tree in 0..HELD {
         // Bit 0 of the value stays set: no ack (edges have bit 0 set, sent twice) clears it.
-        let mut done = None;
+        let mut done = Done::default();
         lean.0.init(key(tree), 1 << 63 | 1, 0, &mut done).unwrap();
         dash.0.insert(mix(tree), 1 << 63 | 1);
     }

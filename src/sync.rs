@@ -67,6 +67,13 @@ pub(crate) use portable_atomic::AtomicU128;
 /// Under loom, a stand-in for the 128-bit atomic, which loom does not model: a value behind
 /// a loom mutex. Every operation takes the lock, so the stand-in is linearizable, which is
 /// what the real word's SeqCst operations give (the slot word uses nothing weaker).
+///
+/// It is stronger than the real word in one way: a load takes the lock too, so it
+/// synchronizes like an acquire *and* a release, and a model cannot catch data that is
+/// published only by a load. The table never relies on that (a payload is read only after
+/// a CAS to DONE that read from the settle CAS). A stand-in of interned values behind a loom
+/// `AtomicUsize` would be exact, but loom models SeqCst as acquire/release, so the twin
+/// search's store-then-load argument would fail spuriously in it.
 #[cfg(loom)]
 #[derive(Debug)]
 pub(crate) struct AtomicU128(loom::sync::Mutex<u128>);

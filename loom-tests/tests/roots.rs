@@ -27,21 +27,25 @@ fn table() -> Arc<Roots<u32>> {
 }
 
 /// Takes the payload of a completion the call claimed and frees the slot.
-fn finish(roots: &Roots<u32>, done: Done) -> Option<(u32, Outcome)> {
-    let Completed { slot, outcome } = done?;
-    let payload = roots.take(slot);
-    roots.free(slot);
+fn finish(roots: &Roots<u32>, mut done: Done) -> Option<(u32, Outcome)> {
+    let Completed { slot, outcome } = done.take()?;
+    assert!(done.is_none(), "more than one completion in one call");
+    // Safety: the call claimed this completion; its payload is taken and its slot freed
+    // once, here.
+    let payload = unsafe { roots.take(slot) };
+    // Safety: the same completion, freed once, after its take.
+    unsafe { roots.free(slot) };
     Some((payload, outcome))
 }
 
 fn ack(roots: &Roots<u32>, key: Key, xor: u64) -> Option<(u32, Outcome)> {
-    let mut done = None;
+    let mut done = Done::default();
     assert_ne!(roots.ack(key, xor, &mut done), Applied::Full);
     finish(roots, done)
 }
 
 fn init(roots: &Roots<u32>, key: Key, xor: u64, payload: u32) -> Option<(u32, Outcome)> {
-    let mut done = None;
+    let mut done = Done::default();
     roots.init(key, xor, payload, &mut done).unwrap();
     finish(roots, done)
 }
@@ -78,7 +82,7 @@ fn roots_ack_vs_fail_completes_once() {
         init(&roots, k, 0b1, 7);
         let other = Arc::clone(&roots);
         let t = thread::spawn(move || {
-            let mut done = None;
+            let mut done = Done::default();
             other.fail(k, &mut done);
             finish(&other, done)
         });
@@ -109,7 +113,7 @@ fn roots_duplicated_ack_vs_init_never_completes() {
         assert_eq!(t.join().unwrap(), [None, None]);
         let (slot, word) = roots.find(k).unwrap();
         assert_eq!(word.value(), 0b10);
-        let mut done = None;
+        let mut done = Done::default();
         assert_eq!(roots.expire(slot, k, &mut done), Expiry::TimedOut);
         assert_eq!(finish(&roots, done), Some((7, Outcome::TimedOut)));
     });
@@ -145,7 +149,7 @@ fn roots_twin_claims_merge_and_complete_once() {
         let other = Arc::clone(&roots);
         let t = thread::spawn(move || {
             let (slot, _) = other.find(x).unwrap();
-            let mut done = None;
+            let mut done = Done::default();
             assert_eq!(other.expire(slot, x, &mut done), Expiry::Dropped);
             ack(&other, k, 0b01)
         });
@@ -165,15 +169,15 @@ fn roots_init_vs_init_joins_once() {
         let k = key(1, 1);
         let other = Arc::clone(&roots);
         let t = thread::spawn(move || {
-            let mut done = None;
-            other.init(k, 0b1, 8, &mut done).map(|()| done)
+            let mut done = Done::default();
+            other.init(k, 0b1, 8, &mut done).map(|()| done.is_none())
         });
-        let mut done = None;
-        let mine = roots.init(k, 0b1, 7, &mut done).map(|()| done);
+        let mut done = Done::default();
+        let mine = roots.init(k, 0b1, 7, &mut done).map(|()| done.is_none());
         let theirs = t.join().unwrap();
         let (winner, refused) = match (mine, theirs) {
-            (Ok(None), Err(Refused::Duplicate(8))) => (7, 8),
-            (Err(Refused::Duplicate(7)), Ok(None)) => (8, 7),
+            (Ok(true), Err(Refused::Duplicate(8))) => (7, 8),
+            (Err(Refused::Duplicate(7)), Ok(true)) => (8, 7),
             other => panic!("not one init and one duplicate: {other:?}"),
         };
         let _ = refused;
@@ -217,7 +221,7 @@ fn roots_reset_vs_timeout_is_never_lost() {
         let (slot, _) = roots.find(k).unwrap();
         let other = Arc::clone(&roots);
         let t = thread::spawn(move || other.reset(k));
-        let mut done = None;
+        let mut done = Done::default();
         let expiry = roots.expire(slot, k, &mut done);
         let timed_out = finish(&roots, done);
         let reset = t.join().unwrap();
@@ -228,5 +232,88 @@ fn roots_reset_vs_timeout_is_never_lost() {
             // The reaper cleared no R and timed out... only if the reset came after.
             other => panic!("a successful reset was lost: {other:?}"),
         }
+    });
+}
+
+/// Root `x`'s orphan holds the first slot of `k`'s home group; the other thread drops it
+/// (as the reaper drops an orphan) and then runs `then`, whose claim for `k` may land in
+/// the slot that this thread's claim passed by: a twin window.
+fn in_a_twin_window<R: Send + 'static>(
+    roots: &Arc<Roots<u32>>,
+    then: impl FnOnce(&Roots<u32>) -> R + Send + 'static,
+) -> thread::JoinHandle<R> {
+    let x = key(0, 9);
+    ack(roots, x, 0b1);
+    let other = Arc::clone(roots);
+    thread::spawn(move || {
+        let (slot, _) = other.find(x).unwrap();
+        let mut done = Done::default();
+        assert_eq!(other.expire(slot, x, &mut done), Expiry::Dropped);
+        then(&other)
+    })
+}
+
+/// A second init of a root arrives while a twin of its entry exists: it must be refused
+/// (joining the twin would make two joined entries and complete the root twice). Bounded
+/// at 4, the fewest that reach the window (both inits here, the ack's claim between them).
+#[test]
+fn roots_duplicate_init_in_a_twin_window_is_refused() {
+    bounded(4).check(|| {
+        let roots = table();
+        let k = key(0, 1);
+        let t = in_a_twin_window(&roots, move |roots| ack(roots, k, 0b100));
+        let mut first = Done::default();
+        assert_eq!(roots.init(k, 0b1, 7, &mut first), Ok(()));
+        let mut second = Done::default();
+        assert_eq!(
+            roots.init(k, 0b1, 8, &mut second),
+            Err(Refused::Duplicate(8))
+        );
+        assert_eq!(t.join().unwrap(), None);
+        assert!(first.is_none() && second.is_none());
+        assert_eq!(ack(&roots, k, 0b101), Some((7, Outcome::Acked)));
+        assert!(roots.is_clear(), "an entry was left behind");
+    });
+}
+
+/// A reset of a LIVE tree while a twin of it exists: the reset's R must reach the entry
+/// the reaper times out, whichever slot survives the merge.
+#[test]
+fn roots_reset_survives_a_twin_merge() {
+    bounded(4).check(|| {
+        let roots = table();
+        let k = key(0, 1);
+        let t = in_a_twin_window(&roots, move |roots| ack(roots, k, 0b100));
+        let mut done = Done::default();
+        roots.init(k, 0b1, 7, &mut done).unwrap();
+        assert!(roots.reset(k), "the tree is live");
+        assert_eq!(t.join().unwrap(), None);
+        let (slot, word) = roots.find(k).unwrap();
+        assert_eq!(word.value(), 0b101);
+        let mut done = Done::default();
+        assert_eq!(
+            roots.expire(slot, k, &mut done),
+            Expiry::Reset,
+            "{:?}",
+            finish(&roots, done)
+        );
+    });
+}
+
+/// Init races an ack whose claim lands in an earlier, just-freed slot: one completion, and
+/// the table ends clear.
+#[test]
+fn roots_init_vs_ack_in_a_twin_window_completes_once() {
+    bounded(4).check(|| {
+        let roots = table();
+        let k = key(0, 1);
+        let t = in_a_twin_window(&roots, move |roots| ack(roots, k, 0b1));
+        let mut done = Done::default();
+        roots.init(k, 0b1, 7, &mut done).unwrap();
+        let mine = finish(&roots, done);
+        let theirs = t.join().unwrap();
+        let all: Vec<_> = mine.into_iter().chain(theirs).collect();
+        assert_eq!(all, [(7, Outcome::Acked)]);
+        assert!(roots.is_clear(), "an entry was left behind");
     });
 }

@@ -67,7 +67,7 @@ pub const MAX_PROBE: usize = 1;
 /// needs it (a claimer writes its word, then reads the others'), and it is what the loom
 /// stand-in, a value behind a lock, gives: the models check exactly this.
 #[derive(Debug)]
-pub struct SlotWord(AtomicU128);
+pub(crate) struct SlotWord(AtomicU128);
 
 impl SlotWord {
     fn new() -> Self {
@@ -110,8 +110,9 @@ pub enum Applied {
 }
 
 /// A completion this call's CAS claimed: it set DONE on `slot`, and the caller completes
-/// the tree with `outcome` ([`Roots::take`] the payload, then [`Roots::free`] the slot).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// the tree with `outcome` (unsafe [`Roots::take`] of the payload, then [`Roots::free`] of
+/// the slot, once each).
+#[derive(Debug, PartialEq, Eq)]
 pub struct Completed {
     /// The slot whose DONE the call set.
     pub slot: usize,
@@ -119,13 +120,43 @@ pub struct Completed {
     pub outcome: Outcome,
 }
 
-/// Where an operation leaves the completion it claimed, if any (at most one per call).
-pub type Done = Option<Completed>;
+/// The completions an operation claimed, for its caller to finish.
+///
+/// Almost always none or one. More only when carrying a twin's contents completed a tree
+/// and the operation's own message then completed a new tree of the same root (a duplicate
+/// init racing a twin claim), so the second one costs nothing unless it happens.
+#[derive(Debug, Default)]
+pub struct Done {
+    first: Option<Completed>,
+    more: Vec<Completed>,
+}
+
+impl Done {
+    /// Takes one claimed completion, if any is left.
+    #[inline]
+    pub fn take(&mut self) -> Option<Completed> {
+        self.more.pop().or_else(|| self.first.take())
+    }
+
+    /// Nothing (left) to finish.
+    #[inline]
+    pub fn is_none(&self) -> bool {
+        self.first.is_none() && self.more.is_empty()
+    }
+
+    #[inline]
+    fn push(&mut self, completed: Completed) {
+        if self.first.is_none() {
+            self.first = Some(completed);
+        } else {
+            self.more.push(completed);
+        }
+    }
+}
 
 #[inline]
 fn claimed(done: &mut Done, slot: usize, outcome: Outcome) {
-    debug_assert!(done.is_none(), "two completions in one call");
-    *done = Some(Completed { slot, outcome });
+    done.push(Completed { slot, outcome });
 }
 
 /// What [`Roots::expire`] did.
@@ -244,6 +275,13 @@ impl<T> Roots<T> {
         self.payloads.len()
     }
 
+    /// Every slot EMPTY and every overflow count 0: nothing is left behind (for tests and
+    /// models; it reads the whole table).
+    pub fn is_clear(&self) -> bool {
+        (0..self.slots()).all(|slot| self.word(slot).load() == Word::EMPTY)
+            && self.overflow.iter().all(|c| c.load(Ordering::SeqCst) == 0)
+    }
+
     /// Twin entries merged since the table was built.
     pub fn merged(&self) -> u64 {
         self.merged.load(Ordering::Relaxed) // Relaxed: a statistic.
@@ -256,7 +294,7 @@ impl<T> Roots<T> {
 
     /// A slot's word.
     #[inline]
-    pub fn word(&self, slot: usize) -> &SlotWord {
+    pub(crate) fn word(&self, slot: usize) -> &SlotWord {
         &self.groups[slot / GROUP_SLOTS].0[slot % GROUP_SLOTS]
     }
 
@@ -427,7 +465,12 @@ impl<T> Roots<T> {
             self.merged.fetch_add(1, Ordering::Relaxed); // Relaxed: a statistic.
                                                          // An empty twin (init's placeholder, or acks that cancelled) carries nothing;
                                                          // carrying it to a tree that has completed meanwhile would leave an empty orphan.
-            if lost.value() != 0 || lost.state().failed() {
+            if lost.value() != 0 || lost.state().failed() || lost.state().reset() {
+                // FIXME(step 2): a carry that finds no entry (the winner completed meanwhile)
+                // creates an orphan that no timer batch knows of yet, and one that finds the
+                // window full drops the loser's contents; the timer step must register the
+                // first and the Acker's credits (max_pending below the table's room) rule out
+                // the second.
                 self.apply(key, Message::Twin(lost), done);
             }
             if loser == mine {
@@ -440,9 +483,11 @@ impl<T> Roots<T> {
     /// writes the payload, and settles: LIVE, or completed at once (into `done`) when held
     /// acks cancel `xor` (Acked wins) or a fail was held.
     ///
-    /// It joins the first entry in probe order. A twin of it is either later in probe order
-    /// (and loses to it) or was claimed after our search passed its slot; its claimer's
-    /// search then finds ours, and a joined entry wins. So a payload never lands in a loser.
+    /// It joins an entry only after a search finds no twin of it; a twin claimed after that
+    /// search is found by its claimer's search (of two, one sees the other), and a joined
+    /// entry wins. So a payload never lands in a loser, and a second init finds the root
+    /// joined (`Duplicate`) rather than a twin to join. `done` may hold a completion even
+    /// when init is refused: carrying a twin's contents may complete another init's tree.
     pub fn init(&self, key: Key, xor: u64, payload: T, done: &mut Done) -> Result<(), Refused<T>> {
         let mut search = self.search(key, None);
         let slot = loop {
@@ -459,6 +504,14 @@ impl<T> Roots<T> {
             let Some(joined) = word.joined(xor) else {
                 return Err(Refused::Duplicate(payload));
             };
+            // Join only an entry without a twin: a second init could otherwise join the
+            // twin (two joined entries, two completions of one root). Merged first, the
+            // pair leaves one entry, which the second init finds joined.
+            if self.find_other(key, Some(slot)).is_some() {
+                self.merge_twins(key, slot, done);
+                search = self.search(key, None);
+                continue;
+            }
             match self.word(slot).cas(word, joined) {
                 Ok(()) => break slot,
                 Err(now) if now.holds(key) => search = Search::Found(slot, now),
@@ -546,34 +599,56 @@ impl<T> Roots<T> {
         }
     }
 
-    /// `reset_timeout`'s half in the table: sets R on the root's entry, so that a reaper
-    /// about to time it out on the old deadline fails its CAS and reads the new one. The
-    /// caller stores the new deadline first. `false` when the root has no entry.
+    /// `reset_timeout`'s half in the table: sets R on the root's entries (a twin's too, so
+    /// that a merge carries it), so that a reaper about to time the tree out on the old
+    /// deadline fails its CAS and reads the new one. The caller stores the new deadline
+    /// first. `false` when the root has no entry.
     pub fn reset(&self, key: Key) -> bool {
-        while let Some((slot, mut word)) = self.find(key) {
-            while let Some(next) = word.reset() {
-                match self.word(slot).cas(word, next) {
-                    Ok(()) => return true,
-                    Err(now) if now.holds(key) => word = now,
-                    Err(_) => break,
+        let mut any = false;
+        let home = self.home(key);
+        for d in 0..=self.window() {
+            let group = (home + d) & self.mask;
+            for slot_word in &self.groups[group].0 {
+                let mut word = slot_word.load();
+                while let Some(next) = word.holds(key).then(|| word.reset()).flatten() {
+                    match slot_word.cas(word, next) {
+                        Ok(()) => {
+                            any = true;
+                            break;
+                        }
+                        Err(now) => word = now,
+                    }
                 }
             }
+            if self.overflow[group].load(Ordering::SeqCst) == 0 {
+                break;
+            }
         }
-        false
+        any
     }
 
     /// Moves the payload out of a slot whose DONE this thread set.
-    pub fn take(&self, slot: usize) -> T {
+    ///
+    /// # Safety
+    /// `slot` is the slot of a [`Completed`] this thread's call claimed, and its payload
+    /// has not been taken: once per completion.
+    pub unsafe fn take(&self, slot: usize) -> T {
         self.payloads[slot].0.with(|cell| {
-            // Safety: our CAS made the slot DONE from LIVE or JOINING, which only the
-            // settle CAS after the payload write enters (our CAS read from it, SeqCst): the
-            // cell is written, and DONE makes us its only reader, once.
+            // Safety: the caller's CAS made the slot DONE from LIVE or JOINING, which only
+            // the settle CAS after the payload write enters (the caller's CAS read from it,
+            // SeqCst): the cell is written, and DONE makes the caller its only reader, once
+            // (the caller's contract).
             unsafe { (*cell).assume_init_read() }
         })
     }
 
-    /// Returns a DONE slot to EMPTY; only the thread that set DONE, after [`take`](Self::take).
-    pub fn free(&self, slot: usize) {
+    /// Returns a DONE slot to EMPTY.
+    ///
+    /// # Safety
+    /// `slot` is the slot of a [`Completed`] this thread's call claimed, its payload has
+    /// been taken ([`take`](Self::take)), and it is freed once: after this the slot may
+    /// hold another root, whose payload a second `take` would steal.
+    pub unsafe fn free(&self, slot: usize) {
         let word = self.word(slot).load();
         debug_assert_eq!(
             word.state(),
@@ -646,8 +721,11 @@ mod tests {
     /// Completes a claimed tree the way the acker will: payload out, slot freed.
     fn finish(roots: &Roots<u32>, done: &mut Done) -> Option<(u32, Outcome)> {
         let Completed { slot, outcome } = done.take()?;
-        let payload = roots.take(slot);
-        roots.free(slot);
+        assert!(done.is_none(), "one completion per call here");
+        // Safety: the call claimed this completion; taken and freed once.
+        let payload = unsafe { roots.take(slot) };
+        // Safety: the same completion, freed once, after its take.
+        unsafe { roots.free(slot) };
         Some((payload, outcome))
     }
 
@@ -655,7 +733,7 @@ mod tests {
     fn the_last_ack_completes_once_and_frees_its_slot_at_once() {
         let roots = Roots::new(4);
         let key = key_in(4, 1, 7);
-        let mut done = None;
+        let mut done = Done::default();
         assert_eq!(roots.init(key, 0b11, 9, &mut done), Ok(()));
         assert_eq!(roots.ack(key, 0b01, &mut done), Applied::Changed);
         assert!(done.is_none());
@@ -671,7 +749,7 @@ mod tests {
     fn a_duplicated_ack_on_a_held_orphan_never_completes_the_tree() {
         let roots = Roots::new(4);
         let key = key_in(4, 0, 1);
-        let mut done = None;
+        let mut done = Done::default();
         roots.ack(key, 0xA, &mut done);
         roots.ack(key, 0xA, &mut done); // the orphan's value is 0 now
         roots.init(key, 0xB, 1, &mut done).unwrap();
@@ -686,15 +764,17 @@ mod tests {
             panic!("{word:?}")
         };
         roots.word(slot).cas(word, dead).unwrap();
-        assert_eq!(roots.take(slot), 1);
-        roots.free(slot);
+        // Safety: our CAS set DONE; taken and freed once.
+        assert_eq!(unsafe { roots.take(slot) }, 1);
+        // Safety: the same completion, freed once, after its take.
+        unsafe { roots.free(slot) };
     }
 
     #[test]
     fn init_after_held_messages_settles_at_once() {
         let roots = Roots::new(4);
         let (a, b, c) = (key_in(4, 2, 1), key_in(4, 2, 2), key_in(4, 2, 3));
-        let mut done = None;
+        let mut done = Done::default();
         roots.ack(a, 0b1, &mut done);
         roots.fail(a, &mut done);
         roots.init(a, 0b1, 10, &mut done).unwrap();
@@ -718,7 +798,7 @@ mod tests {
     #[test]
     fn overflowed_roots_are_found_and_their_counts_come_off() {
         let roots = Roots::<u32>::new(4);
-        let mut done = None;
+        let mut done = Done::default();
         let keys: Vec<Key> = (0..GROUP_SLOTS as u64 + 2)
             .map(|i| key_in(4, 3, i))
             .collect();
@@ -742,7 +822,7 @@ mod tests {
     #[test]
     fn a_full_window_refuses_and_gives_the_payload_back() {
         let roots = Roots::<u32>::new(2); // window: both groups
-        let mut done = None;
+        let mut done = Done::default();
         for i in 0..2 * GROUP_SLOTS as u64 {
             assert_eq!(roots.ack(key_in(2, 0, i), 1, &mut done), Applied::Created);
         }
@@ -754,7 +834,7 @@ mod tests {
     #[test]
     fn twin_entries_merge_into_one_with_both_contents() {
         let roots = Roots::<u32>::new(4);
-        let mut done = None;
+        let mut done = Done::default();
         let (other, key) = (key_in(4, 1, 1), key_in(4, 1, 2));
         // `other` takes the home group's first slot, `key` the second.
         roots.ack(other, 1, &mut done);
@@ -779,7 +859,7 @@ mod tests {
     #[test]
     fn a_held_twin_merges_into_the_joined_entry() {
         let roots = Roots::<u32>::new(4);
-        let mut done = None;
+        let mut done = Done::default();
         let (other, key) = (key_in(4, 0, 1), key_in(4, 0, 2));
         roots.ack(other, 1, &mut done);
         roots.init(key, 0b11, 4, &mut done).unwrap(); // LIVE, second in probe order
@@ -803,7 +883,7 @@ mod tests {
         let mut rng = StdRng::seed_from_u64(7);
         let roots = Roots::<u32>::new(8);
         let mut model: HashMap<u64, Model> = HashMap::new();
-        let mut done = None;
+        let mut done = Done::default();
         let rounds = if cfg!(miri) { 500 } else { 200_000 };
         for round in 0..rounds {
             let id = rng.random_range(0..24u64);
@@ -858,7 +938,7 @@ mod tests {
         let payload = Arc::new(());
         {
             let roots = Roots::new(2);
-            let mut done = None;
+            let mut done = Done::default();
             roots
                 .init(key_in(2, 0, 1), 1, Arc::clone(&payload), &mut done)
                 .unwrap();
@@ -889,7 +969,7 @@ mod tests {
                     let barrier = &barrier;
                     s.spawn(move || {
                         let mut mine = Vec::new();
-                        let mut done = None;
+                        let mut done = Done::default();
                         for t in 0..trees {
                             if t % 8 == 0 {
                                 barrier.wait();
@@ -905,8 +985,10 @@ mod tests {
                                 _ => drop(roots.ack(key, c, &mut done)),
                             }
                             if let Some(Completed { slot, outcome }) = done.take() {
-                                mine.push((roots.take(slot), outcome));
-                                roots.free(slot);
+                                // Safety: this call claimed it; taken and freed once.
+                                mine.push((unsafe { roots.take(slot) }, outcome));
+                                // Safety: the same completion, freed once, after its take.
+                                unsafe { roots.free(slot) };
                             }
                         }
                         mine

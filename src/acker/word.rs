@@ -382,16 +382,21 @@ impl Word {
         (self.state().phase()? == Phase::Live).then(|| self.done())
     }
 
-    /// A twin's contents merged into this entry: its value XORed in and its fail applied,
-    /// as an ack and a fail would be (so a LIVE tree may complete: Acked wins). `None` when
-    /// this word holds no uncompleted tree.
+    /// A twin's contents merged into this entry: its value XORed in, its fail applied, as
+    /// an ack and a fail would be (so a LIVE tree may complete: Acked wins), and its R
+    /// kept. `None` when this word holds no uncompleted tree.
     #[inline]
     pub fn absorbed(self, twin: Word) -> Option<Step> {
         let step = self.acked(twin.value)?;
-        match step {
-            Step::To(next) if twin.state().failed() => next.failed(),
-            step => Some(step),
-        }
+        let step = match step {
+            Step::To(next) if twin.state().failed() => next.failed()?,
+            step => step,
+        };
+        // A reset that landed on the twin is the tree's: its R comes along.
+        Some(match step {
+            Step::To(next) if twin.state().reset() => Step::To(next.reset()?),
+            step => step,
+        })
     }
 
     #[inline]
