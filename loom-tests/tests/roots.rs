@@ -1,4 +1,4 @@
-//! Loom models of the second-generation ledger's table (`src/acker/roots.rs`): one 128-bit
+//! Loom models of the second-generation ledger's table (`src/acker/roots/`): one 128-bit
 //! word per slot (a linearizable lock-based stand-in under loom), twin claims merged
 //! lock-free, slots reused without a grace period.
 //!
