@@ -37,7 +37,7 @@
 //!
 //! * **HELD**: acks or a fail arrived before init (Storm's orphans). F: a fail was held.
 //!   Init also creates a new root as an empty HELD placeholder and then joins it, so that
-//!   twin claims of one new root (two threads that both found no entry, see `roots.rs`) only
+//!   twin claims of one new root (two threads that both found no entry, see `roots/`) only
 //!   ever merge HELD words, which carry no payload.
 //! * **JOINING**: an init won the join CAS and owns the slot's payload cell and times until
 //!   it settles. Acks XOR in and a fail sets F, but nothing completes: the payload is not
@@ -50,7 +50,7 @@
 //!   deadline, so its timeout CAS fails if another reset lands in between.
 //!
 //! Every transition is a method of [`Word`] that returns the word to CAS in (or why not), so
-//! the protocol lives in this file; `roots.rs` only finds slots and retries CASes.
+//! the protocol lives in this file; `roots/` only finds slots and retries CASes.
 
 use crate::acker::Outcome;
 
@@ -149,7 +149,7 @@ impl std::fmt::Debug for State {
 /// Bits of a word's low half below the key.
 const STATE_BITS: u32 = 4;
 /// How many top bits of a root's mixed hash the key drops: they are implied by the table
-/// the root hashes to, which is chosen by at least these bits (`roots.rs` keeps at least
+/// the root hashes to, which is chosen by at least these bits (`roots/` keeps at least
 /// `1 << KEY_SHIFT` tables), so a key names its root within its table.
 pub const KEY_SHIFT: u32 = STATE_BITS;
 
