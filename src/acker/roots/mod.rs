@@ -490,12 +490,14 @@ impl<T> Roots<T> {
     /// when init is refused: carrying a twin's contents may complete another init's tree.
     pub fn init(&self, key: Key, xor: u64, payload: T, done: &mut Done) -> Result<(), Refused<T>> {
         let mut search = self.search(key, None);
+        // The entry in `search` is our placeholder, which a search has just found twinless.
+        let mut alone = false;
         let slot = loop {
             let (slot, word) = match search {
                 Search::Found(slot, word) => (slot, word),
                 Search::Missing(vacancy) => {
                     match self.placeholder(key, vacancy, done) {
-                        Some(next) => search = next,
+                        Some((next, twinless)) => (search, alone) = (next, twinless),
                         None => return Err(Refused::Full(payload)),
                     }
                     continue;
@@ -507,7 +509,7 @@ impl<T> Roots<T> {
             // Join only an entry without a twin: a second init could otherwise join the
             // twin (two joined entries, two completions of one root). Merged first, the
             // pair leaves one entry, which the second init finds joined.
-            if self.find_other(key, Some(slot)).is_some() {
+            if !std::mem::take(&mut alone) && self.find_other(key, Some(slot)).is_some() {
                 self.merge_twins(key, slot, done);
                 search = self.search(key, None);
                 continue;
@@ -543,21 +545,27 @@ impl<T> Roots<T> {
     }
 
     /// Creates `key`'s placeholder (an empty HELD entry for init to join) in `vacancy` or
-    /// the first EMPTY slot, and merges any twin; returns what init should join next.
+    /// the first EMPTY slot, and merges any twin; returns what init should join next, and
+    /// whether that is the placeholder with no twin found (init need not search again).
     /// `None` when the window is full.
-    fn placeholder(&self, key: Key, vacancy: Option<Vacancy>, done: &mut Done) -> Option<Search> {
+    fn placeholder(
+        &self,
+        key: Key,
+        vacancy: Option<Vacancy>,
+        done: &mut Done,
+    ) -> Option<(Search, bool)> {
         let placeholder = Word::placeholder(key);
         Some(match self.claim(key, placeholder, vacancy) {
             Ok(slot) => match self.search(key, Some(slot)) {
                 // The common case: no twin, and the placeholder is ours to join (if an ack
                 // has changed it meanwhile, the join CAS fails and init joins what it is).
-                Search::Missing(_) => Search::Found(slot, placeholder),
+                Search::Missing(_) => (Search::Found(slot, placeholder), true),
                 Search::Found(..) => {
                     self.merge_twins(key, slot, done);
-                    self.search(key, None)
+                    (self.search(key, None), false)
                 }
             },
-            Err(true) => self.search(key, None),
+            Err(true) => (self.search(key, None), false),
             Err(false) => return None,
         })
     }
@@ -633,11 +641,11 @@ impl<T> Roots<T> {
     /// `slot` is the slot of a [`Completed`] this thread's call claimed, and its payload
     /// has not been taken: once per completion.
     pub unsafe fn take(&self, slot: usize) -> T {
+        // The caller's CAS made the slot DONE from LIVE or JOINING, which only the settle
+        // CAS after the payload write enters (the caller's CAS read from it, SeqCst).
         self.payloads[slot].0.with(|cell| {
-            // Safety: the caller's CAS made the slot DONE from LIVE or JOINING, which only
-            // the settle CAS after the payload write enters (the caller's CAS read from it,
-            // SeqCst): the cell is written, and DONE makes the caller its only reader, once
-            // (the caller's contract).
+            // Safety: the cell is written (above), and DONE makes the caller its only
+            // reader, once (the caller's contract).
             unsafe { (*cell).assume_init_read() }
         })
     }
@@ -684,12 +692,12 @@ impl<T> Drop for Roots<T> {
             let word = self.word(slot).load();
             let joined = matches!(word.state().phase(), Some(Phase::Joining | Phase::Live));
             if joined {
-                // Safety: a JOINING or LIVE word's payload is written (a JOINING one only
-                // between the join and the settle, which `&mut self` rules out) and not
-                // taken; we have exclusive access.
-                self.payloads[slot]
-                    .0
-                    .with_mut(|cell| unsafe { (*cell).assume_init_drop() });
+                self.payloads[slot].0.with_mut(|cell| {
+                    // Safety: a JOINING or LIVE word's payload is written (a JOINING one
+                    // only between the join and the settle, which `&mut self` rules out)
+                    // and not taken; we have exclusive access.
+                    unsafe { (*cell).assume_init_drop() }
+                });
             }
         }
     }
