@@ -67,6 +67,7 @@ pub const MAX_PROBE: usize = 1;
 /// needs it (a claimer writes its word, then reads the others'), and it is what the loom
 /// stand-in, a value behind a lock, gives: the models check exactly this.
 #[derive(Debug)]
+#[repr(transparent)]
 pub(crate) struct SlotWord(AtomicU128);
 
 impl SlotWord {
@@ -97,6 +98,19 @@ impl SlotWord {
 /// A group of words on one cache line.
 #[repr(C, align(64))]
 struct Group([SlotWord; GROUP_SLOTS]);
+
+impl Group {
+    /// Each word of the group, loaded one after the other (SeqCst each; not a snapshot).
+    #[inline]
+    fn load(&self) -> [Word; GROUP_SLOTS] {
+        // Safety: `SlotWord` is a `repr(transparent)` `AtomicU128`, so the arrays have one
+        // layout.
+        let words = unsafe {
+            &*(&self.0 as *const [SlotWord; GROUP_SLOTS]).cast::<[AtomicU128; GROUP_SLOTS]>()
+        };
+        AtomicU128::load_each(words, Ordering::SeqCst).map(Word::from_bits)
+    }
+}
 
 /// What an operation did to its root's entry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -322,9 +336,8 @@ impl<T> Roots<T> {
         let mut vacancy = None;
         for d in 0..=self.window() {
             let group = (home + d) & self.mask;
-            for (i, word) in self.groups[group].0.iter().enumerate() {
+            for (i, w) in self.groups[group].load().into_iter().enumerate() {
                 let slot = group * GROUP_SLOTS + i;
-                let w = word.load();
                 if w.holds(key) && Some(slot) != skip {
                     return Search::Found(slot, w);
                 }

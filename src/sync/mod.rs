@@ -59,10 +59,13 @@ impl<T: ?Sized> UnsafeCell<T> {
     }
 }
 
-/// A 128-bit atomic: portable-atomic's, which on x86_64 is `lock cmpxchg16b` for a CAS and
-/// `vmovdqa` for a load where the CPU has AVX (detected at run time): lock-free.
+/// A 128-bit atomic. On x86_64 with `cmpxchg16b` and AVX (checked once at run time) a CAS
+/// is an inlined `lock cmpxchg16b` and a load an inlined `vmovdqa`; elsewhere, and under
+/// Miri, portable-atomic's. See `atomic_u128.rs`.
 #[cfg(not(loom))]
-pub(crate) use portable_atomic::AtomicU128;
+mod atomic_u128;
+#[cfg(not(loom))]
+pub(crate) use atomic_u128::AtomicU128;
 
 /// Under loom, a stand-in for the 128-bit atomic, which loom does not model: a value behind
 /// a loom mutex. Every operation takes the lock, so the stand-in is linearizable, which is
@@ -86,6 +89,10 @@ impl AtomicU128 {
 
     pub(crate) fn load(&self, _: Ordering) -> u128 {
         *self.0.lock().unwrap()
+    }
+
+    pub(crate) fn load_each<const N: usize>(words: &[AtomicU128; N], order: Ordering) -> [u128; N] {
+        std::array::from_fn(|i| words[i].load(order))
     }
 
     pub(crate) fn compare_exchange(
