@@ -47,9 +47,16 @@ pub mod grace {
 #[doc(hidden)]
 pub mod roots {
     pub use crate::acker::roots::{
-        Applied, Completed, Done, Expiry, Refused, Roots, GROUP_SLOTS, MAX_PROBE,
+        Applied, Completed, Done, Expiry, Refused, Roots, Stamp, GROUP_SLOTS, MAX_PROBE,
     };
     pub use crate::acker::word::{Key, Phase, Word, KEY_SHIFT};
+}
+/// The lazy timer batches, for the `batches` loom models only.
+#[cfg(loom)]
+#[doc(hidden)]
+pub mod batches {
+    pub use crate::acker::batches::{Batch, Batches, Entry, Pushed};
+    pub use crate::acker::grace::Fences;
 }
 pub use clock::{Clock, ManualClock, MonotonicClock};
 pub use error::ConfigError;

@@ -64,8 +64,13 @@
 //! misses once rather than twice.)
 
 mod arrival;
+#[allow(dead_code)] // used by the second-generation Acker (issue 20), being built
+pub(crate) mod batches;
+mod buckets;
 mod credits;
+mod fences;
 pub(crate) mod grace;
+mod lean;
 mod ledger;
 mod reaper;
 mod ring;
@@ -197,6 +202,8 @@ pub struct AckerBuilder<T> {
     /// The fewest slots the tables hold in all ([`MIN_TABLE_SLOTS`]; tests of crowded
     /// tables set 0).
     min_slots: usize,
+    /// Build on the second-generation core (`lean/`).
+    second: bool,
 }
 
 impl<T> fmt::Debug for AckerBuilder<T> {
@@ -249,7 +256,18 @@ impl<T: Send + 'static> AckerBuilder<T> {
             clock: None,
             on_complete: None,
             min_slots: MIN_TABLE_SLOTS,
+            second: std::env::var_os("ACKWHEEL_CORE").is_some_and(|v| v == "second"),
         }
+    }
+
+    /// Builds on the second-generation core (`true`) or the first. A private switch while
+    /// the second is built beside the first (issue 20); the default is the first, or the
+    /// second when the environment has `ACKWHEEL_CORE=second` (for running every test and
+    /// the stress harness on both).
+    #[doc(hidden)]
+    pub fn second_generation(mut self, second: bool) -> Self {
+        self.second = second;
+        self
     }
 
     /// Tables of exactly 1.25x `max_pending` slots (bucket rounding aside), without the
@@ -315,6 +333,9 @@ impl<T: Send + 'static> AckerBuilder<T> {
 
     /// Starts the one reaper thread.
     pub fn build(self) -> Result<Acker<T>, ConfigError> {
+        if self.second {
+            return self.build_second(false);
+        }
         let acker = self.build_inner(false)?;
         reaper::spawn(&acker)?;
         Ok(acker)
@@ -322,20 +343,17 @@ impl<T: Send + 'static> AckerBuilder<T> {
 
     /// No thread: the owner drives expiry with [`Acker::expire`]. For tests and simulation.
     pub fn build_manual(self) -> Result<Acker<T>, ConfigError> {
+        if self.second {
+            return self.build_second(true);
+        }
         self.build_inner(true)
     }
 
-    fn build_inner(self, manual: bool) -> Result<Acker<T>, ConfigError> {
+    /// Checks the parameters both cores share: `(timeout ns, resolution ns, shards)`.
+    fn checked(&self) -> Result<(u64, u64, usize), ConfigError> {
         let timeout = duration_nanos(self.timeout);
         if timeout == 0 {
             return Err(ConfigError::Zero { param: "timeout" });
-        }
-        if timeout > MAX_TIMEOUT_NS {
-            return Err(ConfigError::TooLarge {
-                param: "timeout",
-                got: format!("{:?}", self.timeout),
-                max: format!("{:?}", Duration::from_nanos(MAX_TIMEOUT_NS)),
-            });
         }
         if self.resolution.is_zero() {
             return Err(ConfigError::Zero {
@@ -349,6 +367,7 @@ impl<T: Send + 'static> AckerBuilder<T> {
                 max: format!("{:?}", Duration::from_nanos(MAX_RESOLUTION_NS)),
             });
         }
+        let resolution = duration_nanos(self.resolution).next_power_of_two();
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let shards = match self.shards {
             Some(0) => return Err(ConfigError::Zero { param: "shards" }),
@@ -374,6 +393,48 @@ impl<T: Send + 'static> AckerBuilder<T> {
                 max: MAX_PENDING.to_string(),
             });
         }
+        Ok((timeout, resolution, shards))
+    }
+
+    fn build_second(self, manual: bool) -> Result<Acker<T>, ConfigError> {
+        let (timeout_ns, resolution_ns, shards) = self.checked()?;
+        let max_timeout = lean::MAX_TIMEOUT_TICKS.saturating_mul(resolution_ns);
+        if timeout_ns > max_timeout {
+            return Err(ConfigError::TooLarge {
+                param: "timeout",
+                got: format!("{:?}", self.timeout),
+                max: format!(
+                    "{:?} (2^30 - 2 ticks of the resolution)",
+                    Duration::from_nanos(max_timeout)
+                ),
+            });
+        }
+        let config = lean::Config {
+            tables: shards,
+            max_pending: self.max_pending,
+            timeout_ns,
+            resolution_ns,
+            clock: self
+                .clock
+                .unwrap_or_else(|| Box::new(MonotonicClock::new())),
+            on_complete: self.on_complete,
+            manual,
+        };
+        Ok(Acker {
+            core: Core::Second(lean::Handle::start(config)?),
+        })
+    }
+
+    fn build_inner(self, manual: bool) -> Result<Acker<T>, ConfigError> {
+        let (timeout, _, shards) = self.checked()?;
+        if timeout > MAX_TIMEOUT_NS {
+            return Err(ConfigError::TooLarge {
+                param: "timeout",
+                got: format!("{:?}", self.timeout),
+                max: format!("{:?}", Duration::from_nanos(MAX_TIMEOUT_NS)),
+            });
+        }
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         // A quarter over each shard's fair share: roots overflow into the next buckets, so a
         // bucket that fills early does not refuse anyone while the table has room, and
         // tombstones waiting for the reaper do not crowd out live roots. (An eighth would
@@ -428,10 +489,10 @@ impl<T: Send + 'static> AckerBuilder<T> {
             retire_batch: (slots / 64).clamp(8, 4096) as u32,
         };
         Ok(Acker {
-            handle: Arc::new(Handle {
+            core: Core::First(Arc::new(Handle {
                 inner: Arc::new(inner),
                 reaper: std::sync::Mutex::new(None),
-            }),
+            })),
         })
     }
 }
@@ -656,20 +717,34 @@ impl<T: Send + 'static> Drop for Handle<T> {
 /// assert_eq!(*done.lock().unwrap(), [(7, Outcome::Acked), (8, Outcome::TimedOut)]);
 /// ```
 pub struct Acker<T: Send + 'static = u32> {
-    handle: Arc<Handle<T>>,
+    core: Core<T>,
+}
+
+/// Which core an acker runs on: the first generation, or the second (`lean/`), chosen by
+/// the builder's private switch until the second replaces the first (issue 20).
+enum Core<T: Send + 'static> {
+    First(Arc<Handle<T>>),
+    Second(Arc<lean::Handle<T>>),
 }
 
 impl<T: Send + 'static> Clone for Acker<T> {
     fn clone(&self) -> Self {
         Acker {
-            handle: Arc::clone(&self.handle),
+            core: match &self.core {
+                Core::First(h) => Core::First(Arc::clone(h)),
+                Core::Second(h) => Core::Second(Arc::clone(h)),
+            },
         }
     }
 }
 
 impl<T: Send + 'static> fmt::Debug for Acker<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let inner = &self.handle.inner;
+        let handle = match &self.core {
+            Core::First(h) => h,
+            Core::Second(h) => return fmt::Debug::fmt(&h.lean, f),
+        };
+        let inner = &handle.inner;
         f.debug_struct("Acker")
             .field("shards", &inner.shards.len())
             .field("pending", &inner.credits.held())
@@ -686,19 +761,43 @@ impl<T: Send + 'static> Acker<T> {
         AckerBuilder::new()
     }
 
+    /// The first core's handle. Every public method returns early for the second core, so
+    /// only the first core's code paths call this.
+    fn handle(&self) -> &Arc<Handle<T>> {
+        match &self.core {
+            Core::First(h) => h,
+            Core::Second(_) => unreachable!("a first-core path on the second core"),
+        }
+    }
+
     fn inner(&self) -> &Inner<T> {
-        &self.handle.inner
+        &self.handle().inner
+    }
+
+    /// The second core, if this acker runs on it.
+    #[inline]
+    fn second(&self) -> Option<&lean::Lean<T>> {
+        match &self.core {
+            Core::First(_) => None,
+            Core::Second(h) => Some(&h.lean),
+        }
     }
 
     /// Storm's ACKER_INIT: XORs `xor` into the root's value and attaches the payload.
     /// If acks (or a fail) arrived first, it completes now when the value is 0 (Acked wins)
     /// or a fail was seen (Failed).
     pub fn init(&self, root: u64, xor: u64, payload: T) -> Result<(), InitError<T>> {
+        if let Some(lean) = self.second() {
+            return lean.init(root, xor, payload, None);
+        }
         let timeout = self.inner().timeout;
         self.init_for(root, xor, payload, timeout)
     }
 
     fn init_for(&self, root: u64, xor: u64, payload: T, timeout: u64) -> Result<(), InitError<T>> {
+        if let Some(lean) = self.second() {
+            return lean.init(root, xor, payload, Some(timeout));
+        }
         let mut done = None;
         let result = self.inner().init(root, xor, payload, timeout, &mut done);
         self.inner().deliver(done);
@@ -721,6 +820,9 @@ impl<T: Send + 'static> Acker<T> {
     /// Storm's ACKER_ACK. `true` iff this call completed the tree (Acked). An ack for an
     /// unknown root is held as an orphan until its init arrives or its deadline passes.
     pub fn ack(&self, root: u64, xor: u64) -> bool {
+        if let Some(lean) = self.second() {
+            return lean.ack(root, xor);
+        }
         let mut done = None;
         self.inner().ack(root, xor, &mut done);
         self.inner().deliver(done)
@@ -728,6 +830,9 @@ impl<T: Send + 'static> Acker<T> {
 
     /// Storm's ACKER_FAIL. `true` iff this call completed the tree (Failed).
     pub fn fail(&self, root: u64) -> bool {
+        if let Some(lean) = self.second() {
+            return lean.fail(root);
+        }
         let mut done = None;
         self.inner().fail(root, &mut done);
         self.inner().deliver(done)
@@ -737,16 +842,25 @@ impl<T: Send + 'static> Acker<T> {
     /// has an uncompleted entry (initialized or not); then the new deadline holds: the tree
     /// does not time out before it, even if the old one was passing at that moment.
     pub fn reset_timeout(&self, root: u64) -> bool {
+        if let Some(lean) = self.second() {
+            return lean.reset_timeout(root);
+        }
         self.inner().reset_timeout(root)
     }
 
     /// Entries held now (initialized or not).
     pub fn pending(&self) -> usize {
+        if let Some(lean) = self.second() {
+            return lean.pending();
+        }
         self.inner().credits.held()
     }
 
     /// Counters since the acker was built.
     pub fn stats(&self) -> AckerStats {
+        if let Some(lean) = self.second() {
+            return lean.stats();
+        }
         let inner = self.inner();
         let mut stats = AckerStats {
             pending: self.pending(),
@@ -766,13 +880,16 @@ impl<T: Send + 'static> Acker<T> {
     /// Manual mode: one reaper pass at `clock.now()`; returns the completions it delivered.
     /// On an acker built with `build()` it does nothing and returns 0.
     pub fn expire(&self) -> usize {
+        if let Some(lean) = self.second() {
+            return lean.expire();
+        }
         let inner = self.inner();
         if !inner.manual {
             return 0;
         }
         let mut delivered = 0;
         loop {
-            let pass = reaper::run_once(&self.handle.inner, inner.clock.now());
+            let pass = reaper::run_once(&self.handle().inner, inner.clock.now());
             delivered += pass.delivered;
             if !pass.more {
                 return delivered;
@@ -783,13 +900,26 @@ impl<T: Send + 'static> Acker<T> {
     /// Reaper wake-ups that found nothing due (a measure of idle cost).
     #[doc(hidden)]
     pub fn idle_wakeups(&self) -> u64 {
+        if let Some(lean) = self.second() {
+            return lean.idle_wakeups();
+        }
         self.inner().idle_wakeups.load(Ordering::SeqCst)
+    }
+
+    /// Panics caught in the reaper's passes (a clock that panicked) and reaper threads lost
+    /// to one; always 0 on the first core, whose reaper does not survive them.
+    #[doc(hidden)]
+    pub fn reaper_panics(&self) -> u64 {
+        self.second().map_or(0, lean::Lean::reaper_panics)
     }
 
     /// Whether pins use asymmetric fences (`membarrier`) rather than a SeqCst fence each.
     #[doc(hidden)]
     #[cfg(not(loom))]
     pub fn asymmetric_fences(&self) -> bool {
+        if self.second().is_some() {
+            return fences::Fences::detect() == fences::Fences::Asymmetric;
+        }
         self.inner().grace.fences() == grace::Fences::Asymmetric
     }
 
@@ -797,6 +927,9 @@ impl<T: Send + 'static> Acker<T> {
     #[doc(hidden)]
     #[cfg(not(loom))]
     pub fn grace_barrier_failures(&self) -> u64 {
+        if self.second().is_some() {
+            return 0; // no grace periods
+        }
         self.inner().grace.barrier_failures()
     }
 
@@ -804,6 +937,9 @@ impl<T: Send + 'static> Acker<T> {
     /// the loom models check that no timer outlives its slot's occupant.
     #[doc(hidden)]
     pub fn scheduled_timers(&self) -> usize {
+        if let Some(lean) = self.second() {
+            return lean.scheduled_timers();
+        }
         let all = self
             .inner()
             .wheels
@@ -816,6 +952,9 @@ impl<T: Send + 'static> Acker<T> {
     /// for the same slots.
     #[doc(hidden)]
     pub fn placement(&self, root: u64) -> (usize, usize) {
+        if let Some(lean) = self.second() {
+            return lean.placement(root);
+        }
         let h = self.inner().layout.hash(root);
         (h.shard, h.bucket)
     }
@@ -823,8 +962,11 @@ impl<T: Send + 'static> Acker<T> {
     /// Stops and joins the reaper, then hands back every initialized, uncompleted tree.
     /// Later inits fail with [`InitError::Shutdown`].
     pub fn shutdown(&self) -> Vec<(u64, T)> {
+        if let Core::Second(h) = &self.core {
+            return h.shutdown();
+        }
         let inner = self.inner();
-        reaper::stop(inner, &self.handle.reaper);
+        reaper::stop(inner, &self.handle().reaper);
         let _wheels = inner.wheels.lock().unwrap_or_else(|e| e.into_inner());
         let mut handed_back = Vec::new();
         for (index, shard) in inner.shards.iter().enumerate() {

@@ -499,7 +499,7 @@ pub(super) fn is_reaper<T: Send + 'static>(inner: &Inner<T>) -> bool {
 
 /// Starts the reaper thread of a freshly built acker.
 pub(super) fn spawn<T: Send + 'static>(acker: &super::Acker<T>) -> Result<(), ConfigError> {
-    let inner = Arc::clone(&acker.handle.inner);
+    let inner = Arc::clone(&acker.handle().inner);
     let handle = thread::Builder::new()
         .name("ackwheel-reaper".into())
         .spawn(move || reaper_loop(&inner))
@@ -508,12 +508,12 @@ pub(super) fn spawn<T: Send + 'static>(acker: &super::Acker<T>) -> Result<(), Co
             reason: e.to_string(),
         })?;
     let _ = acker
-        .handle
+        .handle()
         .inner
         .reaper_thread
         .set(handle.thread().clone());
     *acker
-        .handle
+        .handle()
         .reaper
         .lock()
         .unwrap_or_else(|e| e.into_inner()) = Some(handle);

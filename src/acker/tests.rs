@@ -32,7 +32,10 @@ fn manual(
 
 /// Timers in all of the acker's wheels.
 fn wheel_timers<T: Send + 'static>(acker: &Acker<T>) -> usize {
-    let wheels = acker.handle.inner.wheels.lock().unwrap();
+    if acker.second().is_some() {
+        return acker.scheduled_timers();
+    }
+    let wheels = acker.handle().inner.wheels.lock().unwrap();
     wheels.iter().map(|w| w.len()).sum()
 }
 
@@ -95,6 +98,12 @@ fn acks_before_init_are_held_and_init_completes() {
 fn acks_zero_from_before_init_never_completes_the_tree() {
     let clock = ManualClock::new(0);
     let (acker, log) = manual(&clock, |b| b);
+    if acker.second().is_some() {
+        // The first core's two-word race. On the second core an ack completes a tree only
+        // in the CAS that brings a LIVE word's value to 0, so it cannot be expressed; the
+        // loom model `roots_duplicated_ack_vs_init_never_completes` covers its shape.
+        return;
+    }
     let (root, edge, init_xor) = (0x8f48_5a2b_ffa6_4a58, 0xf804_e36f_688e_fec8, 0x5eed);
     assert!(
         !acker.ack(root, edge),
@@ -523,9 +532,12 @@ fn model_test_against_a_sequential_reference() {
                     now += TICK * rng.random_range(0..30);
                     clock.set(origin.wrapping_add(now));
                     let delivered = acker.expire();
+                    // The second core's deadlines are a tick later: a first message's tick
+                    // may be up to one tick old (`lean/`).
+                    let late = if acker.second().is_some() { TICK } else { 0 };
                     let due: Vec<u64> = model
                         .iter()
-                        .filter(|(_, t)| t.deadline <= now)
+                        .filter(|(_, t)| t.deadline + late <= now)
                         .map(|(r, _)| *r)
                         .collect();
                     for r in due {
@@ -536,8 +548,14 @@ fn model_test_against_a_sequential_reference() {
                     }
                     assert_eq!(delivered, expected.len(), "{ctx}");
                     // Right after a pass, every pending root (orphans too) has exactly one
-                    // timer, and completed trees have none.
-                    assert_eq!(wheel_timers(&acker), model.len(), "{ctx}");
+                    // timer, and completed trees have none. The second core's are lazy:
+                    // every pending root has at least one, and a completed tree's waits
+                    // for its deadline or a sweep.
+                    if acker.second().is_some() {
+                        assert!(wheel_timers(&acker) >= model.len(), "{ctx}");
+                    } else {
+                        assert_eq!(wheel_timers(&acker), model.len(), "{ctx}");
+                    }
                 }
             }
             let mut got = take(&log);
@@ -838,6 +856,16 @@ fn a_panicking_clock_leaves_nothing_half_done() {
     assert!(!acker.ack(2, 0b1));
     assert!(!acker.fail(3));
     assert_eq!(acker.pending(), 3);
+    if acker.second().is_some() {
+        // The second core reads the clock for `elapsed` only after the completing CAS: the
+        // completion is delivered whole (elapsed 0), and then the panic reaches the caller.
+        fails(&|| {
+            let _ = acker.ack(1, 0b1);
+        });
+        assert_eq!(take(&log), [(1, 7, Outcome::Acked)]);
+        assert_eq!(acker.pending(), 2);
+        return;
+    }
     // The completing ack XORs the value to 0, then its clock read panics before it claims
     // completion: the tree stays pending and times out, its payload intact.
     fails(&|| {
@@ -858,6 +886,9 @@ fn the_wheels_hold_one_timer_per_pending_root() {
     // timeout.
     let clock = ManualClock::new(0);
     let (acker, log) = manual(&clock, |b| b);
+    if acker.second().is_some() {
+        return; // lazy timers: see `the_wheel_sweeps_dead_entries_beyond_twice_pending`
+    }
     for root in 0..300u64 {
         acker.init(root, 0b11, root as u32).unwrap();
     }
@@ -947,7 +978,11 @@ fn a_window_full_of_live_trees_is_refused_without_waiting() {
 fn a_small_max_pending_gets_an_uncrowded_table_and_an_exact_bound() {
     let clock = ManualClock::new(0);
     let (acker, _log) = manual(&clock, |b| b.max_pending(8));
-    let slots: usize = (acker.handle.inner.shards.iter())
+    if acker.second().is_some() {
+        // The second core's tables: `lean_tables_are_small_and_the_bound_exact`.
+        return;
+    }
+    let slots: usize = (acker.handle().inner.shards.iter())
         .map(|s| s.ledger.capacity())
         .sum();
     assert!(slots >= MIN_TABLE_SLOTS, "{slots} slots");
@@ -960,7 +995,7 @@ fn a_small_max_pending_gets_an_uncrowded_table_and_an_exact_bound() {
     }
     assert!(matches!(acker.init(8, 1, 8), Err(InitError::Full(8))));
     let (crowded, _log) = manual(&clock, |b| b.max_pending(8).crowded());
-    let slots: usize = (crowded.handle.inner.shards.iter())
+    let slots: usize = (crowded.handle().inner.shards.iter())
         .map(|s| s.ledger.capacity())
         .sum();
     // The smallest layout: 4 shards of 32 buckets (the hash needs 7 bits for them, so that
@@ -1003,7 +1038,10 @@ fn completions_past_one_retired_ring_go_to_the_other() {
     let (acker, log) = manual(&clock, |b| {
         b.shards(1).max_pending(TREES as usize).crowded()
     });
-    let lane = acker.handle.inner.shards[0].retired[0].capacity() as u64;
+    if acker.second().is_some() {
+        return; // the first core's retired rings; the second has none
+    }
+    let lane = acker.handle().inner.shards[0].retired[0].capacity() as u64;
     assert!(TREES > lane, "the test must overflow a ring: {lane} cells");
     for round in 0..2 {
         for root in 0..TREES {
@@ -1018,4 +1056,52 @@ fn completions_past_one_retired_ring_go_to_the_other() {
     }
     assert_eq!(log.lock().unwrap().len(), 2 * TREES as usize);
     assert_eq!(acker.stats().acked, 2 * TREES);
+}
+
+/// The second core's reaper wheel keeps an entry per tree that outlived its first tick
+/// until the deadline; the sweep keeps it within about twice what is pending.
+#[test]
+fn the_wheel_sweeps_dead_entries_beyond_twice_pending() {
+    let clock = ManualClock::new(0);
+    let (acker, log) = manual(&clock, |b| b.second_generation(true).max_pending(1 << 16));
+    const LIVE: u64 = 1000;
+    for root in 0..LIVE {
+        acker.init(1 << 40 | root, 0b1, 0).unwrap(); // held all along
+    }
+    let mut most = 0;
+    for round in 0..40u64 {
+        // Each round's trees outlive a tick (so they reach the wheel), then complete.
+        for root in 0..1000 {
+            acker.init(round << 20 | root, 0b1, 1).unwrap();
+        }
+        clock.advance(Duration::from_millis(5));
+        acker.expire();
+        for root in 0..1000 {
+            assert!(acker.ack(round << 20 | root, 0b1));
+        }
+        most = most.max(wheel_timers(&acker));
+    }
+    assert_eq!(take(&log).len(), 40_000);
+    assert_eq!(acker.pending(), LIVE as usize);
+    // Without the sweep the wheel would hold all 41 000 entries.
+    assert!(most <= 2 * (LIVE as usize + 1000) + 4096, "{most} entries");
+    assert!(most >= LIVE as usize);
+}
+
+/// The second core allocates nothing for `max_pending` that it touches at build, and the
+/// bound is exact whatever the tables' room: the ninth tree of eight is refused.
+#[test]
+fn lean_tables_are_small_and_the_bound_exact() {
+    let clock = ManualClock::new(0);
+    let (acker, _log) = manual(&clock, |b| b.second_generation(true).max_pending(8));
+    for root in 0..8 {
+        acker.init(root, 1, 0).unwrap();
+    }
+    assert!(matches!(acker.init(8, 1, 8), Err(InitError::Full(8))));
+    assert!(!acker.ack(9, 1), "an orphan needs room too");
+    assert_eq!(acker.stats().rejected_full, 2);
+    assert_eq!(acker.pending(), 8);
+    // A completion gives its credit back.
+    assert!(acker.ack(0, 1));
+    acker.init(8, 1, 8).unwrap();
 }

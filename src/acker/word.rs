@@ -173,6 +173,12 @@ impl Key {
     pub fn bits(self) -> u64 {
         self.0
     }
+
+    /// The key's low 32 bits: what a timer entry keeps to tell most later roots apart.
+    #[inline]
+    pub fn tag(self) -> u32 {
+        self.0 as u32
+    }
 }
 
 /// What a transition did, for the operation that made it.

@@ -42,9 +42,17 @@
 
 use std::mem::MaybeUninit;
 
+mod times;
+pub use times::{reached, Stamp, Tick};
+
+use super::credits::Credits;
 use super::word::{Key, Phase, Step, Word, KEY_SHIFT};
 use super::Outcome;
-use crate::sync::{AtomicU128, AtomicU32, AtomicU64, Ordering, UnsafeCell};
+use crate::sync::{Arc, AtomicU128, AtomicU32, AtomicU64, Ordering, UnsafeCell};
+
+/// Words beyond a table's slots, so that its groups can start on a line.
+const GROUP_ALIGN_SLACK: usize =
+    (std::mem::align_of::<Group>() / std::mem::size_of::<SlotWord>()).saturating_sub(1);
 
 /// Words per group: four 16-byte words fill a 64-byte line.
 #[cfg(not(loom))]
@@ -95,8 +103,10 @@ impl SlotWord {
     }
 }
 
-/// A group of words on one cache line.
-#[repr(C, align(64))]
+/// A group of words on one cache line. (Under loom, where the words are not plain memory,
+/// only the words' own alignment.)
+#[cfg_attr(not(loom), repr(C, align(64)))]
+#[cfg_attr(loom, repr(C))]
 struct Group([SlotWord; GROUP_SLOTS]);
 
 impl Group {
@@ -130,6 +140,8 @@ pub enum Applied {
 pub struct Completed {
     /// The slot whose DONE the call set.
     pub slot: usize,
+    /// The root's key.
+    pub key: Key,
     /// What the tree completed as.
     pub outcome: Outcome,
 }
@@ -139,13 +151,72 @@ pub struct Completed {
 /// Almost always none or one. More only when carrying a twin's contents completed a tree
 /// and the operation's own message then completed a new tree of the same root (a duplicate
 /// init racing a twin claim), so the second one costs nothing unless it happens.
-#[derive(Debug, Default)]
-pub struct Done {
+///
+/// It also carries the operation's [`Stamp`] in (the times a claimer writes into a new
+/// entry: see `times.rs`) and, out, the slots whose entries need a timer filed: those it
+/// created, and those whose deadline it moved earlier.
+#[derive(Default)]
+pub struct Done<'a> {
     first: Option<Completed>,
     more: Vec<Completed>,
+    stamp: Stamp,
+    /// Makes the stamp when a claim needs one (the acker reads its clock only then).
+    stamper: Option<&'a dyn Fn() -> Stamp>,
+    to_file: Option<usize>,
+    to_file_more: Vec<usize>,
 }
 
-impl Done {
+impl std::fmt::Debug for Done<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Done")
+            .field("first", &self.first)
+            .field("more", &self.more)
+            .field("to_file", &self.to_file)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'a> Done<'a> {
+    /// An operation whose new entries, if it creates any, get `stamp`.
+    #[inline]
+    pub fn stamped(stamp: Stamp) -> Done<'a> {
+        Done {
+            stamp,
+            ..Done::default()
+        }
+    }
+
+    /// An operation whose new entries get the stamp `stamper` makes at their claim.
+    #[inline]
+    pub fn stamped_by(stamper: &'a dyn Fn() -> Stamp) -> Done<'a> {
+        Done {
+            stamper: Some(stamper),
+            ..Done::default()
+        }
+    }
+
+    #[inline]
+    fn stamp(&self) -> Stamp {
+        self.stamper.map_or(self.stamp, |make| make())
+    }
+
+    /// Takes one slot whose entry needs a timer filed, if any is left: an entry the
+    /// operation created (an orphan, init's placeholder, a twin's contents carried to a new
+    /// entry), or one whose deadline its init moved earlier than the timers already filed.
+    #[inline]
+    pub fn take_to_file(&mut self) -> Option<usize> {
+        self.to_file_more.pop().or_else(|| self.to_file.take())
+    }
+
+    #[inline]
+    fn file_later(&mut self, slot: usize) {
+        if self.to_file.is_none() {
+            self.to_file = Some(slot);
+        } else {
+            self.to_file_more.push(slot);
+        }
+    }
+
     /// Takes one claimed completion, if any is left.
     #[inline]
     pub fn take(&mut self) -> Option<Completed> {
@@ -169,8 +240,8 @@ impl Done {
 }
 
 #[inline]
-fn claimed(done: &mut Done, slot: usize, outcome: Outcome) {
-    done.push(Completed { slot, outcome });
+fn claimed(done: &mut Done, slot: usize, key: Key, outcome: Outcome) {
+    done.push(Completed { slot, key, outcome });
 }
 
 /// What [`Roots::expire`] did.
@@ -182,10 +253,10 @@ pub enum Expiry {
     Dropped,
     /// A LIVE tree timed out; the completion is in `done`.
     TimedOut,
-    /// A reset moved the deadline: R is cleared; read the deadline again.
-    Reset,
     /// Init is joining: look again shortly.
     Joining,
+    /// The deadline the slot holds now is later than the reaper's tick: file it again.
+    NotDue(Tick),
 }
 
 /// What [`Roots::init`] could not do; the payload comes back.
@@ -246,15 +317,28 @@ struct Payload<T>(UnsafeCell<MaybeUninit<T>>);
 
 /// One table of root words. See the module docs.
 pub struct Roots<T> {
-    groups: Box<[Group]>,
+    /// The slot words, a few more than the groups need: the groups start at `first`, the
+    /// first word on a line (`group`). Words, not groups, because a `Box` of 64-byte aligned
+    /// groups would be zeroed by writing it (the allocator's zeroed memory is only 16-byte
+    /// aligned), which costs the whole table's memory at build.
+    words: Box<[SlotWord]>,
+    first: usize,
     overflow: Box<[AtomicU32]>,
     payloads: Box<[Payload<T>]>,
+    /// Per slot: the times and the slot's reservation (`times.rs`).
+    times: Box<[AtomicU64]>,
+    /// Per slot: the tree's own timeout in ticks, 0 for the acker's default. Written by
+    /// the claimer (0, before its claim publishes it) and by a joining init.
+    timeouts: Box<[AtomicU32]>,
     /// `groups.len() - 1`; the group count is a power of two.
     mask: usize,
     /// Key bits below the home group's.
     home_shift: u32,
     /// Twin entries merged, ever (rare: counted here, not on the hot path's lines).
     merged: AtomicU64,
+    /// The acker's `max_pending` credits: a claim takes one, emptying its slot gives it
+    /// back, so an entry holds one exactly while its slot is reserved. `None`: unbounded.
+    credits: Option<Arc<Credits>>,
 }
 
 // Safety: the payload cells are the only non-Sync parts. A cell is written only by the
@@ -266,21 +350,53 @@ unsafe impl<T: Send> Sync for Roots<T> {}
 unsafe impl<T: Send> Send for Roots<T> {}
 
 impl<T> Roots<T> {
-    /// A table of `groups` groups (a power of two, at least 2).
+    /// A table of `groups` groups (a power of two, at least 2), without a bound.
     pub fn new(groups: usize) -> Self {
+        Self::bounded(groups, None)
+    }
+
+    /// A table of `groups` groups whose entries each hold one of `credits`.
+    ///
+    /// Every part starts all zero (EMPTY words, free times, zero counts), so the memory
+    /// comes from `alloc_zeroed`: the allocator maps zeroed pages, and a page costs memory
+    /// only once a slot on it is used.
+    pub(super) fn bounded(groups: usize, credits: Option<Arc<Credits>>) -> Self {
         assert!(groups.is_power_of_two() && groups >= 2, "{groups} groups");
         let group_bits = groups.trailing_zeros();
-        Roots {
-            groups: (0..groups)
-                .map(|_| Group(std::array::from_fn(|_| SlotWord::new())))
-                .collect(),
-            overflow: (0..groups).map(|_| AtomicU32::new(0)).collect(),
-            payloads: (0..groups * GROUP_SLOTS)
-                .map(|_| Payload(UnsafeCell::new(MaybeUninit::uninit())))
-                .collect(),
-            mask: groups - 1,
-            home_shift: 64 - KEY_SHIFT - group_bits,
-            merged: AtomicU64::new(0),
+        let slots = groups * GROUP_SLOTS;
+        let mut roots = Self::unaligned(groups, group_bits, slots, credits);
+        // The first word on a group's alignment: `align_of::<Group>()` is a multiple of a
+        // word's size, so one of the first GROUP_ALIGN_SLACK + 1 words is aligned.
+        let address = roots.words.as_ptr() as usize;
+        let align = std::mem::align_of::<Group>();
+        roots.first = (address.next_multiple_of(align) - address) / std::mem::size_of::<SlotWord>();
+        debug_assert!(roots.first <= GROUP_ALIGN_SLACK);
+        roots
+    }
+
+    /// The table with `first` still to be set.
+    fn unaligned(
+        groups: usize,
+        group_bits: u32,
+        slots: usize,
+        credits: Option<Arc<Credits>>,
+    ) -> Self {
+        // Safety: for each `zeroed`, an all-zero slot word, `AtomicU32`, `AtomicU64` and
+        // payload cell is a valid value equal to what its `make` builds: zero atomics (a
+        // zero word is EMPTY), and an uninitialized cell.
+        unsafe {
+            Roots {
+                words: zeroed(slots + GROUP_ALIGN_SLACK, SlotWord::new),
+                first: 0,
+                overflow: zeroed(groups, || AtomicU32::new(0)),
+                payloads: zeroed(slots, || Payload(UnsafeCell::new(MaybeUninit::uninit()))),
+                times: zeroed(slots, || AtomicU64::new(0)),
+                timeouts: zeroed(slots, || AtomicU32::new(0)),
+                mask: groups - 1,
+                home_shift: 64 - KEY_SHIFT - group_bits,
+                merged: AtomicU64::new(0),
+                credits,
+            }
         }
     }
 
@@ -293,6 +409,7 @@ impl<T> Roots<T> {
     /// models; it reads the whole table).
     pub fn is_clear(&self) -> bool {
         (0..self.slots()).all(|slot| self.word(slot).load() == Word::EMPTY)
+            && self.times.iter().all(|t| t.load(Ordering::SeqCst) == 0)
             && self.overflow.iter().all(|c| c.load(Ordering::SeqCst) == 0)
     }
 
@@ -309,7 +426,17 @@ impl<T> Roots<T> {
     /// A slot's word.
     #[inline]
     pub(crate) fn word(&self, slot: usize) -> &SlotWord {
-        &self.groups[slot / GROUP_SLOTS].0[slot % GROUP_SLOTS]
+        &self.words[self.first + slot]
+    }
+
+    /// A group of words.
+    #[inline]
+    fn group(&self, group: usize) -> &Group {
+        let words = &self.words[self.first + group * GROUP_SLOTS..][..GROUP_SLOTS];
+        // Safety: `Group` is a `repr(C)` wrapper of `GROUP_SLOTS` words, and these are
+        // `GROUP_SLOTS` consecutive words starting on `Group`'s alignment (`bounded` chose
+        // `first` so, and every group's size is a multiple of its alignment).
+        unsafe { &*words.as_ptr().cast::<Group>() }
     }
 
     /// How many groups past `key`'s home `slot` is.
@@ -336,7 +463,7 @@ impl<T> Roots<T> {
         let mut vacancy = None;
         for d in 0..=self.window() {
             let group = (home + d) & self.mask;
-            for (i, w) in self.groups[group].load().into_iter().enumerate() {
+            for (i, w) in self.group(group).load().into_iter().enumerate() {
                 let slot = group * GROUP_SLOTS + i;
                 if w.holds(key) && Some(slot) != skip {
                     return Search::Found(slot, w);
@@ -366,33 +493,65 @@ impl<T> Roots<T> {
         self.find_other(key, None)
     }
 
-    /// CASes `word` into `vacancy`, the EMPTY slot a search just saw, or else the first
-    /// EMPTY slot of `key`'s window. `Err(true)` when another claimer took the slot first
-    /// (look again), `Err(false)` when the window is full.
-    fn claim(&self, key: Key, word: Word, vacancy: Option<Vacancy>) -> Result<usize, bool> {
+    /// Reserves `vacancy`, the EMPTY slot a search just saw, or else the first EMPTY slot
+    /// of `key`'s window that it can reserve, stamping its times with `stamp` (`times.rs`),
+    /// and CASes `word` in. `Err(true)` when the slot's word had changed meanwhile (look
+    /// again), `Err(false)` when the window has no slot to reserve.
+    fn claim(
+        &self,
+        key: Key,
+        word: Word,
+        vacancy: Option<Vacancy>,
+        stamp: impl FnOnce() -> Stamp,
+    ) -> Result<usize, bool> {
         let home = self.home(key);
-        let Some(Vacancy { slot, d }) = vacancy.or_else(|| self.vacancy(home)) else {
+        // First, before anything is taken: making the stamp may read a clock that panics.
+        let stamp = stamp();
+        let reserve = |slot: usize| {
+            self.times[slot]
+                .compare_exchange(0, stamp.bits(), Ordering::SeqCst, Ordering::SeqCst)
+                .is_ok()
+        };
+        if let Some(credits) = &self.credits {
+            if !credits.take() {
+                return Err(false); // max_pending entries held
+            }
+        }
+        let Some(Vacancy { slot, d }) = vacancy
+            .filter(|v| reserve(v.slot))
+            .or_else(|| self.vacancy(home, reserve))
+        else {
+            self.give_credit();
             return Err(false);
         };
+        // Relaxed: published by the claim CAS below, before which no one reads it.
+        self.timeouts[slot].store(0, Ordering::Relaxed);
         // The counts first: a search that sees the word must be able to reach it.
         self.count_overflow(home, d, 1);
         match self.word(slot).cas(Word::EMPTY, word) {
             Ok(()) => Ok(slot),
             Err(_) => {
+                // Cannot happen: times are 0 only while the word is EMPTY and unreserved
+                // (a claim reserves before its word leaves EMPTY, `empty` resets the times
+                // after its word is EMPTY), and no one changes an EMPTY word unreserved.
+                // Were it to, the reservation goes back and the caller looks again.
+                debug_assert!(false, "a reserved slot's word left EMPTY");
                 self.count_overflow(home, d, -1);
+                self.times[slot].store(0, Ordering::SeqCst);
+                self.give_credit();
                 Err(true)
             }
         }
     }
 
-    /// The first EMPTY slot in the window of the roots whose home is `home`.
-    fn vacancy(&self, home: usize) -> Option<Vacancy> {
+    /// The first EMPTY slot in the window of the roots whose home is `home` that `reserve`
+    /// reserves.
+    fn vacancy(&self, home: usize, reserve: impl Fn(usize) -> bool) -> Option<Vacancy> {
         (0..=self.window()).find_map(|d| {
             let group = (home + d) & self.mask;
-            let i = self.groups[group]
-                .0
-                .iter()
-                .position(|w| w.load() == Word::EMPTY)?;
+            let words = self.group(group).load();
+            let i = (0..GROUP_SLOTS)
+                .find(|&i| words[i] == Word::EMPTY && reserve(group * GROUP_SLOTS + i))?;
             Some(Vacancy {
                 slot: group * GROUP_SLOTS + i,
                 d,
@@ -406,39 +565,52 @@ impl<T> Roots<T> {
         self.word(slot).cas(word, Word::EMPTY)?;
         let key = word.key();
         self.count_overflow(self.home(key), self.distance(key, slot), -1);
+        // Last: the slot's reservation ends (`times.rs`), and its credit goes back.
+        self.times[slot].store(0, Ordering::SeqCst);
+        self.give_credit();
         Ok(())
     }
 
+    #[inline]
+    fn give_credit(&self) {
+        if let Some(credits) = &self.credits {
+            credits.give();
+        }
+    }
+
     /// An ack: XORs `xor` into the root's value, or holds it in a new entry.
-    pub fn ack(&self, key: Key, xor: u64, done: &mut Done) -> Applied {
+    pub fn ack(&self, key: Key, xor: u64, done: &mut Done<'_>) -> Applied {
         self.apply(key, Message::Ack(xor), done)
     }
 
     /// A fail: completes an initialized tree `Failed`, or is held until init.
-    pub fn fail(&self, key: Key, done: &mut Done) -> Applied {
+    pub fn fail(&self, key: Key, done: &mut Done<'_>) -> Applied {
         self.apply(key, Message::Fail, done)
     }
 
     /// Applies `message` to the root's entry with the word's transition, CASing until it
     /// lands; with no entry, holds it in a new one and merges any twin.
-    fn apply(&self, key: Key, message: Message, done: &mut Done) -> Applied {
+    fn apply(&self, key: Key, message: Message, done: &mut Done<'_>) -> Applied {
         loop {
             let (slot, mut word) = match self.search(key, None) {
                 Search::Found(slot, word) => (slot, word),
-                Search::Missing(vacancy) => match self.claim(key, message.held(key), vacancy) {
-                    Ok(slot) => {
-                        self.merge_twins(key, slot, done);
-                        return Applied::Created;
+                Search::Missing(vacancy) => {
+                    match self.claim(key, message.held(key), vacancy, || done.stamp()) {
+                        Ok(slot) => {
+                            done.file_later(slot);
+                            self.merge_twins(key, slot, done);
+                            return Applied::Created;
+                        }
+                        Err(true) => continue,
+                        Err(false) => return Applied::Full,
                     }
-                    Err(true) => continue,
-                    Err(false) => return Applied::Full,
-                },
+                }
             };
             while let Some(step) = message.step(word) {
                 match self.word(slot).cas(word, step.word()) {
                     Ok(()) => {
                         if let Step::Complete(_, outcome) = step {
-                            claimed(done, slot, outcome);
+                            claimed(done, slot, key, outcome);
                         }
                         return Applied::Changed;
                     }
@@ -454,7 +626,7 @@ impl<T> Roots<T> {
     /// After claiming `mine` for `key`: merges every twin entry (module docs) until `mine`
     /// is the root's only entry or has been merged into another. Carrying a twin's contents
     /// may complete the tree (into `done`).
-    fn merge_twins(&self, key: Key, mine: usize, done: &mut Done) {
+    fn merge_twins(&self, key: Key, mine: usize, done: &mut Done<'_>) {
         while let Some((other, theirs)) = self.find_other(key, Some(mine)) {
             let ours = self.word(mine).load();
             if !ours.holds(key) {
@@ -479,11 +651,10 @@ impl<T> Roots<T> {
                                                          // An empty twin (init's placeholder, or acks that cancelled) carries nothing;
                                                          // carrying it to a tree that has completed meanwhile would leave an empty orphan.
             if lost.value() != 0 || lost.state().failed() || lost.state().reset() {
-                // FIXME(step 2): a carry that finds no entry (the winner completed meanwhile)
-                // creates an orphan that no timer batch knows of yet, and one that finds the
-                // window full drops the loser's contents; the timer step must register the
-                // first and the Acker's credits (max_pending below the table's room) rule out
-                // the second.
+                // A carry that finds no entry (the winner completed meanwhile) creates an
+                // orphan, reported in `done` for its timer like any other. FIXME(growth): one
+                // that finds the window full drops the loser's contents; the acker's credits
+                // (max_pending below the table's room) must rule that out.
                 self.apply(key, Message::Twin(lost), done);
             }
             if loser == mine {
@@ -501,7 +672,27 @@ impl<T> Roots<T> {
     /// entry wins. So a payload never lands in a loser, and a second init finds the root
     /// joined (`Duplicate`) rather than a twin to join. `done` may hold a completion even
     /// when init is refused: carrying a twin's contents may complete another init's tree.
-    pub fn init(&self, key: Key, xor: u64, payload: T, done: &mut Done) -> Result<(), Refused<T>> {
+    pub fn init(
+        &self,
+        key: Key,
+        xor: u64,
+        payload: T,
+        done: &mut Done<'_>,
+    ) -> Result<(), Refused<T>> {
+        self.init_with(key, xor, payload, None, done)
+    }
+
+    /// [`init`](Self::init) with the tree's own timeout in ticks, `(own, default)`: the
+    /// deadline moves by `own - default` (it counts from the first message, or from the
+    /// last reset before init, with the tree's own timeout), and `reset_timeout` uses it.
+    pub fn init_with(
+        &self,
+        key: Key,
+        xor: u64,
+        payload: T,
+        timeout: Option<(Tick, Tick)>,
+        done: &mut Done<'_>,
+    ) -> Result<(), Refused<T>> {
         let mut search = self.search(key, None);
         // The entry in `search` is our placeholder, which a search has just found twinless.
         let mut alone = false;
@@ -538,6 +729,19 @@ impl<T> Roots<T> {
             // other thread reads or writes its payload cell (module docs, `Sync` impl).
             unsafe { (*cell).write(payload) };
         });
+        if let Some((own, default)) = timeout {
+            // The entry's timeout so far: an orphan's is the default (a placeholder's too).
+            let before = self.timeout_of(slot).unwrap_or(default);
+            // Relaxed: published by the settle CAS below, like the payload.
+            self.timeouts[slot].store(own, Ordering::Relaxed);
+            self.move_deadline(slot, |stamp| {
+                stamp.deadline().wrapping_sub(before).wrapping_add(own)
+            });
+            if own < before {
+                // Earlier than the timer filed for it: it needs another.
+                done.file_later(slot);
+            }
+        }
         let mut word = self.word(slot).load();
         loop {
             let Some(step) = word.settled() else {
@@ -548,7 +752,7 @@ impl<T> Roots<T> {
             match self.word(slot).cas(word, step.word()) {
                 Ok(()) => {
                     if let Step::Complete(_, outcome) = step {
-                        claimed(done, slot, outcome);
+                        claimed(done, slot, key, outcome);
                     }
                     return Ok(());
                 }
@@ -565,51 +769,65 @@ impl<T> Roots<T> {
         &self,
         key: Key,
         vacancy: Option<Vacancy>,
-        done: &mut Done,
+        done: &mut Done<'_>,
     ) -> Option<(Search, bool)> {
         let placeholder = Word::placeholder(key);
-        Some(match self.claim(key, placeholder, vacancy) {
-            Ok(slot) => match self.search(key, Some(slot)) {
-                // The common case: no twin, and the placeholder is ours to join (if an ack
-                // has changed it meanwhile, the join CAS fails and init joins what it is).
-                Search::Missing(_) => (Search::Found(slot, placeholder), true),
-                Search::Found(..) => {
-                    self.merge_twins(key, slot, done);
-                    (self.search(key, None), false)
-                }
+        Some(
+            match self.claim(key, placeholder, vacancy, || done.stamp()) {
+                Ok(slot) => match (done.file_later(slot), self.search(key, Some(slot))).1 {
+                    // The common case: no twin, and the placeholder is ours to join (if an ack
+                    // has changed it meanwhile, the join CAS fails and init joins what it is).
+                    Search::Missing(_) => (Search::Found(slot, placeholder), true),
+                    Search::Found(..) => {
+                        self.merge_twins(key, slot, done);
+                        (self.search(key, None), false)
+                    }
+                },
+                Err(true) => (self.search(key, None), false),
+                Err(false) => return None,
             },
-            Err(true) => (self.search(key, None), false),
-            Err(false) => return None,
-        })
+        )
     }
 
-    /// The reaper, at `key`'s deadline as it last read it, on the entry it scheduled in
-    /// `slot`: a LIVE tree times out (into `done`), a HELD orphan is dropped. Nothing
-    /// happens when the entry is gone (completed, freed, reused), still JOINING, or when a
-    /// reset has moved the deadline since the reaper last looked (R is cleared then, and the
-    /// reaper must read the deadline again before it calls this once more).
-    pub fn expire(&self, slot: usize, key: Key, done: &mut Done) -> Expiry {
+    /// The reaper, at the deadline it last read for the entry it filed in `slot`: a LIVE
+    /// tree whose deadline has come times out (into `done`), a HELD orphan's is dropped.
+    /// Nothing happens when the entry is gone (completed, freed, reused) or still JOINING,
+    /// and a deadline after `now` comes back as [`Expiry::NotDue`].
+    ///
+    /// The deadline is read from the slot after its word, and the timeout CAS expects that
+    /// word, so a deadline moved meanwhile (a join, a reset) makes it fail (`times.rs`). A
+    /// reset's R is cleared first, and then the deadline read: a reset after that clear
+    /// sets R again and fails our CAS.
+    ///
+    /// The entry is named by its key's [`tag`](Key::tag): a later root of the same tag in
+    /// the slot is treated as the entry, which is harmless, as its own deadline decides.
+    pub fn expire(&self, slot: usize, tag: u32, now: Tick, done: &mut Done<'_>) -> Expiry {
         let mut word = self.word(slot).load();
         loop {
-            if !word.holds(key) {
+            let key = word.key();
+            if !word.holds(key) || key.tag() != tag {
                 return Expiry::Gone;
             }
             if let Some(seen) = word.reset_seen() {
-                match self.word(slot).cas(word, seen) {
-                    Ok(()) => return Expiry::Reset,
-                    Err(now) => {
-                        word = now;
-                        continue;
-                    }
-                }
+                word = match self.word(slot).cas(word, seen) {
+                    Ok(()) => seen, // now read the deadline the reset stored
+                    Err(now) => now,
+                };
+                continue;
             }
             let Some(step) = word.expired() else {
                 return Expiry::Joining;
             };
+            match self.times(slot) {
+                Some(stamp) if reached(stamp.deadline(), now) => {}
+                Some(stamp) => return Expiry::NotDue(stamp.deadline()),
+                // Only a free leaves times at 0, after the word left this entry.
+                None => return Expiry::Gone,
+            }
             let result = match step {
                 Step::To(_) => self.empty(slot, word).map(|()| Expiry::Dropped),
                 Step::Complete(dead, outcome) => self.word(slot).cas(word, dead).map(|()| {
-                    claimed(done, slot, outcome);
+                    claimed(done, slot, key, outcome);
                     Expiry::TimedOut
                 }),
             };
@@ -620,17 +838,37 @@ impl<T> Roots<T> {
         }
     }
 
-    /// `reset_timeout`'s half in the table: sets R on the root's entries (a twin's too, so
-    /// that a merge carries it), so that a reaper about to time the tree out on the old
-    /// deadline fails its CAS and reads the new one. The caller stores the new deadline
-    /// first. `false` when the root has no entry.
-    pub fn reset(&self, key: Key) -> bool {
+    /// `reset_timeout`: on each of the root's entries (a twin's too, so that a merge
+    /// carries it) moves the deadline to `now` plus the tree's timeout (`default` ticks
+    /// unless its init gave its own), then sets R, so that a reaper about to time the tree
+    /// out on the old deadline fails its CAS and reads the new one. `false` when the root
+    /// has no entry.
+    pub fn reset(&self, key: Key, now: Tick, default: Tick) -> bool {
         let mut any = false;
         let home = self.home(key);
         for d in 0..=self.window() {
             let group = (home + d) & self.mask;
-            for slot_word in &self.groups[group].0 {
+            for (i, slot_word) in self.group(group).0.iter().enumerate() {
+                let slot = group * GROUP_SLOTS + i;
                 let mut word = slot_word.load();
+                if word.holds(key) {
+                    let timeout = match self.timeouts[slot].load(Ordering::SeqCst) {
+                        0 => default,
+                        own => own,
+                    };
+                    // Never earlier than the deadline there: for the tree itself a reset
+                    // never shortens it (now >= its start), and if the slot was freed and
+                    // reused since our load (its R CAS below then fails), its new root's
+                    // deadline may move later, never earlier.
+                    let later = now.wrapping_add(timeout);
+                    self.move_deadline(slot, |stamp| {
+                        if reached(later, stamp.deadline()) {
+                            stamp.deadline()
+                        } else {
+                            later
+                        }
+                    });
+                }
                 while let Some(next) = word.holds(key).then(|| word.reset()).flatten() {
                     match slot_word.cas(word, next) {
                         Ok(()) => {
@@ -646,6 +884,58 @@ impl<T> Roots<T> {
             }
         }
         any
+    }
+
+    /// The slot's times; `None` when the slot is free.
+    #[inline]
+    pub fn times(&self, slot: usize) -> Option<Stamp> {
+        Stamp::from_bits(self.times[slot].load(Ordering::SeqCst))
+    }
+
+    /// CASes the slot's deadline to `deadline(times)`, keeping its start, unless the slot
+    /// is free.
+    fn move_deadline(&self, slot: usize, deadline: impl Fn(Stamp) -> Tick) {
+        let mut seen = self.times[slot].load(Ordering::SeqCst);
+        while let Some(stamp) = Stamp::from_bits(seen) {
+            let next = stamp.with_deadline(deadline(stamp)).bits();
+            match self.times[slot].compare_exchange(seen, next, Ordering::SeqCst, Ordering::SeqCst)
+            {
+                Ok(_) => return,
+                Err(now) => seen = now,
+            }
+        }
+    }
+
+    /// The tree's own timeout in ticks, if its init gave one.
+    #[inline]
+    pub fn timeout_of(&self, slot: usize) -> Option<Tick> {
+        match self.timeouts[slot].load(Ordering::SeqCst) {
+            0 => None,
+            own => Some(own),
+        }
+    }
+
+    /// Shutdown: takes back the initialized tree of `key` in `slot` (LIVE to DONE, its
+    /// payload taken, its slot freed). `None` when the slot holds no LIVE tree of `key`
+    /// (completed by someone, not initialized, or taken back already: one CAS decides).
+    pub fn take_back(&self, slot: usize, key: Key) -> Option<T> {
+        let mut word = self.word(slot).load();
+        loop {
+            if !word.holds(key) {
+                return None;
+            }
+            let done = word.taken_back()?;
+            match self.word(slot).cas(word, done) {
+                // Safety: our CAS set DONE from LIVE: the completion is ours, taken and
+                // freed once, here.
+                Ok(()) => unsafe {
+                    let payload = self.take(slot);
+                    self.free(slot);
+                    return Some(payload);
+                },
+                Err(now) => word = now,
+            }
+        }
     }
 
     /// Moves the payload out of a slot whose DONE this thread set.
@@ -680,6 +970,28 @@ impl<T> Roots<T> {
         let freed = self.empty(slot, word);
         debug_assert!(freed.is_ok());
     }
+}
+
+/// `n` values of `T`, allocated zeroed (or, under loom, whose atomics are not plain
+/// memory, made by `make`).
+///
+/// # Safety
+/// An all-zero `T` is a valid `T` equal to `make()`.
+#[allow(unused_variables)]
+unsafe fn zeroed<T>(n: usize, make: impl Fn() -> T) -> Box<[T]> {
+    #[cfg(not(loom))]
+    if std::mem::size_of::<T>() > 0 && n > 0 {
+        let layout = std::alloc::Layout::array::<T>(n).expect("table size overflows");
+        // Safety: the layout has a non-zero size (checked above).
+        let ptr = unsafe { std::alloc::alloc_zeroed(layout) }.cast::<T>();
+        if ptr.is_null() {
+            std::alloc::handle_alloc_error(layout);
+        }
+        // Safety: `ptr` is a fresh allocation of `n` `T`s with `Box<[T]>`'s layout (the
+        // global allocator, `Layout::array`), each zero, which the caller says is valid.
+        return unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(ptr, n)) };
+    }
+    (0..n).map(|_| make()).collect()
 }
 
 /// Whether our entry `mine` (word `ours`) survives its twin `other` (word `theirs`): a

@@ -15,7 +15,7 @@ fn key_in(groups: usize, home: usize, low: u64) -> Key {
 
 /// Completes a claimed tree the way the acker will: payload out, slot freed.
 fn finish(roots: &Roots<u32>, done: &mut Done) -> Option<(u32, Outcome)> {
-    let Completed { slot, outcome } = done.take()?;
+    let Completed { slot, outcome, .. } = done.take()?;
     assert!(done.is_none(), "one completion per call here");
     // Safety: the call claimed this completion; taken and freed once.
     let payload = unsafe { roots.take(slot) };
@@ -138,7 +138,9 @@ fn twin_entries_merge_into_one_with_both_contents() {
     // `other`'s slot empties and a claimer that had not seen `key` takes it: a twin.
     let (slot, word) = roots.find(other).unwrap();
     roots.empty(slot, word).unwrap();
-    let twin = roots.claim(key, Word::held_ack(key, 0b10), None).unwrap();
+    let twin = roots
+        .claim(key, Word::held_ack(key, 0b10), None, Stamp::default)
+        .unwrap();
     assert_eq!(twin, slot);
     roots.merge_twins(key, twin, &mut done);
     assert_eq!(roots.merged(), 1);
@@ -160,7 +162,9 @@ fn a_held_twin_merges_into_the_joined_entry() {
     roots.init(key, 0b11, 4, &mut done).unwrap(); // LIVE, second in probe order
     let (slot, word) = roots.find(other).unwrap();
     roots.empty(slot, word).unwrap();
-    let twin = roots.claim(key, Word::held_ack(key, 0b11), None).unwrap();
+    let twin = roots
+        .claim(key, Word::held_ack(key, 0b11), None, Stamp::default)
+        .unwrap();
     roots.merge_twins(key, twin, &mut done);
     assert_eq!(finish(&roots, &mut done), Some((4, Outcome::Acked)));
     assert_eq!(roots.find(key), None);
@@ -278,7 +282,7 @@ fn racing_threads_complete_every_tree_exactly_once() {
                             2 => drop(roots.ack(key, b, &mut done)),
                             _ => drop(roots.ack(key, c, &mut done)),
                         }
-                        if let Some(Completed { slot, outcome }) = done.take() {
+                        if let Some(Completed { slot, outcome, .. }) = done.take() {
                             // Safety: this call claimed it; taken and freed once.
                             mine.push((unsafe { roots.take(slot) }, outcome));
                             // Safety: the same completion, freed once, after its take.
@@ -374,4 +378,88 @@ fn merges_conserve_every_xor_under_churn() {
         .map(|c| c.load(Ordering::SeqCst))
         .collect();
     assert_eq!(have, counts, "overflow counts against occupancy");
+}
+
+#[test]
+fn a_claim_stamps_the_times_and_emptying_the_slot_frees_them() {
+    let roots = Roots::<u32>::new(2);
+    let key = key_in(2, 0, 1);
+    let mut done = Done::stamped(Stamp::new(100, 130));
+    assert_eq!(roots.ack(key, 0b1, &mut done), Applied::Created);
+    let slot = done.take_to_file().expect("the orphan's slot is reported");
+    assert_eq!(done.take_to_file(), None);
+    let stamp = roots.times(slot).unwrap();
+    assert_eq!((stamp.start(), stamp.deadline()), (100, 130));
+    // Not due before its deadline: the reaper is told when it is.
+    let mut reaper = Done::default();
+    assert_eq!(
+        roots.expire(slot, key.tag(), 129, &mut reaper),
+        Expiry::NotDue(130)
+    );
+    assert_eq!(
+        roots.expire(slot, key.tag(), 130, &mut reaper),
+        Expiry::Dropped
+    );
+    assert_eq!(roots.times(slot), None, "a dropped orphan's slot is free");
+    assert!(roots.is_clear());
+}
+
+#[test]
+fn an_init_with_its_own_timeout_counts_from_the_first_message() {
+    let roots = Roots::<u32>::new(2);
+    let key = key_in(2, 0, 1);
+    let mut early = Done::stamped(Stamp::new(10, 40));
+    roots.ack(key, 0b01, &mut early); // the orphan: first message at tick 10
+    let slot = early.take_to_file().unwrap();
+    let mut init = Done::stamped(Stamp::new(25, 55));
+    roots
+        .init_with(key, 0b11, 7, Some((100, 30)), &mut init)
+        .unwrap();
+    assert_eq!(init.take_to_file(), None, "init joined the orphan");
+    let stamp = roots.times(slot).unwrap();
+    assert_eq!((stamp.start(), stamp.deadline()), (10, 110));
+    // A reset moves the deadline to now + the tree's own timeout, and marks R.
+    assert!(roots.reset(key, 50, 30));
+    assert_eq!(roots.times(slot).unwrap().deadline(), 150);
+    let mut reaper = Done::default();
+    assert_eq!(
+        roots.expire(slot, key.tag(), 149, &mut reaper),
+        Expiry::NotDue(150)
+    );
+    assert_eq!(
+        roots.expire(slot, key.tag(), 150, &mut reaper),
+        Expiry::TimedOut
+    );
+    assert_eq!(finish(&roots, &mut reaper), Some((7, Outcome::TimedOut)));
+    assert!(roots.is_clear());
+}
+
+#[test]
+fn a_reset_never_brings_a_deadline_earlier() {
+    let roots = Roots::<u32>::new(2);
+    let key = key_in(2, 0, 1);
+    let mut done = Done::stamped(Stamp::new(10, 1_000));
+    roots.init(key, 0b1, 7, &mut done).unwrap();
+    let slot = done.take_to_file().unwrap();
+    // Default timeout 30 from tick 20 would be 50, before the stored 1000: kept.
+    assert!(roots.reset(key, 20, 30));
+    assert_eq!(roots.times(slot).unwrap().deadline(), 1_000);
+}
+
+#[test]
+fn a_reserved_slot_is_skipped_by_other_claimers() {
+    let roots = Roots::<u32>::new(2);
+    let (a, b) = (key_in(2, 0, 1), key_in(2, 0, 2));
+    // Reserve a's home group's first slot as a claimer would before its word CAS.
+    roots.times[0].store(Stamp::default().bits(), crate::sync::Ordering::SeqCst);
+    let mut done = Done::default();
+    assert_eq!(roots.ack(a, 1, &mut done), Applied::Created);
+    assert_eq!(
+        done.take_to_file(),
+        Some(1),
+        "slot 0 is reserved, so the next one"
+    );
+    roots.times[0].store(0, crate::sync::Ordering::SeqCst);
+    assert_eq!(roots.ack(b, 1, &mut done), Applied::Created);
+    assert_eq!(done.take_to_file(), Some(0));
 }

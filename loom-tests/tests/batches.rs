@@ -1,0 +1,63 @@
+//! Loom models of the lazy timer batches (`src/acker/batches.rs`): an owner filing entries
+//! in its batch while the reaper takes quiet batches over, and the reaper's idle check
+//! against a push that makes a batch non-empty.
+//!
+//! The batch's entries live in a loom `UnsafeCell`, so an owner and a reaper inside the
+//! batch at once is reported as a causality violation; the models also check that every
+//! entry reaches the reaper exactly once. As in the grace models, loom runs the pins with
+//! `Fences::Symmetric` (a SeqCst fence on each side); the asymmetric form's argument is in
+//! the module docs.
+#![cfg(loom)]
+
+use ackwheel::batches::{Batches, Entry, Fences, Pushed};
+use loom::sync::Arc;
+use loom::thread;
+
+fn entry(slot: u32) -> Entry {
+    Entry { slot, tag: slot }
+}
+
+/// The owner files three entries over two ticks (its second tick's push hands the first
+/// tick's entries off) while the reaper, at tick 2, tries to take the batch over. After
+/// both, a final manual collection; every entry is collected exactly once.
+#[test]
+fn batches_owner_vs_takeover_loses_and_duplicates_nothing() {
+    loom::model(|| {
+        let batches = Arc::new(Batches::new(Fences::Symmetric));
+        let batch = batches.register();
+        batches.push_to(&batch, entry(1), 1, |_| true);
+        let owner = {
+            let (batches, batch) = (Arc::clone(&batches), Arc::clone(&batch));
+            thread::spawn(move || {
+                batches.push_to(&batch, entry(2), 1, |_| true);
+                batches.push_to(&batch, entry(3), 2, |_| true);
+            })
+        };
+        let mut got = Vec::new();
+        batches.collect(2, false, &mut got);
+        owner.join().unwrap();
+        batches.collect(2, true, &mut got);
+        got.sort_by_key(|e| e.slot);
+        assert_eq!(got, vec![entry(1), entry(2), entry(3)]);
+    });
+}
+
+/// The reaper checks before it parks while the owner files the first entry of an empty
+/// batch: either the reaper sees the entry (and stays up) or the owner is told to wake it.
+#[test]
+fn batches_first_push_vs_park_check_never_strands_an_entry() {
+    loom::model(|| {
+        let batches = Arc::new(Batches::new(Fences::Symmetric));
+        let batch = batches.register();
+        let owner = {
+            let (batches, batch) = (Arc::clone(&batches), Arc::clone(&batch));
+            thread::spawn(move || batches.push_to(&batch, entry(1), 1, |_| true))
+        };
+        let waiting = batches.park_check();
+        let pushed = owner.join().unwrap();
+        assert!(
+            waiting || pushed == Pushed::WakeReaper,
+            "the reaper would sleep with an entry filed and no one to wake it"
+        );
+    });
+}

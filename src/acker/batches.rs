@@ -1,0 +1,511 @@
+//! Lazy timer registration: each thread files the entries it creates in its own batch,
+//! and only the entries that outlive a tick ever reach the reaper.
+//!
+//! Most trees complete within a tick of their first message. Registering a timer for each
+//! at creation (a ring cell, a wheel node, a lock) costs every tree the reaper's attention
+//! and lines shared with the reaper's core. Instead a thread that creates an entry (a new
+//! root's placeholder, an orphan, a carried twin) appends `(slot, tag)` to its batch for
+//! this acker, with plain stores. When its tick moves on (seen at its next push) the owner
+//! filters the batch, keeping the entries whose slot still holds their root (the others
+//! completed: dropped on the core whose cache most likely still has their lines), and
+//! hands the survivors to the reaper's inbox under one lock: once a tick per busy thread.
+//!
+//! ## A thread that goes quiet
+//!
+//! A thread that stops pushing would strand its batch, so the reaper takes over batches
+//! whose entries are older than its tick. Owner and reaper meet in a Dekker pair through
+//! asymmetric fences (`fences.rs`):
+//!
+//! ```text
+//!   owner (every push)                     reaper (a quiet batch, rarely)
+//!   pin = true          (plain store)      taken = true
+//!   light fence         (compiler fence)   heavy fence (membarrier)
+//!   if taken: hand the entry to the inbox  if pin: taken = false, leave it (owner active)
+//!   else: touch the batch                  else: take the entries, taken = false
+//!   pin = false         (release store)
+//! ```
+//!
+//! Either the owner sees `taken` and keeps off its batch, or the reaper sees the pin and
+//! keeps off it: never both in it at once. The reaper's load of an unset pin reads the
+//! owner's last `pin = false` (release), so the entries the owner wrote before it are
+//! visible to the reaper; the owner's load of an unset `taken` reads the reaper's
+//! `taken = false` (release) if the reaper was ever there, so the owner sees the batch the
+//! reaper emptied. The owner's cost per push: two plain stores, a compiler fence, a load.
+//!
+//! ## Waking the reaper
+//!
+//! The reaper parks with no deadline only when nothing is pending anywhere. A push that
+//! makes an empty batch non-empty stores the batch's length, fences, and reads `idle`; the
+//! reaper stores `idle`, fences, and reads every batch's length before it parks. Of the two,
+//! one sees the other: no entry waits for a reaper that sleeps forever. That fence is paid
+//! once per tick per busy thread, not per tree.
+
+#[cfg(not(loom))]
+use std::cell::{Cell, RefCell};
+
+use super::fences::Fences;
+use crate::sync::{fence, Arc, AtomicBool, AtomicU32, AtomicUsize, Mutex, Ordering, UnsafeCell};
+
+use super::roots::Tick;
+
+/// A new entry, for the reaper to find again: its slot (across the acker's tables) and
+/// the low 32 bits of its root's key, which tell most stale entries apart cheaply (the
+/// reaper re-reads the slot's word and times anyway, so a tag that matches a later root
+/// costs a look, never a wrong timeout).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Entry {
+    /// The slot, numbered across the acker's tables.
+    pub slot: u32,
+    /// The low 32 bits of the root's key (`Key::tag`).
+    pub tag: u32,
+}
+
+/// One thread's batch for one acker.
+#[derive(Debug)]
+pub struct Batch {
+    /// The owner is inside (module docs).
+    pin: AtomicBool,
+    /// The reaper is taking the entries over (module docs).
+    taken: AtomicBool,
+    /// The tick at which the entries were filed; the reaper reads it to spot a quiet batch.
+    tick: AtomicU32,
+    /// `entries.len()`, for the reaper's checks without entering the batch.
+    len: AtomicUsize,
+    /// The owner's thread has ended (or dropped its handle): the reaper may drop the batch
+    /// once it is empty.
+    abandoned: AtomicBool,
+    /// Written by the owner while pinned, or by the reaper while it holds `taken` with the
+    /// owner unpinned (module docs).
+    entries: UnsafeCell<Vec<Entry>>,
+}
+
+// Safety: `entries` is the only non-Sync part, and the pin protocol (module docs) gives it
+// one accessor at a time.
+unsafe impl Sync for Batch {}
+
+impl Batch {
+    fn new() -> Self {
+        Batch {
+            pin: AtomicBool::new(false),
+            taken: AtomicBool::new(false),
+            tick: AtomicU32::new(0),
+            len: AtomicUsize::new(0),
+            abandoned: AtomicBool::new(false),
+            entries: UnsafeCell::new(Vec::new()),
+        }
+    }
+}
+
+/// Every batch of one acker, and the reaper's inbox.
+#[derive(Debug)]
+pub struct Batches {
+    /// This acker among all of the process's, for the per-thread lookup.
+    id: usize,
+    fences: Fences,
+    all: Mutex<Vec<Arc<Batch>>>,
+    /// Survivors handed off by owners, and entries pushed while the reaper held a batch.
+    inbox: Mutex<Vec<Entry>>,
+    /// `inbox.len()`, for the reaper's idle check.
+    inbox_len: AtomicUsize,
+    /// The reaper is about to park, or parked, with no deadline.
+    idle: AtomicBool,
+}
+
+/// What a push asks of its caller.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pushed {
+    /// Nothing.
+    Filed,
+    /// The reaper may be parked with no deadline: wake it.
+    WakeReaper,
+}
+
+impl Batches {
+    /// No batches yet; `fences` for the owners' pins and the reaper's takeovers.
+    pub fn new(fences: Fences) -> Self {
+        static NEXT_ID: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(1);
+        Batches {
+            // Relaxed: a unique number; nothing is published through it.
+            id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            fences,
+            all: Mutex::new(Vec::new()),
+            inbox: Mutex::new(Vec::new()),
+            inbox_len: AtomicUsize::new(0),
+            idle: AtomicBool::new(false),
+        }
+    }
+
+    /// A new batch for a thread; its handle must be used by that thread only.
+    pub fn register(&self) -> Arc<Batch> {
+        let batch = Arc::new(Batch::new());
+        self.all.lock().unwrap().push(Arc::clone(&batch));
+        batch
+    }
+
+    /// Files `entry`, created at tick `now`, in `batch`, which must be the calling
+    /// thread's. When the batch's entries were filed at an earlier tick, first keeps those
+    /// `live` says are still live and hands them to the reaper.
+    #[inline]
+    pub fn push_to(
+        &self,
+        batch: &Batch,
+        entry: Entry,
+        now: Tick,
+        live: impl FnMut(&Entry) -> bool,
+    ) -> Pushed {
+        // Relaxed: ordered before the `taken` load by the light fence (module docs).
+        batch.pin.store(true, Ordering::Relaxed);
+        self.fences.light();
+        // Acquire: reads the reaper's release of `taken`, so the entries it emptied are seen.
+        if batch.taken.load(Ordering::Acquire) {
+            batch.pin.store(false, Ordering::Release); // Release: as at the end below.
+            self.hand_off(std::iter::once(entry));
+            return Pushed::Filed;
+        }
+        let mut pushed = Pushed::Filed;
+        batch.entries.with_mut(|entries| {
+            // Safety: pinned, and `taken` was unset after the pin: the reaper keeps off the
+            // entries until we unpin (module docs).
+            let entries = unsafe { &mut *entries };
+            // Relaxed: only this thread writes `tick`; the reaper's reading it stale only
+            // delays a takeover.
+            let filed = batch.tick.load(Ordering::Relaxed);
+            if !entries.is_empty() && filed != now {
+                self.hand_off_live(entries, live);
+            }
+            if entries.is_empty() {
+                batch.tick.store(now, Ordering::Relaxed); // Relaxed: as above.
+            }
+            entries.push(entry);
+            // Relaxed: a hint for the reaper's checks; the fence below orders the one
+            // that matters (empty to non-empty) before the `idle` load.
+            batch.len.store(entries.len(), Ordering::Relaxed);
+            if entries.len() == 1 {
+                pushed = self.wake_check();
+            }
+        });
+        // Release: the entries written above happen before a takeover that reads this.
+        batch.pin.store(false, Ordering::Release);
+        pushed
+    }
+
+    /// Keeps the entries `live` says are live and hands them to the inbox.
+    #[cold]
+    fn hand_off_live(&self, entries: &mut Vec<Entry>, live: impl FnMut(&Entry) -> bool) {
+        entries.retain(live);
+        self.hand_off(entries.drain(..));
+    }
+
+    fn hand_off(&self, entries: impl Iterator<Item = Entry>) {
+        let mut inbox = self.inbox.lock().unwrap();
+        inbox.extend(entries);
+        // Relaxed: a hint; see `wake_check` for the ordering that matters.
+        self.inbox_len.store(inbox.len(), Ordering::Relaxed);
+    }
+
+    /// After a batch became non-empty: whether the reaper may be parked with no deadline.
+    fn wake_check(&self) -> Pushed {
+        fence(Ordering::SeqCst); // orders the length store before the `idle` load (docs)
+        if self.idle.load(Ordering::Relaxed) {
+            Pushed::WakeReaper
+        } else {
+            Pushed::Filed
+        }
+    }
+
+    /// The reaper: moves into `into` everything handed off, and the entries of every batch
+    /// filed before tick `now` whose owner is not inside it (all batches' entries when
+    /// `everything`: manual mode, where the caller's own batch must be seen too). Drops
+    /// abandoned, empty batches.
+    pub fn collect(&self, now: Tick, everything: bool, into: &mut Vec<Entry>) {
+        {
+            let mut inbox = self.inbox.lock().unwrap();
+            into.append(&mut inbox);
+            self.inbox_len.store(0, Ordering::Relaxed); // Relaxed: a hint, under the lock.
+        }
+        let mut all = self.all.lock().unwrap();
+        // Relaxed (both loads): hints; the takeover below decides under the protocol.
+        let quiet = |b: &Arc<Batch>| {
+            b.len.load(Ordering::Relaxed) > 0
+                && (everything || b.tick.load(Ordering::Relaxed) != now)
+        };
+        if all.iter().any(quiet) {
+            for batch in all.iter().filter(|b| quiet(b)) {
+                // Relaxed: ordered before the pin loads by the heavy fence below.
+                batch.taken.store(true, Ordering::Relaxed);
+            }
+            self.fences.heavy();
+            for batch in all.iter().filter(|b| b.taken.load(Ordering::Relaxed)) {
+                // Acquire: reads the owner's last unpin, after its entries' writes.
+                if !batch.pin.load(Ordering::Acquire) {
+                    batch.entries.with_mut(|entries| {
+                        // Safety: `taken` was set before the heavy fence and the owner is
+                        // not pinned after it, so it keeps off until we unset `taken`.
+                        into.append(unsafe { &mut *entries });
+                    });
+                    batch.len.store(0, Ordering::Relaxed); // Relaxed: a hint.
+                }
+                // Release: the owner that reads this sees the entries we emptied.
+                batch.taken.store(false, Ordering::Release);
+            }
+        }
+        all.retain(|b| !(b.abandoned.load(Ordering::SeqCst) && b.len.load(Ordering::SeqCst) == 0));
+    }
+
+    /// The reaper, before it parks with no deadline: marks itself idle and reports whether
+    /// any entry waits anywhere (then it must not park).
+    pub fn park_check(&self) -> bool {
+        self.idle.store(true, Ordering::Relaxed); // Relaxed: ordered by the fence below.
+        fence(Ordering::SeqCst); // against the pusher's fence (module docs)
+        let waiting = self.inbox_len.load(Ordering::Relaxed) > 0
+            || self
+                .all
+                .lock()
+                .unwrap()
+                .iter()
+                .any(|b| b.len.load(Ordering::Relaxed) > 0);
+        if waiting {
+            self.unidle();
+        }
+        waiting
+    }
+
+    /// Whether any entry waits in a batch or the inbox (hints: a push under way may be
+    /// missed; `park_check` is the race-free check).
+    pub fn waiting(&self) -> bool {
+        // Relaxed (both): hints.
+        self.inbox_len.load(Ordering::Relaxed) > 0
+            || self
+                .all
+                .lock()
+                .unwrap()
+                .iter()
+                .any(|b| b.len.load(Ordering::Relaxed) > 0)
+    }
+
+    /// The reaper is awake.
+    pub fn unidle(&self) {
+        self.idle.store(false, Ordering::Relaxed); // Relaxed: a hint for pushers.
+    }
+
+    /// Marks a thread's batch abandoned (the thread is done with it).
+    pub fn abandon(batch: &Batch) {
+        batch.abandoned.store(true, Ordering::SeqCst);
+    }
+
+    /// Batches registered and not yet dropped.
+    pub fn batches(&self) -> usize {
+        self.all.lock().unwrap().len()
+    }
+}
+
+// ---------------------------------------------------------------- the per-thread lookup
+
+/// A thread's batches, one per acker it created entries in. Dropping it (thread exit)
+/// abandons them; the reaper takes over what is left in them.
+#[cfg(not(loom))]
+#[derive(Default)]
+struct Local {
+    batches: Vec<(usize, Arc<Batch>)>,
+}
+
+#[cfg(not(loom))]
+impl Drop for Local {
+    fn drop(&mut self) {
+        // `LAST` must not name a batch this drop may free (an acker id is never reused, so
+        // nothing else can make it name a freed one).
+        LAST.set((0, std::ptr::null()));
+        self.batches.iter().for_each(|(_, b)| Batches::abandon(b));
+    }
+}
+
+#[cfg(not(loom))]
+thread_local! {
+    static LOCAL: RefCell<Local> = RefCell::new(Local::default());
+    /// The last lookup: an acker's id and its batch (kept alive by `LOCAL`).
+    static LAST: Cell<(usize, *const Batch)> = const { Cell::new((0, std::ptr::null())) };
+}
+
+#[cfg(not(loom))]
+impl Batches {
+    /// [`push_to`](Self::push_to) on the calling thread's batch for this acker (registered
+    /// at its first push).
+    #[inline]
+    pub fn push(&self, entry: Entry, now: Tick, live: impl FnMut(&Entry) -> bool) -> Pushed {
+        let (id, last) = LAST.get();
+        if id == self.id {
+            // Safety: `LAST` names a batch that this thread's `LOCAL` holds an `Arc` of
+            // (it is set only from there, and `LOCAL` drops no batch while `LAST` names it).
+            return self.push_to(unsafe { &*last }, entry, now, live);
+        }
+        let Some(batch) = self.local() else {
+            // The thread is exiting and its batches are gone: straight to the reaper.
+            self.hand_off(std::iter::once(entry));
+            return self.wake_check();
+        };
+        LAST.set((self.id, Arc::as_ptr(&batch)));
+        self.push_to(&batch, entry, now, live)
+    }
+
+    #[cold]
+    fn local(&self) -> Option<Arc<Batch>> {
+        LOCAL
+            .try_with(|local| {
+                let mut local = local.borrow_mut();
+                if let Some((_, batch)) = local.batches.iter().find(|(id, _)| *id == self.id) {
+                    return Arc::clone(batch);
+                }
+                // Batches of ackers that are gone (only this thread still holds them) go now.
+                local.batches.retain(|(_, b)| Arc::strong_count(b) > 1);
+                let batch = self.register();
+                local.batches.push((self.id, Arc::clone(&batch)));
+                batch
+            })
+            .ok()
+    }
+}
+
+#[cfg(loom)]
+impl Batches {
+    /// Under loom, where the models drive [`push_to`](Self::push_to) with explicit
+    /// batches, an entry filed without one goes straight to the inbox.
+    pub fn push(&self, entry: Entry, _now: Tick, _live: impl FnMut(&Entry) -> bool) -> Pushed {
+        self.hand_off(std::iter::once(entry));
+        self.wake_check()
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    fn entry(slot: u32) -> Entry {
+        Entry { slot, tag: slot }
+    }
+
+    #[test]
+    fn only_entries_that_outlive_their_tick_reach_the_reaper() {
+        let batches = Batches::new(Fences::detect());
+        for slot in 0..10 {
+            assert_eq!(batches.push(entry(slot), 5, |_| true), Pushed::Filed);
+        }
+        let mut due = Vec::new();
+        batches.collect(5, false, &mut due);
+        assert!(
+            due.is_empty(),
+            "a batch of the current tick is left to its owner"
+        );
+        // Tick 6: the owner hands off the survivors (the even slots) at its next push.
+        batches.push(entry(10), 6, |e| e.slot % 2 == 0);
+        batches.collect(6, false, &mut due);
+        due.sort_by_key(|e| e.slot);
+        assert_eq!(due, (0..10).step_by(2).map(entry).collect::<Vec<_>>());
+        // Slot 10 was filed at tick 6; the owner goes quiet and the reaper takes it at 7.
+        due.clear();
+        batches.collect(6, false, &mut due);
+        assert!(due.is_empty());
+        batches.collect(7, false, &mut due);
+        assert_eq!(due, vec![entry(10)]);
+    }
+
+    #[test]
+    fn manual_collection_takes_the_current_tick_too() {
+        let batches = Batches::new(Fences::detect());
+        batches.push(entry(1), 5, |_| true);
+        let mut due = Vec::new();
+        batches.collect(5, true, &mut due);
+        assert_eq!(due, vec![entry(1)]);
+        // The owner goes on with an empty batch after the takeover.
+        batches.push(entry(2), 5, |_| true);
+        due.clear();
+        batches.collect(5, true, &mut due);
+        assert_eq!(due, vec![entry(2)]);
+    }
+
+    #[test]
+    fn a_pinned_owner_keeps_the_reaper_out_and_a_taken_batch_keeps_the_owner_out() {
+        let batches = Batches::new(Fences::detect());
+        let batch = batches.register();
+        batches.push_to(&batch, entry(1), 5, |_| true);
+        // The owner is inside (as if preempted mid-push): the reaper leaves the batch.
+        batch.pin.store(true, Ordering::SeqCst);
+        let mut due = Vec::new();
+        batches.collect(6, false, &mut due);
+        assert!(due.is_empty());
+        assert!(!batch.taken.load(Ordering::SeqCst), "the reaper let go");
+        batch.pin.store(false, Ordering::SeqCst);
+        // The reaper is inside: the owner's push goes to the inbox instead.
+        batch.taken.store(true, Ordering::SeqCst);
+        batches.push_to(&batch, entry(2), 6, |_| true);
+        batch.taken.store(false, Ordering::SeqCst);
+        batches.collect(6, false, &mut due);
+        assert_eq!(due, vec![entry(2), entry(1)]);
+    }
+
+    #[test]
+    fn the_first_entry_after_idle_wakes_the_reaper_and_an_idle_reaper_sees_waiting_entries() {
+        let batches = Batches::new(Fences::detect());
+        assert!(!batches.park_check(), "nothing waits");
+        assert_eq!(batches.push(entry(1), 1, |_| true), Pushed::WakeReaper);
+        batches.unidle();
+        assert_eq!(batches.push(entry(2), 1, |_| true), Pushed::Filed);
+        assert!(batches.park_check(), "entries wait: do not park");
+    }
+
+    #[test]
+    fn a_finished_thread_strands_nothing_and_its_batch_is_dropped() {
+        let batches = Arc::new(Batches::new(Fences::detect()));
+        let other = Arc::clone(&batches);
+        std::thread::spawn(move || {
+            other.push(entry(7), 3, |_| true);
+        })
+        .join()
+        .unwrap();
+        assert_eq!(batches.batches(), 1);
+        let mut due = Vec::new();
+        batches.collect(4, false, &mut due);
+        assert_eq!(due, vec![entry(7)]);
+        assert_eq!(batches.batches(), 0, "abandoned and empty: dropped");
+    }
+
+    #[test]
+    fn owners_and_a_reaper_lose_no_entry_and_duplicate_none() {
+        // Four owners push distinct entries over advancing ticks while a reaper collects
+        // without `everything`; at the end everything is collected exactly once.
+        let batches = Arc::new(Batches::new(Fences::detect()));
+        let tick = Arc::new(AtomicU32::new(1));
+        let per_thread = if cfg!(miri) { 200 } else { 50_000 };
+        let stop = Arc::new(AtomicBool::new(false));
+        let reaper = {
+            let (batches, tick, stop) =
+                (Arc::clone(&batches), Arc::clone(&tick), Arc::clone(&stop));
+            std::thread::spawn(move || {
+                let mut got = Vec::new();
+                while !stop.load(Ordering::SeqCst) {
+                    let now = tick.fetch_add(1, Ordering::SeqCst) + 1;
+                    batches.collect(now, false, &mut got);
+                    std::thread::yield_now();
+                }
+                got
+            })
+        };
+        let owners: Vec<_> = (0..4u32)
+            .map(|t| {
+                let (batches, tick) = (Arc::clone(&batches), Arc::clone(&tick));
+                std::thread::spawn(move || {
+                    for i in 0..per_thread {
+                        let now = tick.load(Ordering::SeqCst);
+                        batches.push(entry(t * per_thread + i), now, |_| true);
+                    }
+                })
+            })
+            .collect();
+        owners.into_iter().for_each(|o| o.join().unwrap());
+        stop.store(true, Ordering::SeqCst);
+        let mut got = reaper.join().unwrap();
+        batches.collect(u32::MAX, true, &mut got);
+        got.sort_by_key(|e| e.slot);
+        assert_eq!(got.len(), 4 * per_thread as usize);
+        assert!(got.iter().enumerate().all(|(i, e)| e.slot == i as u32));
+    }
+}

@@ -1,0 +1,685 @@
+//! The reaper's compact wheel: entries filed under a tick, collected once the tick is due.
+//!
+//! The second-generation reaper keeps, for each tree that outlived a tick, one small `Copy`
+//! entry (a slot and a key check) filed under its deadline's tick. Entries are never
+//! cancelled: when one comes due the reaper re-checks it against the table and drops or
+//! re-files it. So this wheel offers only `push` and `advance`, and holds entries in plain
+//! `Vec`s — no node, link or handle per entry.
+//!
+//! ## Algorithm
+//!
+//! A hierarchical timing wheel (Kafka's, Caffeine's) of [`LEVELS`] levels of 64 buckets:
+//! level `k`'s buckets span 64^k ticks, so its 64 buckets span one bucket of level `k + 1`.
+//! An entry for tick `t` after the wheel's time `T` goes to the level of the highest base-64
+//! digit in which `t` and `T` differ, into the bucket of `t`'s digit there. The two agree on
+//! every higher digit and `t > T`, so `t`'s digit is the larger: a bucket is always *after*
+//! the one `T` is in. Ticks that differ from `T` at bit [`HORIZON_BITS`] or above (2^36
+//! ticks: 2.2 years of 1 ms ticks) wait in an unsorted *overflow* vector; ticks at or before
+//! `T` wait in *ready* for the next `advance`.
+//!
+//! `advance(now)` repeatedly takes the earliest occupied bucket, found with one
+//! `trailing_zeros` per level: every entry of level `k` lies inside `T`'s level-`k + 1`
+//! bucket and every entry of level `k + 1` after it, so the first occupied bucket of the
+//! lowest occupied level is the earliest. If that bucket starts after `now`, nothing more is
+//! due and `T` becomes `now`. Otherwise `T` moves to `min(now, the bucket's last tick)` and
+//! the bucket is emptied: due entries go out, the rest *cascade* into finer levels (they
+//! share `T`'s digit at the bucket's level now, so they land lower). The overflow is taken
+//! the same way, as one bucket spanning the 2^36-tick span of its earliest tick. Every step
+//! moves at least one entry and no step visits an empty bucket, so a jump over any idle gap
+//! costs the entries moved, not the ticks passed, and an entry moves at most once per level
+//! (the overflow excepted, see below).
+//!
+//! ## Invariants
+//!
+//! * A level-`k` entry agrees with `T` on every digit above `k`, and its bucket's digit is
+//!   greater than `T`'s digit `k`. The occupancy bitmap of each level is exact.
+//! * Overflow entries lie in a later 2^36-tick span than `T`; `overflow_min` is their
+//!   earliest tick.
+//! * Ready entries are due at `T`; every other entry is after `T`. Each entry is in exactly
+//!   one place, so it comes out exactly once, and never before its tick.
+//!
+//! ## Memory
+//!
+//! A bucket stores its entries and, beside them, each entry's tick as a `u32` offset from the
+//! bucket's start (a level-5 bucket spans 2^30 ticks). A level-0 bucket holds one tick and
+//! stores no offsets. Each bucket also keeps its least offset, which makes
+//! [`Buckets::next_due`] exact at no per-entry cost.
+//!
+//! | what | bytes |
+//! |---|---|
+//! | an entry in level 0 | `size_of::<E>()` |
+//! | an entry in levels 1-5 | `size_of::<E>()` + 4 |
+//! | an entry in the overflow | `size_of::<(u64, E)>()` |
+//! | growth slack | up to 1.5× the above in buckets (they grow by half), 2× in the rest |
+//! | the fixed bucket table | 384 buckets × 56 B = 21 KiB per wheel |
+//!
+//! An emptied bucket's vectors are freed (entries cascade to other buckets, never back into
+//! the bucket being emptied), so a burst gives its memory back once it has come due.
+//!
+//! ## Limits
+//!
+//! The overflow is rescanned whole each time the wheel's time enters the span of its
+//! earliest tick, so entries spread over many distinct 2^36-tick spans cost a scan per
+//! span: quadratic in the worst case, but each scan needs 2^36 ticks of wheel time.
+
+use std::fmt;
+use std::mem;
+
+/// log2 of the buckets per level: 64, so a level's occupancy is one `u64` bitmap.
+const BITS: u32 = 6;
+
+/// Buckets per level.
+const BUCKETS: usize = 1 << BITS;
+
+/// Levels of buckets. Level `k` spans 64^(k+1) ticks, so six levels reach 2^36 ticks.
+const LEVELS: usize = 6;
+
+/// Ticks that differ from the wheel's time in this bit or a higher one go to the overflow.
+const HORIZON_BITS: u32 = BITS * LEVELS as u32;
+
+// An entry's offset within its bucket is below the bucket's span, 2^(6k), and is stored in
+// a `u32`: the coarsest level's span must fit.
+const _: () = assert!(BITS * (LEVELS as u32 - 1) <= u32::BITS);
+// The overflow's span must be a valid shift of a tick.
+const _: () = assert!(HORIZON_BITS < u64::BITS);
+
+/// log2 of the span of one of `level`'s buckets, in ticks.
+#[inline]
+fn shift(level: usize) -> u32 {
+    BITS * level as u32
+}
+
+/// The mask of the ticks within one bucket of `level`.
+#[inline]
+fn low_mask(level: usize) -> u64 {
+    (1u64 << shift(level)) - 1
+}
+
+/// Pushes `x`, growing a full vector by half rather than doubling it: a bucket's slack is
+/// then at most a third of its capacity (a half with `Vec`'s doubling), and pushes stay
+/// amortized O(1).
+fn push_compact<T>(v: &mut Vec<T>, x: T) {
+    if v.len() == v.capacity() {
+        v.reserve_exact((v.len() / 2).max(4));
+    }
+    v.push(x);
+}
+
+/// One bucket: its entries and, for levels above 0, each entry's tick as an offset from the
+/// bucket's start, in the same order.
+struct Bucket<E> {
+    entries: Vec<E>,
+    offsets: Vec<u32>,
+    /// The least of `offsets` (0 on level 0); meaningless while the bucket is empty.
+    min_offset: u32,
+}
+
+impl<E> Default for Bucket<E> {
+    fn default() -> Self {
+        Bucket {
+            entries: Vec::new(),
+            offsets: Vec::new(),
+            min_offset: 0,
+        }
+    }
+}
+
+impl<E> Bucket<E> {
+    fn heap_bytes(&self) -> usize {
+        self.entries.capacity() * mem::size_of::<E>()
+            + self.offsets.capacity() * mem::size_of::<u32>()
+    }
+}
+
+/// Where the earliest entries wait: a level's bucket, or the overflow.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Earliest {
+    /// `level`'s bucket `bucket`, whose first tick is `start`.
+    Bucket {
+        level: usize,
+        bucket: usize,
+        start: u64,
+    },
+    /// The overflow, whose earliest entry's 2^36-tick span begins at `start`.
+    Overflow { start: u64 },
+}
+
+/// A hierarchical wheel of `Vec` buckets: `push` an entry under a tick, `advance` to collect
+/// every entry whose tick has come. Ticks are `u64` and the wheel's time only moves forward.
+pub(crate) struct Buckets<E: Copy> {
+    /// The wheel's time: every entry filed at a tick up to it has been returned, or waits
+    /// in `ready`.
+    time: u64,
+    /// Per level, bit `b` set iff bucket `b` of that level is non-empty.
+    occupied: [u64; LEVELS],
+    /// Level `k`'s bucket `b` is `buckets[k * BUCKETS + b]`.
+    buckets: Box<[Bucket<E>]>,
+    /// Entries pushed at or before `time`, returned by the next `advance`.
+    ready: Vec<E>,
+    /// Entries 2^36 ticks or more ahead, with their full ticks.
+    overflow: Vec<(u64, E)>,
+    /// The earliest tick in `overflow`; meaningless while it is empty.
+    overflow_min: u64,
+    /// Entries filed and not yet returned.
+    len: usize,
+}
+
+// === impl Buckets ===
+
+impl<E: Copy> Buckets<E> {
+    /// An empty wheel whose time is `now`.
+    pub(crate) fn new(now: u64) -> Self {
+        Buckets {
+            time: now,
+            occupied: [0; LEVELS],
+            buckets: (0..LEVELS * BUCKETS).map(|_| Bucket::default()).collect(),
+            ready: Vec::new(),
+            overflow: Vec::new(),
+            overflow_min: 0,
+            len: 0,
+        }
+    }
+
+    /// Files `entry` under `tick`. A tick <= the wheel's time comes out at the next
+    /// `advance`.
+    pub(crate) fn push(&mut self, tick: u64, entry: E) {
+        self.len += 1;
+        if tick <= self.time {
+            self.ready.push(entry);
+        } else {
+            self.place(tick, entry);
+        }
+    }
+
+    /// Moves the wheel's time to `now` (>= its time) and appends to `due` every entry filed
+    /// under a tick <= now (each exactly once; order within is unspecified).
+    pub(crate) fn advance(&mut self, now: u64, due: &mut Vec<E>) {
+        debug_assert!(now >= self.time, "time went back: {now} < {}", self.time);
+        let now = now.max(self.time);
+        let before = due.len();
+        // Taken rather than drained, so that a burst of late pushes does not keep its
+        // capacity.
+        due.extend_from_slice(&mem::take(&mut self.ready));
+        while let Some(earliest) = self.earliest() {
+            match earliest {
+                Earliest::Bucket { start, .. } | Earliest::Overflow { start } if start > now => {
+                    break
+                }
+                Earliest::Bucket {
+                    level,
+                    bucket,
+                    start,
+                } => self.empty_bucket(level, bucket, start, now, due),
+                Earliest::Overflow { start } => self.refile_overflow(start, now, due),
+            }
+        }
+        // Nothing left starts at or before `now`, so every level's occupied buckets are
+        // after `now`'s digit there, and the overflow after `now`'s span: the invariants
+        // hold for the new time.
+        self.time = now;
+        self.len -= due.len() - before;
+    }
+
+    /// The earliest tick at which `advance` returns something: exact (the earliest filed
+    /// tick, or the wheel's time when an entry filed at or before it waits); `None` when
+    /// empty.
+    pub(crate) fn next_due(&self) -> Option<u64> {
+        if !self.ready.is_empty() {
+            return Some(self.time);
+        }
+        Some(match self.earliest()? {
+            Earliest::Bucket {
+                level,
+                bucket,
+                start,
+            } => start | u64::from(self.buckets[level * BUCKETS + bucket].min_offset),
+            Earliest::Overflow { .. } => self.overflow_min,
+        })
+    }
+
+    /// Keeps only the entries `keep` says to keep, wherever they wait, and frees the
+    /// vectors it empties. O(entries + buckets): for a caller that sweeps out dead entries
+    /// once they outnumber the live ones, so that each costs O(1) amortized.
+    pub(crate) fn retain(&mut self, mut keep: impl FnMut(&E) -> bool) {
+        for level in 0..LEVELS {
+            let mut occupied = self.occupied[level];
+            while occupied != 0 {
+                let b = occupied.trailing_zeros() as usize;
+                occupied &= occupied - 1;
+                let bucket = &mut self.buckets[level * BUCKETS + b];
+                if level == 0 {
+                    bucket.entries.retain(|e| keep(e));
+                } else {
+                    let mut kept = 0;
+                    for i in 0..bucket.entries.len() {
+                        if keep(&bucket.entries[i]) {
+                            bucket.entries[kept] = bucket.entries[i];
+                            bucket.offsets[kept] = bucket.offsets[i];
+                            kept += 1;
+                        }
+                    }
+                    bucket.entries.truncate(kept);
+                    bucket.offsets.truncate(kept);
+                    bucket.min_offset = bucket.offsets.iter().copied().min().unwrap_or(0);
+                }
+                if bucket.entries.is_empty() {
+                    *bucket = Bucket::default();
+                    self.occupied[level] &= !(1 << b);
+                }
+            }
+        }
+        self.ready.retain(|e| keep(e));
+        self.overflow.retain(|(_, e)| keep(e));
+        self.overflow_min = self.overflow.iter().map(|&(t, _)| t).min().unwrap_or(0);
+        self.len = self.ready.len()
+            + self.overflow.len()
+            + self.buckets.iter().map(|b| b.entries.len()).sum::<usize>();
+    }
+
+    /// Entries filed and not yet returned.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Heap bytes held: the fixed bucket table and every vector's capacity. Vectors emptied
+    /// by `advance` are freed, so this falls back to the empty wheel's once a burst is due.
+    pub(crate) fn heap_bytes(&self) -> usize {
+        mem::size_of_val::<[Bucket<E>]>(&self.buckets)
+            + self.buckets.iter().map(Bucket::heap_bytes).sum::<usize>()
+            + self.ready.capacity() * mem::size_of::<E>()
+            + self.overflow.capacity() * mem::size_of::<(u64, E)>()
+    }
+
+    /// Files `entry` for `tick`, which is after the wheel's time, in its level's bucket or
+    /// the overflow.
+    fn place(&mut self, tick: u64, entry: E) {
+        debug_assert!(tick > self.time);
+        // The highest differing bit picks the level; `tick > time` makes `tick`'s digit
+        // there the larger, so the bucket is after the one `time` is in.
+        let top = u64::BITS - 1 - (tick ^ self.time).leading_zeros();
+        let level = (top / BITS) as usize;
+        if level >= LEVELS {
+            if self.overflow.is_empty() || tick < self.overflow_min {
+                self.overflow_min = tick;
+            }
+            self.overflow.push((tick, entry));
+            return;
+        }
+        let b = ((tick >> shift(level)) as usize) & (BUCKETS - 1);
+        let bucket = &mut self.buckets[level * BUCKETS + b];
+        if level > 0 {
+            // Below 2^30: the bucket spans at most that many ticks (checked at compile time).
+            let offset = (tick & low_mask(level)) as u32;
+            if bucket.entries.is_empty() || offset < bucket.min_offset {
+                bucket.min_offset = offset;
+            }
+            push_compact(&mut bucket.offsets, offset);
+        }
+        push_compact(&mut bucket.entries, entry);
+        self.occupied[level] |= 1 << b;
+    }
+
+    /// The bucket (or overflow) holding the earliest entries, by the invariants: the first
+    /// occupied bucket of the lowest occupied level, else the overflow. `ready` aside.
+    fn earliest(&self) -> Option<Earliest> {
+        for (level, &bits) in self.occupied.iter().enumerate() {
+            if bits == 0 {
+                continue;
+            }
+            let bucket = bits.trailing_zeros() as usize;
+            let digit = (self.time >> shift(level)) as usize & (BUCKETS - 1);
+            debug_assert!(
+                bucket > digit,
+                "level {level} bucket {bucket} not after {digit}"
+            );
+            // `time`'s digits above `level`, then the bucket's digit, then zeros. A shift
+            // of at most HORIZON_BITS < 64, so never out of range.
+            let above = shift(level + 1);
+            let start = (self.time >> above << above) | ((bucket as u64) << shift(level));
+            return Some(Earliest::Bucket {
+                level,
+                bucket,
+                start,
+            });
+        }
+        (!self.overflow.is_empty()).then_some(Earliest::Overflow {
+            start: self.overflow_min >> HORIZON_BITS << HORIZON_BITS,
+        })
+    }
+
+    /// Empties `level`'s bucket `b`, which starts at `start` <= `now` and is the earliest:
+    /// moves the time into it, sends its due entries to `due` and cascades the rest.
+    fn empty_bucket(&mut self, level: usize, b: usize, start: u64, now: u64, due: &mut Vec<E>) {
+        // Forward: the bucket is after the one `time` was in. Every finer level is empty
+        // (this is the lowest occupied one), and coarser levels' buckets start after this
+        // one ends, so only this bucket's entries need placing relative to the new time.
+        self.time = now.min(start | low_mask(level));
+        self.occupied[level] &= !(1 << b);
+        // Taken, so the vectors are freed once read: nothing cascades back into the bucket
+        // being emptied.
+        let bucket = mem::take(&mut self.buckets[level * BUCKETS + b]);
+        if level == 0 {
+            // One tick, `start`, which is <= now.
+            due.extend_from_slice(&bucket.entries);
+            return;
+        }
+        for (&entry, &offset) in bucket.entries.iter().zip(&bucket.offsets) {
+            let tick = start | u64::from(offset);
+            if tick <= self.time {
+                due.push(entry);
+            } else {
+                // Same digits as `time` from `level` up, so it lands in a finer level.
+                self.place(tick, entry);
+            }
+        }
+    }
+
+    /// Takes the overflow as one bucket spanning the 2^36 ticks from `start` <= `now`: moves
+    /// the time into that span, sends due entries to `due`, files the rest of the span in
+    /// the levels, and keeps entries of later spans.
+    fn refile_overflow(&mut self, start: u64, now: u64, due: &mut Vec<E>) {
+        self.time = now.min(start | ((1u64 << HORIZON_BITS) - 1));
+        let mut far = mem::take(&mut self.overflow);
+        let mut min = u64::MAX;
+        far.retain(|&(tick, entry)| {
+            if tick <= self.time {
+                due.push(entry);
+                false
+            } else if (tick ^ self.time) >> HORIZON_BITS == 0 {
+                self.place(tick, entry);
+                false
+            } else {
+                min = min.min(tick);
+                true
+            }
+        });
+        // Give back what a burst of far entries left behind.
+        if far.capacity() > 4 * far.len() {
+            far.shrink_to(2 * far.len());
+        }
+        self.overflow = far;
+        self.overflow_min = min;
+    }
+}
+
+impl<E: Copy> fmt::Debug for Buckets<E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Buckets")
+            .field("time", &self.time)
+            .field("len", &self.len)
+            .field("next_due", &self.next_due())
+            .field("overflow", &self.overflow.len())
+            .field("heap_bytes", &self.heap_bytes())
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    use std::collections::BTreeMap;
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    use rand::rngs::StdRng;
+    use rand::{Rng, SeedableRng};
+
+    /// Removes and returns, sorted, the model's entries at ticks <= `now`.
+    fn model_due(model: &mut BTreeMap<u64, Vec<u64>>, now: u64) -> Vec<u64> {
+        let later = match now.checked_add(1) {
+            Some(next) => model.split_off(&next),
+            None => BTreeMap::new(),
+        };
+        let mut due: Vec<u64> = mem::replace(model, later).into_values().flatten().collect();
+        due.sort_unstable();
+        due
+    }
+
+    /// A tick for a new entry: sometimes at or before `time`, mostly a distance after it
+    /// whose bit length is uniform over every level and past the overflow's horizon, now and
+    /// then near the end of time.
+    fn random_tick(rng: &mut StdRng, time: u64) -> u64 {
+        match rng.random_range(0..100) {
+            0..10 => time - rng.random_range(0..=time.min(100)),
+            10..12 => u64::MAX - rng.random_range(0..1000),
+            _ => {
+                let bits = rng.random_range(0..=44);
+                time.saturating_add(1 + rng.random_range(0..1u64 << bits))
+            }
+        }
+    }
+
+    /// Where to advance to: small steps mostly, jumps over every level, bucket boundaries
+    /// and the exact next due tick.
+    fn random_now(rng: &mut StdRng, time: u64, next_due: Option<u64>) -> u64 {
+        match rng.random_range(0..100) {
+            0..15 => next_due.unwrap_or(time).max(time),
+            15..25 => {
+                // The first tick of a coming bucket of some level (or the overflow's span).
+                let shift = BITS * rng.random_range(1..=LEVELS as u32);
+                (time >> shift)
+                    .checked_add(1)
+                    .and_then(|t| t.checked_mul(1 << shift))
+                    .unwrap_or(u64::MAX)
+            }
+            25..27 => (u64::MAX - rng.random_range(0..1000)).max(time),
+            27..60 => time.saturating_add(rng.random_range(0..4)),
+            _ => {
+                let bits = rng.random_range(0..=42);
+                time.saturating_add(rng.random_range(0..1u64 << bits))
+            }
+        }
+    }
+
+    /// Random pushes and advances against a sorted map: every entry comes out exactly once,
+    /// at the first advance whose `now` reaches its tick; `next_due` is exact and nothing
+    /// comes out before it.
+    fn check_against_model(seed: u64, start: u64, steps: usize) {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let mut wheel = Buckets::<u64>::new(start);
+        let empty_bytes = wheel.heap_bytes();
+        let mut model: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
+        let mut time = start;
+        let mut next_id = 0u64;
+        let mut due = Vec::new();
+        for step in 0..steps {
+            if rng.random_bool(0.6) {
+                for _ in 0..rng.random_range(1..8) {
+                    let tick = random_tick(&mut rng, time);
+                    wheel.push(tick, next_id);
+                    model.entry(tick).or_default().push(next_id);
+                    next_id += 1;
+                }
+            } else {
+                let next_due = wheel.next_due();
+                let expected = model.keys().next().map(|&t| t.max(time));
+                assert_eq!(next_due, expected, "seed {seed} step {step}: next_due");
+                if let Some(next) = next_due.filter(|&n| n > time && rng.random_bool(0.2)) {
+                    // Anywhere before the next due tick returns nothing.
+                    let before = rng.random_range(time..next);
+                    wheel.advance(before, &mut due);
+                    assert!(due.is_empty(), "seed {seed} step {step}: early at {before}");
+                    time = before;
+                }
+                let now = random_now(&mut rng, time, next_due);
+                wheel.advance(now, &mut due);
+                due.sort_unstable();
+                assert_eq!(
+                    due,
+                    model_due(&mut model, now),
+                    "seed {seed} step {step}: due at {now}"
+                );
+                due.clear();
+                time = now;
+            }
+            assert_eq!(wheel.len(), model.values().map(Vec::len).sum::<usize>());
+        }
+        wheel.advance(u64::MAX, &mut due);
+        due.sort_unstable();
+        assert_eq!(
+            due,
+            model_due(&mut model, u64::MAX),
+            "seed {seed}: the rest"
+        );
+        assert_eq!(wheel.len(), 0);
+        assert_eq!(wheel.next_due(), None);
+        assert_eq!(wheel.heap_bytes(), empty_bytes, "seed {seed}: memory kept");
+    }
+
+    #[test]
+    fn entries_come_out_at_their_tick_once() {
+        for seed in 0..4 {
+            check_against_model(seed, 0, 20_000);
+        }
+        // Unaligned starts, one near the end of time.
+        check_against_model(10, 12_345_678_901, 20_000);
+        check_against_model(11, (1 << 40) + 4095, 20_000);
+        check_against_model(12, u64::MAX - (1 << 41) - 77, 20_000);
+    }
+
+    #[test]
+    fn entries_at_level_boundaries() {
+        // Each level's first and last tick as seen from an unaligned time, and the horizon.
+        let start = 1_000_003;
+        let mut wheel = Buckets::new(start);
+        let mut ticks = vec![start + 1];
+        wheel.push(start + 1, start + 1);
+        for level in 1..=LEVELS as u32 {
+            let span = 1u64 << (BITS * level);
+            for tick in [start + span - 1, start + span, start + span + 1] {
+                ticks.push(tick);
+                wheel.push(tick, tick);
+            }
+        }
+        ticks.sort_unstable();
+        ticks.dedup();
+        let mut due = Vec::new();
+        for &tick in &ticks {
+            assert_eq!(wheel.next_due(), Some(tick));
+            wheel.advance(tick - 1, &mut due);
+            assert!(due.is_empty(), "{tick} came out early");
+            wheel.advance(tick, &mut due);
+            assert!(due.contains(&tick), "{tick} did not come out at its tick");
+            assert!(due.iter().all(|&d| d == tick));
+            due.clear();
+        }
+        assert_eq!(wheel.len(), 0);
+    }
+
+    #[test]
+    fn a_push_at_or_before_now_comes_out_at_the_next_advance() {
+        let mut wheel = Buckets::new(100);
+        wheel.push(100, 'a');
+        wheel.push(5, 'b');
+        wheel.push(101, 'c');
+        assert_eq!(wheel.len(), 3);
+        assert_eq!(wheel.next_due(), Some(100));
+        let mut due = Vec::new();
+        wheel.advance(100, &mut due);
+        due.sort_unstable();
+        assert_eq!(due, ['a', 'b']);
+        due.clear();
+        wheel.advance(100, &mut due);
+        assert!(due.is_empty());
+        assert_eq!(wheel.len(), 1);
+        assert_eq!(wheel.next_due(), Some(101));
+    }
+
+    #[test]
+    fn a_huge_jump_moves_bucket_wise() {
+        let jump = 1u64 << 40;
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut due = Vec::new();
+            // An empty wheel.
+            let mut wheel = Buckets::<u64>::new(7);
+            wheel.advance(7 + jump, &mut due);
+            assert!(due.is_empty());
+            // A few entries spread over the levels and the overflow, one beyond the jump.
+            let mut wheel = Buckets::<u64>::new(7);
+            let ticks = [8, 70, 5_000, 1 << 25, (1 << 37) + 3, jump, jump + 8];
+            for t in ticks {
+                wheel.push(t, t);
+            }
+            wheel.advance(jump + 7, &mut due);
+            due.sort_unstable();
+            tx.send((due, wheel.len(), wheel.next_due())).unwrap();
+        });
+        // A walk tick by tick would take hours; bucket-wise it takes microseconds.
+        let (due, len, next) = rx
+            .recv_timeout(Duration::from_secs(20))
+            .expect("a 2^40-tick advance did not finish in 20 s");
+        assert_eq!(due, [8, 70, 5_000, 1 << 25, (1 << 37) + 3, jump]);
+        assert_eq!((len, next), (1, Some(jump + 8)));
+    }
+
+    #[test]
+    fn retain_keeps_what_it_is_told_at_its_ticks() {
+        let mut rng = StdRng::seed_from_u64(11);
+        let mut wheel = Buckets::new(100);
+        let mut model: BTreeMap<u64, Vec<u32>> = BTreeMap::new();
+        for i in 0..20_000u32 {
+            let tick = 100 + (rng.random::<u64>() >> rng.random_range(20..64));
+            wheel.push(tick, i);
+            model.entry(tick.max(100)).or_default().push(i);
+        }
+        wheel.retain(|e| e % 3 == 0);
+        model.values_mut().for_each(|v| v.retain(|e| e % 3 == 0));
+        model.retain(|_, v| !v.is_empty());
+        assert_eq!(wheel.len(), model.values().map(Vec::len).sum::<usize>());
+        assert_eq!(wheel.next_due(), model.keys().next().copied());
+        for (&tick, expected) in &model {
+            let mut due = Vec::new();
+            wheel.advance(tick, &mut due);
+            due.sort_unstable();
+            let mut expected = expected.clone();
+            expected.sort_unstable();
+            assert_eq!(due, expected, "at tick {tick}");
+        }
+        assert_eq!(wheel.len(), 0);
+    }
+
+    #[test]
+    fn memory_falls_back_after_a_burst() {
+        let mut rng = StdRng::seed_from_u64(7);
+        let mut wheel = Buckets::<u64>::new(0);
+        let empty = wheel.heap_bytes();
+        let n = 200_000;
+        // A burst over the levels, a few late ones and a few far ones.
+        for i in 0..n {
+            wheel.push(rng.random_range(1..300_000), i);
+        }
+        for i in 0..1_000 {
+            wheel.push(0, i);
+            wheel.push(rng.random_range(1 << 37..1 << 38), i);
+        }
+        assert!(wheel.heap_bytes() > empty + n as usize * 8);
+        let mut due = Vec::new();
+        wheel.advance(300_000, &mut due);
+        assert_eq!(due.len(), n as usize + 1_000);
+        assert!(
+            wheel.heap_bytes() < empty + 1_000 * 4 * 16,
+            "the far ones' vector only"
+        );
+        wheel.advance(1 << 38, &mut due);
+        assert_eq!(wheel.len(), 0);
+        assert_eq!(wheel.heap_bytes(), empty);
+    }
+
+    #[test]
+    fn memory_per_entry_stays_within_budget() {
+        // A million 8-byte entries over a 30 s window of 1 ms ticks, mostly in levels 1-2.
+        let mut rng = StdRng::seed_from_u64(3);
+        let mut wheel = Buckets::<u64>::new(0);
+        let empty = wheel.heap_bytes();
+        let n = 1_000_000;
+        for i in 0..n {
+            wheel.push(rng.random_range(1..30_000), i);
+        }
+        // 8 B entry and 4 B offset, and buckets grown by half: at most 18 B (about 16.8 here);
+        // `Vec`'s doubling would give up to 24 B (about 22.8 here).
+        let per_entry = (wheel.heap_bytes() - empty) as f64 / n as f64;
+        assert!(per_entry <= 18.0, "{per_entry} B per 8-byte entry");
+    }
+}

@@ -1,0 +1,682 @@
+//! The Acker's second-generation core: lock-free tables of 16-byte root words, lazy timers,
+//! one reaper. Built beside the first core (`ledger.rs`, `grace.rs`, `ring.rs`, ...) behind
+//! the same API, and chosen by the builder's private switch until it replaces it (issue 20).
+//!
+//! ## A tree's path
+//!
+//! `hash(root)` (a bijection, so a completion can name its root) picks a table (`roots/`)
+//! and the root's key there. An ack is a search of the root's home line and one 128-bit CAS
+//! on it (`word.rs`: key, state and XOR change together, so no grace period and no false
+//! `Acked`); the ack that brings an initialized tree's value to 0 completes it in that CAS,
+//! takes the payload and frees the slot. A tree that completes within its first tick costs
+//! its own slot's lines and its creator's batch (`batches.rs`), nothing else.
+//!
+//! ## Times
+//!
+//! Times are ticks of the resolution (a power of two of nanoseconds), counted from the
+//! clock's reading at build (plus one, so that tick 0 is never used), kept per slot as
+//! `u32`s (`roots/times.rs`). Only a thread that creates an entry reads the clock for it
+//! (lazily, inside the table, when it claims a slot), and the completing thread reads it
+//! for `elapsed`. A tree's deadline is its first message's tick plus its timeout in ticks,
+//! rounded up, plus one: a tick read at the first message may be up to one tick old, so
+//! the deadline is never early. A `TimedOut` completion reports at least its timeout.
+//! Timeouts are at most [`MAX_TIMEOUT_TICKS`] ticks, so deadlines compare correctly across
+//! the `u32` wrap.
+//!
+//! ## Timers
+//!
+//! A created entry is filed in its creator's batch; once a tick, survivors go to the reaper
+//! (`batches.rs`), which files each under its deadline's tick in its wheel (`buckets.rs`).
+//! When an entry comes due the reaper asks the table (`Roots::expire`): gone (completed,
+//! reused) is dropped, a moved deadline is filed again, an initialized tree times out, an
+//! orphan is dropped. See `reaper.rs`.
+//!
+//! ## The bound
+//!
+//! `max_pending` credits (`credits.rs`): a claim takes one and emptying the slot gives it
+//! back, inside the table, so the bound is exact. The tables are sized for `max_pending` at
+//! a load of at most 3/4 but allocated zeroed, so their pages cost memory only once used.
+//! (Growth, which makes the tables follow what is pending, is the next step of issue 20.)
+
+mod reaper;
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::time::Duration;
+
+use crossbeam_utils::CachePadded;
+
+use super::batches::{Batches, Entry, Pushed};
+use super::credits::{self, Credits};
+use super::fences::Fences;
+use super::roots::{Applied, Completed, Done, Refused, Roots, Stamp, Tick, GROUP_SLOTS};
+use super::word::{Key, KEY_SHIFT};
+use super::{AckerStats, Callback, Completion, InitError, Outcome};
+use crate::clock::Clock;
+use crate::sync::{Arc, AtomicBool, AtomicU64, Mutex, Ordering};
+// The reaper is a std thread even under loom: the models check the table and batch
+// protocols on their own, not this core's thread.
+use std::thread;
+
+/// The longest timeout, in ticks: deadlines stay within 2^31 ticks of any tick that reads
+/// them, so wrapping comparisons of `u32` ticks are right.
+pub(super) const MAX_TIMEOUT_TICKS: u64 = (1 << 30) - 2;
+
+/// The fewest tables: a key drops the top [`KEY_SHIFT`] bits of the root's hash, which
+/// the table's index must carry.
+const MIN_TABLES: usize = 1 << KEY_SHIFT;
+
+/// The fewest slots per table: a small table's whole table is one root's probe window, so
+/// it refuses an entry only when full.
+const MIN_TABLE_SLOTS: usize = (super::roots::MAX_PROBE + 1) * GROUP_SLOTS;
+
+/// What the builder settled, for [`Lean::new`].
+pub(super) struct Config<T> {
+    pub tables: usize,
+    pub max_pending: usize,
+    pub timeout_ns: u64,
+    pub resolution_ns: u64,
+    pub clock: Box<dyn Clock>,
+    pub on_complete: Option<Callback<T>>,
+    pub manual: bool,
+}
+
+/// A bijective mix of root ids, so that the tables can store hashes and still name roots.
+#[derive(Clone, Copy, Debug)]
+struct Mix {
+    seed: u64,
+}
+
+const M1: u64 = 0xbf58_476d_1ce4_e5b9;
+const M2: u64 = 0x94d0_49bb_1331_11eb;
+
+/// The inverse of an odd `m` modulo 2^64 (Newton's iteration doubles the correct bits).
+const fn inverse(m: u64) -> u64 {
+    let mut x = m; // correct to 3 bits for odd m
+    let mut i = 0;
+    while i < 5 {
+        x = x.wrapping_mul(2u64.wrapping_sub(m.wrapping_mul(x)));
+        i += 1;
+    }
+    x
+}
+
+impl Mix {
+    #[inline]
+    fn hash(self, root: u64) -> u64 {
+        let mut z = root ^ self.seed;
+        z = (z ^ (z >> 30)).wrapping_mul(M1);
+        z = (z ^ (z >> 27)).wrapping_mul(M2);
+        z ^ (z >> 31)
+    }
+
+    fn root(self, hash: u64) -> u64 {
+        let unshift = |mut z: u64, s: u32| {
+            let mut y = z;
+            for _ in 0..64 / s {
+                y = z ^ (y >> s);
+            }
+            z = y;
+            z
+        };
+        let mut z = unshift(hash, 31);
+        z = unshift(z.wrapping_mul(const { inverse(M2) }), 27);
+        z = unshift(z.wrapping_mul(const { inverse(M1) }), 30);
+        z ^ self.seed
+    }
+}
+
+/// Where a root lives: its table and its key there.
+///
+/// The table is the hash's top `table_bits`; the key is the hash rotated left by
+/// `table_bits` (so the bits just below the table's become the key's top bits, which pick
+/// its home line) without its low [`KEY_SHIFT`] bits, which are the table index's low bits.
+#[derive(Clone, Copy, Debug)]
+struct Layout {
+    mix: Mix,
+    table_bits: u32,
+}
+
+impl Layout {
+    #[inline]
+    fn place(self, root: u64) -> (usize, Key) {
+        let h = self.mix.hash(root);
+        let table = (h >> (64 - self.table_bits)) as usize;
+        (table, Key::new(h.rotate_left(self.table_bits) >> KEY_SHIFT))
+    }
+
+    fn root(self, table: usize, key: Key) -> u64 {
+        let low = table as u64 & ((1 << KEY_SHIFT) - 1);
+        let rotated = key.bits() << KEY_SHIFT | low;
+        self.mix.root(rotated.rotate_right(self.table_bits))
+    }
+}
+
+/// Counters, one set per credit stripe (each thread counts in its own: `credits.rs`).
+#[derive(Debug, Default)]
+struct Counters {
+    acked: AtomicU64,
+    failed: AtomicU64,
+    timed_out: AtomicU64,
+    orphans_expired: AtomicU64,
+    rejected_full: AtomicU64,
+    callback_panics: AtomicU64,
+}
+
+/// The clock in ticks.
+#[derive(Debug)]
+struct Ticks {
+    epoch: u64,
+    shift: u32,
+}
+
+impl Ticks {
+    /// The full tick of `now` (at least 1; a clock read before the epoch is tick 1).
+    #[inline]
+    fn full(&self, now: u64) -> u64 {
+        let since = now.wrapping_sub(self.epoch);
+        if (since as i64) < 0 {
+            return 1;
+        }
+        (since >> self.shift) + 1
+    }
+
+    /// Ticks in `nanos`, rounded up, plus one (module docs), at most [`MAX_TIMEOUT_TICKS`].
+    fn timeout(&self, nanos: u64) -> Tick {
+        let ticks = nanos.div_ceil(1 << self.shift) + 1;
+        ticks.min(MAX_TIMEOUT_TICKS) as Tick
+    }
+
+    fn nanos(&self, ticks: Tick) -> Duration {
+        Duration::from_nanos(u64::from(ticks) << self.shift)
+    }
+}
+
+/// The second-generation core. See the module docs.
+pub(super) struct Lean<T> {
+    tables: Box<[Roots<T>]>,
+    layout: Layout,
+    /// Slots per table (all tables are one size), a power of two.
+    table_slots: usize,
+    credits: Arc<Credits>,
+    counters: Box<[CachePadded<Counters>]>,
+    batches: Batches,
+    clock: Box<dyn Clock>,
+    ticks: Ticks,
+    /// The default timeout in ticks ([`Ticks::timeout`]).
+    timeout: Tick,
+    on_complete: Option<Callback<T>>,
+    shutdown: AtomicBool,
+    manual: bool,
+    /// The reaper's wheel and scratch, owned by whoever runs a pass.
+    reaper: Mutex<reaper::Wheel>,
+    reaper_thread: std::sync::OnceLock<thread::Thread>,
+    /// Reaper wake-ups that found nothing to do.
+    idle_wakeups: AtomicU64,
+    /// Panics caught in reaper passes (a clock, a payload's drop).
+    reaper_panics: AtomicU64,
+}
+
+impl<T> std::fmt::Debug for Lean<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lean")
+            .field("tables", &self.tables.len())
+            .field("table_slots", &self.table_slots)
+            .field("pending", &self.credits.held())
+            .field("manual", &self.manual)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<T: Send + 'static> Lean<T> {
+    pub(super) fn new(config: Config<T>) -> Self {
+        let tables = config.tables.max(MIN_TABLES).next_power_of_two();
+        // At most 3/4 full at max_pending, and at least one probe window per table.
+        let share = config.max_pending.div_ceil(tables);
+        let table_slots = (share * 4)
+            .div_ceil(3)
+            .max(MIN_TABLE_SLOTS)
+            .next_power_of_two();
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let stripes = Credits::stripes_for(cores);
+        let credits = Arc::new(Credits::new(config.max_pending, stripes));
+        let now = config.clock.now();
+        let ticks = Ticks {
+            epoch: now,
+            shift: config.resolution_ns.trailing_zeros(),
+        };
+        let seed = if cfg!(loom) {
+            0x5eed
+        } else {
+            use std::hash::{BuildHasher, Hasher};
+            let mut h = crate::sync::RandomState::new().build_hasher();
+            h.write_u64(now);
+            h.finish()
+        };
+        Lean {
+            tables: (0..tables)
+                .map(|_| Roots::bounded(table_slots / GROUP_SLOTS, Some(Arc::clone(&credits))))
+                .collect(),
+            layout: Layout {
+                mix: Mix { seed },
+                table_bits: tables.trailing_zeros(),
+            },
+            table_slots,
+            credits,
+            counters: (0..stripes)
+                .map(|_| CachePadded::new(Counters::default()))
+                .collect(),
+            batches: Batches::new(if cfg!(loom) {
+                Fences::Symmetric
+            } else {
+                Fences::detect()
+            }),
+            timeout: ticks.timeout(config.timeout_ns),
+            reaper: Mutex::new(reaper::Wheel::new(ticks.full(now))),
+            ticks,
+            clock: config.clock,
+            on_complete: config.on_complete,
+            shutdown: AtomicBool::new(false),
+            manual: config.manual,
+            reaper_thread: std::sync::OnceLock::new(),
+            idle_wakeups: AtomicU64::new(0),
+            reaper_panics: AtomicU64::new(0),
+        }
+    }
+
+    #[inline]
+    fn counters(&self) -> &Counters {
+        let own: &CachePadded<Counters> = credits::own_stripe(&self.counters);
+        own
+    }
+
+    /// The stamp a new entry gets now: this tick, and the default deadline from it.
+    #[inline]
+    fn stamp_now(&self) -> Stamp {
+        let now = self.ticks.full(self.clock.now()) as Tick;
+        Stamp::new(now, now.wrapping_add(self.timeout))
+    }
+
+    pub(super) fn init(
+        &self,
+        root: u64,
+        xor: u64,
+        payload: T,
+        timeout_ns: Option<u64>,
+    ) -> Result<(), InitError<T>> {
+        if self.shutdown.load(Ordering::SeqCst) {
+            return Err(InitError::Shutdown(payload));
+        }
+        let (table, key) = self.layout.place(root);
+        let roots = &self.tables[table];
+        let timeout = timeout_ns.map(|ns| (self.ticks.timeout(ns), self.timeout));
+        let stamper = || self.stamp_now();
+        let mut done = Done::stamped_by(&stamper);
+        let result = roots.init_with(key, xor, payload, timeout, &mut done);
+        self.file_timers(table, &mut done);
+        let result = match result {
+            Ok(()) => {
+                // Shutdown may have scanned past our slot before we settled: then this init
+                // takes its own tree back (one CAS decides between it and the scan).
+                if self.shutdown.load(Ordering::SeqCst) && done.is_none() {
+                    if let Some((slot, _)) = roots.find(key) {
+                        if let Some(payload) = roots.take_back(slot, key) {
+                            return Err(InitError::Shutdown(payload));
+                        }
+                    }
+                }
+                Ok(())
+            }
+            Err(Refused::Duplicate(payload)) => Err(InitError::Duplicate(payload)),
+            Err(Refused::Full(payload)) => {
+                self.counters()
+                    .rejected_full
+                    .fetch_add(1, Ordering::Relaxed); // a statistic
+                Err(InitError::Full(payload))
+            }
+        };
+        self.deliver_all(table, &mut done);
+        result
+    }
+
+    pub(super) fn ack(&self, root: u64, xor: u64) -> bool {
+        let (table, key) = self.layout.place(root);
+        let stamper = || self.stamp_now();
+        let mut done = Done::stamped_by(&stamper);
+        if self.tables[table].ack(key, xor, &mut done) == Applied::Full {
+            self.counters()
+                .rejected_full
+                .fetch_add(1, Ordering::Relaxed); // a statistic
+        }
+        self.file_timers(table, &mut done);
+        self.deliver_all(table, &mut done)
+    }
+
+    pub(super) fn fail(&self, root: u64) -> bool {
+        let (table, key) = self.layout.place(root);
+        let stamper = || self.stamp_now();
+        let mut done = Done::stamped_by(&stamper);
+        if self.tables[table].fail(key, &mut done) == Applied::Full {
+            self.counters()
+                .rejected_full
+                .fetch_add(1, Ordering::Relaxed); // a statistic
+        }
+        self.file_timers(table, &mut done);
+        self.deliver_all(table, &mut done)
+    }
+
+    pub(super) fn reset_timeout(&self, root: u64) -> bool {
+        let (table, key) = self.layout.place(root);
+        let now = self.ticks.full(self.clock.now()) as Tick;
+        // The entry's timer is in a batch or the reaper's wheel since its creation; the
+        // reaper files it again when the old deadline comes (R, or `NotDue`).
+        self.tables[table].reset(key, now, self.timeout)
+    }
+
+    pub(super) fn pending(&self) -> usize {
+        self.credits.held()
+    }
+
+    pub(super) fn stats(&self) -> AckerStats {
+        let mut stats = AckerStats {
+            pending: self.pending(),
+            ..AckerStats::default()
+        };
+        for c in self.counters.iter() {
+            stats.acked += c.acked.load(Ordering::SeqCst);
+            stats.failed += c.failed.load(Ordering::SeqCst);
+            stats.timed_out += c.timed_out.load(Ordering::SeqCst);
+            stats.orphans_expired += c.orphans_expired.load(Ordering::SeqCst);
+            stats.rejected_full += c.rejected_full.load(Ordering::SeqCst);
+            stats.callback_panics += c.callback_panics.load(Ordering::SeqCst);
+        }
+        stats
+    }
+
+    pub(super) fn idle_wakeups(&self) -> u64 {
+        self.idle_wakeups.load(Ordering::SeqCst)
+    }
+
+    /// Entries waiting in batches, the inbox and the reaper's wheel (for tests).
+    pub(super) fn scheduled_timers(&self) -> usize {
+        self.reaper.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    /// Files the entries `done` reports created in `table` in this thread's batch, and
+    /// wakes the reaper if it may be asleep with no deadline.
+    #[inline]
+    fn file_timers(&self, table: usize, done: &mut Done<'_>) {
+        while let Some(slot) = done.take_to_file() {
+            let Some(stamp) = self.tables[table].times(slot) else {
+                continue; // completed and freed already
+            };
+            let key = self.tables[table].word(slot).load().key();
+            let entry = Entry {
+                slot: (table * self.table_slots + slot) as u32,
+                tag: key.tag(),
+            };
+            let pushed = self
+                .batches
+                .push(entry, stamp.start(), |e| self.entry_live(e));
+            if pushed == Pushed::WakeReaper {
+                self.wake_reaper();
+            }
+        }
+    }
+
+    /// Whether a batch entry's slot still holds an uncompleted root of its tag.
+    #[inline]
+    fn entry_live(&self, entry: &Entry) -> bool {
+        let (table, slot) = self.split(entry.slot);
+        let word = self.tables[table].word(slot).load();
+        word.holds(word.key()) && word.key().tag() == entry.tag
+    }
+
+    #[inline]
+    fn split(&self, slot: u32) -> (usize, usize) {
+        let slot = slot as usize;
+        (slot / self.table_slots, slot % self.table_slots)
+    }
+
+    fn wake_reaper(&self) {
+        if let Some(thread) = self.reaper_thread.get() {
+            thread.unpark();
+        }
+    }
+
+    /// Finishes every completion `done` claimed in `table`: takes the payload, frees the
+    /// slot, counts and delivers. `true` when there was one.
+    #[inline]
+    fn deliver_all(&self, table: usize, done: &mut Done<'_>) -> bool {
+        let mut any = false;
+        while let Some(completed) = done.take() {
+            any = true;
+            self.deliver(table, completed, None);
+        }
+        any
+    }
+
+    /// `now` is the reaper's tick for a timeout (it has it), else the clock is read.
+    fn deliver(&self, table: usize, completed: Completed, now: Option<Tick>) {
+        let Completed { slot, key, outcome } = completed;
+        let roots = &self.tables[table];
+        let start = roots.times(slot).map_or(0, |s| s.start());
+        let own_timeout = roots.timeout_of(slot);
+        // Safety: `completed` is a completion this acker's call claimed, finished once here.
+        let payload = unsafe { roots.take(slot) };
+        // Safety: the same completion, freed once, after its take.
+        unsafe { roots.free(slot) };
+        // The tree is complete and its slot free: a clock that panics now must not lose the
+        // completion. It is delivered (elapsed 0), and then the panic goes on to the caller.
+        let (now, clock_panic) = match now {
+            Some(now) => (now, None),
+            None => match catch_unwind(AssertUnwindSafe(|| self.clock.now())) {
+                Ok(ns) => (self.ticks.full(ns) as Tick, None),
+                Err(panic) => (start, Some(panic)),
+            },
+        };
+        let mut elapsed = self.ticks.nanos(now.wrapping_sub(start));
+        let counters = self.counters();
+        match outcome {
+            Outcome::Acked => counters.acked.fetch_add(1, Ordering::Relaxed),
+            Outcome::Failed => counters.failed.fetch_add(1, Ordering::Relaxed),
+            Outcome::TimedOut => {
+                // Never less than the timeout (the deadline was reached: this only undoes
+                // the rounding of ticks).
+                let timeout = self.ticks.nanos(own_timeout.unwrap_or(self.timeout) - 1);
+                elapsed = elapsed.max(timeout);
+                counters.timed_out.fetch_add(1, Ordering::Relaxed)
+            }
+        }; // Relaxed (all three): statistics.
+        let completion = Completion {
+            root: self.layout.root(table, key),
+            payload,
+            outcome,
+            elapsed,
+        };
+        // Caught: a panicking callback, or payload drop when there is none, must not unwind
+        // through an acker operation (or end the reaper).
+        let delivered = catch_unwind(AssertUnwindSafe(|| match &self.on_complete {
+            Some(f) => f(completion),
+            None => drop(completion),
+        }));
+        if delivered.is_err() {
+            // Relaxed: a statistic.
+            self.counters()
+                .callback_panics
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        if let Some(panic) = clock_panic {
+            std::panic::resume_unwind(panic);
+        }
+    }
+
+    /// Manual mode: one reaper pass now, with every batch's entries. Completions delivered.
+    pub(super) fn expire(&self) -> usize {
+        if !self.manual {
+            return 0;
+        }
+        reaper::run_once(self, true).delivered
+    }
+
+    /// Stops the reaper (joined by the caller), then takes back every initialized tree.
+    pub(super) fn take_back_all(&self) -> Vec<(u64, T)> {
+        self.shutdown.store(true, Ordering::SeqCst);
+        let mut handed_back = Vec::new();
+        for (table, roots) in self.tables.iter().enumerate() {
+            for slot in 0..self.table_slots {
+                let word = roots.word(slot).load();
+                if let Some(payload) = roots.take_back(slot, word.key()) {
+                    handed_back.push((self.layout.root(table, word.key()), payload));
+                }
+            }
+        }
+        handed_back
+    }
+
+    /// A root's entry as the table has it: its word and times (for tests' messages).
+    #[cfg(test)]
+    #[allow(dead_code)] // a debugging aid for the Acker's tests
+    pub(super) fn describe(&self, root: u64) -> String {
+        let (table, key) = self.layout.place(root);
+        match self.tables[table].find(key) {
+            Some((slot, word)) => format!(
+                "table {table} slot {slot} {word:?} times {:?} own timeout {:?}",
+                self.tables[table].times(slot),
+                self.tables[table].timeout_of(slot)
+            ),
+            None => "no entry".into(),
+        }
+    }
+
+    /// The `(table, 0)` a root lives in (the loom models' helper for the first core).
+    pub(super) fn placement(&self, root: u64) -> (usize, usize) {
+        (self.layout.place(root).0, 0)
+    }
+
+    /// The reaper thread ended with a panic its loop did not catch: counted.
+    fn reaper_died(&self) {
+        self.reaper_panics.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// Panics caught in reaper passes, and reaper threads lost to one.
+    pub(super) fn reaper_panics(&self) -> u64 {
+        self.reaper_panics.load(Ordering::SeqCst)
+    }
+
+    pub(super) fn set_reaper_thread(&self, thread: thread::Thread) {
+        let _ = self.reaper_thread.set(thread);
+    }
+
+    pub(super) fn stopping(&self) -> bool {
+        self.shutdown.load(Ordering::SeqCst)
+    }
+
+    pub(super) fn stop_flag(&self) {
+        self.shutdown.store(true, Ordering::SeqCst);
+    }
+}
+
+/// The part of a second-core acker that user handles share; dropping the last one stops
+/// and joins the reaper.
+pub(super) struct Handle<T: Send + 'static> {
+    pub(super) lean: std::sync::Arc<Lean<T>>,
+    reaper: std::sync::Mutex<Option<thread::JoinHandle<()>>>,
+}
+
+impl<T: Send + 'static> Handle<T> {
+    /// Builds the core and, unless manual, starts its reaper.
+    pub(super) fn start(config: Config<T>) -> Result<std::sync::Arc<Self>, crate::ConfigError> {
+        let manual = config.manual;
+        let lean = std::sync::Arc::new(Lean::new(config));
+        let thread = if manual {
+            None
+        } else {
+            let handle = reaper::spawn(&lean).map_err(|e| crate::ConfigError::Spawn {
+                what: "reaper thread",
+                reason: e.to_string(),
+            })?;
+            lean.set_reaper_thread(handle.thread().clone());
+            Some(handle)
+        };
+        Ok(std::sync::Arc::new(Handle {
+            lean,
+            reaper: std::sync::Mutex::new(thread),
+        }))
+    }
+
+    /// Stops the reaper and waits for it (every caller but the reaper itself, which cannot
+    /// wait for itself: it stops after its pass), then takes back every initialized tree.
+    pub(super) fn shutdown(&self) -> Vec<(u64, T)> {
+        self.stop();
+        self.lean.take_back_all()
+    }
+
+    /// Stops and joins the reaper. A second caller waits on the lock until the first has
+    /// joined, so that every `shutdown` returns only after the reaper has stopped.
+    fn stop(&self) {
+        self.lean.stop_flag();
+        if self
+            .lean
+            .reaper_thread
+            .get()
+            .is_some_and(|t| t.id() == thread::current().id())
+        {
+            return;
+        }
+        let mut guard = self.reaper.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(handle) = guard.take() {
+            handle.thread().unpark();
+            // The loop catches panics (`reaper.rs`); a join error is one it could not.
+            if handle.join().is_err() {
+                self.lean.reaper_died();
+            }
+        }
+    }
+}
+
+impl<T: Send + 'static> Drop for Handle<T> {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_mix_and_the_layout_are_bijections() {
+        let mix = Mix {
+            seed: 0x1234_5678_9abc_def0,
+        };
+        for table_bits in [4, 5, 8, 16] {
+            let layout = Layout { mix, table_bits };
+            for root in [0, 1, 2, 7, u64::MAX, 1 << 63, 0xdead_beef_cafe_f00d] {
+                assert_eq!(mix.root(mix.hash(root)), root);
+                let (table, key) = layout.place(root);
+                assert!(table < 1 << table_bits);
+                assert_eq!(
+                    layout.root(table, key),
+                    root,
+                    "{table_bits} bits, root {root:#x}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn ticks_round_timeouts_up_and_never_go_before_the_epoch() {
+        let ticks = Ticks {
+            epoch: 1_000,
+            shift: 10,
+        };
+        assert_eq!(ticks.full(1_000), 1);
+        assert_eq!(ticks.full(1_000 + 1023), 1);
+        assert_eq!(ticks.full(1_000 + 1024), 2);
+        assert_eq!(ticks.full(999), 1, "a clock before the epoch is tick 1");
+        assert_eq!(ticks.timeout(1), 2);
+        assert_eq!(ticks.timeout(1024), 2);
+        assert_eq!(ticks.timeout(1025), 3);
+        assert_eq!(u64::from(ticks.timeout(u64::MAX)), MAX_TIMEOUT_TICKS);
+    }
+}

@@ -1,0 +1,216 @@
+//! The second-generation reaper: one pass (`run_once`), and the one thread that runs them.
+//!
+//! ## A pass
+//!
+//! 1. Collect the batches' entries (`batches.rs`): those handed off by their owners, and
+//!    those of batches quiet since an earlier tick (in manual mode, every batch's).
+//! 2. File each under its slot's deadline in the wheel (`buckets.rs`), or drop it if its
+//!    slot no longer holds an uncompleted root of its tag.
+//! 3. Advance the wheel to now, and for each due entry ask the table (`Roots::expire`):
+//!    `Gone` is dropped; `NotDue(deadline)` (a reset or a joining init moved it) is filed
+//!    again; `Joining` (an init is
+//!    writing its payload) is filed for the next tick; `Dropped` counts an orphan;
+//!    `TimedOut` is delivered here, after the wheel's lock is released.
+//!
+//! ## Dead entries
+//!
+//! An entry whose tree completed after its hand-off stays in the wheel until its deadline
+//! (nothing cancels it: the completer never touches the reaper's structures). With a long
+//! timeout and trees that live a few ticks that is many dead entries, so when the wheel
+//! holds more than twice the pending count (plus [`SWEEP_SLACK`]) the pass sweeps it,
+//! keeping the entries whose slot still holds their root. A sweep costs the wheel's size and
+//! comes only after as many dead entries have gathered, so each costs O(1) amortized, and
+//! the wheel stays within about twice the pending roots.
+//!
+//! ## Sleeping
+//!
+//! While entries wait in batches the reaper wakes every tick to collect them; otherwise it
+//! sleeps until the wheel's next due tick, or, with nothing anywhere, parks with no
+//! deadline. Before any sleep longer than a tick it marks itself idle in the batches and
+//! checks them once more: a push that makes a batch non-empty wakes an idle reaper, so no
+//! entry waits for a reaper asleep for longer than a tick (`batches.rs`, "Waking the
+//! reaper"). With nothing pending it sleeps without wake-ups.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::time::Duration;
+
+use super::Lean;
+use crate::acker::batches::Entry;
+use crate::acker::buckets::Buckets;
+use crate::acker::roots::{reached, Done, Expiry, Tick};
+use crate::sync::Ordering;
+use std::sync::Arc;
+use std::thread;
+
+/// Dead entries the wheel may hold beyond twice the pending count before a sweep.
+const SWEEP_SLACK: usize = 4096;
+
+/// The reaper's wheel and its scratch vectors.
+#[derive(Debug)]
+pub(super) struct Wheel {
+    buckets: Buckets<Entry>,
+    /// The last full tick a pass ran at: passes never go back.
+    now: u64,
+    collected: Vec<Entry>,
+    due: Vec<Entry>,
+}
+
+impl Wheel {
+    pub(super) fn new(now: u64) -> Self {
+        Wheel {
+            buckets: Buckets::new(now),
+            now,
+            collected: Vec::new(),
+            due: Vec::new(),
+        }
+    }
+
+    pub(super) fn len(&self) -> usize {
+        self.buckets.len()
+    }
+
+    /// The full tick of a `u32` tick near the wheel's time (within 2^31 ticks).
+    fn full(&self, tick: Tick) -> u64 {
+        let delta = tick.wrapping_sub(self.now as Tick) as i32;
+        self.now.wrapping_add_signed(i64::from(delta))
+    }
+}
+
+/// What a pass did.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct Pass {
+    pub delivered: usize,
+    /// Any entry collected, filed, due or dropped.
+    pub worked: bool,
+}
+
+/// One pass at the clock's time (module docs). `everything`: take every batch's entries
+/// (manual mode, where the caller's own batch is one of them).
+pub(super) fn run_once<T: Send + 'static>(lean: &Lean<T>, everything: bool) -> Pass {
+    let mut timed_out = Vec::new();
+    let mut pass = Pass::default();
+    {
+        let mut wheel = lean.reaper.lock().unwrap_or_else(|e| e.into_inner());
+        let wheel = &mut *wheel;
+        let now = lean.ticks.full(lean.clock.now()).max(wheel.now);
+        wheel.now = now;
+        let now32 = now as Tick;
+        let mut collected = std::mem::take(&mut wheel.collected);
+        lean.batches.collect(now32, everything, &mut collected);
+        pass.worked |= !collected.is_empty();
+        for entry in collected.drain(..) {
+            file(lean, wheel, entry);
+        }
+        wheel.collected = collected;
+        let mut due = std::mem::take(&mut wheel.due);
+        wheel.buckets.advance(now, &mut due);
+        pass.worked |= !due.is_empty();
+        for entry in due.drain(..) {
+            let (table, slot) = lean.split(entry.slot);
+            let mut done = Done::default();
+            match lean.tables[table].expire(slot, entry.tag, now32, &mut done) {
+                Expiry::Gone => {}
+                Expiry::Dropped => {
+                    // Relaxed: a statistic.
+                    lean.counters()
+                        .orphans_expired
+                        .fetch_add(1, Ordering::Relaxed);
+                }
+                Expiry::TimedOut => {
+                    if let Some(completed) = done.take() {
+                        timed_out.push((table, completed));
+                    }
+                }
+                Expiry::NotDue(deadline) => wheel.buckets.push(wheel.full(deadline), entry),
+                Expiry::Joining => wheel.buckets.push(now + 1, entry),
+            }
+        }
+        wheel.due = due;
+        // Entries of trees completed after their hand-off wait for their deadlines; once
+        // they outnumber what is pending (plus some), a sweep drops them (module docs).
+        if wheel.buckets.len() > 2 * lean.pending() + SWEEP_SLACK {
+            wheel.buckets.retain(|e| lean.entry_live(e));
+        }
+    }
+    // Outside the lock: `on_complete` may call back into the acker, even `expire`.
+    let now32 = lean.reaper.lock().unwrap_or_else(|e| e.into_inner()).now as Tick;
+    pass.delivered = timed_out.len();
+    for (table, completed) in timed_out {
+        lean.deliver(table, completed, Some(now32));
+    }
+    pass
+}
+
+/// Files `entry` under its slot's deadline, unless its slot no longer holds its root.
+fn file<T: Send + 'static>(lean: &Lean<T>, wheel: &mut Wheel, entry: Entry) {
+    if !lean.entry_live(&entry) {
+        return;
+    }
+    let (table, slot) = lean.split(entry.slot);
+    let Some(stamp) = lean.tables[table].times(slot) else {
+        return;
+    };
+    let deadline = stamp.deadline();
+    let tick = if reached(deadline, wheel.now as Tick) {
+        wheel.now // due already: the next advance returns it
+    } else {
+        wheel.full(deadline)
+    };
+    wheel.buckets.push(tick, entry);
+}
+
+/// Starts the reaper thread; `handle` keeps its join handle.
+pub(super) fn spawn<T: Send + 'static>(
+    lean: &Arc<Lean<T>>,
+) -> std::io::Result<thread::JoinHandle<()>> {
+    let lean = Arc::clone(lean);
+    let handle = std::thread::Builder::new()
+        .name("ackwheel-reaper".into())
+        .spawn(move || reaper_loop(&lean))?;
+    Ok(handle)
+}
+
+fn reaper_loop<T: Send + 'static>(lean: &Lean<T>) {
+    let tick = Duration::from_nanos(1 << lean.ticks.shift);
+    while !lean.stopping() {
+        // A pass that panics (a clock's `now`) is counted and the loop goes on: a reaper
+        // that stopped would leave every deadline unserved. A panic in a pass happens
+        // before it moves entries out of the wheel or after it has delivered them
+        // (`Lean::deliver` catches the callback's and the payload's), so nothing is lost.
+        let pass = match catch_unwind(AssertUnwindSafe(|| run_once(lean, false))) {
+            Ok(pass) => pass,
+            Err(_) => {
+                lean.reaper_panics.fetch_add(1, Ordering::SeqCst);
+                thread::park_timeout(tick); // do not spin on a clock that keeps panicking
+                continue;
+            }
+        };
+        if !pass.worked {
+            lean.idle_wakeups.fetch_add(1, Ordering::Relaxed); // a statistic
+        }
+        let (waiting_in_batches, next_due, now) = {
+            let wheel = lean.reaper.lock().unwrap_or_else(|e| e.into_inner());
+            (lean.batches.waiting(), wheel.buckets.next_due(), wheel.now)
+        };
+        if waiting_in_batches {
+            lean.batches.unidle();
+            thread::park_timeout(tick);
+            continue;
+        }
+        // A longer sleep: idle first, then one more look at the batches (module docs).
+        if lean.batches.park_check() {
+            continue;
+        }
+        if lean.stopping() {
+            break;
+        }
+        match next_due {
+            None => thread::park(),
+            Some(due) => {
+                let ticks = due.saturating_sub(now).max(1);
+                thread::park_timeout(tick.saturating_mul(u32::try_from(ticks).unwrap_or(u32::MAX)));
+            }
+        }
+        lean.batches.unidle();
+    }
+}
