@@ -48,7 +48,7 @@ use crossbeam_utils::CachePadded;
 use super::batches::{Batches, Entry, Pushed};
 use super::credits::{self, Credits};
 use super::fences::Fences;
-use super::roots::{Applied, Completed, Done, Refused, Roots, Stamp, Tick, GROUP_SLOTS};
+use super::roots::{reached, Applied, Completed, Done, Refused, Roots, Stamp, Tick, GROUP_SLOTS};
 use super::word::{Key, KEY_SHIFT};
 use super::{AckerStats, Callback, Completion, InitError, Outcome};
 use crate::clock::Clock;
@@ -474,7 +474,13 @@ impl<T: Send + 'static> Lean<T> {
                 Err(panic) => (start, Some(panic)),
             },
         };
-        let mut elapsed = self.ticks.nanos(now.wrapping_sub(start));
+        // A clock that stepped back below the start gives 0, not a wrapped 49 days.
+        let ticks = if reached(start, now) {
+            now.wrapping_sub(start)
+        } else {
+            0
+        };
+        let mut elapsed = self.ticks.nanos(ticks);
         let counters = self.counters();
         match outcome {
             Outcome::Acked => counters.acked.fetch_add(1, Ordering::Relaxed),
