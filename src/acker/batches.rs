@@ -1,14 +1,20 @@
 //! Lazy timer registration: each thread files the entries it creates in its own batch,
-//! and only the entries that outlive a tick ever reach the reaper.
+//! and only the entries that outlive a hand-off age ever reach the reaper.
 //!
-//! Most trees complete within a tick of their first message. Registering a timer for each
-//! at creation (a ring cell, a wheel node, a lock) costs every tree the reaper's attention
-//! and lines shared with the reaper's core. Instead a thread that creates an entry (a new
-//! root's placeholder, an orphan, a carried twin) appends `(slot, tag)` to its batch for
-//! this acker, with plain stores. When its tick moves on (seen at its next push) the owner
-//! filters the batch, keeping the entries whose slot still holds their root (the others
-//! completed: dropped on the core whose cache most likely still has their lines), and
-//! hands the survivors to the reaper's inbox under one lock: once a tick per busy thread.
+//! Most trees complete soon after their first message. Registering a timer for each at
+//! creation (a ring cell, a wheel node, a lock) costs every tree the reaper's attention and
+//! lines shared with the reaper's core. Instead a thread that creates an entry (a new
+//! root's placeholder, an orphan, a carried twin) appends `(slot, tag)` and the tick by
+//! which the reaper must have it (its *hand-off* tick: the acker's hand-off age after the
+//! first message, or the tick before the deadline if that is sooner) to its batch for this
+//! acker, with plain stores. When its tick moves on (seen at its next push) the owner
+//! filters the batch: it drops the entries whose slot no longer holds their root (they
+//! completed; their lines are most likely still in this core's cache) and hands those whose
+//! hand-off tick has come to the reaper's inbox under one lock, once a tick per busy
+//! thread. A tree that completes within the hand-off age never reaches the reaper: the
+//! reaper reads no line of it (it used to get every tree older than one tick, and a
+//! lifecycle of a millisecond then cost the reaper's reads of lines the workers were
+//! writing).
 //!
 //! ## A thread that goes quiet
 //!
@@ -46,7 +52,7 @@ use std::cell::{Cell, RefCell};
 use super::fences::Fences;
 use crate::sync::{fence, Arc, AtomicBool, AtomicU32, AtomicUsize, Mutex, Ordering, UnsafeCell};
 
-use super::roots::Tick;
+use super::roots::{reached, Tick};
 
 /// A new entry, for the reaper to find again: its slot (across the acker's tables) and
 /// the low 32 bits of its root's key, which tell most stale entries apart cheaply (the
@@ -58,6 +64,13 @@ pub struct Entry {
     pub slot: u32,
     /// The low 32 bits of the root's key (`Key::tag`).
     pub tag: u32,
+}
+
+/// An entry in a batch, with the tick by which it must reach the reaper.
+#[derive(Clone, Copy, Debug)]
+struct Held {
+    entry: Entry,
+    hand_off: Tick,
 }
 
 /// One thread's batch for one acker.
@@ -76,7 +89,7 @@ pub struct Batch {
     abandoned: AtomicBool,
     /// Written by the owner while pinned, or by the reaper while it holds `taken` with the
     /// owner unpinned (module docs).
-    entries: UnsafeCell<Vec<Entry>>,
+    entries: UnsafeCell<Vec<Held>>,
 }
 
 // Safety: `entries` is the only non-Sync part, and the pin protocol (module docs) gives it
@@ -142,14 +155,16 @@ impl Batches {
         batch
     }
 
-    /// Files `entry`, created at tick `now`, in `batch`, which must be the calling
-    /// thread's. When the batch's entries were filed at an earlier tick, first keeps those
-    /// `live` says are still live and hands them to the reaper.
+    /// Files `entry`, created at tick `now` and due at the reaper by tick `hand_off`, in
+    /// `batch`, which must be the calling thread's. When the batch was last filtered at an
+    /// earlier tick, first drops the entries `live` says are not live and hands those whose
+    /// hand-off tick has come to the reaper.
     #[inline]
     pub fn push_to(
         &self,
         batch: &Batch,
         entry: Entry,
+        hand_off: Tick,
         now: Tick,
         live: impl FnMut(&Entry) -> bool,
     ) -> Pushed {
@@ -170,13 +185,13 @@ impl Batches {
             // Relaxed: only this thread writes `tick`; the reaper's reading it stale only
             // delays a takeover.
             let filed = batch.tick.load(Ordering::Relaxed);
-            if !entries.is_empty() && filed != now {
-                self.hand_off_live(entries, live);
-            }
-            if entries.is_empty() {
+            if filed != now {
+                if !entries.is_empty() {
+                    self.filter(entries, now, live);
+                }
                 batch.tick.store(now, Ordering::Relaxed); // Relaxed: as above.
             }
-            entries.push(entry);
+            entries.push(Held { entry, hand_off });
             // Relaxed: a hint for the reaper's checks; the fence below orders the one
             // that matters (empty to non-empty) before the `idle` load.
             batch.len.store(entries.len(), Ordering::Relaxed);
@@ -189,11 +204,24 @@ impl Batches {
         pushed
     }
 
-    /// Keeps the entries `live` says are live and hands them to the inbox.
+    /// Drops the entries `live` says are not live, and hands those whose hand-off tick has
+    /// come by `now` to the inbox.
     #[cold]
-    fn hand_off_live(&self, entries: &mut Vec<Entry>, live: impl FnMut(&Entry) -> bool) {
-        entries.retain(live);
-        self.hand_off(entries.drain(..));
+    fn filter(&self, entries: &mut Vec<Held>, now: Tick, mut live: impl FnMut(&Entry) -> bool) {
+        let mut due = Vec::new();
+        entries.retain(|held| {
+            if !live(&held.entry) {
+                return false;
+            }
+            if reached(held.hand_off, now) {
+                due.push(held.entry);
+                return false;
+            }
+            true
+        });
+        if !due.is_empty() {
+            self.hand_off(due.into_iter());
+        }
     }
 
     fn hand_off(&self, entries: impl Iterator<Item = Entry>) {
@@ -241,7 +269,7 @@ impl Batches {
                     batch.entries.with_mut(|entries| {
                         // Safety: `taken` was set before the heavy fence and the owner is
                         // not pinned after it, so it keeps off until we unset `taken`.
-                        into.append(unsafe { &mut *entries });
+                        into.extend(unsafe { &mut *entries }.drain(..).map(|h| h.entry));
                     });
                     batch.len.store(0, Ordering::Relaxed); // Relaxed: a hint.
                 }
@@ -331,12 +359,18 @@ impl Batches {
     /// [`push_to`](Self::push_to) on the calling thread's batch for this acker (registered
     /// at its first push).
     #[inline]
-    pub fn push(&self, entry: Entry, now: Tick, live: impl FnMut(&Entry) -> bool) -> Pushed {
+    pub fn push(
+        &self,
+        entry: Entry,
+        hand_off: Tick,
+        now: Tick,
+        live: impl FnMut(&Entry) -> bool,
+    ) -> Pushed {
         let (id, last) = LAST.get();
         if id == self.id {
             // Safety: `LAST` names a batch that this thread's `LOCAL` holds an `Arc` of
             // (it is set only from there, and `LOCAL` drops no batch while `LAST` names it).
-            return self.push_to(unsafe { &*last }, entry, now, live);
+            return self.push_to(unsafe { &*last }, entry, hand_off, now, live);
         }
         let Some(batch) = self.local() else {
             // The thread is exiting and its batches are gone: straight to the reaper.
@@ -344,7 +378,7 @@ impl Batches {
             return self.wake_check();
         };
         LAST.set((self.id, Arc::as_ptr(&batch)));
-        self.push_to(&batch, entry, now, live)
+        self.push_to(&batch, entry, hand_off, now, live)
     }
 
     #[cold]
@@ -369,7 +403,13 @@ impl Batches {
 impl Batches {
     /// Under loom, where the models drive [`push_to`](Self::push_to) with explicit
     /// batches, an entry filed without one goes straight to the inbox.
-    pub fn push(&self, entry: Entry, _now: Tick, _live: impl FnMut(&Entry) -> bool) -> Pushed {
+    pub fn push(
+        &self,
+        entry: Entry,
+        _hand_off: Tick,
+        _now: Tick,
+        _live: impl FnMut(&Entry) -> bool,
+    ) -> Pushed {
         self.hand_off(std::iter::once(entry));
         self.wake_check()
     }
@@ -387,7 +427,7 @@ mod tests {
     fn only_entries_that_outlive_their_tick_reach_the_reaper() {
         let batches = Batches::new(Fences::detect());
         for slot in 0..10 {
-            assert_eq!(batches.push(entry(slot), 5, |_| true), Pushed::Filed);
+            assert_eq!(batches.push(entry(slot), 5, 5, |_| true), Pushed::Filed);
         }
         let mut due = Vec::new();
         batches.collect(5, false, &mut due);
@@ -396,7 +436,7 @@ mod tests {
             "a batch of the current tick is left to its owner"
         );
         // Tick 6: the owner hands off the survivors (the even slots) at its next push.
-        batches.push(entry(10), 6, |e| e.slot % 2 == 0);
+        batches.push(entry(10), 6, 6, |e| e.slot % 2 == 0);
         batches.collect(6, false, &mut due);
         due.sort_by_key(|e| e.slot);
         assert_eq!(due, (0..10).step_by(2).map(entry).collect::<Vec<_>>());
@@ -409,14 +449,42 @@ mod tests {
     }
 
     #[test]
+    fn the_owner_keeps_entries_until_their_hand_off_tick_and_drops_the_dead() {
+        let batches = Batches::new(Fences::detect());
+        let live = std::cell::Cell::new(u32::MAX); // slots below this are live
+        let is_live = |e: &Entry| e.slot < live.get();
+        // Slot 1 is due at the reaper by tick 10, slot 2 by tick 20.
+        batches.push(entry(1), 10, 5, is_live);
+        batches.push(entry(2), 20, 5, is_live);
+        let mut due = Vec::new();
+        for now in 6..10 {
+            batches.push(entry(100 + now), now + 100, now, is_live); // keeps the batch busy
+            batches.collect(now, false, &mut due);
+        }
+        assert!(
+            due.is_empty(),
+            "handed off before their hand-off ticks: {due:?}"
+        );
+        batches.push(entry(200), 200, 10, is_live);
+        batches.collect(10, false, &mut due);
+        assert_eq!(due, vec![entry(1)]);
+        // Slot 2 completes before its hand-off tick: the reaper never sees it.
+        live.set(2);
+        due.clear();
+        batches.push(entry(0), 300, 20, is_live);
+        batches.collect(20, false, &mut due);
+        assert_eq!(due, vec![], "a dead entry reached the reaper");
+    }
+
+    #[test]
     fn manual_collection_takes_the_current_tick_too() {
         let batches = Batches::new(Fences::detect());
-        batches.push(entry(1), 5, |_| true);
+        batches.push(entry(1), 5, 5, |_| true);
         let mut due = Vec::new();
         batches.collect(5, true, &mut due);
         assert_eq!(due, vec![entry(1)]);
         // The owner goes on with an empty batch after the takeover.
-        batches.push(entry(2), 5, |_| true);
+        batches.push(entry(2), 5, 5, |_| true);
         due.clear();
         batches.collect(5, true, &mut due);
         assert_eq!(due, vec![entry(2)]);
@@ -426,7 +494,7 @@ mod tests {
     fn a_pinned_owner_keeps_the_reaper_out_and_a_taken_batch_keeps_the_owner_out() {
         let batches = Batches::new(Fences::detect());
         let batch = batches.register();
-        batches.push_to(&batch, entry(1), 5, |_| true);
+        batches.push_to(&batch, entry(1), 5, 5, |_| true);
         // The owner is inside (as if preempted mid-push): the reaper leaves the batch.
         batch.pin.store(true, Ordering::SeqCst);
         let mut due = Vec::new();
@@ -436,7 +504,7 @@ mod tests {
         batch.pin.store(false, Ordering::SeqCst);
         // The reaper is inside: the owner's push goes to the inbox instead.
         batch.taken.store(true, Ordering::SeqCst);
-        batches.push_to(&batch, entry(2), 6, |_| true);
+        batches.push_to(&batch, entry(2), 6, 6, |_| true);
         batch.taken.store(false, Ordering::SeqCst);
         batches.collect(6, false, &mut due);
         assert_eq!(due, vec![entry(2), entry(1)]);
@@ -446,9 +514,9 @@ mod tests {
     fn the_first_entry_after_idle_wakes_the_reaper_and_an_idle_reaper_sees_waiting_entries() {
         let batches = Batches::new(Fences::detect());
         assert!(!batches.park_check(), "nothing waits");
-        assert_eq!(batches.push(entry(1), 1, |_| true), Pushed::WakeReaper);
+        assert_eq!(batches.push(entry(1), 1, 1, |_| true), Pushed::WakeReaper);
         batches.unidle();
-        assert_eq!(batches.push(entry(2), 1, |_| true), Pushed::Filed);
+        assert_eq!(batches.push(entry(2), 1, 1, |_| true), Pushed::Filed);
         assert!(batches.park_check(), "entries wait: do not park");
     }
 
@@ -457,7 +525,7 @@ mod tests {
         let batches = Arc::new(Batches::new(Fences::detect()));
         let other = Arc::clone(&batches);
         std::thread::spawn(move || {
-            other.push(entry(7), 3, |_| true);
+            other.push(entry(7), 3, 3, |_| true);
         })
         .join()
         .unwrap();
@@ -495,7 +563,7 @@ mod tests {
                 std::thread::spawn(move || {
                     for i in 0..per_thread {
                         let now = tick.load(Ordering::SeqCst);
-                        batches.push(entry(t * per_thread + i), now, |_| true);
+                        batches.push(entry(t * per_thread + i), now, now, |_| true);
                     }
                 })
             })

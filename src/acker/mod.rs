@@ -515,8 +515,31 @@ impl Counters {
     /// The calling thread's counters.
     #[inline]
     fn of<T>(inner: &Inner<T>) -> &Counters {
-        let own: &CachePadded<Counters> = credits::own_stripe(&inner.counters);
+        Counters::own(&inner.counters)
+    }
+
+    /// The calling thread's set among `all` (its credit stripe's).
+    #[inline]
+    fn own(all: &[CachePadded<Counters>]) -> &Counters {
+        let own: &CachePadded<Counters> = credits::own_stripe(all);
         own
+    }
+
+    /// The stats: every set's counts summed, with `pending`.
+    fn sum(all: &[CachePadded<Counters>], pending: usize) -> AckerStats {
+        let mut stats = AckerStats {
+            pending,
+            ..AckerStats::default()
+        };
+        for c in all {
+            stats.acked += c.acked.load(Ordering::SeqCst);
+            stats.failed += c.failed.load(Ordering::SeqCst);
+            stats.timed_out += c.timed_out.load(Ordering::SeqCst);
+            stats.orphans_expired += c.orphans_expired.load(Ordering::SeqCst);
+            stats.rejected_full += c.rejected_full.load(Ordering::SeqCst);
+            stats.callback_panics += c.callback_panics.load(Ordering::SeqCst);
+        }
+        stats
     }
 }
 
@@ -861,20 +884,7 @@ impl<T: Send + 'static> Acker<T> {
         if let Some(lean) = self.second() {
             return lean.stats();
         }
-        let inner = self.inner();
-        let mut stats = AckerStats {
-            pending: self.pending(),
-            ..AckerStats::default()
-        };
-        for c in inner.counters.iter() {
-            stats.acked += c.acked.load(Ordering::SeqCst);
-            stats.failed += c.failed.load(Ordering::SeqCst);
-            stats.timed_out += c.timed_out.load(Ordering::SeqCst);
-            stats.orphans_expired += c.orphans_expired.load(Ordering::SeqCst);
-            stats.rejected_full += c.rejected_full.load(Ordering::SeqCst);
-            stats.callback_panics += c.callback_panics.load(Ordering::SeqCst);
-        }
-        stats
+        Counters::sum(&self.inner().counters, self.pending())
     }
 
     /// Manual mode: one reaper pass at `clock.now()`; returns the completions it delivered.

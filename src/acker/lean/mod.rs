@@ -46,11 +46,11 @@ use std::time::Duration;
 use crossbeam_utils::CachePadded;
 
 use super::batches::{Batches, Entry, Pushed};
-use super::credits::{self, Credits};
+use super::credits::Credits;
 use super::fences::Fences;
 use super::roots::{reached, Applied, Completed, Done, Refused, Roots, Stamp, Tick, GROUP_SLOTS};
 use super::word::{Key, KEY_SHIFT};
-use super::{AckerStats, Callback, Completion, InitError, Outcome};
+use super::{AckerStats, Callback, Completion, Counters, InitError, Outcome};
 use crate::clock::Clock;
 use crate::sync::{Arc, AtomicBool, AtomicU64, Mutex, Ordering};
 // The reaper is a std thread even under loom: the models check the table and batch
@@ -60,6 +60,12 @@ use std::thread;
 /// The longest timeout, in ticks: deadlines stay within 2^31 ticks of any tick that reads
 /// them, so wrapping comparisons of `u32` ticks are right.
 pub(super) const MAX_TIMEOUT_TICKS: u64 = (1 << 30) - 2;
+
+/// The most ticks a new entry stays with its creator (`batches.rs`): trees that complete
+/// within it (64 ms at the default resolution) never reach the reaper. Longer would make a
+/// thread's per-tick filter of its batch longer; shorter sends the reaper trees that live a
+/// few milliseconds, whose lines it then reads while workers write them.
+const HAND_OFF_AGE: Tick = 64;
 
 /// The fewest tables: a key drops the top [`KEY_SHIFT`] bits of the root's hash, which
 /// the table's index must carry.
@@ -151,17 +157,6 @@ impl Layout {
     }
 }
 
-/// Counters, one set per credit stripe (each thread counts in its own: `credits.rs`).
-#[derive(Debug, Default)]
-struct Counters {
-    acked: AtomicU64,
-    failed: AtomicU64,
-    timed_out: AtomicU64,
-    orphans_expired: AtomicU64,
-    rejected_full: AtomicU64,
-    callback_panics: AtomicU64,
-}
-
 /// The clock in ticks.
 #[derive(Debug)]
 struct Ticks {
@@ -204,6 +199,10 @@ pub(super) struct Lean<T> {
     ticks: Ticks,
     /// The default timeout in ticks ([`Ticks::timeout`]).
     timeout: Tick,
+    /// How long a new entry stays in its creator's batch before the reaper gets it (unless
+    /// its deadline is sooner): [`HAND_OFF_AGE`] ticks, or a quarter of the default
+    /// timeout if that is shorter.
+    hand_off_age: Tick,
     on_complete: Option<Callback<T>>,
     shutdown: AtomicBool,
     manual: bool,
@@ -271,6 +270,7 @@ impl<T: Send + 'static> Lean<T> {
                 Fences::detect()
             }),
             timeout: ticks.timeout(config.timeout_ns),
+            hand_off_age: (ticks.timeout(config.timeout_ns) / 4).clamp(1, HAND_OFF_AGE),
             reaper: Mutex::new(reaper::Wheel::new(ticks.full(now))),
             ticks,
             clock: config.clock,
@@ -285,8 +285,7 @@ impl<T: Send + 'static> Lean<T> {
 
     #[inline]
     fn counters(&self) -> &Counters {
-        let own: &CachePadded<Counters> = credits::own_stripe(&self.counters);
-        own
+        Counters::own(&self.counters)
     }
 
     /// The stamp a new entry gets now: this tick, and the default deadline from it.
@@ -339,23 +338,25 @@ impl<T: Send + 'static> Lean<T> {
     }
 
     pub(super) fn ack(&self, root: u64, xor: u64) -> bool {
-        let (table, key) = self.layout.place(root);
-        let stamper = || self.stamp_now();
-        let mut done = Done::stamped_by(&stamper);
-        if self.tables[table].ack(key, xor, &mut done) == Applied::Full {
-            self.counters()
-                .rejected_full
-                .fetch_add(1, Ordering::Relaxed); // a statistic
-        }
-        self.file_timers(table, &mut done);
-        self.deliver_all(table, &mut done)
+        self.message(root, |roots, key, done| roots.ack(key, xor, done))
     }
 
     pub(super) fn fail(&self, root: u64) -> bool {
+        self.message(root, |roots, key, done| roots.fail(key, done))
+    }
+
+    /// An ack or a fail: `apply` it to the root's table, file the timer of an entry it
+    /// created, deliver what it completed. `true` when it completed a tree.
+    #[inline]
+    fn message(
+        &self,
+        root: u64,
+        apply: impl FnOnce(&Roots<T>, Key, &mut Done<'_>) -> Applied,
+    ) -> bool {
         let (table, key) = self.layout.place(root);
         let stamper = || self.stamp_now();
         let mut done = Done::stamped_by(&stamper);
-        if self.tables[table].fail(key, &mut done) == Applied::Full {
+        if apply(&self.tables[table], key, &mut done) == Applied::Full {
             self.counters()
                 .rejected_full
                 .fetch_add(1, Ordering::Relaxed); // a statistic
@@ -377,19 +378,7 @@ impl<T: Send + 'static> Lean<T> {
     }
 
     pub(super) fn stats(&self) -> AckerStats {
-        let mut stats = AckerStats {
-            pending: self.pending(),
-            ..AckerStats::default()
-        };
-        for c in self.counters.iter() {
-            stats.acked += c.acked.load(Ordering::SeqCst);
-            stats.failed += c.failed.load(Ordering::SeqCst);
-            stats.timed_out += c.timed_out.load(Ordering::SeqCst);
-            stats.orphans_expired += c.orphans_expired.load(Ordering::SeqCst);
-            stats.rejected_full += c.rejected_full.load(Ordering::SeqCst);
-            stats.callback_panics += c.callback_panics.load(Ordering::SeqCst);
-        }
-        stats
+        Counters::sum(&self.counters, self.pending())
     }
 
     pub(super) fn idle_wakeups(&self) -> u64 {
@@ -414,9 +403,15 @@ impl<T: Send + 'static> Lean<T> {
                 slot: (table * self.table_slots + slot) as u32,
                 tag: key.tag(),
             };
+            // To the reaper after the hand-off age, or a tick before the deadline.
+            let (aged, last) = (
+                stamp.start().wrapping_add(self.hand_off_age),
+                stamp.deadline().wrapping_sub(1),
+            );
+            let hand_off = if reached(aged, last) { aged } else { last };
             let pushed = self
                 .batches
-                .push(entry, stamp.start(), |e| self.entry_live(e));
+                .push(entry, hand_off, stamp.start(), |e| self.entry_live(e));
             if pushed == Pushed::WakeReaper {
                 self.wake_reaper();
             }

@@ -537,7 +537,8 @@ impl<T> Roots<T> {
                 // Were it to, the reservation goes back and the caller looks again.
                 debug_assert!(false, "a reserved slot's word left EMPTY");
                 self.count_overflow(home, d, -1);
-                self.times[slot].store(0, Ordering::SeqCst);
+                // Release: as in `empty`.
+                self.times[slot].store(0, Ordering::Release);
                 self.give_credit();
                 Err(true)
             }
@@ -566,7 +567,10 @@ impl<T> Roots<T> {
         let key = word.key();
         self.count_overflow(self.home(key), self.distance(key, slot), -1);
         // Last: the slot's reservation ends (`times.rs`), and its credit goes back.
-        self.times[slot].store(0, Ordering::SeqCst);
+        // Release: a claimer whose reservation CAS reads this 0 then sees the EMPTY word
+        // and the counts above; nothing here is a store-then-load pair, so no SeqCst (a
+        // plain store, not a locked exchange, on x86).
+        self.times[slot].store(0, Ordering::Release);
         self.give_credit();
         Ok(())
     }
