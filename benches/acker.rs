@@ -2,6 +2,8 @@
 //! every contender side by side:
 //!
 //! * `ackwheel` — this crate's [`Acker`] with its defaults and the real reaper thread;
+//! * `ackwheel2` — the same Acker on its second-generation core
+//!   (`AckerBuilder::second_generation`, [`peers::SecondAcker`]);
 //! * `storm_port` — Storm's acker: one `Mutex` around a 3-bucket rotating map of
 //!   `AckObject`s, rotated by a ticker thread every timeout / 2 ([`peers::storm`]);
 //! * `dashmap` — `DashMap<u64, Entry>` with one `entry()` per operation and a sweeper
@@ -44,8 +46,8 @@
 //!    1,000,000 roots held pending (1 h timeout, an init value no ack can cancel), acked one
 //!    per iteration in a fixed random order; criterion's time is per ack. The Acker's table
 //!    is sized for the roots held (`Tracker::build_holding`), not the default 1M.
-//! 6. `reaper/expire` — the Acker alone (DESIGN.md's reaper throughput): one `expire` of a
-//!    manual Acker times out 50,000 trees whose timers are already on the wheels;
+//! 6. `reaper/expire` — the Acker alone, on each core (DESIGN.md's reaper throughput): one
+//!    `expire` of a manual Acker times out 50,000 trees whose timers are already on the wheels;
 //!    criterion's throughput is expirations.
 //!
 //! Timeouts: 200 ms for the trees in every group (none expires in flight, and every
@@ -88,7 +90,7 @@ use peers::dash::DashTracker;
 use peers::moka_cache::MokaTracker;
 use peers::scc_map::SccTracker;
 use peers::storm::StormAcker;
-use peers::{Sink, Tracker};
+use peers::{SecondAcker, Sink, Tracker};
 
 /// Trees in flight per thread.
 const WINDOW: u64 = 1024;
@@ -481,6 +483,7 @@ fn check_semantics<T: Tracker>(name: &str) {
 
 fn semantics(_: &mut Criterion) {
     check_semantics::<Acker<u32>>("ackwheel");
+    check_semantics::<SecondAcker>("ackwheel2");
     check_semantics::<StormAcker>("storm_port");
     check_semantics::<DashTracker>("dashmap");
     check_semantics::<SccTracker>("scc");
@@ -527,6 +530,7 @@ fn lifecycle_1t_1k(c: &mut Criterion) {
     let mut group = c.benchmark_group("lifecycle/1t/1k-inflight");
     group.throughput(Throughput::Elements(1));
     one_thread::<Acker<u32>>(&mut group, "ackwheel", 0);
+    one_thread::<SecondAcker>(&mut group, "ackwheel2", 0);
     one_thread::<StormAcker>(&mut group, "storm_port", 0);
     one_thread::<DashTracker>(&mut group, "dashmap", 0);
     one_thread::<SccTracker>(&mut group, "scc", 0);
@@ -538,6 +542,7 @@ fn lifecycle_1t_1m(c: &mut Criterion) {
     let mut group = c.benchmark_group("lifecycle/1t/1M-pending");
     group.throughput(Throughput::Elements(1));
     one_thread::<Acker<u32>>(&mut group, "ackwheel", BACKGROUND);
+    one_thread::<SecondAcker>(&mut group, "ackwheel2", BACKGROUND);
     one_thread::<StormAcker>(&mut group, "storm_port", BACKGROUND);
     one_thread::<DashTracker>(&mut group, "dashmap", BACKGROUND);
     one_thread::<SccTracker>(&mut group, "scc", BACKGROUND);
@@ -626,6 +631,7 @@ fn lifecycle_2t_1k(c: &mut Criterion) {
     let mut group = c.benchmark_group("lifecycle/2t/1k-inflight");
     group.throughput(Throughput::Elements(1));
     two_threads::<Acker<u32>>(&mut group, "ackwheel");
+    two_threads::<SecondAcker>(&mut group, "ackwheel2");
     two_threads::<StormAcker>(&mut group, "storm_port");
     two_threads::<DashTracker>(&mut group, "dashmap");
     two_threads::<SccTracker>(&mut group, "scc");
@@ -697,6 +703,7 @@ fn ack_group(c: &mut Criterion, name: &str, pending: u64) {
     let mut group = c.benchmark_group(name);
     group.throughput(Throughput::Elements(1));
     ack_only::<Acker<u32>>(&mut group, "ackwheel", pending);
+    ack_only::<SecondAcker>(&mut group, "ackwheel2", pending);
     ack_only::<StormAcker>(&mut group, "storm_port", pending);
     ack_only::<DashTracker>(&mut group, "dashmap", pending);
     ack_only::<SccTracker>(&mut group, "scc", pending);
@@ -723,6 +730,13 @@ const EXPIRY_BATCH: u64 = 50_000;
 fn reaper_expire(c: &mut Criterion) {
     let mut group = c.benchmark_group("reaper/expire");
     group.throughput(Throughput::Elements(EXPIRY_BATCH));
+    expire_batches(&mut group, "ackwheel", false);
+    expire_batches(&mut group, "ackwheel2", true);
+    group.finish();
+}
+
+/// One contender of `reaper/expire`: the first core or (`second`) the second-generation one.
+fn expire_batches(group: &mut BenchmarkGroup<'_, WallTime>, name: &str, second: bool) {
     let clock = ManualClock::new(0);
     let timed_out = Arc::new(AtomicU64::new(0));
     let sink = Arc::clone(&timed_out);
@@ -735,11 +749,12 @@ fn reaper_expire(c: &mut Criterion) {
             }
             black_box(c.payload);
         })
+        .second_generation(second)
         .build_manual()
         .expect("a valid configuration");
     let mut next = 0u64;
     let mut expected = 0u64;
-    group.bench_function("ackwheel", |b| {
+    group.bench_function(name, |b| {
         b.iter_custom(|iters| {
             let mut took = Duration::ZERO;
             for _ in 0..iters {
@@ -749,7 +764,7 @@ fn reaper_expire(c: &mut Criterion) {
                     match acker.init(root, KEEP | 1, next as u32) {
                         Ok(()) => expected += 1,
                         Err(InitError::Full(_)) => {}
-                        Err(e) => panic!("reaper/expire: init refused: {e}"),
+                        Err(e) => panic!("reaper/expire/{name}: init refused: {e}"),
                     }
                 }
                 acker.expire();
@@ -761,13 +776,16 @@ fn reaper_expire(c: &mut Criterion) {
             took
         })
     });
-    group.finish();
     assert_eq!(
         timed_out.load(Ordering::Relaxed),
         expected,
-        "reaper/expire: every tree times out once"
+        "reaper/expire/{name}: every tree times out once"
     );
-    assert_eq!(acker.pending(), 0, "reaper/expire: trees left pending");
+    assert_eq!(
+        acker.pending(),
+        0,
+        "reaper/expire/{name}: trees left pending"
+    );
 }
 
 // ============================================================================ capacity

@@ -13,7 +13,9 @@ OPS_PER_TREE = 5  # init + 4 acks
 GROUPS = ["lifecycle/1t/1k-inflight", "lifecycle/1t/1M-pending", "lifecycle/2t/1k-inflight"]
 ACK_GROUPS = ["ack/1t/64k-pending", "ack/1t/1M-pending"]
 EXPIRY_GROUP, EXPIRY_BATCH = "reaper/expire", 50_000  # EXPIRY_BATCH in acker.rs
-CONTENDERS = ["ackwheel", "storm_port", "dashmap", "scc", "moka"]
+CONTENDERS = ["ackwheel", "ackwheel2", "storm_port", "dashmap", "scc", "moka"]
+# The Acker's cores: each gets a ratio column, peer time / its time.
+OURS = ["ackwheel", "ackwheel2"]
 ROOT = os.path.join(os.environ.get("CARGO_TARGET_DIR", "target"), "criterion")
 
 
@@ -26,21 +28,34 @@ def median_ns(group, name):
         return None
 
 
+def ratio_header():
+    return "".join(f" {'/' + o:>11}" for o in OURS)
+
+
+def ratios(medians, g, c):
+    """Contender c's time over each core's time in group g (> 1: that core is faster);
+    blank in the core's own column."""
+    m = medians[(g, c)]
+    cols = []
+    for o in OURS:
+        ours = medians[(g, o)]
+        cols.append(f"{m / ours:.2f}x" if ours and m is not None and c != o else "")
+    return "".join(f" {r:>11}" for r in cols)
+
+
 def main():
     medians = {(g, c): median_ns(g, c) for g in GROUPS + ACK_GROUPS for c in CONTENDERS}
     if all(v is None for v in medians.values()):
         sys.exit(f"no results under {ROOT}; run `cargo bench --bench acker` first")
     for g in GROUPS:
         print(g)
-        print(f"  {'contender':<11} {'ns/tree':>10} {'ns/op':>9} {'peer/ours':>10}")
-        ours = medians[(g, "ackwheel")]
+        print(f"  {'contender':<11} {'ns/tree':>10} {'ns/op':>9}{ratio_header()}")
         for c in CONTENDERS:
             m = medians[(g, c)]
             if m is None:
                 print(f"  {c:<11} {'-':>10}")
                 continue
-            ratio = f"{m / ours:.2f}x" if ours and c != "ackwheel" else ""
-            print(f"  {c:<11} {m:>10.1f} {m / OPS_PER_TREE:>9.1f} {ratio:>10}")
+            print(f"  {c:<11} {m:>10.1f} {m / OPS_PER_TREE:>9.1f}{ratios(medians, g, c)}")
     print("1 -> 2 threads, aggregate throughput (1t/1k time per tree / 2t time per tree):")
     for c in CONTENDERS:
         one, two = medians[("lifecycle/1t/1k-inflight", c)], medians[("lifecycle/2t/1k-inflight", c)]
@@ -48,19 +63,20 @@ def main():
             print(f"  {c:<11} {one / two:.2f}x")
     for g in ACK_GROUPS:
         print(g)
-        print(f"  {'contender':<11} {'ns/ack':>10} {'peer/ours':>10}")
-        ours = median_ns(g, "ackwheel")
+        print(f"  {'contender':<11} {'ns/ack':>10}{ratio_header()}")
         for c in CONTENDERS:
-            m = median_ns(g, c)
+            m = medians[(g, c)]
             if m is None:
                 print(f"  {c:<11} {'-':>10}")
                 continue
-            ratio = f"{m / ours:.2f}x" if ours and c != "ackwheel" else ""
-            print(f"  {c:<11} {m:>10.1f} {ratio:>10}")
-    m = median_ns(EXPIRY_GROUP, "ackwheel")
-    if m is not None:
-        print(f"{EXPIRY_GROUP}: {m / 1e3:.1f} us per {EXPIRY_BATCH} trees timed out, "
-              f"{EXPIRY_BATCH / m * 1e3:.1f} M expirations/s")
+            print(f"  {c:<11} {m:>10.1f}{ratios(medians, g, c)}")
+    for c in OURS:
+        m = median_ns(EXPIRY_GROUP, c)
+        if m is not None:
+            print(f"{EXPIRY_GROUP} {c}: {m / 1e3:.1f} us per {EXPIRY_BATCH} trees timed out, "
+                  f"{EXPIRY_BATCH / m * 1e3:.1f} M expirations/s")
+    print("A column /X is the row's time over X's time (peer/ours): > 1 means X is faster."
+          " Row ackwheel, column /ackwheel2: ackwheel / ackwheel2 (> 1: the second core is faster).")
     # DESIGN.md's targets.
     print("peer/ours > 1 means the Acker is faster; targets: 1 thread <= 35 ns/op and"
           " >= 1.0x storm_port and dashmap; 2 threads >= 3x storm_port, >= 1.5x dashmap,"
