@@ -1254,3 +1254,25 @@ fn a_clock_that_steps_back_gives_zero_elapsed() {
     assert!(acker.ack(1, 0b1));
     assert_eq!(*elapsed.lock().unwrap(), [Duration::ZERO]);
 }
+
+/// Issue 20's regression: a clock jump of 7 days (over 2^29 ticks at 1 ms) must not alias a
+/// deadline: the tree times out at the first pass after the jump, not 144 h later. The
+/// second core compares `u32` ticks wrapping, which holds for jumps up to 2^30 ticks.
+#[test]
+fn a_clock_jump_of_a_week_does_not_alias_a_deadline() {
+    let clock = ManualClock::new(0);
+    let (acker, log) = manual(&clock, |b| b.second_generation(true));
+    acker.init(1, 0b1, 7).unwrap();
+    assert!(!acker.ack(2, 0b1)); // an orphan too
+    acker.expire();
+    clock.advance(Duration::from_secs(7 * 24 * 3600));
+    assert_eq!(acker.expire(), 1);
+    assert_eq!(take(&log), [(1, 7, Outcome::TimedOut)]);
+    assert_eq!(acker.pending(), 0, "the orphan must be dropped too");
+    // And the acker goes on: a new tree after the jump times out on time.
+    acker.init(3, 0b1, 8).unwrap();
+    clock.advance(29 * SEC);
+    assert_eq!(acker.expire(), 0, "early");
+    clock.advance(2 * SEC);
+    assert_eq!(acker.expire(), 1);
+}
