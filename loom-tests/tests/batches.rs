@@ -61,3 +61,35 @@ fn batches_first_push_vs_park_check_never_strands_an_entry() {
         );
     });
 }
+
+/// Two operations that may call the callback race shutdown's close: one that found the
+/// callback open must end before close reports it droppable (the cell stands for the
+/// callback: loom reports a use and the drop that are not ordered), whichever side of the
+/// close it started on.
+#[test]
+fn batches_an_open_callback_is_never_dropped_under_an_operation() {
+    loom::model(|| {
+        let batches = Arc::new(Batches::new(Fences::Symmetric));
+        let callback = Arc::new(loom::cell::UnsafeCell::new(1u32));
+        let op = {
+            let (batches, callback) = (Arc::clone(&batches), Arc::clone(&callback));
+            thread::spawn(move || {
+                let batch = batches.register();
+                for _ in 0..2 {
+                    let active = batches.enter_with(&batch);
+                    if active.open {
+                        // Safety (of the model): the protocol under test orders this read
+                        // before the drop below.
+                        callback.with(|c| assert_eq!(unsafe { *c }, 1));
+                    }
+                }
+            })
+        };
+        while !batches.close(false) {
+            thread::yield_now();
+        }
+        // Shutdown drops the callback.
+        callback.with_mut(|c| unsafe { *c = 0 });
+        op.join().unwrap();
+    });
+}

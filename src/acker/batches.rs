@@ -38,6 +38,17 @@
 //! `taken = false` (release) if the reaper was ever there, so the owner sees the batch the
 //! reaper emptied. The owner's cost per push: two plain stores, a compiler fence, a load.
 //!
+//! ## Closing the callback
+//!
+//! Shutdown must be able to drop the acker's `on_complete` (a callback that holds a handle
+//! of its own acker otherwise keeps the acker alive in a cycle), but not while a thread
+//! may still call it. Each operation therefore marks its thread *active* in its batch for
+//! its length (a depth counter, plain stores, and a light fence), then reads `closed`; the
+//! callback may be called only by an operation that found it open. Shutdown stores
+//! `closed`, runs the heavy fence, and waits until no other thread is active: the same
+//! Dekker pair as the takeover's, so an operation either finished (or will finish) with the
+//! callback before shutdown drops it, or saw it closed.
+//!
 //! ## Waking the reaper
 //!
 //! The reaper parks with no deadline only when nothing is pending anywhere. A push that
@@ -84,6 +95,9 @@ pub struct Batch {
     tick: AtomicU32,
     /// `entries.len()`, for the reaper's checks without entering the batch.
     len: AtomicUsize,
+    /// Acker operations of the owner's thread in progress (nested when a callback calls
+    /// back into the acker); written only by the owner ("Closing the callback").
+    active: AtomicU32,
     /// The owner's thread has ended (or dropped its handle): the reaper may drop the batch
     /// once it is empty.
     abandoned: AtomicBool,
@@ -103,6 +117,7 @@ impl Batch {
             taken: AtomicBool::new(false),
             tick: AtomicU32::new(0),
             len: AtomicUsize::new(0),
+            active: AtomicU32::new(0),
             abandoned: AtomicBool::new(false),
             entries: UnsafeCell::new(Vec::new()),
         }
@@ -122,6 +137,42 @@ pub struct Batches {
     inbox_len: AtomicUsize,
     /// The reaper is about to park, or parked, with no deadline.
     idle: AtomicBool,
+    /// Shutdown has closed the callback ("Closing the callback").
+    closed: AtomicBool,
+    /// Under loom, where there are no per-thread batches: operations in progress.
+    #[cfg(loom)]
+    active: AtomicU32,
+}
+
+/// An acker operation in progress on the calling thread; see [`Batches::enter`].
+#[derive(Debug)]
+pub struct Active {
+    /// The thread's depth counter (`None` while the thread is exiting).
+    depth: Option<*const AtomicU32>,
+    /// Under loom, `depth` is one counter for all threads.
+    #[cfg(loom)]
+    shared: bool,
+    /// The callback was open when the operation began: it may call it.
+    pub open: bool,
+}
+
+impl Drop for Active {
+    fn drop(&mut self) {
+        if let Some(depth) = self.depth {
+            // Safety: the counter is in a batch this thread's `LOCAL` keeps alive (under
+            // loom, in the `Batches` of the acker the operation runs on), and an `Active`
+            // lives within one operation on this thread (it is not `Send`).
+            let depth = unsafe { &*depth };
+            #[cfg(loom)]
+            if self.shared {
+                depth.fetch_sub(1, Ordering::SeqCst);
+                return;
+            }
+            // Relaxed load: only this thread writes it. Release: the operation (its callback
+            // included) happens before a shutdown that reads the lower depth.
+            depth.store(depth.load(Ordering::Relaxed) - 1, Ordering::Release);
+        }
+    }
 }
 
 /// What a push asks of its caller.
@@ -145,6 +196,9 @@ impl Batches {
             inbox: Mutex::new(Vec::new()),
             inbox_len: AtomicUsize::new(0),
             idle: AtomicBool::new(false),
+            closed: AtomicBool::new(false),
+            #[cfg(loom)]
+            active: AtomicU32::new(0),
         }
     }
 
@@ -316,6 +370,41 @@ impl Batches {
         self.idle.store(false, Ordering::Relaxed); // Relaxed: a hint for pushers.
     }
 
+    /// [`enter`](Self::enter) on `batch`, which must be the calling thread's.
+    #[inline]
+    pub fn enter_with(&self, batch: &Batch) -> Active {
+        let depth = &batch.active;
+        // Relaxed load: only this thread writes it; Relaxed store: ordered before the
+        // `closed` load by the light fence.
+        depth.store(depth.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+        self.fences.light();
+        Active {
+            depth: Some(depth as *const AtomicU32),
+            #[cfg(loom)]
+            shared: false,
+            // Relaxed: ordered after the depth store by the light fence (module docs).
+            open: !self.closed.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Shutdown: closes the callback, then reports whether it may be dropped: `true` once
+    /// no other thread is in an operation that found it open. `false` while one is (call
+    /// again), or when the calling thread is itself in an operation (shutdown from inside
+    /// the callback: it must not be dropped under its own feet).
+    pub fn close(&self, caller_active: bool) -> bool {
+        self.closed.store(true, Ordering::Relaxed); // Relaxed: ordered by the heavy fence
+        self.fences.heavy();
+        if caller_active {
+            return false;
+        }
+        // Acquire: reads each thread's release of its depth, so its callback happened before.
+        let others =
+            (self.all.lock().unwrap().iter()).any(|b| b.active.load(Ordering::Acquire) > 0);
+        #[cfg(loom)]
+        let others = others || self.active.load(Ordering::SeqCst) > 0;
+        !others
+    }
+
     /// Marks a thread's batch abandoned (the thread is done with it).
     pub fn abandon(batch: &Batch) {
         batch.abandoned.store(true, Ordering::SeqCst);
@@ -381,6 +470,44 @@ impl Batches {
         self.push_to(&batch, entry, hand_off, now, live)
     }
 
+    /// Marks an acker operation in progress on the calling thread until the returned
+    /// `Active` drops; its `open` says whether the operation may call the callback.
+    #[inline]
+    pub fn enter(&self) -> Active {
+        match self.own() {
+            Some(batch) => self.enter_with(batch),
+            // The thread is exiting: it cannot be marked, so it must not call the callback.
+            None => Active {
+                depth: None,
+                #[cfg(loom)]
+                shared: false,
+                open: false,
+            },
+        }
+    }
+
+    /// Whether the calling thread is in an acker operation (a callback calling shutdown).
+    pub fn caller_active(&self) -> bool {
+        // Relaxed: this thread's own counter.
+        self.own()
+            .is_some_and(|b| b.active.load(Ordering::Relaxed) > 0)
+    }
+
+    /// The calling thread's batch (registered at its first use).
+    #[inline]
+    fn own(&self) -> Option<&Batch> {
+        let (id, last) = LAST.get();
+        if id == self.id {
+            // Safety: as in `push`: `LOCAL` keeps the batch `LAST` names alive, and the
+            // reference is used only while this thread runs the caller.
+            return Some(unsafe { &*last });
+        }
+        let batch = self.local()?;
+        LAST.set((self.id, Arc::as_ptr(&batch)));
+        // Safety: as above: `LOCAL` holds an `Arc` of it for as long as this thread runs.
+        Some(unsafe { &*Arc::as_ptr(&batch) })
+    }
+
     #[cold]
     fn local(&self) -> Option<Arc<Batch>> {
         LOCAL
@@ -401,6 +528,21 @@ impl Batches {
 
 #[cfg(loom)]
 impl Batches {
+    /// Under loom: one shared count of operations in progress.
+    pub fn enter(&self) -> Active {
+        self.active.fetch_add(1, Ordering::SeqCst);
+        Active {
+            depth: Some(&self.active as *const AtomicU32),
+            shared: true,
+            open: !self.closed.load(Ordering::SeqCst),
+        }
+    }
+
+    /// Under loom nothing is per-thread.
+    pub fn caller_active(&self) -> bool {
+        false
+    }
+
     /// Under loom, where the models drive [`push_to`](Self::push_to) with explicit
     /// batches, an entry filed without one goes straight to the inbox.
     pub fn push(

@@ -1276,3 +1276,72 @@ fn a_clock_jump_of_a_week_does_not_alias_a_deadline() {
     clock.advance(2 * SEC);
     assert_eq!(acker.expire(), 1);
 }
+
+/// Sets its flag when dropped.
+struct DropWitness(Arc<std::sync::atomic::AtomicBool>);
+
+impl Drop for DropWitness {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
+/// Issue 22, item 6: an `on_complete` that holds a handle of its own acker (the replay
+/// pattern) made a cycle that kept the acker alive after `shutdown`. Shutdown now drops the
+/// callback once no operation can call it, and with it the handle it held.
+#[test]
+fn shutdown_drops_a_callback_that_holds_its_own_acker() {
+    let dropped = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let witness = DropWitness(Arc::clone(&dropped));
+    let holder: Arc<std::sync::OnceLock<Acker<u32>>> = Arc::default();
+    let in_callback = Arc::clone(&holder);
+    let replays = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let counted = Arc::clone(&replays);
+    let acker: Acker<u32> = Acker::builder()
+        .second_generation(true)
+        .on_complete(move |c| {
+            let _ = &witness;
+            if c.payload == 1 {
+                // Replay once through the handle the callback holds.
+                in_callback.get().unwrap().init(2, 0b1, 2).unwrap();
+                counted.fetch_add(1, Ordering::SeqCst);
+            }
+        })
+        .build()
+        .unwrap();
+    holder.set(acker.clone()).unwrap();
+    drop(holder); // now only the callback holds that handle: a cycle
+    acker.init(1, 0b1, 1).unwrap();
+    assert!(acker.ack(1, 0b1));
+    assert_eq!(replays.load(Ordering::SeqCst), 1);
+    assert_eq!(acker.shutdown(), [(2, 2)]);
+    assert!(
+        dropped.load(Ordering::SeqCst),
+        "the callback was not dropped"
+    );
+}
+
+/// A callback that calls `shutdown` on its own acker returns (it cannot wait for itself),
+/// and the callback is not dropped under its own feet.
+#[test]
+fn shutdown_from_inside_the_callback_returns() {
+    let holder: Arc<std::sync::OnceLock<Acker<u32>>> = Arc::default();
+    let in_callback = Arc::clone(&holder);
+    let handed_back = Arc::new(StdMutex::new(None));
+    let sink = Arc::clone(&handed_back);
+    let clock = ManualClock::new(0);
+    let acker: Acker<u32> = Acker::builder()
+        .second_generation(true)
+        .clock(clock.clone())
+        .on_complete(move |_| {
+            *sink.lock().unwrap() = Some(in_callback.get().unwrap().shutdown());
+        })
+        .build_manual()
+        .unwrap();
+    holder.set(acker.clone()).unwrap();
+    acker.init(1, 0b1, 1).unwrap();
+    acker.init(2, 0b1, 2).unwrap();
+    assert!(acker.ack(1, 0b1));
+    assert_eq!(handed_back.lock().unwrap().take(), Some(vec![(2, 2)]));
+    assert!(matches!(acker.init(3, 0b1, 3), Err(InitError::Shutdown(3))));
+}

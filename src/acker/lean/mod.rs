@@ -203,7 +203,9 @@ pub(super) struct Lean<T> {
     /// its deadline is sooner): [`HAND_OFF_AGE`] ticks, or a quarter of the default
     /// timeout if that is shorter.
     hand_off_age: Tick,
-    on_complete: Option<Callback<T>>,
+    /// Dropped by shutdown once no operation can call it (`batches.rs`, "Closing the
+    /// callback"), which breaks the cycle of a callback that holds a handle of its acker.
+    on_complete: std::cell::UnsafeCell<Option<Callback<T>>>,
     shutdown: AtomicBool,
     manual: bool,
     /// The reaper's wheel and scratch, owned by whoever runs a pass.
@@ -214,6 +216,11 @@ pub(super) struct Lean<T> {
     /// Panics caught in reaper passes (a clock, a payload's drop).
     reaper_panics: AtomicU64,
 }
+
+// Safety: `on_complete` is the only part that is not `Sync` by itself: it is read only by
+// operations that found it open and taken only by shutdown after all of those have ended
+// (`drop_callback`); the callback itself is `Send + Sync`. The tables need `T: Send`.
+unsafe impl<T: Send> Sync for Lean<T> {}
 
 impl<T> std::fmt::Debug for Lean<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -274,7 +281,7 @@ impl<T: Send + 'static> Lean<T> {
             reaper: Mutex::new(reaper::Wheel::new(ticks.full(now))),
             ticks,
             clock: config.clock,
-            on_complete: config.on_complete,
+            on_complete: std::cell::UnsafeCell::new(config.on_complete),
             shutdown: AtomicBool::new(false),
             manual: config.manual,
             reaper_thread: std::sync::OnceLock::new(),
@@ -305,6 +312,7 @@ impl<T: Send + 'static> Lean<T> {
         if self.shutdown.load(Ordering::SeqCst) {
             return Err(InitError::Shutdown(payload));
         }
+        let active = self.batches.enter();
         let (table, key) = self.layout.place(root);
         let roots = &self.tables[table];
         let timeout = timeout_ns.map(|ns| (self.ticks.timeout(ns), self.timeout));
@@ -333,7 +341,7 @@ impl<T: Send + 'static> Lean<T> {
                 Err(InitError::Full(payload))
             }
         };
-        self.deliver_all(table, &mut done);
+        self.deliver_all(table, &mut done, active.open);
         result
     }
 
@@ -353,6 +361,7 @@ impl<T: Send + 'static> Lean<T> {
         root: u64,
         apply: impl FnOnce(&Roots<T>, Key, &mut Done<'_>) -> Applied,
     ) -> bool {
+        let active = self.batches.enter();
         let (table, key) = self.layout.place(root);
         let stamper = || self.stamp_now();
         let mut done = Done::stamped_by(&stamper);
@@ -362,7 +371,7 @@ impl<T: Send + 'static> Lean<T> {
                 .fetch_add(1, Ordering::Relaxed); // a statistic
         }
         self.file_timers(table, &mut done);
-        self.deliver_all(table, &mut done)
+        self.deliver_all(table, &mut done, active.open)
     }
 
     pub(super) fn reset_timeout(&self, root: u64) -> bool {
@@ -441,17 +450,19 @@ impl<T: Send + 'static> Lean<T> {
     /// Finishes every completion `done` claimed in `table`: takes the payload, frees the
     /// slot, counts and delivers. `true` when there was one.
     #[inline]
-    fn deliver_all(&self, table: usize, done: &mut Done<'_>) -> bool {
+    fn deliver_all(&self, table: usize, done: &mut Done<'_>, open: bool) -> bool {
         let mut any = false;
         while let Some(completed) = done.take() {
             any = true;
-            self.deliver(table, completed, None);
+            self.deliver(table, completed, None, open);
         }
         any
     }
 
-    /// `now` is the reaper's tick for a timeout (it has it), else the clock is read.
-    fn deliver(&self, table: usize, completed: Completed, now: Option<Tick>) {
+    /// `now` is the reaper's tick for a timeout (it has it), else the clock is read. `open`:
+    /// the calling operation's [`Active::open`](super::batches::Active): it may call the
+    /// callback.
+    fn deliver(&self, table: usize, completed: Completed, now: Option<Tick>, open: bool) {
         let Completed { slot, key, outcome } = completed;
         let roots = &self.tables[table];
         let start = roots.times(slot).map_or(0, |s| s.start());
@@ -496,7 +507,14 @@ impl<T: Send + 'static> Lean<T> {
         };
         // Caught: a panicking callback, or payload drop when there is none, must not unwind
         // through an acker operation (or end the reaper).
-        let delivered = catch_unwind(AssertUnwindSafe(|| match &self.on_complete {
+        let callback = if open {
+            // Safety: the calling operation found the callback open, so shutdown drops it
+            // only after this operation ends (`batches.rs`, "Closing the callback").
+            unsafe { &*self.on_complete.get() }.as_ref()
+        } else {
+            None
+        };
+        let delivered = catch_unwind(AssertUnwindSafe(|| match callback {
             Some(f) => f(completion),
             None => drop(completion),
         }));
@@ -531,7 +549,25 @@ impl<T: Send + 'static> Lean<T> {
                 }
             }
         }
+        self.drop_callback();
         handed_back
+    }
+
+    /// Drops the callback once no operation can call it any more: waits for operations
+    /// that found it open. Not from inside the callback (an operation of this very thread
+    /// is then under way): the callback stays.
+    fn drop_callback(&self) {
+        let caller_active = self.batches.caller_active();
+        while !self.batches.close(caller_active) {
+            if caller_active {
+                return;
+            }
+            thread::yield_now();
+        }
+        // Safety: `close` returned true: no operation that found the callback open is under
+        // way, and every later one finds it closed and does not touch it.
+        let callback = unsafe { (*self.on_complete.get()).take() };
+        drop(callback);
     }
 
     /// A root's entry as the table has it: its word and times (for tests' messages).

@@ -87,6 +87,7 @@ pub(super) struct Pass {
 /// One pass at the clock's time (module docs). `everything`: take every batch's entries
 /// (manual mode, where the caller's own batch is one of them).
 pub(super) fn run_once<T: Send + 'static>(lean: &Lean<T>, everything: bool) -> Pass {
+    let active = lean.batches.enter();
     let mut timed_out = Vec::new();
     let mut pass = Pass::default();
     {
@@ -136,7 +137,7 @@ pub(super) fn run_once<T: Send + 'static>(lean: &Lean<T>, everything: bool) -> P
     let now32 = lean.reaper.lock().unwrap_or_else(|e| e.into_inner()).now as Tick;
     pass.delivered = timed_out.len();
     for (table, completed) in timed_out {
-        lean.deliver(table, completed, Some(now32));
+        lean.deliver(table, completed, Some(now32), active.open);
     }
     pass
 }
