@@ -222,7 +222,7 @@ fn roots_reset_vs_timeout_is_never_lost() {
         init(&roots, k, 0b1, 7);
         let (slot, _) = roots.find(k).unwrap();
         let other = Arc::clone(&roots);
-        let t = thread::spawn(move || other.reset(k, 1, 10));
+        let t = thread::spawn(move || other.reset(k, 11));
         let mut done = Done::default();
         let expiry = roots.expire(slot, k.tag(), 1, &mut done);
         let timed_out = finish(&roots, done);
@@ -289,7 +289,7 @@ fn roots_reset_survives_a_twin_merge() {
         let t = in_a_twin_window(&roots, move |roots| ack(roots, k, 0b100));
         let mut done = Done::default();
         roots.init(k, 0b1, 7, &mut done).unwrap();
-        assert!(roots.reset(k, 1, 10), "the tree is live");
+        assert!(roots.reset(k, 11), "the tree is live");
         assert_eq!(t.join().unwrap(), None);
         let (slot, word) = roots.find(k).unwrap();
         assert_eq!(word.value(), 0b101);

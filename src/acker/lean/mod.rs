@@ -258,9 +258,13 @@ impl<T: Send + 'static> Lean<T> {
             h.write_u64(now);
             h.finish()
         };
+        let timeout = ticks.timeout(config.timeout_ns);
         Lean {
             tables: (0..tables)
-                .map(|_| Roots::bounded(table_slots / GROUP_SLOTS, Some(Arc::clone(&credits))))
+                .map(|_| {
+                    let credits = Some(Arc::clone(&credits));
+                    Roots::bounded(table_slots / GROUP_SLOTS, credits, timeout)
+                })
                 .collect(),
             layout: Layout {
                 mix: Mix { seed },
@@ -276,8 +280,8 @@ impl<T: Send + 'static> Lean<T> {
             } else {
                 Fences::detect()
             }),
-            timeout: ticks.timeout(config.timeout_ns),
-            hand_off_age: (ticks.timeout(config.timeout_ns) / 4).clamp(1, HAND_OFF_AGE),
+            timeout,
+            hand_off_age: (timeout / 4).clamp(1, HAND_OFF_AGE),
             reaper: Mutex::new(reaper::Wheel::new(ticks.full(now))),
             ticks,
             clock: config.clock,
@@ -299,7 +303,7 @@ impl<T: Send + 'static> Lean<T> {
     #[inline]
     fn stamp_now(&self) -> Stamp {
         let now = self.ticks.full(self.clock.now()) as Tick;
-        Stamp::new(now, now.wrapping_add(self.timeout))
+        Stamp::new(now, now)
     }
 
     pub(super) fn init(
@@ -315,7 +319,7 @@ impl<T: Send + 'static> Lean<T> {
         let active = self.batches.enter();
         let (table, key) = self.layout.place(root);
         let roots = &self.tables[table];
-        let timeout = timeout_ns.map(|ns| (self.ticks.timeout(ns), self.timeout));
+        let timeout = timeout_ns.map(|ns| self.ticks.timeout(ns));
         let stamper = || self.stamp_now();
         let mut done = Done::stamped_by(&stamper);
         let result = roots.init_with(key, xor, payload, timeout, &mut done);
@@ -379,7 +383,7 @@ impl<T: Send + 'static> Lean<T> {
         let now = self.ticks.full(self.clock.now()) as Tick;
         // The entry's timer is in a batch or the reaper's wheel since its creation; the
         // reaper files it again when the old deadline comes (R, or `NotDue`).
-        self.tables[table].reset(key, now, self.timeout)
+        self.tables[table].reset(key, now)
     }
 
     pub(super) fn pending(&self) -> usize {
@@ -404,7 +408,8 @@ impl<T: Send + 'static> Lean<T> {
     #[inline]
     fn file_timers(&self, table: usize, done: &mut Done<'_>) {
         while let Some(slot) = done.take_to_file() {
-            let Some(stamp) = self.tables[table].times(slot) else {
+            let roots = &self.tables[table];
+            let (Some(stamp), Some(deadline)) = (roots.times(slot), roots.deadline(slot)) else {
                 continue; // completed and freed already
             };
             let key = self.tables[table].word(slot).load().key();
@@ -415,7 +420,7 @@ impl<T: Send + 'static> Lean<T> {
             // To the reaper after the hand-off age, or a tick before the deadline.
             let (aged, last) = (
                 stamp.start().wrapping_add(self.hand_off_age),
-                stamp.deadline().wrapping_sub(1),
+                deadline.wrapping_sub(1),
             );
             let hand_off = if reached(aged, last) { aged } else { last };
             let pushed = self

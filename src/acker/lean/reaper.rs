@@ -148,10 +148,9 @@ fn file<T: Send + 'static>(lean: &Lean<T>, wheel: &mut Wheel, entry: Entry) {
         return;
     }
     let (table, slot) = lean.split(entry.slot);
-    let Some(stamp) = lean.tables[table].times(slot) else {
+    let Some(deadline) = lean.tables[table].deadline(slot) else {
         return;
     };
-    let deadline = stamp.deadline();
     let tick = if reached(deadline, wheel.now as Tick) {
         wheel.now // due already: the next advance returns it
     } else {

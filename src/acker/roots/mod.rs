@@ -339,6 +339,8 @@ pub struct Roots<T> {
     /// The acker's `max_pending` credits: a claim takes one, emptying its slot gives it
     /// back, so an entry holds one exactly while its slot is reserved. `None`: unbounded.
     credits: Option<Arc<Credits>>,
+    /// The timeout, in ticks, of a tree whose init gave none (and of orphans).
+    default_timeout: Tick,
 }
 
 // Safety: the payload cells are the only non-Sync parts. A cell is written only by the
@@ -351,8 +353,9 @@ unsafe impl<T: Send> Send for Roots<T> {}
 
 impl<T> Roots<T> {
     /// A table of `groups` groups (a power of two, at least 2), without a bound.
+    /// Its default timeout is 0 ticks: a deadline is its base.
     pub fn new(groups: usize) -> Self {
-        Self::bounded(groups, None)
+        Self::bounded(groups, None, 0)
     }
 
     /// A table of `groups` groups whose entries each hold one of `credits`.
@@ -360,11 +363,17 @@ impl<T> Roots<T> {
     /// Every part starts all zero (EMPTY words, free times, zero counts), so the memory
     /// comes from `alloc_zeroed`: the allocator maps zeroed pages, and a page costs memory
     /// only once a slot on it is used.
-    pub(super) fn bounded(groups: usize, credits: Option<Arc<Credits>>) -> Self {
+    /// The timeout of trees whose init gives none is `default_timeout` ticks.
+    pub(super) fn bounded(
+        groups: usize,
+        credits: Option<Arc<Credits>>,
+        default_timeout: Tick,
+    ) -> Self {
         assert!(groups.is_power_of_two() && groups >= 2, "{groups} groups");
         let group_bits = groups.trailing_zeros();
         let slots = groups * GROUP_SLOTS;
         let mut roots = Self::unaligned(groups, group_bits, slots, credits);
+        roots.default_timeout = default_timeout;
         // The first word on a group's alignment: `align_of::<Group>()` is a multiple of a
         // word's size, so one of the first GROUP_ALIGN_SLACK + 1 words is aligned.
         let address = roots.words.as_ptr() as usize;
@@ -396,6 +405,7 @@ impl<T> Roots<T> {
                 home_shift: 64 - KEY_SHIFT - group_bits,
                 merged: AtomicU64::new(0),
                 credits,
+                default_timeout: 0,
             }
         }
     }
@@ -686,15 +696,14 @@ impl<T> Roots<T> {
         self.init_with(key, xor, payload, None, done)
     }
 
-    /// [`init`](Self::init) with the tree's own timeout in ticks, `(own, default)`: the
-    /// deadline moves by `own - default` (it counts from the first message, or from the
-    /// last reset before init, with the tree's own timeout), and `reset_timeout` uses it.
+    /// [`init`](Self::init) with the tree's own timeout in ticks: the deadline becomes the
+    /// base (the first message, or the last reset) plus `timeout` (`times.rs`).
     pub fn init_with(
         &self,
         key: Key,
         xor: u64,
         payload: T,
-        timeout: Option<(Tick, Tick)>,
+        timeout: Option<Tick>,
         done: &mut Done<'_>,
     ) -> Result<(), Refused<T>> {
         let mut search = self.search(key, None);
@@ -733,16 +742,12 @@ impl<T> Roots<T> {
             // other thread reads or writes its payload cell (module docs, `Sync` impl).
             unsafe { (*cell).write(payload) };
         });
-        if let Some((own, default)) = timeout {
-            // The entry's timeout so far: an orphan's is the default (a placeholder's too).
-            let before = self.timeout_of(slot).unwrap_or(default);
-            // Relaxed: published by the settle CAS below, like the payload.
-            self.timeouts[slot].store(own, Ordering::Relaxed);
-            self.move_deadline(slot, |stamp| {
-                stamp.deadline().wrapping_sub(before).wrapping_add(own)
-            });
-            if own < before {
-                // Earlier than the timer filed for it: it needs another.
+        if let Some(own) = timeout {
+            // SeqCst: a reset's or a reaper's read of it follows the word it loaded.
+            self.timeouts[slot].store(own, Ordering::SeqCst);
+            if own < self.default_timeout {
+                // Earlier than the timer filed for the entry (an orphan's or a placeholder's
+                // is the default's): it needs another.
                 done.file_later(slot);
             }
         }
@@ -822,9 +827,9 @@ impl<T> Roots<T> {
             let Some(step) = word.expired() else {
                 return Expiry::Joining;
             };
-            match self.times(slot) {
-                Some(stamp) if reached(stamp.deadline(), now) => {}
-                Some(stamp) => return Expiry::NotDue(stamp.deadline()),
+            match self.deadline(slot) {
+                Some(deadline) if reached(deadline, now) => {}
+                Some(deadline) => return Expiry::NotDue(deadline),
                 // Only a free leaves times at 0, after the word left this entry.
                 None => return Expiry::Gone,
             }
@@ -843,11 +848,10 @@ impl<T> Roots<T> {
     }
 
     /// `reset_timeout`: on each of the root's entries (a twin's too, so that a merge
-    /// carries it) moves the deadline to `now` plus the tree's timeout (`default` ticks
-    /// unless its init gave its own), then sets R, so that a reaper about to time the tree
-    /// out on the old deadline fails its CAS and reads the new one. `false` when the root
-    /// has no entry.
-    pub fn reset(&self, key: Key, now: Tick, default: Tick) -> bool {
+    /// carries it) moves the base to `now` (the deadline to `now` plus the tree's timeout),
+    /// then sets R, so that a reaper about to time the tree out on the old deadline fails its
+    /// CAS and reads the new one. `false` when the root has no entry.
+    pub fn reset(&self, key: Key, now: Tick) -> bool {
         let mut any = false;
         let home = self.home(key);
         for d in 0..=self.window() {
@@ -856,22 +860,11 @@ impl<T> Roots<T> {
                 let slot = group * GROUP_SLOTS + i;
                 let mut word = slot_word.load();
                 if word.holds(key) {
-                    let timeout = match self.timeouts[slot].load(Ordering::SeqCst) {
-                        0 => default,
-                        own => own,
-                    };
-                    // Never earlier than the deadline there: for the tree itself a reset
-                    // never shortens it (now >= its start), and if the slot was freed and
-                    // reused since our load (its R CAS below then fails), its new root's
-                    // deadline may move later, never earlier.
-                    let later = now.wrapping_add(timeout);
-                    self.move_deadline(slot, |stamp| {
-                        if reached(later, stamp.deadline()) {
-                            stamp.deadline()
-                        } else {
-                            later
-                        }
-                    });
+                    // Never an earlier base: for the tree itself a reset never moves it back
+                    // (now >= its start), and if the slot was freed and reused since our
+                    // load (its R CAS below then fails), its new root's deadline may move
+                    // later, never earlier.
+                    self.move_base(slot, |base| if reached(now, base) { base } else { now });
                 }
                 while let Some(next) = word.holds(key).then(|| word.reset()).flatten() {
                     match slot_word.cas(word, next) {
@@ -896,12 +889,19 @@ impl<T> Roots<T> {
         Stamp::from_bits(self.times[slot].load(Ordering::SeqCst))
     }
 
-    /// CASes the slot's deadline to `deadline(times)`, keeping its start, unless the slot
-    /// is free.
-    fn move_deadline(&self, slot: usize, deadline: impl Fn(Stamp) -> Tick) {
+    /// The slot's deadline: its base plus the tree's timeout. `None` when the slot is free.
+    #[inline]
+    pub fn deadline(&self, slot: usize) -> Option<Tick> {
+        let base = self.times(slot)?.base();
+        Some(base.wrapping_add(self.timeout_of(slot).unwrap_or(self.default_timeout)))
+    }
+
+    /// CASes the slot's base to `base(the base)`, keeping its start, unless the slot is
+    /// free.
+    fn move_base(&self, slot: usize, base: impl Fn(Tick) -> Tick) {
         let mut seen = self.times[slot].load(Ordering::SeqCst);
         while let Some(stamp) = Stamp::from_bits(seen) {
-            let next = stamp.with_deadline(deadline(stamp)).bits();
+            let next = stamp.with_base(base(stamp.base())).bits();
             match self.times[slot].compare_exchange(seen, next, Ordering::SeqCst, Ordering::SeqCst)
             {
                 Ok(_) => return,

@@ -389,7 +389,12 @@ fn a_claim_stamps_the_times_and_emptying_the_slot_frees_them() {
     let slot = done.take_to_file().expect("the orphan's slot is reported");
     assert_eq!(done.take_to_file(), None);
     let stamp = roots.times(slot).unwrap();
-    assert_eq!((stamp.start(), stamp.deadline()), (100, 130));
+    assert_eq!((stamp.start(), stamp.base()), (100, 130));
+    assert_eq!(
+        roots.deadline(slot),
+        Some(130),
+        "this table's default timeout is 0"
+    );
     // Not due before its deadline: the reaper is told when it is.
     let mut reaper = Done::default();
     assert_eq!(
@@ -406,21 +411,25 @@ fn a_claim_stamps_the_times_and_emptying_the_slot_frees_them() {
 
 #[test]
 fn an_init_with_its_own_timeout_counts_from_the_first_message() {
-    let roots = Roots::<u32>::new(2);
+    let roots = Roots::<u32>::bounded(2, None, 30);
     let key = key_in(2, 0, 1);
-    let mut early = Done::stamped(Stamp::new(10, 40));
+    let mut early = Done::stamped(Stamp::new(10, 10));
     roots.ack(key, 0b01, &mut early); // the orphan: first message at tick 10
     let slot = early.take_to_file().unwrap();
-    let mut init = Done::stamped(Stamp::new(25, 55));
-    roots
-        .init_with(key, 0b11, 7, Some((100, 30)), &mut init)
-        .unwrap();
-    assert_eq!(init.take_to_file(), None, "init joined the orphan");
-    let stamp = roots.times(slot).unwrap();
-    assert_eq!((stamp.start(), stamp.deadline()), (10, 110));
-    // A reset moves the deadline to now + the tree's own timeout, and marks R.
-    assert!(roots.reset(key, 50, 30));
-    assert_eq!(roots.times(slot).unwrap().deadline(), 150);
+    assert_eq!(roots.deadline(slot), Some(40), "the default timeout");
+    let mut init = Done::stamped(Stamp::new(25, 25));
+    roots.init_with(key, 0b11, 7, Some(100), &mut init).unwrap();
+    assert_eq!(
+        init.take_to_file(),
+        None,
+        "joined the orphan, due later: no new timer"
+    );
+    assert_eq!(roots.times(slot), Some(Stamp::new(10, 10)));
+    assert_eq!(roots.deadline(slot), Some(110));
+    // A reset moves the base to now (the deadline to now + the tree's own timeout), and
+    // marks R.
+    assert!(roots.reset(key, 50));
+    assert_eq!(roots.deadline(slot), Some(150));
     let mut reaper = Done::default();
     assert_eq!(
         roots.expire(slot, key.tag(), 149, &mut reaper),
@@ -441,9 +450,31 @@ fn a_reset_never_brings_a_deadline_earlier() {
     let mut done = Done::stamped(Stamp::new(10, 1_000));
     roots.init(key, 0b1, 7, &mut done).unwrap();
     let slot = done.take_to_file().unwrap();
-    // Default timeout 30 from tick 20 would be 50, before the stored 1000: kept.
-    assert!(roots.reset(key, 20, 30));
-    assert_eq!(roots.times(slot).unwrap().deadline(), 1_000);
+    // A base of 20 would be before the stored 1000: kept.
+    assert!(roots.reset(key, 20));
+    assert_eq!(roots.times(slot).unwrap().base(), 1_000);
+}
+
+#[test]
+fn a_shorter_own_timeout_asks_for_another_timer_and_a_reset_before_init_counts() {
+    let roots = Roots::<u32>::bounded(2, None, 30);
+    let key = key_in(2, 0, 1);
+    let mut early = Done::stamped(Stamp::new(10, 10));
+    roots.ack(key, 0b01, &mut early);
+    let slot = early.take_to_file().unwrap();
+    assert!(roots.reset(key, 20)); // before init: the timeout counts from 20
+    let mut init = Done::stamped(Stamp::new(25, 25));
+    roots.init_with(key, 0b11, 7, Some(5), &mut init).unwrap();
+    assert_eq!(
+        init.take_to_file(),
+        Some(slot),
+        "due before the timer filed for it"
+    );
+    assert_eq!(
+        roots.deadline(slot),
+        Some(25),
+        "the reset's base plus the own timeout"
+    );
 }
 
 #[test]

@@ -1,8 +1,14 @@
 //! A slot's times, in ticks of the acker's resolution, beside its word.
 //!
 //! Each slot has one `AtomicU64`: the tick of the root's first message (high half) and its
-//! deadline tick (low half), both `u32` ticks that wrap (2^32 ticks are 49.7 days at 1 ms);
-//! readers compare them wrapping, against a full tick they know. Zero means *free*: the
+//! *base* (low half), the tick its timeout counts from: the first message, or the last
+//! reset. Both are `u32` ticks that wrap (2^32 ticks are 49.7 days at 1 ms); readers compare
+//! them wrapping, against a full tick they know. The deadline is the base plus the tree's
+//! timeout (its own, in the slot's timeout cell, or the acker's default), computed where it
+//! is read: a reset moves the base (the later of the two), an init with a timeout of its own
+//! stores the timeout, and neither needs the other's value, so the two cannot race into a
+//! deadline counted with the wrong timeout (the first version stored deadlines, and a reset
+//! that read the orphan's default timeout just before init stored its own lost to it). Zero means *free*: the
 //! times are also the slot's **reservation**. A claimer first CASes the times from 0 to its
 //! stamp and only then CASes its word into the EMPTY slot, and whoever empties a slot stores
 //! 0 only after the word is EMPTY. So:
@@ -13,13 +19,11 @@
 //! * two claimers never race for one EMPTY word (the second's reservation fails and it
 //!   tries the next EMPTY slot), and the word CAS after a reservation cannot fail.
 //!
-//! After the claim only these write the times, each with a CAS that keeps the start: the
-//! init that joins the entry (while JOINING: a custom timeout counts from the first
-//! message), and `reset_timeout` (deadline = now + the tree's timeout), which then sets R on
-//! the word so that a reaper about to time the tree out on the old deadline fails its CAS.
-//! The reaper reads the deadline after it loaded the word and CASes from that word, so a
-//! deadline moved by a join or a reset in between makes its CAS fail (module docs of
-//! `roots/`, `Roots::expire`).
+//! After the claim only `reset_timeout` writes the times (a CAS that keeps the start and
+//! moves the base to now unless it is later), and then sets R on the word so that a reaper
+//! about to time the tree out on the old deadline fails its CAS. The reaper reads the times
+//! after it loaded the word and CASes from that word, so a deadline moved by a reset, or by
+//! an init's own timeout (written while JOINING), makes its CAS fail (`Roots::expire`).
 
 /// A tick: `u32`, wrapping.
 pub type Tick = u32;
@@ -30,21 +34,21 @@ pub fn reached(tick: Tick, now: Tick) -> bool {
     (now.wrapping_sub(tick) as i32) >= 0
 }
 
-/// What a claimer writes into a new entry's times: the tick it read and the deadline of
-/// the acker's default timeout from then.
+/// What a claimer writes into a new entry's times: the tick it read, as its start and its
+/// base.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Stamp {
     bits: u64,
 }
 
 impl Stamp {
-    /// `start` and `deadline` ticks. A start of 0 is stored as `u32::MAX`, one tick
-    /// earlier (elapsed times may read one tick long, never short), so a stamp is never 0.
+    /// `start` and `base` ticks. A start of 0 is stored as `u32::MAX`, one tick earlier
+    /// (elapsed times may read one tick long, never short), so a stamp is never 0.
     #[inline]
-    pub fn new(start: Tick, deadline: Tick) -> Stamp {
+    pub fn new(start: Tick, base: Tick) -> Stamp {
         let start = if start == 0 { u32::MAX } else { start };
         Stamp {
-            bits: u64::from(start) << 32 | u64::from(deadline),
+            bits: u64::from(start) << 32 | u64::from(base),
         }
     }
 
@@ -64,21 +68,21 @@ impl Stamp {
         (self.bits >> 32) as Tick
     }
 
-    /// The deadline's tick.
+    /// The tick the timeout counts from: the first message, or the last reset.
     #[inline]
-    pub fn deadline(self) -> Tick {
+    pub fn base(self) -> Tick {
         self.bits as Tick
     }
 
-    /// The same start with another deadline.
+    /// The same start with another base.
     #[inline]
-    pub fn with_deadline(self, deadline: Tick) -> Stamp {
-        Stamp::new(self.start(), deadline)
+    pub fn with_base(self, base: Tick) -> Stamp {
+        Stamp::new(self.start(), base)
     }
 }
 
 impl Default for Stamp {
-    /// Tick 1, due at once: for tests of the table that do not look at times.
+    /// Tick 1: for tests of the table that do not look at times.
     fn default() -> Self {
         Stamp::new(1, 1)
     }
@@ -91,12 +95,12 @@ mod tests {
     #[test]
     fn a_stamp_is_never_zero_and_keeps_both_ticks() {
         let s = Stamp::new(7, 1_000_007);
-        assert_eq!((s.start(), s.deadline()), (7, 1_000_007));
+        assert_eq!((s.start(), s.base()), (7, 1_000_007));
         let zero = Stamp::new(0, 0);
         assert_ne!(zero.bits(), 0);
-        assert_eq!((zero.start(), zero.deadline()), (u32::MAX, 0));
+        assert_eq!((zero.start(), zero.base()), (u32::MAX, 0));
         assert_eq!(Stamp::from_bits(0), None);
-        assert_eq!(s.with_deadline(9).start(), 7);
+        assert_eq!(s.with_base(9).start(), 7);
     }
 
     #[test]
