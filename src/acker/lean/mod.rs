@@ -567,7 +567,8 @@ impl<T: Send + 'static> Lean<T> {
             if caller_active {
                 return;
             }
-            thread::yield_now();
+            // The sync module's: under loom the model must run the operation we wait for.
+            crate::sync::thread::yield_now();
         }
         // Safety: `close` returned true: no operation that found the callback open is under
         // way, and every later one finds it closed and does not touch it.
