@@ -313,10 +313,13 @@ impl<T: Send + 'static> Lean<T> {
         payload: T,
         timeout_ns: Option<u64>,
     ) -> Result<(), InitError<T>> {
-        if self.shutdown.load(Ordering::SeqCst) {
+        // Entered before the shutdown check: an init that shutdown's close did not wait for
+        // finds the callback closed, and must not create a tree that could complete with no
+        // callback to deliver it (`drop_callback`).
+        let active = self.batches.enter();
+        if !active.open || self.shutdown.load(Ordering::SeqCst) {
             return Err(InitError::Shutdown(payload));
         }
-        let active = self.batches.enter();
         let (table, key) = self.layout.place(root);
         let roots = &self.tables[table];
         let timeout = timeout_ns.map(|ns| self.ticks.timeout(ns));
