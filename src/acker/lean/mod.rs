@@ -8,8 +8,9 @@
 //! and the root's key there. An ack is a search of the root's home line and one 128-bit CAS
 //! on it (`word.rs`: key, state and XOR change together, so no grace period and no false
 //! `Acked`); the ack that brings an initialized tree's value to 0 completes it in that CAS,
-//! takes the payload and frees the slot. A tree that completes within its first tick costs
-//! its own slot's lines and its creator's batch (`batches.rs`), nothing else.
+//! takes the payload and frees the slot. A tree that completes within the hand-off age
+//! ([`HAND_OFF_AGE`] ticks) costs its own slot's lines and its creator's batch
+//! (`batches.rs`), nothing else.
 //!
 //! ## Times
 //!
@@ -17,16 +18,17 @@
 //! clock's reading at build (plus one, so that tick 0 is never used), kept per slot as
 //! `u32`s (`roots/times.rs`). Only a thread that creates an entry reads the clock for it
 //! (lazily, inside the table, when it claims a slot), and the completing thread reads it
-//! for `elapsed`. A tree's deadline is its first message's tick plus its timeout in ticks,
-//! rounded up, plus one: a tick read at the first message may be up to one tick old, so
-//! the deadline is never early. A `TimedOut` completion reports at least its timeout.
+//! for `elapsed`. A tree's deadline is its base (the first message's tick, or the last
+//! reset's) plus its timeout in ticks, rounded up, plus one: a tick read at the first
+//! message may be up to one tick old, so the deadline is never early. A `TimedOut` completion reports at least its timeout.
 //! Timeouts are at most [`MAX_TIMEOUT_TICKS`] ticks, so deadlines compare correctly across
 //! the `u32` wrap.
 //!
 //! ## Timers
 //!
-//! A created entry is filed in its creator's batch; once a tick, survivors go to the reaper
-//! (`batches.rs`), which files each under its deadline's tick in its wheel (`buckets.rs`).
+//! A created entry is filed in its creator's batch; those that outlive the hand-off age go
+//! to the reaper (`batches.rs`), which files each under its deadline's tick in its wheel
+//! (`buckets.rs`).
 //! When an entry comes due the reaper asks the table (`Roots::expire`): gone (completed,
 //! reused) is dropped, a moved deadline is filed again, an initialized tree times out, an
 //! orphan is dropped. See `reaper.rs`.
@@ -37,6 +39,12 @@
 //! back, inside the table, so the bound is exact. The tables are sized for `max_pending` at
 //! a load of at most 3/4 but allocated zeroed, so their pages cost memory only once used.
 //! (Growth, which makes the tables follow what is pending, is the next step of issue 20.)
+//!
+//! ## Shutdown
+//!
+//! Shutdown stops and joins the reaper, takes back every LIVE tree (an init that settles
+//! after the scan sees the flag and takes back its own: one CAS decides), and then drops
+//! `on_complete` once no operation can call it (`batches.rs`, "Closing the callback").
 
 mod reaper;
 
