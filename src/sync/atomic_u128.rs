@@ -187,11 +187,12 @@ mod x86 {
     #[inline(always)]
     pub(super) unsafe fn cmpxchg16b(dst: *mut u128, current: u128, new: u128) -> u128 {
         let (lo, hi): (u64, u64);
-        // Safety: the caller's contract. The instruction needs the new value's low half in
-        // `rbx`, which an asm block may not name, so it comes in another register and is
-        // swapped into `rbx` around the instruction, which restores it. The address is
-        // pinned to `rsi`: a `reg` operand may be given `rbx` itself (seen in a release
-        // build), which the swap would overwrite.
+        // The instruction needs the new value's low half in `rbx`, which an asm block may
+        // not name, so it comes in another register and is swapped into `rbx` around the
+        // instruction, which restores it. The address is pinned to `rsi`: a `reg` operand
+        // may be given `rbx` itself (seen in a release build), which the swap would
+        // overwrite.
+        // Safety: the caller's contract (valid, aligned `dst`; the CPU has cmpxchg16b).
         unsafe {
             asm!(
                 "xchg {new_lo}, rbx",

@@ -46,6 +46,7 @@
 //! after the scan sees the flag and takes back its own: one CAS decides), and then drops
 //! `on_complete` once no operation can call it (`batches.rs`, "Closing the callback").
 
+mod layout;
 mod reaper;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -61,6 +62,7 @@ use super::word::{Key, KEY_SHIFT};
 use super::{AckerStats, Callback, Completion, Counters, InitError, Outcome};
 use crate::clock::Clock;
 use crate::sync::{Arc, AtomicBool, AtomicU64, Mutex, Ordering};
+use layout::{Layout, Mix};
 // The reaper is a std thread even under loom: the models check the table and batch
 // protocols on their own, not this core's thread.
 use std::thread;
@@ -92,77 +94,6 @@ pub(super) struct Config<T> {
     pub clock: Box<dyn Clock>,
     pub on_complete: Option<Callback<T>>,
     pub manual: bool,
-}
-
-/// A bijective mix of root ids, so that the tables can store hashes and still name roots.
-#[derive(Clone, Copy, Debug)]
-struct Mix {
-    seed: u64,
-}
-
-const M1: u64 = 0xbf58_476d_1ce4_e5b9;
-const M2: u64 = 0x94d0_49bb_1331_11eb;
-
-/// The inverse of an odd `m` modulo 2^64 (Newton's iteration doubles the correct bits).
-const fn inverse(m: u64) -> u64 {
-    let mut x = m; // correct to 3 bits for odd m
-    let mut i = 0;
-    while i < 5 {
-        x = x.wrapping_mul(2u64.wrapping_sub(m.wrapping_mul(x)));
-        i += 1;
-    }
-    x
-}
-
-impl Mix {
-    #[inline]
-    fn hash(self, root: u64) -> u64 {
-        let mut z = root ^ self.seed;
-        z = (z ^ (z >> 30)).wrapping_mul(M1);
-        z = (z ^ (z >> 27)).wrapping_mul(M2);
-        z ^ (z >> 31)
-    }
-
-    fn root(self, hash: u64) -> u64 {
-        let unshift = |mut z: u64, s: u32| {
-            let mut y = z;
-            for _ in 0..64 / s {
-                y = z ^ (y >> s);
-            }
-            z = y;
-            z
-        };
-        let mut z = unshift(hash, 31);
-        z = unshift(z.wrapping_mul(const { inverse(M2) }), 27);
-        z = unshift(z.wrapping_mul(const { inverse(M1) }), 30);
-        z ^ self.seed
-    }
-}
-
-/// Where a root lives: its table and its key there.
-///
-/// The table is the hash's top `table_bits`; the key is the hash rotated left by
-/// `table_bits` (so the bits just below the table's become the key's top bits, which pick
-/// its home line) without its low [`KEY_SHIFT`] bits, which are the table index's low bits.
-#[derive(Clone, Copy, Debug)]
-struct Layout {
-    mix: Mix,
-    table_bits: u32,
-}
-
-impl Layout {
-    #[inline]
-    fn place(self, root: u64) -> (usize, Key) {
-        let h = self.mix.hash(root);
-        let table = (h >> (64 - self.table_bits)) as usize;
-        (table, Key::new(h.rotate_left(self.table_bits) >> KEY_SHIFT))
-    }
-
-    fn root(self, table: usize, key: Key) -> u64 {
-        let low = table as u64 & ((1 << KEY_SHIFT) - 1);
-        let rotated = key.bits() << KEY_SHIFT | low;
-        self.mix.root(rotated.rotate_right(self.table_bits))
-    }
 }
 
 /// The clock in ticks.
@@ -420,9 +351,10 @@ impl<T: Send + 'static> Lean<T> {
     fn file_timers(&self, table: usize, done: &mut Done<'_>) {
         while let Some(slot) = done.take_to_file() {
             let roots = &self.tables[table];
-            let (Some(stamp), Some(deadline)) = (roots.times(slot), roots.deadline(slot)) else {
+            let Some(stamp) = roots.times(slot) else {
                 continue; // completed and freed already
             };
+            let deadline = roots.deadline_from(slot, stamp);
             let key = self.tables[table].word(slot).load().key();
             let entry = Entry {
                 slot: (table * self.table_slots + slot) as u32,
@@ -451,10 +383,13 @@ impl<T: Send + 'static> Lean<T> {
         word.holds(word.key()) && word.key().tag() == entry.tag
     }
 
+    /// A timer entry's slot number as `(table, slot in the table)`: a shift and a mask,
+    /// as tables have a power of two of slots (the batch filter does this per entry).
     #[inline]
     fn split(&self, slot: u32) -> (usize, usize) {
         let slot = slot as usize;
-        (slot / self.table_slots, slot % self.table_slots)
+        let bits = self.table_slots.trailing_zeros();
+        (slot >> bits, slot & (self.table_slots - 1))
     }
 
     fn wake_reaper(&self) {
@@ -697,26 +632,6 @@ impl<T: Send + 'static> Drop for Handle<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_mix_and_the_layout_are_bijections() {
-        let mix = Mix {
-            seed: 0x1234_5678_9abc_def0,
-        };
-        for table_bits in [4, 5, 8, 16] {
-            let layout = Layout { mix, table_bits };
-            for root in [0, 1, 2, 7, u64::MAX, 1 << 63, 0xdead_beef_cafe_f00d] {
-                assert_eq!(mix.root(mix.hash(root)), root);
-                let (table, key) = layout.place(root);
-                assert!(table < 1 << table_bits);
-                assert_eq!(
-                    layout.root(table, key),
-                    root,
-                    "{table_bits} bits, root {root:#x}"
-                );
-            }
-        }
-    }
 
     #[test]
     fn ticks_round_timeouts_up_and_never_go_before_the_epoch() {

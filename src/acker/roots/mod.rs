@@ -42,7 +42,9 @@
 
 use std::mem::MaybeUninit;
 
+mod done;
 mod times;
+pub use done::{Completed, Done};
 pub use times::{reached, Stamp, Tick};
 
 use super::credits::Credits;
@@ -131,112 +133,6 @@ pub enum Applied {
     Created,
     /// No entry, and no EMPTY slot in the root's window.
     Full,
-}
-
-/// A completion this call's CAS claimed: it set DONE on `slot`, and the caller completes
-/// the tree with `outcome` (unsafe [`Roots::take`] of the payload, then [`Roots::free`] of
-/// the slot, once each).
-#[derive(Debug, PartialEq, Eq)]
-pub struct Completed {
-    /// The slot whose DONE the call set.
-    pub slot: usize,
-    /// The root's key.
-    pub key: Key,
-    /// What the tree completed as.
-    pub outcome: Outcome,
-}
-
-/// The completions an operation claimed, for its caller to finish.
-///
-/// Almost always none or one. More only when carrying a twin's contents completed a tree
-/// and the operation's own message then completed a new tree of the same root (a duplicate
-/// init racing a twin claim), so the second one costs nothing unless it happens.
-///
-/// It also carries the operation's [`Stamp`] in (the times a claimer writes into a new
-/// entry: see `times.rs`) and, out, the slots whose entries need a timer filed: those it
-/// created, and those whose deadline it moved earlier.
-#[derive(Default)]
-pub struct Done<'a> {
-    first: Option<Completed>,
-    more: Vec<Completed>,
-    stamp: Stamp,
-    /// Makes the stamp when a claim needs one (the acker reads its clock only then).
-    stamper: Option<&'a dyn Fn() -> Stamp>,
-    to_file: Option<usize>,
-    to_file_more: Vec<usize>,
-}
-
-impl std::fmt::Debug for Done<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Done")
-            .field("first", &self.first)
-            .field("more", &self.more)
-            .field("to_file", &self.to_file)
-            .finish_non_exhaustive()
-    }
-}
-
-impl<'a> Done<'a> {
-    /// An operation whose new entries, if it creates any, get `stamp`.
-    #[inline]
-    pub fn stamped(stamp: Stamp) -> Done<'a> {
-        Done {
-            stamp,
-            ..Done::default()
-        }
-    }
-
-    /// An operation whose new entries get the stamp `stamper` makes at their claim.
-    #[inline]
-    pub fn stamped_by(stamper: &'a dyn Fn() -> Stamp) -> Done<'a> {
-        Done {
-            stamper: Some(stamper),
-            ..Done::default()
-        }
-    }
-
-    #[inline]
-    fn stamp(&self) -> Stamp {
-        self.stamper.map_or(self.stamp, |make| make())
-    }
-
-    /// Takes one slot whose entry needs a timer filed, if any is left: an entry the
-    /// operation created (an orphan, init's placeholder, a twin's contents carried to a new
-    /// entry), or one whose deadline its init moved earlier than the timers already filed.
-    #[inline]
-    pub fn take_to_file(&mut self) -> Option<usize> {
-        self.to_file_more.pop().or_else(|| self.to_file.take())
-    }
-
-    #[inline]
-    fn file_later(&mut self, slot: usize) {
-        if self.to_file.is_none() {
-            self.to_file = Some(slot);
-        } else {
-            self.to_file_more.push(slot);
-        }
-    }
-
-    /// Takes one claimed completion, if any is left.
-    #[inline]
-    pub fn take(&mut self) -> Option<Completed> {
-        self.more.pop().or_else(|| self.first.take())
-    }
-
-    /// Nothing (left) to finish.
-    #[inline]
-    pub fn is_none(&self) -> bool {
-        self.first.is_none() && self.more.is_empty()
-    }
-
-    #[inline]
-    fn push(&mut self, completed: Completed) {
-        if self.first.is_none() {
-            self.first = Some(completed);
-        } else {
-            self.more.push(completed);
-        }
-    }
 }
 
 #[inline]
@@ -892,8 +788,14 @@ impl<T> Roots<T> {
     /// The slot's deadline: its base plus the tree's timeout. `None` when the slot is free.
     #[inline]
     pub fn deadline(&self, slot: usize) -> Option<Tick> {
-        let base = self.times(slot)?.base();
-        Some(base.wrapping_add(self.timeout_of(slot).unwrap_or(self.default_timeout)))
+        Some(self.deadline_from(slot, self.times(slot)?))
+    }
+
+    /// The deadline of times `stamp` just read from `slot`.
+    #[inline]
+    pub fn deadline_from(&self, slot: usize, stamp: Stamp) -> Tick {
+        let timeout = self.timeout_of(slot).unwrap_or(self.default_timeout);
+        stamp.base().wrapping_add(timeout)
     }
 
     /// CASes the slot's base to `base(the base)`, keeping its start, unless the slot is
