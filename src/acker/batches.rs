@@ -98,6 +98,9 @@ pub struct Batch {
     /// Acker operations of the owner's thread in progress (nested when a callback calls
     /// back into the acker); written only by the owner ("Closing the callback").
     active: AtomicU32,
+    /// Outermost operations the owner has begun (wrapping): a grace period sees a thread
+    /// that was inside one leave it when this changes ("Grace periods").
+    begun: AtomicU32,
     /// The owner's thread has ended (or dropped its handle): the reaper may drop the batch
     /// once it is empty.
     abandoned: AtomicBool,
@@ -118,6 +121,7 @@ impl Batch {
             tick: AtomicU32::new(0),
             len: AtomicUsize::new(0),
             active: AtomicU32::new(0),
+            begun: AtomicU32::new(0),
             abandoned: AtomicBool::new(false),
             entries: UnsafeCell::new(Vec::new()),
         }
@@ -139,18 +143,17 @@ pub struct Batches {
     idle: AtomicBool,
     /// Shutdown has closed the callback ("Closing the callback").
     closed: AtomicBool,
-    /// Under loom, where there are no per-thread batches: operations in progress.
-    #[cfg(loom)]
-    active: AtomicU32,
+    /// Operations in progress on threads that have no batch (exiting threads; under loom,
+    /// every thread).
+    shared: AtomicU32,
 }
 
 /// An acker operation in progress on the calling thread; see [`Batches::enter`].
 #[derive(Debug)]
 pub struct Active {
-    /// The thread's depth counter (`None` while the thread is exiting).
-    depth: Option<*const AtomicU32>,
-    /// Under loom, `depth` is one counter for all threads.
-    #[cfg(loom)]
+    /// The thread's depth counter, or [`Batches::shared`].
+    depth: *const AtomicU32,
+    /// `depth` is the count shared by threads without a batch.
     shared: bool,
     /// The callback was open when the operation began: it may call it.
     pub open: bool,
@@ -158,21 +161,27 @@ pub struct Active {
 
 impl Drop for Active {
     fn drop(&mut self) {
-        if let Some(depth) = self.depth {
-            // Safety: the counter is in a batch this thread's `LOCAL` keeps alive (under
-            // loom, in the `Batches` of the acker the operation runs on), and an `Active`
-            // lives within one operation on this thread (it is not `Send`).
-            let depth = unsafe { &*depth };
-            #[cfg(loom)]
-            if self.shared {
-                depth.fetch_sub(1, Ordering::SeqCst);
-                return;
-            }
-            // Relaxed load: only this thread writes it. Release: the operation (its callback
-            // included) happens before a shutdown that reads the lower depth.
-            depth.store(depth.load(Ordering::Relaxed) - 1, Ordering::Release);
+        // Safety: the counter is in a batch this thread's `LOCAL` keeps alive, or in the
+        // `Batches` of the acker the operation runs on, and an `Active` lives within one
+        // operation on this thread (it is not `Send`).
+        let depth = unsafe { &*self.depth };
+        if self.shared {
+            depth.fetch_sub(1, Ordering::SeqCst);
+            return;
         }
+        // Relaxed load: only this thread writes it. Release: the operation (its callback
+        // included) happens before a shutdown or a grace period that reads the lower depth.
+        depth.store(depth.load(Ordering::Relaxed) - 1, Ordering::Release);
     }
+}
+
+/// A grace period under way: the threads that were inside an operation when it began.
+/// See [`Batches::grace`].
+#[derive(Debug)]
+pub struct Grace {
+    busy: Vec<(Arc<Batch>, u32)>,
+    /// Threads without a batch were inside operations.
+    shared: bool,
 }
 
 /// What a push asks of its caller.
@@ -197,8 +206,7 @@ impl Batches {
             inbox_len: AtomicUsize::new(0),
             idle: AtomicBool::new(false),
             closed: AtomicBool::new(false),
-            #[cfg(loom)]
-            active: AtomicU32::new(0),
+            shared: AtomicU32::new(0),
         }
     }
 
@@ -374,13 +382,17 @@ impl Batches {
     #[inline]
     pub fn enter_with(&self, batch: &Batch) -> Active {
         let depth = &batch.active;
-        // Relaxed load: only this thread writes it; Relaxed store: ordered before the
-        // `closed` load by the light fence.
+        // Relaxed loads: only this thread writes them; Relaxed stores: ordered before the
+        // `closed` load (and the operation's loads of tables) by the light fence.
+        let outer = depth.load(Ordering::Relaxed) == 0;
+        if outer {
+            let begun = batch.begun.load(Ordering::Relaxed);
+            batch.begun.store(begun.wrapping_add(1), Ordering::Relaxed);
+        }
         depth.store(depth.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
         self.fences.light();
         Active {
-            depth: Some(depth as *const AtomicU32),
-            #[cfg(loom)]
+            depth: depth as *const AtomicU32,
             shared: false,
             // Relaxed: ordered after the depth store by the light fence (module docs).
             open: !self.closed.load(Ordering::Relaxed),
@@ -400,9 +412,56 @@ impl Batches {
         // Acquire: reads each thread's release of its depth, so its callback happened before.
         let others =
             (self.all.lock().unwrap().iter()).any(|b| b.active.load(Ordering::Acquire) > 0);
-        #[cfg(loom)]
-        let others = others || self.active.load(Ordering::SeqCst) > 0;
-        !others
+        !others && self.shared.load(Ordering::SeqCst) == 0
+    }
+
+    /// Begins a grace period, after the caller made something unreachable for operations
+    /// that begin from now on (a retired table, `lean/`): notes the threads inside an
+    /// operation now. Once [`grace_over`](Self::grace_over), every operation that could
+    /// have reached it has ended.
+    ///
+    /// The same Dekker pair as the callback's close ("Closing the callback"): an operation
+    /// stores its depth, runs the light fence and then loads the tables; the caller's
+    /// store, then the heavy fence, then the depth loads. An operation whose depth this
+    /// reads as 0 loads the tables after the store.
+    pub fn grace(&self) -> Grace {
+        self.fences.heavy();
+        // Acquire (all): reads each thread's release of its depth, so what its operation
+        // read of the old table happened before the caller frees it.
+        let busy = (self.all.lock().unwrap().iter())
+            .filter(|b| b.active.load(Ordering::Acquire) > 0)
+            .map(|b| (Arc::clone(b), b.begun.load(Ordering::Acquire)))
+            .collect();
+        Grace {
+            busy,
+            shared: self.shared.load(Ordering::SeqCst) > 0,
+        }
+    }
+
+    /// Whether every thread that was inside an operation when `grace` began has left it
+    /// (its depth is 0, or it began another outermost one since).
+    pub fn grace_over(&self, grace: &mut Grace) -> bool {
+        // Acquire (both): as in `grace`.
+        grace.busy.retain(|(b, begun)| {
+            b.active.load(Ordering::Acquire) > 0 && b.begun.load(Ordering::Acquire) == *begun
+        });
+        if grace.shared {
+            // Threads without a batch cannot be told apart: wait for none to be inside.
+            grace.shared = self.shared.load(Ordering::SeqCst) > 0;
+        }
+        grace.busy.is_empty() && !grace.shared
+    }
+
+    /// Marks an operation of a thread without a batch: one shared count, an RMW (rare:
+    /// exiting threads; every thread under loom).
+    fn enter_shared(&self, open: bool) -> Active {
+        self.shared.fetch_add(1, Ordering::SeqCst);
+        Active {
+            depth: &self.shared as *const AtomicU32,
+            shared: true,
+            // SeqCst: after the count's RMW, as a batch's light fence orders it.
+            open: open && !self.closed.load(Ordering::SeqCst),
+        }
     }
 
     /// Marks a thread's batch abandoned (the thread is done with it).
@@ -476,13 +535,10 @@ impl Batches {
     pub fn enter(&self) -> Active {
         match self.own() {
             Some(batch) => self.enter_with(batch),
-            // The thread is exiting: it cannot be marked, so it must not call the callback.
-            None => Active {
-                depth: None,
-                #[cfg(loom)]
-                shared: false,
-                open: false,
-            },
+            // The thread is exiting: it has no batch to mark, so it counts in the shared
+            // count, and (as before shutdown's close could see that count) does not call
+            // the callback.
+            None => self.enter_shared(false),
         }
     }
 
@@ -530,12 +586,7 @@ impl Batches {
 impl Batches {
     /// Under loom: one shared count of operations in progress.
     pub fn enter(&self) -> Active {
-        self.active.fetch_add(1, Ordering::SeqCst);
-        Active {
-            depth: Some(&self.active as *const AtomicU32),
-            shared: true,
-            open: !self.closed.load(Ordering::SeqCst),
-        }
+        self.enter_shared(true)
     }
 
     /// Under loom nothing is per-thread.

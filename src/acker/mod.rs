@@ -923,6 +923,19 @@ impl<T: Send + 'static> Acker<T> {
         self.second().map_or(0, lean::Lean::reaper_panics)
     }
 
+    /// Slots the acker's tables hold now (the second core's follow what is pending; the
+    /// first core's are fixed at build): for tests and the stress harness's memory report.
+    #[doc(hidden)]
+    pub fn table_slots(&self) -> usize {
+        match &self.core {
+            Core::Second(handle) => handle.lean.slots(),
+            Core::First(_) => {
+                let inner = self.inner();
+                inner.shards.iter().map(|s| s.ledger.capacity()).sum()
+            }
+        }
+    }
+
     /// Whether pins use asymmetric fences (`membarrier`) rather than a SeqCst fence each.
     #[doc(hidden)]
     #[cfg(not(loom))]

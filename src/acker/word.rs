@@ -48,6 +48,13 @@
 //!   frees the slot. Lookups skip a DONE word: the tree is over.
 //! * R (RESET): `reset_timeout` moved the deadline; the reaper clears R before it reads the
 //!   deadline, so its timeout CAS fails if another reset lands in between.
+//! * **FROZEN** and **MOVED**: growth (`roots/migrate.rs`) moving a HELD or LIVE entry to
+//!   the table's successor. The mover CASes the word to FROZEN (key and value kept, so a
+//!   search still recognizes the root), copies the entry into the successor, then CASes
+//!   FROZEN to MOVED. No other transition leaves either: a message or a reaper that meets
+//!   FROZEN waits for MOVED and then looks in the successor; MOVED is dead until the old
+//!   table is freed. JOINING and DONE words are not moved (their owner leaves them in
+//!   nanoseconds; the mover comes back).
 //!
 //! Every transition is a method of [`Word`] that returns the word to CAS in (or why not), so
 //! the protocol lives in this file; `roots/` only finds slots and retries CASes.
@@ -72,6 +79,10 @@ pub enum Phase {
 impl State {
     pub const EMPTY: State = State(0);
     pub const DONE: State = State(1);
+    /// Being moved to the successor table (module docs).
+    pub const FROZEN: State = State(14);
+    /// Moved to the successor table.
+    pub const MOVED: State = State(15);
     /// A fail arrived (before init, or while init was joining).
     const FAILED: u8 = 1;
     /// A reset moved the deadline since the reaper last looked.
@@ -124,13 +135,18 @@ impl State {
     }
 }
 
-const _: () = assert!(State::of(Phase::Live, 3).0 < 16, "a state fits four bits");
+const _: () = assert!(
+    State::of(Phase::Live, 3).0 < State::FROZEN.0,
+    "the phases leave codes 14 and 15 to FROZEN and MOVED"
+);
 
 impl std::fmt::Debug for State {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match (*self, self.phase()) {
             (State::EMPTY, _) => f.write_str("EMPTY"),
             (State::DONE, _) => f.write_str("DONE"),
+            (State::FROZEN, _) => f.write_str("FROZEN"),
+            (State::MOVED, _) => f.write_str("MOVED"),
             (_, Some(phase)) => {
                 write!(f, "{phase:?}")?;
                 if self.failed() {
@@ -255,6 +271,12 @@ impl Word {
         // one of the key bits.
         let code = (self.low & ((1 << STATE_BITS) - 1)) as u8;
         self.low >> STATE_BITS == key.0 && code.wrapping_sub(State::PHASE_BASE) < 12
+    }
+
+    /// A FROZEN word of `key`'s root: a mover is copying it to the successor.
+    #[inline]
+    pub fn frozen_for(self, key: Key) -> bool {
+        self.key() == key && self.state() == State::FROZEN
     }
 
     /// The word as the atomic holds it.
@@ -405,6 +427,21 @@ impl Word {
         })
     }
 
+    /// Growth, before it copies the entry: HELD or LIVE (flags and all) to FROZEN. `None`
+    /// for a word that is not moved now: EMPTY, DONE, JOINING (its owner settles it
+    /// soon), FROZEN or MOVED.
+    #[inline]
+    pub fn frozen(self) -> Option<Word> {
+        matches!(self.state().phase()?, Phase::Held | Phase::Live).then(|| self.with(State::FROZEN))
+    }
+
+    /// Growth, after the copy is in the successor: FROZEN to MOVED.
+    #[inline]
+    pub fn moved(self) -> Word {
+        debug_assert_eq!(self.state(), State::FROZEN);
+        self.with(State::MOVED)
+    }
+
     #[inline]
     fn with(self, state: State) -> Word {
         Word::new(self.key(), state, self.value)
@@ -531,6 +568,35 @@ mod tests {
         let held = Word::placeholder(key());
         assert_eq!(held.absorbed(twin).unwrap().word().value(), 0b11);
         assert!(held.absorbed(twin).unwrap().word().state().failed());
+    }
+
+    #[test]
+    fn only_held_and_live_words_freeze_and_frozen_or_moved_take_no_message() {
+        let held = Word::held_ack(key(), 3).reset().unwrap();
+        let frozen = held.frozen().unwrap();
+        assert!(frozen.frozen_for(key()) && !frozen.holds(key()));
+        assert_eq!((frozen.key(), frozen.value()), (key(), 3));
+        let live = Word::placeholder(key())
+            .joined(1)
+            .unwrap()
+            .settled()
+            .unwrap()
+            .word();
+        assert!(live.frozen().is_some());
+        assert_eq!(Word::placeholder(key()).joined(1).unwrap().frozen(), None);
+        assert_eq!(Word::EMPTY.frozen(), None);
+        let moved = frozen.moved();
+        assert!(!moved.holds(key()) && !moved.frozen_for(key()));
+        for w in [frozen, moved] {
+            assert_eq!(w.frozen(), None);
+            assert_eq!(w.acked(1), None);
+            assert_eq!(w.failed(), None);
+            assert_eq!(w.joined(1), None);
+            assert_eq!(w.reset(), None);
+            assert_eq!(w.expired(), None);
+            assert_eq!(w.taken_back(), None);
+        }
+        assert_eq!(format!("{:?}", moved.state()), "MOVED");
     }
 
     #[test]

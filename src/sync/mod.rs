@@ -8,7 +8,9 @@
 #[cfg(loom)]
 #[allow(unused_imports)]
 pub(crate) use loom::{
-    sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering},
+    sync::atomic::{
+        fence, AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering,
+    },
     sync::{Arc, Condvar, Mutex, MutexGuard},
     thread,
 };
@@ -16,7 +18,9 @@ pub(crate) use loom::{
 #[cfg(not(loom))]
 #[allow(unused_imports)]
 pub(crate) use std::{
-    sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering},
+    sync::atomic::{
+        fence, AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering,
+    },
     sync::{Arc, Condvar, Mutex, MutexGuard},
     thread,
 };

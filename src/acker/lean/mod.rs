@@ -33,12 +33,17 @@
 //! reused) is dropped, a moved deadline is filed again, an initialized tree times out, an
 //! orphan is dropped. See `reaper.rs`.
 //!
-//! ## The bound
+//! ## The bound, and growth
 //!
 //! `max_pending` credits (`credits.rs`): a claim takes one and emptying the slot gives it
-//! back, inside the table, so the bound is exact. The tables are sized for `max_pending` at
-//! a load of at most 3/4 but allocated zeroed, so their pages cost memory only once used.
-//! (Growth, which makes the tables follow what is pending, is the next step of issue 20.)
+//! back, inside the table, so the bound is exact. Tables start at [`MIN_TABLE_SLOTS`] and
+//! follow what is pending (`tables.rs`, `roots/migrate.rs`): a claim that lands far from
+//! its home, or finds no room, reports its table crowded, and when the pending count per
+//! table is over 3/4 of its slots (or there was no room at all) the table starts moving
+//! to one twice its size; every operation on it moves a group before its own work, and
+//! the reaper finishes what is left. The reaper also halves a table whose load stayed
+//! under 1/8, and frees retired generations after their grace period. The largest table
+//! holds `max_pending` at a load of 3/4, as every table did before growth.
 //!
 //! ## Shutdown
 //!
@@ -48,21 +53,24 @@
 
 mod layout;
 mod reaper;
+mod tables;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Duration;
 
 use crossbeam_utils::CachePadded;
 
-use super::batches::{Batches, Entry, Pushed};
+use super::batches::{Batches, Entry, Grace, Pushed};
 use super::credits::Credits;
 use super::fences::Fences;
-use super::roots::{reached, Applied, Completed, Done, Refused, Roots, Stamp, Tick, GROUP_SLOTS};
+use super::roots::{reached, Applied, Completed, Done, Message, Refused, Roots, Stamp, Tick};
+use super::roots::{GEN_TAG_BITS, GROUP_SLOTS};
 use super::word::{Key, KEY_SHIFT};
 use super::{AckerStats, Callback, Completion, Counters, InitError, Outcome};
 use crate::clock::Clock;
 use crate::sync::{Arc, AtomicBool, AtomicU64, Mutex, Ordering};
 use layout::{Layout, Mix};
+use tables::Table;
 // The reaper is a std thread even under loom: the models check the table and batch
 // protocols on their own, not this core's thread.
 use std::thread;
@@ -125,12 +133,21 @@ impl Ticks {
     }
 }
 
+/// A generation retired by a promotion, freed once its grace period is over.
+struct Retired<T> {
+    /// Held only to be dropped.
+    _roots: Box<Roots<T>>,
+    grace: Grace,
+}
+
 /// The second-generation core. See the module docs.
 pub(super) struct Lean<T> {
-    tables: Box<[Roots<T>]>,
+    tables: Box<[Table<T>]>,
     layout: Layout,
-    /// Slots per table (all tables are one size), a power of two.
-    table_slots: usize,
+    /// The most slots a table grows to (a power of two): `max_pending` at a load of 3/4.
+    max_table_slots: usize,
+    /// Generations retired, waiting for their grace period (freed by reaper passes).
+    retired: Mutex<Vec<Retired<T>>>,
     credits: Arc<Credits>,
     counters: Box<[CachePadded<Counters>]>,
     batches: Batches,
@@ -165,7 +182,7 @@ impl<T> std::fmt::Debug for Lean<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Lean")
             .field("tables", &self.tables.len())
-            .field("table_slots", &self.table_slots)
+            .field("max_table_slots", &self.max_table_slots)
             .field("pending", &self.credits.held())
             .field("manual", &self.manual)
             .finish_non_exhaustive()
@@ -177,7 +194,7 @@ impl<T: Send + 'static> Lean<T> {
         let tables = config.tables.max(MIN_TABLES).next_power_of_two();
         // At most 3/4 full at max_pending, and at least one probe window per table.
         let share = config.max_pending.div_ceil(tables);
-        let table_slots = (share * 4)
+        let max_table_slots = (share * 4)
             .div_ceil(3)
             .max(MIN_TABLE_SLOTS)
             .next_power_of_two();
@@ -202,14 +219,16 @@ impl<T: Send + 'static> Lean<T> {
             tables: (0..tables)
                 .map(|_| {
                     let credits = Some(Arc::clone(&credits));
-                    Roots::bounded(table_slots / GROUP_SLOTS, credits, timeout)
+                    let slots = MIN_TABLE_SLOTS.next_power_of_two();
+                    Table::new(Roots::bounded(slots / GROUP_SLOTS, credits, timeout))
                 })
                 .collect(),
             layout: Layout {
                 mix: Mix { seed },
                 table_bits: tables.trailing_zeros(),
             },
-            table_slots,
+            max_table_slots,
+            retired: Mutex::new(Vec::new()),
             credits,
             counters: (0..stripes)
                 .map(|_| CachePadded::new(Counters::default()))
@@ -260,72 +279,186 @@ impl<T: Send + 'static> Lean<T> {
             return Err(InitError::Shutdown(payload));
         }
         let (table, key) = self.layout.place(root);
-        let roots = &self.tables[table];
         let timeout = timeout_ns.map(|ns| self.ticks.timeout(ns));
         let stamper = || self.stamp_now();
-        let mut done = Done::stamped_by(&stamper);
-        let result = roots.init_with(key, xor, payload, timeout, &mut done);
-        self.file_timers(table, &mut done);
-        let result = match result {
-            Ok(()) => {
-                // Shutdown may have scanned past our slot before we settled: then this init
-                // takes its own tree back (one CAS decides between it and the scan).
-                if self.shutdown.load(Ordering::SeqCst) && done.is_none() {
-                    if let Some((slot, _)) = roots.find(key) {
-                        if let Some(payload) = roots.take_back(slot, key) {
+        let mut payload = payload;
+        loop {
+            // Safety: inside the operation `active` marks.
+            let roots = unsafe { self.tables[table].current() };
+            let mut done = Done::stamped_by(&stamper);
+            let result = match roots.successor() {
+                None => roots.init_or(key, xor, payload, timeout, true, &mut done),
+                Some(next) => {
+                    self.help(table, roots, &mut done);
+                    match roots.init_or(key, xor, payload, timeout, false, &mut done) {
+                        Err(Refused::Missing(p)) => {
+                            next.init_or(key, xor, p, timeout, true, &mut done)
+                        }
+                        result => result,
+                    }
+                }
+            };
+            let settled = result.is_ok() && done.is_none();
+            let crowded = self.finish(table, roots, &mut done, active.open);
+            return match result {
+                Ok(()) => {
+                    if crowded {
+                        self.grow_if_loaded(table, roots);
+                    }
+                    // Shutdown may have scanned past our slot before we settled: then this
+                    // init takes its own tree back (one CAS decides between it and the scan).
+                    if settled && self.shutdown.load(Ordering::SeqCst) {
+                        if let Some(payload) = self.take_back_root(table, key) {
                             return Err(InitError::Shutdown(payload));
                         }
                     }
+                    Ok(())
                 }
-                Ok(())
-            }
-            Err(Refused::Duplicate(payload)) => Err(InitError::Duplicate(payload)),
-            Err(Refused::Full(payload)) => {
-                self.counters()
-                    .rejected_full
-                    .fetch_add(1, Ordering::Relaxed); // a statistic
-                Err(InitError::Full(payload))
-            }
-        };
-        self.deliver_all(table, &mut done, active.open);
-        result
+                Err(Refused::Duplicate(payload)) => Err(InitError::Duplicate(payload)),
+                Err(Refused::Retry(p) | Refused::Missing(p)) => {
+                    payload = p;
+                    continue;
+                }
+                Err(Refused::Full(p)) => {
+                    if crowded && self.make_room(table, roots) {
+                        payload = p;
+                        continue;
+                    }
+                    self.counters()
+                        .rejected_full
+                        .fetch_add(1, Ordering::Relaxed); // a statistic
+                    Err(InitError::Full(p))
+                }
+            };
+        }
     }
 
     pub(super) fn ack(&self, root: u64, xor: u64) -> bool {
-        self.message(root, |roots, key, done| roots.ack(key, xor, done))
+        self.message(root, Message::Ack(xor))
     }
 
     pub(super) fn fail(&self, root: u64) -> bool {
-        self.message(root, |roots, key, done| roots.fail(key, done))
+        self.message(root, Message::Fail)
     }
 
-    /// An ack or a fail: `apply` it to the root's table, file the timer of an entry it
-    /// created, deliver what it completed. `true` when it completed a tree.
+    /// An ack or a fail: applies it to the root's table (during a migration, to its entry
+    /// in the old table or else in the successor), files the timer of an entry it created,
+    /// delivers what it completed. `true` when it completed a tree.
     #[inline]
-    fn message(
-        &self,
-        root: u64,
-        apply: impl FnOnce(&Roots<T>, Key, &mut Done<'_>) -> Applied,
-    ) -> bool {
+    fn message(&self, root: u64, message: Message) -> bool {
         let active = self.batches.enter();
         let (table, key) = self.layout.place(root);
         let stamper = || self.stamp_now();
-        let mut done = Done::stamped_by(&stamper);
-        if apply(&self.tables[table], key, &mut done) == Applied::Full {
-            self.counters()
-                .rejected_full
-                .fetch_add(1, Ordering::Relaxed); // a statistic
+        let mut completed = false;
+        loop {
+            // Safety: inside the operation `active` marks.
+            let roots = unsafe { self.tables[table].current() };
+            let mut done = Done::stamped_by(&stamper);
+            let applied = match roots.successor() {
+                None => roots.apply(key, message, true, &mut done),
+                Some(next) => {
+                    self.help(table, roots, &mut done);
+                    match roots.apply(key, message, false, &mut done) {
+                        Applied::Missing => next.apply(key, message, true, &mut done),
+                        applied => applied,
+                    }
+                }
+            };
+            completed |= !done.is_none();
+            let crowded = self.finish(table, roots, &mut done, active.open);
+            match applied {
+                Applied::Retry | Applied::Missing => continue,
+                Applied::Full if crowded && self.make_room(table, roots) => continue,
+                Applied::Full => {
+                    self.counters()
+                        .rejected_full
+                        .fetch_add(1, Ordering::Relaxed); // a statistic
+                }
+                Applied::Created if crowded => self.grow_if_loaded(table, roots),
+                Applied::Created | Applied::Changed => {}
+            }
+            return completed;
         }
-        self.file_timers(table, &mut done);
-        self.deliver_all(table, &mut done, active.open)
     }
 
     pub(super) fn reset_timeout(&self, root: u64) -> bool {
+        let active = self.batches.enter();
         let (table, key) = self.layout.place(root);
         let now = self.ticks.full(self.clock.now()) as Tick;
+        // Safety: inside the operation `active` marks.
+        let roots = unsafe { self.tables[table].current() };
         // The entry's timer is in a batch or the reaper's wheel since its creation; the
-        // reaper files it again when the old deadline comes (R, or `NotDue`).
-        self.tables[table].reset(key, now)
+        // reaper files it again when the old deadline comes (R, or `NotDue`). During a
+        // migration the old table's entry first (`reset` waits for one being moved), then
+        // the successor's.
+        let reset = roots.reset(key, now);
+        let reset = roots.successor().is_some_and(|next| next.reset(key, now)) || reset;
+        drop(active);
+        reset
+    }
+
+    /// Helps the migration of `roots`, the current generation of `table`: moves one group,
+    /// and promotes the successor if that was the last.
+    #[inline]
+    fn help(&self, table: usize, roots: &Roots<T>, done: &mut Done<'_>) {
+        if roots.help_move(done) {
+            self.promote(table, roots);
+        }
+    }
+
+    /// `roots`'s successor becomes current; `roots` is retired.
+    fn promote(&self, table: usize, roots: &Roots<T>) {
+        if let Some(old) = self.tables[table].promote(roots) {
+            let grace = self.batches.grace();
+            let mut retired = self.retired.lock().unwrap_or_else(|e| e.into_inner());
+            retired.push(Retired { _roots: old, grace });
+        }
+    }
+
+    /// After a claim in `roots` found its table crowded: starts growth when the pending
+    /// count per table is over 3/4 of its slots.
+    #[cold]
+    fn grow_if_loaded(&self, table: usize, roots: &Roots<T>) {
+        let per_table = self.pending() / self.tables.len();
+        if roots.successor().is_none()
+            && per_table * 4 > roots.slots() * 3
+            && roots.slots() < self.max_table_slots
+        {
+            self.tables[table].start_migration(roots, roots.groups() * 2, || self.stopping());
+        }
+    }
+
+    /// An operation found no room for its root in `roots`: finishes the migration under way
+    /// (the successor then becomes current) or starts growth. `false` when neither can
+    /// make room (the table is as large as it grows and not migrating): the operation is
+    /// refused.
+    #[cold]
+    fn make_room(&self, table: usize, roots: &Roots<T>) -> bool {
+        if roots.successor().is_none() {
+            return roots.slots() < self.max_table_slots
+                && (self.tables[table].start_migration(roots, roots.groups() * 2, || {
+                    self.stopping()
+                }) || roots.successor().is_some());
+        }
+        // The successor too had no room for this root: finish moving (waiting out the
+        // few JOINING or DONE words), so that the next attempt can grow again.
+        let stamper = || self.stamp_now();
+        let mut backoff = 0u32;
+        while !roots.moved_all() {
+            let mut done = Done::stamped_by(&stamper);
+            let finished = roots.move_round(&mut done);
+            self.finish(table, roots, &mut done, false);
+            if finished {
+                self.promote(table, roots);
+            }
+            backoff += 1;
+            if backoff > 16 {
+                std::thread::sleep(Duration::from_micros(50));
+            } else {
+                crate::sync::thread::yield_now();
+            }
+        }
+        true
     }
 
     pub(super) fn pending(&self) -> usize {
@@ -345,20 +478,33 @@ impl<T: Send + 'static> Lean<T> {
         self.reaper.lock().unwrap_or_else(|e| e.into_inner()).len()
     }
 
-    /// Files the entries `done` reports created in `table` in this thread's batch, and
-    /// wakes the reaper if it may be asleep with no deadline.
+    /// After an operation's table calls on `roots` (and its successors): files the timers
+    /// and delivers the completions `done` reports. Whether a claim found the table
+    /// crowded.
     #[inline]
-    fn file_timers(&self, table: usize, done: &mut Done<'_>) {
-        while let Some(slot) = done.take_to_file() {
-            let roots = &self.tables[table];
+    fn finish(&self, table: usize, roots: &Roots<T>, done: &mut Done<'_>, open: bool) -> bool {
+        self.file_timers(table, roots, done);
+        while let Some(completed) = done.take() {
+            let in_gen = generation(roots, completed.gen);
+            self.deliver(table, in_gen, completed, None, open);
+        }
+        done.crowded()
+    }
+
+    /// Files the entries `done` reports created in `roots` or its successors in this
+    /// thread's batch, and wakes the reaper if it may be asleep with no deadline.
+    #[inline]
+    fn file_timers(&self, table: usize, roots: &Roots<T>, done: &mut Done<'_>) {
+        while let Some((gen, slot)) = done.take_to_file() {
+            let roots = generation(roots, gen);
             let Some(stamp) = roots.times(slot) else {
                 continue; // completed and freed already
             };
             let deadline = roots.deadline_from(slot, stamp);
-            let key = self.tables[table].word(slot).load().key();
+            let key = roots.word(slot).load().key();
             let entry = Entry {
-                slot: (table * self.table_slots + slot) as u32,
-                tag: key.tag(),
+                slot: (table << self.max_table_slots.trailing_zeros() | slot) as u32,
+                tag: tag_of(key.tag(), gen),
             };
             // To the reaper after the hand-off age, or a tick before the deadline.
             let (aged, last) = (
@@ -375,21 +521,41 @@ impl<T: Send + 'static> Lean<T> {
         }
     }
 
-    /// Whether a batch entry's slot still holds an uncompleted root of its tag.
+    /// Whether a batch entry's slot still holds an uncompleted (or moving) root of its
+    /// tag. Called inside an acker operation.
     #[inline]
     fn entry_live(&self, entry: &Entry) -> bool {
-        let (table, slot) = self.split(entry.slot);
-        let word = self.tables[table].word(slot).load();
-        word.holds(word.key()) && word.key().tag() == entry.tag
+        let Some((_, roots, slot)) = self.locate(entry) else {
+            return false;
+        };
+        roots
+            .key_in(slot)
+            .is_some_and(|key| tag_of(key.tag(), roots.gen()) == entry.tag)
     }
 
-    /// A timer entry's slot number as `(table, slot in the table)`: a shift and a mask,
-    /// as tables have a power of two of slots (the batch filter does this per entry).
+    /// A timer entry's table generation and slot: the table is the slot number's top bits
+    /// (a shift and a mask: the batch filter does this per entry), the generation the
+    /// tag's low bits, which must be the current one's or its successor's. `None` for an
+    /// entry of an older generation: its root was moved, with a timer of its own.
+    /// Called inside an acker operation, and the result used only within it.
     #[inline]
-    fn split(&self, slot: u32) -> (usize, usize) {
-        let slot = slot as usize;
-        let bits = self.table_slots.trailing_zeros();
-        (slot >> bits, slot & (self.table_slots - 1))
+    fn locate(&self, entry: &Entry) -> Option<(usize, &Roots<T>, usize)> {
+        let bits = self.max_table_slots.trailing_zeros();
+        let (table, slot) = (
+            entry.slot as usize >> bits,
+            entry.slot as usize & (self.max_table_slots - 1),
+        );
+        let gen = entry.tag & ((1 << GEN_TAG_BITS) - 1);
+        // Safety: the caller's contract.
+        let current = unsafe { self.tables[table].current() };
+        let roots = if current.gen() & ((1 << GEN_TAG_BITS) - 1) == gen {
+            current
+        } else {
+            current
+                .successor()
+                .filter(|n| n.gen() & ((1 << GEN_TAG_BITS) - 1) == gen)?
+        };
+        (slot < roots.slots()).then_some((table, roots, slot))
     }
 
     fn wake_reaper(&self) {
@@ -398,24 +564,21 @@ impl<T: Send + 'static> Lean<T> {
         }
     }
 
-    /// Finishes every completion `done` claimed in `table`: takes the payload, frees the
-    /// slot, counts and delivers. `true` when there was one.
-    #[inline]
-    fn deliver_all(&self, table: usize, done: &mut Done<'_>, open: bool) -> bool {
-        let mut any = false;
-        while let Some(completed) = done.take() {
-            any = true;
-            self.deliver(table, completed, None, open);
-        }
-        any
-    }
-
-    /// `now` is the reaper's tick for a timeout (it has it), else the clock is read. `open`:
-    /// the calling operation's [`Active::open`](super::batches::Active): it may call the
-    /// callback.
-    fn deliver(&self, table: usize, completed: Completed, now: Option<Tick>, open: bool) {
-        let Completed { slot, key, outcome } = completed;
-        let roots = &self.tables[table];
+    /// Finishes a completion claimed in `roots` (a generation of `table`): takes the
+    /// payload, frees the slot, counts and delivers. `now` is the reaper's tick for a
+    /// timeout (it has it), else the clock is read. `open`: the calling operation's
+    /// [`Active::open`](super::batches::Active): it may call the callback.
+    fn deliver(
+        &self,
+        table: usize,
+        roots: &Roots<T>,
+        completed: Completed,
+        now: Option<Tick>,
+        open: bool,
+    ) {
+        let Completed {
+            slot, key, outcome, ..
+        } = completed;
         let start = roots.times(slot).map_or(0, |s| s.start());
         let own_timeout = roots.timeout_of(slot);
         // Safety: `completed` is a completion this acker's call claimed, finished once here.
@@ -492,16 +655,90 @@ impl<T: Send + 'static> Lean<T> {
     pub(super) fn take_back_all(&self) -> Vec<(u64, T)> {
         self.shutdown.store(true, Ordering::SeqCst);
         let mut handed_back = Vec::new();
-        for (table, roots) in self.tables.iter().enumerate() {
-            for slot in 0..self.table_slots {
-                let word = roots.word(slot).load();
-                if let Some(payload) = roots.take_back(slot, word.key()) {
-                    handed_back.push((self.layout.root(table, word.key()), payload));
+        {
+            let _active = self.batches.enter();
+            for (index, table) in self.tables.iter().enumerate() {
+                // No migration starts under the scan; one under way moves entries only
+                // forward, from the table scanned first to the one scanned next.
+                let _held = table.hold_migrations();
+                // Safety: inside the operation `_active` marks.
+                let roots = unsafe { table.current() };
+                for roots in std::iter::once(roots).chain(roots.successor()) {
+                    for slot in 0..roots.slots() {
+                        let Some(key) = roots.key_in(slot) else {
+                            continue;
+                        };
+                        if let Some(payload) = roots.take_back(slot, key) {
+                            handed_back.push((self.layout.root(index, key), payload));
+                        }
+                    }
                 }
             }
         }
         self.drop_callback();
         handed_back
+    }
+
+    /// Shutdown came while this init settled: takes its tree back if no scan did, looking
+    /// in the current generation and its successor.
+    fn take_back_root(&self, table: usize, key: Key) -> Option<T> {
+        // Safety: called inside the init's operation.
+        let roots = unsafe { self.tables[table].current() };
+        std::iter::once(roots)
+            .chain(roots.successor())
+            .find_map(|roots| {
+                let (slot, _) = roots.find_waiting(key)?;
+                roots.take_back(slot, key)
+            })
+    }
+
+    /// Reaper passes: helps every migration under way (and promotes those that finish),
+    /// halves tables whose load stayed low, and frees retired generations whose grace
+    /// period is over. Called inside an acker operation (the pass's).
+    fn housekeeping(&self) {
+        let stamper = || self.stamp_now();
+        let per_table = self.pending() / self.tables.len();
+        for (index, table) in self.tables.iter().enumerate() {
+            // Safety: the caller's contract.
+            let roots = unsafe { table.current() };
+            if roots.successor().is_none()
+                && roots.slots() > MIN_TABLE_SLOTS
+                && per_table * 8 < roots.slots()
+            {
+                table.start_migration(roots, roots.groups() / 2, || self.stopping());
+            }
+            if roots.successor().is_some() {
+                let mut done = Done::stamped_by(&stamper);
+                let finished = roots.move_round(&mut done);
+                self.finish(index, roots, &mut done, false);
+                if finished {
+                    self.promote(index, roots);
+                }
+            }
+        }
+        let mut retired = self.retired.lock().unwrap_or_else(|e| e.into_inner());
+        retired.retain_mut(|r| !self.batches.grace_over(&mut r.grace));
+    }
+
+    /// Whether housekeeping has work left: a migration, a generation to free, or a table
+    /// to shrink. The reaper then keeps a tick's wake-ups rather than parking.
+    fn housekeeping_due(&self) -> bool {
+        let _active = self.batches.enter();
+        let per_table = self.pending() / self.tables.len();
+        !self.retired.lock().unwrap_or_else(|e| e.into_inner()).is_empty()
+            || self.tables.iter().any(|table| {
+                // Safety: inside the operation `_active` marks.
+                let roots = unsafe { table.current() };
+                roots.successor().is_some()
+                    || (roots.slots() > MIN_TABLE_SLOTS && per_table * 8 < roots.slots())
+            })
+    }
+
+    /// Slots in every table's generations now (current and successor).
+    pub(super) fn slots(&self) -> usize {
+        let _active = self.batches.enter();
+        // Safety: inside the operation `_active` marks.
+        self.tables.iter().map(|t| unsafe { t.slots() }).sum()
     }
 
     /// Drops the callback once no operation can call it any more: waits for operations
@@ -526,12 +763,15 @@ impl<T: Send + 'static> Lean<T> {
     #[cfg(test)]
     #[allow(dead_code)] // a debugging aid for the Acker's tests
     pub(super) fn describe(&self, root: u64) -> String {
+        let _active = self.batches.enter();
         let (table, key) = self.layout.place(root);
-        match self.tables[table].find(key) {
+        // Safety: inside the operation `_active` marks.
+        let roots = unsafe { self.tables[table].current() };
+        match roots.find(key) {
             Some((slot, word)) => format!(
                 "table {table} slot {slot} {word:?} times {:?} own timeout {:?}",
-                self.tables[table].times(slot),
-                self.tables[table].timeout_of(slot)
+                roots.times(slot),
+                roots.timeout_of(slot)
             ),
             None => "no entry".into(),
         }
@@ -563,6 +803,30 @@ impl<T: Send + 'static> Lean<T> {
     pub(super) fn stop_flag(&self) {
         self.shutdown.store(true, Ordering::SeqCst);
     }
+}
+
+/// `roots` or the successor of the generation `gen` (an operation's table calls start at
+/// `roots` and only ever move forward).
+#[inline]
+fn generation<T>(roots: &Roots<T>, gen: u32) -> &Roots<T> {
+    let mut at = roots;
+    while at.gen() != gen {
+        match at.successor() {
+            Some(next) => at = next,
+            None => {
+                debug_assert!(false, "generation {gen} is not {} or after it", roots.gen());
+                return roots;
+            }
+        }
+    }
+    at
+}
+
+/// A timer entry's tag: the key's tag with the generation in its low bits.
+#[inline]
+fn tag_of(key_tag: u32, gen: u32) -> u32 {
+    let low = (1 << GEN_TAG_BITS) - 1;
+    key_tag & !low | gen & low
 }
 
 /// The part of a second-core acker that user handles share; dropping the last one stops

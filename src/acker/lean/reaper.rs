@@ -107,9 +107,11 @@ pub(super) fn run_once<T: Send + 'static>(lean: &Lean<T>, everything: bool) -> P
         wheel.buckets.advance(now, &mut due);
         pass.worked |= !due.is_empty();
         for entry in due.drain(..) {
-            let (table, slot) = lean.split(entry.slot);
+            let Some((table, roots, slot)) = lean.locate(&entry) else {
+                continue; // an older generation's: its root moved, with a timer of its own
+            };
             let mut done = Done::default();
-            match lean.tables[table].expire(slot, entry.tag, now32, &mut done) {
+            match roots.expire(slot, entry.tag, now32, &mut done) {
                 Expiry::Gone => {}
                 Expiry::Dropped => {
                     // Relaxed: a statistic.
@@ -119,7 +121,7 @@ pub(super) fn run_once<T: Send + 'static>(lean: &Lean<T>, everything: bool) -> P
                 }
                 Expiry::TimedOut => {
                     if let Some(completed) = done.take() {
-                        timed_out.push((table, completed));
+                        timed_out.push((table, roots, completed));
                     }
                 }
                 Expiry::NotDue(deadline) => wheel.buckets.push(wheel.full(deadline), entry),
@@ -133,11 +135,14 @@ pub(super) fn run_once<T: Send + 'static>(lean: &Lean<T>, everything: bool) -> P
             wheel.buckets.retain(|e| lean.entry_live(e));
         }
     }
+    // Migrations, shrinking, retired generations (`tables.rs`); outside the wheel's lock,
+    // as moving entries files timers and may complete trees.
+    lean.housekeeping();
     // Outside the lock: `on_complete` may call back into the acker, even `expire`.
     let now32 = lean.reaper.lock().unwrap_or_else(|e| e.into_inner()).now as Tick;
     pass.delivered = timed_out.len();
-    for (table, completed) in timed_out {
-        lean.deliver(table, completed, Some(now32), active.open);
+    for (table, roots, completed) in timed_out {
+        lean.deliver(table, roots, completed, Some(now32), active.open);
     }
     pass
 }
@@ -147,8 +152,10 @@ fn file<T: Send + 'static>(lean: &Lean<T>, wheel: &mut Wheel, entry: Entry) {
     if !lean.entry_live(&entry) {
         return;
     }
-    let (table, slot) = lean.split(entry.slot);
-    let Some(deadline) = lean.tables[table].deadline(slot) else {
+    let Some((_, roots, slot)) = lean.locate(&entry) else {
+        return;
+    };
+    let Some(deadline) = roots.deadline(slot) else {
         return;
     };
     let tick = if reached(deadline, wheel.now as Tick) {
@@ -205,6 +212,9 @@ fn reaper_loop<T: Send + 'static>(lean: &Lean<T>) {
             break;
         }
         match next_due {
+            // Housekeeping left (a migration, a generation to free, a table to shrink):
+            // a tick's sleep, not an unbounded one.
+            None if lean.housekeeping_due() => thread::park_timeout(tick),
             None => thread::park(),
             Some(due) => {
                 let ticks = due.saturating_sub(now).max(1);

@@ -17,6 +17,9 @@ pub struct Completed {
     pub key: Key,
     /// What the tree completed as.
     pub outcome: Outcome,
+    /// The generation of the table the slot is in ([`Roots::gen`](super::Roots::gen)):
+    /// an operation may complete a tree in its table's successor during growth.
+    pub gen: u32,
 }
 
 /// Almost always none or one value: the first without an allocation, any more in a `Vec`.
@@ -71,7 +74,10 @@ pub struct Done<'a> {
     stamp: Stamp,
     /// Makes the stamp when a claim needs one (the acker reads its clock only then).
     stamper: Option<&'a dyn Fn() -> Stamp>,
-    to_file: Few<usize>,
+    to_file: Few<(u32, usize)>,
+    /// A claim found the root's window full, or had to go far from home: the table
+    /// should grow (`lean/`).
+    crowded: bool,
 }
 
 impl std::fmt::Debug for Done<'_> {
@@ -107,17 +113,29 @@ impl<'a> Done<'a> {
         self.stamper.map_or(self.stamp, |make| make())
     }
 
-    /// Takes one slot whose entry needs a timer filed, if any is left: an entry the
-    /// operation created (an orphan, init's placeholder, a twin's contents carried to a new
-    /// entry), or one whose deadline its init moved earlier than the timers already filed.
+    /// Takes one slot, with its table's generation, whose entry needs a timer filed, if
+    /// any is left: an entry the operation created (an orphan, init's placeholder, a twin's
+    /// contents carried to a new entry, an entry moved by growth), or one whose deadline
+    /// its init moved earlier than the timers already filed.
     #[inline]
-    pub fn take_to_file(&mut self) -> Option<usize> {
+    pub fn take_to_file(&mut self) -> Option<(u32, usize)> {
         self.to_file.take()
     }
 
     #[inline]
-    pub(super) fn file_later(&mut self, slot: usize) {
-        self.to_file.push(slot);
+    pub(super) fn file_later(&mut self, gen: u32, slot: usize) {
+        self.to_file.push((gen, slot));
+    }
+
+    /// A claim of this operation found its table crowded (see the field).
+    #[inline]
+    pub fn crowded(&self) -> bool {
+        self.crowded
+    }
+
+    #[inline]
+    pub(super) fn set_crowded(&mut self) {
+        self.crowded = true;
     }
 
     /// Takes one claimed completion, if any is left.

@@ -43,6 +43,7 @@
 use std::mem::MaybeUninit;
 
 mod done;
+mod migrate;
 mod times;
 pub use done::{Completed, Done};
 pub use times::{reached, Stamp, Tick};
@@ -50,7 +51,8 @@ pub use times::{reached, Stamp, Tick};
 use super::credits::Credits;
 use super::word::{Key, Phase, Step, Word, KEY_SHIFT};
 use super::Outcome;
-use crate::sync::{Arc, AtomicU128, AtomicU32, AtomicU64, Ordering, UnsafeCell};
+use crate::sync::{Arc, AtomicPtr, AtomicU128, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use crate::sync::UnsafeCell;
 
 /// Words beyond a table's slots, so that its groups can start on a line.
 const GROUP_ALIGN_SLACK: usize =
@@ -66,6 +68,11 @@ pub const GROUP_SLOTS: usize = 2;
 /// How many groups past its home a root may live.
 #[cfg(not(loom))]
 pub const MAX_PROBE: usize = 15;
+/// A claim this many groups past home reports its table crowded (`Done::crowded`).
+const CROWDED_DISTANCE: usize = 2;
+/// The low bits of a timer entry's tag that carry its table's generation (`lean/`): a
+/// tag compares only the bits above.
+pub const GEN_TAG_BITS: u32 = 2;
 /// Under loom one, so models overflow in a few steps.
 #[cfg(loom)]
 pub const MAX_PROBE: usize = 1;
@@ -131,13 +138,24 @@ pub enum Applied {
     Changed,
     /// No entry: a new one (HELD) holds the message.
     Created,
-    /// No entry, and no EMPTY slot in the root's window.
+    /// No entry, and no EMPTY slot in the root's window (or no credit).
     Full,
+    /// No entry, and the caller asked not to create one (growth: look in the successor).
+    Missing,
+    /// The root's entry is being moved, or was moved, to the successor: start again from
+    /// the acker's current table (`migrate.rs`). The message was not applied.
+    Retry,
 }
 
-#[inline]
-fn claimed(done: &mut Done, slot: usize, key: Key, outcome: Outcome) {
-    done.push(Completed { slot, key, outcome });
+/// Why [`Roots::claim`] claimed nothing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Unclaimed {
+    /// The slot's word had changed: look again.
+    Raced,
+    /// No EMPTY slot in the root's window could be reserved.
+    NoRoom,
+    /// `max_pending` entries are held.
+    NoCredit,
 }
 
 /// What [`Roots::expire`] did.
@@ -160,13 +178,17 @@ pub enum Expiry {
 pub enum Refused<T> {
     /// The root is already initialized (or being initialized).
     Duplicate(T),
-    /// No entry, and no EMPTY slot in the root's window.
+    /// No entry, and no EMPTY slot in the root's window (or no credit).
     Full(T),
+    /// No entry, and the caller asked not to create one.
+    Missing(T),
+    /// The root's entry is moving to the successor: start again (see [`Applied::Retry`]).
+    Retry(T),
 }
 
 /// A message applied to a root's entry, or held in a new one.
 #[derive(Clone, Copy, Debug)]
-enum Message {
+pub enum Message {
     Ack(u64),
     Fail,
     /// A twin's contents, carried to the entry that absorbs it.
@@ -193,6 +215,17 @@ impl Message {
     }
 }
 
+/// What [`Roots::placeholder`] did.
+enum Placeholder {
+    /// Join the entry of the search (the placeholder, or what a merge left), twinless when
+    /// `true`.
+    Join(Search, bool),
+    /// The placeholder moved to the successor: init starts again.
+    Moved,
+    /// No room, or no credit.
+    Full,
+}
+
 /// An EMPTY slot `d` groups past a root's home.
 #[derive(Clone, Copy, Debug)]
 struct Vacancy {
@@ -203,6 +236,8 @@ struct Vacancy {
 /// What [`Roots::search`] found.
 enum Search {
     Found(usize, Word),
+    /// The root's entry is FROZEN: a mover is copying it to the successor.
+    Frozen(usize, Word),
     /// No entry; the first EMPTY slot the search passed, if any.
     Missing(Option<Vacancy>),
 }
@@ -233,10 +268,22 @@ pub struct Roots<T> {
     /// Twin entries merged, ever (rare: counted here, not on the hot path's lines).
     merged: AtomicU64,
     /// The acker's `max_pending` credits: a claim takes one, emptying its slot gives it
-    /// back, so an entry holds one exactly while its slot is reserved. `None`: unbounded.
+    /// back, so an entry holds one exactly while its slot is reserved (an entry moved by
+    /// growth keeps its credit). `None`: unbounded.
     credits: Option<Arc<Credits>>,
     /// The timeout, in ticks, of a tree whose init gave none (and of orphans).
     default_timeout: Tick,
+    /// This table's generation: its predecessor's plus one (timer entries name it).
+    gen: u32,
+    /// The successor entries move to once growth (or shrink) began; null before. Set
+    /// once; it owns nothing (`lean/` owns every generation).
+    next: AtomicPtr<Roots<T>>,
+    /// Migration: the next group to move (a hint that spreads helpers over the groups).
+    cursor: AtomicUsize,
+    /// Migration: a bit per group, set once it holds only EMPTY and MOVED words.
+    clean: Box<[AtomicU64]>,
+    /// Migration: groups clean.
+    clean_groups: AtomicUsize,
 }
 
 // Safety: the payload cells are the only non-Sync parts. A cell is written only by the
@@ -297,11 +344,16 @@ impl<T> Roots<T> {
                 payloads: zeroed(slots, || Payload(UnsafeCell::new(MaybeUninit::uninit()))),
                 times: zeroed(slots, || AtomicU64::new(0)),
                 timeouts: zeroed(slots, || AtomicU32::new(0)),
+                clean: zeroed(groups.div_ceil(64), || AtomicU64::new(0)),
                 mask: groups - 1,
                 home_shift: 64 - KEY_SHIFT - group_bits,
                 merged: AtomicU64::new(0),
                 credits,
                 default_timeout: 0,
+                gen: 0,
+                next: AtomicPtr::new(std::ptr::null_mut()),
+                cursor: AtomicUsize::new(0),
+                clean_groups: AtomicUsize::new(0),
             }
         }
     }
@@ -309,6 +361,34 @@ impl<T> Roots<T> {
     /// Slots in the table.
     pub fn slots(&self) -> usize {
         self.payloads.len()
+    }
+
+    /// Groups in the table.
+    pub fn groups(&self) -> usize {
+        self.mask + 1
+    }
+
+    /// This table's generation (see the field).
+    pub fn gen(&self) -> u32 {
+        self.gen
+    }
+
+    /// A table to move this one's entries to: `groups` groups, the next generation, the
+    /// same credits and default timeout.
+    pub fn successor_of(&self, groups: usize) -> Self {
+        let mut next = Self::bounded(groups, self.credits.clone(), self.default_timeout);
+        next.gen = self.gen.wrapping_add(1);
+        next
+    }
+
+    #[inline]
+    fn claimed(&self, done: &mut Done, slot: usize, key: Key, outcome: Outcome) {
+        done.push(Completed {
+            slot,
+            key,
+            outcome,
+            gen: self.gen,
+        });
     }
 
     /// Every slot EMPTY and every overflow count 0: nothing is left behind (for tests and
@@ -374,6 +454,9 @@ impl<T> Roots<T> {
                 if w.holds(key) && Some(slot) != skip {
                     return Search::Found(slot, w);
                 }
+                if w.frozen_for(key) {
+                    return Search::Frozen(slot, w);
+                }
                 if vacancy.is_none() && w == Word::EMPTY {
                     vacancy = Some(Vacancy { slot, d });
                 }
@@ -386,10 +469,11 @@ impl<T> Roots<T> {
     }
 
     /// Entries of `key`'s root in probe order, but for `skip`: the first, with its word.
+    /// (A FROZEN entry is not one: its mover merges it with any twin in the successor.)
     fn find_other(&self, key: Key, skip: Option<usize>) -> Option<(usize, Word)> {
         match self.search(key, skip) {
             Search::Found(slot, word) => Some((slot, word)),
-            Search::Missing(_) => None,
+            Search::Missing(_) | Search::Frozen(..) => None,
         }
     }
 
@@ -401,41 +485,69 @@ impl<T> Roots<T> {
 
     /// Reserves `vacancy`, the EMPTY slot a search just saw, or else the first EMPTY slot
     /// of `key`'s window that it can reserve, stamping its times with `stamp` (`times.rs`),
-    /// and CASes `word` in. `Err(true)` when the slot's word had changed meanwhile (look
-    /// again), `Err(false)` when the window has no slot to reserve.
+    /// takes a credit, and CASes `word` in. A claim far from home (or none for want of
+    /// room) marks `done` crowded.
     fn claim(
         &self,
         key: Key,
         word: Word,
         vacancy: Option<Vacancy>,
-        stamp: impl FnOnce() -> Stamp,
-    ) -> Result<usize, bool> {
-        let home = self.home(key);
+        done: &mut Done<'_>,
+    ) -> Result<usize, Unclaimed> {
         // First, before anything is taken: making the stamp may read a clock that panics.
-        let stamp = stamp();
+        let stamp = done.stamp();
+        let claimed = self.claim_with(key, word, vacancy, stamp, true, |slot| {
+            // Relaxed: published by the claim CAS, before which no one reads it.
+            self.timeouts[slot].store(0, Ordering::Relaxed);
+        });
+        match claimed {
+            Ok((_, d)) if d < CROWDED_DISTANCE => {}
+            Ok(_) | Err(Unclaimed::NoRoom) => done.set_crowded(),
+            Err(_) => {}
+        }
+        claimed.map(|(slot, _)| slot)
+    }
+
+    /// [`claim`](Self::claim)'s work: reserves a slot with `stamp`, takes a credit if
+    /// `credit`, runs `fill` on the slot (its timeout, a moved entry's payload), then CASes
+    /// `word` in. The slot and its distance from home.
+    fn claim_with(
+        &self,
+        key: Key,
+        word: Word,
+        vacancy: Option<Vacancy>,
+        stamp: Stamp,
+        credit: bool,
+        fill: impl FnOnce(usize),
+    ) -> Result<(usize, usize), Unclaimed> {
+        let home = self.home(key);
         let reserve = |slot: usize| {
             self.times[slot]
                 .compare_exchange(0, stamp.bits(), Ordering::SeqCst, Ordering::SeqCst)
                 .is_ok()
         };
-        if let Some(credits) = &self.credits {
+        if let Some(credits) = self.credits.as_ref().filter(|_| credit) {
             if !credits.take() {
-                return Err(false); // max_pending entries held
+                return Err(Unclaimed::NoCredit); // max_pending entries held
             }
         }
+        let give_credit = || {
+            if credit {
+                self.give_credit();
+            }
+        };
         let Some(Vacancy { slot, d }) = vacancy
             .filter(|v| reserve(v.slot))
             .or_else(|| self.vacancy(home, reserve))
         else {
-            self.give_credit();
-            return Err(false);
+            give_credit();
+            return Err(Unclaimed::NoRoom);
         };
-        // Relaxed: published by the claim CAS below, before which no one reads it.
-        self.timeouts[slot].store(0, Ordering::Relaxed);
+        fill(slot);
         // The counts first: a search that sees the word must be able to reach it.
         self.count_overflow(home, d, 1);
         match self.word(slot).cas(Word::EMPTY, word) {
-            Ok(()) => Ok(slot),
+            Ok(()) => Ok((slot, d)),
             Err(_) => {
                 // Cannot happen: times are 0 only while the word is EMPTY and unreserved
                 // (a claim reserves before its word leaves EMPTY, `empty` resets the times
@@ -445,8 +557,8 @@ impl<T> Roots<T> {
                 self.count_overflow(home, d, -1);
                 // Release: as in `empty`.
                 self.times[slot].store(0, Ordering::Release);
-                self.give_credit();
-                Err(true)
+                give_credit();
+                Err(Unclaimed::Raced)
             }
         }
     }
@@ -490,29 +602,35 @@ impl<T> Roots<T> {
 
     /// An ack: XORs `xor` into the root's value, or holds it in a new entry.
     pub fn ack(&self, key: Key, xor: u64, done: &mut Done<'_>) -> Applied {
-        self.apply(key, Message::Ack(xor), done)
+        self.apply(key, Message::Ack(xor), true, done)
     }
 
     /// A fail: completes an initialized tree `Failed`, or is held until init.
     pub fn fail(&self, key: Key, done: &mut Done<'_>) -> Applied {
-        self.apply(key, Message::Fail, done)
+        self.apply(key, Message::Fail, true, done)
     }
 
     /// Applies `message` to the root's entry with the word's transition, CASing until it
-    /// lands; with no entry, holds it in a new one and merges any twin.
-    fn apply(&self, key: Key, message: Message, done: &mut Done<'_>) -> Applied {
+    /// lands; with no entry, holds it in a new one (unless not `create`) and merges any
+    /// twin. A new entry in a table whose migration has begun moves to the successor at
+    /// once (`migrate.rs`); a FROZEN entry is waited for, then [`Applied::Retry`].
+    pub fn apply(&self, key: Key, message: Message, create: bool, done: &mut Done<'_>) -> Applied {
         loop {
             let (slot, mut word) = match self.search(key, None) {
                 Search::Found(slot, word) => (slot, word),
+                Search::Frozen(slot, word) => {
+                    self.await_moved(slot, word);
+                    return Applied::Retry;
+                }
+                Search::Missing(_) if !create => return Applied::Missing,
                 Search::Missing(vacancy) => {
-                    match self.claim(key, message.held(key), vacancy, || done.stamp()) {
+                    match self.claim(key, message.held(key), vacancy, done) {
                         Ok(slot) => {
-                            done.file_later(slot);
-                            self.merge_twins(key, slot, done);
+                            self.created(key, slot, done);
                             return Applied::Created;
                         }
-                        Err(true) => continue,
-                        Err(false) => return Applied::Full,
+                        Err(Unclaimed::Raced) => continue,
+                        Err(_) => return Applied::Full,
                     }
                 }
             };
@@ -520,17 +638,32 @@ impl<T> Roots<T> {
                 match self.word(slot).cas(word, step.word()) {
                     Ok(()) => {
                         if let Step::Complete(_, outcome) = step {
-                            claimed(done, slot, key, outcome);
+                            self.claimed(done, slot, key, outcome);
                         }
                         return Applied::Changed;
                     }
                     // Another message changed the value or state: apply ours to that.
                     Err(now) if now.holds(key) => word = now,
+                    Err(now) if now.frozen_for(key) => {
+                        self.await_moved(slot, now);
+                        return Applied::Retry;
+                    }
                     // Completed, freed, merged away: look for the root again.
                     Err(_) => break,
                 }
             }
         }
+    }
+
+    /// After claiming `slot` for `key`: files its timer and merges any twin, or, when a
+    /// migration has begun, moves the entry to the successor (where that happens).
+    fn created(&self, key: Key, slot: usize, done: &mut Done<'_>) {
+        if let Some(next) = self.successor() {
+            self.relocate(slot, next, done);
+            return;
+        }
+        done.file_later(self.gen, slot);
+        self.merge_twins(key, slot, done);
     }
 
     /// After claiming `mine` for `key`: merges every twin entry (module docs) until `mine`
@@ -562,14 +695,23 @@ impl<T> Roots<T> {
                                                          // carrying it to a tree that has completed meanwhile would leave an empty orphan.
             if lost.value() != 0 || lost.state().failed() || lost.state().reset() {
                 // A carry that finds no entry (the winner completed meanwhile) creates an
-                // orphan, reported in `done` for its timer like any other. FIXME(growth): one
-                // that finds the window full drops the loser's contents; the acker's credits
-                // (max_pending below the table's room) must rule that out.
-                self.apply(key, Message::Twin(lost), done);
+                // orphan, reported in `done` for its timer like any other; one that finds the
+                // winner moving follows it to the successor. FIXME: one that finds the window
+                // full, or no credit (another thread took the loser's), drops the loser's
+                // contents (a tree then times out instead of completing).
+                self.carry(key, Message::Twin(lost), done);
             }
             if loser == mine {
                 return;
             }
+        }
+    }
+
+    /// Applies `message` here or, if the root's entry moves meanwhile, in the successor.
+    fn carry(&self, key: Key, message: Message, done: &mut Done<'_>) {
+        let mut roots = self;
+        while roots.apply(key, message, true, done) == Applied::Retry {
+            roots = roots.successor().unwrap_or(roots);
         }
     }
 
@@ -602,16 +744,38 @@ impl<T> Roots<T> {
         timeout: Option<Tick>,
         done: &mut Done<'_>,
     ) -> Result<(), Refused<T>> {
+        self.init_or(key, xor, payload, timeout, true, done)
+    }
+
+    /// [`init_with`](Self::init_with), creating no placeholder unless `create`
+    /// ([`Refused::Missing`]). In a table whose migration has begun init joins nothing: it
+    /// moves the root's HELD entry to the successor and reports [`Refused::Retry`], so that
+    /// a joined entry in a table never has a twin in its successor (`migrate.rs`).
+    pub fn init_or(
+        &self,
+        key: Key,
+        xor: u64,
+        payload: T,
+        timeout: Option<Tick>,
+        create: bool,
+        done: &mut Done<'_>,
+    ) -> Result<(), Refused<T>> {
         let mut search = self.search(key, None);
         // The entry in `search` is our placeholder, which a search has just found twinless.
         let mut alone = false;
         let slot = loop {
             let (slot, word) = match search {
                 Search::Found(slot, word) => (slot, word),
+                Search::Frozen(slot, word) => {
+                    self.await_moved(slot, word);
+                    return Err(Refused::Retry(payload));
+                }
+                Search::Missing(_) if !create => return Err(Refused::Missing(payload)),
                 Search::Missing(vacancy) => {
                     match self.placeholder(key, vacancy, done) {
-                        Some((next, twinless)) => (search, alone) = (next, twinless),
-                        None => return Err(Refused::Full(payload)),
+                        Placeholder::Join(next, twinless) => (search, alone) = (next, twinless),
+                        Placeholder::Moved => return Err(Refused::Retry(payload)),
+                        Placeholder::Full => return Err(Refused::Full(payload)),
                     }
                     continue;
                 }
@@ -619,6 +783,13 @@ impl<T> Roots<T> {
             let Some(joined) = word.joined(xor) else {
                 return Err(Refused::Duplicate(payload));
             };
+            // Checked after the search that found the entry, before the join: a creator in
+            // the successor searched here after `next` was set, so it saw this entry, and no
+            // twin of it can be there (`migrate.rs`).
+            if let Some(next) = self.successor() {
+                self.relocate(slot, next, done);
+                return Err(Refused::Retry(payload));
+            }
             // Join only an entry without a twin: a second init could otherwise join the
             // twin (two joined entries, two completions of one root). Merged first, the
             // pair leaves one entry, which the second init finds joined.
@@ -633,6 +804,7 @@ impl<T> Roots<T> {
                 Err(_) => search = self.search(key, None),
             }
         };
+        // SeqCst (the word's): `settle` below publishes it.
         self.payloads[slot].0.with_mut(|cell| {
             // Safety: our join CAS made the slot JOINING: until our settle CAS below, no
             // other thread reads or writes its payload cell (module docs, `Sync` impl).
@@ -644,7 +816,7 @@ impl<T> Roots<T> {
             if own < self.default_timeout {
                 // Earlier than the timer filed for the entry (an orphan's or a placeholder's
                 // is the default's): it needs another.
-                done.file_later(slot);
+                done.file_later(self.gen, slot);
             }
         }
         let mut word = self.word(slot).load();
@@ -657,7 +829,7 @@ impl<T> Roots<T> {
             match self.word(slot).cas(word, step.word()) {
                 Ok(()) => {
                     if let Step::Complete(_, outcome) = step {
-                        claimed(done, slot, key, outcome);
+                        self.claimed(done, slot, key, outcome);
                     }
                     return Ok(());
                 }
@@ -669,29 +841,25 @@ impl<T> Roots<T> {
     /// Creates `key`'s placeholder (an empty HELD entry for init to join) in `vacancy` or
     /// the first EMPTY slot, and merges any twin; returns what init should join next, and
     /// whether that is the placeholder with no twin found (init need not search again).
-    /// `None` when the window is full.
-    fn placeholder(
-        &self,
-        key: Key,
-        vacancy: Option<Vacancy>,
-        done: &mut Done<'_>,
-    ) -> Option<(Search, bool)> {
+    fn placeholder(&self, key: Key, vacancy: Option<Vacancy>, done: &mut Done<'_>) -> Placeholder {
         let placeholder = Word::placeholder(key);
-        Some(
-            match self.claim(key, placeholder, vacancy, || done.stamp()) {
-                Ok(slot) => match (done.file_later(slot), self.search(key, Some(slot))).1 {
-                    // The common case: no twin, and the placeholder is ours to join (if an ack
-                    // has changed it meanwhile, the join CAS fails and init joins what it is).
-                    Search::Missing(_) => (Search::Found(slot, placeholder), true),
-                    Search::Found(..) => {
-                        self.merge_twins(key, slot, done);
-                        (self.search(key, None), false)
-                    }
-                },
-                Err(true) => (self.search(key, None), false),
-                Err(false) => return None,
+        match self.claim(key, placeholder, vacancy, done) {
+            Ok(slot) if self.successor().is_some() => {
+                self.created(key, slot, done); // moved to the successor
+                Placeholder::Moved
+            }
+            Ok(slot) => match (done.file_later(self.gen, slot), self.search(key, Some(slot))).1 {
+                // The common case: no twin, and the placeholder is ours to join (if an ack
+                // has changed it meanwhile, the join CAS fails and init joins what it is).
+                Search::Missing(_) => Placeholder::Join(Search::Found(slot, placeholder), true),
+                Search::Found(..) | Search::Frozen(..) => {
+                    self.merge_twins(key, slot, done);
+                    Placeholder::Join(self.search(key, None), false)
+                }
             },
-        )
+            Err(Unclaimed::Raced) => Placeholder::Join(self.search(key, None), false),
+            Err(_) => Placeholder::Full,
+        }
     }
 
     /// The reaper, at the deadline it last read for the entry it filed in `slot`: a LIVE
@@ -710,7 +878,14 @@ impl<T> Roots<T> {
         let mut word = self.word(slot).load();
         loop {
             let key = word.key();
-            if !word.holds(key) || key.tag() != tag {
+            if (key.tag() ^ tag) >> GEN_TAG_BITS != 0 {
+                return Expiry::Gone;
+            }
+            if word.frozen_for(key) {
+                // Being moved: if the move fails for want of room, the entry stays here.
+                return Expiry::Joining;
+            }
+            if !word.holds(key) {
                 return Expiry::Gone;
             }
             if let Some(seen) = word.reset_seen() {
@@ -732,7 +907,7 @@ impl<T> Roots<T> {
             let result = match step {
                 Step::To(_) => self.empty(slot, word).map(|()| Expiry::Dropped),
                 Step::Complete(dead, outcome) => self.word(slot).cas(word, dead).map(|()| {
-                    claimed(done, slot, key, outcome);
+                    self.claimed(done, slot, key, outcome);
                     Expiry::TimedOut
                 }),
             };
@@ -762,7 +937,16 @@ impl<T> Roots<T> {
                     // later, never earlier.
                     self.move_base(slot, |base| if reached(now, base) { base } else { now });
                 }
-                while let Some(next) = word.holds(key).then(|| word.reset()).flatten() {
+                loop {
+                    if word.frozen_for(key) {
+                        // Moving: the caller resets the successor's entry after this table's,
+                        // so the reset must not return before the copy is there.
+                        word = self.await_moved(slot, word);
+                        continue;
+                    }
+                    let Some(next) = word.holds(key).then(|| word.reset()).flatten() else {
+                        break;
+                    };
                     match slot_word.cas(word, next) {
                         Ok(()) => {
                             any = true;
@@ -827,6 +1011,10 @@ impl<T> Roots<T> {
     pub fn take_back(&self, slot: usize, key: Key) -> Option<T> {
         let mut word = self.word(slot).load();
         loop {
+            if word.frozen_for(key) {
+                word = self.await_moved(slot, word); // then it is the successor's to take
+                continue;
+            }
             if !word.holds(key) {
                 return None;
             }
