@@ -893,23 +893,5 @@ impl<T: Send + 'static> Drop for Handle<T> {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn ticks_round_timeouts_up_and_never_go_before_the_epoch() {
-        let ticks = Ticks {
-            epoch: 1_000,
-            shift: 10,
-        };
-        assert_eq!(ticks.full(1_000), 1);
-        assert_eq!(ticks.full(1_000 + 1023), 1);
-        assert_eq!(ticks.full(1_000 + 1024), 2);
-        assert_eq!(ticks.full(999), 1, "a clock before the epoch is tick 1");
-        assert_eq!(ticks.timeout(1), 2);
-        assert_eq!(ticks.timeout(1024), 2);
-        assert_eq!(ticks.timeout(1025), 3);
-        assert_eq!(u64::from(ticks.timeout(u64::MAX)), MAX_TIMEOUT_TICKS);
-    }
-}
+#[cfg(all(test, not(loom)))]
+mod tests;

@@ -494,3 +494,127 @@ fn a_reserved_slot_is_skipped_by_other_claimers() {
     assert_eq!(roots.ack(b, 1, &mut done), Applied::Created);
     assert_eq!(done.take_to_file().map(|(_, s)| s), Some(0));
 }
+
+// ------------------------------------------------------------------ migration (growth)
+
+/// `roots`'s successor of `groups` groups, begun; the box keeps it alive for the test.
+fn begin(roots: &Roots<u32>, groups: usize) -> Box<Roots<u32>> {
+    let mut next = Box::new(roots.successor_of(groups));
+    // Safety: `next` outlives `roots` in every test (declared after it, dropped first only
+    // at the test's end, when nothing uses either), and each table begins once.
+    unsafe { roots.begin_move(&mut *next) };
+    next
+}
+
+#[test]
+fn a_migration_moves_every_entry_with_its_times_timeout_and_payload() {
+    let old = Roots::<u32>::bounded(4, None, 30);
+    let keys: Vec<Key> = (0..12).map(|i| key_in(4, i % 4, 100 + i as u64)).collect();
+    for (i, &key) in keys.iter().enumerate() {
+        let mut done = Done::stamped(Stamp::new(10 + i as u32, 10 + i as u32));
+        match i % 3 {
+            0 => assert_eq!(old.ack(key, 0b1, &mut done), Applied::Created), // an orphan
+            1 => old.init(key, 0b11, i as u32, &mut done).unwrap(),
+            _ => {
+                old.init_with(key, 0b11, i as u32, Some(5), &mut done).unwrap();
+                assert!(old.reset(key, 50));
+            }
+        }
+    }
+    let before: Vec<_> = keys
+        .iter()
+        .map(|&k| {
+            let (slot, word) = old.find(k).unwrap();
+            (word, old.times(slot), old.timeout_of(slot), old.deadline(slot))
+        })
+        .collect();
+    let next = begin(&old, 8);
+    let mut done = Done::default();
+    assert!(old.move_round(&mut done), "every group clean in one round");
+    assert!(old.moved_all());
+    assert!(done.is_none());
+    let mut filed = std::iter::from_fn(|| done.take_to_file()).collect::<Vec<_>>();
+    filed.sort();
+    assert_eq!(filed.len(), keys.len(), "a timer per moved entry");
+    assert!(filed.iter().all(|&(gen, _)| gen == 1), "filed in the successor");
+    for (&key, before) in keys.iter().zip(&before) {
+        assert_eq!(old.find(key), None, "{key:?} left the old table");
+        let (slot, word) = next.find(key).unwrap();
+        let after = (word, next.times(slot), next.timeout_of(slot), next.deadline(slot));
+        assert_eq!(&after, before, "{key:?} moved whole");
+    }
+    // The moved trees complete in the successor, with their payloads.
+    for (i, &key) in keys.iter().enumerate().filter(|(i, _)| i % 3 != 0) {
+        let mut done = Done::default();
+        assert_eq!(next.ack(key, 0b11, &mut done), Applied::Changed);
+        assert_eq!(finish(&next, &mut done), Some((i as u32, Outcome::Acked)));
+    }
+    assert_eq!(old.slots(), 16);
+    assert_eq!(next.slots(), 32);
+}
+
+#[test]
+fn an_entry_created_after_the_migration_began_moves_itself() {
+    let old = Roots::<u32>::new(4);
+    let next = begin(&old, 8);
+    let key = key_in(4, 2, 9);
+    let mut done = Done::default();
+    // Created in the old table (as by an operation that began before `next` was set),
+    // and moved at once.
+    assert_eq!(old.ack(key, 0b1, &mut done), Applied::Created);
+    assert_eq!(old.find(key), None);
+    assert_eq!(next.find(key).map(|(_, w)| w.value()), Some(0b1));
+    let (gen, slot) = done.take_to_file().unwrap();
+    assert_eq!((gen, Some(slot)), (1, next.find(key).map(|(s, _)| s)));
+    // A message in migration mode finds it there.
+    assert_eq!(old.apply(key, Message::Ack(0b10), false, &mut done), Applied::Missing);
+    assert_eq!(next.ack(key, 0b10, &mut done), Applied::Changed);
+    assert_eq!(next.find(key).map(|(_, w)| w.value()), Some(0b11));
+}
+
+#[test]
+fn init_joins_nothing_in_a_table_being_migrated() {
+    let old = Roots::<u32>::new(4);
+    let key = key_in(4, 1, 3);
+    let mut done = Done::default();
+    assert_eq!(old.ack(key, 0b01, &mut done), Applied::Created);
+    let next = begin(&old, 8);
+    // The orphan is found in the old table: init moves it over and starts again.
+    assert_eq!(
+        old.init_or(key, 0b11, 5, None, false, &mut done),
+        Err(Refused::Retry(5))
+    );
+    assert_eq!(old.find(key), None);
+    assert_eq!(
+        old.init_or(key, 0b11, 5, None, false, &mut done),
+        Err(Refused::Missing(5))
+    );
+    next.init_or(key, 0b11, 5, None, true, &mut done).unwrap();
+    assert_eq!(next.ack(key, 0b10, &mut done), Applied::Changed);
+    assert_eq!(finish(&next, &mut done), Some((5, Outcome::Acked)));
+}
+
+#[test]
+fn a_successor_without_room_leaves_the_entry_where_it_was() {
+    let old = Roots::<u32>::new(4);
+    let next = begin(&old, 2);
+    // Fill the successor's only window (two groups of four).
+    for low in 0..8 {
+        let mut done = Done::default();
+        assert_eq!(next.ack(key_in(2, 0, 1000 + low), 1, &mut done), Applied::Created);
+    }
+    // An entry that was in the old table before the migration began (written as a
+    // claim would have, bypassing the move-on-claim).
+    let key = key_in(4, 3, 77);
+    let word = Word::held_ack(key, 0b101);
+    let mut done = Done::default();
+    old.claim_with(key, word, None, Stamp::new(1, 1), false, |_| {}).unwrap();
+    assert!(!old.move_round(&mut done), "the entry has no room");
+    assert!(!old.moved_all());
+    assert_eq!(old.find(key).map(|(_, w)| w), Some(word), "still here, as it was");
+    // Room again: the next round moves it.
+    let (slot, w) = next.find(key_in(2, 0, 1000)).unwrap();
+    next.empty(slot, w).unwrap();
+    assert!(old.move_round(&mut done));
+    assert_eq!(next.find(key).map(|(_, w)| w), Some(word));
+}

@@ -1,0 +1,210 @@
+//! The second core's growth, through the Acker's API: tables follow what is pending, and
+//! no tree is lost, doubled or mistimed across a migration.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use super::{Ticks, MAX_TIMEOUT_TICKS};
+use crate::{Acker, Completion, ManualClock, Outcome};
+
+type Log = Arc<Mutex<Vec<(u64, u32, Outcome)>>>;
+
+/// Trees per test (Miri interprets every slot of every generation).
+const TREES: u64 = if cfg!(miri) { 600 } else { 60_000 };
+
+/// A manual second-core acker of 16 tables whose completions go to the log.
+fn manual(clock: &ManualClock, max_pending: usize) -> (Acker<u32>, Log) {
+    let log: Log = Arc::default();
+    let sink = Arc::clone(&log);
+    let acker = Acker::builder()
+        .second_generation(true)
+        .timeout(Duration::from_secs(30))
+        .resolution(Duration::from_millis(1))
+        .clock(clock.clone())
+        .shards(16)
+        .max_pending(max_pending)
+        .on_complete(move |c: Completion<u32>| {
+            sink.lock().unwrap().push((c.root, c.payload, c.outcome))
+        })
+        .build_manual()
+        .unwrap();
+    (acker, log)
+}
+
+/// The slots of 16 tables at their smallest.
+const SMALLEST: usize = 16 * super::MIN_TABLE_SLOTS;
+
+/// Runs the reaper's passes until the tables stop changing (shrinking takes one halving
+/// per pass, and the freeing of what it retired one more).
+fn settle(acker: &Acker<u32>) {
+    let mut last = 0;
+    for _ in 0..64 {
+        acker.expire();
+        let slots = acker.table_slots();
+        if slots == last && !acker.second().unwrap().housekeeping_due() {
+            return;
+        }
+        last = slots;
+    }
+    panic!("housekeeping never settled");
+}
+
+#[test]
+fn tables_grow_with_pending_and_shrink_after_it_falls() {
+    let clock = ManualClock::new(0);
+    let (acker, log) = manual(&clock, 1 << 20);
+    assert_eq!(acker.table_slots(), SMALLEST, "nothing sized for max_pending");
+    let root = |i: u64| i.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    for i in 0..TREES {
+        acker.init(root(i), 0b11, i as u32).unwrap();
+    }
+    assert_eq!(acker.pending(), TREES as usize);
+    let grown = acker.table_slots();
+    assert!(
+        grown as u64 >= TREES && grown as u64 <= TREES * 4,
+        "{grown} slots for {TREES} trees"
+    );
+    assert_eq!(acker.stats().rejected_full, 0);
+    for i in 0..TREES {
+        assert!(!acker.ack(root(i), 0b01));
+        assert!(acker.ack(root(i), 0b10), "tree {i} completes on its last ack");
+    }
+    let mut log = std::mem::take(&mut *log.lock().unwrap());
+    log.sort_unstable_by_key(|&(_, payload, _)| payload);
+    assert_eq!(log.len(), TREES as usize);
+    for (i, &(r, payload, outcome)) in log.iter().enumerate() {
+        assert_eq!((r, payload, outcome), (root(i as u64), i as u32, Outcome::Acked));
+    }
+    assert_eq!(acker.pending(), 0);
+    settle(&acker);
+    assert_eq!(acker.table_slots(), SMALLEST, "memory given back");
+}
+
+#[test]
+fn trees_pending_across_growth_time_out_once_and_resets_move_with_them() {
+    let clock = ManualClock::new(0);
+    let (acker, log) = manual(&clock, 1 << 20);
+    // Ten trees that never complete, and one reset halfway.
+    let stuck: Vec<u64> = (0..10).map(|i| 0xdead_0000 + i).collect();
+    for &r in &stuck {
+        acker.init(r, 0b1, r as u32).unwrap();
+    }
+    clock.advance(Duration::from_secs(20));
+    // Growth under them: many more trees, created and completed, which also move the
+    // stuck ones through several generations; the reaper's passes file their timers.
+    let many = TREES / 4;
+    for i in 0..many {
+        acker.init(i, 0b1, 0).unwrap();
+        acker.expire();
+    }
+    assert!(acker.table_slots() > SMALLEST);
+    assert!(acker.reset_timeout(stuck[0]));
+    for i in 0..many {
+        assert!(acker.ack(i, 0b1));
+    }
+    log.lock().unwrap().clear();
+    // 31 s after their init the nine are due, the reset one is not.
+    clock.advance(Duration::from_secs(11));
+    acker.expire();
+    let mut timed_out: Vec<u64> = take_roots(&log, Outcome::TimedOut);
+    timed_out.sort_unstable();
+    assert_eq!(timed_out, stuck[1..]);
+    clock.advance(Duration::from_secs(20));
+    acker.expire();
+    assert_eq!(take_roots(&log, Outcome::TimedOut), [stuck[0]]);
+    clock.advance(Duration::from_secs(60));
+    acker.expire();
+    assert!(log.lock().unwrap().is_empty(), "nothing twice");
+    assert_eq!(acker.pending(), 0);
+}
+
+fn take_roots(log: &Log, outcome: Outcome) -> Vec<u64> {
+    let log = std::mem::take(&mut *log.lock().unwrap());
+    assert!(log.iter().all(|&(_, _, o)| o == outcome), "{log:?}");
+    log.into_iter().map(|(root, _, _)| root).collect()
+}
+
+#[test]
+fn shutdown_hands_back_every_tree_across_generations() {
+    let clock = ManualClock::new(0);
+    let (acker, _log) = manual(&clock, 1 << 20);
+    for i in 0..TREES / 2 {
+        acker.init(i, 0b1, i as u32).unwrap();
+    }
+    let mut back = acker.shutdown();
+    back.sort_unstable();
+    assert_eq!(back.len(), (TREES / 2) as usize);
+    assert!(back.iter().enumerate().all(|(i, &(r, p))| r == i as u64 && p == i as u32));
+}
+
+/// Threads grow the tables together and then empty them: every tree completes exactly
+/// once, with its own payload, while entries move under them.
+#[test]
+fn concurrent_growth_and_shrink_lose_and_double_nothing() {
+    const THREADS: u64 = 4;
+    let per_thread = TREES / THREADS;
+    let seen: Arc<Mutex<HashMap<u64, (u32, Outcome, usize)>>> = Arc::default();
+    let sink = Arc::clone(&seen);
+    let acker = Acker::builder()
+        .second_generation(true)
+        .timeout(Duration::from_secs(60))
+        .shards(16)
+        .max_pending(1 << 20)
+        .on_complete(move |c: Completion<u32>| {
+            let mut seen = sink.lock().unwrap();
+            let entry = seen.entry(c.root).or_insert((c.payload, c.outcome, 0));
+            entry.2 += 1;
+        })
+        .build()
+        .unwrap();
+    std::thread::scope(|s| {
+        for t in 0..THREADS {
+            let acker = &acker;
+            s.spawn(move || {
+                let mut rng = StdRng::seed_from_u64(t);
+                let roots: Vec<u64> = (0..per_thread).map(|i| t << 48 | i).collect();
+                let edges: Vec<(u64, u64)> = roots.iter().map(|_| (rng.gen(), rng.gen())).collect();
+                // Half the trees get their first ack before init (orphans that move too).
+                for (&r, &(a, b)) in roots.iter().zip(&edges) {
+                    if r % 2 == 0 {
+                        acker.ack(r, a);
+                    }
+                    acker.init(r, a ^ b, r as u32).unwrap();
+                }
+                for (&r, &(a, b)) in roots.iter().zip(&edges) {
+                    if r % 2 == 1 {
+                        acker.ack(r, a);
+                    }
+                    acker.ack(r, b);
+                }
+            });
+        }
+    });
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.len() as u64, THREADS * per_thread);
+    for (&root, &(payload, outcome, times)) in seen.iter() {
+        assert_eq!((payload, outcome, times), (root as u32, Outcome::Acked, 1), "root {root:#x}");
+    }
+    assert_eq!(acker.pending(), 0);
+    assert_eq!(acker.stats().rejected_full, 0);
+}
+
+#[test]
+fn ticks_round_timeouts_up_and_never_go_before_the_epoch() {
+    let ticks = Ticks {
+        epoch: 1_000,
+        shift: 10,
+    };
+    assert_eq!(ticks.full(1_000), 1);
+    assert_eq!(ticks.full(1_000 + 1023), 1);
+    assert_eq!(ticks.full(1_000 + 1024), 2);
+    assert_eq!(ticks.full(999), 1, "a clock before the epoch is tick 1");
+    assert_eq!(ticks.timeout(1), 2);
+    assert_eq!(ticks.timeout(1024), 2);
+    assert_eq!(ticks.timeout(1025), 3);
+    assert_eq!(u64::from(ticks.timeout(u64::MAX)), MAX_TIMEOUT_TICKS);
+}
