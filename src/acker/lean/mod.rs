@@ -424,7 +424,8 @@ impl<T: Send + 'static> Lean<T> {
             && per_table * 4 > roots.slots() * 3
             && roots.slots() < self.max_table_slots
         {
-            self.tables[table].start_migration(roots, roots.groups() * 2, || self.stopping());
+            let groups = roots.groups() * 2;
+            self.tables[table].start_migration(roots, groups, false, || self.stopping());
         }
     }
 
@@ -435,10 +436,9 @@ impl<T: Send + 'static> Lean<T> {
     #[cold]
     fn make_room(&self, table: usize, roots: &Roots<T>) -> bool {
         if roots.successor().is_none() {
+            let groups = roots.groups() * 2;
             return roots.slots() < self.max_table_slots
-                && (self.tables[table].start_migration(roots, roots.groups() * 2, || {
-                    self.stopping()
-                }) || roots.successor().is_some());
+                && self.tables[table].start_migration(roots, groups, true, || self.stopping());
         }
         // The successor too had no room for this root: finish moving (waiting out the
         // few JOINING or DONE words), so that the next attempt can grow again.
@@ -705,7 +705,7 @@ impl<T: Send + 'static> Lean<T> {
                 && roots.slots() > MIN_TABLE_SLOTS
                 && per_table * 8 < roots.slots()
             {
-                table.start_migration(roots, roots.groups() / 2, || self.stopping());
+                table.start_migration(roots, roots.groups() / 2, false, || self.stopping());
             }
             if roots.successor().is_some() {
                 let mut done = Done::stamped_by(&stamper);

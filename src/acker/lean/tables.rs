@@ -48,19 +48,27 @@ impl<T> Table<T> {
     }
 
     /// Starts moving `from` (which must be current, with no migration yet) to a new
-    /// table of `groups` groups, unless another thread is starting one, or `stopping()`
-    /// (checked under the lock that shutdown's scan holds). `true` when this call started it.
+    /// table of `groups` groups, unless `stopping()` (checked under the lock that
+    /// shutdown's scan holds). When another thread is starting one, waits for it if
+    /// `wait`, else gives up. `true` when `from` is migrating when this returns (whoever
+    /// started it) or is no longer current.
     pub(super) fn start_migration(
         &self,
         from: &Roots<T>,
         groups: usize,
+        wait: bool,
         stopping: impl Fn() -> bool,
     ) -> bool {
-        let Ok(_guard) = self.migrations.try_lock() else {
-            return false;
+        let _guard = match self.migrations.try_lock() {
+            Ok(guard) => guard,
+            Err(_) if wait => self.hold_migrations(),
+            Err(_) => return false,
         };
         let current = self.current.load(Ordering::SeqCst);
-        if !std::ptr::eq(current, from) || from.successor().is_some() || stopping() {
+        if !std::ptr::eq(current, from) || from.successor().is_some() {
+            return true;
+        }
+        if stopping() {
             return false;
         }
         debug_assert!(groups >= 2 && groups.is_power_of_two());
