@@ -70,7 +70,7 @@ use super::{AckerStats, Callback, Completion, Counters, InitError, Outcome};
 use crate::clock::Clock;
 use crate::sync::{Arc, AtomicBool, AtomicU64, Mutex, Ordering};
 use layout::{Layout, Mix};
-use tables::Table;
+use tables::{chain, Table};
 // The reaper is a std thread even under loom: the models check the table and batch
 // protocols on their own, not this core's thread.
 use std::thread;
@@ -286,16 +286,17 @@ impl<T: Send + 'static> Lean<T> {
             // Safety: inside the operation `active` marks.
             let roots = unsafe { self.tables[table].current() };
             let mut done = Done::stamped_by(&stamper);
-            let result = match roots.successor() {
-                None => roots.init_or(key, xor, payload, timeout, true, &mut done),
-                Some(next) => {
-                    self.help(table, roots, &mut done);
-                    match roots.init_or(key, xor, payload, timeout, false, &mut done) {
-                        Err(Refused::Missing(p)) => {
-                            next.init_or(key, xor, p, timeout, true, &mut done)
-                        }
-                        result => result,
+            self.help(table, roots, &mut done);
+            // Along the chain (one table but during a migration): create only in the last.
+            let mut at = roots;
+            let result = loop {
+                let last = at.successor().is_none();
+                match at.init_or(key, xor, payload, timeout, last, &mut done) {
+                    Err(Refused::Missing(p)) if !last => {
+                        payload = p;
+                        at = at.successor().unwrap_or(at);
                     }
+                    result => break result,
                 }
             };
             let settled = result.is_ok() && done.is_none();
@@ -354,14 +355,14 @@ impl<T: Send + 'static> Lean<T> {
             // Safety: inside the operation `active` marks.
             let roots = unsafe { self.tables[table].current() };
             let mut done = Done::stamped_by(&stamper);
-            let applied = match roots.successor() {
-                None => roots.apply(key, message, true, &mut done),
-                Some(next) => {
-                    self.help(table, roots, &mut done);
-                    match roots.apply(key, message, false, &mut done) {
-                        Applied::Missing => next.apply(key, message, true, &mut done),
-                        applied => applied,
-                    }
+            self.help(table, roots, &mut done);
+            // Along the chain (one table but during a migration): create only in the last.
+            let mut at = roots;
+            let applied = loop {
+                let last = at.successor().is_none();
+                match at.apply(key, message, last, &mut done) {
+                    Applied::Missing if !last => at = at.successor().unwrap_or(at),
+                    applied => break applied,
                 }
             };
             completed |= !done.is_none();
@@ -391,74 +392,66 @@ impl<T: Send + 'static> Lean<T> {
         // reaper files it again when the old deadline comes (R, or `NotDue`). During a
         // migration the old table's entry first (`reset` waits for one being moved), then
         // the successor's.
-        let reset = roots.reset(key, now);
-        let reset = roots.successor().is_some_and(|next| next.reset(key, now)) || reset;
+        let reset = chain(roots).fold(false, |any, roots| roots.reset(key, now) || any);
         drop(active);
         reset
     }
 
-    /// Helps the migration of `roots`, the current generation of `table`: moves one group,
-    /// and promotes the successor if that was the last.
+    /// Helps the oldest migration in `roots`'s chain (`roots` is `table`'s current
+    /// generation, or was): moves one group, and promotes what has moved entirely.
     #[inline]
     fn help(&self, table: usize, roots: &Roots<T>, done: &mut Done<'_>) {
-        if roots.help_move(done) {
-            self.promote(table, roots);
+        if roots.successor().is_none() {
+            return;
+        }
+        if let Some(migrating) = chain(roots).find(|g| g.successor().is_some() && !g.moved_all()) {
+            migrating.help_move(done);
+        }
+        self.promote_moved(table);
+    }
+
+    /// Promotes the current generation of `table` while it has moved entirely (a chain
+    /// may hold several such), retiring each.
+    fn promote_moved(&self, table: usize) {
+        loop {
+            // Safety: called inside an acker operation.
+            let current = unsafe { self.tables[table].current() };
+            if current.successor().is_none() || !current.moved_all() {
+                return;
+            }
+            if let Some(old) = self.tables[table].promote(current) {
+                let grace = self.batches.grace();
+                let mut retired = self.retired.lock().unwrap_or_else(|e| e.into_inner());
+                retired.push(Retired { _roots: old, grace });
+            }
         }
     }
 
-    /// `roots`'s successor becomes current; `roots` is retired.
-    fn promote(&self, table: usize, roots: &Roots<T>) {
-        if let Some(old) = self.tables[table].promote(roots) {
-            let grace = self.batches.grace();
-            let mut retired = self.retired.lock().unwrap_or_else(|e| e.into_inner());
-            retired.push(Retired { _roots: old, grace });
-        }
-    }
-
-    /// After a claim in `roots` found its table crowded: starts growth when the pending
-    /// count per table is over 3/4 of its slots.
+    /// After a claim found its table crowded: starts growth of the chain's last generation
+    /// when the pending count per table is over 3/4 of its slots.
     #[cold]
     fn grow_if_loaded(&self, table: usize, roots: &Roots<T>) {
+        let Some(last) = chain(roots).last() else {
+            return;
+        };
         let per_table = self.pending() / self.tables.len();
-        if roots.successor().is_none()
-            && per_table * 4 > roots.slots() * 3
-            && roots.slots() < self.max_table_slots
-        {
-            let groups = roots.groups() * 2;
-            self.tables[table].start_migration(roots, groups, false, || self.stopping());
+        if per_table * 4 > last.slots() * 3 && last.slots() < self.max_table_slots {
+            let groups = last.groups() * 2;
+            self.tables[table].start_migration(last, groups, false, || self.stopping());
         }
     }
 
-    /// An operation found no room for its root in `roots`: finishes the migration under way
-    /// (the successor then becomes current) or starts growth. `false` when neither can
-    /// make room (the table is as large as it grows and not migrating): the operation is
-    /// refused.
+    /// An operation found no room for its root in the last generation of `roots`'s chain:
+    /// that generation gets a successor twice its size. `false` when it is as large as a
+    /// table grows (the operation is refused) or the acker is shutting down.
     #[cold]
     fn make_room(&self, table: usize, roots: &Roots<T>) -> bool {
-        if roots.successor().is_none() {
-            let groups = roots.groups() * 2;
-            return roots.slots() < self.max_table_slots
-                && self.tables[table].start_migration(roots, groups, true, || self.stopping());
-        }
-        // The successor too had no room for this root: finish moving (waiting out the
-        // few JOINING or DONE words), so that the next attempt can grow again.
-        let stamper = || self.stamp_now();
-        let mut backoff = 0u32;
-        while !roots.moved_all() {
-            let mut done = Done::stamped_by(&stamper);
-            let finished = roots.move_round(&mut done);
-            self.finish(table, roots, &mut done, false);
-            if finished {
-                self.promote(table, roots);
-            }
-            backoff += 1;
-            if backoff > 16 {
-                std::thread::sleep(Duration::from_micros(50));
-            } else {
-                crate::sync::thread::yield_now();
-            }
-        }
-        true
+        let Some(last) = chain(roots).last() else {
+            return false;
+        };
+        let groups = last.groups() * 2;
+        last.slots() < self.max_table_slots
+            && self.tables[table].start_migration(last, groups, true, || self.stopping())
     }
 
     pub(super) fn pending(&self) -> usize {
@@ -483,12 +476,40 @@ impl<T: Send + 'static> Lean<T> {
     /// crowded.
     #[inline]
     fn finish(&self, table: usize, roots: &Roots<T>, done: &mut Done<'_>, open: bool) -> bool {
-        self.file_timers(table, roots, done);
-        while let Some(completed) = done.take() {
-            let in_gen = generation(roots, completed.gen);
-            self.deliver(table, in_gen, completed, None, open);
+        let crowded = done.crowded();
+        loop {
+            self.file_timers(table, roots, done);
+            while let Some(completed) = done.take() {
+                let in_gen = generation(roots, completed.gen);
+                self.deliver(table, in_gen, completed, None, open);
+            }
+            let Some((gen, slot)) = done.take_stranded() else {
+                return crowded;
+            };
+            self.unstrand(table, generation(roots, gen), slot, done);
         }
-        done.crowded()
+    }
+
+    /// An entry this operation created in `from` while it migrates, with no room in the
+    /// successor (`migrate.rs`): grows the chain and moves it, until it is moved. (Only
+    /// shutdown stops that: the entry is then left where it is, see the module docs.)
+    #[cold]
+    fn unstrand(&self, table: usize, from: &Roots<T>, slot: usize, done: &mut Done<'_>) {
+        let mut waits = 0u32;
+        while !from.relocate_stranded(slot, done) {
+            if !self.make_room(table, from) {
+                if self.stopping() {
+                    return;
+                }
+                // As large as a table grows: room comes as trees complete.
+                waits += 1;
+                if waits > 16 {
+                    std::thread::sleep(Duration::from_micros(50));
+                } else {
+                    crate::sync::thread::yield_now();
+                }
+            }
+        }
     }
 
     /// Files the entries `done` reports created in `roots` or its successors in this
@@ -548,13 +569,7 @@ impl<T: Send + 'static> Lean<T> {
         let gen = entry.tag & ((1 << GEN_TAG_BITS) - 1);
         // Safety: the caller's contract.
         let current = unsafe { self.tables[table].current() };
-        let roots = if current.gen() & ((1 << GEN_TAG_BITS) - 1) == gen {
-            current
-        } else {
-            current
-                .successor()
-                .filter(|n| n.gen() & ((1 << GEN_TAG_BITS) - 1) == gen)?
-        };
+        let roots = chain(current).find(|g| g.gen() & ((1 << GEN_TAG_BITS) - 1) == gen)?;
         (slot < roots.slots()).then_some((table, roots, slot))
     }
 
@@ -663,7 +678,7 @@ impl<T: Send + 'static> Lean<T> {
                 let _held = table.hold_migrations();
                 // Safety: inside the operation `_active` marks.
                 let roots = unsafe { table.current() };
-                for roots in std::iter::once(roots).chain(roots.successor()) {
+                for roots in chain(roots) {
                     for slot in 0..roots.slots() {
                         let Some(key) = roots.key_in(slot) else {
                             continue;
@@ -684,8 +699,7 @@ impl<T: Send + 'static> Lean<T> {
     fn take_back_root(&self, table: usize, key: Key) -> Option<T> {
         // Safety: called inside the init's operation.
         let roots = unsafe { self.tables[table].current() };
-        std::iter::once(roots)
-            .chain(roots.successor())
+        chain(roots)
             .find_map(|roots| {
                 let (slot, _) = roots.find_waiting(key)?;
                 roots.take_back(slot, key)
@@ -707,14 +721,12 @@ impl<T: Send + 'static> Lean<T> {
             {
                 table.start_migration(roots, roots.groups() / 2, false, || self.stopping());
             }
-            if roots.successor().is_some() {
+            for migrating in chain(roots).filter(|g| g.successor().is_some()) {
                 let mut done = Done::stamped_by(&stamper);
-                let finished = roots.move_round(&mut done);
+                migrating.move_round(&mut done);
                 self.finish(index, roots, &mut done, false);
-                if finished {
-                    self.promote(index, roots);
-                }
             }
+            self.promote_moved(index);
         }
         let mut retired = self.retired.lock().unwrap_or_else(|e| e.into_inner());
         retired.retain_mut(|r| !self.batches.grace_over(&mut r.grace));
@@ -775,6 +787,32 @@ impl<T: Send + 'static> Lean<T> {
             ),
             None => "no entry".into(),
         }
+    }
+
+    /// Every table's generations, with their words counted by state (for tests' messages).
+    #[cfg(test)]
+    pub(super) fn describe_tables(&self) -> String {
+        let _active = self.batches.enter();
+        let mut out = format!("pending {}\n", self.pending());
+        for (index, table) in self.tables.iter().enumerate() {
+            // Safety: inside the operation `_active` marks.
+            let roots = unsafe { table.current() };
+            for roots in chain(roots) {
+                let mut states = std::collections::BTreeMap::new();
+                for slot in 0..roots.slots() {
+                    let state = format!("{:?}", roots.word(slot).load().state());
+                    *states.entry(state).or_insert(0) += 1;
+                }
+                out += &format!(
+                    "table {index} gen {} slots {} migrating {} moved all {} {states:?}\n",
+                    roots.gen(),
+                    roots.slots(),
+                    roots.successor().is_some(),
+                    roots.moved_all(),
+                );
+            }
+        }
+        out
     }
 
     /// The `(table, 0)` a root lives in (the loom models' helper for the first core).

@@ -3,12 +3,14 @@
 //!
 //! ## Ownership
 //!
-//! A [`Table`] owns its current generation and, while a migration is under way, the
-//! successor (reachable as `current.successor()`). Promotion makes the successor current
-//! and hands the old generation to the caller, which retires it: it stays readable (its
-//! words MOVED or EMPTY, its `next` still leading on) until every operation that could
-//! have loaded it has ended (`batches.rs`, [`Batches::grace`](super::Batches::grace)),
-//! and is freed then.
+//! A [`Table`] owns its current generation and the *chain* of successors from it: while a
+//! migration is under way the successor is `current.successor()`, and a successor that
+//! runs out of room while it is still being filled gets a successor of its own (so no
+//! migration ever waits for room that only it could make). Promotion makes the successor
+//! current once every group of the current one has moved, and hands the old generation to
+//! the caller, which retires it: it stays readable (its words MOVED or EMPTY, its `next`
+//! still leading on) until every operation that could have loaded it has ended
+//! (`batches.rs`, [`Batches::grace`](super::Batches::grace)), and is freed then.
 //!
 //! Operations load `current` only inside an acker operation (`Batches::enter`), so the
 //! reference they get lives as long as the operation.
@@ -47,11 +49,10 @@ impl<T> Table<T> {
         unsafe { &*self.current.load(Ordering::SeqCst) }
     }
 
-    /// Starts moving `from` (which must be current, with no migration yet) to a new
-    /// table of `groups` groups, unless `stopping()` (checked under the lock that
-    /// shutdown's scan holds). When another thread is starting one, waits for it if
-    /// `wait`, else gives up. `true` when `from` is migrating when this returns (whoever
-    /// started it) or is no longer current.
+    /// Starts moving `from` (the last generation of the chain) to a new table of `groups`
+    /// groups, unless `stopping()` (checked under the lock that shutdown's scan holds).
+    /// When another thread is starting one, waits for it if `wait`, else gives up. `true`
+    /// when `from` has a successor when this returns (whoever started it), or is retired.
     pub(super) fn start_migration(
         &self,
         from: &Roots<T>,
@@ -64,8 +65,9 @@ impl<T> Table<T> {
             Err(_) if wait => self.hold_migrations(),
             Err(_) => return false,
         };
-        let current = self.current.load(Ordering::SeqCst);
-        if !std::ptr::eq(current, from) || from.successor().is_some() {
+        // Safety: under the operation the caller is in (`from` came from it too).
+        let in_chain = chain(unsafe { self.current() }).any(|g| std::ptr::eq(g, from));
+        if !in_chain || from.successor().is_some() {
             return true;
         }
         if stopping() {
@@ -80,8 +82,8 @@ impl<T> Table<T> {
         true
     }
 
-    /// After `from`'s last group moved: makes its successor current. Returns `from`, now
-    /// the caller's to retire and free after a grace period.
+    /// After `from`'s last group moved: makes its successor current, if `from` is current.
+    /// Returns `from`, now the caller's to retire and free after a grace period.
     pub(super) fn promote(&self, from: &Roots<T>) -> Option<Box<Roots<T>>> {
         let next = from.successor()? as *const Roots<T> as *mut Roots<T>;
         let old = from as *const Roots<T> as *mut Roots<T>;
@@ -97,29 +99,35 @@ impl<T> Table<T> {
         self.migrations.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Slots in the current generation and its successor.
+    /// Slots in the current generation and its successors.
     ///
     /// # Safety
     /// As for [`current`](Self::current).
     pub(super) unsafe fn slots(&self) -> usize {
         // Safety: the caller's.
-        let current = unsafe { self.current() };
-        current.slots() + current.successor().map_or(0, Roots::slots)
+        chain(unsafe { self.current() }).map(Roots::slots).sum()
     }
 }
 
 impl<T> Drop for Table<T> {
     fn drop(&mut self) {
-        let current = *self.current.get_mut();
+        let mut at = *self.current.get_mut();
         // Safety: `&mut self`: no operation is under way; the table owns its current
-        // generation and that generation's successor (never promoted, so owned by nobody
-        // else), each freed once here.
+        // generation and the chain of successors from it (never promoted, so owned by
+        // nobody else), each freed once here, after its successor pointer is read.
         unsafe {
-            let next = (*current).successor().map(|n| n as *const Roots<T> as *mut Roots<T>);
-            drop(Box::from_raw(current));
-            if let Some(next) = next {
-                drop(Box::from_raw(next));
+            while !at.is_null() {
+                let next = (*at).successor().map_or(std::ptr::null_mut(), |n| {
+                    n as *const Roots<T> as *mut Roots<T>
+                });
+                drop(Box::from_raw(at));
+                at = next;
             }
         }
     }
+}
+
+/// A generation and every successor after it, oldest first.
+pub(super) fn chain<T>(first: &Roots<T>) -> impl Iterator<Item = &Roots<T>> {
+    std::iter::successors(Some(first), |g| g.successor())
 }

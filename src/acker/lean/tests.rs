@@ -161,10 +161,21 @@ fn concurrent_growth_and_shrink_lose_and_double_nothing() {
         })
         .build()
         .unwrap();
+    let finished = std::sync::atomic::AtomicBool::new(false);
     std::thread::scope(|s| {
+        let (acker, finished) = (&acker, &finished);
+        s.spawn(move || {
+            for _ in 0..100 {
+                std::thread::sleep(Duration::from_millis(100));
+                if finished.load(std::sync::atomic::Ordering::SeqCst) {
+                    return;
+                }
+            }
+            eprintln!("STUCK\n{}", acker.second().unwrap().describe_tables());
+        });
+        let mut workers = Vec::new();
         for t in 0..THREADS {
-            let acker = &acker;
-            s.spawn(move || {
+            workers.push(s.spawn(move || {
                 let mut rng = StdRng::seed_from_u64(t);
                 let roots: Vec<u64> = (0..per_thread).map(|i| t << 48 | i).collect();
                 let edges: Vec<(u64, u64)> = roots.iter().map(|_| (rng.gen(), rng.gen())).collect();
@@ -181,8 +192,12 @@ fn concurrent_growth_and_shrink_lose_and_double_nothing() {
                     }
                     acker.ack(r, b);
                 }
-            });
+            }));
         }
+        for worker in workers {
+            worker.join().unwrap();
+        }
+        finished.store(true, std::sync::atomic::Ordering::SeqCst);
     });
     let seen = seen.lock().unwrap();
     assert_eq!(seen.len() as u64, THREADS * per_thread);

@@ -78,6 +78,9 @@ pub struct Done<'a> {
     /// A claim found the root's window full, or had to go far from home: the table
     /// should grow (`lean/`).
     crowded: bool,
+    /// Entries this operation created in a table being migrated that it could not move to
+    /// the successor for want of room (`migrate.rs`): the caller makes room and moves them.
+    stranded: Few<(u32, usize)>,
 }
 
 impl std::fmt::Debug for Done<'_> {
@@ -85,6 +88,7 @@ impl std::fmt::Debug for Done<'_> {
         f.debug_struct("Done")
             .field("completed", &self.completed)
             .field("to_file", &self.to_file)
+            .field("stranded", &self.stranded)
             .finish_non_exhaustive()
     }
 }
@@ -136,6 +140,19 @@ impl<'a> Done<'a> {
     #[inline]
     pub(super) fn set_crowded(&mut self) {
         self.crowded = true;
+    }
+
+    /// Takes one stranded entry (see the field) as its table's generation and slot.
+    #[inline]
+    pub fn take_stranded(&mut self) -> Option<(u32, usize)> {
+        self.stranded.take()
+    }
+
+    /// Records a stranded entry (see the field).
+    #[inline]
+    pub fn strand(&mut self, gen: u32, slot: usize) {
+        self.crowded = true;
+        self.stranded.push((gen, slot));
     }
 
     /// Takes one claimed completion, if any is left.

@@ -126,13 +126,26 @@ impl<T> Roots<T> {
     }
 
     /// A new entry this thread claimed here after the migration began: moved now, so that
-    /// no mover that passed its group already leaves it behind. Waits while the successor
-    /// has no room for it (its other entries complete meanwhile).
+    /// no mover that passed its group already leaves it behind. When the successor has no
+    /// room for it, it is reported *stranded* in `done`: the caller must make room (grow
+    /// the successor) and call [`relocate_stranded`](Self::relocate_stranded) until it
+    /// moves. Until then the entry stays here, where operations still find it while this
+    /// table is current or migrating; should the table be retired meanwhile (its group
+    /// was clean before the claim), the entry is out of sight until moved, and any twin
+    /// created meanwhile merges with it then.
     pub(super) fn relocate(&self, slot: usize, next: &Roots<T>, done: &mut Done<'_>) {
-        let mut backoff = Backoff::default();
-        while self.move_slot(slot, next, done) == Slot::NoRoom {
-            backoff.wait();
+        if self.move_slot(slot, next, done) == Slot::NoRoom {
+            done.strand(self.gen, slot);
         }
+    }
+
+    /// Tries a stranded entry's move again: `false` when the successor still has no room.
+    pub fn relocate_stranded(&self, slot: usize, done: &mut Done<'_>) -> bool {
+        let Some(next) = self.successor() else {
+            debug_assert!(false, "a stranded entry in a table with no successor");
+            return true;
+        };
+        self.move_slot(slot, next, done) != Slot::NoRoom
     }
 
     /// Moves the slot's entry to `next` if it is HELD or LIVE (module docs).
@@ -219,7 +232,10 @@ impl<T> Roots<T> {
                 // table as a LIVE word's would not be, so this cannot lose a payload
                 // that anyone could reach. Look again.
                 Err(Unclaimed::Raced) => continue,
-                Err(_) => return Err(payload),
+                Err(_) => {
+                    done.set_crowded(); // grow this table
+                    return Err(payload);
+                }
             }
         };
         self.created(key, slot, done);
