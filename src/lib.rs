@@ -47,8 +47,7 @@ pub mod grace {
 #[doc(hidden)]
 pub mod roots {
     pub use crate::acker::roots::{
-        Applied, Completed, Done, Expiry, Message, Refused, Roots, Stamp, GROUP_SLOTS,
-        MAX_PROBE,
+        Applied, Completed, Done, Expiry, Message, Refused, Roots, Stamp, GROUP_SLOTS, MAX_PROBE,
     };
     pub use crate::acker::word::{Key, Phase, Word, KEY_SHIFT};
 }

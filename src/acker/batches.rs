@@ -8,10 +8,15 @@
 //! which the reaper must have it (its *hand-off* tick: the acker's hand-off age after the
 //! first message, or the tick before the deadline if that is sooner) to its batch for this
 //! acker, with plain stores. When its tick moves on (seen at its next push) the owner
-//! filters the batch: it drops the entries whose slot no longer holds their root (they
-//! completed; their lines are most likely still in this core's cache) and hands those whose
-//! hand-off tick has come to the reaper's inbox under one lock, once a tick per busy
-//! thread. A tree that completes within the hand-off age never reaches the reaper: the
+//! filters the batch: it drops the entries filed in the tick before whose slot no longer
+//! holds their root (they completed; their lines are most likely still in this core's
+//! cache), and hands those whose hand-off tick has come to the reaper's inbox under one
+//! lock, once a tick per busy thread. Each entry is looked at twice at most: in its first
+//! filter (most trees are gone by then), and when its hand-off tick comes. (Looking at
+//! every entry every tick made a thread that creates long-lived trees fast check each of
+//! them up to the hand-off age's 64 times.) Survivors wait in hand-off order; one filed
+//! with an earlier hand-off than those before it (a tree with a short timeout of its own)
+//! goes to the reaper at its first filter. A tree that completes within the hand-off age never reaches the reaper: the
 //! reaper reads no line of it (it used to get every tree older than one tick, and a
 //! lifecycle of a millisecond then cost the reaper's reads of lines the workers were
 //! writing).
@@ -106,7 +111,25 @@ pub struct Batch {
     abandoned: AtomicBool,
     /// Written by the owner while pinned, or by the reaper while it holds `taken` with the
     /// owner unpinned (module docs).
-    entries: UnsafeCell<Vec<Held>>,
+    entries: UnsafeCell<Entries>,
+}
+
+/// A batch's entries: those filed since the last filter, and the survivors of their first
+/// filter, in hand-off order.
+#[derive(Debug, Default)]
+struct Entries {
+    fresh: Vec<Held>,
+    aged: std::collections::VecDeque<Held>,
+}
+
+impl Entries {
+    fn len(&self) -> usize {
+        self.fresh.len() + self.aged.len()
+    }
+
+    fn drain(&mut self) -> impl Iterator<Item = Held> + '_ {
+        self.aged.drain(..).chain(self.fresh.drain(..))
+    }
 }
 
 // Safety: `entries` is the only non-Sync part, and the pin protocol (module docs) gives it
@@ -123,7 +146,7 @@ impl Batch {
             active: AtomicU32::new(0),
             begun: AtomicU32::new(0),
             abandoned: AtomicBool::new(false),
-            entries: UnsafeCell::new(Vec::new()),
+            entries: UnsafeCell::new(Entries::default()),
         }
     }
 }
@@ -248,12 +271,12 @@ impl Batches {
             // delays a takeover.
             let filed = batch.tick.load(Ordering::Relaxed);
             if filed != now {
-                if !entries.is_empty() {
+                if entries.len() > 0 {
                     self.filter(entries, now, live);
                 }
                 batch.tick.store(now, Ordering::Relaxed); // Relaxed: as above.
             }
-            entries.push(Held { entry, hand_off });
+            entries.fresh.push(Held { entry, hand_off });
             // Relaxed: a hint for the reaper's checks; the fence below orders the one
             // that matters (empty to non-empty) before the `idle` load.
             batch.len.store(entries.len(), Ordering::Relaxed);
@@ -266,21 +289,33 @@ impl Batches {
         pushed
     }
 
-    /// Drops the entries `live` says are not live, and hands those whose hand-off tick has
-    /// come by `now` to the inbox.
+    /// The tick's filter (module docs): the fresh entries `live` says are not live are
+    /// dropped, the others join the aged ones (or go to the reaper now, if due before the
+    /// last aged one); then the aged ones whose hand-off tick has come by `now` and are
+    /// still live go to the reaper.
     #[cold]
-    fn filter(&self, entries: &mut Vec<Held>, now: Tick, mut live: impl FnMut(&Entry) -> bool) {
+    fn filter(&self, entries: &mut Entries, now: Tick, mut live: impl FnMut(&Entry) -> bool) {
         let mut due = Vec::new();
-        entries.retain(|held| {
+        for held in entries.fresh.drain(..) {
             if !live(&held.entry) {
-                return false;
+                continue;
             }
-            if reached(held.hand_off, now) {
+            let in_order = entries
+                .aged
+                .back()
+                .map_or(true, |last| reached(last.hand_off, held.hand_off));
+            if in_order && !reached(held.hand_off, now) {
+                entries.aged.push_back(held);
+            } else {
                 due.push(held.entry);
-                return false;
             }
-            true
-        });
+        }
+        while let Some(held) = entries.aged.front().filter(|h| reached(h.hand_off, now)) {
+            if live(&held.entry) {
+                due.push(held.entry);
+            }
+            entries.aged.pop_front();
+        }
         if !due.is_empty() {
             self.hand_off(due.into_iter());
         }
@@ -315,9 +350,13 @@ impl Batches {
         }
         let mut all = self.all.lock().unwrap();
         // Relaxed (both loads): hints; the takeover below decides under the protocol.
+        // Quiet: not pushed to for a whole tick. (Its tick merely older than `now` is not
+        // enough: a reaper woken at a tick's start would take the batch of a thread busy
+        // in it, whose next push was a few nanoseconds away, and then read the lines of
+        // its trees, which mostly complete a moment later.)
         let quiet = |b: &Arc<Batch>| {
             b.len.load(Ordering::Relaxed) > 0
-                && (everything || b.tick.load(Ordering::Relaxed) != now)
+                && (everything || reached(b.tick.load(Ordering::Relaxed).wrapping_add(2), now))
         };
         if all.iter().any(quiet) {
             for batch in all.iter().filter(|b| quiet(b)) {
@@ -331,7 +370,7 @@ impl Batches {
                     batch.entries.with_mut(|entries| {
                         // Safety: `taken` was set before the heavy fence and the owner is
                         // not pinned after it, so it keeps off until we unset `taken`.
-                        into.extend(unsafe { &mut *entries }.drain(..).map(|h| h.entry));
+                        into.extend(unsafe { &mut *entries }.drain().map(|h| h.entry));
                     });
                     batch.len.store(0, Ordering::Relaxed); // Relaxed: a hint.
                 }
@@ -633,11 +672,13 @@ mod tests {
         batches.collect(6, false, &mut due);
         due.sort_by_key(|e| e.slot);
         assert_eq!(due, (0..10).step_by(2).map(entry).collect::<Vec<_>>());
-        // Slot 10 was filed at tick 6; the owner goes quiet and the reaper takes it at 7.
+        // Slot 10 was filed at tick 6; the owner goes quiet, and the reaper takes it once
+        // a whole tick has passed without a push, at 8.
         due.clear();
         batches.collect(6, false, &mut due);
-        assert!(due.is_empty());
         batches.collect(7, false, &mut due);
+        assert!(due.is_empty());
+        batches.collect(8, false, &mut due);
         assert_eq!(due, vec![entry(10)]);
     }
 
@@ -691,7 +732,7 @@ mod tests {
         // The owner is inside (as if preempted mid-push): the reaper leaves the batch.
         batch.pin.store(true, Ordering::SeqCst);
         let mut due = Vec::new();
-        batches.collect(6, false, &mut due);
+        batches.collect(7, false, &mut due);
         assert!(due.is_empty());
         assert!(!batch.taken.load(Ordering::SeqCst), "the reaper let go");
         batch.pin.store(false, Ordering::SeqCst);
@@ -699,7 +740,7 @@ mod tests {
         batch.taken.store(true, Ordering::SeqCst);
         batches.push_to(&batch, entry(2), 6, 6, |_| true);
         batch.taken.store(false, Ordering::SeqCst);
-        batches.collect(6, false, &mut due);
+        batches.collect(7, false, &mut due);
         assert_eq!(due, vec![entry(2), entry(1)]);
     }
 
@@ -724,7 +765,7 @@ mod tests {
         .unwrap();
         assert_eq!(batches.batches(), 1);
         let mut due = Vec::new();
-        batches.collect(4, false, &mut due);
+        batches.collect(5, false, &mut due);
         assert_eq!(due, vec![entry(7)]);
         assert_eq!(batches.batches(), 0, "abandoned and empty: dropped");
     }

@@ -936,6 +936,12 @@ impl<T: Send + 'static> Acker<T> {
         }
     }
 
+    /// Table migrations started so far, to grow and to shrink (0 on the first core).
+    #[doc(hidden)]
+    pub fn table_migrations(&self) -> (u64, u64) {
+        self.second().map_or((0, 0), lean::Lean::migrations)
+    }
+
     /// Whether pins use asymmetric fences (`membarrier`) rather than a SeqCst fence each.
     #[doc(hidden)]
     #[cfg(not(loom))]

@@ -171,6 +171,8 @@ pub(super) struct Lean<T> {
     idle_wakeups: AtomicU64,
     /// Panics caught in reaper passes (a clock, a payload's drop).
     reaper_panics: AtomicU64,
+    /// Migrations started: to grow, to shrink.
+    migrations: [AtomicU64; 2],
 }
 
 // Safety: `on_complete` is the only part that is not `Sync` by itself: it is read only by
@@ -249,6 +251,7 @@ impl<T: Send + 'static> Lean<T> {
             reaper_thread: std::sync::OnceLock::new(),
             idle_wakeups: AtomicU64::new(0),
             reaper_panics: AtomicU64::new(0),
+            migrations: [AtomicU64::new(0), AtomicU64::new(0)],
         }
     }
 
@@ -392,7 +395,10 @@ impl<T: Send + 'static> Lean<T> {
         // reaper files it again when the old deadline comes (R, or `NotDue`). During a
         // migration the old table's entry first (`reset` waits for one being moved), then
         // the successor's.
-        let reset = chain(roots).fold(false, |any, roots| roots.reset(key, now) || any);
+        // Every generation's entry, not just the first found (no short circuit).
+        let reset = chain(roots)
+            .map(|roots| roots.reset(key, now))
+            .fold(false, |any, reset| any | reset);
         drop(active);
         reset
     }
@@ -422,6 +428,10 @@ impl<T: Send + 'static> Lean<T> {
             if let Some(old) = self.tables[table].promote(current) {
                 let grace = self.batches.grace();
                 let mut retired = self.retired.lock().unwrap_or_else(|e| e.into_inner());
+                // Generations retired earlier are most likely past their grace by now (a
+                // table grows step by step): freed here rather than at the next reaper
+                // pass, so that a table that grows fast does not hold all its past sizes.
+                retired.retain_mut(|r| !self.batches.grace_over(&mut r.grace));
                 retired.push(Retired { _roots: old, grace });
             }
         }
@@ -437,8 +447,34 @@ impl<T: Send + 'static> Lean<T> {
         let per_table = self.pending() / self.tables.len();
         if per_table * 4 > last.slots() * 3 && last.slots() < self.max_table_slots {
             let groups = last.groups() * 2;
-            self.tables[table].start_migration(last, groups, false, || self.stopping());
+            self.start_migration(table, last, groups, false);
         }
+    }
+
+    /// [`Table::start_migration`], counted.
+    fn start_migration(
+        &self,
+        table: usize,
+        from: &Roots<T>,
+        groups: usize,
+        wait: bool,
+    ) -> Option<bool> {
+        let started = self.tables[table].start_migration(from, groups, wait, || self.stopping());
+        if started == Some(true) {
+            let shrink = usize::from(groups < from.groups());
+            self.migrations[shrink].fetch_add(1, Ordering::Relaxed); // a statistic
+        }
+        started
+    }
+
+    /// Migrations started so far: to grow, and to shrink.
+    pub(super) fn migrations(&self) -> (u64, u64) {
+        // Relaxed: statistics.
+        let [grown, shrunk] = &self.migrations;
+        (
+            grown.load(Ordering::Relaxed),
+            shrunk.load(Ordering::Relaxed),
+        )
     }
 
     /// An operation found no room for its root in the last generation of `roots`'s chain:
@@ -451,7 +487,7 @@ impl<T: Send + 'static> Lean<T> {
         };
         let groups = last.groups() * 2;
         last.slots() < self.max_table_slots
-            && self.tables[table].start_migration(last, groups, true, || self.stopping())
+            && self.start_migration(table, last, groups, true).is_some()
     }
 
     pub(super) fn pending(&self) -> usize {
@@ -699,11 +735,10 @@ impl<T: Send + 'static> Lean<T> {
     fn take_back_root(&self, table: usize, key: Key) -> Option<T> {
         // Safety: called inside the init's operation.
         let roots = unsafe { self.tables[table].current() };
-        chain(roots)
-            .find_map(|roots| {
-                let (slot, _) = roots.find_waiting(key)?;
-                roots.take_back(slot, key)
-            })
+        chain(roots).find_map(|roots| {
+            let (slot, _) = roots.find_waiting(key)?;
+            roots.take_back(slot, key)
+        })
     }
 
     /// Reaper passes: helps every migration under way (and promotes those that finish),
@@ -719,7 +754,7 @@ impl<T: Send + 'static> Lean<T> {
                 && roots.slots() > MIN_TABLE_SLOTS
                 && per_table * 8 < roots.slots()
             {
-                table.start_migration(roots, roots.groups() / 2, false, || self.stopping());
+                self.start_migration(index, roots, roots.groups() / 2, false);
             }
             for migrating in chain(roots).filter(|g| g.successor().is_some()) {
                 let mut done = Done::stamped_by(&stamper);
@@ -737,7 +772,11 @@ impl<T: Send + 'static> Lean<T> {
     fn housekeeping_due(&self) -> bool {
         let _active = self.batches.enter();
         let per_table = self.pending() / self.tables.len();
-        !self.retired.lock().unwrap_or_else(|e| e.into_inner()).is_empty()
+        !self
+            .retired
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_empty()
             || self.tables.iter().any(|table| {
                 // Safety: inside the operation `_active` marks.
                 let roots = unsafe { table.current() };

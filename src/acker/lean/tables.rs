@@ -51,27 +51,28 @@ impl<T> Table<T> {
 
     /// Starts moving `from` (the last generation of the chain) to a new table of `groups`
     /// groups, unless `stopping()` (checked under the lock that shutdown's scan holds).
-    /// When another thread is starting one, waits for it if `wait`, else gives up. `true`
-    /// when `from` has a successor when this returns (whoever started it), or is retired.
+    /// When another thread is starting one, waits for it if `wait`, else gives up.
+    /// `Some(true)` when this call started it, `Some(false)` when `from` has a successor
+    /// anyway (another thread's) or is retired, `None` when nothing started.
     pub(super) fn start_migration(
         &self,
         from: &Roots<T>,
         groups: usize,
         wait: bool,
         stopping: impl Fn() -> bool,
-    ) -> bool {
+    ) -> Option<bool> {
         let _guard = match self.migrations.try_lock() {
             Ok(guard) => guard,
             Err(_) if wait => self.hold_migrations(),
-            Err(_) => return false,
+            Err(_) => return None,
         };
         // Safety: under the operation the caller is in (`from` came from it too).
         let in_chain = chain(unsafe { self.current() }).any(|g| std::ptr::eq(g, from));
         if !in_chain || from.successor().is_some() {
-            return true;
+            return Some(false);
         }
         if stopping() {
-            return false;
+            return None;
         }
         debug_assert!(groups >= 2 && groups.is_power_of_two());
         let next = Box::into_raw(Box::new(from.successor_of(groups)));
@@ -79,7 +80,7 @@ impl<T> Table<T> {
         // and frees it only after `from` (see `Drop` and the module docs); one migration
         // per generation (checked above, under the lock).
         unsafe { from.begin_move(next) };
-        true
+        Some(true)
     }
 
     /// After `from`'s last group moved: makes its successor current, if `from` is current.

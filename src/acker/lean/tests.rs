@@ -57,7 +57,11 @@ fn settle(acker: &Acker<u32>) {
 fn tables_grow_with_pending_and_shrink_after_it_falls() {
     let clock = ManualClock::new(0);
     let (acker, log) = manual(&clock, 1 << 20);
-    assert_eq!(acker.table_slots(), SMALLEST, "nothing sized for max_pending");
+    assert_eq!(
+        acker.table_slots(),
+        SMALLEST,
+        "nothing sized for max_pending"
+    );
     let root = |i: u64| i.wrapping_mul(0x9e37_79b9_7f4a_7c15);
     for i in 0..TREES {
         acker.init(root(i), 0b11, i as u32).unwrap();
@@ -71,13 +75,19 @@ fn tables_grow_with_pending_and_shrink_after_it_falls() {
     assert_eq!(acker.stats().rejected_full, 0);
     for i in 0..TREES {
         assert!(!acker.ack(root(i), 0b01));
-        assert!(acker.ack(root(i), 0b10), "tree {i} completes on its last ack");
+        assert!(
+            acker.ack(root(i), 0b10),
+            "tree {i} completes on its last ack"
+        );
     }
     let mut log = std::mem::take(&mut *log.lock().unwrap());
     log.sort_unstable_by_key(|&(_, payload, _)| payload);
     assert_eq!(log.len(), TREES as usize);
     for (i, &(r, payload, outcome)) in log.iter().enumerate() {
-        assert_eq!((r, payload, outcome), (root(i as u64), i as u32, Outcome::Acked));
+        assert_eq!(
+            (r, payload, outcome),
+            (root(i as u64), i as u32, Outcome::Acked)
+        );
     }
     assert_eq!(acker.pending(), 0);
     settle(&acker);
@@ -138,7 +148,10 @@ fn shutdown_hands_back_every_tree_across_generations() {
     let mut back = acker.shutdown();
     back.sort_unstable();
     assert_eq!(back.len(), (TREES / 2) as usize);
-    assert!(back.iter().enumerate().all(|(i, &(r, p))| r == i as u64 && p == i as u32));
+    assert!(back
+        .iter()
+        .enumerate()
+        .all(|(i, &(r, p))| r == i as u64 && p == i as u32));
 }
 
 /// Threads grow the tables together and then empty them: every tree completes exactly
@@ -147,7 +160,8 @@ fn shutdown_hands_back_every_tree_across_generations() {
 fn concurrent_growth_and_shrink_lose_and_double_nothing() {
     const THREADS: u64 = 4;
     let per_thread = TREES / THREADS;
-    let seen: Arc<Mutex<HashMap<u64, (u32, Outcome, usize)>>> = Arc::default();
+    type Seen = HashMap<u64, (u32, Outcome, usize)>;
+    let seen: Arc<Mutex<Seen>> = Arc::default();
     let sink = Arc::clone(&seen);
     let acker = Acker::builder()
         .second_generation(true)
@@ -178,7 +192,8 @@ fn concurrent_growth_and_shrink_lose_and_double_nothing() {
             workers.push(s.spawn(move || {
                 let mut rng = StdRng::seed_from_u64(t);
                 let roots: Vec<u64> = (0..per_thread).map(|i| t << 48 | i).collect();
-                let edges: Vec<(u64, u64)> = roots.iter().map(|_| (rng.gen(), rng.gen())).collect();
+                let edges: Vec<(u64, u64)> =
+                    roots.iter().map(|_| (rng.random(), rng.random())).collect();
                 // Half the trees get their first ack before init (orphans that move too).
                 for (&r, &(a, b)) in roots.iter().zip(&edges) {
                     if r % 2 == 0 {
@@ -202,7 +217,11 @@ fn concurrent_growth_and_shrink_lose_and_double_nothing() {
     let seen = seen.lock().unwrap();
     assert_eq!(seen.len() as u64, THREADS * per_thread);
     for (&root, &(payload, outcome, times)) in seen.iter() {
-        assert_eq!((payload, outcome, times), (root as u32, Outcome::Acked, 1), "root {root:#x}");
+        assert_eq!(
+            (payload, outcome, times),
+            (root as u32, Outcome::Acked, 1),
+            "root {root:#x}"
+        );
     }
     assert_eq!(acker.pending(), 0);
     assert_eq!(acker.stats().rejected_full, 0);

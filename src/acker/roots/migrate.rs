@@ -176,7 +176,9 @@ impl<T> Roots<T> {
             // Safety: a LIVE word's payload is written (by the settle that made it LIVE,
             // which our FROZEN CAS read from) and not taken (DONE was never set), and the
             // FROZEN word keeps every other thread off it until we CAS it on.
-            self.payloads[slot].0.with(|cell| unsafe { (*cell).assume_init_read() })
+            self.payloads[slot]
+                .0
+                .with(|cell| unsafe { (*cell).assume_init_read() })
         });
         match next.adopt(word, stamp, timeout, payload, done) {
             Ok(()) => {

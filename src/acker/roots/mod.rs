@@ -51,8 +51,8 @@ pub use times::{reached, Stamp, Tick};
 use super::credits::Credits;
 use super::word::{Key, Phase, Step, Word, KEY_SHIFT};
 use super::Outcome;
-use crate::sync::{Arc, AtomicPtr, AtomicU128, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use crate::sync::UnsafeCell;
+use crate::sync::{Arc, AtomicPtr, AtomicU128, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 /// Words beyond a table's slots, so that its groups can start on a line.
 const GROUP_ALIGN_SLACK: usize =
@@ -189,7 +189,9 @@ pub enum Refused<T> {
 /// A message applied to a root's entry, or held in a new one.
 #[derive(Clone, Copy, Debug)]
 pub enum Message {
+    /// An ack's XOR.
     Ack(u64),
+    /// A fail.
     Fail,
     /// A twin's contents, carried to the entry that absorbs it.
     Twin(Word),
@@ -848,7 +850,12 @@ impl<T> Roots<T> {
                 self.created(key, slot, done); // moved to the successor
                 Placeholder::Moved
             }
-            Ok(slot) => match (done.file_later(self.gen, slot), self.search(key, Some(slot))).1 {
+            Ok(slot) => match (
+                done.file_later(self.gen, slot),
+                self.search(key, Some(slot)),
+            )
+                .1
+            {
                 // The common case: no twin, and the placeholder is ours to join (if an ack
                 // has changed it meanwhile, the join CAS fails and init joins what it is).
                 Search::Missing(_) => Placeholder::Join(Search::Found(slot, placeholder), true),

@@ -386,7 +386,10 @@ fn a_claim_stamps_the_times_and_emptying_the_slot_frees_them() {
     let key = key_in(2, 0, 1);
     let mut done = Done::stamped(Stamp::new(100, 130));
     assert_eq!(roots.ack(key, 0b1, &mut done), Applied::Created);
-    let slot = done.take_to_file().map(|(_, s)| s).expect("the orphan's slot is reported");
+    let slot = done
+        .take_to_file()
+        .map(|(_, s)| s)
+        .expect("the orphan's slot is reported");
     assert_eq!(done.take_to_file().map(|(_, s)| s), None);
     let stamp = roots.times(slot).unwrap();
     assert_eq!((stamp.start(), stamp.base()), (100, 130));
@@ -516,7 +519,8 @@ fn a_migration_moves_every_entry_with_its_times_timeout_and_payload() {
             0 => assert_eq!(old.ack(key, 0b1, &mut done), Applied::Created), // an orphan
             1 => old.init(key, 0b11, i as u32, &mut done).unwrap(),
             _ => {
-                old.init_with(key, 0b11, i as u32, Some(5), &mut done).unwrap();
+                old.init_with(key, 0b11, i as u32, Some(5), &mut done)
+                    .unwrap();
                 assert!(old.reset(key, 50));
             }
         }
@@ -525,7 +529,12 @@ fn a_migration_moves_every_entry_with_its_times_timeout_and_payload() {
         .iter()
         .map(|&k| {
             let (slot, word) = old.find(k).unwrap();
-            (word, old.times(slot), old.timeout_of(slot), old.deadline(slot))
+            (
+                word,
+                old.times(slot),
+                old.timeout_of(slot),
+                old.deadline(slot),
+            )
         })
         .collect();
     let next = begin(&old, 8);
@@ -536,11 +545,19 @@ fn a_migration_moves_every_entry_with_its_times_timeout_and_payload() {
     let mut filed = std::iter::from_fn(|| done.take_to_file()).collect::<Vec<_>>();
     filed.sort();
     assert_eq!(filed.len(), keys.len(), "a timer per moved entry");
-    assert!(filed.iter().all(|&(gen, _)| gen == 1), "filed in the successor");
+    assert!(
+        filed.iter().all(|&(gen, _)| gen == 1),
+        "filed in the successor"
+    );
     for (&key, before) in keys.iter().zip(&before) {
         assert_eq!(old.find(key), None, "{key:?} left the old table");
         let (slot, word) = next.find(key).unwrap();
-        let after = (word, next.times(slot), next.timeout_of(slot), next.deadline(slot));
+        let after = (
+            word,
+            next.times(slot),
+            next.timeout_of(slot),
+            next.deadline(slot),
+        );
         assert_eq!(&after, before, "{key:?} moved whole");
     }
     // The moved trees complete in the successor, with their payloads.
@@ -567,7 +584,10 @@ fn an_entry_created_after_the_migration_began_moves_itself() {
     let (gen, slot) = done.take_to_file().unwrap();
     assert_eq!((gen, Some(slot)), (1, next.find(key).map(|(s, _)| s)));
     // A message in migration mode finds it there.
-    assert_eq!(old.apply(key, Message::Ack(0b10), false, &mut done), Applied::Missing);
+    assert_eq!(
+        old.apply(key, Message::Ack(0b10), false, &mut done),
+        Applied::Missing
+    );
     assert_eq!(next.ack(key, 0b10, &mut done), Applied::Changed);
     assert_eq!(next.find(key).map(|(_, w)| w.value()), Some(0b11));
 }
@@ -601,17 +621,25 @@ fn a_successor_without_room_leaves_the_entry_where_it_was() {
     // Fill the successor's only window (two groups of four).
     for low in 0..8 {
         let mut done = Done::default();
-        assert_eq!(next.ack(key_in(2, 0, 1000 + low), 1, &mut done), Applied::Created);
+        assert_eq!(
+            next.ack(key_in(2, 0, 1000 + low), 1, &mut done),
+            Applied::Created
+        );
     }
     // An entry that was in the old table before the migration began (written as a
     // claim would have, bypassing the move-on-claim).
     let key = key_in(4, 3, 77);
     let word = Word::held_ack(key, 0b101);
     let mut done = Done::default();
-    old.claim_with(key, word, None, Stamp::new(1, 1), false, |_| {}).unwrap();
+    old.claim_with(key, word, None, Stamp::new(1, 1), false, |_| {})
+        .unwrap();
     assert!(!old.move_round(&mut done), "the entry has no room");
     assert!(!old.moved_all());
-    assert_eq!(old.find(key).map(|(_, w)| w), Some(word), "still here, as it was");
+    assert_eq!(
+        old.find(key).map(|(_, w)| w),
+        Some(word),
+        "still here, as it was"
+    );
     // Room again: the next round moves it.
     let (slot, w) = next.find(key_in(2, 0, 1000)).unwrap();
     next.empty(slot, w).unwrap();

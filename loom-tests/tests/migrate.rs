@@ -1,0 +1,391 @@
+//! Loom models of the second-generation table's migration (growth) protocol
+//! (`src/acker/roots/migrate.rs`): a mover CASes a HELD or LIVE word to FROZEN, adopts the
+//! entry into the successor and CASes FROZEN to MOVED; a claim in a table whose `next` is
+//! set relocates its own new entry; init joins nothing in a migrating table; a message
+//! that meets FROZEN waits and starts again.
+//!
+//! Every model runs on one fixed pair of tables: `old` (two groups of two slots, one group
+//! of overflow under loom) and its successor `next` (four groups), and drives them as the
+//! acker (`src/acker/lean/mod.rs`) does: along the chain `old, next`, creating only in the
+//! last table, starting again from `old` on `Retry`, and finishing a completion in the
+//! table its `gen` names. Each model asserts exactly-once: the tree completes once, with
+//! its payload and the outcome its messages call for; afterwards neither table holds an
+//! entry of the root, and `old`, once `moved_all()`, holds no HELD, LIVE or FROZEN word.
+//! The successor is large enough that nothing is ever stranded (asserted on every `Done`).
+#![cfg(loom)]
+
+use ackwheel::roots::{
+    Applied, Completed, Done, Expiry, Key, Message, Refused, Roots, Stamp, KEY_SHIFT,
+};
+use ackwheel::Outcome;
+use loom::sync::Arc;
+use loom::thread;
+
+/// Groups in the old table; the successor has twice as many.
+const GROUPS: usize = 2;
+
+/// A key whose home is group `home` of the old table (and of the successor, for home 0).
+fn key(home: usize, low: u64) -> Key {
+    let shift = 64 - KEY_SHIFT - GROUPS.trailing_zeros();
+    Key::new((home as u64) << shift | low)
+}
+
+/// No completion.
+const NONE: [(u32, Outcome); 0] = [];
+
+/// Every creation stamp: start and base at tick 1.
+fn stamped() -> Done<'static> {
+    Done::stamped(Stamp::new(1, 1))
+}
+
+/// A table and its successor. The successor is owned here, so it lives as long as the old
+/// table, whose `next` points at it once [`begin`](Pair::begin) ran.
+struct Pair {
+    old: Roots<u32>,
+    next: Box<Roots<u32>>,
+}
+
+impl Pair {
+    /// The pair, its migration not begun yet.
+    fn new() -> Arc<Pair> {
+        let old = Roots::new(GROUPS);
+        let next = Box::new(old.successor_of(2 * GROUPS));
+        assert_eq!(next.gen(), old.gen() + 1);
+        Arc::new(Pair { old, next })
+    }
+
+    /// Starts the migration: `old.next = next`. Called once per pair.
+    fn begin(&self) {
+        let next = &*self.next as *const Roots<u32> as *mut Roots<u32>;
+        // Safety: `next` is owned by this pair, beside `old`, so it is valid as long as
+        // `old` is; the table is only read through the pointer (`successor()` makes a
+        // shared reference); and every model calls this once.
+        unsafe { self.old.begin_move(next) };
+    }
+
+    /// The table of generation `gen`.
+    fn table(&self, gen: u32) -> &Roots<u32> {
+        if gen == self.old.gen() {
+            &self.old
+        } else if gen == self.next.gen() {
+            &self.next
+        } else {
+            panic!("no generation {gen}")
+        }
+    }
+
+    /// After a call on the pair: drops the timers to file, asserts nothing was stranded,
+    /// and finishes each completion the call claimed in the table its `gen` names (takes
+    /// the payload, frees the slot).
+    fn finish(&self, done: &mut Done<'_>) -> Vec<(u32, Outcome)> {
+        while done.take_to_file().is_some() {}
+        assert_eq!(
+            done.take_stranded(),
+            None,
+            "the successor has room for everything"
+        );
+        let mut completions = Vec::new();
+        while let Some(Completed {
+            slot, outcome, gen, ..
+        }) = done.take()
+        {
+            let roots = self.table(gen);
+            // Safety: the call claimed this completion (its CAS set DONE); its payload is
+            // taken and its slot freed once, here.
+            let payload = unsafe { roots.take(slot) };
+            // Safety: the same completion, freed once, after its take.
+            unsafe { roots.free(slot) };
+            completions.push((payload, outcome));
+        }
+        completions
+    }
+
+    /// Lean's `message()`: along the chain, creating only in the last table; `Missing`
+    /// goes on to the successor, `Retry` starts again from the first table.
+    fn message(&self, key: Key, message: Message) -> Vec<(u32, Outcome)> {
+        let mut completions = Vec::new();
+        loop {
+            let mut done = stamped();
+            let mut at = &self.old;
+            let applied = loop {
+                let last = at.successor().is_none();
+                match at.apply(key, message, last, &mut done) {
+                    Applied::Missing if !last => at = at.successor().unwrap(),
+                    applied => break applied,
+                }
+            };
+            completions.extend(self.finish(&mut done));
+            match applied {
+                Applied::Retry => continue,
+                Applied::Created | Applied::Changed => return completions,
+                other => panic!("{other:?} for {message:?}"),
+            }
+        }
+    }
+
+    fn ack(&self, key: Key, xor: u64) -> Vec<(u32, Outcome)> {
+        self.message(key, Message::Ack(xor))
+    }
+
+    /// Lean's `init()`: along the chain, creating a placeholder only in the last table;
+    /// `Refused::Retry` starts again from the first table. Panics unless it joined.
+    fn init(&self, key: Key, xor: u64, payload: u32) -> Vec<(u32, Outcome)> {
+        let mut completions = Vec::new();
+        let mut payload = payload;
+        loop {
+            let mut done = stamped();
+            let mut at = &self.old;
+            let result = loop {
+                let last = at.successor().is_none();
+                match at.init_or(key, xor, payload, None, last, &mut done) {
+                    Err(Refused::Missing(p)) if !last => {
+                        payload = p;
+                        at = at.successor().unwrap();
+                    }
+                    result => break result,
+                }
+            };
+            completions.extend(self.finish(&mut done));
+            match result {
+                Ok(()) => return completions,
+                Err(Refused::Retry(p)) => payload = p,
+                Err(other) => panic!("init refused: {other:?}"),
+            }
+        }
+    }
+
+    /// A mover: `move_round` until every group of the old table is clean (yielding between
+    /// rounds, so that loom runs the thread whose JOINING, DONE or FROZEN word it waits
+    /// for). What its copies completed (a merge with a twin may).
+    fn move_all(&self) -> Vec<(u32, Outcome)> {
+        let mut completions = Vec::new();
+        loop {
+            let mut done = stamped();
+            self.old.move_round(&mut done);
+            completions.extend(self.finish(&mut done));
+            if self.old.moved_all() {
+                return completions;
+            }
+            thread::yield_now();
+        }
+    }
+
+    /// The old table is moved entirely: every group clean, no HELD, LIVE or FROZEN word of
+    /// any root left (an entry left here would be out of sight once the old table retires).
+    fn assert_old_drained(&self) {
+        assert!(self.old.moved_all(), "the migration did not finish");
+        for slot in 0..self.old.slots() {
+            assert_eq!(
+                self.old.key_in(slot),
+                None,
+                "slot {slot} of the old table was left behind"
+            );
+        }
+    }
+
+    /// Nothing of `key` in either table, and the successor (which only `key` used) clear:
+    /// no slot, reservation or overflow count left.
+    fn assert_gone(&self, key: Key) {
+        self.assert_old_drained();
+        assert_eq!(self.old.find(key), None, "an entry left in the old table");
+        assert_eq!(self.next.find(key), None, "an entry left in the successor");
+        assert!(self.next.is_clear(), "the successor is not clear");
+    }
+}
+
+/// An ack as an operation that began before the migration (or read no `next`) sends it:
+/// `apply(create = true)` on the old table itself, which must then relocate its new entry
+/// (and, on `Retry`, starts again along the chain).
+fn ack_in_old(pair: &Pair, key: Key, xor: u64) -> Vec<(u32, Outcome)> {
+    let mut done = stamped();
+    let applied = pair.old.apply(key, Message::Ack(xor), true, &mut done);
+    let mut completions = pair.finish(&mut done);
+    match applied {
+        Applied::Created | Applied::Changed => {}
+        Applied::Retry => completions.extend(pair.ack(key, xor)),
+        other => panic!("{other:?}"),
+    }
+    completions
+}
+
+/// The last two acks of a LIVE tree race its move: each either lands in the old table
+/// before the mover's FROZEN CAS (which then fails and the mover copies the new word), or
+/// meets FROZEN, waits for MOVED and starts again, finding the copy in the successor. The
+/// tree completes once, Acked, wherever its last ack lands, and with its own payload (the
+/// copy carries it).
+///
+/// Catches: a mover that copies a word other than the one its FROZEN CAS replaced (an ack
+/// in between is lost: no completion; or a DONE word is frozen: two completions); a copy
+/// whose word is published before its payload is written (loom's cell race); a message that
+/// meets FROZEN and returns without applying or retrying (a lost ack).
+#[test]
+fn migrate_ack_vs_move() {
+    loom::model(|| {
+        let pair = Pair::new();
+        let k = key(0, 1);
+        let mut done = stamped();
+        pair.old.init(k, 0b11, 7, &mut done).unwrap();
+        assert_eq!(pair.finish(&mut done), NONE);
+        pair.begin();
+        let mover = Arc::clone(&pair);
+        let t = thread::spawn(move || mover.move_all());
+        let mut all = pair.ack(k, 0b01);
+        all.extend(pair.ack(k, 0b10));
+        all.extend(t.join().unwrap());
+        assert_eq!(all, [(7, Outcome::Acked)]);
+        pair.assert_gone(k);
+    });
+}
+
+/// Init of a root whose orphan (an ack held before init) is being moved: init finds the
+/// orphan in the old table and moves it over itself (it joins nothing in a migrating
+/// table) or meets it FROZEN and waits, and then starts again; or finds it MOVED and joins
+/// the copy in the successor. Either way it joins the one entry that holds the orphan's
+/// ack, so the last ack completes the tree once, Acked, with init's payload.
+///
+/// Catches: an init that relocates and then joins the stale old entry, or a relocation
+/// that races the mover's and moves the orphan twice (a second copy in the successor: a
+/// twin left after completion, `assert_gone`); a lost orphan ack (no completion).
+#[test]
+fn migrate_init_vs_move_of_its_orphan() {
+    loom::model(|| {
+        let pair = Pair::new();
+        let k = key(0, 1);
+        let mut done = stamped();
+        assert_eq!(pair.old.ack(k, 0b01, &mut done), Applied::Created);
+        assert_eq!(pair.finish(&mut done), NONE);
+        pair.begin();
+        let mover = Arc::clone(&pair);
+        let t = thread::spawn(move || mover.move_all());
+        let mut all = pair.init(k, 0b11, 9);
+        assert_eq!(all, NONE, "the orphan's ack does not cancel init's value");
+        all.extend(pair.ack(k, 0b10));
+        all.extend(t.join().unwrap());
+        assert_eq!(all, [(9, Outcome::Acked)]);
+        pair.assert_gone(k);
+    });
+}
+
+/// A claim in the old table by an operation that began before the migration races the
+/// migration's start and a whole pass of the mover: the claim may land in a group the
+/// mover has already found clean. The claim checks `next` after its claim CAS (both
+/// SeqCst, against the grower's store of `next` and the mover's loads), so either the
+/// mover sees the entry or the claimer moves it itself: once the old table is moved
+/// entirely no entry is left in it (asserted right after the threads, before anything
+/// else could move it). Then init and the last ack, along the chain, complete the tree
+/// once, Acked: the held ack came along.
+///
+/// Catches: a claim that does not relocate its entry when `next` is set (the entry is
+/// stranded in a table about to be retired: `assert_old_drained` fails), and any lost
+/// or duplicated copy of the held ack (no completion, or a twin left behind).
+#[test]
+fn migrate_claim_in_old_vs_migration_start() {
+    loom::model(|| {
+        let pair = Pair::new();
+        let k = key(0, 1);
+        let claimer = Arc::clone(&pair);
+        let a = thread::spawn(move || ack_in_old(&claimer, k, 0b01));
+        let mover = Arc::clone(&pair);
+        let b = thread::spawn(move || {
+            mover.begin();
+            mover.move_all()
+        });
+        let mut all = a.join().unwrap();
+        all.extend(b.join().unwrap());
+        assert_eq!(all, NONE, "one held ack completes nothing");
+        pair.assert_old_drained();
+        assert_eq!(
+            pair.next.find(k).map(|(_, w)| w.value()),
+            Some(0b01),
+            "the held ack is in the successor"
+        );
+        all.extend(pair.init(k, 0b11, 9));
+        assert_eq!(all, NONE);
+        all.extend(pair.ack(k, 0b10));
+        assert_eq!(all, [(9, Outcome::Acked)]);
+        pair.assert_gone(k);
+    });
+}
+
+/// Twin entries across the two tables: during the migration, an old-mode ack creates the
+/// root's entry in the old table (and relocates it), while a chain-mode ack of the same new
+/// root searched the old table (perhaps before that claim), found nothing, and created in
+/// the successor. The relocated copy must merge with the successor's twin (`adopt` merges
+/// as any claim does), or the chain ack must land in the old entry before it is moved, or
+/// wait for its move: the successor ends with one HELD entry holding both acks, and init
+/// (after the migration finished) completes the tree at once, Acked, exactly once.
+///
+/// Catches: a copy that loses an ack that landed in the old entry between the mover's
+/// load and its FROZEN CAS (init then finds value 0b10 left: no completion); a lost twin
+/// carry (no completion); a twin left unmerged that init's own merge misses (left behind).
+#[test]
+fn migrate_twin_across_tables_merges() {
+    loom::model(|| {
+        let pair = Pair::new();
+        let k = key(0, 1);
+        pair.begin();
+        let claimer = Arc::clone(&pair);
+        let a = thread::spawn(move || ack_in_old(&claimer, k, 0b01));
+        let chained = Arc::clone(&pair);
+        let b = thread::spawn(move || chained.ack(k, 0b10));
+        let mut all = a.join().unwrap();
+        all.extend(b.join().unwrap());
+        assert_eq!(all, NONE, "two held acks complete nothing");
+        assert_eq!(pair.move_all(), NONE);
+        pair.assert_old_drained();
+        assert_eq!(
+            pair.next.find(k).map(|(_, w)| w.value()),
+            Some(0b11),
+            "both acks in one entry of the successor"
+        );
+        assert_eq!(pair.init(k, 0b11, 5), [(5, Outcome::Acked)]);
+        pair.assert_gone(k);
+    });
+}
+
+/// A reset of a LIVE tree (as lean's `reset_timeout` does it: the old table, then the
+/// successor) races the tree's move. The reset's new base must reach the entry that ends
+/// in the successor: a reset that moved the old entry's base before the mover read the
+/// times is copied with it; one that meets FROZEN waits for MOVED (so its reset of the
+/// successor comes after the copy is there); one after MOVED resets the copy. So the
+/// successor's entry has the new base (tick 5) and R, and a reaper that comes at the old
+/// deadline (tick 1; at tick 4, say) finds it `NotDue(5)` rather than timing it out. The
+/// tree then completes once, Acked, with its payload.
+///
+/// Catches: a mover that reads the times before its FROZEN CAS (a reset in between is
+/// lost: base 1 is copied); a reset that does not wait for a FROZEN entry (its successor
+/// reset runs before the copy exists and finds nothing, the copy carries the old base).
+#[test]
+fn migrate_reset_vs_move() {
+    loom::model(|| {
+        let pair = Pair::new();
+        let k = key(0, 1);
+        let mut done = stamped();
+        pair.old.init(k, 0b11, 7, &mut done).unwrap();
+        assert_eq!(pair.finish(&mut done), NONE);
+        pair.begin();
+        let mover = Arc::clone(&pair);
+        let t = thread::spawn(move || mover.move_all());
+        let in_old = pair.old.reset(k, 5);
+        let in_next = pair.next.reset(k, 5);
+        assert!(in_old || in_next, "the tree is live: some reset found it");
+        assert_eq!(t.join().unwrap(), NONE);
+        pair.assert_old_drained();
+        let (slot, word) = pair.next.find(k).expect("the tree moved to the successor");
+        assert_eq!(
+            pair.next.times(slot).map(|s| s.base()),
+            Some(5),
+            "the reset's base"
+        );
+        assert!(word.state().reset(), "the reset's R: {word:?}");
+        let mut done = stamped();
+        assert_eq!(
+            pair.next.expire(slot, k.tag(), 4, &mut done),
+            Expiry::NotDue(5),
+            "a reaper at the old deadline"
+        );
+        assert_eq!(pair.finish(&mut done), NONE);
+        assert_eq!(pair.ack(k, 0b11), [(7, Outcome::Acked)]);
+        pair.assert_gone(k);
+    });
+}
