@@ -91,6 +91,12 @@ struct Cli {
     #[arg(long, default_value_t = 2048)]
     in_flight: usize,
 
+    /// Acker: the spouts start no tree for the last quarter of every period of this many
+    /// milliseconds, so that what is pending falls and rises again (the tables shrink and
+    /// grow under the load). 0: steady.
+    #[arg(long, default_value_t = 0)]
+    breathe_ms: u64,
+
     /// Acker: its `max_pending` in the traffic phase. Small tables make completed trees'
     /// tombstones matter (with more threads than cores the reaper and the grace period
     /// lag); an init refused `Full` well below it is a violation.
@@ -261,6 +267,7 @@ fn main() -> ExitCode {
             seed,
             replay: cli.replay,
             in_flight: cli.in_flight,
+            breathe_ms: cli.breathe_ms,
             max_pending: cli.max_pending,
             memory_roots: cli.memory_roots,
             churn_trees: cli.churn_trees,

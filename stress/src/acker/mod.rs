@@ -64,6 +64,8 @@ pub(crate) struct Config {
     pub(crate) seed: u64,
     pub(crate) replay: bool,
     pub(crate) in_flight: usize,
+    /// See `--breathe-ms`.
+    pub(crate) breathe_ms: u64,
     pub(crate) max_pending: usize,
     pub(crate) memory_roots: usize,
     pub(crate) churn_trees: u64,
@@ -111,6 +113,10 @@ pub(crate) struct Summary {
     pub(crate) fail_sent: Row,
     pub(crate) ack_dropped_or_duplicated: Row,
     pub(crate) inits_refused: u64,
+    /// Table migrations (second core) during the traffic phase: to grow, to shrink; and
+    /// the tables' slots after the drain.
+    pub(crate) migrations: (u64, u64),
+    pub(crate) table_slots_after_drain: usize,
     pub(crate) replays_started: u64,
     pub(crate) messages_acked_first_try: u64,
     pub(crate) messages_acked_after_replay: u64,
@@ -235,6 +241,7 @@ pub(crate) fn run(cfg: &Config) -> Summary {
             init_first_rate: 0.25,
             init_held_rate: 0.10,
             max_trees: cfg.trees.unwrap_or(u64::MAX),
+            breathe_ns: cfg.breathe_ms.saturating_mul(1_000_000),
         },
         bolts: bolt_tx,
         outstanding: AtomicI64::new(0),
@@ -420,6 +427,11 @@ pub(crate) fn run(cfg: &Config) -> Summary {
             summary.ghost_acks, stats.orphans_expired
         ));
     }
+    summary.migrations = acker.table_migrations();
+    summary.table_slots_after_drain = acker.table_slots();
+    if acker.reaper_panics() != 0 {
+        problems.push(format!("{} panics in reaper passes", acker.reaper_panics()));
+    }
     if acker.grace_barrier_failures() != 0 {
         problems.push(format!(
             "{} grace-period barriers (membarrier) failed: retired slots were left waiting",
@@ -573,6 +585,10 @@ pub(crate) fn print(s: &Summary) {
         s.stats_callback_panics,
         s.pending_after_drain,
         s.drain_seconds
+    );
+    println!(
+        "  tables       {} migrations to grow, {} to shrink; {} slots after the drain",
+        s.migrations.0, s.migrations.1, s.table_slots_after_drain
     );
     println!(
         "  peak RSS     {}",

@@ -68,6 +68,8 @@ pub(crate) struct Shape {
     pub(crate) init_held_rate: f64,
     /// Stop starting trees after this many (across spouts).
     pub(crate) max_trees: u64,
+    /// Start no tree in the last quarter of every period of this many ns (0: never).
+    pub(crate) breathe_ns: u64,
 }
 
 /// One anchor of a tuple: the tree (its oracle slot and root) and the tuple's edge id in it.
@@ -181,6 +183,11 @@ impl Topology {
             // Relaxed: a flag only; what the spout did reaches others through channels.
             if self.stop.load(Ordering::Relaxed) {
                 break;
+            }
+            let breath = self.shape.breathe_ns;
+            if breath > 0 && now % breath >= breath / 4 * 3 {
+                std::thread::sleep(Duration::from_millis(1)); // holding its breath
+                continue;
             }
             let wait = held.peek().map_or(Duration::from_millis(2), |Reverse(h)| {
                 Duration::from_nanos(h.0.saturating_sub(now)).min(Duration::from_millis(2))
