@@ -399,3 +399,45 @@ fn migrate_reset_vs_move() {
         pair.assert_gone(k);
     });
 }
+
+/// Init of a new root by an operation that began before the migration (`init_or(create =
+/// true)` on the old table itself) races the migration's start and the mover. Its
+/// placeholder, claimed after `next` was set, moves itself and init starts again along
+/// the chain; or init joined before `next` was set, and the mover, meeting the JOINING
+/// word, must leave the group unclean and come back for the LIVE entry once init settled
+/// (an entry JOINING in the old table is not moved by anyone else). Once the old table is
+/// moved entirely nothing is left in it, and the last ack completes the tree once, Acked.
+///
+/// Catches: a mover that counts a group clean while one of its words is JOINING (or DONE,
+/// or FROZEN by another) (the LIVE tree is left in the old table: `assert_old_drained`);
+/// a placeholder claimed in a migrating table that stays there.
+#[test]
+fn migrate_init_in_old_vs_migration_start() {
+    loom::model(|| {
+        let pair = Pair::new();
+        let k = key(0, 1);
+        let initializer = Arc::clone(&pair);
+        let a = thread::spawn(move || {
+            let mut done = stamped();
+            let result = initializer.old.init_or(k, 0b11, 9, None, true, &mut done);
+            let mut completions = initializer.finish(&mut done);
+            match result {
+                Ok(()) => {}
+                Err(Refused::Retry(p)) => completions.extend(initializer.init(k, 0b11, p)),
+                Err(other) => panic!("init refused: {other:?}"),
+            }
+            completions
+        });
+        let mover = Arc::clone(&pair);
+        let b = thread::spawn(move || {
+            mover.begin();
+            mover.move_all()
+        });
+        let mut all = a.join().unwrap();
+        all.extend(b.join().unwrap());
+        assert_eq!(all, NONE, "init alone completes nothing");
+        pair.assert_old_drained();
+        assert_eq!(pair.ack(k, 0b11), [(9, Outcome::Acked)]);
+        pair.assert_gone(k);
+    });
+}

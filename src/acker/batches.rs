@@ -54,6 +54,16 @@
 //! Dekker pair as the takeover's, so an operation either finished (or will finish) with the
 //! callback before shutdown drops it, or saw it closed.
 //!
+//! ## Grace periods
+//!
+//! The same marks retire tables (`lean/tables.rs`): after a promotion makes an old table
+//! unreachable, [`Batches::grace`] runs the heavy fence and notes every thread inside an
+//! operation, with the count of outermost operations it has begun; the old table is freed
+//! once each of those threads was seen outside that operation (its depth 0, or its count
+//! moved on). A thread stores its depth before it loads a table, so one seen at depth 0
+//! after the fence loads the new table. Threads without a batch (exiting ones) count in a
+//! shared counter with an RMW, and a grace period waits for it to read 0.
+//!
 //! ## Waking the reaper
 //!
 //! The reaper parks with no deadline only when nothing is pending anywhere. A push that

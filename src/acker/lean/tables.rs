@@ -112,7 +112,7 @@ impl<T> Table<T> {
 
 impl<T> Drop for Table<T> {
     fn drop(&mut self) {
-        let mut at = *self.current.get_mut();
+        let mut at = self.current.load(Ordering::SeqCst);
         // Safety: `&mut self`: no operation is under way; the table owns its current
         // generation and the chain of successors from it (never promoted, so owned by
         // nobody else), each freed once here, after its successor pointer is read.

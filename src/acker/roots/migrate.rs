@@ -170,13 +170,13 @@ impl<T> Roots<T> {
             return Slot::Busy;
         };
         // SeqCst (both): read after the FROZEN CAS, which read from the join and settle.
-        let timeout = self.timeouts[slot].load(Ordering::SeqCst);
+        let timeout = self.timeout_cell(slot).load(Ordering::SeqCst);
         let live = word.taken_back().is_some();
         let payload = live.then(|| {
             // Safety: a LIVE word's payload is written (by the settle that made it LIVE,
             // which our FROZEN CAS read from) and not taken (DONE was never set), and the
             // FROZEN word keeps every other thread off it until we CAS it on.
-            self.payloads[slot]
+            self.payload(slot)
                 .0
                 .with(|cell| unsafe { (*cell).assume_init_read() })
         });
@@ -188,7 +188,7 @@ impl<T> Roots<T> {
             }
             Err(payload) => {
                 if let Some(payload) = payload {
-                    self.payloads[slot].0.with_mut(|cell| {
+                    self.payload(slot).0.with_mut(|cell| {
                         // Safety: as above; the value read out goes back before the word
                         // is LIVE again.
                         unsafe { (*cell).write(payload) };
@@ -217,9 +217,9 @@ impl<T> Roots<T> {
         let slot = loop {
             let fill = |slot: usize| {
                 // Relaxed: published by the claim CAS.
-                self.timeouts[slot].store(timeout, Ordering::Relaxed);
+                self.timeout_cell(slot).store(timeout, Ordering::Relaxed);
                 if let Some(value) = payload.take() {
-                    self.payloads[slot].0.with_mut(|cell| {
+                    self.payload(slot).0.with_mut(|cell| {
                         // Safety: the slot is reserved (times CASed from 0) and its word is
                         // EMPTY: nobody else touches its payload cell until our claim CAS
                         // publishes it.

@@ -22,8 +22,8 @@
 //! An operation that found root A's word and is about to CAS it cannot, after A's slot was
 //! freed and reused by root B, change B's word: the CAS fails, and the operation looks for
 //! A again. Nothing a thread holds across operations points into the table, so slots are
-//! reused without waiting for anyone. (Growth will retire whole tables; that is the only
-//! place a pin is needed.)
+//! reused without waiting for anyone. (Growth retires whole tables, `migrate.rs`: that is
+//! the only place a pin is needed.)
 //!
 //! ## Twin claims
 //!
@@ -40,9 +40,8 @@
 //! HELD placeholder and joins it only after a search that finds no twin, so a payload is
 //! never in a loser.
 
-use std::mem::MaybeUninit;
-
 mod done;
+mod lines;
 mod migrate;
 mod times;
 pub use done::{Completed, Done};
@@ -51,12 +50,8 @@ pub use times::{reached, Stamp, Tick};
 use super::credits::Credits;
 use super::word::{Key, Phase, Step, Word, KEY_SHIFT};
 use super::Outcome;
-use crate::sync::UnsafeCell;
 use crate::sync::{Arc, AtomicPtr, AtomicU128, AtomicU32, AtomicU64, AtomicUsize, Ordering};
-
-/// Words beyond a table's slots, so that its groups can start on a line.
-const GROUP_ALIGN_SLACK: usize =
-    (std::mem::align_of::<Group>() / std::mem::size_of::<SlotWord>()).saturating_sub(1);
+use lines::{Group, Lines, Payload, Side};
 
 /// Words per group: four 16-byte words fill a 64-byte line.
 #[cfg(not(loom))]
@@ -111,12 +106,6 @@ impl SlotWord {
             .map_err(Word::from_bits)
     }
 }
-
-/// A group of words on one cache line. (Under loom, where the words are not plain memory,
-/// only the words' own alignment.)
-#[cfg_attr(not(loom), repr(C, align(64)))]
-#[cfg_attr(loom, repr(C))]
-struct Group([SlotWord; GROUP_SLOTS]);
 
 impl Group {
     /// Each word of the group, loaded one after the other (SeqCst each; not a snapshot).
@@ -244,25 +233,14 @@ enum Search {
     Missing(Option<Vacancy>),
 }
 
-/// A slot's payload cell: written by the init that joined the slot, read once by the
-/// thread whose CAS set DONE.
-struct Payload<T>(UnsafeCell<MaybeUninit<T>>);
-
 /// One table of root words. See the module docs.
 pub struct Roots<T> {
-    /// The slot words, a few more than the groups need: the groups start at `first`, the
-    /// first word on a line (`group`). Words, not groups, because a `Box` of 64-byte aligned
-    /// groups would be zeroed by writing it (the allocator's zeroed memory is only 16-byte
-    /// aligned), which costs the whole table's memory at build.
-    words: Box<[SlotWord]>,
-    first: usize,
+    /// Per group, its words and its slots' side data: times (and the slot's reservation,
+    /// `times.rs`), the tree's own timeout in ticks (0 for the acker's default; written by
+    /// the claimer, 0, before its claim publishes it, and by a joining init) and the
+    /// payload (`lines.rs`).
+    lines: Lines<T>,
     overflow: Box<[AtomicU32]>,
-    payloads: Box<[Payload<T>]>,
-    /// Per slot: the times and the slot's reservation (`times.rs`).
-    times: Box<[AtomicU64]>,
-    /// Per slot: the tree's own timeout in ticks, 0 for the acker's default. Written by
-    /// the claimer (0, before its claim publishes it) and by a joining init.
-    timeouts: Box<[AtomicU32]>,
     /// `groups.len() - 1`; the group count is a power of two.
     mask: usize,
     /// Key bits below the home group's.
@@ -315,43 +293,18 @@ impl<T> Roots<T> {
         default_timeout: Tick,
     ) -> Self {
         assert!(groups.is_power_of_two() && groups >= 2, "{groups} groups");
-        let group_bits = groups.trailing_zeros();
-        let slots = groups * GROUP_SLOTS;
-        let mut roots = Self::unaligned(groups, group_bits, slots, credits);
-        roots.default_timeout = default_timeout;
-        // The first word on a group's alignment: `align_of::<Group>()` is a multiple of a
-        // word's size, so one of the first GROUP_ALIGN_SLACK + 1 words is aligned.
-        let address = roots.words.as_ptr() as usize;
-        let align = std::mem::align_of::<Group>();
-        roots.first = (address.next_multiple_of(align) - address) / std::mem::size_of::<SlotWord>();
-        debug_assert!(roots.first <= GROUP_ALIGN_SLACK);
-        roots
-    }
-
-    /// The table with `first` still to be set.
-    fn unaligned(
-        groups: usize,
-        group_bits: u32,
-        slots: usize,
-        credits: Option<Arc<Credits>>,
-    ) -> Self {
-        // Safety: for each `zeroed`, an all-zero slot word, `AtomicU32`, `AtomicU64` and
-        // payload cell is a valid value equal to what its `make` builds: zero atomics (a
-        // zero word is EMPTY), and an uninitialized cell.
+        // Safety: for each `zeroed`, an all-zero `AtomicU32` and `AtomicU64` is a valid
+        // value equal to what its `make` builds.
         unsafe {
             Roots {
-                words: zeroed(slots + GROUP_ALIGN_SLACK, SlotWord::new),
-                first: 0,
+                lines: Lines::zeroed(groups),
                 overflow: zeroed(groups, || AtomicU32::new(0)),
-                payloads: zeroed(slots, || Payload(UnsafeCell::new(MaybeUninit::uninit()))),
-                times: zeroed(slots, || AtomicU64::new(0)),
-                timeouts: zeroed(slots, || AtomicU32::new(0)),
                 clean: zeroed(groups.div_ceil(64), || AtomicU64::new(0)),
                 mask: groups - 1,
-                home_shift: 64 - KEY_SHIFT - group_bits,
+                home_shift: 64 - KEY_SHIFT - groups.trailing_zeros(),
                 merged: AtomicU64::new(0),
                 credits,
-                default_timeout: 0,
+                default_timeout,
                 gen: 0,
                 next: AtomicPtr::new(std::ptr::null_mut()),
                 cursor: AtomicUsize::new(0),
@@ -362,7 +315,31 @@ impl<T> Roots<T> {
 
     /// Slots in the table.
     pub fn slots(&self) -> usize {
-        self.payloads.len()
+        self.lines.len() * GROUP_SLOTS
+    }
+
+    /// A slot's side data.
+    #[inline]
+    fn side(&self, slot: usize) -> &Side<T> {
+        &self.lines[slot / GROUP_SLOTS].sides[slot % GROUP_SLOTS]
+    }
+
+    /// A slot's times (`times.rs`).
+    #[inline]
+    fn times_of(&self, slot: usize) -> &AtomicU64 {
+        &self.side(slot).times
+    }
+
+    /// A slot's own timeout cell.
+    #[inline]
+    fn timeout_cell(&self, slot: usize) -> &AtomicU32 {
+        &self.side(slot).timeout
+    }
+
+    /// A slot's payload cell.
+    #[inline]
+    fn payload(&self, slot: usize) -> &Payload<T> {
+        &self.side(slot).payload
     }
 
     /// Groups in the table.
@@ -397,7 +374,7 @@ impl<T> Roots<T> {
     /// models; it reads the whole table).
     pub fn is_clear(&self) -> bool {
         (0..self.slots()).all(|slot| self.word(slot).load() == Word::EMPTY)
-            && self.times.iter().all(|t| t.load(Ordering::SeqCst) == 0)
+            && (0..self.slots()).all(|slot| self.times_of(slot).load(Ordering::SeqCst) == 0)
             && self.overflow.iter().all(|c| c.load(Ordering::SeqCst) == 0)
     }
 
@@ -414,17 +391,13 @@ impl<T> Roots<T> {
     /// A slot's word.
     #[inline]
     pub(crate) fn word(&self, slot: usize) -> &SlotWord {
-        &self.words[self.first + slot]
+        &self.lines[slot / GROUP_SLOTS].group.0[slot % GROUP_SLOTS]
     }
 
     /// A group of words.
     #[inline]
     fn group(&self, group: usize) -> &Group {
-        let words = &self.words[self.first + group * GROUP_SLOTS..][..GROUP_SLOTS];
-        // Safety: `Group` is a `repr(C)` wrapper of `GROUP_SLOTS` words, and these are
-        // `GROUP_SLOTS` consecutive words starting on `Group`'s alignment (`bounded` chose
-        // `first` so, and every group's size is a multiple of its alignment).
-        unsafe { &*words.as_ptr().cast::<Group>() }
+        &self.lines[group].group
     }
 
     /// How many groups past `key`'s home `slot` is.
@@ -500,7 +473,7 @@ impl<T> Roots<T> {
         let stamp = done.stamp();
         let claimed = self.claim_with(key, word, vacancy, stamp, true, |slot| {
             // Relaxed: published by the claim CAS, before which no one reads it.
-            self.timeouts[slot].store(0, Ordering::Relaxed);
+            self.timeout_cell(slot).store(0, Ordering::Relaxed);
         });
         match claimed {
             Ok((_, d)) if d < CROWDED_DISTANCE => {}
@@ -524,7 +497,7 @@ impl<T> Roots<T> {
     ) -> Result<(usize, usize), Unclaimed> {
         let home = self.home(key);
         let reserve = |slot: usize| {
-            self.times[slot]
+            self.times_of(slot)
                 .compare_exchange(0, stamp.bits(), Ordering::SeqCst, Ordering::SeqCst)
                 .is_ok()
         };
@@ -558,7 +531,7 @@ impl<T> Roots<T> {
                 debug_assert!(false, "a reserved slot's word left EMPTY");
                 self.count_overflow(home, d, -1);
                 // Release: as in `empty`.
-                self.times[slot].store(0, Ordering::Release);
+                self.times_of(slot).store(0, Ordering::Release);
                 give_credit();
                 Err(Unclaimed::Raced)
             }
@@ -590,7 +563,7 @@ impl<T> Roots<T> {
         // Release: a claimer whose reservation CAS reads this 0 then sees the EMPTY word
         // and the counts above; nothing here is a store-then-load pair, so no SeqCst (a
         // plain store, not a locked exchange, on x86).
-        self.times[slot].store(0, Ordering::Release);
+        self.times_of(slot).store(0, Ordering::Release);
         self.give_credit();
         Ok(())
     }
@@ -807,14 +780,14 @@ impl<T> Roots<T> {
             }
         };
         // SeqCst (the word's): `settle` below publishes it.
-        self.payloads[slot].0.with_mut(|cell| {
+        self.payload(slot).0.with_mut(|cell| {
             // Safety: our join CAS made the slot JOINING: until our settle CAS below, no
             // other thread reads or writes its payload cell (module docs, `Sync` impl).
             unsafe { (*cell).write(payload) };
         });
         if let Some(own) = timeout {
             // SeqCst: a reset's or a reaper's read of it follows the word it loaded.
-            self.timeouts[slot].store(own, Ordering::SeqCst);
+            self.timeout_cell(slot).store(own, Ordering::SeqCst);
             if own < self.default_timeout {
                 // Earlier than the timer filed for the entry (an orphan's or a placeholder's
                 // is the default's): it needs another.
@@ -973,7 +946,7 @@ impl<T> Roots<T> {
     /// The slot's times; `None` when the slot is free.
     #[inline]
     pub fn times(&self, slot: usize) -> Option<Stamp> {
-        Stamp::from_bits(self.times[slot].load(Ordering::SeqCst))
+        Stamp::from_bits(self.times_of(slot).load(Ordering::SeqCst))
     }
 
     /// The slot's deadline: its base plus the tree's timeout. `None` when the slot is free.
@@ -992,11 +965,15 @@ impl<T> Roots<T> {
     /// CASes the slot's base to `base(the base)`, keeping its start, unless the slot is
     /// free.
     fn move_base(&self, slot: usize, base: impl Fn(Tick) -> Tick) {
-        let mut seen = self.times[slot].load(Ordering::SeqCst);
+        let mut seen = self.times_of(slot).load(Ordering::SeqCst);
         while let Some(stamp) = Stamp::from_bits(seen) {
             let next = stamp.with_base(base(stamp.base())).bits();
-            match self.times[slot].compare_exchange(seen, next, Ordering::SeqCst, Ordering::SeqCst)
-            {
+            match self.times_of(slot).compare_exchange(
+                seen,
+                next,
+                Ordering::SeqCst,
+                Ordering::SeqCst,
+            ) {
                 Ok(_) => return,
                 Err(now) => seen = now,
             }
@@ -1006,7 +983,7 @@ impl<T> Roots<T> {
     /// The tree's own timeout in ticks, if its init gave one.
     #[inline]
     pub fn timeout_of(&self, slot: usize) -> Option<Tick> {
-        match self.timeouts[slot].load(Ordering::SeqCst) {
+        match self.timeout_cell(slot).load(Ordering::SeqCst) {
             0 => None,
             own => Some(own),
         }
@@ -1047,7 +1024,7 @@ impl<T> Roots<T> {
     pub unsafe fn take(&self, slot: usize) -> T {
         // The caller's CAS made the slot DONE from LIVE or JOINING, which only the settle
         // CAS after the payload write enters (the caller's CAS read from it, SeqCst).
-        self.payloads[slot].0.with(|cell| {
+        self.payload(slot).0.with(|cell| {
             // Safety: the cell is written (above), and DONE makes the caller its only
             // reader, once (the caller's contract).
             unsafe { (*cell).assume_init_read() }
@@ -1118,7 +1095,7 @@ impl<T> Drop for Roots<T> {
             let word = self.word(slot).load();
             let joined = matches!(word.state().phase(), Some(Phase::Joining | Phase::Live));
             if joined {
-                self.payloads[slot].0.with_mut(|cell| {
+                self.payload(slot).0.with_mut(|cell| {
                     // Safety: a JOINING or LIVE word's payload is written (a JOINING one
                     // only between the join and the settle, which `&mut self` rules out)
                     // and not taken; we have exclusive access.

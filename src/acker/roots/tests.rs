@@ -485,7 +485,9 @@ fn a_reserved_slot_is_skipped_by_other_claimers() {
     let roots = Roots::<u32>::new(2);
     let (a, b) = (key_in(2, 0, 1), key_in(2, 0, 2));
     // Reserve a's home group's first slot as a claimer would before its word CAS.
-    roots.times[0].store(Stamp::default().bits(), crate::sync::Ordering::SeqCst);
+    roots
+        .times_of(0)
+        .store(Stamp::default().bits(), crate::sync::Ordering::SeqCst);
     let mut done = Done::default();
     assert_eq!(roots.ack(a, 1, &mut done), Applied::Created);
     assert_eq!(
@@ -493,7 +495,7 @@ fn a_reserved_slot_is_skipped_by_other_claimers() {
         Some(1),
         "slot 0 is reserved, so the next one"
     );
-    roots.times[0].store(0, crate::sync::Ordering::SeqCst);
+    roots.times_of(0).store(0, crate::sync::Ordering::SeqCst);
     assert_eq!(roots.ack(b, 1, &mut done), Applied::Created);
     assert_eq!(done.take_to_file().map(|(_, s)| s), Some(0));
 }
