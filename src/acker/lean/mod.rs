@@ -85,6 +85,9 @@ pub(super) const MAX_TIMEOUT_TICKS: u64 = (1 << 30) - 2;
 /// few milliseconds, whose lines it then reads while workers write them.
 const HAND_OFF_AGE: Tick = 64;
 
+/// How many ticks a table's load must stay under 1/8 before the reaper halves it.
+const SHRINK_AFTER: Tick = 256;
+
 /// The fewest tables: a key drops the top [`KEY_SHIFT`] bits of the root's hash, which
 /// the table's index must carry.
 const MIN_TABLES: usize = 1 << KEY_SHIFT;
@@ -744,16 +747,18 @@ impl<T: Send + 'static> Lean<T> {
     /// Reaper passes: helps every migration under way (and promotes those that finish),
     /// halves tables whose load stayed low, and frees retired generations whose grace
     /// period is over. Called inside an acker operation (the pass's).
-    fn housekeeping(&self) {
+    fn housekeeping(&self, now: Tick) {
         let stamper = || self.stamp_now();
         let per_table = self.pending() / self.tables.len();
         for (index, table) in self.tables.iter().enumerate() {
             // Safety: the caller's contract.
             let roots = unsafe { table.current() };
-            if roots.successor().is_none()
+            let low = roots.successor().is_none()
                 && roots.slots() > MIN_TABLE_SLOTS
-                && per_table * 8 < roots.slots()
-            {
+                && per_table * 8 < roots.slots();
+            // Only a load that stayed low for SHRINK_AFTER ticks: a shrink while what is
+            // pending rises again fills the smaller table before its migration ends.
+            if table.low_for(low, now) >= SHRINK_AFTER {
                 self.start_migration(index, roots, roots.groups() / 2, false);
             }
             for migrating in chain(roots).filter(|g| g.successor().is_some()) {

@@ -18,13 +18,16 @@
 use std::marker::PhantomData;
 
 use crate::acker::roots::Roots;
-use crate::sync::{AtomicPtr, Mutex, Ordering};
+use crate::acker::roots::Tick;
+use crate::sync::{AtomicPtr, AtomicU32, Mutex, Ordering};
 
 /// One table's generations.
 pub(super) struct Table<T> {
     current: AtomicPtr<Roots<T>>,
     /// Held to start a migration, and by shutdown's scan so that none starts under it.
     migrations: Mutex<()>,
+    /// The tick since which the reaper has seen the load low enough to shrink (0: not).
+    low_since: AtomicU32,
     _owns: PhantomData<Roots<T>>,
 }
 
@@ -33,6 +36,7 @@ impl<T> Table<T> {
         Table {
             current: AtomicPtr::new(Box::into_raw(Box::new(roots))),
             migrations: Mutex::new(()),
+            low_since: AtomicU32::new(0),
             _owns: PhantomData,
         }
     }
@@ -93,6 +97,24 @@ impl<T> Table<T> {
             .ok()
             // Safety: the table owned `old` as current, and the CAS handed it over, once.
             .map(|old| unsafe { Box::from_raw(old) })
+    }
+
+    /// The reaper's pass at tick `now` saw the load `low` (or not): for how many ticks it
+    /// has been low without a break.
+    pub(super) fn low_for(&self, low: bool, now: Tick) -> Tick {
+        // Relaxed (all): a heuristic; two passes at once (manual mode) at worst shrink a
+        // table a little early or late.
+        if !low {
+            self.low_since.store(0, Ordering::Relaxed);
+            return 0;
+        }
+        match self.low_since.load(Ordering::Relaxed) {
+            0 => {
+                self.low_since.store(now.max(1), Ordering::Relaxed);
+                0
+            }
+            since => now.wrapping_sub(since),
+        }
     }
 
     /// Holds off new migrations (shutdown's scan).

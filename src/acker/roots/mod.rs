@@ -182,8 +182,9 @@ pub enum Message {
     Ack(u64),
     /// A fail.
     Fail,
-    /// A twin's contents, carried to the entry that absorbs it.
-    Twin(Word),
+    /// A twin's contents, carried to the entry that absorbs it, and its base tick (a
+    /// reset that landed on the twin moved it: the absorbing entry's base moves too).
+    Twin(Word, Tick),
 }
 
 impl Message {
@@ -192,7 +193,7 @@ impl Message {
         match self {
             Message::Ack(xor) => word.acked(xor),
             Message::Fail => word.failed(),
-            Message::Twin(twin) => word.absorbed(twin),
+            Message::Twin(twin, _) => word.absorbed(twin),
         }
     }
 
@@ -201,7 +202,7 @@ impl Message {
         match self {
             Message::Ack(xor) => Word::held_ack(key, xor),
             Message::Fail => Word::held_fail(key),
-            Message::Twin(twin) => twin,
+            Message::Twin(twin, _) => twin,
         }
     }
 }
@@ -610,6 +611,12 @@ impl<T> Roots<T> {
                 }
             };
             while let Some(step) = message.step(word) {
+                if let Message::Twin(twin, base) = message {
+                    if twin.state().reset() {
+                        // The twin's reset is the tree's: its base first, as a reset's.
+                        self.move_base(slot, |b| if reached(base, b) { b } else { base });
+                    }
+                }
                 match self.word(slot).cas(word, step.word()) {
                     Ok(()) => {
                         if let Step::Complete(_, outcome) = step {
@@ -662,6 +669,10 @@ impl<T> Roots<T> {
                 debug_assert!(false, "two joined entries for {key:?}");
                 return;
             }
+            // Read before the slot is emptied (its times go with it). A reset that moves it
+            // after this read sets R after, which fails the empty CAS below, or finds the
+            // winner too (a reset moves every entry's base in the table).
+            let base = self.times(loser).map_or(0, |stamp| stamp.base());
             if self.empty(loser, lost).is_err() {
                 continue; // it moved: look at the pair again
             }
@@ -674,7 +685,7 @@ impl<T> Roots<T> {
                 // winner moving follows it to the successor. FIXME: one that finds the window
                 // full, or no credit (another thread took the loser's), drops the loser's
                 // contents (a tree then times out instead of completing).
-                self.carry(key, Message::Twin(lost), done);
+                self.carry(key, Message::Twin(lost, base), done);
             }
             if loser == mine {
                 return;
@@ -910,29 +921,32 @@ impl<T> Roots<T> {
             for (i, slot_word) in self.group(group).0.iter().enumerate() {
                 let slot = group * GROUP_SLOTS + i;
                 let mut word = slot_word.load();
-                if word.holds(key) {
-                    // Never an earlier base: for the tree itself a reset never moves it back
-                    // (now >= its start), and if the slot was freed and reused since our
-                    // load (its R CAS below then fails), its new root's deadline may move
-                    // later, never earlier.
-                    self.move_base(slot, |base| if reached(now, base) { base } else { now });
-                }
                 loop {
                     if word.frozen_for(key) {
                         // Moving: the caller resets the successor's entry after this table's,
-                        // so the reset must not return before the copy is there.
+                        // so the reset must not return before the copy is there. (Or the
+                        // move found no room and the entry is back: reset it here.)
                         word = self.await_moved(slot, word);
                         continue;
                     }
                     let Some(next) = word.holds(key).then(|| word.reset()).flatten() else {
                         break;
                     };
+                    // The base first, then R, each time R is tried: a reaper that clears R
+                    // reads the base after. Never an earlier base: for the tree itself a
+                    // reset never moves it back (now >= its start), and if the slot was
+                    // freed and reused since our load (its R CAS below then fails), its new
+                    // root's deadline may move later, never earlier. (Moving the base only
+                    // when the first load held the key lost the reset of an entry that was
+                    // FROZEN then and put back for want of room in the successor: the soak
+                    // with tables growing and shrinking timed 568 trees out early.)
+                    self.move_base(slot, |base| if reached(now, base) { base } else { now });
                     match slot_word.cas(word, next) {
                         Ok(()) => {
                             any = true;
                             break;
                         }
-                        Err(now) => word = now,
+                        Err(current) => word = current,
                     }
                 }
             }

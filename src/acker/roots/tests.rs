@@ -648,3 +648,29 @@ fn a_successor_without_room_leaves_the_entry_where_it_was() {
     assert!(old.move_round(&mut done));
     assert_eq!(next.find(key).map(|(_, w)| w), Some(word));
 }
+
+#[test]
+fn a_reset_that_waits_out_a_move_put_back_for_want_of_room_still_moves_the_base() {
+    let roots = Arc::new(Roots::<u32>::bounded(4, None, 30));
+    let key = key_in(4, 1, 5);
+    let mut done = Done::stamped(Stamp::new(10, 10));
+    roots.init(key, 0b1, 7, &mut done).unwrap();
+    let (slot, live) = roots.find(key).unwrap();
+    assert_eq!(roots.deadline(slot), Some(40));
+    // A mover froze the entry (its successor then had no room, as the next line shows).
+    let frozen = live.frozen().unwrap();
+    roots.word(slot).cas(live, frozen).unwrap();
+    let resetter = {
+        let roots = Arc::clone(&roots);
+        std::thread::spawn(move || roots.reset(key, 50))
+    };
+    std::thread::sleep(std::time::Duration::from_millis(50)); // the reset waits on FROZEN
+    roots.word(slot).cas(frozen, live).unwrap(); // put back: no room
+    assert!(resetter.join().unwrap(), "the reset landed");
+    assert_eq!(
+        roots.deadline(slot),
+        Some(80),
+        "the base moved to the reset's tick before R was set"
+    );
+    assert!(roots.word(slot).load().state().reset());
+}
