@@ -37,7 +37,7 @@
 //!
 //! `max_pending` credits (`credits.rs`): a claim takes one and emptying the slot gives it
 //! back, inside the table, so the bound is exact. Tables start at [`MIN_TABLE_SLOTS`] and
-//! follow what is pending (`tables.rs`, `roots/migrate.rs`): a claim that lands far from
+//! follow what is pending (`growth.rs`, `tables.rs`, `roots/migrate.rs`): a claim that lands far from
 //! its home, or finds no room, reports its table crowded, and when the pending count per
 //! table is over 3/4 of its slots (or there was no room at all) the table starts moving
 //! to one twice its size; every operation on it moves a group before its own work, and
@@ -51,6 +51,7 @@
 //! after the scan sees the flag and takes back its own: one CAS decides), and then drops
 //! `on_complete` once no operation can call it (`batches.rs`, "Closing the callback").
 
+mod growth;
 mod layout;
 mod reaper;
 mod tables;
@@ -60,7 +61,7 @@ use std::time::Duration;
 
 use crossbeam_utils::CachePadded;
 
-use super::batches::{Batches, Entry, Grace, Pushed};
+use super::batches::{Batches, Entry, Pushed};
 use super::credits::Credits;
 use super::fences::Fences;
 use super::roots::{reached, Applied, Completed, Done, Message, Refused, Roots, Stamp, Tick};
@@ -69,6 +70,7 @@ use super::word::{Key, KEY_SHIFT};
 use super::{AckerStats, Callback, Completion, Counters, InitError, Outcome};
 use crate::clock::Clock;
 use crate::sync::{Arc, AtomicBool, AtomicU64, Mutex, Ordering};
+use growth::Retired;
 use layout::{Layout, Mix};
 use tables::{chain, Table};
 // The reaper is a std thread even under loom: the models check the table and batch
@@ -84,9 +86,6 @@ pub(super) const MAX_TIMEOUT_TICKS: u64 = (1 << 30) - 2;
 /// thread's per-tick filter of its batch longer; shorter sends the reaper trees that live a
 /// few milliseconds, whose lines it then reads while workers write them.
 const HAND_OFF_AGE: Tick = 64;
-
-/// How many ticks a table's load must stay under 1/8 before the reaper halves it.
-const SHRINK_AFTER: Tick = 256;
 
 /// The fewest tables: a key drops the top [`KEY_SHIFT`] bits of the root's hash, which
 /// the table's index must carry.
@@ -134,13 +133,6 @@ impl Ticks {
     fn nanos(&self, ticks: Tick) -> Duration {
         Duration::from_nanos(u64::from(ticks) << self.shift)
     }
-}
-
-/// A generation retired by a promotion, freed once its grace period is over.
-struct Retired<T> {
-    /// Held only to be dropped.
-    _roots: Box<Roots<T>>,
-    grace: Grace,
 }
 
 /// The second-generation core. See the module docs.
@@ -406,93 +398,6 @@ impl<T: Send + 'static> Lean<T> {
         reset
     }
 
-    /// Helps the oldest migration in `roots`'s chain (`roots` is `table`'s current
-    /// generation, or was): moves one group, and promotes what has moved entirely.
-    #[inline]
-    fn help(&self, table: usize, roots: &Roots<T>, done: &mut Done<'_>) {
-        if roots.successor().is_none() {
-            return;
-        }
-        if let Some(migrating) = chain(roots).find(|g| g.successor().is_some() && !g.moved_all()) {
-            migrating.help_move(done);
-        }
-        self.promote_moved(table);
-    }
-
-    /// Promotes the current generation of `table` while it has moved entirely (a chain
-    /// may hold several such), retiring each.
-    fn promote_moved(&self, table: usize) {
-        loop {
-            // Safety: called inside an acker operation.
-            let current = unsafe { self.tables[table].current() };
-            if current.successor().is_none() || !current.moved_all() {
-                return;
-            }
-            if let Some(old) = self.tables[table].promote(current) {
-                let grace = self.batches.grace();
-                let mut retired = self.retired.lock().unwrap_or_else(|e| e.into_inner());
-                // Generations retired earlier are most likely past their grace by now (a
-                // table grows step by step): freed here rather than at the next reaper
-                // pass, so that a table that grows fast does not hold all its past sizes.
-                retired.retain_mut(|r| !self.batches.grace_over(&mut r.grace));
-                retired.push(Retired { _roots: old, grace });
-            }
-        }
-    }
-
-    /// After a claim found its table crowded: starts growth of the chain's last generation
-    /// when the pending count per table is over 3/4 of its slots.
-    #[cold]
-    fn grow_if_loaded(&self, table: usize, roots: &Roots<T>) {
-        let Some(last) = chain(roots).last() else {
-            return;
-        };
-        let per_table = self.pending() / self.tables.len();
-        if per_table * 4 > last.slots() * 3 && last.slots() < self.max_table_slots {
-            let groups = last.groups() * 2;
-            self.start_migration(table, last, groups, false);
-        }
-    }
-
-    /// [`Table::start_migration`], counted.
-    fn start_migration(
-        &self,
-        table: usize,
-        from: &Roots<T>,
-        groups: usize,
-        wait: bool,
-    ) -> Option<bool> {
-        let started = self.tables[table].start_migration(from, groups, wait, || self.stopping());
-        if started == Some(true) {
-            let shrink = usize::from(groups < from.groups());
-            self.migrations[shrink].fetch_add(1, Ordering::Relaxed); // a statistic
-        }
-        started
-    }
-
-    /// Migrations started so far: to grow, and to shrink.
-    pub(super) fn migrations(&self) -> (u64, u64) {
-        // Relaxed: statistics.
-        let [grown, shrunk] = &self.migrations;
-        (
-            grown.load(Ordering::Relaxed),
-            shrunk.load(Ordering::Relaxed),
-        )
-    }
-
-    /// An operation found no room for its root in the last generation of `roots`'s chain:
-    /// that generation gets a successor twice its size. `false` when it is as large as a
-    /// table grows (the operation is refused) or the acker is shutting down.
-    #[cold]
-    fn make_room(&self, table: usize, roots: &Roots<T>) -> bool {
-        let Some(last) = chain(roots).last() else {
-            return false;
-        };
-        let groups = last.groups() * 2;
-        last.slots() < self.max_table_slots
-            && self.start_migration(table, last, groups, true).is_some()
-    }
-
     pub(super) fn pending(&self) -> usize {
         self.credits.held()
     }
@@ -526,28 +431,6 @@ impl<T: Send + 'static> Lean<T> {
                 return crowded;
             };
             self.unstrand(table, generation(roots, gen), slot, done);
-        }
-    }
-
-    /// An entry this operation created in `from` while it migrates, with no room in the
-    /// successor (`migrate.rs`): grows the chain and moves it, until it is moved. (Only
-    /// shutdown stops that: the entry is then left where it is, see the module docs.)
-    #[cold]
-    fn unstrand(&self, table: usize, from: &Roots<T>, slot: usize, done: &mut Done<'_>) {
-        let mut waits = 0u32;
-        while !from.relocate_stranded(slot, done) {
-            if !self.make_room(table, from) {
-                if self.stopping() {
-                    return;
-                }
-                // As large as a table grows: room comes as trees complete.
-                waits += 1;
-                if waits > 16 {
-                    std::thread::sleep(Duration::from_micros(50));
-                } else {
-                    crate::sync::thread::yield_now();
-                }
-            }
         }
     }
 
@@ -742,59 +625,6 @@ impl<T: Send + 'static> Lean<T> {
             let (slot, _) = roots.find_waiting(key)?;
             roots.take_back(slot, key)
         })
-    }
-
-    /// Reaper passes: helps every migration under way (and promotes those that finish),
-    /// halves tables whose load stayed low, and frees retired generations whose grace
-    /// period is over. Called inside an acker operation (the pass's).
-    fn housekeeping(&self, now: Tick) {
-        let stamper = || self.stamp_now();
-        let per_table = self.pending() / self.tables.len();
-        for (index, table) in self.tables.iter().enumerate() {
-            // Safety: the caller's contract.
-            let roots = unsafe { table.current() };
-            let low = roots.successor().is_none()
-                && roots.slots() > MIN_TABLE_SLOTS
-                && per_table * 8 < roots.slots();
-            // Only a load that stayed low for SHRINK_AFTER ticks: a shrink while what is
-            // pending rises again fills the smaller table before its migration ends.
-            if table.low_for(low, now) >= SHRINK_AFTER {
-                self.start_migration(index, roots, roots.groups() / 2, false);
-            }
-            for migrating in chain(roots).filter(|g| g.successor().is_some()) {
-                let mut done = Done::stamped_by(&stamper);
-                migrating.move_round(&mut done);
-                self.finish(index, roots, &mut done, false);
-            }
-            self.promote_moved(index);
-        }
-        let mut retired = self.retired.lock().unwrap_or_else(|e| e.into_inner());
-        retired.retain_mut(|r| !self.batches.grace_over(&mut r.grace));
-    }
-
-    /// Whether housekeeping has work left: a migration, a generation to free, or a table
-    /// to shrink. The reaper then keeps a tick's wake-ups rather than parking.
-    fn housekeeping_due(&self) -> bool {
-        let _active = self.batches.enter();
-        let per_table = self.pending() / self.tables.len();
-        !self
-            .retired
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .is_empty()
-            || self.tables.iter().any(|table| {
-                // Safety: inside the operation `_active` marks.
-                let roots = unsafe { table.current() };
-                roots.successor().is_some()
-                    || (roots.slots() > MIN_TABLE_SLOTS && per_table * 8 < roots.slots())
-            })
-    }
-
-    /// Slots in every table's generations now (current and successor).
-    pub(super) fn slots(&self) -> usize {
-        let _active = self.batches.enter();
-        // Safety: inside the operation `_active` marks.
-        self.tables.iter().map(|t| unsafe { t.slots() }).sum()
     }
 
     /// Drops the callback once no operation can call it any more: waits for operations
