@@ -220,10 +220,12 @@ fn ack_in_old(pair: &Pair, key: Key, xor: u64) -> Vec<(u32, Outcome)> {
 /// tree completes once, Acked, wherever its last ack lands, and with its own payload (the
 /// copy carries it).
 ///
-/// Catches: a mover that copies a word other than the one its FROZEN CAS replaced (an ack
-/// in between is lost: no completion; or a DONE word is frozen: two completions); a copy
-/// whose word is published before its payload is written (loom's cell race); a message that
-/// meets FROZEN and returns without applying or retrying (a lost ack).
+/// Catches (each checked by breaking `src/` in a scratch copy): a mover that freezes the
+/// word it finds but copies the one it loaded earlier (an ack in between is lost, or a
+/// completed tree is copied: a second entry is left in the successor); a message that
+/// meets FROZEN and returns as if applied (a lost ack: no completion). Not caught, and
+/// harmless: a copy whose payload is written after its claim CAS, as nobody looks for the
+/// root in the successor before the FROZEN word turns MOVED, after the write.
 #[test]
 fn migrate_ack_vs_move() {
     loom::model(|| {
@@ -249,9 +251,11 @@ fn migrate_ack_vs_move() {
 /// the copy in the successor. Either way it joins the one entry that holds the orphan's
 /// ack, so the last ack completes the tree once, Acked, with init's payload.
 ///
-/// Catches: an init that relocates and then joins the stale old entry, or a relocation
-/// that races the mover's and moves the orphan twice (a second copy in the successor: a
-/// twin left after completion, `assert_gone`); a lost orphan ack (no completion).
+/// Catches: a freeze that does not decide who moves the entry (a mover that freezes
+/// whatever word it finds: the orphan is copied twice and an entry of the root is left in
+/// the successor after the completion, `assert_gone`). Init's own `next` check before its
+/// join is not exercised here: the orphan predates the migration, so no twin of it can be
+/// created in the successor, and a join in the old table would be moved whole.
 #[test]
 fn migrate_init_vs_move_of_its_orphan() {
     loom::model(|| {
@@ -281,9 +285,10 @@ fn migrate_init_vs_move_of_its_orphan() {
 /// else could move it). Then init and the last ack, along the chain, complete the tree
 /// once, Acked: the held ack came along.
 ///
-/// Catches: a claim that does not relocate its entry when `next` is set (the entry is
-/// stranded in a table about to be retired: `assert_old_drained` fails), and any lost
-/// or duplicated copy of the held ack (no completion, or a twin left behind).
+/// Catches: a claim that does not relocate its entry when `next` is set, or one that reads
+/// `next` before its claim CAS instead of after (the entry is stranded in a table about to
+/// be retired: `assert_old_drained` fails); a copy of a stale word (the held ack is not in
+/// the successor).
 #[test]
 fn migrate_claim_in_old_vs_migration_start() {
     loom::model(|| {
@@ -322,12 +327,13 @@ fn migrate_claim_in_old_vs_migration_start() {
 /// (after the migration finished) completes the tree at once, Acked, exactly once.
 ///
 /// Catches: a copy that loses an ack that landed in the old entry between the mover's
-/// load and its FROZEN CAS (init then finds value 0b10 left: no completion); a lost twin
-/// carry (no completion); a twin left unmerged that init's own merge misses (left behind).
+/// load and its FROZEN CAS; a message that meets FROZEN and returns as if applied; a
+/// copy that does not merge with its twin in the successor (each: the successor does not
+/// hold one entry with both acks).
 ///
-/// Bounded at 6 preemptions (45,537 iterations, about 10 s): unbounded, the two claim
+/// Bounded at 6 preemptions (45,537 iterations, about 5 s): unbounded, the two claim
 /// paths with their relocation and merges ran for over 10 minutes without finishing.
-/// Bounds 7 and 8 pass too (32 s and 80 s).
+/// Bound 8 passes too (about 50 s).
 #[test]
 fn migrate_twin_across_tables_merges() {
     bounded(6).check(|| {
@@ -364,7 +370,8 @@ fn migrate_twin_across_tables_merges() {
 ///
 /// Catches: a mover that reads the times before its FROZEN CAS (a reset in between is
 /// lost: base 1 is copied); a reset that does not wait for a FROZEN entry (its successor
-/// reset runs before the copy exists and finds nothing, the copy carries the old base).
+/// reset runs before the copy exists and finds nothing: both resets return `false`); a
+/// copy of a word loaded before the FROZEN CAS (the reset's R is lost).
 #[test]
 fn migrate_reset_vs_move() {
     loom::model(|| {
@@ -408,9 +415,10 @@ fn migrate_reset_vs_move() {
 /// (an entry JOINING in the old table is not moved by anyone else). Once the old table is
 /// moved entirely nothing is left in it, and the last ack completes the tree once, Acked.
 ///
-/// Catches: a mover that counts a group clean while one of its words is JOINING (or DONE,
-/// or FROZEN by another) (the LIVE tree is left in the old table: `assert_old_drained`);
-/// a placeholder claimed in a migrating table that stays there.
+/// Catches: a mover that counts a group clean while one of its words is JOINING (the LIVE
+/// tree is left in the old table: `assert_old_drained`), which no other model reaches.
+///
+/// Unbounded: 213,657 iterations, about 20 s.
 #[test]
 fn migrate_init_in_old_vs_migration_start() {
     loom::model(|| {

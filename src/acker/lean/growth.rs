@@ -5,6 +5,7 @@
 //! whose load stayed low, and free retired generations after their grace period. The
 //! protocol itself is `roots/migrate.rs`; the generations' ownership is `tables.rs`.
 
+use std::ptr::NonNull;
 use std::time::Duration;
 
 use super::tables::chain;
@@ -16,11 +17,23 @@ use crate::sync::Ordering;
 /// How many ticks a table's load must stay under 1/8 before the reaper halves it.
 const SHRINK_AFTER: Tick = 256;
 
-/// A generation retired by a promotion, freed once its grace period is over.
+/// A generation retired by a promotion, freed (dropped) once its grace period is over.
 pub(super) struct Retired<T> {
-    /// Held only to be dropped.
-    pub(super) _roots: Box<Roots<T>>,
+    roots: NonNull<Roots<T>>,
     pub(super) grace: Grace,
+}
+
+// Safety: a retired generation is owned by this value alone (the table handed it over in
+// its promotion CAS), and a `Roots<T>` may move between threads when `T: Send`.
+unsafe impl<T: Send> Send for Retired<T> {}
+
+impl<T> Drop for Retired<T> {
+    fn drop(&mut self) {
+        // Safety: the table's `Box` of this generation, handed over once by `promote` and
+        // freed once here, after its grace period (or with the acker): no operation holds
+        // a reference into it any more.
+        drop(unsafe { Box::from_raw(self.roots.as_ptr()) });
+    }
 }
 
 impl<T: Send + 'static> Lean<T> {
@@ -53,7 +66,7 @@ impl<T: Send + 'static> Lean<T> {
                 // table grows step by step): freed here rather than at the next reaper
                 // pass, so that a table that grows fast does not hold all its past sizes.
                 retired.retain_mut(|r| !self.batches.grace_over(&mut r.grace));
-                retired.push(Retired { _roots: old, grace });
+                retired.push(Retired { roots: old, grace });
             }
         }
     }

@@ -16,6 +16,7 @@
 //! reference they get lives as long as the operation.
 
 use std::marker::PhantomData;
+use std::ptr::NonNull;
 
 use crate::acker::roots::Roots;
 use crate::acker::roots::Tick;
@@ -88,15 +89,15 @@ impl<T> Table<T> {
     }
 
     /// After `from`'s last group moved: makes its successor current, if `from` is current.
-    /// Returns `from`, now the caller's to retire and free after a grace period.
-    pub(super) fn promote(&self, from: &Roots<T>) -> Option<Box<Roots<T>>> {
+    /// Returns `from`, now the caller's to retire and free after a grace period (a raw
+    /// pointer: the caller still holds references into it, so no `Box` claims it yet).
+    pub(super) fn promote(&self, from: &Roots<T>) -> Option<NonNull<Roots<T>>> {
         let next = from.successor()? as *const Roots<T> as *mut Roots<T>;
         let old = from as *const Roots<T> as *mut Roots<T>;
         self.current
             .compare_exchange(old, next, Ordering::SeqCst, Ordering::SeqCst)
             .ok()
-            // Safety: the table owned `old` as current, and the CAS handed it over, once.
-            .map(|old| unsafe { Box::from_raw(old) })
+            .and_then(NonNull::new)
     }
 
     /// The reaper's pass at tick `now` saw the load `low` (or not): for how many ticks it

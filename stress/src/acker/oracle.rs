@@ -337,13 +337,19 @@ impl Oracle {
 
     /// A `reset_timeout` taken between `before` and `after` returned `pending`. The acker
     /// must honour every reset that said the tree was pending, even one racing the old
-    /// deadline: the oracle's deadline becomes `before + timeout`.
-    pub(crate) fn reset(&self, slot: u32, before: u64, pending: bool) {
+    /// deadline: the oracle's deadline becomes `before + timeout`. Not one that began after
+    /// the tree's completion was delivered: its `true` is about an orphan that a late ack
+    /// made for the root (bolts running late under load do that), not about the tree.
+    pub(crate) fn reset(&self, slot: u32, called: u64, pending: bool) {
         self.sent(slot, Event::Reset, u64::from(pending));
         let s = self.slot(slot);
-        if pending {
+        // SeqCst: against the store in `on_complete`; a completion not seen yet is one
+        // that may have raced the reset, which is held to it (the strict side).
+        let completed_at = s.completed_at.load(Ordering::SeqCst);
+        let after_completion = completed_at != 0 && before(completed_at, called);
+        if pending && !after_completion {
             s.deadline
-                .fetch_max(before.wrapping_add(self.timeout), Ordering::Relaxed);
+                .fetch_max(called.wrapping_add(self.timeout), Ordering::Relaxed);
             s.flags.fetch_or(RESET, Ordering::Relaxed);
         }
     }
@@ -406,7 +412,7 @@ impl Oracle {
         );
         if n == 0 {
             s.outcome.store(outcome_code(outcome), Ordering::Relaxed);
-            s.completed_at.store(now, Ordering::Relaxed);
+            s.completed_at.store(now, Ordering::SeqCst); // SeqCst: see `reset`
             s.elapsed.store(elapsed, Ordering::Relaxed);
             self.release(slot);
         } else {
@@ -869,6 +875,27 @@ mod tests {
             "{}",
             std::mem::size_of::<Slot>()
         );
+    }
+
+    #[test]
+    fn a_reset_begun_after_the_completion_does_not_move_the_deadline() {
+        let (oracle, _free, _reports) = Oracle::new(1, 4, T, false);
+        let first = oracle.begin(0, 7, 1, 1, 0, 1);
+        // A reset while the tree is pending moves the deadline.
+        oracle.reset(0, first + 10, true);
+        let moved = first + 10 + T;
+        assert_eq!(oracle.slot(0).deadline.load(Ordering::SeqCst), moved);
+        oracle.on_complete(Completion {
+            root: 7,
+            payload: 0,
+            outcome: Outcome::TimedOut,
+            elapsed: std::time::Duration::from_millis(500),
+        });
+        // A late ack made an orphan for the root, and a reset after the completion finds
+        // it: that says nothing about the tree.
+        let late = oracle.now() + 1;
+        oracle.reset(0, late, true);
+        assert_eq!(oracle.slot(0).deadline.load(Ordering::SeqCst), moved);
     }
 
     #[test]
