@@ -92,8 +92,13 @@ impl<T> Table<T> {
     /// Returns `from`, now the caller's to retire and free after a grace period (a raw
     /// pointer: the caller still holds references into it, so no `Box` claims it yet).
     pub(super) fn promote(&self, from: &Roots<T>) -> Option<NonNull<Roots<T>>> {
-        let next = from.successor()? as *const Roots<T> as *mut Roots<T>;
+        let next = from.successor_ptr();
+        if next.is_null() {
+            return None;
+        }
         let old = from as *const Roots<T> as *mut Roots<T>;
+        // The pointer handed back is the one `current` held (the `Box`'s own), not `old`,
+        // which is made from a reference.
         self.current
             .compare_exchange(old, next, Ordering::SeqCst, Ordering::SeqCst)
             .ok()
@@ -141,9 +146,7 @@ impl<T> Drop for Table<T> {
         // nobody else), each freed once here, after its successor pointer is read.
         unsafe {
             while !at.is_null() {
-                let next = (*at).successor().map_or(std::ptr::null_mut(), |n| {
-                    n as *const Roots<T> as *mut Roots<T>
-                });
+                let next = (*at).successor_ptr();
                 drop(Box::from_raw(at));
                 at = next;
             }

@@ -67,6 +67,12 @@ impl<T> Roots<T> {
         unsafe { next.as_ref() }
     }
 
+    /// The successor as the raw pointer `begin_move` stored (the `Box`'s own, for the
+    /// owner that frees it: a pointer made from a reference may not free).
+    pub fn successor_ptr(&self) -> *mut Roots<T> {
+        self.next.load(Ordering::SeqCst)
+    }
+
     /// Starts a migration to `next`: a fresh table (from [`successor_of`](Self::successor_of))
     /// that the caller owns and keeps alive as long as this one is reachable.
     ///
