@@ -12,6 +12,9 @@
 //! its payload and the outcome its messages call for; afterwards neither table holds an
 //! entry of the root, and `old`, once `moved_all()`, holds no HELD, LIVE or FROZEN word.
 //! The successor is large enough that nothing is ever stranded (asserted on every `Done`).
+//!
+//! What each model's "Catches" names was checked: with that step of the protocol broken
+//! (in a scratch copy of `src/`), the model fails.
 #![cfg(loom)]
 
 use ackwheel::roots::{
@@ -193,6 +196,7 @@ impl Pair {
     }
 }
 
+/// A model explored with at most `preemptions` preemptions per execution.
 fn bounded(preemptions: usize) -> loom::model::Builder {
     let mut model = loom::model::Builder::new();
     model.preemption_bound = Some(preemptions);
@@ -220,12 +224,12 @@ fn ack_in_old(pair: &Pair, key: Key, xor: u64) -> Vec<(u32, Outcome)> {
 /// tree completes once, Acked, wherever its last ack lands, and with its own payload (the
 /// copy carries it).
 ///
-/// Catches (each checked by breaking `src/` in a scratch copy): a mover that freezes the
-/// word it finds but copies the one it loaded earlier (an ack in between is lost, or a
-/// completed tree is copied: a second entry is left in the successor); a message that
-/// meets FROZEN and returns as if applied (a lost ack: no completion). Not caught, and
-/// harmless: a copy whose payload is written after its claim CAS, as nobody looks for the
-/// root in the successor before the FROZEN word turns MOVED, after the write.
+/// Catches: a mover that freezes the word it finds but copies the one it loaded earlier
+/// (an ack in between is lost, or a completed tree is copied: a second entry is left in
+/// the successor); a message that meets FROZEN and returns as if applied (a lost ack: no
+/// completion). Not caught, and harmless: a copy whose payload is written after its claim
+/// CAS, as nobody looks for the root in the successor before the FROZEN word turns
+/// MOVED, after the write.
 #[test]
 fn migrate_ack_vs_move() {
     loom::model(|| {
