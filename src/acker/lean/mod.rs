@@ -50,6 +50,12 @@
 //! Shutdown stops and joins the reaper, takes back every LIVE tree (an init that settles
 //! after the scan sees the flag and takes back its own: one CAS decides), and then drops
 //! `on_complete` once no operation can call it (`batches.rs`, "Closing the callback").
+//! The scan walks each table's chain of generations, holding the table's migration lock so
+//! that no migration starts under it (one under way only moves entries forward, into a
+//! generation scanned later). Known limit: a LIVE tree stranded at that moment (being moved
+//! into a successor that had no room, `roots/migrate.rs`) may sit in a retired generation
+//! the scan cannot see; it is then dropped with the acker rather than handed back. That
+//! needs a migration with no room in its successor at the moment of shutdown.
 
 mod growth;
 mod layout;
