@@ -11,10 +11,10 @@ use std::time::Duration;
 use super::tables::chain;
 use super::{Lean, MIN_TABLE_SLOTS};
 use crate::acker::batches::Grace;
-use crate::acker::roots::{Done, Roots, Tick};
+use crate::acker::roots::{Done, Roots, Tick, GROUP_SLOTS};
 use crate::sync::Ordering;
 
-/// How many ticks a table's load must stay under 1/8 before the reaper halves it.
+/// How many ticks a table's load must stay under 1/8 before the reaper shrinks it (to 2/3 of its groups).
 const SHRINK_AFTER: Tick = 256;
 
 /// A generation retired by a promotion, freed (dropped) once its grace period is over.
@@ -37,6 +37,13 @@ impl<T> Drop for Retired<T> {
 }
 
 impl<T: Send + 'static> Lean<T> {
+    /// The groups a table of `roots`' size grows to: half again as many (doubling left a
+    /// table that had just grown at half load, which is what a root's memory pays for),
+    /// up to the largest table.
+    fn grown(&self, roots: &Roots<T>) -> usize {
+        (roots.groups() + roots.groups().div_ceil(2)).min(self.max_table_slots / GROUP_SLOTS)
+    }
+
     /// Helps the oldest migration in `roots`'s chain (`roots` is `table`'s current
     /// generation, or was): moves one group, and promotes what has moved entirely.
     #[inline]
@@ -80,7 +87,7 @@ impl<T: Send + 'static> Lean<T> {
         };
         let per_table = self.pending() / self.tables.len();
         if per_table * 4 > last.slots() * 3 && last.slots() < self.max_table_slots {
-            let groups = last.groups() * 2;
+            let groups = self.grown(last);
             self.start_migration(table, last, groups, false);
         }
     }
@@ -112,14 +119,14 @@ impl<T: Send + 'static> Lean<T> {
     }
 
     /// An operation found no room for its root in the last generation of `roots`'s chain:
-    /// that generation gets a successor twice its size. `false` when it is as large as a
+    /// that generation gets a successor half again its size. `false` when it is as large as a
     /// table grows (the operation is refused) or the acker is shutting down.
     #[cold]
     pub(super) fn make_room(&self, table: usize, roots: &Roots<T>) -> bool {
         let Some(last) = chain(roots).last() else {
             return false;
         };
-        let groups = last.groups() * 2;
+        let groups = self.grown(last);
         last.slots() < self.max_table_slots
             && self.start_migration(table, last, groups, true).is_some()
     }
@@ -147,7 +154,7 @@ impl<T: Send + 'static> Lean<T> {
     }
 
     /// Reaper passes: helps every migration under way (and promotes those that finish),
-    /// halves tables whose load stayed low, and frees retired generations whose grace
+    /// shrinks tables whose load stayed low, and frees retired generations whose grace
     /// period is over. Called inside an acker operation (the pass's).
     pub(super) fn housekeeping(&self, now: Tick) {
         let stamper = || self.stamp_now();
@@ -161,7 +168,8 @@ impl<T: Send + 'static> Lean<T> {
             // Only a load that stayed low for SHRINK_AFTER ticks: a shrink while what is
             // pending rises again fills the smaller table before its migration ends.
             if table.low_for(low, now) >= SHRINK_AFTER {
-                self.start_migration(index, roots, roots.groups() / 2, false);
+                let groups = (roots.groups() * 2 / 3).max(MIN_TABLE_SLOTS / GROUP_SLOTS);
+                self.start_migration(index, roots, groups, false);
             }
             for migrating in chain(roots).filter(|g| g.successor().is_some()) {
                 let mut done = Done::stamped_by(&stamper);

@@ -37,13 +37,15 @@
 //!
 //! `max_pending` credits (`credits.rs`): a claim takes one and emptying the slot gives it
 //! back, inside the table, so the bound is exact. Tables start at [`MIN_TABLE_SLOTS`] and
-//! follow what is pending (`growth.rs`, `tables.rs`, `roots/migrate.rs`): a claim that lands far from
-//! its home, or finds no room, reports its table crowded, and when the pending count per
-//! table is over 3/4 of its slots (or there was no room at all) the table starts moving
-//! to one twice its size; every operation on it moves a group before its own work, and
-//! the reaper finishes what is left. The reaper also halves a table whose load stayed
-//! under 1/8, and frees retired generations after their grace period. The largest table
-//! holds `max_pending` at a load of 3/4, as every table did before growth.
+//! follow what is pending (`growth.rs`, `tables.rs`, `roots/migrate.rs`): a claim that
+//! lands far from its home, or finds no room, reports its table crowded, and when the
+//! pending count per table is over 3/4 of its slots (or there was no room at all) the
+//! table starts moving to one half again its size (not twice: a table that has just
+//! doubled sits at half load, and a root's memory pays for that); every operation on it
+//! moves a group before its own work, and the reaper finishes what is left. The reaper
+//! also shrinks a table to 2/3 of its groups once its load stayed under 1/8, and frees
+//! retired generations after their grace period. The largest table holds `max_pending` at
+//! a load of 3/4, as every table did before growth.
 //!
 //! ## Shutdown
 //!

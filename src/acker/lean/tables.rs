@@ -79,7 +79,7 @@ impl<T> Table<T> {
         if stopping() {
             return None;
         }
-        debug_assert!(groups >= 2 && groups.is_power_of_two());
+        debug_assert!(groups >= 2);
         let next = Box::into_raw(Box::new(from.successor_of(groups)));
         // Safety: the table owns `next` from here (as `from`'s successor, then as current)
         // and frees it only after `from` (see `Drop` and the module docs); one migration

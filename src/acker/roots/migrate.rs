@@ -3,8 +3,8 @@
 //!
 //! ## Migration
 //!
-//! The acker (`lean/`) starts a migration by allocating a successor (twice the groups to
-//! grow, half to shrink) and storing it in the table's `next`. From then on:
+//! The acker (`lean/`) starts a migration by allocating a successor (more groups to
+//! grow, fewer to shrink) and storing it in the table's `next`. From then on:
 //!
 //! * an operation that finds `next` set looks in the old table first and then in the
 //!   successor, and creates only in the successor (`create: false` here, then `true`
@@ -186,7 +186,21 @@ impl<T> Roots<T> {
                 .0
                 .with(|cell| unsafe { (*cell).assume_init_read() })
         });
-        match next.adopt(word, stamp, timeout, payload, done) {
+        // Into the successor or, when it has no room for the root and a successor of its
+        // own (it ran out of room while it filled), into the first generation after it
+        // that has: lookups walk the whole chain, and the copy merges with any twin left
+        // in a skipped generation when that one's entries move on.
+        let mut target = next;
+        let mut adopted = target.adopt(word, stamp, timeout, payload, done);
+        while let Err(payload) = adopted {
+            let Some(after) = target.successor() else {
+                adopted = Err(payload);
+                break;
+            };
+            target = after;
+            adopted = target.adopt(word, stamp, timeout, payload, done);
+        }
+        match adopted {
             Ok(()) => {
                 let moved = self.word(slot).cas(frozen, frozen.moved());
                 debug_assert!(moved.is_ok(), "a FROZEN word changed under its mover");

@@ -242,10 +242,9 @@ pub struct Roots<T> {
     /// payload (`lines.rs`).
     lines: Lines<T>,
     overflow: Box<[AtomicU32]>,
-    /// `groups.len() - 1`; the group count is a power of two.
-    mask: usize,
-    /// Key bits below the home group's.
-    home_shift: u32,
+    /// Groups in the table: any number from 2 (a home is a multiply and a shift, so
+    /// growth need not double).
+    groups: usize,
     /// Twin entries merged, ever (rare: counted here, not on the hot path's lines).
     merged: AtomicU64,
     /// The acker's `max_pending` credits: a claim takes one, emptying its slot gives it
@@ -276,7 +275,7 @@ unsafe impl<T: Send> Sync for Roots<T> {}
 unsafe impl<T: Send> Send for Roots<T> {}
 
 impl<T> Roots<T> {
-    /// A table of `groups` groups (a power of two, at least 2), without a bound.
+    /// A table of `groups` groups (at least 2), without a bound.
     /// Its default timeout is 0 ticks: a deadline is its base.
     pub fn new(groups: usize) -> Self {
         Self::bounded(groups, None, 0)
@@ -293,7 +292,7 @@ impl<T> Roots<T> {
         credits: Option<Arc<Credits>>,
         default_timeout: Tick,
     ) -> Self {
-        assert!(groups.is_power_of_two() && groups >= 2, "{groups} groups");
+        assert!(groups >= 2, "{groups} groups");
         // Safety: for each `zeroed`, an all-zero `AtomicU32` and `AtomicU64` is a valid
         // value equal to what its `make` builds.
         unsafe {
@@ -301,8 +300,7 @@ impl<T> Roots<T> {
                 lines: Lines::zeroed(groups),
                 overflow: zeroed(groups, || AtomicU32::new(0)),
                 clean: zeroed(groups.div_ceil(64), || AtomicU64::new(0)),
-                mask: groups - 1,
-                home_shift: 64 - KEY_SHIFT - groups.trailing_zeros(),
+                groups,
                 merged: AtomicU64::new(0),
                 credits,
                 default_timeout,
@@ -345,7 +343,7 @@ impl<T> Roots<T> {
 
     /// Groups in the table.
     pub fn groups(&self) -> usize {
-        self.mask + 1
+        self.groups
     }
 
     /// This table's generation (see the field).
@@ -384,9 +382,22 @@ impl<T> Roots<T> {
         self.merged.load(Ordering::Relaxed) // Relaxed: a statistic.
     }
 
+    /// The key's home group: its top bits scaled to the group count (multiply and shift;
+    /// with a power of two of groups, exactly the key's top bits).
     #[inline]
     fn home(&self, key: Key) -> usize {
-        (key.bits() >> self.home_shift) as usize & self.mask
+        let top = u128::from(key.bits() << KEY_SHIFT);
+        ((top * self.groups as u128) >> 64) as usize
+    }
+
+    /// `group`, which is less than twice the group count, wrapped around the table.
+    #[inline]
+    fn wrap(&self, group: usize) -> usize {
+        if group >= self.groups {
+            group - self.groups
+        } else {
+            group
+        }
     }
 
     /// A slot's word.
@@ -403,16 +414,16 @@ impl<T> Roots<T> {
 
     /// How many groups past `key`'s home `slot` is.
     fn distance(&self, key: Key, slot: usize) -> usize {
-        (slot / GROUP_SLOTS).wrapping_sub(self.home(key)) & self.mask
+        self.wrap(slot / GROUP_SLOTS + self.groups - self.home(key))
     }
 
     fn window(&self) -> usize {
-        MAX_PROBE.min(self.mask)
+        MAX_PROBE.min(self.groups - 1)
     }
 
     /// Adds `delta` (1 or -1) to the overflow counts of the `d` groups from `home` on.
     fn count_overflow(&self, home: usize, d: usize, delta: i32) {
-        for group in (0..d).map(|j| (home + j) & self.mask) {
+        for group in (0..d).map(|j| self.wrap(home + j)) {
             self.overflow[group].fetch_add(delta as u32, Ordering::SeqCst);
         }
     }
@@ -424,7 +435,7 @@ impl<T> Roots<T> {
         let home = self.home(key);
         let mut vacancy = None;
         for d in 0..=self.window() {
-            let group = (home + d) & self.mask;
+            let group = self.wrap(home + d);
             for (i, w) in self.group(group).load().into_iter().enumerate() {
                 let slot = group * GROUP_SLOTS + i;
                 if w.holds(key) && Some(slot) != skip {
@@ -543,7 +554,7 @@ impl<T> Roots<T> {
     /// reserves.
     fn vacancy(&self, home: usize, reserve: impl Fn(usize) -> bool) -> Option<Vacancy> {
         (0..=self.window()).find_map(|d| {
-            let group = (home + d) & self.mask;
+            let group = self.wrap(home + d);
             let words = self.group(group).load();
             let i = (0..GROUP_SLOTS)
                 .find(|&i| words[i] == Word::EMPTY && reserve(group * GROUP_SLOTS + i))?;
@@ -917,7 +928,7 @@ impl<T> Roots<T> {
         let mut any = false;
         let home = self.home(key);
         for d in 0..=self.window() {
-            let group = (home + d) & self.mask;
+            let group = self.wrap(home + d);
             for (i, slot_word) in self.group(group).0.iter().enumerate() {
                 let slot = group * GROUP_SLOTS + i;
                 let mut word = slot_word.load();

@@ -368,7 +368,7 @@ fn merges_conserve_every_xor_under_churn() {
         if w != Word::EMPTY {
             let home = roots.home(w.key());
             for j in 0..roots.distance(w.key(), slot) {
-                counts[(home + j) & roots.mask] += 1;
+                counts[roots.wrap(home + j)] += 1;
             }
         }
     }
@@ -673,4 +673,38 @@ fn a_reset_that_waits_out_a_move_put_back_for_want_of_room_still_moves_the_base(
         "the base moved to the reset's tick before R was set"
     );
     assert!(roots.word(slot).load().state().reset());
+}
+
+#[test]
+fn tables_of_any_group_count_find_every_entry_and_migrate_between_sizes() {
+    let mut rng = StdRng::seed_from_u64(0x9e37);
+    for groups in [3, 5, 6, 24] {
+        let old = Roots::<u32>::new(groups);
+        let keys: Vec<Key> = (0..groups * GROUP_SLOTS / 2)
+            .map(|_| Key::new(rng.random::<u64>() & Key::MAX))
+            .collect();
+        for (i, &key) in keys.iter().enumerate() {
+            let mut done = Done::default();
+            assert_eq!(
+                old.init(key, 0b11, i as u32, &mut done),
+                Ok(()),
+                "{groups} groups"
+            );
+            assert!(old.home(key) < groups);
+        }
+        // Half again as many groups, as growth makes them, and back to the first size.
+        let next = begin(&old, groups + groups.div_ceil(2));
+        let mut done = Done::default();
+        assert!(
+            old.move_round(&mut done),
+            "{groups} groups: every group moved"
+        );
+        for (i, &key) in keys.iter().enumerate() {
+            let mut done = Done::default();
+            assert_eq!(next.ack(key, 0b01, &mut done), Applied::Changed);
+            assert_eq!(next.ack(key, 0b10, &mut done), Applied::Changed);
+            assert_eq!(finish(&next, &mut done), Some((i as u32, Outcome::Acked)));
+        }
+        assert!(next.is_clear(), "{groups} groups: nothing left behind");
+    }
 }
