@@ -502,13 +502,35 @@ fn a_reserved_slot_is_skipped_by_other_claimers() {
 
 // ------------------------------------------------------------------ migration (growth)
 
-/// `roots`'s successor of `groups` groups, begun; the box keeps it alive for the test.
-fn begin(roots: &Roots<u32>, groups: usize) -> Box<Roots<u32>> {
-    let mut next = Box::new(roots.successor_of(groups));
-    // Safety: `next` outlives `roots` in every test (declared after it, dropped first only
-    // at the test's end, when nothing uses either), and each table begins once.
-    unsafe { roots.begin_move(&mut *next) };
-    next
+/// A successor begun by [`begin`]: freed when dropped, through the pointer the table holds
+/// (a `Box` kept here would claim it uniquely while the table still points at it).
+struct Next(*mut Roots<u32>);
+
+impl std::ops::Deref for Next {
+    type Target = Roots<u32>;
+
+    fn deref(&self) -> &Roots<u32> {
+        // Safety: a live allocation from `Box::into_raw`, freed only by our `Drop`.
+        unsafe { &*self.0 }
+    }
+}
+
+impl Drop for Next {
+    fn drop(&mut self) {
+        // Safety: the `Box::into_raw` pointer, freed once; the test no longer uses the old
+        // table's successor (it is declared before this value, so it drops after it, and
+        // its drop does not follow `next`).
+        drop(unsafe { Box::from_raw(self.0) });
+    }
+}
+
+/// `roots`'s successor of `groups` groups, begun.
+fn begin(roots: &Roots<u32>, groups: usize) -> Next {
+    let next = Box::into_raw(Box::new(roots.successor_of(groups)));
+    // Safety: `next` stays allocated while `roots` is used (the returned value frees it at
+    // the test's end), and each table begins once.
+    unsafe { roots.begin_move(next) };
+    Next(next)
 }
 
 #[test]
