@@ -76,7 +76,9 @@ fn tables_grow_with_pending_and_shrink_after_it_falls() {
         "{grown} slots for {TREES} trees"
     );
     assert_eq!(acker.stats().rejected_full, 0);
-    assert!(acker.table_migrations().0 >= 16, "every table grew");
+    // Natively every table grows several times; Miri's 1,000 trees grow some tables once.
+    let each = if cfg!(miri) { 1 } else { 16 };
+    assert!(acker.table_migrations().0 >= each, "the tables grew");
     for i in 0..TREES {
         assert!(!acker.ack(root(i), 0b01));
         assert!(
@@ -96,7 +98,7 @@ fn tables_grow_with_pending_and_shrink_after_it_falls() {
     assert_eq!(acker.pending(), 0);
     settle(&acker, &clock);
     assert_eq!(acker.table_slots(), SMALLEST, "memory given back");
-    assert!(acker.table_migrations().1 >= 16, "every table shrank");
+    assert!(acker.table_migrations().1 >= each, "the tables shrank");
 }
 
 #[test]
