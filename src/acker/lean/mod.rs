@@ -496,10 +496,10 @@ impl<T: Send + 'static> Lean<T> {
             entry.slot as usize >> bits,
             entry.slot as usize & (self.max_table_slots - 1),
         );
-        let gen = entry.tag & ((1 << GEN_TAG_BITS) - 1);
+        let gen = entry.tag & GEN_MASK;
         // Safety: the caller's contract.
         let current = unsafe { self.tables[table].current() };
-        let roots = chain(current).find(|g| g.gen() & ((1 << GEN_TAG_BITS) - 1) == gen)?;
+        let roots = chain(current).find(|g| g.gen() & GEN_MASK == gen)?;
         (slot < roots.slots()).then_some((table, roots, slot))
     }
 
@@ -745,9 +745,11 @@ fn generation<T>(roots: &Roots<T>, gen: u32) -> &Roots<T> {
 /// A timer entry's tag: the key's tag with the generation in its low bits.
 #[inline]
 fn tag_of(key_tag: u32, gen: u32) -> u32 {
-    let low = (1 << GEN_TAG_BITS) - 1;
-    key_tag & !low | gen & low
+    key_tag & !GEN_MASK | gen & GEN_MASK
 }
+
+/// The generation bits of a timer entry's tag.
+const GEN_MASK: u32 = (1 << GEN_TAG_BITS) - 1;
 
 /// The part of a second-core acker that user handles share; dropping the last one stops
 /// and joins the reaper.

@@ -161,11 +161,11 @@ impl<T> std::ops::Deref for Lines<T> {
     fn deref(&self) -> &[Line<T>] {
         #[cfg(loom)]
         return &self.boxed;
+        #[cfg(not(loom))]
         // Safety: `lines` points at `len` lines in memory this value owns, line-aligned,
         // each a valid `Line<T>` (all zero is one: EMPTY words, zero atomics, and
         // uninitialized payload cells); shared references only, the parts being atomics
         // and cells.
-        #[cfg(not(loom))]
         unsafe {
             std::slice::from_raw_parts(self.lines.as_ptr(), self.len)
         }

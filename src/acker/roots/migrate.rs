@@ -179,12 +179,12 @@ impl<T> Roots<T> {
         let timeout = self.timeout_cell(slot).load(Ordering::SeqCst);
         let live = word.taken_back().is_some();
         let payload = live.then(|| {
-            // Safety: a LIVE word's payload is written (by the settle that made it LIVE,
-            // which our FROZEN CAS read from) and not taken (DONE was never set), and the
-            // FROZEN word keeps every other thread off it until we CAS it on.
-            self.payload(slot)
-                .0
-                .with(|cell| unsafe { (*cell).assume_init_read() })
+            self.payload(slot).0.with(|cell| {
+                // Safety: a LIVE word's payload is written (by the settle that made it
+                // LIVE, which our FROZEN CAS read from) and not taken (DONE was never set),
+                // and the FROZEN word keeps every other thread off it until we CAS it on.
+                unsafe { (*cell).assume_init_read() }
+            })
         });
         // Into the successor or, when it has no room for the root and a successor of its
         // own (it ran out of room while it filled), into the first generation after it
