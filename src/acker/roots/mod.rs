@@ -597,6 +597,35 @@ impl<T> Roots<T> {
         self.apply(key, Message::Fail, true, done)
     }
 
+    /// The common case of [`apply`](Self::apply), on the root's home group alone: the
+    /// root's entry is there and one CAS applies `message`. `None` when anything else is
+    /// needed (no entry at home, a CAS lost, a frozen entry): the caller then calls
+    /// `apply`, which starts again from the search, so nothing was changed.
+    ///
+    /// It is `apply`'s own first step: its search probes the home group first, and the
+    /// first entry holding the key there is the one it would find.
+    #[inline]
+    pub fn apply_at_home(&self, key: Key, message: Message) -> Option<Option<Completed>> {
+        if let Message::Twin(..) = message {
+            return None; // a twin's reset moves the base first
+        }
+        let home = self.home(key);
+        let words = self.group(home).load();
+        let (i, word) = words.into_iter().enumerate().find(|(_, w)| w.holds(key))?;
+        let slot = home * GROUP_SLOTS + i;
+        let step = message.step(word)?;
+        self.word(slot).cas(word, step.word()).ok()?;
+        Some(match step {
+            Step::To(_) => None,
+            Step::Complete(_, outcome) => Some(Completed {
+                slot,
+                key,
+                outcome,
+                gen: self.gen,
+            }),
+        })
+    }
+
     /// Applies `message` to the root's entry with the word's transition, CASing until it
     /// lands; with no entry, holds it in a new one (unless not `create`) and merges any
     /// twin. A new entry in a table whose migration has begun moves to the successor at

@@ -115,6 +115,45 @@ fn overflowed_roots_are_found_and_their_counts_come_off() {
 }
 
 #[test]
+fn the_home_group_shortcut_applies_only_what_apply_would_and_defers_the_rest() {
+    let roots = Roots::<u32>::new(4);
+    let mut done = Done::default();
+    // Home 3 full of other roots: `far` lands in group 0.
+    for i in 0..GROUP_SLOTS as u64 {
+        roots.init(key_in(4, 3, i), 1 << 40, 0, &mut done).unwrap();
+    }
+    let (near, far) = (key_in(4, 2, 1), key_in(4, 3, 99));
+    roots.init(near, 0b11, 7, &mut done).unwrap();
+    roots.init(far, 0b1, 8, &mut done).unwrap();
+    assert!(done.is_none());
+    // Not at home, or no entry at all: nothing changed, `apply` decides.
+    assert_eq!(roots.apply_at_home(far, Message::Ack(0b1)), None);
+    assert_eq!(roots.find(far).unwrap().1.value(), 0b1);
+    assert_eq!(roots.apply_at_home(key_in(4, 1, 5), Message::Ack(1)), None);
+    assert_eq!(
+        roots.find(key_in(4, 1, 5)),
+        None,
+        "the shortcut never creates"
+    );
+    // A twin's contents need `apply` (its reset moves the base first).
+    let twin = Message::Twin(Word::held_ack(near, 0b1), 0);
+    assert_eq!(roots.apply_at_home(near, twin), None);
+    // At home: one CAS, and the completion is the caller's, as `apply`'s would be.
+    assert_eq!(roots.apply_at_home(near, Message::Ack(0b01)), Some(None));
+    assert_eq!(roots.find(near).unwrap().1.value(), 0b10);
+    let Some(Some(completed)) = roots.apply_at_home(near, Message::Ack(0b10)) else {
+        panic!("the last ack completes");
+    };
+    assert_eq!(completed.outcome, Outcome::Acked);
+    done.push(completed);
+    assert_eq!(finish(&roots, &mut done), Some((7, Outcome::Acked)));
+    assert_eq!(roots.find(near), None);
+    // Far from home it goes through `apply`, which finds it.
+    assert_eq!(roots.ack(far, 0b1, &mut done), Applied::Changed);
+    assert_eq!(finish(&roots, &mut done), Some((8, Outcome::Acked)));
+}
+
+#[test]
 fn a_full_window_refuses_and_gives_the_payload_back() {
     let roots = Roots::<u32>::new(2); // window: both groups
     let mut done = Done::default();
