@@ -256,14 +256,14 @@ impl<T: Send + 'static> AckerBuilder<T> {
             clock: None,
             on_complete: None,
             min_slots: MIN_TABLE_SLOTS,
-            second: std::env::var_os("ACKWHEEL_CORE").is_some_and(|v| v == "second"),
+            second: std::env::var_os("ACKWHEEL_CORE").is_none_or(|v| v != "first"),
         }
     }
 
     /// Builds on the second-generation core (`true`) or the first. A private switch while
-    /// the second is built beside the first (issue 20); the default is the first, or the
-    /// second when the environment has `ACKWHEEL_CORE=second` (for running every test and
-    /// the stress harness on both).
+    /// the first is still beside the second (issue 20, until it is deleted); the default is
+    /// the second, or the first when the environment has `ACKWHEEL_CORE=first` (for running
+    /// every test and the stress harness on both).
     #[doc(hidden)]
     pub fn second_generation(mut self, second: bool) -> Self {
         self.second = second;
