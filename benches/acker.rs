@@ -2,8 +2,6 @@
 //! every contender side by side:
 //!
 //! * `ackwheel` — this crate's [`Acker`] with its defaults and the real reaper thread;
-//! * `ackwheel2` — the same Acker on its second-generation core
-//!   (`AckerBuilder::second_generation`, [`peers::SecondAcker`]);
 //! * `storm_port` — Storm's acker: one `Mutex` around a 3-bucket rotating map of
 //!   `AckObject`s, rotated by a ticker thread every timeout / 2 ([`peers::storm`]);
 //! * `dashmap` — `DashMap<u64, Entry>` with one `entry()` per operation and a sweeper
@@ -90,7 +88,7 @@ use peers::dash::DashTracker;
 use peers::moka_cache::MokaTracker;
 use peers::scc_map::SccTracker;
 use peers::storm::StormAcker;
-use peers::{SecondAcker, Sink, Tracker};
+use peers::{Sink, Tracker};
 
 /// Trees in flight per thread.
 const WINDOW: u64 = 1024;
@@ -483,7 +481,6 @@ fn check_semantics<T: Tracker>(name: &str) {
 
 fn semantics(_: &mut Criterion) {
     check_semantics::<Acker<u32>>("ackwheel");
-    check_semantics::<SecondAcker>("ackwheel2");
     check_semantics::<StormAcker>("storm_port");
     check_semantics::<DashTracker>("dashmap");
     check_semantics::<SccTracker>("scc");
@@ -530,7 +527,6 @@ fn lifecycle_1t_1k(c: &mut Criterion) {
     let mut group = c.benchmark_group("lifecycle/1t/1k-inflight");
     group.throughput(Throughput::Elements(1));
     one_thread::<Acker<u32>>(&mut group, "ackwheel", 0);
-    one_thread::<SecondAcker>(&mut group, "ackwheel2", 0);
     one_thread::<StormAcker>(&mut group, "storm_port", 0);
     one_thread::<DashTracker>(&mut group, "dashmap", 0);
     one_thread::<SccTracker>(&mut group, "scc", 0);
@@ -542,7 +538,6 @@ fn lifecycle_1t_1m(c: &mut Criterion) {
     let mut group = c.benchmark_group("lifecycle/1t/1M-pending");
     group.throughput(Throughput::Elements(1));
     one_thread::<Acker<u32>>(&mut group, "ackwheel", BACKGROUND);
-    one_thread::<SecondAcker>(&mut group, "ackwheel2", BACKGROUND);
     one_thread::<StormAcker>(&mut group, "storm_port", BACKGROUND);
     one_thread::<DashTracker>(&mut group, "dashmap", BACKGROUND);
     one_thread::<SccTracker>(&mut group, "scc", BACKGROUND);
@@ -631,7 +626,6 @@ fn lifecycle_2t_1k(c: &mut Criterion) {
     let mut group = c.benchmark_group("lifecycle/2t/1k-inflight");
     group.throughput(Throughput::Elements(1));
     two_threads::<Acker<u32>>(&mut group, "ackwheel");
-    two_threads::<SecondAcker>(&mut group, "ackwheel2");
     two_threads::<StormAcker>(&mut group, "storm_port");
     two_threads::<DashTracker>(&mut group, "dashmap");
     two_threads::<SccTracker>(&mut group, "scc");
@@ -703,7 +697,6 @@ fn ack_group(c: &mut Criterion, name: &str, pending: u64) {
     let mut group = c.benchmark_group(name);
     group.throughput(Throughput::Elements(1));
     ack_only::<Acker<u32>>(&mut group, "ackwheel", pending);
-    ack_only::<SecondAcker>(&mut group, "ackwheel2", pending);
     ack_only::<StormAcker>(&mut group, "storm_port", pending);
     ack_only::<DashTracker>(&mut group, "dashmap", pending);
     ack_only::<SccTracker>(&mut group, "scc", pending);
@@ -730,13 +723,12 @@ const EXPIRY_BATCH: u64 = 50_000;
 fn reaper_expire(c: &mut Criterion) {
     let mut group = c.benchmark_group("reaper/expire");
     group.throughput(Throughput::Elements(EXPIRY_BATCH));
-    expire_batches(&mut group, "ackwheel", false);
-    expire_batches(&mut group, "ackwheel2", true);
+    expire_batches(&mut group, "ackwheel");
     group.finish();
 }
 
-/// One contender of `reaper/expire`: the first core or (`second`) the second-generation one.
-fn expire_batches(group: &mut BenchmarkGroup<'_, WallTime>, name: &str, second: bool) {
+/// One contender of `reaper/expire`.
+fn expire_batches(group: &mut BenchmarkGroup<'_, WallTime>, name: &str) {
     let clock = ManualClock::new(0);
     let timed_out = Arc::new(AtomicU64::new(0));
     let sink = Arc::clone(&timed_out);
@@ -749,7 +741,6 @@ fn expire_batches(group: &mut BenchmarkGroup<'_, WallTime>, name: &str, second: 
             }
             black_box(c.payload);
         })
-        .second_generation(second)
         .build_manual()
         .expect("a valid configuration");
     let mut next = 0u64;

@@ -13,9 +13,9 @@ OPS_PER_TREE = 5  # init + 4 acks
 GROUPS = ["lifecycle/1t/1k-inflight", "lifecycle/1t/1M-pending", "lifecycle/2t/1k-inflight"]
 ACK_GROUPS = ["ack/1t/64k-pending", "ack/1t/1M-pending"]
 EXPIRY_GROUP, EXPIRY_BATCH = "reaper/expire", 50_000  # EXPIRY_BATCH in acker.rs
-CONTENDERS = ["ackwheel", "ackwheel2", "storm_port", "dashmap", "scc", "moka"]
+CONTENDERS = ["ackwheel", "storm_port", "dashmap", "scc", "moka"]
 # The Acker's cores: each gets a ratio column, peer time / its time.
-OURS = ["ackwheel", "ackwheel2"]
+OURS = ["ackwheel"]
 ROOT = os.path.join(os.environ.get("CARGO_TARGET_DIR", "target"), "criterion")
 
 
@@ -75,8 +75,7 @@ def main():
         if m is not None:
             print(f"{EXPIRY_GROUP} {c}: {m / 1e3:.1f} us per {EXPIRY_BATCH} trees timed out, "
                   f"{EXPIRY_BATCH / m * 1e3:.1f} M expirations/s")
-    print("A column /X is the row's time over X's time (peer/ours): > 1 means X is faster."
-          " Row ackwheel, column /ackwheel2: ackwheel / ackwheel2 (> 1: the second core is faster).")
+    print("A column /X is the row's time over X's time (peer/ours): > 1 means X is faster.")
     # DESIGN.md's targets.
     print("peer/ours > 1 means the Acker is faster; targets: 1 thread <= 35 ns/op and"
           " >= 1.0x storm_port and dashmap; 2 threads >= 3x storm_port, >= 1.5x dashmap,"

@@ -1,5 +1,4 @@
-//! The second-generation ledger's table (`src/acker/roots/`) alone, before it is wired
-//! into the Acker: what one tree's messages cost in the 128-bit-word table, with a bare
+//! The Acker's table (`src/acker/roots/`) alone: what one tree's messages cost in the 128-bit-word table, with a bare
 //! `DashMap<u64, u64>` and a bare `scc::HashMap<u64, u64>` doing the same XOR bookkeeping
 //! (one locked entry per message, removed at 0) measured in the same run. None of them has
 //! timers, times or callbacks here; the Acker bench (`benches/acker.rs`) compares the full

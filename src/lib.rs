@@ -35,13 +35,7 @@ mod rotating;
 mod sync;
 
 pub use acker::{Acker, AckerBuilder, AckerStats, Completion, InitError, Outcome};
-/// The grace-period protocol's parts, for the `grace_*` loom models only.
-#[cfg(loom)]
-#[doc(hidden)]
-pub mod grace {
-    pub use crate::acker::grace::{Fences, Limbo, Participant, Registry};
-}
-/// The second-generation ledger's table and slot word, for the `roots` loom models and the
+/// The Acker's table and slot word, for the `roots` loom models and the
 /// `roots` bench only (`--features internals`): not part of the API.
 #[cfg(any(loom, feature = "internals"))]
 #[doc(hidden)]
@@ -56,7 +50,7 @@ pub mod roots {
 #[doc(hidden)]
 pub mod batches {
     pub use crate::acker::batches::{Batch, Batches, Entry, Pushed};
-    pub use crate::acker::grace::Fences;
+    pub use crate::acker::fences::Fences;
 }
 pub use clock::{Clock, ManualClock, MonotonicClock};
 pub use error::ConfigError;

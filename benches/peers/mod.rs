@@ -73,15 +73,12 @@ pub(crate) trait Tracker: Send + Sync + Sized + 'static {
 }
 
 /// An Acker with the defaults a user gets (shards = 4 x cores, 1 ms resolution) and the
-/// real reaper thread, on the first core or (`second`) the second-generation one. The core
-/// is always chosen explicitly, so `ACKWHEEL_CORE` in the environment does not relabel a
-/// contender.
-fn acker(timeout: Duration, max_pending: usize, sink: Sink, second: bool) -> Acker<u32> {
+/// real reaper thread.
+fn acker(timeout: Duration, max_pending: usize, sink: Sink) -> Acker<u32> {
     Acker::builder()
         .timeout(timeout)
         .max_pending(max_pending)
         .on_complete(move |c| sink(c))
-        .second_generation(second)
         .build()
         .expect("valid acker configuration")
 }
@@ -108,14 +105,14 @@ fn holding_bound(pending: usize) -> usize {
     }
 }
 
-/// `ackwheel`: the Acker on its first core.
+/// `ackwheel`: the Acker.
 impl Tracker for Acker<u32> {
     fn build(timeout: Duration, pending: usize, sink: Sink) -> Self {
-        acker(timeout, build_bound(pending), sink, false)
+        acker(timeout, build_bound(pending), sink)
     }
 
     fn build_holding(timeout: Duration, pending: usize, sink: Sink) -> Self {
-        acker(timeout, holding_bound(pending), sink, false)
+        acker(timeout, holding_bound(pending), sink)
     }
 
     #[inline]
@@ -143,48 +140,6 @@ impl Tracker for Acker<u32> {
         timeout: Duration,
     ) -> Result<(), InitError<u32>> {
         Acker::init_with_timeout(self, root, xor, payload, timeout)
-    }
-}
-
-/// `ackwheel2`: the same Acker, built the same way, on the second-generation core
-/// (`AckerBuilder::second_generation`). Every operation is the first core's impl above.
-pub(crate) struct SecondAcker(Acker<u32>);
-
-impl Tracker for SecondAcker {
-    fn build(timeout: Duration, pending: usize, sink: Sink) -> Self {
-        SecondAcker(acker(timeout, build_bound(pending), sink, true))
-    }
-
-    fn build_holding(timeout: Duration, pending: usize, sink: Sink) -> Self {
-        SecondAcker(acker(timeout, holding_bound(pending), sink, true))
-    }
-
-    #[inline]
-    fn init(&self, root: u64, xor: u64, payload: u32) -> Result<(), InitError<u32>> {
-        Tracker::init(&self.0, root, xor, payload)
-    }
-
-    #[inline]
-    fn ack(&self, root: u64, xor: u64) -> bool {
-        Tracker::ack(&self.0, root, xor)
-    }
-
-    #[inline]
-    fn fail(&self, root: u64) -> bool {
-        Tracker::fail(&self.0, root)
-    }
-
-    const PER_TREE_TIMEOUT: bool = <Acker<u32> as Tracker>::PER_TREE_TIMEOUT;
-
-    #[inline]
-    fn hold(
-        &self,
-        root: u64,
-        xor: u64,
-        payload: u32,
-        timeout: Duration,
-    ) -> Result<(), InitError<u32>> {
-        Tracker::hold(&self.0, root, xor, payload, timeout)
     }
 }
 

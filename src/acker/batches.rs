@@ -76,7 +76,9 @@
 use std::cell::{Cell, RefCell};
 
 use super::fences::Fences;
-use crate::sync::{fence, Arc, AtomicBool, AtomicU32, AtomicUsize, Mutex, Ordering, UnsafeCell};
+use crate::sync::{
+    fence, Arc, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Mutex, Ordering, UnsafeCell,
+};
 
 use super::roots::{reached, Tick};
 
@@ -179,6 +181,8 @@ pub struct Batches {
     /// Operations in progress on threads that have no batch (exiting threads; under loom,
     /// every thread).
     shared: AtomicU32,
+    /// Heavy fences whose barrier could not be run (see [`Batches::heavy`]).
+    barrier_failures: AtomicU64,
 }
 
 /// An acker operation in progress on the calling thread; see [`Batches::enter`].
@@ -215,6 +219,8 @@ pub struct Grace {
     busy: Vec<(Arc<Batch>, u32)>,
     /// Threads without a batch were inside operations.
     shared: bool,
+    /// The barrier failed: nothing is known yet; the next check snapshots again.
+    unfenced: bool,
 }
 
 /// What a push asks of its caller.
@@ -240,6 +246,7 @@ impl Batches {
             idle: AtomicBool::new(false),
             closed: AtomicBool::new(false),
             shared: AtomicU32::new(0),
+            barrier_failures: AtomicU64::new(0),
         }
     }
 
@@ -373,10 +380,11 @@ impl Batches {
                 // Relaxed: ordered before the pin loads by the heavy fence below.
                 batch.taken.store(true, Ordering::Relaxed);
             }
-            self.fences.heavy();
+            let fenced = self.heavy();
             for batch in all.iter().filter(|b| b.taken.load(Ordering::Relaxed)) {
-                // Acquire: reads the owner's last unpin, after its entries' writes.
-                if !batch.pin.load(Ordering::Acquire) {
+                // Acquire: reads the owner's last unpin, after its entries' writes. (Without
+                // the barrier a pin may not be visible yet: the batch stays with its owner.)
+                if fenced && !batch.pin.load(Ordering::Acquire) {
                     batch.entries.with_mut(|entries| {
                         // Safety: `taken` was set before the heavy fence and the owner is
                         // not pinned after it, so it keeps off until we unset `taken`.
@@ -454,9 +462,8 @@ impl Batches {
     /// the callback: it must not be dropped under its own feet).
     pub fn close(&self, caller_active: bool) -> bool {
         self.closed.store(true, Ordering::Relaxed); // Relaxed: ordered by the heavy fence
-        self.fences.heavy();
-        if caller_active {
-            return false;
+        if !self.heavy() || caller_active {
+            return false; // without the barrier, a depth read as 0 proves nothing
         }
         // Acquire: reads each thread's release of its depth, so its callback happened before.
         let others =
@@ -474,7 +481,15 @@ impl Batches {
     /// store, then the heavy fence, then the depth loads. An operation whose depth this
     /// reads as 0 loads the tables after the store.
     pub fn grace(&self) -> Grace {
-        self.fences.heavy();
+        if !self.heavy() {
+            // Without the barrier a depth read as 0 proves nothing: the period is over
+            // only after a later snapshot, behind a barrier that ran, says so.
+            return Grace {
+                busy: Vec::new(),
+                shared: false,
+                unfenced: true,
+            };
+        }
         // Acquire (all): reads each thread's release of its depth, so what its operation
         // read of the old table happened before the caller frees it.
         let busy = (self.all.lock().unwrap().iter())
@@ -484,12 +499,34 @@ impl Batches {
         Grace {
             busy,
             shared: self.shared.load(Ordering::SeqCst) > 0,
+            unfenced: false,
         }
+    }
+
+    /// The heavy fence; a barrier that could not be run is counted (`false`). A registered
+    /// process's `membarrier` has no documented way to fail, but if it does, the callers
+    /// wait rather than trust a depth or pin read without it.
+    fn heavy(&self) -> bool {
+        let ran = self.fences.heavy();
+        if !ran {
+            // Relaxed: a statistic.
+            self.barrier_failures.fetch_add(1, Ordering::Relaxed);
+        }
+        ran
+    }
+
+    /// Heavy fences whose barrier could not be run, since the acker was built.
+    pub fn barrier_failures(&self) -> u64 {
+        self.barrier_failures.load(Ordering::Relaxed) // Relaxed: a statistic.
     }
 
     /// Whether every thread that was inside an operation when `grace` began has left it
     /// (its depth is 0, or it began another outermost one since).
     pub fn grace_over(&self, grace: &mut Grace) -> bool {
+        if grace.unfenced {
+            *grace = self.grace();
+            return false;
+        }
         // Acquire (both): as in `grace`.
         grace.busy.retain(|(b, begun)| {
             b.active.load(Ordering::Acquire) > 0 && b.begun.load(Ordering::Acquire) == *begun
@@ -762,6 +799,28 @@ mod tests {
         batches.unidle();
         assert_eq!(batches.push(entry(2), 1, 1, |_| true), Pushed::Filed);
         assert!(batches.park_check(), "entries wait: do not park");
+    }
+
+    #[test]
+    fn without_the_barrier_no_grace_ends_no_batch_is_taken_and_shutdown_waits() {
+        for fences in [Fences::Failing, Fences::Symmetric] {
+            let works = fences == Fences::Symmetric;
+            let batches = Batches::new(fences);
+            batches.push(entry(1), 5, 5, |_| true);
+            // Nobody is inside an operation: only the barrier can prove it.
+            let mut grace = batches.grace();
+            assert_eq!(batches.grace_over(&mut grace), works);
+            assert_eq!(batches.grace_over(&mut grace), works);
+            let mut due = Vec::new();
+            batches.collect(9, true, &mut due);
+            assert_eq!(due.len(), usize::from(works), "taken over: {fences:?}");
+            assert_eq!(batches.close(false), works);
+            let failures = batches.barrier_failures();
+            assert!(
+                if works { failures == 0 } else { failures >= 4 },
+                "{failures}"
+            );
+        }
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! The reaper's compact wheel: entries filed under a tick, collected once the tick is due.
 //!
-//! The second-generation reaper keeps, for each tree that outlived a tick, one small `Copy`
+//! The reaper keeps, for each tree that outlived a tick, one small `Copy`
 //! entry (a slot and a key check) filed under its deadline's tick. Entries are never
 //! cancelled: when one comes due the reaper re-checks it against the table and drops or
 //! re-files it. So this wheel offers only `push` and `advance`, and holds entries in plain

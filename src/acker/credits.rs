@@ -85,12 +85,8 @@ impl Credits {
         }
     }
 
-    /// The bound: `max_pending`.
-    pub(super) fn max(&self) -> usize {
-        self.max
-    }
-
     /// Every stripe empty, as a take would find them.
+    #[cfg(test)]
     pub(super) fn exhausted(&self) -> bool {
         self.stripes.iter().all(|s| s.load(Ordering::SeqCst) == 0)
     }

@@ -30,13 +30,9 @@ fn manual(
     (builder(b).build_manual().unwrap(), log)
 }
 
-/// Timers in all of the acker's wheels.
+/// Timers in the acker's batches and wheel.
 fn wheel_timers<T: Send + 'static>(acker: &Acker<T>) -> usize {
-    if acker.second().is_some() {
-        return acker.scheduled_timers();
-    }
-    let wheels = acker.handle().inner.wheels.lock().unwrap();
-    wheels.iter().map(|w| w.len()).sum()
+    acker.scheduled_timers()
 }
 
 fn take(log: &Log) -> Vec<(u64, u32, Outcome)> {
@@ -89,49 +85,6 @@ fn acks_before_init_are_held_and_init_completes() {
     assert_eq!(take(&log), [(4, 40, Outcome::Acked)]);
 }
 
-/// The soak's false `Acked`, step by step: a duplicated ack cancels its first copy on a held
-/// orphan (value 0) just before init XORs its value in and sets INIT, and only then looks at
-/// the state. Its zero predates init's XOR, so it must not complete the tree: that would
-/// report a tree `Acked` whose value is init's, unacked. The duplicate's two halves run
-/// around a whole init; the tree must stay pending and time out.
-#[test]
-fn acks_zero_from_before_init_never_completes_the_tree() {
-    let clock = ManualClock::new(0);
-    let (acker, log) = manual(&clock, |b| b);
-    if acker.second().is_some() {
-        // The first core's two-word race. On the second core an ack completes a tree only
-        // in the CAS that brings a LIVE word's value to 0, so it cannot be expressed; the
-        // loom model `roots_duplicated_ack_vs_init_never_completes` covers its shape.
-        return;
-    }
-    let (root, edge, init_xor) = (0x8f48_5a2b_ffa6_4a58, 0xf804_e36f_688e_fec8, 0x5eed);
-    assert!(
-        !acker.ack(root, edge),
-        "the first copy is held as an orphan"
-    );
-    let inner = acker.inner();
-    let h = inner.layout.hash(root);
-    let slot = inner.shards[h.shard]
-        .ledger
-        .find(h)
-        .expect("the orphan's slot");
-    let second_copy = inner.xor_in(h.shard, slot, edge);
-    assert_eq!(second_copy, AckedValue::ZeroBeforeInit);
-    acker.init(root, init_xor, 7).unwrap();
-    assert!(take(&log).is_empty(), "init sees its own XOR: not 0");
-    let mut done = None;
-    inner.complete_acked(h.shard, slot, second_copy, &mut done);
-    assert!(
-        !inner.deliver(done),
-        "the duplicate completed a tree whose value is {init_xor:#x}"
-    );
-    assert!(take(&log).is_empty());
-    assert_eq!(acker.pending(), 1);
-    clock.advance(31 * SEC);
-    assert_eq!(acker.expire(), 1);
-    assert_eq!(take(&log), [(root, 7, Outcome::TimedOut)]);
-}
-
 #[test]
 fn fail_before_init_fails_at_init_unless_acked_wins() {
     let clock = ManualClock::new(0);
@@ -158,10 +111,10 @@ fn fail_on_an_initialized_tree_fails_it_now() {
     assert_eq!(acker.stats().failed, 1);
 }
 
-/// An init that shortens a held orphan's deadline sends its adjust word on the inbox lane
-/// of the orphan's open word, whichever thread it runs on: on another lane, a pass that
-/// drains that lane first finds no timer to move, then schedules the open word at the old
-/// deadline, and the tree times out late.
+/// An init that shortens the deadline of an orphan another thread created (whose batch
+/// holds the orphan's timer, at the default deadline) files a timer of its own: the tree
+/// times out at the shortened deadline, not late. (On the first core the same shape lost
+/// the adjustment when it went on another thread's inbox lane.)
 #[test]
 fn an_adjust_word_follows_its_open_word_on_another_threads_lane() {
     let clock = ManualClock::new(0);
@@ -189,17 +142,15 @@ fn an_adjust_word_follows_its_open_word_on_another_threads_lane() {
     }
 }
 
-/// In manual mode nothing drains the inboxes between `expire` calls, and one thread's open
-/// words all go on its own lane: that lane still has room for an adjust word for each of
-/// as many orphans as half the table holds (a cell per slot in each lane, as the one ring
-/// had before there were lanes).
+/// In manual mode nothing drains a thread's batch between `expire` calls: one thread can
+/// hold hundreds of orphans and shorten every one's deadline by its init, and each tree
+/// times out at its shortened deadline.
 #[test]
 fn one_thread_can_shorten_the_deadline_of_every_orphan_it_holds() {
     let clock = ManualClock::new(0);
     let (acker, log) = manual(&clock, |b| {
         b.shards(1)
             .max_pending(1000)
-            .crowded()
             .resolution(Duration::from_millis(1))
     });
     for root in 0..500 {
@@ -352,7 +303,7 @@ fn the_callback_may_call_back_into_the_acker() {
 fn slots_are_reused_without_mixing_trees() {
     // A tiny table: one shard, few slots; thousands of trees cycle through it.
     let clock = ManualClock::new(0);
-    let (acker, log) = manual(&clock, |b| b.shards(1).max_pending(8).crowded());
+    let (acker, log) = manual(&clock, |b| b.shards(1).max_pending(8));
     let rounds: u64 = if cfg!(miri) { 40 } else { 2000 };
     for round in 0..rounds {
         let root = round.wrapping_mul(0x9E37_79B9_7F4A_7C15);
@@ -532,9 +483,9 @@ fn model_test_against_a_sequential_reference() {
                     now += TICK * rng.random_range(0..30);
                     clock.set(origin.wrapping_add(now));
                     let delivered = acker.expire();
-                    // The second core's deadlines are a tick later: a first message's tick
+                    // Deadlines are a tick later than the model's: a first message's tick
                     // may be up to one tick old (`lean/`).
-                    let late = if acker.second().is_some() { TICK } else { 0 };
+                    let late = TICK;
                     let due: Vec<u64> = model
                         .iter()
                         .filter(|(_, t)| t.deadline + late <= now)
@@ -547,15 +498,9 @@ fn model_test_against_a_sequential_reference() {
                         }
                     }
                     assert_eq!(delivered, expected.len(), "{ctx}");
-                    // Right after a pass, every pending root (orphans too) has exactly one
-                    // timer, and completed trees have none. The second core's are lazy:
-                    // every pending root has at least one, and a completed tree's waits
-                    // for its deadline or a sweep.
-                    if acker.second().is_some() {
-                        assert!(wheel_timers(&acker) >= model.len(), "{ctx}");
-                    } else {
-                        assert_eq!(wheel_timers(&acker), model.len(), "{ctx}");
-                    }
+                    // Right after a pass, every pending root (orphans too) has a timer.
+                    // Timers are lazy: a completed tree's waits for its deadline or a sweep.
+                    assert!(wheel_timers(&acker) >= model.len(), "{ctx}");
                 }
             }
             let mut got = take(&log);
@@ -721,42 +666,25 @@ fn an_init_for_a_held_orphan_is_accepted_at_capacity() {
     assert_eq!(take(&log), [(2, 2, Outcome::Acked)]);
 }
 
-/// Inits `root` (value `xor`), which must be accepted: below `max_pending` a refusal must
-/// come only after [`ROOM_WAIT`] spent waiting for tombstones to be freed (a machine loaded
-/// beyond that may refuse; the init is then tried again, for up to 30 s).
+/// Inits `root` (value `xor`), which must be accepted: it is below `max_pending`, and a
+/// completed tree's slot and credit come back at once (no tombstone waits for a reaper),
+/// so a refusal is a bug, however loaded the machine.
 fn init_below_max_pending(acker: &Acker<u32>, root: u64, xor: u64) {
-    let first = std::time::Instant::now();
-    loop {
-        let started = std::time::Instant::now();
-        match acker.init(root, xor, 0) {
-            Ok(()) => return,
-            Err(InitError::Full(_)) => {
-                let waited = started.elapsed();
-                assert!(
-                    waited >= ROOM_WAIT,
-                    "root {root}: refused after {waited:?} with {} pending",
-                    acker.pending()
-                );
-                assert!(first.elapsed() < 30 * SEC, "root {root}: refused for 30 s");
-            }
-            Err(e) => panic!("root {root}: {e}"),
-        }
+    if let Err(e) = acker.init(root, xor, 0) {
+        panic!("root {root}: {e} with {} pending", acker.pending());
     }
 }
 
 /// Completed trees free their slots long before their (30 s) deadline: a small acker runs
-/// many times its table's size of lifecycles back to back, and no init is refused without
-/// waiting for room. Before the reaper was woken by tombstones, inits were refused `Full`
-/// after about two tables' worth of completions; before inits waited for tombstones to be
-/// freed (`make_room`), they were refused at once now and then while the reaper or the
-/// grace period lagged.
+/// many times its table's size of lifecycles back to back, and no init is refused. (On the
+/// first core, whose reaper freed tombstones after a grace period, inits were refused `Full`
+/// after about two tables' worth of completions until they learned to wait for room.)
 #[test]
 fn completed_slots_are_recycled_without_waiting_for_a_deadline() {
     let acker: Acker<u32> = Acker::builder()
         .timeout(30 * SEC)
         .shards(1)
         .max_pending(256)
-        .crowded()
         .build()
         .unwrap();
     let trees: u64 = if cfg!(miri) { 2_000 } else { 200_000 };
@@ -769,11 +697,10 @@ fn completed_slots_are_recycled_without_waiting_for_a_deadline() {
     assert_eq!(acker.pending(), 0);
 }
 
-/// More busy threads than cores (the common case for a server's worker pool): the reaper and
-/// any thread preempted while pinned lose the CPU for whole time slices, so tombstones wait
-/// a long while to be freed. Inits must wait for them rather than be refused at once well
-/// below `max_pending` (they were, with an eighth of it pending, after a few thousand
-/// trees). On an idle machine none is refused at all.
+/// More busy threads than cores (the common case for a server's worker pool), each
+/// preempted for whole time slices in the middle of operations: no init is refused below
+/// `max_pending`. (The first core's were, with an eighth of it pending, while tombstones
+/// waited for a descheduled reaper.)
 #[test]
 fn busy_threads_are_not_refused_below_max_pending() {
     const THREADS: u64 = 4;
@@ -784,7 +711,6 @@ fn busy_threads_are_not_refused_below_max_pending() {
         .shards(1)
         // Room for twice what is ever in flight.
         .max_pending((2 * THREADS * IN_FLIGHT) as usize)
-        .crowded()
         .build()
         .unwrap();
     std::thread::scope(|s| {
@@ -856,99 +782,23 @@ fn a_panicking_clock_leaves_nothing_half_done() {
     assert!(!acker.ack(2, 0b1));
     assert!(!acker.fail(3));
     assert_eq!(acker.pending(), 3);
-    if acker.second().is_some() {
-        // The second core reads the clock for `elapsed` only after the completing CAS: the
-        // completion is delivered whole (elapsed 0), and then the panic reaches the caller.
-        fails(&|| {
-            let _ = acker.ack(1, 0b1);
-        });
-        assert_eq!(take(&log), [(1, 7, Outcome::Acked)]);
-        assert_eq!(acker.pending(), 2);
-        return;
-    }
-    // The completing ack XORs the value to 0, then its clock read panics before it claims
-    // completion: the tree stays pending and times out, its payload intact.
+    // The clock is read for `elapsed` only after the completing CAS: the completion is
+    // delivered whole (elapsed 0), and then the panic reaches the caller.
     fails(&|| {
         let _ = acker.ack(1, 0b1);
     });
-    assert_eq!(acker.pending(), 3);
-    assert!(take(&log).is_empty());
-    time.advance(31 * SEC);
-    acker.expire();
-    assert_eq!(take(&log), [(1, 7, Outcome::TimedOut)]);
-    assert_eq!(acker.pending(), 0, "{:?}", acker.stats());
+    assert_eq!(take(&log), [(1, 7, Outcome::Acked)]);
+    assert_eq!(acker.pending(), 2);
 }
 
-#[test]
-fn the_wheels_hold_one_timer_per_pending_root() {
-    // A completed tree's timer goes with its slot, and a slot sent to the reaper again moves
-    // the timer it has: the wheels follow the pending count, not the roots seen within a
-    // timeout.
-    let clock = ManualClock::new(0);
-    let (acker, log) = manual(&clock, |b| b);
-    if acker.second().is_some() {
-        return; // lazy timers: see `the_wheel_sweeps_dead_entries_beyond_twice_pending`
-    }
-    for root in 0..300u64 {
-        acker.init(root, 0b11, root as u32).unwrap();
-    }
-    // Held orphans (acks before init), on the default 30 s timeout.
-    for root in 1000..1100u64 {
-        assert!(!acker.ack(root, 0b01));
-    }
-    acker.expire();
-    assert_eq!(wheel_timers(&acker), 400);
-    // Their inits shorten the deadline to 5 s, which sends each slot to the reaper again.
-    for root in 1000..1100u64 {
-        acker
-            .init_with_timeout(root, 0b11, root as u32, 5 * SEC)
-            .unwrap();
-    }
-    acker.expire();
-    assert_eq!(
-        wheel_timers(&acker),
-        400,
-        "a slot sent again keeps one timer"
-    );
-    // Resets send nothing (the reaper re-checks when the timer fires).
-    clock.advance(SEC);
-    for root in 0..300u64 {
-        assert!(acker.reset_timeout(root));
-    }
-    acker.expire();
-    assert_eq!(wheel_timers(&acker), 400);
-    for root in 0..200u64 {
-        assert!(!acker.ack(root, 0b01));
-        assert!(acker.ack(root, 0b10));
-    }
-    for root in 200..250u64 {
-        acker.fail(root);
-    }
-    assert_eq!(take(&log).len(), 250);
-    acker.expire();
-    assert_eq!(
-        wheel_timers(&acker),
-        150,
-        "completed trees' timers are cancelled"
-    );
-    clock.advance(5 * SEC);
-    assert_eq!(acker.expire(), 100, "the shortened trees time out at 5 s");
-    assert_eq!(wheel_timers(&acker), 50);
-    clock.advance(31 * SEC);
-    assert_eq!(acker.expire(), 50);
-    assert_eq!(wheel_timers(&acker), 0);
-    assert_eq!(acker.pending(), 0);
-}
-
-/// A root whose buckets are full of live trees (skewed or chosen roots) below `max_pending`
-/// is refused at once: only tombstones are worth waiting for (it used to wait [`ROOM_WAIT`]).
+/// A root whose table is full of live trees and at its largest (skewed or chosen roots)
+/// below `max_pending` is refused at once: nothing is worth waiting for.
 #[test]
 fn a_window_full_of_live_trees_is_refused_without_waiting() {
     let acker: Acker<u32> = Acker::builder()
         .timeout(30 * SEC)
         .shards(4)
         .max_pending(400)
-        .crowded()
         .build()
         .unwrap();
     // Fill shard 0 with live trees until it refuses; the other shards keep pending low.
@@ -968,39 +818,11 @@ fn a_window_full_of_live_trees_is_refused_without_waiting() {
         acker.pending() < 400,
         "shard 0's table fills before max_pending"
     );
-    assert!(refused < ROOM_WAIT / 2, "refused after {refused:?}");
-    assert_eq!(acker.stats().rejected_full, 1);
-}
-
-/// A small `max_pending` still gets tables of at least [`MIN_TABLE_SLOTS`] (a crowded table
-/// is slow), and the bound stays exact: the ninth tree of eight is refused.
-#[test]
-fn a_small_max_pending_gets_an_uncrowded_table_and_an_exact_bound() {
-    let clock = ManualClock::new(0);
-    let (acker, _log) = manual(&clock, |b| b.max_pending(8));
-    if acker.second().is_some() {
-        // The second core's tables: `lean_tables_are_small_and_the_bound_exact`.
-        return;
-    }
-    let slots: usize = (acker.handle().inner.shards.iter())
-        .map(|s| s.ledger.capacity())
-        .sum();
-    assert!(slots >= MIN_TABLE_SLOTS, "{slots} slots");
     assert!(
-        slots < 2 * MIN_TABLE_SLOTS.max(4 * 32 * SLOTS_PER_BUCKET),
-        "{slots} slots"
+        refused < Duration::from_millis(50),
+        "refused after {refused:?}"
     );
-    for root in 0..8 {
-        acker.init(root, 1, 0).unwrap();
-    }
-    assert!(matches!(acker.init(8, 1, 8), Err(InitError::Full(8))));
-    let (crowded, _log) = manual(&clock, |b| b.max_pending(8).crowded());
-    let slots: usize = (crowded.handle().inner.shards.iter())
-        .map(|s| s.ledger.capacity())
-        .sum();
-    // The smallest layout: 4 shards of 32 buckets (the hash needs 7 bits for them, so that
-    // a stored key leaves 6 bits of the key word for the distance).
-    assert_eq!(slots, 4 * 32 * SLOTS_PER_BUCKET);
+    assert_eq!(acker.stats().rejected_full, 1);
 }
 
 /// Random roots fill a table to `max_pending` without one refusal: the quarter of headroom
@@ -1028,42 +850,12 @@ fn random_roots_fill_max_pending_without_a_refusal() {
     assert!(matches!(acker.init(N, 1, 1), Err(InitError::Full(1))));
 }
 
-/// A thread that completes more trees than its retired ring holds before a pass drains it
-/// moves on to the shard's other ring: nothing is lost and nothing waits (with one thread, a
-/// wait for the reaper would never end in manual mode).
-#[test]
-fn completions_past_one_retired_ring_go_to_the_other() {
-    const TREES: u64 = 2000;
-    let clock = ManualClock::new(0);
-    let (acker, log) = manual(&clock, |b| {
-        b.shards(1).max_pending(TREES as usize).crowded()
-    });
-    if acker.second().is_some() {
-        return; // the first core's retired rings; the second has none
-    }
-    let lane = acker.handle().inner.shards[0].retired[0].capacity() as u64;
-    assert!(TREES > lane, "the test must overflow a ring: {lane} cells");
-    for round in 0..2 {
-        for root in 0..TREES {
-            acker.init(root, 7, round as u32).unwrap();
-            assert!(acker.ack(root, 7));
-        }
-        assert_eq!(acker.pending(), 0);
-        // One pass retires every tombstone, whichever ring it is on, so the second round
-        // finds its slots free again.
-        acker.expire();
-        acker.expire();
-    }
-    assert_eq!(log.lock().unwrap().len(), 2 * TREES as usize);
-    assert_eq!(acker.stats().acked, 2 * TREES);
-}
-
 /// The second core's reaper wheel keeps an entry per tree that outlived its first tick
 /// until the deadline; the sweep keeps it within about twice what is pending.
 #[test]
 fn the_wheel_sweeps_dead_entries_beyond_twice_pending() {
     let clock = ManualClock::new(0);
-    let (acker, log) = manual(&clock, |b| b.second_generation(true).max_pending(1 << 16));
+    let (acker, log) = manual(&clock, |b| b.max_pending(1 << 16));
     const LIVE: u64 = 1000;
     for root in 0..LIVE {
         acker.init(1 << 40 | root, 0b1, 0).unwrap(); // held all along
@@ -1093,7 +885,7 @@ fn the_wheel_sweeps_dead_entries_beyond_twice_pending() {
 #[test]
 fn lean_tables_are_small_and_the_bound_exact() {
     let clock = ManualClock::new(0);
-    let (acker, _log) = manual(&clock, |b| b.second_generation(true).max_pending(8));
+    let (acker, _log) = manual(&clock, |b| b.max_pending(8));
     for root in 0..8 {
         acker.init(root, 1, 0).unwrap();
     }
@@ -1106,7 +898,7 @@ fn lean_tables_are_small_and_the_bound_exact() {
     acker.init(8, 1, 8).unwrap();
 }
 
-// ------------------------------------------------ issue 22's faults, on the second core
+// ------------------------------------------------------------------ issue 22's faults
 
 /// A `Clock` that panics on the reaper's thread while `armed`, once per arming.
 #[derive(Clone)]
@@ -1135,7 +927,6 @@ fn the_reaper_survives_a_panicking_clock() {
     let timed_out = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let sink = Arc::clone(&timed_out);
     let acker: Acker<u32> = Acker::builder()
-        .second_generation(true)
         .timeout(Duration::from_millis(20))
         .clock(clock.clone())
         .on_complete(move |_| {
@@ -1177,7 +968,6 @@ impl Drop for PanickingDrop {
 fn the_reaper_survives_a_payload_whose_drop_panics() {
     let dropped = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let acker: Acker<PanickingDrop> = Acker::builder()
-        .second_generation(true)
         .timeout(Duration::from_millis(10))
         .build()
         .unwrap();
@@ -1203,7 +993,6 @@ fn every_concurrent_shutdown_waits_for_the_reaper() {
     let in_callback = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let flag = Arc::clone(&in_callback);
     let acker: Acker<u32> = Acker::builder()
-        .second_generation(true)
         .timeout(Duration::from_millis(5))
         .on_complete(move |_| {
             flag.store(true, Ordering::SeqCst);
@@ -1243,7 +1032,6 @@ fn a_clock_that_steps_back_gives_zero_elapsed() {
     let elapsed = Arc::new(StdMutex::new(Vec::new()));
     let sink = Arc::clone(&elapsed);
     let acker: Acker<u32> = Acker::builder()
-        .second_generation(true)
         .clock(clock.clone())
         .on_complete(move |c| sink.lock().unwrap().push(c.elapsed))
         .build_manual()
@@ -1261,7 +1049,7 @@ fn a_clock_that_steps_back_gives_zero_elapsed() {
 #[test]
 fn a_clock_jump_of_a_week_does_not_alias_a_deadline() {
     let clock = ManualClock::new(0);
-    let (acker, log) = manual(&clock, |b| b.second_generation(true));
+    let (acker, log) = manual(&clock, |b| b);
     acker.init(1, 0b1, 7).unwrap();
     assert!(!acker.ack(2, 0b1)); // an orphan too
     acker.expire();
@@ -1298,7 +1086,6 @@ fn shutdown_drops_a_callback_that_holds_its_own_acker() {
     let replays = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let counted = Arc::clone(&replays);
     let acker: Acker<u32> = Acker::builder()
-        .second_generation(true)
         .on_complete(move |c| {
             let _ = &witness;
             if c.payload == 1 {
@@ -1331,7 +1118,6 @@ fn shutdown_from_inside_the_callback_returns() {
     let sink = Arc::clone(&handed_back);
     let clock = ManualClock::new(0);
     let acker: Acker<u32> = Acker::builder()
-        .second_generation(true)
         .clock(clock.clone())
         .on_complete(move |_| {
             *sink.lock().unwrap() = Some(in_callback.get().unwrap().shutdown());

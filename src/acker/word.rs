@@ -1,6 +1,6 @@
 //! A root's slot word: its key, its state and its XOR value, changed together.
 //!
-//! The second-generation ledger keeps everything an operation decides on in one 16-byte
+//! The table keeps everything an operation decides on in one 16-byte
 //! word per slot, changed only by a 128-bit compare-and-swap:
 //!
 //! ```text

@@ -23,7 +23,10 @@
 //! atomics on the same memory, so which one a given access took never matters.
 //!
 //! ThreadSanitizer does not see inline assembly (portable-atomic's included), so it sees
-//! neither path's accesses as synchronizing.
+//! neither path's accesses as synchronizing. Built with `--cfg ackwheel_tsan` (CI's TSan
+//! run), every operation also holds one of a few striped locks around portable-atomic's:
+//! TSan then sees what each CAS publishes (a payload written before a settle CAS, read
+//! after a completing one). Slower, and still linearizable; never in a normal build.
 
 use std::sync::atomic::Ordering;
 
@@ -40,7 +43,9 @@ impl AtomicU128 {
     /// Loads the value. The inlined path is SeqCst whatever `order` asks.
     #[inline]
     pub(crate) fn load(&self, order: Ordering) -> u128 {
-        #[cfg(all(target_arch = "x86_64", not(miri)))]
+        #[cfg(ackwheel_tsan)]
+        let _stripe = tsan::lock(self);
+        #[cfg(all(target_arch = "x86_64", not(miri), not(ackwheel_tsan)))]
         if x86::available() {
             // Safety: `as_ptr` is valid and 16-byte aligned (portable-atomic's type is
             // `align(16)`) for as long as `self` is borrowed, and `available` checked the
@@ -55,7 +60,7 @@ impl AtomicU128 {
     /// four `vmovdqa` in one block and one check of the CPU.
     #[inline]
     pub(crate) fn load_each<const N: usize>(words: &[AtomicU128; N], order: Ordering) -> [u128; N] {
-        #[cfg(all(target_arch = "x86_64", not(miri)))]
+        #[cfg(all(target_arch = "x86_64", not(miri), not(ackwheel_tsan)))]
         if N == 4 && x86::available() {
             // Safety: `words` is four valid, 16-byte aligned atomics (the array has its
             // element's alignment and no padding); `available` checked the CPU.
@@ -75,13 +80,31 @@ impl AtomicU128 {
         success: Ordering,
         failure: Ordering,
     ) -> Result<u128, u128> {
-        #[cfg(all(target_arch = "x86_64", not(miri)))]
+        #[cfg(ackwheel_tsan)]
+        let _stripe = tsan::lock(self);
+        #[cfg(all(target_arch = "x86_64", not(miri), not(ackwheel_tsan)))]
         if x86::available() {
             // Safety: as in `load`; `available` checked for `cmpxchg16b`.
             let seen = unsafe { x86::cmpxchg16b(self.0.as_ptr(), current, new) };
             return if seen == current { Ok(seen) } else { Err(seen) };
         }
         self.0.compare_exchange(current, new, success, failure)
+    }
+}
+
+/// The striped locks of a `--cfg ackwheel_tsan` build (module docs).
+#[cfg(ackwheel_tsan)]
+mod tsan {
+    use std::sync::{Mutex, MutexGuard};
+
+    const STRIPES: usize = 64;
+    static LOCKS: [Mutex<()>; STRIPES] = [const { Mutex::new(()) }; STRIPES];
+
+    /// The lock of `word`'s stripe, held for one operation (never two at once: no order to
+    /// keep between stripes).
+    pub(super) fn lock(word: &super::AtomicU128) -> MutexGuard<'static, ()> {
+        let stripe = (word as *const super::AtomicU128 as usize >> 4) % STRIPES;
+        LOCKS[stripe].lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 

@@ -74,6 +74,7 @@ pub struct TimerKey {
 
 impl TimerKey {
     /// The node this key names: unique among live timers, reused after this one is gone.
+    #[cfg(test)]
     pub(crate) fn index(self) -> u32 {
         self.index
     }
@@ -183,16 +184,6 @@ impl<T> TimerWheel<T> {
         self.slab.live(key.index, key.generation)?;
         self.slab.unlink(key.index);
         Some(self.slab.free(key.index))
-    }
-
-    /// The key of the live timer in node `index` (see [`TimerKey::index`]), if there is
-    /// one. For an owner that keeps only node indices beside its own record of what each
-    /// holds; it checks the value before acting on the key.
-    pub(crate) fn key_at(&self, index: u32) -> Option<TimerKey> {
-        let generation = self.slab.nodes.get(index as usize)?.generation;
-        self.slab
-            .live(index, generation)
-            .map(|_| TimerKey { index, generation })
     }
 
     /// The timer's deadline, `None` when the key is stale.

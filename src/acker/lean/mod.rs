@@ -1,6 +1,6 @@
-//! The Acker's second-generation core: lock-free tables of 16-byte root words, lazy timers,
-//! one reaper. Built beside the first core (`ledger.rs`, `grace.rs`, `ring.rs`, ...) behind
-//! the same API, and chosen by the builder's private switch until it replaces it (issue 20).
+//! The Acker's core (its second generation, which replaced a ledger with grace periods,
+//! inbox and retired rings: `docs/acker-second-generation.md`): lock-free tables of 16-byte
+//! root words, lazy timers, one reaper. `acker/mod.rs` is the public API over it.
 //!
 //! ## A tree's path
 //!
@@ -709,7 +709,8 @@ impl<T: Send + 'static> Lean<T> {
         out
     }
 
-    /// The `(table, 0)` a root lives in (the loom models' helper for the first core).
+    /// The `(table, 0)` a root lives in: its group is not fixed (tables grow), so the loom
+    /// models pick roots that share a table.
     pub(super) fn placement(&self, root: u64) -> (usize, usize) {
         (self.layout.place(root).0, 0)
     }
@@ -720,6 +721,10 @@ impl<T: Send + 'static> Lean<T> {
     }
 
     /// Panics caught in reaper passes, and reaper threads lost to one.
+    pub(super) fn barrier_failures(&self) -> u64 {
+        self.batches.barrier_failures()
+    }
+
     pub(super) fn reaper_panics(&self) -> u64 {
         self.reaper_panics.load(Ordering::SeqCst)
     }

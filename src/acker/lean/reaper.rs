@@ -1,4 +1,4 @@
-//! The second-generation reaper: one pass (`run_once`), and the one thread that runs them.
+//! The reaper: one pass (`run_once`), and the one thread that runs them.
 //!
 //! ## A pass
 //!

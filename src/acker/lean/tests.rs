@@ -1,4 +1,4 @@
-//! The second core's growth, through the Acker's API: tables follow what is pending, and
+//! Growth, through the Acker's API: tables follow what is pending, and
 //! no tree is lost, doubled or mistimed across a migration.
 
 use std::collections::HashMap;
@@ -22,7 +22,6 @@ fn manual(clock: &ManualClock, max_pending: usize) -> (Acker<u32>, Log) {
     let log: Log = Arc::default();
     let sink = Arc::clone(&log);
     let acker = Acker::builder()
-        .second_generation(true)
         .timeout(Duration::from_secs(30))
         .resolution(Duration::from_millis(1))
         .clock(clock.clone())
@@ -48,7 +47,7 @@ fn settle(acker: &Acker<u32>, clock: &ManualClock) {
         clock.advance(Duration::from_secs(1));
         acker.expire();
         let slots = acker.table_slots();
-        if slots == last && !acker.second().unwrap().housekeeping_due() {
+        if slots == last && !acker.lean().housekeeping_due() {
             return;
         }
         last = slots;
@@ -176,7 +175,6 @@ fn concurrent_growth_and_shrink_lose_and_double_nothing() {
     let seen: Arc<Mutex<Seen>> = Arc::default();
     let sink = Arc::clone(&seen);
     let builder = Acker::builder()
-        .second_generation(true)
         .timeout(Duration::from_secs(60))
         .shards(16)
         .max_pending(1 << 20)
@@ -201,7 +199,7 @@ fn concurrent_growth_and_shrink_lose_and_double_nothing() {
                     return;
                 }
             }
-            eprintln!("STUCK\n{}", acker.second().unwrap().describe_tables());
+            eprintln!("STUCK\n{}", acker.lean().describe_tables());
         });
         let mut workers = Vec::new();
         for t in 0..THREADS {

@@ -1,4 +1,4 @@
-//! The second-generation ledger's table: a lock-free hash table of root words.
+//! The Acker's table: a lock-free hash table of root words.
 //!
 //! One table holds the roots whose mixed hash falls in its range (the acker keeps at least
 //! `1 << KEY_SHIFT` tables, so a [`Key`] names its root within one). Each slot is one

@@ -4,18 +4,16 @@
 //! An `Acker<u32>` is built with `max_pending = N` and filled with N roots (random ids,
 //! `u32` payloads), then one reaper pass schedules their timers; the resident-set growth
 //! from before the build to that point, divided by the roots actually pending, is the cost
-//! per pending root with everything included: the ledger's slots (preallocated for
-//! `max_pending`), the payloads and the wheels' timers. Every root is then acked, the clock
-//! moves past the timeout and a pass reaps the wheels' stale timers (so their slots are
-//! reclaimed), and a second wave of N new roots does the same. The second wave's resident
+//! per pending root with everything included: the tables (which grow with what is pending),
+//! the payloads and the reaper's timers. Every root is then acked, the clock moves past the
+//! timeout and a pass reaps the stale timers, and a second wave of N new roots does the same. The second wave's resident
 //! size must not exceed the first's by much: roots that came and went must leave nothing
 //! behind.
 //!
-//! The acker runs in manual mode on a `ManualClock`: the same ledger and wheels as with a
+//! The acker runs in manual mode on a `ManualClock`: the same tables and wheel as with a
 //! reaper thread, but the phase does not wait out real timeouts, and a slow machine cannot
-//! make roots time out in the middle of a fill. Manual mode's inbox rings are larger,
-//! though (only `expire` drains them, so they hold a cell per slot in each lane), so the
-//! phase then fills a second acker, with a reaper thread and the same `ManualClock`, and
+//! make roots time out in the middle of a fill. In manual mode only `expire` hands the
+//! batches' entries to the reaper's wheel, though, so the phase then fills a second acker, with a reaper thread and the same `ManualClock`, and
 //! reports its growth too: what a root costs a server. That one runs in a child process
 //! (this binary, with [`THREADED_ENV`] set): what the allocator keeps of the reaper
 //! thread's arena after the acker is dropped would otherwise stay in this process's RSS
@@ -39,7 +37,7 @@ pub(crate) struct Memory {
     pub(crate) max_pending: usize,
     /// Roots pending when the first wave's RSS was read.
     pub(crate) pending: usize,
-    /// Inits refused (`Full`: the root's ledger bucket was full).
+    /// Inits refused (`Full`: the root's table had no room).
     pub(crate) refused: u64,
     pub(crate) rss_before: u64,
     /// Right after `build()`, before any init: the preallocated table.
@@ -190,7 +188,7 @@ pub(crate) fn threaded_child(spec: &str) -> std::process::ExitCode {
 
 /// One wave into an acker with a reaper thread: RSS growth per pending root once the reaper
 /// has scheduled every root's timer. The clock stays put, so nothing is due: the reaper
-/// drains the inboxes when a lane fills up, and a last root with a 1 ns timeout, timed out
+/// takes over the quiet batch, and a last root with a 1 ns timeout, timed out
 /// once the clock moves 10 ms, wakes it for the rest.
 fn threaded_bytes_per_root(roots: usize, seed: u64) -> Result<Option<f64>, String> {
     let Some(rss_before) = rss::current() else {

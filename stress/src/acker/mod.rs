@@ -113,7 +113,7 @@ pub(crate) struct Summary {
     pub(crate) fail_sent: Row,
     pub(crate) ack_dropped_or_duplicated: Row,
     pub(crate) inits_refused: u64,
-    /// Table migrations (second core) during the traffic phase: to grow, to shrink; and
+    /// Table migrations during the traffic phase: to grow, to shrink; and
     /// the tables' slots after the drain.
     pub(crate) migrations: (u64, u64),
     pub(crate) table_slots_after_drain: usize,
