@@ -80,6 +80,7 @@ use crate::sync::{
     fence, Arc, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Mutex, Ordering, UnsafeCell,
 };
 
+use super::lean::{trim, KEEP_ROOM};
 use super::roots::{reached, Tick};
 
 /// A new entry, for the reaper to find again: its slot (across the acker's tables) and
@@ -141,6 +142,18 @@ impl Entries {
 
     fn drain(&mut self) -> impl Iterator<Item = Held> + '_ {
         self.aged.drain(..).chain(self.fresh.drain(..))
+    }
+
+    /// Gives back the room of a burst (a thread that filed a million entries in a tick
+    /// keeps 12 MiB otherwise): each part keeps twice its length, at least [`KEEP_ROOM`].
+    fn trim(&mut self) {
+        let keep = |len: usize| (2 * len).max(KEEP_ROOM);
+        if self.fresh.capacity() > 2 * keep(self.fresh.len()) {
+            self.fresh.shrink_to(keep(self.fresh.len()));
+        }
+        if self.aged.capacity() > 2 * keep(self.aged.len()) {
+            self.aged.shrink_to(keep(self.aged.len()));
+        }
     }
 }
 
@@ -336,6 +349,7 @@ impl Batches {
         if !due.is_empty() {
             self.hand_off(due.into_iter());
         }
+        entries.trim();
     }
 
     fn hand_off(&self, entries: impl Iterator<Item = Entry>) {
@@ -363,6 +377,7 @@ impl Batches {
         {
             let mut inbox = self.inbox.lock().unwrap();
             into.append(&mut inbox);
+            trim(&mut inbox);
             self.inbox_len.store(0, Ordering::Relaxed); // Relaxed: a hint, under the lock.
         }
         let mut all = self.all.lock().unwrap();
@@ -388,7 +403,9 @@ impl Batches {
                     batch.entries.with_mut(|entries| {
                         // Safety: `taken` was set before the heavy fence and the owner is
                         // not pinned after it, so it keeps off until we unset `taken`.
-                        into.extend(unsafe { &mut *entries }.drain().map(|h| h.entry));
+                        let entries = unsafe { &mut *entries };
+                        into.extend(entries.drain().map(|h| h.entry));
+                        entries.trim();
                     });
                     batch.len.store(0, Ordering::Relaxed); // Relaxed: a hint.
                 }
@@ -821,6 +838,37 @@ mod tests {
                 "{failures}"
             );
         }
+    }
+
+    #[test]
+    fn a_burst_taken_over_or_handed_off_leaves_no_room_behind() {
+        let batches = Batches::new(Fences::detect());
+        let batch = batches.register();
+        let room = |batch: &Batch| {
+            // Safety: no owner or reaper runs on this batch now (this thread is both).
+            batch
+                .entries
+                .with_mut(|e| unsafe { (*e).fresh.capacity() + (*e).aged.capacity() })
+        };
+        let burst = 100_000u32;
+        for slot in 0..burst {
+            batches.push_to(&batch, entry(slot), 50, 5, |_| true);
+        }
+        assert!(room(&batch) >= burst as usize);
+        let mut due = Vec::new();
+        batches.collect(5, true, &mut due); // taken over
+        assert_eq!(due.len(), burst as usize);
+        assert!(room(&batch) <= 2 * KEEP_ROOM, "{} kept", room(&batch));
+        // A burst that ages in the batch and goes to the reaper at its hand-off tick.
+        for slot in 0..burst {
+            batches.push_to(&batch, entry(slot), 7, 6, |_| true);
+        }
+        batches.push_to(&batch, entry(0), 100, 7, |_| true); // files the burst as aged
+        batches.push_to(&batch, entry(1), 100, 8, |_| true); // hands it off
+        assert!(room(&batch) <= 2 * KEEP_ROOM, "{} kept", room(&batch));
+        due.clear();
+        batches.collect(8, false, &mut due);
+        assert_eq!(due.len(), burst as usize);
     }
 
     #[test]

@@ -536,6 +536,13 @@ impl<T: Send + 'static> Acker<T> {
         self.lean().barrier_failures()
     }
 
+    /// Bytes held by the tables' current generations, their successors, retired generations
+    /// and the reaper's wheel: the stress harness's memory breakdown.
+    #[doc(hidden)]
+    pub fn memory_parts(&self) -> [usize; 4] {
+        self.lean().memory_parts()
+    }
+
     /// Entries waiting in batches and the reaper's wheel: lets tests and the loom models
     /// check that no timer is lost.
     #[doc(hidden)]

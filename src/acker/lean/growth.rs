@@ -178,6 +178,11 @@ impl<T: Send + 'static> Lean<T> {
             }
             self.promote_moved(index);
         }
+        self.free_retired();
+    }
+
+    /// Frees the retired generations whose grace period is over.
+    pub(super) fn free_retired(&self) {
         let mut retired = self.retired.lock().unwrap_or_else(|e| e.into_inner());
         retired.retain_mut(|r| !self.batches.grace_over(&mut r.grace));
     }
@@ -198,6 +203,27 @@ impl<T: Send + 'static> Lean<T> {
                 roots.successor().is_some()
                     || (roots.slots() > MIN_TABLE_SLOTS && per_table * 8 < roots.slots())
             })
+    }
+
+    /// Bytes held now by the tables' current generations, by their successors (a
+    /// migration under way), and by retired generations waiting for their grace period.
+    pub(in crate::acker) fn table_bytes(&self) -> [usize; 3] {
+        let _active = self.batches.enter();
+        let mut bytes = [0; 3];
+        for table in self.tables.iter() {
+            // Safety: inside the operation `_active` marks.
+            let current = unsafe { table.current() };
+            bytes[0] += current.bytes();
+            bytes[1] += chain(current).skip(1).map(Roots::bytes).sum::<usize>();
+        }
+        let retired = self.retired.lock().unwrap_or_else(|e| e.into_inner());
+        // Safety: a retired generation is freed only by dropping its `Retired`, under
+        // this lock.
+        bytes[2] = retired
+            .iter()
+            .map(|r| unsafe { r.roots.as_ref() }.bytes())
+            .sum();
+        bytes
     }
 
     /// Slots in every table's generations now (current and successor).

@@ -64,6 +64,8 @@ mod layout;
 mod reaper;
 mod tables;
 
+pub(super) use reaper::{trim, KEEP_ROOM};
+
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Duration;
 
@@ -428,6 +430,18 @@ impl<T: Send + 'static> Lean<T> {
 
     pub(super) fn idle_wakeups(&self) -> u64 {
         self.idle_wakeups.load(Ordering::SeqCst)
+    }
+
+    /// Where the acker's memory is, in bytes: tables (current, successors, retired) and
+    /// the reaper's wheel. (The batches are their owners' and not counted.)
+    pub(super) fn memory_parts(&self) -> [usize; 4] {
+        let [current, successors, retired] = self.table_bytes();
+        let wheel = self
+            .reaper
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .heap_bytes();
+        [current, successors, retired, wheel]
     }
 
     /// Entries waiting in batches, the inbox and the reaper's wheel (for tests).

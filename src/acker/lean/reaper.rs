@@ -69,10 +69,28 @@ impl Wheel {
         self.buckets.len()
     }
 
+    /// Heap bytes: the wheel's buckets and the pass's scratch vectors.
+    pub(super) fn heap_bytes(&self) -> usize {
+        self.buckets.heap_bytes()
+            + (self.collected.capacity() + self.due.capacity()) * std::mem::size_of::<Entry>()
+    }
+
     /// The full tick of a `u32` tick near the wheel's time (within 2^31 ticks).
     fn full(&self, tick: Tick) -> u64 {
         let delta = tick.wrapping_sub(self.now as Tick) as i32;
         self.now.wrapping_add_signed(i64::from(delta))
+    }
+}
+
+/// Entries a scratch or batch vector keeps room for whatever it held (about 8 KiB).
+pub(in crate::acker) const KEEP_ROOM: usize = 1024;
+
+/// Gives back the room of a vector that held far more than it holds now: it keeps twice
+/// its length, at least [`KEEP_ROOM`], so a steady flow does not reallocate.
+pub(in crate::acker) fn trim<E>(v: &mut Vec<E>) {
+    let keep = (2 * v.len()).max(KEEP_ROOM);
+    if v.capacity() > 2 * keep {
+        v.shrink_to(keep);
     }
 }
 
@@ -129,6 +147,9 @@ pub(super) fn run_once<T: Send + 'static>(lean: &Lean<T>, everything: bool) -> P
             }
         }
         wheel.due = due;
+        // A burst (a million trees handed over at once) must not keep its scratch space.
+        trim(&mut wheel.collected);
+        trim(&mut wheel.due);
         // Entries of trees completed after their hand-off wait for their deadlines; once
         // they outnumber what is pending (plus some), a sweep drops them (module docs).
         if wheel.buckets.len() > 2 * lean.pending() + SWEEP_SLACK {
@@ -145,6 +166,10 @@ pub(super) fn run_once<T: Send + 'static>(lean: &Lean<T>, everything: bool) -> P
     for (table, roots, completed) in timed_out {
         lean.deliver(table, roots, completed, Some(now32), active.open);
     }
+    drop(active);
+    // Out of the operation: the generations this pass retired wait for no one but other
+    // threads now (the pass itself was one of those their grace periods waited for).
+    lean.free_retired();
     pass
 }
 

@@ -312,6 +312,12 @@ impl<T> Roots<T> {
         }
     }
 
+    /// Bytes the table holds (its lines and overflow counts).
+    pub fn bytes(&self) -> usize {
+        self.lines.len() * std::mem::size_of::<lines::Line<T>>()
+            + self.overflow.len() * std::mem::size_of::<AtomicU32>()
+    }
+
     /// Slots in the table.
     pub fn slots(&self) -> usize {
         self.lines.len() * GROUP_SLOTS

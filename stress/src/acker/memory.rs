@@ -45,6 +45,9 @@ pub(crate) struct Memory {
     pub(crate) rss_full: u64,
     /// The second wave, at the same fill.
     pub(crate) rss_full_second: u64,
+    /// At the first wave's fill, per pending root: the tables' current generations, their
+    /// successors, retired generations, and the reaper's wheel (`Acker::memory_parts`).
+    pub(crate) parts_per_root: [f64; 4],
     /// After both waves were acked and reaped.
     pub(crate) rss_drained: u64,
     /// After the acker was dropped.
@@ -111,6 +114,7 @@ pub(crate) fn run(roots: usize, seed: u64) -> Result<Option<Memory>, String> {
     let refused = wave(first);
     let pending = acker.pending();
     let rss_full = rss::current().unwrap_or(0);
+    let parts = acker.memory_parts();
     drain(first, &refused)?;
     let refused_second = wave(second);
     let rss_full_second = rss::current().unwrap_or(0);
@@ -135,6 +139,7 @@ pub(crate) fn run(roots: usize, seed: u64) -> Result<Option<Memory>, String> {
         bytes_per_pending_root_threaded: threaded,
         second_wave_growth: (rss_full_second as f64 - rss_full as f64) / grown.max(1) as f64,
         seconds: start.elapsed().as_secs_f64(),
+        parts_per_root: parts.map(|b| b as f64 / pending.max(1) as f64),
     }))
 }
 

@@ -623,6 +623,13 @@ pub(crate) fn print(s: &Summary) {
         None if cfg.memory_roots > 0 => println!("  memory       unavailable (no /proc/self/status)"),
         None => {}
     }
+    if let Some(m) = &s.memory {
+        let [tables, successors, retired, wheel] = m.parts_per_root;
+        println!(
+            "  memory parts manual mode, per pending root: tables {tables:.1} B, successors {successors:.1} B, retired {retired:.1} B, reaper wheel {wheel:.1} B; the rest ({:.1} B) is batches, payloads' allocator slack and heap overhead",
+            m.bytes_per_pending_root - (tables + successors + retired + wheel)
+        );
+    }
     if let Some(f) = &s.footprint {
         print_footprint(f);
     }
