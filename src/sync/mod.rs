@@ -68,8 +68,11 @@ impl<T: ?Sized> UnsafeCell<T> {
 /// Miri, portable-atomic's. See `atomic_u128.rs`.
 #[cfg(not(loom))]
 mod atomic_u128;
+mod backoff;
+
 #[cfg(not(loom))]
 pub(crate) use atomic_u128::AtomicU128;
+pub(crate) use backoff::Backoff;
 
 /// Under loom, a stand-in for the 128-bit atomic, which loom does not model: a value behind
 /// a loom mutex. Every operation takes the lock, so the stand-in is linearizable, which is

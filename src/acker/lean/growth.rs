@@ -6,7 +6,6 @@
 //! protocol itself is `roots/migrate.rs`; the generations' ownership is `tables.rs`.
 
 use std::ptr::NonNull;
-use std::time::Duration;
 
 use super::tables::chain;
 use super::{Lean, MIN_TABLE_SLOTS};
@@ -136,19 +135,14 @@ impl<T: Send + 'static> Lean<T> {
     /// shutdown stops that: the entry is then left where it is, see the module docs.)
     #[cold]
     pub(super) fn unstrand(&self, table: usize, from: &Roots<T>, slot: usize, done: &mut Done<'_>) {
-        let mut waits = 0u32;
+        let mut backoff = crate::sync::Backoff::default();
         while !from.relocate_stranded(slot, done) {
             if !self.make_room(table, from) {
                 if self.stopping() {
                     return;
                 }
                 // As large as a table grows: room comes as trees complete.
-                waits += 1;
-                if waits > 16 {
-                    std::thread::sleep(Duration::from_micros(50));
-                } else {
-                    crate::sync::thread::yield_now();
-                }
+                backoff.wait();
             }
         }
     }

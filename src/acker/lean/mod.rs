@@ -666,12 +666,13 @@ impl<T: Send + 'static> Lean<T> {
     /// is then under way): the callback stays.
     fn drop_callback(&self) {
         let caller_active = self.batches.caller_active();
+        let mut backoff = crate::sync::Backoff::default();
         while !self.batches.close(caller_active) {
             if caller_active {
                 return;
             }
-            // The sync module's: under loom the model must run the operation we wait for.
-            crate::sync::thread::yield_now();
+            // Bounded (spin, yield, sleep): the operation waited for may be on this core.
+            backoff.wait();
         }
         // Safety: `close` returned true: no operation that found the callback open is under
         // way, and every later one finds it closed and does not touch it.

@@ -42,6 +42,7 @@
 
 use super::{Done, Key, Roots, Stamp, Unclaimed, Word, GROUP_SLOTS};
 use crate::acker::word::State;
+use crate::sync::Backoff;
 use crate::sync::Ordering;
 
 /// What moving one slot came to.
@@ -295,25 +296,5 @@ impl<T> Roots<T> {
     pub fn key_in(&self, slot: usize) -> Option<Key> {
         let word = self.word(slot).load();
         (word.holds(word.key()) || word.frozen_for(word.key())).then(|| word.key())
-    }
-}
-
-/// A bounded wait: spins, then yields, then sleeps, so that a waiter never starves the
-/// thread it waits for (issue 22's point 7).
-#[derive(Default)]
-struct Backoff(u32);
-
-impl Backoff {
-    fn wait(&mut self) {
-        self.0 = self.0.saturating_add(1);
-        if cfg!(loom) || self.0 > 64 {
-            if cfg!(loom) || self.0 < 128 {
-                crate::sync::thread::yield_now();
-            } else {
-                std::thread::sleep(std::time::Duration::from_micros(50));
-            }
-        } else {
-            std::hint::spin_loop();
-        }
     }
 }
