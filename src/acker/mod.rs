@@ -34,11 +34,13 @@
 //!
 //! Nothing is allocated for `max_pending`: a default acker costs well under 1 MiB before
 //! its first tree. A slot is 32 bytes (its word, and times, own timeout and payload beside
-//! it on the same 128-byte line of four), and tables run between 1/2 and 3/4 full: about
-//! 49 B of table per pending root at 1M pending with a `u32` payload. The reaper's wheel
-//! adds about 17 B per tree that outlives the hand-off age, and the batches a few bytes per
-//! tree in their last tick or two (the stress harness's memory phase measures the total:
-//! `docs/acker-second-generation.md`).
+//! it on the same 128-byte line of four), and tables run between 1/2 and 3/4 full (a full
+//! acker's at 2/3): about 50 B of table per pending root at 1M pending with a `u32`
+//! payload. The reaper's wheel adds 12-15 B per tree that outlives the hand-off age (an
+//! 8-byte entry, a 4-byte tick offset above its first level, and growth slack), and the
+//! batches a few bytes per tree in their last tick or two; what a burst left behind is
+//! given back. The stress harness's memory phase measures the total and these parts
+//! (`docs/acker-second-generation.md`).
 
 #[allow(dead_code)] // parts used by the loom models and the tests only
 pub(crate) mod batches;
@@ -182,7 +184,8 @@ impl<T> fmt::Debug for AckerBuilder<T> {
 /// (the ticks' own bound, `lean::MAX_TIMEOUT_TICKS`, is checked at build).
 const MAX_TIMEOUT_NS: u64 = 1 << 62;
 /// Slot indices are `u32` in the timers' entries, and the largest table holds `max_pending`
-/// at a load of 3/4 (rounded to groups): 2^30 keeps every index below 2^31.
+/// at a load of 1/2 (rounded to groups, `lean::Lean::room_table_slots`): 2^30 keeps every
+/// timer entry's table and slot within 32 bits.
 const MAX_PENDING: usize = 1 << 30;
 /// The coarsest tick, 2^43 ns (about 2.4 h): the wheels' coarsest level then spans 2^62 ns,
 /// the most a wrapping timeline's due test can tell apart (`wheel::MAX_SHIFT`).

@@ -38,9 +38,9 @@ impl<T> Drop for Retired<T> {
 impl<T: Send + 'static> Lean<T> {
     /// The groups a table of `roots`' size grows to: half again as many (doubling left a
     /// table that had just grown at half load, which is what a root's memory pays for),
-    /// up to the largest table.
-    fn grown(&self, roots: &Roots<T>) -> usize {
-        (roots.groups() + roots.groups().div_ceil(2)).min(self.max_table_slots / GROUP_SLOTS)
+    /// up to `max_slots`.
+    fn grown(&self, roots: &Roots<T>, max_slots: usize) -> usize {
+        (roots.groups() + roots.groups().div_ceil(2)).min(max_slots / GROUP_SLOTS)
     }
 
     /// Helps the oldest migration in `roots`'s chain (`roots` is `table`'s current
@@ -86,7 +86,7 @@ impl<T: Send + 'static> Lean<T> {
         };
         let per_table = self.pending() / self.tables.len();
         if per_table * 4 > last.slots() * 3 && last.slots() < self.max_table_slots {
-            let groups = self.grown(last);
+            let groups = self.grown(last, self.max_table_slots);
             self.start_migration(table, last, groups, false);
         }
     }
@@ -118,15 +118,23 @@ impl<T: Send + 'static> Lean<T> {
     }
 
     /// An operation found no room for its root in the last generation of `roots`'s chain:
-    /// that generation gets a successor half again its size. `false` when it is as large as a
-    /// table grows (the operation is refused) or the acker is shutting down.
+    /// that generation gets a successor half again its size, up to `room_table_slots` (past
+    /// the size load alone grows a table to: a root whose probe window is full in a table
+    /// that is not must not be refused below `max_pending`). `false` when it is that large
+    /// (the operation is refused) or the acker is shutting down.
     #[cold]
     pub(super) fn make_room(&self, table: usize, roots: &Roots<T>) -> bool {
         let Some(last) = chain(roots).last() else {
             return false;
         };
-        let groups = self.grown(last);
-        last.slots() < self.max_table_slots
+        // Past the size load grows a table to, a table is near the brim by design: a
+        // step of an eighth makes room for the clustered window without the half again.
+        let groups = if last.slots() < self.max_table_slots {
+            self.grown(last, self.max_table_slots)
+        } else {
+            (last.groups() + last.groups().div_ceil(8)).min(self.room_table_slots / GROUP_SLOTS)
+        };
+        last.slots() < self.room_table_slots
             && self.start_migration(table, last, groups, true).is_some()
     }
 
