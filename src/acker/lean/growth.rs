@@ -158,29 +158,41 @@ impl<T: Send + 'static> Lean<T> {
     /// Reaper passes: helps every migration under way (and promotes those that finish),
     /// shrinks tables whose load stayed low, and frees retired generations whose grace
     /// period is over. Called inside an acker operation (the pass's).
-    pub(super) fn housekeeping(&self, now: Tick) {
+    pub(super) fn housekeeping(&self, now: Tick) -> bool {
         let stamper = || self.stamp_now();
         let per_table = self.pending() / self.tables.len();
+        let mut worked = false;
         for (index, table) in self.tables.iter().enumerate() {
             // Safety: the caller's contract.
             let roots = unsafe { table.current() };
-            let low = roots.successor().is_none()
-                && roots.slots() > MIN_TABLE_SLOTS
-                && per_table * 8 < roots.slots();
             // Only a load that stayed low for SHRINK_AFTER ticks: a shrink while what is
             // pending rises again fills the smaller table before its migration ends.
-            if table.low_for(low, now) >= SHRINK_AFTER {
-                let groups = (roots.groups() * 2 / 3).max(MIN_TABLE_SLOTS / GROUP_SLOTS);
-                self.start_migration(index, roots, groups, false);
+            if table.low_for(self.shrinkable(roots, per_table), now) >= SHRINK_AFTER {
+                // To 2/3, or straight to a load of 1/4 when what is pending fell further
+                // (a drained acker gives its memory back in one migration, not twenty).
+                let groups = (roots.groups() * 2 / 3)
+                    .min(per_table.div_ceil(GROUP_SLOTS) * 4)
+                    .max(MIN_TABLE_SLOTS / GROUP_SLOTS);
+                worked |= self.start_migration(index, roots, groups, false) == Some(true);
             }
             for migrating in chain(roots).filter(|g| g.successor().is_some()) {
                 let mut done = Done::stamped_by(&stamper);
                 migrating.move_round(&mut done);
                 self.finish(index, roots, &mut done, false);
+                worked = true;
             }
             self.promote_moved(index);
         }
         self.free_retired();
+        worked
+    }
+
+    /// Whether `roots` (a table's current generation) is large for `per_table` entries:
+    /// under 1/8 full, and larger than the smallest table, with no migration under way.
+    fn shrinkable(&self, roots: &Roots<T>, per_table: usize) -> bool {
+        roots.successor().is_none()
+            && roots.slots() > MIN_TABLE_SLOTS
+            && per_table * 8 < roots.slots()
     }
 
     /// Frees the retired generations whose grace period is over.
@@ -189,22 +201,29 @@ impl<T: Send + 'static> Lean<T> {
         retired.retain_mut(|r| !self.batches.grace_over(&mut r.grace));
     }
 
-    /// Whether housekeeping has work left: a migration, a generation to free, or a table
-    /// to shrink. The reaper then keeps a tick's wake-ups rather than parking.
-    pub(super) fn housekeeping_due(&self) -> bool {
+    /// In how many ticks from `now` housekeeping has work: 1 while a migration is under
+    /// way or a generation waits to be freed; the rest of a low table's SHRINK_AFTER ticks
+    /// when one waits to shrink; `None` when nothing does. The reaper sleeps that long, so
+    /// waiting for a shrink costs no wake-up per tick.
+    pub(super) fn housekeeping_due(&self, now: Tick) -> Option<Tick> {
         let _active = self.batches.enter();
+        if !(self.retired.lock().unwrap_or_else(|e| e.into_inner())).is_empty() {
+            return Some(1);
+        }
         let per_table = self.pending() / self.tables.len();
-        !self
-            .retired
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .is_empty()
-            || self.tables.iter().any(|table| {
-                // Safety: inside the operation `_active` marks.
-                let roots = unsafe { table.current() };
-                roots.successor().is_some()
-                    || (roots.slots() > MIN_TABLE_SLOTS && per_table * 8 < roots.slots())
-            })
+        let mut due: Option<Tick> = None;
+        for table in self.tables.iter() {
+            // Safety: inside the operation `_active` marks.
+            let roots = unsafe { table.current() };
+            if roots.successor().is_some() {
+                return Some(1);
+            }
+            if self.shrinkable(roots, per_table) {
+                let left = SHRINK_AFTER.saturating_sub(table.low_ticks(now)).max(1);
+                due = Some(due.map_or(left, |d| d.min(left)));
+            }
+        }
+        due
     }
 
     /// Bytes held now by the tables' current generations, by their successors (a

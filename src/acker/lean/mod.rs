@@ -283,6 +283,12 @@ impl<T: Send + 'static> Lean<T> {
         Counters::own(&self.counters)
     }
 
+    /// The tick now (tests).
+    #[cfg(test)]
+    pub(super) fn tick_now(&self) -> Tick {
+        self.ticks.full(self.clock.now()) as Tick
+    }
+
     /// The stamp a new entry gets now: this tick, and the default deadline from it.
     #[inline]
     fn stamp_now(&self) -> Stamp {

@@ -161,7 +161,7 @@ pub(super) fn run_once<T: Send + 'static>(lean: &Lean<T>, everything: bool) -> P
     let now32 = lean.reaper.lock().unwrap_or_else(|e| e.into_inner()).now as Tick;
     // Migrations, shrinking, retired generations (`tables.rs`); outside the wheel's lock,
     // as moving entries files timers and may complete trees.
-    lean.housekeeping(now32);
+    pass.worked |= lean.housekeeping(now32);
     pass.delivered = timed_out.len();
     for (table, roots, completed) in timed_out {
         lean.deliver(table, roots, completed, Some(now32), active.open);
@@ -237,13 +237,17 @@ fn reaper_loop<T: Send + 'static>(lean: &Lean<T>) {
         if lean.stopping() {
             break;
         }
-        match next_due {
-            // Housekeeping left (a migration, a generation to free, a table to shrink):
-            // a tick's sleep, not an unbounded one.
-            None if lean.housekeeping_due() => thread::park_timeout(tick),
+        // Until the next deadline or housekeeping's next work (a migration, a generation
+        // to free, a table to shrink), whichever comes first; unbounded when neither.
+        let house = lean.housekeeping_due(now as Tick).map(u64::from);
+        let wait = match (next_due.map(|due| due.saturating_sub(now)), house) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        match wait {
             None => thread::park(),
-            Some(due) => {
-                let ticks = due.saturating_sub(now).max(1);
+            Some(ticks) => {
+                let ticks = ticks.max(1);
                 thread::park_timeout(tick.saturating_mul(u32::try_from(ticks).unwrap_or(u32::MAX)));
             }
         }

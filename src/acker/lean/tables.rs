@@ -123,6 +123,15 @@ impl<T> Table<T> {
         }
     }
 
+    /// For how many ticks before `now` the reaper has seen the load low (0: not low, or
+    /// not seen yet).
+    pub(super) fn low_ticks(&self, now: Tick) -> Tick {
+        match self.low_since.load(Ordering::Relaxed) {
+            0 => 0,
+            since => now.wrapping_sub(since),
+        }
+    }
+
     /// Holds off new migrations (shutdown's scan).
     pub(super) fn hold_migrations(&self) -> crate::sync::MutexGuard<'_, ()> {
         self.migrations.lock().unwrap_or_else(|e| e.into_inner())
