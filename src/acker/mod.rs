@@ -23,7 +23,9 @@
 //! * Timers are lazy: a new entry goes into its creator's per-thread batch ([`batches`]),
 //!   which drops what completed within a tick or two and hands the rest to the one reaper
 //!   thread, whose wheel ([`buckets`]) re-checks each against its slot when due. The reaper
-//!   sleeps until an atomic next-expiration time, and not at all when nothing is pending.
+//!   sleeps until its wheel's next deadline (a tick at a time while batches hold entries,
+//!   which a thread whose batch turns non-empty wakes it for), and not at all when nothing
+//!   is pending.
 //! * Tables start small and follow what is pending: they grow by half again and shrink to
 //!   2/3, entries moving to the successor one group at a time while every operation goes
 //!   on; a retired table is freed after a grace period ([`batches`], "Grace periods").
@@ -91,20 +93,12 @@ pub struct Completion<T> {
 /// Returned by init; the payload always comes back, nothing is lost.
 #[derive(Debug)]
 pub enum InitError<T> {
-    /// `max_pending` trees are pending, or every bucket the root may use is full.
-    ///
-    /// Completed trees keep their slots until the reaper retires them and no thread can
-    /// still see them, so when the reaper or a preempted thread lags behind a high
-    /// completion rate (more busy threads than cores, a small `max_pending`) their tombstones
-    /// can fill a root's buckets below `max_pending`. An init (or an orphan ack or fail) that
-    /// finds that waits for them to be freed, and is refused only if that takes longer than
-    /// 100 ms. It gets `Full` at once when `max_pending` is reached, when the buckets are
-    /// full of live trees, in a manual acker (whose slots only `expire` retires) and in an
-    /// `on_complete` on the reaper thread.
-    ///
-    /// New deadlines reach the reaper through a bounded ring per shard (a quarter of the
-    /// shard's slots; a slot each in manual mode). A message that finds its shard's ring full,
-    /// because the reaper has fallen that far behind, waits for it the same way.
+    /// `max_pending` entries (trees and orphans) are held. A completed tree's slot and
+    /// credit come back at once, on the completing thread; a root whose table has no room
+    /// for it makes its table grow rather than be refused, so below `max_pending` an init
+    /// is refused only in the rare case that its table is already as large as a table
+    /// grows (its share of `max_pending` at half load) and still has no room in the root's
+    /// probe window.
     Full(T),
     /// The root was already initialized.
     Duplicate(T),
@@ -217,7 +211,8 @@ impl<T: Send + 'static> AckerBuilder<T> {
         self
     }
 
-    /// Number of shards, rounded up to a power of two; default: a power of two >= 4 x cores.
+    /// Number of shards (tables), rounded up to a power of two and at least 16 (a root's
+    /// key leaves its table's 4 bits out); default: a power of two >= 4 x cores.
     /// 0 is an error.
     pub fn shards(mut self, shards: usize) -> Self {
         self.shards = Some(shards);
@@ -225,17 +220,11 @@ impl<T: Send + 'static> AckerBuilder<T> {
     }
 
     /// The most entries (initialized trees and orphans) held at once, across all shards;
-    /// default 1 << 20. It is an exact upper bound.
-    ///
-    /// Each shard's table has about 1.25x its share of slots in 7-slot buckets, and the
-    /// tables have at least 65 536 slots in all (about 4 MB with a `u32` payload),
-    /// because crowded tables are slow. A root whose home bucket is full takes a slot in
-    /// one of the next 63 buckets, so an init is refused below the bound only when all 64
-    /// buckets (448 slots) it may use are taken: random roots fill tables of 64k to 4M to
-    /// the brim without one refusal. A completed tree's slot is recycled by the
-    /// reaper after a grace period, so what completes while the reaper thread is
-    /// descheduled still holds room: at a high rate, leave room for what completes in a few
-    /// tens of milliseconds.
+    /// default 1 << 20. It is an exact upper bound, and a bound only: nothing is allocated
+    /// for it. The tables start small (64 slots each, 32 B a slot), grow by half again as
+    /// what is pending grows, up to their share of `max_pending` at a load of 2/3 (further
+    /// for a root that finds no room), and shrink back after it falls. A completed tree's
+    /// slot is reusable at once. Random roots fill an acker to the brim without a refusal.
     pub fn max_pending(mut self, max_pending: usize) -> Self {
         self.max_pending = max_pending;
         self
