@@ -535,8 +535,8 @@ impl<T: Send + 'static> Acker<T> {
         self.lean().memory_parts()
     }
 
-    /// Entries waiting in batches and the reaper's wheel: lets tests and the loom models
-    /// check that no timer is lost.
+    /// Entries in the reaper's wheel (not those still in batches): lets tests and the loom
+    /// models check that no timer is lost.
     #[doc(hidden)]
     pub fn scheduled_timers(&self) -> usize {
         self.lean().scheduled_timers()

@@ -30,7 +30,7 @@ fn manual(
     (builder(b).build_manual().unwrap(), log)
 }
 
-/// Timers in the acker's batches and wheel.
+/// Timers in the acker's wheel (right after a pass, every batch has been taken over).
 fn wheel_timers<T: Send + 'static>(acker: &Acker<T>) -> usize {
     acker.scheduled_timers()
 }

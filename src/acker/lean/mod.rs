@@ -468,7 +468,8 @@ impl<T: Send + 'static> Lean<T> {
         [current, successors, retired, wheel]
     }
 
-    /// Entries waiting in batches, the inbox and the reaper's wheel (for tests).
+    /// Entries in the reaper's wheel (for tests; entries still in batches or the inbox are
+    /// not counted).
     pub(super) fn scheduled_timers(&self) -> usize {
         self.reaper.lock().unwrap_or_else(|e| e.into_inner()).len()
     }
