@@ -80,7 +80,6 @@ use crate::sync::{
     fence, Arc, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Mutex, Ordering, UnsafeCell,
 };
 
-use super::lean::{trim, KEEP_ROOM};
 use super::roots::{reached, Tick};
 
 /// A new entry, for the reaper to find again: its slot (across the acker's tables) and
@@ -173,6 +172,18 @@ impl Batch {
             abandoned: AtomicBool::new(false),
             entries: UnsafeCell::new(Entries::default()),
         }
+    }
+}
+
+/// Entries a scratch or batch vector keeps room for whatever it held (about 8 KiB).
+pub(crate) const KEEP_ROOM: usize = 1024;
+
+/// Gives back the room of a vector that held far more than it holds now: it keeps twice
+/// its length, at least [`KEEP_ROOM`], so a steady flow does not reallocate.
+pub(crate) fn trim<E>(v: &mut Vec<E>) {
+    let keep = (2 * v.len()).max(KEEP_ROOM);
+    if v.capacity() > 2 * keep {
+        v.shrink_to(keep);
     }
 }
 

@@ -65,8 +65,6 @@ mod layout;
 mod reaper;
 mod tables;
 
-pub(super) use reaper::{trim, KEEP_ROOM};
-
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Duration;
 

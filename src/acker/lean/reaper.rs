@@ -35,7 +35,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Duration;
 
 use super::Lean;
-use crate::acker::batches::Entry;
+use crate::acker::batches::{trim, Entry};
 use crate::acker::buckets::Buckets;
 use crate::acker::roots::{reached, Done, Expiry, Tick};
 use crate::sync::Ordering;
@@ -79,18 +79,6 @@ impl Wheel {
     fn full(&self, tick: Tick) -> u64 {
         let delta = tick.wrapping_sub(self.now as Tick) as i32;
         self.now.wrapping_add_signed(i64::from(delta))
-    }
-}
-
-/// Entries a scratch or batch vector keeps room for whatever it held (about 8 KiB).
-pub(in crate::acker) const KEEP_ROOM: usize = 1024;
-
-/// Gives back the room of a vector that held far more than it holds now: it keeps twice
-/// its length, at least [`KEEP_ROOM`], so a steady flow does not reallocate.
-pub(in crate::acker) fn trim<E>(v: &mut Vec<E>) {
-    let keep = (2 * v.len()).max(KEEP_ROOM);
-    if v.capacity() > 2 * keep {
-        v.shrink_to(keep);
     }
 }
 
