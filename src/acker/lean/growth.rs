@@ -157,8 +157,9 @@ impl<T: Send + 'static> Lean<T> {
 
     /// Reaper passes: helps every migration under way (and promotes those that finish),
     /// shrinks tables whose load stayed low, and frees retired generations whose grace
-    /// period is over. Called inside an acker operation (the pass's).
-    pub(super) fn housekeeping(&self, now: Tick) -> bool {
+    /// period is over. Called inside an acker operation (the pass's), whose `open` says
+    /// whether completions may go to the callback (a move can complete a tree).
+    pub(super) fn housekeeping(&self, now: Tick, open: bool) -> bool {
         let stamper = || self.stamp_now();
         let per_table = self.pending() / self.tables.len();
         let mut worked = false;
@@ -178,7 +179,9 @@ impl<T: Send + 'static> Lean<T> {
             for migrating in chain(roots).filter(|g| g.successor().is_some()) {
                 let mut done = Done::stamped_by(&stamper);
                 migrating.move_round(&mut done);
-                self.finish(index, roots, &mut done, false);
+                // A move can complete a tree (a twin's contents carried to it): delivered
+                // through the callback when the pass found it open, as any completion.
+                self.finish(index, roots, &mut done, open);
                 worked = true;
             }
             self.promote_moved(index);

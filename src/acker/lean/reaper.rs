@@ -149,7 +149,7 @@ pub(super) fn run_once<T: Send + 'static>(lean: &Lean<T>, everything: bool) -> P
     let now32 = lean.reaper.lock().unwrap_or_else(|e| e.into_inner()).now as Tick;
     // Migrations, shrinking, retired generations (`tables.rs`); outside the wheel's lock,
     // as moving entries files timers and may complete trees.
-    pass.worked |= lean.housekeeping(now32);
+    pass.worked |= lean.housekeeping(now32, active.open);
     pass.delivered = timed_out.len();
     for (table, roots, completed) in timed_out {
         lean.deliver(table, roots, completed, Some(now32), active.open);

@@ -273,3 +273,43 @@ fn ticks_round_timeouts_up_and_never_go_before_the_epoch() {
     assert_eq!(ticks.timeout(1025), 3);
     assert_eq!(u64::from(ticks.timeout(u64::MAX)), MAX_TIMEOUT_TICKS);
 }
+
+/// A reaper pass's move can complete a tree: the entry it moves meets a HELD twin in the
+/// successor (an orphan of the same root created there), and the merge carries the last
+/// edge in. That completion must reach the callback like any other (the pass passed its
+/// operation's `open` on; it passed `false`, and the payload was dropped unseen).
+#[test]
+fn a_tree_completed_by_a_reaper_move_reaches_the_callback() {
+    use crate::acker::roots::{Applied, Done, Message};
+    let clock = ManualClock::new(0);
+    let (acker, log) = manual(&clock, 1 << 20);
+    let lean = acker.lean();
+    let root = 77;
+    acker.init(root, 0b11, 5).unwrap();
+    assert!(!acker.ack(root, 0b01));
+    let (table, key) = lean.layout.place(root);
+    {
+        let active = lean.batches.enter();
+        // Safety: inside the operation `active` marks.
+        let roots = unsafe { lean.tables[table].current() };
+        let groups = roots.groups() + roots.groups() / 2;
+        assert_eq!(
+            lean.start_migration(table, roots, groups, false),
+            Some(true)
+        );
+        let next = roots.successor().expect("migrating");
+        let mut done = Done::stamped(lean.stamp_now());
+        let twin = next.apply(key, Message::Ack(0b10), true, &mut done);
+        assert_eq!(twin, Applied::Created, "the twin holds the last edge");
+        assert!(!lean.finish(table, roots, &mut done, active.open));
+    }
+    assert!(log.lock().unwrap().is_empty());
+    for _ in 0..64 {
+        acker.expire();
+        if !log.lock().unwrap().is_empty() {
+            break;
+        }
+    }
+    assert_eq!(*log.lock().unwrap(), [(root, 5, Outcome::Acked)]);
+    assert_eq!(acker.pending(), 0);
+}
