@@ -221,6 +221,39 @@ fn duplicate_full_and_shutdown_hand_the_payload_back() {
     assert_eq!(err.into_payload(), 66);
 }
 
+/// Issue 22, item 4: `max_pending(1 << 30)` was accepted and then allocated and touched
+/// about 78 GB. It is a bound now, not an allocation: the largest accepted value builds an
+/// acker whose tables hold a few thousand slots, and one past it is refused by name.
+#[test]
+fn the_largest_max_pending_costs_nothing_up_front_and_one_more_is_refused() {
+    let acker: Acker<u32> = Acker::builder()
+        .max_pending(MAX_PENDING)
+        .build_manual()
+        .unwrap();
+    let [current, successors, retired, wheel] = acker.memory_parts();
+    assert!(
+        current <= 1 << 20,
+        "{current} bytes of tables for an empty acker"
+    );
+    assert_eq!((successors, retired), (0, 0));
+    assert!(
+        wheel <= 1 << 16,
+        "{wheel} bytes of wheel for an empty acker"
+    );
+    assert!(
+        acker.table_slots() <= 1 << 14,
+        "{} slots",
+        acker.table_slots()
+    );
+    acker.init(1, 2, 3).unwrap();
+    assert!(acker.ack(1, 2));
+    let err = Acker::<u32>::builder()
+        .max_pending(MAX_PENDING + 1)
+        .build_manual()
+        .unwrap_err();
+    assert!(err.to_string().contains("max_pending"), "{err}");
+}
+
 #[test]
 fn configuration_errors_name_the_parameter() {
     let cases: [(AckerBuilder<u32>, &str); 7] = [
