@@ -57,5 +57,9 @@ pub use error::ConfigError;
 mod wheel;
 
 pub use expiry_queue::{ExpiryQueue, MAX_TIMEOUT};
+
+/// Async use on tokio (the `tokio` feature, off by default).
+#[cfg(feature = "tokio")]
+pub mod tokio;
 pub use rotating::{RotatingMap, TimeCacheMap};
 pub use wheel::{Advance, Expired, Iter, TimerKey, TimerWheel};

@@ -48,6 +48,7 @@
 pub(crate) mod batches;
 mod buckets;
 mod credits;
+mod driven;
 pub(crate) mod fences;
 mod lean;
 #[allow(dead_code)] // parts used by the loom models, the tests and the `roots` bench only
@@ -149,16 +150,16 @@ pub struct AckerStats {
     pub callback_panics: u64,
 }
 
-type Callback<T> = Box<dyn Fn(Completion<T>) + Send + Sync>;
+pub(crate) type Callback<T> = Box<dyn Fn(Completion<T>) + Send + Sync>;
 
 /// Configures and builds an [`Acker`].
 pub struct AckerBuilder<T> {
-    timeout: Duration,
-    resolution: Duration,
-    shards: Option<usize>,
-    max_pending: usize,
-    clock: Option<Box<dyn Clock>>,
-    on_complete: Option<Callback<T>>,
+    pub(crate) timeout: Duration,
+    pub(crate) resolution: Duration,
+    pub(crate) shards: Option<usize>,
+    pub(crate) max_pending: usize,
+    pub(crate) clock: Option<Box<dyn Clock>>,
+    pub(crate) on_complete: Option<Callback<T>>,
 }
 
 impl<T> fmt::Debug for AckerBuilder<T> {
