@@ -58,6 +58,53 @@ impl MonotonicClock {
     }
 }
 
+impl MonotonicClock {
+    /// The `Instant` of a reading of this clock: for code that holds `Instant`s (tokio's
+    /// timers, deadline-based sleeps). The two timelines are tied by one pair of readings
+    /// taken together once per process, so a conversion is off by at most the time
+    /// between those two readings (tens of nanoseconds), always by the same amount: a
+    /// reading converted there and back is unchanged, and differences are exact.
+    ///
+    /// ```
+    /// use ackwheel::{Clock, MonotonicClock};
+    /// use std::time::{Duration, Instant};
+    ///
+    /// let clock = MonotonicClock::new();
+    /// let deadline = clock.now() + 5_000_000; // 5 ms from now
+    /// let at: Instant = clock.instant(deadline);
+    /// assert!(at > Instant::now());
+    /// assert_eq!(clock.nanos(at), deadline);
+    /// ```
+    pub fn instant(&self, nanos: u64) -> std::time::Instant {
+        let (at, reading) = anchor();
+        // Signed: a reading may lie before the anchor (a deadline in the past).
+        let offset = nanos.wrapping_sub(reading) as i64;
+        if offset >= 0 {
+            at + Duration::from_nanos(offset as u64)
+        } else {
+            at.checked_sub(Duration::from_nanos(offset.unsigned_abs()))
+                .unwrap_or(at)
+        }
+    }
+
+    /// This clock's reading at `instant`: the inverse of [`instant`](Self::instant).
+    pub fn nanos(&self, instant: std::time::Instant) -> u64 {
+        let (at, reading) = anchor();
+        match instant.checked_duration_since(at) {
+            Some(after) => reading.wrapping_add(duration_nanos(after)),
+            None => reading.wrapping_sub(duration_nanos(at - instant)),
+        }
+    }
+}
+
+/// One `Instant` and the clock's reading taken with it, once per process: the two
+/// timelines differ by a constant, which this pair fixes.
+fn anchor() -> (std::time::Instant, u64) {
+    use std::sync::OnceLock;
+    static ANCHOR: OnceLock<(std::time::Instant, u64)> = OnceLock::new();
+    *ANCHOR.get_or_init(|| (std::time::Instant::now(), MonotonicClock.now()))
+}
+
 #[cfg(not(all(target_os = "linux", not(miri))))]
 fn origin() -> std::time::Instant {
     use std::sync::OnceLock;
@@ -97,7 +144,8 @@ impl Clock for MonotonicClock {
 ///
 /// For deterministic tests and simulation. It deliberately uses std's atomic even under loom:
 /// its reading is an input to the protocols being modelled, not part of them.
-#[derive(Clone, Debug)]
+/// `ManualClock::default()` starts at 0.
+#[derive(Clone, Debug, Default)]
 pub struct ManualClock {
     now: Arc<AtomicU64>,
 }
@@ -176,6 +224,28 @@ mod tests {
             "clock {inner} ns within Instant's {outer} ns"
         );
         assert!(inner >= 20_000_000, "clock {inner} ns over a 20 ms sleep");
+    }
+
+    #[test]
+    fn readings_and_instants_convert_both_ways_past_and_future() {
+        let c = MonotonicClock::new();
+        let before = std::time::Instant::now();
+        let now = c.now();
+        let after = std::time::Instant::now();
+        let at = c.instant(now);
+        // Within the anchor pair's own gap (tens of ns; 1 ms allows for a preempted read).
+        let slack = Duration::from_millis(1);
+        assert!(
+            before - slack <= at && at <= after + slack,
+            "{at:?} not within {before:?}..{after:?}"
+        );
+        for offset in [0, 1, 999, 5_000_000_000] {
+            assert_eq!(c.nanos(c.instant(now + offset)), now + offset);
+            assert_eq!(c.nanos(c.instant(now - offset)), now - offset);
+        }
+        let later = c.instant(now + 7_000_000);
+        assert_eq!(later.duration_since(at), Duration::from_millis(7));
+        assert_eq!(ManualClock::default().now(), 0);
     }
 
     #[test]

@@ -28,6 +28,7 @@ struct ReadmeDoctests;
 
 mod acker;
 mod clock;
+mod edge_id;
 mod error;
 mod expiry_queue;
 mod rotating;
@@ -53,6 +54,7 @@ pub mod batches {
     pub use crate::acker::fences::Fences;
 }
 pub use clock::{Clock, ManualClock, MonotonicClock};
+pub use edge_id::edge_id;
 pub use error::ConfigError;
 mod wheel;
 

@@ -78,8 +78,18 @@ pub enum Outcome {
     TimedOut,
 }
 
+impl fmt::Display for Outcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Outcome::Acked => "acked",
+            Outcome::Failed => "failed",
+            Outcome::TimedOut => "timed out",
+        })
+    }
+}
+
 /// One finished tree, handed to `on_complete` exactly once.
-#[derive(Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Completion<T> {
     /// The tree's root id.
     pub root: u64,
@@ -92,7 +102,7 @@ pub struct Completion<T> {
 }
 
 /// Returned by init; the payload always comes back, nothing is lost.
-#[derive(Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum InitError<T> {
     /// `max_pending` entries (trees and orphans) are held. A completed tree's slot and
     /// credit come back at once, on the completing thread; a root whose table has no room
@@ -130,8 +140,10 @@ impl<T> fmt::Display for InitError<T> {
 
 impl<T: fmt::Debug> std::error::Error for InitError<T> {}
 
-/// Counters since the acker was built.
-#[derive(Clone, Debug, Default)]
+/// Counters since the acker was built, from [`Acker::stats`]: what an operator charts.
+///
+/// `Display` prints them on one line.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct AckerStats {
     /// Entries held now (initialized or not).
@@ -148,6 +160,23 @@ pub struct AckerStats {
     pub rejected_full: u64,
     /// `on_complete` calls that panicked (caught).
     pub callback_panics: u64,
+}
+
+impl fmt::Display for AckerStats {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "pending {}, acked {}, failed {}, timed out {}, orphans expired {}, \
+             rejected full {}, callback panics {}",
+            self.pending,
+            self.acked,
+            self.failed,
+            self.timed_out,
+            self.orphans_expired,
+            self.rejected_full,
+            self.callback_panics
+        )
+    }
 }
 
 pub(crate) type Callback<T> = Box<dyn Fn(Completion<T>) + Send + Sync>;
@@ -488,8 +517,11 @@ impl<T: Send + 'static> Acker<T> {
         self.lean().expire()
     }
 
-    /// Reaper wake-ups that found nothing due (a measure of idle cost).
-    #[doc(hidden)]
+    /// Reaper wake-ups that found nothing to do, since build: what an idle acker costs.
+    ///
+    /// The reaper sleeps until the next deadline and not at all when nothing is pending,
+    /// so on an idle acker this stays flat; a count that climbs while nothing is due is a
+    /// bug worth reporting. (Manual ackers have no reaper: always 0.)
     pub fn idle_wakeups(&self) -> u64 {
         self.lean().idle_wakeups()
     }
@@ -522,9 +554,15 @@ impl<T: Send + 'static> Acker<T> {
         fences::Fences::detect() == fences::Fences::Asymmetric
     }
 
-    /// Heavy fences whose `membarrier` could not be run (each leaves a retired table, a
-    /// batch takeover or a shutdown waiting for the next one that runs).
-    #[doc(hidden)]
+    /// Process-wide memory barriers (Linux `membarrier`) that failed, since build.
+    ///
+    /// Operations mark themselves with a plain store and the reaper (or a growing table)
+    /// runs one heavy barrier before it reads the marks. A failed barrier is not an
+    /// error for any caller: the table it would have freed, the quiet thread's timers it
+    /// would have taken over, or the shutdown it would have let finish wait for the next
+    /// barrier that runs. Non-zero means the kernel refused the call (a seccomp filter,
+    /// for example): memory is freed later than it could be. Always 0 where the acker uses
+    /// plain fences instead (no `membarrier`).
     pub fn grace_barrier_failures(&self) -> u64 {
         self.lean().barrier_failures()
     }

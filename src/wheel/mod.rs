@@ -166,6 +166,28 @@ impl<T> TimerWheel<T> {
         TimerKey { index, generation }
     }
 
+    /// Schedules `value` for `delay` after the wheel's time ([`now`](Self::now)): the
+    /// same as `schedule(now + delay)`. A delay beyond the wrapping timeline's 2^63 ns
+    /// horizon (292 years) is clamped to it.
+    ///
+    /// ```
+    /// use ackwheel::TimerWheel;
+    /// use std::time::Duration;
+    ///
+    /// let mut wheel = TimerWheel::with_resolution(0, Duration::from_millis(1));
+    /// let key = wheel.schedule_after(Duration::from_millis(20), "retry");
+    /// assert_eq!(wheel.deadline(key), Some(20_000_000));
+    /// ```
+    pub fn schedule_after(&mut self, delay: Duration, value: T) -> TimerKey {
+        let deadline = self.now.wrapping_add(horizon_nanos(delay));
+        self.schedule(deadline, value)
+    }
+
+    /// Moves a timer to `delay` after the wheel's time; `false` when the key is stale.
+    pub fn reschedule_after(&mut self, key: TimerKey, delay: Duration) -> bool {
+        self.reschedule(key, self.now.wrapping_add(horizon_nanos(delay)))
+    }
+
     /// Moves a timer to `deadline`, earlier or later. O(1). `false` (and no change) when the
     /// key is stale.
     pub fn reschedule(&mut self, key: TimerKey, deadline: u64) -> bool {
@@ -356,6 +378,23 @@ impl<T> TimerWheel<T> {
         Some(best)
     }
 
+    /// [`next_expiration_delay`](Self::next_expiration_delay) as a `Duration`: how long an
+    /// event loop may sleep before its next [`advance`](Self::advance); `None` when empty.
+    ///
+    /// ```
+    /// use ackwheel::TimerWheel;
+    /// use std::time::Duration;
+    ///
+    /// let mut wheel = TimerWheel::with_resolution(0, Duration::from_millis(1));
+    /// assert_eq!(wheel.next_expiration(), None);
+    /// wheel.schedule_after(Duration::from_millis(5), ());
+    /// let sleep = wheel.next_expiration().unwrap();
+    /// assert!(sleep <= Duration::from_millis(6));
+    /// ```
+    pub fn next_expiration(&self) -> Option<Duration> {
+        self.next_expiration_delay().map(Duration::from_nanos)
+    }
+
     /// Every timer once, in Caffeine's ascending order: timers found due but not yet
     /// yielded first; then wheels finest to coarsest; in each, buckets from the one after
     /// the current bucket round to the current one; each bucket in insertion order.
@@ -373,6 +412,21 @@ fn rotate_right(bits: u64, by: u32, width: u32) -> u64 {
     }
     let mask = (1u64 << width) - 1;
     ((bits >> by) | (bits << (width - by))) & mask
+}
+
+/// A delay as nanoseconds on the wrapping timeline: at most 2^63 - 1, the farthest a
+/// deadline can be and still compare as later.
+fn horizon_nanos(delay: Duration) -> u64 {
+    duration_nanos(delay).min(i64::MAX as u64)
+}
+
+/// A wheel at time 0 with Caffeine's geometry: for a [`ManualClock`](crate::ManualClock)
+/// that starts at 0 (`ManualClock::default()`). With a real clock start the wheel at its
+/// reading: [`TimerWheel::new`]`(clock.now())`.
+impl<T> Default for TimerWheel<T> {
+    fn default() -> Self {
+        Self::new(0)
+    }
 }
 
 impl<T> fmt::Debug for TimerWheel<T> {
