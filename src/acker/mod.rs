@@ -1,15 +1,8 @@
 //! The Acker: Storm-style XOR tracking of tuple trees.
 //!
-//! ## Semantics
-//!
-//! A tree's value is the XOR of init's `xor` and every ack's `xor`; the tree completes
-//! `Acked` when init has been seen and the value is 0. `fail` on an initialized tree
-//! completes it `Failed`. Acks and fails that arrive before init are held in an entry of
-//! their own (an *orphan*); when init arrives it completes at once — `Acked` if the value is
-//! 0 (Acked wins), else `Failed` if a fail was seen — or stays pending. The deadline is the
-//! first message's time plus the timeout; `reset_timeout` moves it to now plus the tree's
-//! timeout. At the deadline an initialized tree completes `TimedOut`; an orphan is dropped
-//! silently and counted.
+//! The rules a user relies on (orphans, Acked wins, deadlines from the first message,
+//! capacity, shutdown) and the costs are on the public [`Acker`] type's docs; this module's
+//! docs are about how it is built.
 //!
 //! ## Shape
 //!
@@ -276,7 +269,9 @@ impl<T: Send + 'static> AckerBuilder<T> {
         self
     }
 
-    /// Starts the one reaper thread.
+    /// Builds the acker and starts its one reaper thread (`ackwheel-reaper`), which sleeps
+    /// until the next deadline and not at all while nothing is pending. A bad parameter is
+    /// a [`ConfigError`] that names it; so is an operating system that refuses the thread.
     pub fn build(self) -> Result<Acker<T>, ConfigError> {
         self.build_with(false)
     }
@@ -406,6 +401,64 @@ impl Counters {
 /// Storm-style XOR tracking of tuple trees: sharded lock-free tables that follow what is
 /// pending, lazy timers, one reaper thread. Clone is a cheap shared handle; Send + Sync.
 ///
+/// # The rules
+///
+/// * **A tree is a root id and a 64-bit value**, the XOR of init's `xor` and every ack's
+///   `xor`. Give every edge (every tuple, every sub-task) a random 64-bit id
+///   ([`edge_id`](crate::edge_id)): init with the XOR of the first edges, and have each
+///   edge's ack carry its own id XORed with the ids of the edges it emitted. The value is 0
+///   exactly when every edge has been acked, except with probability 2^-64 per message
+///   (Storm's argument). Small or sequential ids break this: `1 ^ 2 ^ 3 == 0`.
+/// * **Completion** happens once per initialized root, on the thread whose call made it
+///   (an ack, a fail, init itself, or the reaper for a timeout), through `on_complete`:
+///   `Acked` when init has been seen and the value is 0; `Failed` on `fail` of an
+///   initialized tree; `TimedOut` when its deadline passes first. The call that completed
+///   a tree returns `true`.
+/// * **Orphans**: acks and fails that arrive before init (another thread's message
+///   overtook it) are held in an entry of their own. When init arrives it completes at
+///   once if the value is then 0 (*Acked wins*, even over a held fail) or a fail was held
+///   (`Failed`); otherwise the tree goes on. An orphan whose init never comes is dropped
+///   silently at its deadline and counted in [`AckerStats::orphans_expired`]; a late ack
+///   of a finished tree becomes such an orphan. Orphans count in [`pending`](Self::pending)
+///   and against `max_pending` until they expire.
+/// * **Deadlines** count from the root's *first message* (init, or the first orphan ack),
+///   plus the tree's timeout ([`init_with_timeout`](Self::init_with_timeout), else the
+///   builder's). [`reset_timeout`](Self::reset_timeout) moves it to now plus the timeout.
+///   Times are kept in ticks of the builder's `resolution` (about 1 ms): a tree never times
+///   out before its deadline and at most a tick or two after it when the reaper is not
+///   starved, and [`Completion::elapsed`] is accurate to a tick (a `TimedOut` tree never
+///   reports less than its timeout).
+/// * **Capacity**: `max_pending` bounds trees plus orphans, exactly. Beyond it init
+///   returns [`InitError::Full`] with the payload, and an orphan ack is refused (counted in
+///   `rejected_full`). Nothing is allocated for the bound.
+/// * **Shutdown** stops and joins the reaper and hands back every initialized, pending
+///   tree's payload; later inits return [`InitError::Shutdown`]. Every error hands the
+///   payload back: nothing is lost.
+///
+/// # Costs
+///
+/// * **Threads**: [`build`](AckerBuilder::build) starts one reaper thread per acker. It
+///   sleeps until the next deadline and does not wake at all while nothing is pending
+///   ([`idle_wakeups`](Self::idle_wakeups) stays flat).
+///   [`build_manual`](AckerBuilder::build_manual) starts none: call
+///   [`expire`](Self::expire) yourself.
+/// * **Memory**: under 1 MiB before the first tree (tables start at 64 slots each and grow
+///   with what is pending, then shrink after it falls); about 60 B per pending tree with a
+///   `u32` payload at 1M pending (a 32-byte slot in tables kept 1/2 to 3/4 full, and a
+///   timer entry for trees that live past about 64 ticks); larger payloads add their size.
+/// * **Time**: a message is a hash, a load of the root's 64-byte line and one 128-bit
+///   compare-and-swap (no lock, no allocation); a tree that completes within about 64
+///   ticks never reaches the reaper. Init reads the clock once, and the completing call
+///   once more for `elapsed`.
+///
+/// # Naming the payload type
+///
+/// `Acker::builder()` cannot see the payload type inside an `on_complete` closure that
+/// uses it (a method call on `c.payload` is error E0282); name it on the builder, as
+/// `Acker::<String>::builder()`, or on the closure's argument, `|c: Completion<String>|`.
+///
+/// # Example
+///
 /// ```
 /// use ackwheel::{Acker, ManualClock, Outcome};
 /// use std::sync::{Arc, Mutex};
@@ -426,11 +479,19 @@ impl Counters {
 /// assert!(!acker.ack(7, 0b01));
 /// assert!(acker.ack(7, 0b10)); // the value reached 0: this call completed the tree
 ///
+/// // An ack that overtook its init is held; init then completes the tree at once.
+/// assert!(!acker.ack(9, 0b100));
+/// assert_eq!(acker.pending(), 1);
+/// acker.init(9, 0b100, "raced").unwrap();
+///
 /// // Root 8 loses an ack and times out.
 /// acker.init(8, 0b11, "lost").unwrap();
 /// clock.advance(Duration::from_secs(31));
 /// assert_eq!(acker.expire(), 1);
-/// assert_eq!(*done.lock().unwrap(), [(7, Outcome::Acked), (8, Outcome::TimedOut)]);
+/// assert_eq!(
+///     *done.lock().unwrap(),
+///     [(7, Outcome::Acked), (9, Outcome::Acked), (8, Outcome::TimedOut)]
+/// );
 /// ```
 pub struct Acker<T: Send + 'static = u32> {
     handle: Arc<lean::Handle<T>>,
@@ -464,7 +525,23 @@ impl<T: Send + 'static> Acker<T> {
 
     /// Storm's ACKER_INIT: XORs `xor` into the root's value and attaches the payload.
     /// If acks (or a fail) arrived first, it completes now when the value is 0 (Acked wins)
-    /// or a fail was seen (Failed).
+    /// or a fail was seen (Failed): `Ok` either way, and the completion goes to
+    /// `on_complete` on this thread.
+    ///
+    /// Every error hands the payload back: [`InitError::Duplicate`] for a root already
+    /// initialized and pending, [`InitError::Full`] at `max_pending`,
+    /// [`InitError::Shutdown`] after [`shutdown`](Self::shutdown).
+    ///
+    /// ```
+    /// use ackwheel::{edge_id, Acker, InitError};
+    ///
+    /// let acker: Acker<String> = Acker::builder().max_pending(1).build_manual().unwrap();
+    /// acker.init(1, edge_id(), "first".to_string()).unwrap();
+    /// let again = acker.init(1, edge_id(), "again".to_string());
+    /// assert_eq!(again, Err(InitError::Duplicate("again".to_string())));
+    /// let full = acker.init(2, edge_id(), "no room".to_string()).unwrap_err();
+    /// assert_eq!(full.into_payload(), "no room"); // nothing is lost
+    /// ```
     pub fn init(&self, root: u64, xor: u64, payload: T) -> Result<(), InitError<T>> {
         self.lean().init(root, xor, payload, None)
     }
@@ -497,22 +574,61 @@ impl<T: Send + 'static> Acker<T> {
     /// Storm's ACKER_RESET_TIMEOUT: deadline = now + the tree's timeout. `true` iff the root
     /// has an uncompleted entry (initialized or not); then the new deadline holds: the tree
     /// does not time out before it, even if the old one was passing at that moment.
+    ///
+    /// ```
+    /// use ackwheel::{Acker, ManualClock};
+    /// use std::time::Duration;
+    ///
+    /// let clock = ManualClock::new(0);
+    /// let acker: Acker = Acker::builder()
+    ///     .timeout(Duration::from_secs(10))
+    ///     .clock(clock.clone())
+    ///     .build_manual()
+    ///     .unwrap();
+    /// acker.init(5, 0xfeed, 0).unwrap();
+    /// clock.advance(Duration::from_secs(8));
+    /// assert!(acker.reset_timeout(5)); // still working on it: 10 s from now
+    /// clock.advance(Duration::from_secs(8));
+    /// assert_eq!(acker.expire(), 0); // 16 s after init, 8 s after the reset
+    /// clock.advance(Duration::from_secs(3));
+    /// assert_eq!(acker.expire(), 1);
+    /// assert!(!acker.reset_timeout(5)); // gone
+    /// ```
     pub fn reset_timeout(&self, root: u64) -> bool {
         self.lean().reset_timeout(root)
     }
 
-    /// Entries held now (initialized or not).
+    /// Entries held now: initialized trees not yet completed, and orphans (acks or fails
+    /// whose init has not come, held until it does or their deadline passes). Exact, and
+    /// never above `max_pending`.
     pub fn pending(&self) -> usize {
         self.lean().pending()
     }
 
-    /// Counters since the acker was built.
+    /// Counters since the acker was built, and what is pending now. Sums a few per-thread
+    /// counters: cheap enough to call every second for a dashboard.
+    ///
+    /// ```
+    /// use ackwheel::Acker;
+    ///
+    /// let acker: Acker = Acker::builder().build_manual().unwrap();
+    /// acker.init(1, 0b11, 0).unwrap();
+    /// acker.ack(1, 0b11);
+    /// let stats = acker.stats();
+    /// assert_eq!((stats.acked, stats.pending), (1, 0));
+    /// println!("{stats}"); // pending 0, acked 1, failed 0, ...
+    /// ```
     pub fn stats(&self) -> AckerStats {
         self.lean().stats()
     }
 
-    /// Manual mode: one reaper pass at `clock.now()`; returns the completions it delivered.
-    /// On an acker built with `build()` it does nothing and returns 0.
+    /// Manual mode: one reaper pass at `clock.now()`; returns the timeouts it delivered
+    /// (orphans it dropped are counted in the stats, not here). On an acker built with
+    /// `build()` it does nothing and returns 0: the reaper thread runs the passes.
+    ///
+    /// A pass times out every tree whose deadline has passed, drops expired orphans, and
+    /// moves growing tables on; call it at least once per `resolution` tick to keep
+    /// timeouts punctual (see the crate's `tokio` feature for a task that sleeps exactly).
     pub fn expire(&self) -> usize {
         self.lean().expire()
     }
@@ -588,8 +704,21 @@ impl<T: Send + 'static> Acker<T> {
         self.lean().placement(root)
     }
 
-    /// Stops and joins the reaper, then hands back every initialized, uncompleted tree.
-    /// Later inits fail with [`InitError::Shutdown`].
+    /// Stops and joins the reaper, then hands back every initialized, uncompleted tree as
+    /// `(root, payload)`. Later inits fail with [`InitError::Shutdown`]; acks and fails go
+    /// on being applied (a tree completed by one is delivered while the callback lives).
+    /// Every concurrent `shutdown` returns only after the reaper has stopped. It also
+    /// drops `on_complete` once no call can reach it, so a callback that holds a clone of
+    /// its own acker does not keep it alive.
+    ///
+    /// ```
+    /// use ackwheel::Acker;
+    ///
+    /// let acker: Acker<&str> = Acker::builder().build().unwrap();
+    /// acker.init(1, 0b1, "in flight").unwrap();
+    /// assert_eq!(acker.shutdown(), [(1, "in flight")]);
+    /// assert!(acker.init(2, 0b1, "late").is_err());
+    /// ```
     pub fn shutdown(&self) -> Vec<(u64, T)> {
         self.handle.shutdown()
     }
