@@ -1,0 +1,90 @@
+//! Twin entries: what a claimer does after its claim. Two threads that found no entry for
+//! a new root may both claim one (the parent module's "Twin claims"); every claimer
+//! searches again and the pair is merged lock-free: the loser's CAS to EMPTY decides who
+//! carries its contents to the winner, so they are applied once.
+
+use super::{Applied, Done, Key, Message, Phase, Roots, Word, GROUP_SLOTS};
+use crate::sync::Ordering;
+
+impl<T> Roots<T> {
+    /// After claiming `slot` for `key`: files its timer and merges any twin, or, when a
+    /// migration has begun, moves the entry to the successor (where that happens).
+    pub(super) fn created(&self, key: Key, slot: usize, done: &mut Done<'_>) {
+        if let Some(next) = self.successor() {
+            self.relocate(slot, next, done);
+            return;
+        }
+        done.file_later(self.gen, slot);
+        self.merge_twins(key, slot, done);
+    }
+
+    /// After claiming `mine` for `key`: merges every twin entry (module docs) until `mine`
+    /// is the root's only entry or has been merged into another. Carrying a twin's contents
+    /// may complete the tree (into `done`).
+    pub(super) fn merge_twins(&self, key: Key, mine: usize, done: &mut Done<'_>) {
+        while let Some((other, theirs)) = self.find_other(key, Some(mine)) {
+            let ours = self.word(mine).load();
+            if !ours.holds(key) {
+                // Merged away by the other claimer, or completed: nothing of ours is left.
+                return;
+            }
+            let (loser, lost) = if wins(ours, mine, theirs, other, |s| self.distance(key, s)) {
+                (other, theirs)
+            } else {
+                (mine, ours)
+            };
+            if lost.state().phase() != Some(Phase::Held) {
+                // Two joined entries: cannot happen (init joins the first entry in probe
+                // order, which a later twin loses to); leave them rather than lose a payload.
+                debug_assert!(false, "two joined entries for {key:?}");
+                return;
+            }
+            // Read before the slot is emptied (its times go with it). A reset that moves it
+            // after this read sets R after, which fails the empty CAS below, or finds the
+            // winner too (a reset moves every entry's base in the table).
+            let base = self.times(loser).map_or(0, |stamp| stamp.base());
+            if self.empty(loser, lost).is_err() {
+                continue; // it moved: look at the pair again
+            }
+            self.merged.fetch_add(1, Ordering::Relaxed); // Relaxed: a statistic.
+                                                         // An empty twin (init's placeholder, or acks that cancelled) carries nothing;
+                                                         // carrying it to a tree that has completed meanwhile would leave an empty orphan.
+            if lost.value() != 0 || lost.state().failed() || lost.state().reset() {
+                // A carry that finds no entry (the winner completed meanwhile) creates an
+                // orphan, reported in `done` for its timer like any other; one that finds the
+                // winner moving follows it to the successor. FIXME: one that finds the window
+                // full, or no credit (another thread took the loser's), drops the loser's
+                // contents (a tree then times out instead of completing).
+                self.carry(key, Message::Twin(lost, base), done);
+            }
+            if loser == mine {
+                return;
+            }
+        }
+    }
+
+    /// Applies `message` here or, if the root's entry moves meanwhile, in the successor.
+    fn carry(&self, key: Key, message: Message, done: &mut Done<'_>) {
+        let mut roots = self;
+        while roots.apply(key, message, true, done) == Applied::Retry {
+            roots = roots.successor().unwrap_or(roots);
+        }
+    }
+}
+
+/// Whether our entry `mine` (word `ours`) survives its twin `other` (word `theirs`): a
+/// joined entry (JOINING or LIVE) beats a HELD one, else the first in probe order wins.
+fn wins(
+    ours: Word,
+    mine: usize,
+    theirs: Word,
+    other: usize,
+    distance: impl Fn(usize) -> usize,
+) -> bool {
+    let joined = |w: Word| w.state().phase() != Some(Phase::Held);
+    match (joined(ours), joined(theirs)) {
+        (true, false) => true,
+        (false, true) => false,
+        _ => (distance(mine), mine % GROUP_SLOTS) < (distance(other), other % GROUP_SLOTS),
+    }
+}
