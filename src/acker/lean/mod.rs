@@ -81,6 +81,7 @@ use crate::clock::Clock;
 use crate::sync::{Arc, AtomicBool, AtomicU64, Mutex, Ordering};
 use growth::Retired;
 use layout::{Layout, Mix};
+use reaper::Wait;
 use tables::{chain, Table};
 // The reaper is a std thread even under loom: the models check the table and batch
 // protocols on their own, not this core's thread.
@@ -183,6 +184,9 @@ pub(super) struct Lean<T> {
     /// The reaper's wheel and scratch, owned by whoever runs a pass.
     reaper: Mutex<reaper::Wheel>,
     reaper_thread: std::sync::OnceLock<thread::Thread>,
+    /// Manual mode: what wakes a task that runs the passes in place of the reaper thread
+    /// (`driven.rs`), called where the thread would be unparked. Set once, by that task.
+    expiry_waker: std::sync::OnceLock<ExpiryWaker>,
     /// Reaper wake-ups that found nothing to do.
     idle_wakeups: AtomicU64,
     /// Panics caught in reaper passes (a clock, a payload's drop).
@@ -270,6 +274,7 @@ impl<T: Send + 'static> Lean<T> {
             shutdown: AtomicBool::new(false),
             manual: config.manual,
             reaper_thread: std::sync::OnceLock::new(),
+            expiry_waker: std::sync::OnceLock::new(),
             idle_wakeups: AtomicU64::new(0),
             reaper_panics: AtomicU64::new(0),
             migrations: [AtomicU64::new(0), AtomicU64::new(0)],
@@ -554,6 +559,8 @@ impl<T: Send + 'static> Lean<T> {
     fn wake_reaper(&self) {
         if let Some(thread) = self.reaper_thread.get() {
             thread.unpark();
+        } else if let Some(wake) = self.expiry_waker.get() {
+            wake();
         }
     }
 
@@ -642,6 +649,86 @@ impl<T: Send + 'static> Lean<T> {
             return 0;
         }
         reaper::run_once(self, true).delivered
+    }
+
+    /// Manual mode: when a pass next has work, as [`reaper::next_wait`] decides it after a
+    /// pass (and with its idle mark: a driver unidles when it wakes, [`Lean::unidle`]).
+    /// `Next::Never` on an acker with a reaper thread, which serves it, and the decision is
+    /// then not made here (marking its reaper idle would only add wake-ups).
+    pub(super) fn next_pass(&self) -> Next {
+        if !self.manual {
+            return Next::Never;
+        }
+        if self.stopping() {
+            return Next::Stop;
+        }
+        match reaper::next_wait(self) {
+            Wait::Again => Next::Now,
+            Wait::Tick { from } => Next::At(self.tick_start(from.wrapping_add(1))),
+            // At least a tick, as the thread sleeps: each pass moves the wheel to the
+            // clock's tick, so a driver that sleeps until this never spins.
+            Wait::Ticks { ticks, from } => {
+                Next::At(self.tick_start(from.wrapping_add(ticks.max(1))))
+            }
+            Wait::Forever => Next::Never,
+            Wait::Stop => Next::Stop,
+        }
+    }
+
+    /// The clock time at which full tick `tick` begins (`Ticks::full` of it is `tick`).
+    fn tick_start(&self, tick: u64) -> u64 {
+        // Bits shifted out wrap, as the clock's timeline does.
+        self.ticks
+            .epoch
+            .wrapping_add(tick.wrapping_sub(1) << self.ticks.shift)
+    }
+
+    /// The clock's reading.
+    pub(super) fn now(&self) -> u64 {
+        self.clock.now()
+    }
+
+    /// One tick of the resolution.
+    pub(super) fn tick(&self) -> Duration {
+        Duration::from_nanos(1 << self.ticks.shift)
+    }
+
+    /// Manual mode, a driver's pass: the reaper thread's (batches taken once quiet, so
+    /// that trees completing within the hand-off age never reach the wheel, and a push
+    /// wakes the driver at most once a tick per busy thread), counted as the thread's are.
+    /// `false` when it panicked (counted): the driver then waits a tick, as the thread
+    /// does, rather than spin on a clock that keeps panicking.
+    pub(super) fn driven_pass(&self) -> bool {
+        match catch_unwind(AssertUnwindSafe(|| reaper::run_once(self, false))) {
+            Ok(pass) => {
+                if !pass.worked {
+                    self.idle_wakeups.fetch_add(1, Ordering::Relaxed); // a statistic
+                }
+                true
+            }
+            Err(_) => {
+                self.reaper_panics.fetch_add(1, Ordering::SeqCst);
+                false
+            }
+        }
+    }
+
+    /// A driver woke (`reaper.rs`, [`reaper::Wait`]).
+    pub(super) fn unidle(&self) {
+        self.batches.unidle();
+    }
+
+    /// Manual mode: sets the hook [`Lean::wake_reaper`] calls. `false` when one is set
+    /// already, or the acker has a reaper thread.
+    pub(super) fn set_expiry_waker(&self, wake: ExpiryWaker) -> bool {
+        self.manual && self.expiry_waker.set(wake).is_ok()
+    }
+
+    /// Shutdown: a driver asleep must see it.
+    fn wake_driver(&self) {
+        if let Some(wake) = self.expiry_waker.get() {
+            wake();
+        }
     }
 
     /// Stops the reaper (joined by the caller), then takes back every initialized tree.
@@ -805,6 +892,22 @@ fn tag_of(key_tag: u32, gen: u32) -> u32 {
 /// The generation bits of a timer entry's tag.
 const GEN_MASK: u32 = (1 << GEN_TAG_BITS) - 1;
 
+/// The hook that wakes a task driving a manual acker's passes.
+pub(super) type ExpiryWaker = Box<dyn Fn() + Send + Sync>;
+
+/// When a manual acker's next pass has work ([`Lean::next_pass`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Next {
+    /// Now: entries arrived as the pass finished.
+    Now,
+    /// At this clock time (on the clock's wrapping timeline); earlier when woken.
+    At(u64),
+    /// Nothing pending anywhere (or a reaper thread serves the acker): until woken.
+    Never,
+    /// Shut down: no more passes.
+    Stop,
+}
+
 /// The part of a second-core acker that user handles share; dropping the last one stops
 /// and joins the reaper.
 pub(super) struct Handle<T: Send + 'static> {
@@ -844,6 +947,7 @@ impl<T: Send + 'static> Handle<T> {
     /// joined, so that every `shutdown` returns only after the reaper has stopped.
     fn stop(&self) {
         self.lean.stop_flag();
+        self.lean.wake_driver();
         if self
             .lean
             .reaper_thread

@@ -29,7 +29,9 @@
 //! deadline. Before any sleep longer than a tick it marks itself idle in the batches and
 //! checks them once more: a push that makes a batch non-empty wakes an idle reaper, so no
 //! entry waits for a reaper asleep for longer than a tick (`batches.rs`, "Waking the
-//! reaper"). With nothing pending it sleeps without wake-ups.
+//! reaper"). With nothing pending it sleeps without wake-ups. [`next_wait`] makes this
+//! decision, for the thread and for a task that runs a manual acker's passes in its place
+//! (`acker/driven.rs`), which the same pushes wake through a hook (`Lean::wake_reaper`).
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Duration;
@@ -191,6 +193,58 @@ pub(super) fn spawn<T: Send + 'static>(
     Ok(handle)
 }
 
+/// What to do after a pass: the reaper thread's sleep decision, which a task that drives a
+/// manual acker's passes makes the same way (`Lean::next_pass`). Every variant but
+/// [`Wait::Tick`] and [`Wait::Again`] has marked the reaper idle (`batches.rs`, "Waking the
+/// reaper"): whoever sleeps on it must call `batches.unidle()` when it wakes, and must be
+/// woken by `Lean::wake_reaper`, or a push made while it sleeps waits for its deadline.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Wait {
+    /// Entries wait in batches: one tick after `from` (the last pass's tick), not idle.
+    Tick { from: u64 },
+    /// An entry arrived while the reaper marked itself idle: a pass now (not idle).
+    Again,
+    /// Idle: `ticks` after `from` (the last pass's tick), the wheel's next due tick or
+    /// housekeeping's next work, whichever is sooner, or until woken.
+    Ticks { ticks: u64, from: u64 },
+    /// Idle with nothing pending anywhere: until woken.
+    Forever,
+    /// Shutting down: no more passes.
+    Stop,
+}
+
+/// The sleep decision after a pass (module docs): a tick at a time while batches hold
+/// entries; otherwise idle (then one more look at the batches), until the wheel's next due
+/// tick or housekeeping's next work, or until woken when neither has any.
+pub(super) fn next_wait<T: Send + 'static>(lean: &Lean<T>) -> Wait {
+    let (waiting_in_batches, next_due, now) = {
+        let wheel = lean.reaper.lock().unwrap_or_else(|e| e.into_inner());
+        (lean.batches.waiting(), wheel.buckets.next_due(), wheel.now)
+    };
+    if waiting_in_batches {
+        lean.batches.unidle();
+        return Wait::Tick { from: now };
+    }
+    // A longer sleep: idle first, then one more look at the batches (module docs).
+    if lean.batches.park_check() {
+        return Wait::Again;
+    }
+    if lean.stopping() {
+        return Wait::Stop;
+    }
+    // Until the next deadline or housekeeping's next work (a migration, a generation
+    // to free, a table to shrink), whichever comes first; unbounded when neither.
+    let house = lean.housekeeping_due(now as Tick).map(u64::from);
+    let wait = match (next_due.map(|due| due.saturating_sub(now)), house) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
+    match wait {
+        None => Wait::Forever,
+        Some(ticks) => Wait::Ticks { ticks, from: now },
+    }
+}
+
 fn reaper_loop<T: Send + 'static>(lean: &Lean<T>) {
     let tick = Duration::from_nanos(1 << lean.ticks.shift);
     while !lean.stopping() {
@@ -209,32 +263,15 @@ fn reaper_loop<T: Send + 'static>(lean: &Lean<T>) {
         if !pass.worked {
             lean.idle_wakeups.fetch_add(1, Ordering::Relaxed); // a statistic
         }
-        let (waiting_in_batches, next_due, now) = {
-            let wheel = lean.reaper.lock().unwrap_or_else(|e| e.into_inner());
-            (lean.batches.waiting(), wheel.buckets.next_due(), wheel.now)
-        };
-        if waiting_in_batches {
-            lean.batches.unidle();
-            thread::park_timeout(tick);
-            continue;
-        }
-        // A longer sleep: idle first, then one more look at the batches (module docs).
-        if lean.batches.park_check() {
-            continue;
-        }
-        if lean.stopping() {
-            break;
-        }
-        // Until the next deadline or housekeeping's next work (a migration, a generation
-        // to free, a table to shrink), whichever comes first; unbounded when neither.
-        let house = lean.housekeeping_due(now as Tick).map(u64::from);
-        let wait = match (next_due.map(|due| due.saturating_sub(now)), house) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
-        match wait {
-            None => thread::park(),
-            Some(ticks) => {
+        match next_wait(lean) {
+            Wait::Tick { .. } => {
+                thread::park_timeout(tick);
+                continue; // not idle: nothing to undo
+            }
+            Wait::Again => continue,
+            Wait::Stop => break,
+            Wait::Forever => thread::park(),
+            Wait::Ticks { ticks, .. } => {
                 let ticks = ticks.max(1);
                 thread::park_timeout(tick.saturating_mul(u32::try_from(ticks).unwrap_or(u32::MAX)));
             }

@@ -1,0 +1,645 @@
+//! Awaiting a tree, or taking completions as a stream: [`AckerBuilder::build_async`].
+//!
+//! ## Delivery
+//!
+//! The inner [`Acker`] carries each tree's payload in a [`Tracked`] beside, for a tree
+//! started with `track`, the sending half of a oneshot channel, and for every tree one
+//! permit of the buffer's semaphore. Its `on_complete` runs on whichever thread completed
+//! the tree (an acking thread, or the reaper for a timeout) and must not block or await, so
+//! it only ever does two non-blocking things: send the completion into its tree's oneshot,
+//! or push it onto the unbounded queue behind [`Completions`].
+//!
+//! ## The buffer, and why it loses nothing
+//!
+//! The queue is unbounded as a channel and bounded by the permits: a tree takes a permit
+//! before its init and the permit travels with the tree, then with its completion in the
+//! queue, and is given back when the consumer takes that completion (a tracked tree's when
+//! its completion is handed to the oneshot). So initialized trees plus completions waiting
+//! in the queue never exceed `buffer`, the callback always has room, and back pressure
+//! lands on the inits instead: they wait (`init`, `track`) or are refused
+//! [`InitError::Full`] (`try_init`, `try_track`). Orphans (acks or fails before their
+//! init) take no permit and produce no completion.
+//!
+//! ## Ending
+//!
+//! `shutdown` closes the semaphore (waiting inits return [`InitError::Shutdown`]), hands
+//! back every pending tree (their `TreeCompletion`s resolve to [`Closed`]) and drops the
+//! inner callback, which holds the queue's only sender: the stream ends once drained.
+//! Dropping every handle without `shutdown` ends things the same way, except that the
+//! pending payloads are dropped.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use ::tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore, TryAcquireError};
+
+use crate::{Acker, AckerBuilder, AckerStats, Completion, ConfigError, InitError};
+
+/// A tree's payload inside the inner acker.
+struct Tracked<T> {
+    payload: T,
+    /// `Some` for a tree started with `track`: its completion goes here, not to the stream.
+    reply: Option<oneshot::Sender<Completion<T>>>,
+    /// Held until the completion is handed over (module docs, "The buffer").
+    permit: OwnedSemaphorePermit,
+}
+
+/// A completion waiting in the stream's queue, still holding its tree's permit.
+struct Queued<T> {
+    completion: Completion<T>,
+    permit: OwnedSemaphorePermit,
+}
+
+impl<T> Queued<T> {
+    /// The completion, giving the permit back: the consumer has taken it.
+    fn take(self) -> Completion<T> {
+        drop(self.permit);
+        self.completion
+    }
+}
+
+impl<T: Send + 'static> AckerBuilder<T> {
+    /// Builds an acker for tokio (the `tokio` feature): an [`AsyncAcker`] whose trees'
+    /// completions come out of the returned [`Completions`] stream, or out of the
+    /// [`TreeCompletion`] that [`AsyncAcker::track`] returns for one tree.
+    ///
+    /// `buffer` bounds initialized trees plus completions not yet taken from the stream;
+    /// when it is reached inits wait or are refused, and no completion is ever dropped
+    /// ([`AsyncAcker`], "Buffer"). Every other setting (timeout, resolution, shards,
+    /// `max_pending`, clock) applies as for [`build`](AckerBuilder::build), which this
+    /// calls: one reaper thread is started.
+    ///
+    /// # Errors
+    ///
+    /// Those of `build`; [`ConfigError::Zero`] for a `buffer` of 0;
+    /// [`ConfigError::TooLarge`] for a `buffer` above tokio's `Semaphore::MAX_PERMITS`, or
+    /// for a builder with [`on_complete`](AckerBuilder::on_complete) set (named
+    /// `on_complete`: the completions go to the stream and the trees' futures instead).
+    ///
+    /// ```
+    /// use ackwheel::{Acker, Outcome};
+    ///
+    /// let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    /// rt.block_on(async {
+    ///     let (acker, mut completions) = Acker::<&str>::builder().build_async(1024).unwrap();
+    ///     acker.init(7, 0b11, "job").await.unwrap();
+    ///     acker.ack(7, 0b11);
+    ///     let done = completions.next().await.unwrap();
+    ///     assert_eq!((done.root, done.payload, done.outcome), (7, "job", Outcome::Acked));
+    /// });
+    /// ```
+    pub fn build_async(
+        self,
+        buffer: usize,
+    ) -> Result<(AsyncAcker<T>, Completions<T>), ConfigError> {
+        if buffer == 0 {
+            return Err(ConfigError::Zero { param: "buffer" });
+        }
+        if buffer > Semaphore::MAX_PERMITS {
+            return Err(ConfigError::TooLarge {
+                param: "buffer",
+                got: buffer.to_string(),
+                max: Semaphore::MAX_PERMITS.to_string(),
+            });
+        }
+        if self.on_complete.is_some() {
+            // No variant names a conflicting setting; "one callback above a maximum of
+            // none" reads right in `TooLarge`'s message.
+            return Err(ConfigError::TooLarge {
+                param: "on_complete",
+                got: "1 callback".to_owned(),
+                max: "0 with build_async (completions go to its stream and to track's \
+                      futures)"
+                    .to_owned(),
+            });
+        }
+        let (queue, rx) = mpsc::unbounded_channel::<Queued<T>>();
+        let deliver = move |done: Completion<Tracked<T>>| {
+            let Completion {
+                root,
+                payload:
+                    Tracked {
+                        payload,
+                        reply,
+                        permit,
+                    },
+                outcome,
+                elapsed,
+            } = done;
+            let completion = Completion {
+                root,
+                payload,
+                outcome,
+                elapsed,
+            };
+            match reply {
+                Some(reply) => {
+                    // An error means the TreeCompletion was dropped: nobody wants this
+                    // completion, and the stream's consumer did not ask for it (`track`).
+                    let _ = reply.send(completion);
+                    drop(permit);
+                }
+                None => {
+                    // An error means the Completions was dropped: the completion and its
+                    // permit are dropped with it.
+                    let _ = queue.send(Queued { completion, permit });
+                }
+            }
+        };
+        let inner = AckerBuilder::<Tracked<T>> {
+            timeout: self.timeout,
+            resolution: self.resolution,
+            shards: self.shards,
+            max_pending: self.max_pending,
+            clock: self.clock,
+            on_complete: Some(Box::new(deliver)),
+        };
+        let acker = AsyncAcker {
+            acker: inner.build()?,
+            permits: Arc::new(Semaphore::new(buffer)),
+            buffer,
+        };
+        Ok((acker, Completions { rx, ended: false }))
+    }
+}
+
+/// An [`Acker`] for tokio, built by [`AckerBuilder::build_async`]: each tree's completion is
+/// delivered to the [`Completions`] stream, or, for a tree started with
+/// [`track`](Self::track), to that tree's own [`TreeCompletion`] future. Clone is a cheap
+/// shared handle; Send + Sync.
+///
+/// `ack`, `fail` and `reset_timeout` are the [`Acker`]'s own, as cheap and never blocking;
+/// only the inits are async, to wait for buffer room.
+///
+/// # Buffer
+///
+/// `buffer` permits are shared by the trees: an init takes one, and it is given back when
+/// the tree's completion is taken from the stream, or handed to its `TreeCompletion`
+/// (whether or not that is polled), or when `init` is refused or `shutdown` takes the tree
+/// back. So pending trees plus completions waiting in the stream never exceed `buffer`: the
+/// completion callback (on an acking thread or the reaper) always has room and never waits,
+/// and no completion is dropped. When no permit is free, [`init`](Self::init) and
+/// [`track`](Self::track) wait for one (first come, first served) and
+/// [`try_init`](Self::try_init) and [`try_track`](Self::try_track) return
+/// [`InitError::Full`]. The inner acker's own `max_pending` applies as well (also `Full`).
+/// Orphans (acks or fails that arrive before their init) take no permit.
+///
+/// A task that both inits untracked trees and consumes the stream can wait forever on a
+/// full buffer: consume on another task, or use `try_init`.
+///
+/// # Costs
+///
+/// Beyond the [`Acker`]'s: per tree one semaphore acquire and release (an atomic each when
+/// the semaphore is not contended) and a push and pop of the stream's queue (a small
+/// allocation per block of 32); a tracked tree allocates its oneshot channel instead.
+///
+/// ```
+/// use ackwheel::{Acker, InitError, Outcome};
+/// use std::time::Duration;
+///
+/// let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+/// rt.block_on(async {
+///     let (acker, mut completions) = Acker::<&str>::builder()
+///         .timeout(Duration::from_secs(5))
+///         .build_async(2)
+///         .unwrap();
+///
+///     // One tree awaited by its caller: two edges, acked by whoever processed them.
+///     let tree = acker.track(1, 0b01 ^ 0b10, "request").await.unwrap();
+///     acker.ack(1, 0b01);
+///     acker.ack(1, 0b10);
+///     let done = tree.await.unwrap();
+///     assert_eq!((done.root, done.outcome, done.payload), (1, Outcome::Acked, "request"));
+///
+///     // Untracked trees complete into the stream; each holds a permit until taken.
+///     acker.init(2, 0b100, "job").await.unwrap();
+///     acker.init(3, 0b100, "job").await.unwrap();
+///     assert!(matches!(acker.try_init(4, 1, "refused"), Err(InitError::Full("refused"))));
+///     acker.fail(2);
+///     let failed = completions.next().await.unwrap();
+///     assert_eq!((failed.root, failed.outcome), (2, Outcome::Failed));
+///
+///     assert_eq!(acker.shutdown(), [(3, "job")]);
+///     assert!(completions.next().await.is_none());
+/// });
+/// ```
+pub struct AsyncAcker<T: Send + 'static> {
+    acker: Acker<Tracked<T>>,
+    permits: Arc<Semaphore>,
+    buffer: usize,
+}
+
+impl<T: Send + 'static> Clone for AsyncAcker<T> {
+    fn clone(&self) -> Self {
+        AsyncAcker {
+            acker: self.acker.clone(),
+            permits: Arc::clone(&self.permits),
+            buffer: self.buffer,
+        }
+    }
+}
+
+impl<T: Send + 'static> fmt::Debug for AsyncAcker<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AsyncAcker")
+            .field("acker", &self.acker)
+            .field("buffer", &self.buffer)
+            .field("room", &self.room())
+            .finish()
+    }
+}
+
+impl<T: Send + 'static> AsyncAcker<T> {
+    /// Waits for buffer room, then inits the tree as [`Acker::init`] does; its completion
+    /// goes to the [`Completions`] stream.
+    ///
+    /// Cancel safe: dropped while waiting, it inits nothing (and the payload is dropped).
+    ///
+    /// # Errors
+    ///
+    /// Those of [`Acker::init`], each with the payload; [`InitError::Shutdown`] too when
+    /// `shutdown` is called while it waits.
+    pub async fn init(&self, root: u64, xor: u64, payload: T) -> Result<(), InitError<T>> {
+        self.start(root, xor, payload, None, None).await
+    }
+
+    /// [`init`](Self::init) with this tree's own timeout, as [`Acker::init_with_timeout`].
+    pub async fn init_with_timeout(
+        &self,
+        root: u64,
+        xor: u64,
+        payload: T,
+        timeout: Duration,
+    ) -> Result<(), InitError<T>> {
+        self.start(root, xor, payload, Some(timeout), None).await
+    }
+
+    /// [`init`](Self::init) without waiting: [`InitError::Full`] when the buffer has no
+    /// room.
+    pub fn try_init(&self, root: u64, xor: u64, payload: T) -> Result<(), InitError<T>> {
+        self.try_start(root, xor, payload, None, None)
+    }
+
+    /// [`try_init`](Self::try_init) with this tree's own timeout.
+    pub fn try_init_with_timeout(
+        &self,
+        root: u64,
+        xor: u64,
+        payload: T,
+        timeout: Duration,
+    ) -> Result<(), InitError<T>> {
+        self.try_start(root, xor, payload, Some(timeout), None)
+    }
+
+    /// Waits for buffer room, then inits the tree; its completion resolves the returned
+    /// [`TreeCompletion`] and does not go to the stream.
+    ///
+    /// The tree's permit is given back as soon as it completes, so a tracked tree counts
+    /// against the buffer only while pending. A `TreeCompletion` dropped before its tree
+    /// completes does not cancel the tree: the completion is dropped when it comes (payload
+    /// included), silently, and the stream never sees it.
+    ///
+    /// Cancel safe as [`init`](Self::init) is. An extra cost: one oneshot channel (one
+    /// allocation).
+    ///
+    /// # Errors
+    ///
+    /// As [`init`](Self::init).
+    pub async fn track(
+        &self,
+        root: u64,
+        xor: u64,
+        payload: T,
+    ) -> Result<TreeCompletion<T>, InitError<T>> {
+        self.start_tracked(root, xor, payload, None).await
+    }
+
+    /// [`track`](Self::track) with this tree's own timeout.
+    pub async fn track_with_timeout(
+        &self,
+        root: u64,
+        xor: u64,
+        payload: T,
+        timeout: Duration,
+    ) -> Result<TreeCompletion<T>, InitError<T>> {
+        self.start_tracked(root, xor, payload, Some(timeout)).await
+    }
+
+    /// [`track`](Self::track) without waiting: [`InitError::Full`] when the buffer has no
+    /// room.
+    pub fn try_track(
+        &self,
+        root: u64,
+        xor: u64,
+        payload: T,
+    ) -> Result<TreeCompletion<T>, InitError<T>> {
+        self.try_start_tracked(root, xor, payload, None)
+    }
+
+    /// [`try_track`](Self::try_track) with this tree's own timeout.
+    pub fn try_track_with_timeout(
+        &self,
+        root: u64,
+        xor: u64,
+        payload: T,
+        timeout: Duration,
+    ) -> Result<TreeCompletion<T>, InitError<T>> {
+        self.try_start_tracked(root, xor, payload, Some(timeout))
+    }
+
+    /// [`Acker::ack`]: `true` iff this call completed the tree (Acked).
+    pub fn ack(&self, root: u64, xor: u64) -> bool {
+        self.acker.ack(root, xor)
+    }
+
+    /// [`Acker::fail`]: `true` iff this call completed the tree (Failed).
+    pub fn fail(&self, root: u64) -> bool {
+        self.acker.fail(root)
+    }
+
+    /// [`Acker::reset_timeout`]: `true` iff the root has an uncompleted entry.
+    pub fn reset_timeout(&self, root: u64) -> bool {
+        self.acker.reset_timeout(root)
+    }
+
+    /// [`Acker::pending`]: entries held now, initialized or not.
+    pub fn pending(&self) -> usize {
+        self.acker.pending()
+    }
+
+    /// [`Acker::stats`]: counters since the acker was built.
+    pub fn stats(&self) -> AckerStats {
+        self.acker.stats()
+    }
+
+    /// Free buffer permits now: how many inits would not wait (`max_pending` aside).
+    pub fn room(&self) -> usize {
+        self.permits.available_permits()
+    }
+
+    /// Stops the acker and hands back every initialized, uncompleted tree's payload, as
+    /// [`Acker::shutdown`]. Inits waiting for room, and every later init, return
+    /// [`InitError::Shutdown`]; the pending trees' [`TreeCompletion`]s resolve to
+    /// [`Closed`]; the [`Completions`] stream yields what it holds, then ends.
+    ///
+    /// It blocks while it joins the reaper thread (at most about one tick of the resolution
+    /// when the reaper is idle, longer if it is delivering a large batch of timeouts).
+    pub fn shutdown(&self) -> Vec<(u64, T)> {
+        // First, so that no init takes a permit it would then hold in a tree shutdown has
+        // already missed: the inner acker refuses those with `Shutdown` anyway.
+        self.permits.close();
+        self.acker
+            .shutdown()
+            .into_iter()
+            .map(|(root, tracked)| (root, tracked.payload))
+            .collect()
+    }
+
+    async fn start(
+        &self,
+        root: u64,
+        xor: u64,
+        payload: T,
+        timeout: Option<Duration>,
+        reply: Option<oneshot::Sender<Completion<T>>>,
+    ) -> Result<(), InitError<T>> {
+        match Arc::clone(&self.permits).acquire_owned().await {
+            Ok(permit) => self.init_inner(root, xor, payload, timeout, reply, permit),
+            Err(_closed) => Err(InitError::Shutdown(payload)),
+        }
+    }
+
+    fn try_start(
+        &self,
+        root: u64,
+        xor: u64,
+        payload: T,
+        timeout: Option<Duration>,
+        reply: Option<oneshot::Sender<Completion<T>>>,
+    ) -> Result<(), InitError<T>> {
+        match Arc::clone(&self.permits).try_acquire_owned() {
+            Ok(permit) => self.init_inner(root, xor, payload, timeout, reply, permit),
+            Err(TryAcquireError::NoPermits) => Err(InitError::Full(payload)),
+            Err(TryAcquireError::Closed) => Err(InitError::Shutdown(payload)),
+        }
+    }
+
+    async fn start_tracked(
+        &self,
+        root: u64,
+        xor: u64,
+        payload: T,
+        timeout: Option<Duration>,
+    ) -> Result<TreeCompletion<T>, InitError<T>> {
+        let (reply, rx) = oneshot::channel();
+        self.start(root, xor, payload, timeout, Some(reply)).await?;
+        Ok(TreeCompletion { root, rx })
+    }
+
+    fn try_start_tracked(
+        &self,
+        root: u64,
+        xor: u64,
+        payload: T,
+        timeout: Option<Duration>,
+    ) -> Result<TreeCompletion<T>, InitError<T>> {
+        let (reply, rx) = oneshot::channel();
+        self.try_start(root, xor, payload, timeout, Some(reply))?;
+        Ok(TreeCompletion { root, rx })
+    }
+
+    /// The init itself, once the permit is held. A refused init hands the payload back
+    /// and drops the permit and the reply with the rest of its `Tracked`.
+    fn init_inner(
+        &self,
+        root: u64,
+        xor: u64,
+        payload: T,
+        timeout: Option<Duration>,
+        reply: Option<oneshot::Sender<Completion<T>>>,
+        permit: OwnedSemaphorePermit,
+    ) -> Result<(), InitError<T>> {
+        let tracked = Tracked {
+            payload,
+            reply,
+            permit,
+        };
+        let refused = match timeout {
+            None => self.acker.init(root, xor, tracked),
+            Some(timeout) => self.acker.init_with_timeout(root, xor, tracked, timeout),
+        };
+        refused.map_err(|e| match e {
+            InitError::Full(t) => InitError::Full(t.payload),
+            InitError::Duplicate(t) => InitError::Duplicate(t.payload),
+            InitError::Shutdown(t) => InitError::Shutdown(t.payload),
+        })
+    }
+}
+
+/// One tree's completion, from [`AsyncAcker::track`]: a future that resolves once, with
+/// `Ok` when the tree completes (whatever its [`Outcome`](crate::Outcome)), or
+/// `Err(Closed)` when the acker shut down (or every handle was dropped) first, the payload
+/// then having gone back through [`AsyncAcker::shutdown`] (or been dropped).
+///
+/// Dropping it does not affect the tree; its completion is then dropped silently when it
+/// comes. Polling it again after it resolved returns `Err(Closed)`.
+///
+/// ```
+/// use ackwheel::{Acker, Outcome};
+/// use std::time::Duration;
+///
+/// let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+/// rt.block_on(async {
+///     let (acker, _completions) = Acker::<&str>::builder()
+///         .timeout(Duration::from_millis(50))
+///         .build_async(16)
+///         .unwrap();
+///     let tree = acker.track(1, 0b01 ^ 0b10, "request").await.unwrap();
+///     acker.ack(1, 0b01); // the other edge is lost
+///     let done = tree.await.unwrap();
+///     assert_eq!((done.outcome, done.payload), (Outcome::TimedOut, "request"));
+///     assert!(done.elapsed >= Duration::from_millis(50));
+/// });
+/// ```
+pub struct TreeCompletion<T> {
+    root: u64,
+    rx: oneshot::Receiver<Completion<T>>,
+}
+
+impl<T> TreeCompletion<T> {
+    /// The tree's root id.
+    pub fn root(&self) -> u64 {
+        self.root
+    }
+}
+
+impl<T> fmt::Debug for TreeCompletion<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TreeCompletion")
+            .field("root", &self.root)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<T> Future for TreeCompletion<T> {
+    type Output = Result<Completion<T>, Closed>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        Pin::new(&mut self.rx)
+            .poll(cx)
+            .map(|r| r.map_err(|_| Closed))
+    }
+}
+
+/// The completions of every tree not started with `track`, in the order they completed
+/// (per completing thread; across threads, the order in which they reached the queue).
+/// A [`Stream`](futures_core::Stream) with a single consumer, from
+/// [`AckerBuilder::build_async`].
+///
+/// Taking a completion gives its tree's buffer permit back ([`AsyncAcker`], "Buffer"): a
+/// stream nobody reads stops the inits once `buffer` completions wait in it. It ends
+/// (`None`) after [`AsyncAcker::shutdown`], or after every `AsyncAcker` handle was dropped,
+/// once what it held has been taken. Dropping it drops what it holds and every later
+/// untracked completion, giving their permits back.
+///
+/// ```
+/// use ackwheel::Acker;
+///
+/// let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+/// rt.block_on(async {
+///     let (acker, mut completions) = Acker::<u32>::builder().build_async(16).unwrap();
+///     // A task of its own, so that the inits below can wait for room while it runs.
+///     let consumer = tokio::spawn(async move {
+///         let mut total = 0;
+///         while let Some(c) = completions.next().await {
+///             total += c.payload;
+///         }
+///         total // the stream ended: the acker shut down
+///     });
+///     for root in 1..=100 {
+///         // Waits while 16 trees are pending or their completions not yet taken.
+///         acker.init(root, root, 1).await.unwrap();
+///         acker.ack(root, root);
+///     }
+///     assert!(acker.shutdown().is_empty());
+///     assert_eq!(consumer.await.unwrap(), 100);
+/// });
+/// ```
+pub struct Completions<T> {
+    rx: mpsc::UnboundedReceiver<Queued<T>>,
+    ended: bool,
+}
+
+impl<T> fmt::Debug for Completions<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Completions")
+            .field("ended", &self.ended)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<T> Completions<T> {
+    /// The next completion, waiting for one; `None` once the stream has ended. Cancel
+    /// safe: dropped while waiting, it takes nothing.
+    pub async fn next(&mut self) -> Option<Completion<T>> {
+        std::future::poll_fn(|cx| self.poll_take(cx)).await
+    }
+
+    /// The next completion if one is waiting: `Ok(None)` when none is, `Err(Closed)` once
+    /// the stream has ended.
+    pub fn try_next(&mut self) -> Result<Option<Completion<T>>, Closed> {
+        match self.rx.try_recv() {
+            Ok(queued) => Ok(Some(queued.take())),
+            Err(mpsc::error::TryRecvError::Empty) => Ok(None),
+            Err(mpsc::error::TryRecvError::Disconnected) => {
+                self.ended = true;
+                Err(Closed)
+            }
+        }
+    }
+
+    fn poll_take(&mut self, cx: &mut Context<'_>) -> Poll<Option<Completion<T>>> {
+        if self.ended {
+            return Poll::Ready(None);
+        }
+        self.rx.poll_recv(cx).map(|queued| {
+            self.ended = queued.is_none();
+            queued.map(Queued::take)
+        })
+    }
+}
+
+impl<T> futures_core::Stream for Completions<T> {
+    type Item = Completion<T>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.poll_take(cx)
+    }
+}
+
+impl<T> futures_core::FusedStream for Completions<T> {
+    fn is_terminated(&self) -> bool {
+        self.ended
+    }
+}
+
+/// The acker shut down, or every handle of it was dropped: a [`TreeCompletion`] whose tree
+/// had not completed, or a [`Completions`] stream that has ended
+/// ([`Completions::try_next`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Closed;
+
+impl fmt::Display for Closed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("the acker was shut down")
+    }
+}
+
+impl std::error::Error for Closed {}
+
+#[cfg(test)]
+mod tests;
