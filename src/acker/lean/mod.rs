@@ -60,10 +60,15 @@
 //! the scan cannot see; it is then dropped with the acker rather than handed back. That
 //! needs a migration with no room in its successor at the moment of shutdown.
 
+mod driver;
 mod growth;
 mod layout;
 mod reaper;
+mod shutdown;
 mod tables;
+
+pub(super) use driver::{ExpiryWaker, Next};
+pub(super) use shutdown::Handle;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Duration;
@@ -75,13 +80,12 @@ use super::credits::Credits;
 use super::fences::Fences;
 use super::roots::{reached, Applied, Completed, Done, Message, Refused, Roots, Stamp, Tick};
 use super::roots::{GEN_TAG_BITS, GROUP_SLOTS};
-use super::word::{Key, KEY_SHIFT};
+use super::word::KEY_SHIFT;
 use super::{AckerStats, Callback, Completion, Counters, InitError, Outcome};
 use crate::clock::Clock;
 use crate::sync::{Arc, AtomicBool, AtomicU64, Mutex, Ordering};
 use growth::Retired;
 use layout::{Layout, Mix};
-use reaper::Wait;
 use tables::{chain, Table};
 // The reaper is a std thread even under loom: the models check the table and batch
 // protocols on their own, not this core's thread.
@@ -651,188 +655,6 @@ impl<T: Send + 'static> Lean<T> {
         reaper::run_once(self, true).delivered
     }
 
-    /// Manual mode: when a pass next has work, as [`reaper::next_wait`] decides it after a
-    /// pass (and with its idle mark: a driver unidles when it wakes, [`Lean::unidle`]).
-    /// `Next::Never` on an acker with a reaper thread, which serves it, and the decision is
-    /// then not made here (marking its reaper idle would only add wake-ups).
-    pub(super) fn next_pass(&self) -> Next {
-        if !self.manual {
-            return Next::Never;
-        }
-        if self.stopping() {
-            return Next::Stop;
-        }
-        match reaper::next_wait(self) {
-            Wait::Again => Next::Now,
-            Wait::Tick { from } => Next::At(self.tick_start(from.wrapping_add(1))),
-            // At least a tick, as the thread sleeps: each pass moves the wheel to the
-            // clock's tick, so a driver that sleeps until this never spins.
-            Wait::Ticks { ticks, from } => {
-                Next::At(self.tick_start(from.wrapping_add(ticks.max(1))))
-            }
-            Wait::Forever => Next::Never,
-            Wait::Stop => Next::Stop,
-        }
-    }
-
-    /// The clock time at which full tick `tick` begins (`Ticks::full` of it is `tick`).
-    fn tick_start(&self, tick: u64) -> u64 {
-        // Bits shifted out wrap, as the clock's timeline does.
-        self.ticks
-            .epoch
-            .wrapping_add(tick.wrapping_sub(1) << self.ticks.shift)
-    }
-
-    /// The clock's reading.
-    pub(super) fn now(&self) -> u64 {
-        self.clock.now()
-    }
-
-    /// One tick of the resolution.
-    pub(super) fn tick(&self) -> Duration {
-        Duration::from_nanos(1 << self.ticks.shift)
-    }
-
-    /// Manual mode, a driver's pass: the reaper thread's (batches taken once quiet, so
-    /// that trees completing within the hand-off age never reach the wheel, and a push
-    /// wakes the driver at most once a tick per busy thread), counted as the thread's are.
-    /// `false` when it panicked (counted): the driver then waits a tick, as the thread
-    /// does, rather than spin on a clock that keeps panicking.
-    pub(super) fn driven_pass(&self) -> bool {
-        match catch_unwind(AssertUnwindSafe(|| reaper::run_once(self, false))) {
-            Ok(pass) => {
-                if !pass.worked {
-                    self.idle_wakeups.fetch_add(1, Ordering::Relaxed); // a statistic
-                }
-                true
-            }
-            Err(_) => {
-                self.reaper_panics.fetch_add(1, Ordering::SeqCst);
-                false
-            }
-        }
-    }
-
-    /// A driver woke (`reaper.rs`, [`reaper::Wait`]).
-    pub(super) fn unidle(&self) {
-        self.batches.unidle();
-    }
-
-    /// Manual mode: sets the hook [`Lean::wake_reaper`] calls. `false` when one is set
-    /// already, or the acker has a reaper thread.
-    pub(super) fn set_expiry_waker(&self, wake: ExpiryWaker) -> bool {
-        self.manual && self.expiry_waker.set(wake).is_ok()
-    }
-
-    /// Shutdown: a driver asleep must see it.
-    fn wake_driver(&self) {
-        if let Some(wake) = self.expiry_waker.get() {
-            wake();
-        }
-    }
-
-    /// Stops the reaper (joined by the caller), then takes back every initialized tree.
-    pub(super) fn take_back_all(&self) -> Vec<(u64, T)> {
-        self.shutdown.store(true, Ordering::SeqCst);
-        let mut handed_back = Vec::new();
-        {
-            let _active = self.batches.enter();
-            for (index, table) in self.tables.iter().enumerate() {
-                // No migration starts under the scan; one under way moves entries only
-                // forward, from the table scanned first to the one scanned next.
-                let _held = table.hold_migrations();
-                // Safety: inside the operation `_active` marks.
-                let roots = unsafe { table.current() };
-                for roots in chain(roots) {
-                    for slot in 0..roots.slots() {
-                        let Some(key) = roots.key_in(slot) else {
-                            continue;
-                        };
-                        if let Some(payload) = roots.take_back(slot, key) {
-                            handed_back.push((self.layout.root(index, key), payload));
-                        }
-                    }
-                }
-            }
-        }
-        self.drop_callback();
-        handed_back
-    }
-
-    /// Shutdown came while this init settled: takes its tree back if no scan did, looking
-    /// in the current generation and its successor.
-    fn take_back_root(&self, table: usize, key: Key) -> Option<T> {
-        // Safety: called inside the init's operation.
-        let roots = unsafe { self.tables[table].current() };
-        chain(roots).find_map(|roots| {
-            let (slot, _) = roots.find_waiting(key)?;
-            roots.take_back(slot, key)
-        })
-    }
-
-    /// Drops the callback once no operation can call it any more: waits for operations
-    /// that found it open. Not from inside the callback (an operation of this very thread
-    /// is then under way): the callback stays.
-    fn drop_callback(&self) {
-        let caller_active = self.batches.caller_active();
-        let mut backoff = crate::sync::Backoff::default();
-        while !self.batches.close(caller_active) {
-            if caller_active {
-                return;
-            }
-            // Bounded (spin, yield, sleep): the operation waited for may be on this core.
-            backoff.wait();
-        }
-        // Safety: `close` returned true: no operation that found the callback open is under
-        // way, and every later one finds it closed and does not touch it.
-        let callback = unsafe { (*self.on_complete.get()).take() };
-        drop(callback);
-    }
-
-    /// A root's entry as the table has it: its word and times (for tests' messages).
-    #[cfg(test)]
-    #[allow(dead_code)] // a debugging aid for the Acker's tests
-    pub(super) fn describe(&self, root: u64) -> String {
-        let _active = self.batches.enter();
-        let (table, key) = self.layout.place(root);
-        // Safety: inside the operation `_active` marks.
-        let roots = unsafe { self.tables[table].current() };
-        match roots.find(key) {
-            Some((slot, word)) => format!(
-                "table {table} slot {slot} {word:?} times {:?} own timeout {:?}",
-                roots.times(slot),
-                roots.timeout_of(slot)
-            ),
-            None => "no entry".into(),
-        }
-    }
-
-    /// Every table's generations, with their words counted by state (for tests' messages).
-    #[cfg(test)]
-    pub(super) fn describe_tables(&self) -> String {
-        let _active = self.batches.enter();
-        let mut out = format!("pending {}\n", self.pending());
-        for (index, table) in self.tables.iter().enumerate() {
-            // Safety: inside the operation `_active` marks.
-            let roots = unsafe { table.current() };
-            for roots in chain(roots) {
-                let mut states = std::collections::BTreeMap::new();
-                for slot in 0..roots.slots() {
-                    let state = format!("{:?}", roots.word(slot).load().state());
-                    *states.entry(state).or_insert(0) += 1;
-                }
-                out += &format!(
-                    "table {index} gen {} slots {} migrating {} moved all {} {states:?}\n",
-                    roots.gen(),
-                    roots.slots(),
-                    roots.successor().is_some(),
-                    roots.moved_all(),
-                );
-            }
-        }
-        out
-    }
-
     /// The `(table, 0)` a root lives in: its group is not fixed (tables grow), so the loom
     /// models pick roots that share a table.
     pub(super) fn placement(&self, root: u64) -> (usize, usize) {
@@ -891,87 +713,6 @@ fn tag_of(key_tag: u32, gen: u32) -> u32 {
 
 /// The generation bits of a timer entry's tag.
 const GEN_MASK: u32 = (1 << GEN_TAG_BITS) - 1;
-
-/// The hook that wakes a task driving a manual acker's passes.
-pub(super) type ExpiryWaker = Box<dyn Fn() + Send + Sync>;
-
-/// When a manual acker's next pass has work ([`Lean::next_pass`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Next {
-    /// Now: entries arrived as the pass finished.
-    Now,
-    /// At this clock time (on the clock's wrapping timeline); earlier when woken.
-    At(u64),
-    /// Nothing pending anywhere (or a reaper thread serves the acker): until woken.
-    Never,
-    /// Shut down: no more passes.
-    Stop,
-}
-
-/// The part of a second-core acker that user handles share; dropping the last one stops
-/// and joins the reaper.
-pub(super) struct Handle<T: Send + 'static> {
-    pub(super) lean: std::sync::Arc<Lean<T>>,
-    reaper: std::sync::Mutex<Option<thread::JoinHandle<()>>>,
-}
-
-impl<T: Send + 'static> Handle<T> {
-    /// Builds the core and, unless manual, starts its reaper.
-    pub(super) fn start(config: Config<T>) -> Result<std::sync::Arc<Self>, crate::ConfigError> {
-        let manual = config.manual;
-        let lean = std::sync::Arc::new(Lean::new(config));
-        let thread = if manual {
-            None
-        } else {
-            let handle = reaper::spawn(&lean).map_err(|e| crate::ConfigError::Spawn {
-                what: "reaper thread",
-                reason: e.to_string(),
-            })?;
-            lean.set_reaper_thread(handle.thread().clone());
-            Some(handle)
-        };
-        Ok(std::sync::Arc::new(Handle {
-            lean,
-            reaper: std::sync::Mutex::new(thread),
-        }))
-    }
-
-    /// Stops the reaper and waits for it (every caller but the reaper itself, which cannot
-    /// wait for itself: it stops after its pass), then takes back every initialized tree.
-    pub(super) fn shutdown(&self) -> Vec<(u64, T)> {
-        self.stop();
-        self.lean.take_back_all()
-    }
-
-    /// Stops and joins the reaper. A second caller waits on the lock until the first has
-    /// joined, so that every `shutdown` returns only after the reaper has stopped.
-    fn stop(&self) {
-        self.lean.stop_flag();
-        self.lean.wake_driver();
-        if self
-            .lean
-            .reaper_thread
-            .get()
-            .is_some_and(|t| t.id() == thread::current().id())
-        {
-            return;
-        }
-        let mut guard = self.reaper.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(handle) = guard.take() {
-            handle.thread().unpark();
-            // The loop catches panics (`reaper.rs`); a join error is one it could not.
-            if handle.join().is_err() {
-                self.lean.reaper_died();
-            }
-        }
-    }
-}
-
-impl<T: Send + 'static> Drop for Handle<T> {
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
 
 #[cfg(all(test, not(loom)))]
 mod tests;

@@ -8,7 +8,8 @@ use std::time::Duration;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use super::{Ticks, MAX_TIMEOUT_TICKS};
+use super::tables::chain;
+use super::{Lean, Ticks, MAX_TIMEOUT_TICKS};
 use crate::{Acker, Completion, ManualClock, Outcome};
 
 type Log = Arc<Mutex<Vec<(u64, u32, Outcome)>>>;
@@ -312,4 +313,51 @@ fn a_tree_completed_by_a_reaper_move_reaches_the_callback() {
     }
     assert_eq!(*log.lock().unwrap(), [(root, 5, Outcome::Acked)]);
     assert_eq!(acker.pending(), 0);
+}
+
+/// Debugging aids for these tests' messages.
+impl<T: Send + 'static> Lean<T> {
+    /// A root's entry as the table has it: its word and times (for tests' messages).
+    #[cfg(test)]
+    #[allow(dead_code)] // a debugging aid for the Acker's tests
+    pub(in crate::acker) fn describe(&self, root: u64) -> String {
+        let _active = self.batches.enter();
+        let (table, key) = self.layout.place(root);
+        // Safety: inside the operation `_active` marks.
+        let roots = unsafe { self.tables[table].current() };
+        match roots.find(key) {
+            Some((slot, word)) => format!(
+                "table {table} slot {slot} {word:?} times {:?} own timeout {:?}",
+                roots.times(slot),
+                roots.timeout_of(slot)
+            ),
+            None => "no entry".into(),
+        }
+    }
+
+    /// Every table's generations, with their words counted by state (for tests' messages).
+    #[cfg(test)]
+    pub(in crate::acker) fn describe_tables(&self) -> String {
+        let _active = self.batches.enter();
+        let mut out = format!("pending {}\n", self.pending());
+        for (index, table) in self.tables.iter().enumerate() {
+            // Safety: inside the operation `_active` marks.
+            let roots = unsafe { table.current() };
+            for roots in chain(roots) {
+                let mut states = std::collections::BTreeMap::new();
+                for slot in 0..roots.slots() {
+                    let state = format!("{:?}", roots.word(slot).load().state());
+                    *states.entry(state).or_insert(0) += 1;
+                }
+                out += &format!(
+                    "table {index} gen {} slots {} migrating {} moved all {} {states:?}\n",
+                    roots.gen(),
+                    roots.slots(),
+                    roots.successor().is_some(),
+                    roots.moved_all(),
+                );
+            }
+        }
+        out
+    }
 }

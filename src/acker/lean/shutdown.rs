@@ -1,0 +1,138 @@
+//! Shutdown, and the handle users share: stop and join the reaper, take back every
+//! initialized tree across each table's generations, then drop `on_complete` once no
+//! operation can call it (`batches.rs`, "Closing the callback"). The module docs of
+//! `lean/` say what the scan can miss.
+
+use std::thread;
+
+use super::tables::chain;
+use super::{reaper, Config, Lean};
+use crate::acker::word::Key;
+use crate::sync::Ordering;
+
+impl<T: Send + 'static> Lean<T> {
+    /// Stops the reaper (joined by the caller), then takes back every initialized tree.
+    pub(in crate::acker) fn take_back_all(&self) -> Vec<(u64, T)> {
+        self.shutdown.store(true, Ordering::SeqCst);
+        let mut handed_back = Vec::new();
+        {
+            let _active = self.batches.enter();
+            for (index, table) in self.tables.iter().enumerate() {
+                // No migration starts under the scan; one under way moves entries only
+                // forward, from the table scanned first to the one scanned next.
+                let _held = table.hold_migrations();
+                // Safety: inside the operation `_active` marks.
+                let roots = unsafe { table.current() };
+                for roots in chain(roots) {
+                    for slot in 0..roots.slots() {
+                        let Some(key) = roots.key_in(slot) else {
+                            continue;
+                        };
+                        if let Some(payload) = roots.take_back(slot, key) {
+                            handed_back.push((self.layout.root(index, key), payload));
+                        }
+                    }
+                }
+            }
+        }
+        self.drop_callback();
+        handed_back
+    }
+
+    /// Shutdown came while this init settled: takes its tree back if no scan did, looking
+    /// in the current generation and its successor.
+    pub(in crate::acker) fn take_back_root(&self, table: usize, key: Key) -> Option<T> {
+        // Safety: called inside the init's operation.
+        let roots = unsafe { self.tables[table].current() };
+        chain(roots).find_map(|roots| {
+            let (slot, _) = roots.find_waiting(key)?;
+            roots.take_back(slot, key)
+        })
+    }
+
+    /// Drops the callback once no operation can call it any more: waits for operations
+    /// that found it open. Not from inside the callback (an operation of this very thread
+    /// is then under way): the callback stays.
+    pub(in crate::acker) fn drop_callback(&self) {
+        let caller_active = self.batches.caller_active();
+        let mut backoff = crate::sync::Backoff::default();
+        while !self.batches.close(caller_active) {
+            if caller_active {
+                return;
+            }
+            // Bounded (spin, yield, sleep): the operation waited for may be on this core.
+            backoff.wait();
+        }
+        // Safety: `close` returned true: no operation that found the callback open is under
+        // way, and every later one finds it closed and does not touch it.
+        let callback = unsafe { (*self.on_complete.get()).take() };
+        drop(callback);
+    }
+}
+
+/// The part of a second-core acker that user handles share; dropping the last one stops
+/// and joins the reaper.
+pub(in crate::acker) struct Handle<T: Send + 'static> {
+    pub(in crate::acker) lean: std::sync::Arc<Lean<T>>,
+    reaper: std::sync::Mutex<Option<thread::JoinHandle<()>>>,
+}
+
+impl<T: Send + 'static> Handle<T> {
+    /// Builds the core and, unless manual, starts its reaper.
+    pub(in crate::acker) fn start(
+        config: Config<T>,
+    ) -> Result<std::sync::Arc<Self>, crate::ConfigError> {
+        let manual = config.manual;
+        let lean = std::sync::Arc::new(Lean::new(config));
+        let thread = if manual {
+            None
+        } else {
+            let handle = reaper::spawn(&lean).map_err(|e| crate::ConfigError::Spawn {
+                what: "reaper thread",
+                reason: e.to_string(),
+            })?;
+            lean.set_reaper_thread(handle.thread().clone());
+            Some(handle)
+        };
+        Ok(std::sync::Arc::new(Handle {
+            lean,
+            reaper: std::sync::Mutex::new(thread),
+        }))
+    }
+
+    /// Stops the reaper and waits for it (every caller but the reaper itself, which cannot
+    /// wait for itself: it stops after its pass), then takes back every initialized tree.
+    pub(in crate::acker) fn shutdown(&self) -> Vec<(u64, T)> {
+        self.stop();
+        self.lean.take_back_all()
+    }
+
+    /// Stops and joins the reaper. A second caller waits on the lock until the first has
+    /// joined, so that every `shutdown` returns only after the reaper has stopped.
+    fn stop(&self) {
+        self.lean.stop_flag();
+        self.lean.wake_driver();
+        if self
+            .lean
+            .reaper_thread
+            .get()
+            .is_some_and(|t| t.id() == thread::current().id())
+        {
+            return;
+        }
+        let mut guard = self.reaper.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(handle) = guard.take() {
+            handle.thread().unpark();
+            // The loop catches panics (`reaper.rs`); a join error is one it could not.
+            if handle.join().is_err() {
+                self.lean.reaper_died();
+            }
+        }
+    }
+}
+
+impl<T: Send + 'static> Drop for Handle<T> {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
