@@ -1,4 +1,5 @@
-//! Loom models of `ExpiryQueue`'s update/poll, poll/poll and remove/poll races.
+//! Loom models of `ExpiryQueue`'s update/poll, poll/poll and remove/poll races, and of the
+//! wake-up protocol of `wait` (a waiter on an empty queue racing an insert or `close`).
 //!
 //! Each model checks exactly-once delivery over every interleaving of the queue's locks and
 //! atomics. The `ManualClock` is created inside each model (it uses std atomics on purpose:
@@ -213,5 +214,83 @@ fn stale_update_vs_poll_never_strands() {
             "polled {polled:?}, drained {drained:?}"
         );
         assert_eq!(q.bucket_count(), 0, "a set was stranded");
+    });
+}
+
+/// A waiter on an empty queue races the `update` that inserts an element. The waiter must
+/// see the element or be woken by the insert: a lost wake-up leaves it in its condvar wait
+/// (it has no timeout while the queue is empty) and loom reports the deadlock. The bucket
+/// at next-expiration is due, so once it sees the element it returns without a timed
+/// sleep (loom does not model timeouts).
+#[test]
+fn waiter_on_an_empty_queue_is_woken_by_an_insert() {
+    loom::model(|| {
+        let (clock, q) = queue(&[]);
+        clock.set(10); // next-expiration, 10, is due
+        let waiter = {
+            let q = q.clone();
+            thread::spawn(move || q.wait())
+        };
+        assert_eq!(q.update(1, ns(5)), Some(20));
+        assert!(waiter.join().unwrap(), "the waiter saw the element");
+        assert!(!q.is_closed());
+    });
+}
+
+/// Two waiters on an empty queue, one insert: both must be woken (or see the element).
+#[test]
+fn one_insert_wakes_every_waiter() {
+    loom::model(|| {
+        let (clock, q) = queue(&[]);
+        clock.set(10);
+        let waiters: Vec<_> = (0..2)
+            .map(|_| {
+                let q = q.clone();
+                thread::spawn(move || q.wait())
+            })
+            .collect();
+        q.update(1, ns(5));
+        for w in waiters {
+            assert!(w.join().unwrap());
+        }
+    });
+}
+
+/// A waiter on an empty queue races `close`: it returns `false`, never sleeps on.
+#[test]
+fn close_wakes_a_waiter() {
+    loom::model(|| {
+        let (_clock, q) = queue(&[]);
+        let waiter = {
+            let q = q.clone();
+            thread::spawn(move || q.wait())
+        };
+        q.close();
+        assert!(!waiter.join().unwrap());
+        assert!(!q.wait(), "waits after close return at once");
+    });
+}
+
+/// A waiter races both an insert and `close`: whichever it sees first, it returns.
+#[test]
+fn waiter_races_an_insert_and_close() {
+    loom::model(|| {
+        let (clock, q) = queue(&[]);
+        clock.set(10);
+        let waiter = {
+            let q = q.clone();
+            thread::spawn(move || q.wait())
+        };
+        let updater = {
+            let q = q.clone();
+            thread::spawn(move || q.update(1, ns(5)))
+        };
+        q.close();
+        // `true` (it saw the element, and it is due) or `false` (closed) are both right;
+        // returning at all is the property.
+        waiter.join().unwrap();
+        assert_eq!(updater.join().unwrap(), Some(20));
+        assert!(q.is_closed());
+        assert_eq!(q.deadline(&1), Some(20), "close does not stop updates");
     });
 }

@@ -54,6 +54,8 @@
 //!    distinct deadline of an element in the queue (plus, transiently, one set per poll in
 //!    flight) — unlike ZooKeeper's, where empty sets pile up until their time comes.
 //!
+//! Waiting (`wait`, `wait_async`, `close`) and its wake-up protocol live in `wait.rs`.
+//!
 //! Catch-up is one bucket per `poll`: after a long pause the owner calls `poll` repeatedly,
 //! and each call moves next-expiration by exactly one interval, as in ZooKeeper.
 
@@ -68,6 +70,12 @@ use crossbeam_utils::CachePadded;
 use crate::clock::{duration_nanos, Clock, MonotonicClock};
 use crate::error::ConfigError;
 use crate::sync::{AtomicU64, Mutex, MutexGuard, Ordering, RandomState};
+
+use self::wait::Waiters;
+
+#[cfg(test)]
+mod tests;
+mod wait;
 
 /// The largest timeout (and interval) the queue represents: 2^62 ns, about 146 years.
 ///
@@ -89,7 +97,7 @@ type BucketShard<E> = CachePadded<Mutex<HashMap<u64, HashSet<E, RandomState>, Ra
 /// ZooKeeper's `ExpiryQueue` semantics, with stronger guarantees: a polled element leaves the
 /// queue, an element moved to a later bucket before the poll took it is not returned, no
 /// element is returned twice for one deadline and none is lost. See the module docs of
-/// `expiry_queue.rs` for the protocol. Every method takes `&self` and may be called from any
+/// `expiry_queue/mod.rs` for the protocol. Every method takes `&self` and may be called from any
 /// number of threads.
 ///
 /// ```
@@ -106,6 +114,17 @@ type BucketShard<E> = CachePadded<Mutex<HashMap<u64, HashSet<E, RandomState>, Ra
 /// assert_eq!(q.poll(), vec!["session-1"]);      // the bucket at 30
 /// assert!(q.is_empty());
 /// ```
+///
+/// # Waiting
+///
+/// An expirer thread need not sleep on [`wait_time`](Self::wait_time) and re-poll:
+/// [`wait`](Self::wait) blocks until a [`poll`](Self::poll) would take a bucket, sleeping
+/// without any wake-up while the queue is empty (the `update` that inserts an element wakes
+/// it) and until [`next_expiration`](Self::next_expiration) while it is not.
+/// [`close`](Self::close) ends every wait with `false`, so the usual loop is
+/// `while queue.wait() { for session in queue.poll() { /* expire it */ } }`.
+/// `wait_async` is the same for tokio tasks (the `tokio` feature). Waits assume the clock
+/// counts real nanoseconds (see `wait`).
 pub struct ExpiryQueue<E> {
     /// The oldest bucket not yet claimed by a poll; only ever moves by `+interval`.
     next_expiration: CachePadded<AtomicU64>,
@@ -114,6 +133,8 @@ pub struct ExpiryQueue<E> {
     elems: Box<[ElemShard<E>]>,
     buckets: Box<[BucketShard<E>]>,
     clock: Box<dyn Clock>,
+    /// Closed flag and sleeping waiters (`wait.rs`).
+    waiters: Waiters,
 }
 
 /// A fast multiply-rotate hash (FxHash's), used only to pick an element's shard.
@@ -224,6 +245,7 @@ impl<E: Eq + Hash + Clone + Send + Sync + 'static> ExpiryQueue<E> {
                 .map(|_| CachePadded::new(Mutex::new(HashMap::default())))
                 .collect(),
             clock: Box::new(clock),
+            waiters: Waiters::new(),
         })
     }
 
@@ -235,6 +257,10 @@ impl<E: Eq + Hash + Clone + Send + Sync + 'static> ExpiryQueue<E> {
     /// computed bucket (possible only when this thread's clock reading is older than the
     /// poller's), the element goes into the next bucket to be polled instead, and that
     /// deadline is returned.
+    ///
+    /// An insertion (the element was absent) wakes the waiters sleeping on an empty queue in
+    /// [`wait`](Self::wait) or `wait_async`: one atomic load, plus a mutex and a notify
+    /// only when such a waiter exists.
     pub fn update(&self, elem: E, timeout: Duration) -> Option<u64> {
         let shard = &self.elems[self.elem_shard(&elem)];
         let mut entries = lock(shard);
@@ -253,6 +279,11 @@ impl<E: Eq + Hash + Clone + Send + Sync + 'static> ExpiryQueue<E> {
             self.unfile(&elem, previous);
         }
         drop(entries);
+        if previous.is_none() {
+            // After the shard unlock: waiters check emptiness under the shard locks while
+            // holding the wait mutex, which `inserted` may take (wait.rs).
+            self.waiters.inserted();
+        }
         Some(filed)
     }
 
@@ -459,362 +490,7 @@ impl<E> fmt::Debug for ExpiryQueue<E> {
                 &self.next_expiration.load(Ordering::Relaxed),
             )
             .field("len", &len)
+            .field("closed", &self.waiters.is_closed())
             .finish_non_exhaustive()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::clock::ManualClock;
-
-    const I: u64 = 1_000;
-
-    fn ns(n: u64) -> Duration {
-        Duration::from_nanos(n)
-    }
-
-    fn queue(start: u64) -> (ManualClock, ExpiryQueue<u32>) {
-        let clock = ManualClock::new(start);
-        let q = ExpiryQueue::with_clock(ns(I), clock.clone()).unwrap();
-        (clock, q)
-    }
-
-    /// Polls until next-expiration passes `now`, collecting everything.
-    fn drain(q: &ExpiryQueue<u32>) -> Vec<u32> {
-        let mut out = Vec::new();
-        while q.wait_time().is_zero() {
-            out.extend(q.poll());
-        }
-        out.sort_unstable();
-        out
-    }
-
-    #[test]
-    fn zero_and_huge_interval_are_config_errors() {
-        let e = ExpiryQueue::<u32>::new(Duration::ZERO).unwrap_err();
-        assert_eq!(e, ConfigError::Zero { param: "interval" });
-        let e = ExpiryQueue::<u32>::new(MAX_TIMEOUT + ns(1)).unwrap_err();
-        assert!(
-            matches!(
-                e,
-                ConfigError::TooLarge {
-                    param: "interval",
-                    ..
-                }
-            ),
-            "{e:?}"
-        );
-        assert!(ExpiryQueue::<u32>::new(MAX_TIMEOUT).is_ok());
-        assert!(ExpiryQueue::<u32>::new(Duration::from_millis(10)).is_ok());
-    }
-
-    #[test]
-    fn rounding_is_zookeepers_formula() {
-        let (clock, q) = queue(12_345);
-        // ZooKeeper initializes next-expiration to round_to_next_interval(now).
-        assert_eq!(q.next_expiration(), 13_000);
-        for timeout in [0, 1, 654, 655, 999, 1_000, 1_655, 10_000] {
-            let t = 12_345 + timeout;
-            let want = (t / I + 1) * I;
-            q.remove(&1);
-            assert_eq!(q.update(1, ns(timeout)), Some(want), "timeout {timeout}");
-            assert_eq!(q.deadline(&1), Some(want));
-        }
-        // An exact multiple goes to the *next* boundary.
-        clock.set(20_000);
-        q.remove(&1);
-        assert_eq!(q.update(1, ns(0)), Some(21_000));
-    }
-
-    #[test]
-    fn unchanged_update_returns_none_and_moves_both_ways() {
-        let (clock, q) = queue(0);
-        assert_eq!(q.update(7, ns(5_500)), Some(6_000));
-        assert_eq!(q.update(7, ns(5_100)), None, "same bucket");
-        clock.set(400);
-        assert_eq!(
-            q.update(7, ns(5_500)),
-            None,
-            "5_900 is still in the 6_000 bucket"
-        );
-        assert_eq!(q.update(7, ns(9_000)), Some(10_000), "later");
-        assert_eq!(q.update(7, ns(1_000)), Some(2_000), "earlier");
-        assert_eq!(q.deadline(&7), Some(2_000));
-        assert_eq!(q.len(), 1);
-        assert_eq!(q.bucket_count(), 1, "the buckets it left were deleted");
-        clock.set(2_000);
-        assert_eq!(drain(&q), vec![7]);
-        assert!(q.is_empty());
-        assert_eq!(q.bucket_count(), 0);
-    }
-
-    #[test]
-    fn wait_time_before_at_and_after() {
-        let (clock, q) = queue(100);
-        assert_eq!(q.next_expiration(), 1_000);
-        assert_eq!(q.wait_time(), ns(900));
-        clock.set(999);
-        assert_eq!(q.wait_time(), ns(1));
-        assert!(q.poll().is_empty());
-        assert_eq!(
-            q.next_expiration(),
-            1_000,
-            "a poll before the time moves nothing"
-        );
-        clock.set(1_000);
-        assert_eq!(q.wait_time(), Duration::ZERO);
-        clock.set(5_000);
-        assert_eq!(q.wait_time(), Duration::ZERO);
-    }
-
-    #[test]
-    fn poll_takes_one_bucket_per_call_when_far_behind() {
-        let (clock, q) = queue(0);
-        q.update(1, ns(500)); // 1_000
-        q.update(2, ns(2_500)); // 3_000
-        q.update(3, ns(2_999)); // 3_000
-        q.update(4, ns(4_000)); // 5_000
-        clock.set(10_000);
-        assert_eq!(q.poll(), vec![1]);
-        assert_eq!(q.next_expiration(), 2_000);
-        assert!(q.poll().is_empty(), "bucket 2_000 is empty");
-        assert_eq!(q.next_expiration(), 3_000);
-        let mut third = q.poll();
-        third.sort_unstable();
-        assert_eq!(third, vec![2, 3]);
-        assert_eq!(q.next_expiration(), 4_000);
-        assert!(q.poll().is_empty());
-        assert_eq!(q.poll(), vec![4]);
-        for _ in 0..5 {
-            assert!(q.poll().is_empty());
-        }
-        assert_eq!(q.next_expiration(), 11_000);
-        assert!(q.poll().is_empty(), "not due");
-        assert_eq!(q.next_expiration(), 11_000);
-        assert!(q.is_empty());
-    }
-
-    #[test]
-    fn polled_elements_leave_the_queue() {
-        let (clock, q) = queue(0);
-        q.update(1, ns(10));
-        clock.set(1_000);
-        assert_eq!(q.poll(), vec![1]);
-        assert_eq!(q.deadline(&1), None);
-        assert_eq!(q.remove(&1), None);
-        assert_eq!(q.touch(&1, ns(10)), None, "touch does not resurrect");
-        assert_eq!(q.update(1, ns(10)), Some(2_000), "update re-inserts");
-    }
-
-    #[test]
-    fn remove_returns_old_deadline_or_none() {
-        let (_clock, q) = queue(0);
-        assert_eq!(q.remove(&9), None);
-        q.update(9, ns(2_000));
-        q.update(8, ns(2_000));
-        assert_eq!(q.remove(&9), Some(3_000));
-        assert_eq!(q.remove(&9), None);
-        assert_eq!(q.bucket_count(), 1);
-        assert_eq!(q.remove(&8), Some(3_000));
-        assert_eq!(q.bucket_count(), 0, "empty bucket set deleted");
-    }
-
-    #[test]
-    fn moved_element_is_not_returned_by_its_old_bucket() {
-        let (clock, q) = queue(0);
-        q.update(1, ns(100)); // 1_000
-        q.update(2, ns(100)); // 1_000
-        q.update(2, ns(3_000)); // moved to 4_000
-        clock.set(1_000);
-        assert_eq!(q.poll(), vec![1]);
-        assert_eq!(q.deadline(&2), Some(4_000));
-        clock.set(4_000);
-        assert_eq!(drain(&q), vec![2]);
-    }
-
-    #[test]
-    fn touch_moves_only_present_elements() {
-        let (clock, q) = queue(0);
-        assert_eq!(q.touch(&5, ns(100)), None);
-        assert!(q.is_empty());
-        q.update(5, ns(100));
-        assert_eq!(q.touch(&5, ns(200)), Some(1_000), "unchanged but present");
-        assert_eq!(q.touch(&5, ns(5_000)), Some(6_000));
-        assert_eq!(q.bucket_count(), 1);
-        clock.set(6_000);
-        assert_eq!(drain(&q), vec![5]);
-    }
-
-    #[test]
-    fn update_into_a_claimed_bucket_goes_to_the_next_poll() {
-        // A stale clock reading: simulate by polling past a bucket and then updating with a
-        // clock set back before it (ManualClock may move backwards).
-        let (clock, q) = queue(0);
-        clock.set(3_000);
-        assert!(q.poll().is_empty()); // claims 1_000
-        assert!(q.poll().is_empty()); // claims 2_000
-        assert_eq!(q.next_expiration(), 3_000);
-        clock.set(1_500);
-        // Computed 2_000 is claimed: filed under 3_000, the next bucket a poll takes.
-        assert_eq!(q.update(1, ns(0)), Some(3_000));
-        clock.set(3_000);
-        assert_eq!(q.poll(), vec![1]);
-        assert!(q.is_empty());
-        assert_eq!(q.bucket_count(), 0);
-    }
-
-    #[test]
-    fn huge_timeouts_are_clamped_not_wrapped() {
-        let (_clock, q) = queue(0);
-        let d = q.update(1, Duration::MAX).unwrap();
-        assert!(d > (1 << 62) && d <= (1 << 62) + I, "{d}");
-        assert!(q.poll().is_empty());
-    }
-
-    /// The same scenario from three origins: the results relative to the origin match.
-    #[test]
-    fn wrap_origins_behave_alike() {
-        for start in [0, 5, 1 << 63, (1 << 63) - 2_500, u64::MAX - 2_500, u64::MAX] {
-            let base = start - start % I; // a grid point at or before start
-            let (clock, q) = queue(start);
-            assert_eq!(q.next_expiration(), base.wrapping_add(I), "start {start}");
-            let rel = |d: Option<u64>| d.map(|d| d.wrapping_sub(base));
-            let off = start - base;
-            // Deadlines land every I apart, across the wrap too.
-            assert_eq!(
-                rel(q.update(1, ns(1_000 - off))),
-                Some(2_000),
-                "start {start}"
-            );
-            assert_eq!(rel(q.update(2, ns(2_000 - off))), Some(3_000));
-            assert_eq!(rel(q.update(3, ns(5_000 - off + 1))), Some(6_000));
-            assert_eq!(rel(q.update(4, ns(9_999 - off))), Some(10_000));
-            assert_eq!(rel(q.update(1, ns(1_999 - off))), None);
-            let mut seen = Vec::new();
-            for step in 1..=12u64 {
-                clock.set(base.wrapping_add(step * I));
-                let got = q.poll();
-                if !got.is_empty() {
-                    seen.push((step, got));
-                }
-                assert!(q.poll().is_empty(), "one bucket per due step");
-            }
-            assert_eq!(
-                seen,
-                vec![(2, vec![1]), (3, vec![2]), (6, vec![3]), (10, vec![4])],
-                "start {start}"
-            );
-            assert!(q.is_empty());
-            assert_eq!(q.bucket_count(), 0);
-        }
-    }
-
-    #[test]
-    fn zookeeper_formula_holds_near_the_top_when_the_interval_divides_2_64() {
-        // With a power-of-two interval the grid is the same as ZooKeeper's everywhere.
-        let clock = ManualClock::new(u64::MAX - 100);
-        let q = ExpiryQueue::with_clock(ns(64), clock.clone()).unwrap();
-        for timeout in [0u64, 50, 99, 100, 101, 500] {
-            let t = (u64::MAX - 100).wrapping_add(timeout);
-            let want = (t / 64).wrapping_add(1).wrapping_mul(64);
-            q.remove(&0);
-            assert_eq!(q.update(0, ns(timeout)), Some(want), "timeout {timeout}");
-        }
-    }
-
-    #[test]
-    fn threads_insert_while_a_poller_drains_each_element_exactly_once() {
-        use std::sync::atomic::{AtomicBool, Ordering as O};
-        use std::sync::{Arc, Barrier};
-
-        let writers = 3;
-        let per_writer: u32 = if cfg!(miri) { 50 } else { 5_000 };
-        let clock = ManualClock::new(u64::MAX - 50_000); // wraps during the run
-        let q = Arc::new(ExpiryQueue::with_clock(ns(I), clock.clone()).unwrap());
-        let done = Arc::new(AtomicBool::new(false));
-        let start = Arc::new(Barrier::new(writers + 1));
-        let poller = {
-            let (q, done, clock, start) = (q.clone(), done.clone(), clock.clone(), start.clone());
-            std::thread::spawn(move || {
-                let mut got = Vec::new();
-                start.wait();
-                loop {
-                    let finished = done.load(O::SeqCst);
-                    clock.advance(ns(97));
-                    got.extend(q.poll());
-                    if finished && q.is_empty() {
-                        break got;
-                    }
-                }
-            })
-        };
-        let handles: Vec<_> = (0..writers as u32)
-            .map(|w| {
-                let (q, start) = (q.clone(), start.clone());
-                std::thread::spawn(move || {
-                    start.wait();
-                    for i in 0..per_writer {
-                        let e = w * per_writer + i;
-                        q.update(e, ns(u64::from(i % 7) * 300));
-                        // Touch some again, moving them around (possibly after expiry).
-                        if i % 3 == 0 {
-                            q.touch(&e, ns(u64::from(i % 5) * 700));
-                        }
-                    }
-                })
-            })
-            .collect();
-        for h in handles {
-            h.join().unwrap();
-        }
-        done.store(true, O::SeqCst);
-        let mut got = poller.join().unwrap();
-        got.sort_unstable();
-        let want: Vec<u32> = (0..writers as u32 * per_writer).collect();
-        assert_eq!(got.len(), want.len(), "lost or duplicated elements");
-        assert_eq!(got, want);
-        assert_eq!(q.bucket_count(), 0);
-    }
-
-    #[test]
-    fn racing_pollers_never_share_a_bucket() {
-        use std::sync::{Arc, Barrier};
-
-        let n: u32 = if cfg!(miri) { 40 } else { 4_000 };
-        let clock = ManualClock::new(0);
-        let q = Arc::new(ExpiryQueue::with_clock(ns(I), clock.clone()).unwrap());
-        for e in 0..n {
-            q.update(e, ns(u64::from(e) * 10));
-        }
-        clock.set(u64::from(n) * 10 + 2 * I);
-        let start = Arc::new(Barrier::new(2));
-        let pollers: Vec<_> = (0..2)
-            .map(|_| {
-                let (q, start) = (q.clone(), start.clone());
-                std::thread::spawn(move || {
-                    start.wait();
-                    let mut got = Vec::new();
-                    while q.wait_time().is_zero() {
-                        got.extend(q.poll());
-                    }
-                    got
-                })
-            })
-            .collect();
-        let mut all: Vec<u32> = pollers
-            .into_iter()
-            .flat_map(|p| p.join().unwrap())
-            .collect();
-        all.sort_unstable();
-        assert_eq!(all, (0..n).collect::<Vec<_>>());
-    }
-
-    #[test]
-    fn debug_shows_len() {
-        let (_clock, q) = queue(0);
-        q.update(1, ns(1));
-        let s = format!("{q:?}");
-        assert!(s.contains("len: 1"), "{s}");
     }
 }
