@@ -153,6 +153,13 @@ pub struct AckerStats {
     pub rejected_full: u64,
     /// `on_complete` calls that panicked (caught).
     pub callback_panics: u64,
+    /// The longest any timeout was delivered after its deadline, since build, in whole
+    /// ticks of the resolution (0: within the deadline's own tick). A reaper starved of
+    /// CPU shows here first.
+    pub timeout_lateness_max: Duration,
+    /// The sum of every timeout's lateness, as above: over an interval,
+    /// `Δtimeout_lateness_total / Δtimed_out` is the mean lateness.
+    pub timeout_lateness_total: Duration,
 }
 
 impl fmt::Display for AckerStats {
@@ -160,14 +167,15 @@ impl fmt::Display for AckerStats {
         write!(
             f,
             "pending {}, acked {}, failed {}, timed out {}, orphans expired {}, \
-             rejected full {}, callback panics {}",
+             rejected full {}, callback panics {}, timeout lateness max {:?}",
             self.pending,
             self.acked,
             self.failed,
             self.timed_out,
             self.orphans_expired,
             self.rejected_full,
-            self.callback_panics
+            self.callback_panics,
+            self.timeout_lateness_max
         )
     }
 }
@@ -370,6 +378,9 @@ struct Counters {
     orphans_expired: AtomicU64,
     rejected_full: AtomicU64,
     callback_panics: AtomicU64,
+    /// Timeouts' lateness in ticks: the largest, and the sum.
+    lateness_max: AtomicU64,
+    lateness_total: AtomicU64,
 }
 
 impl Counters {
@@ -380,8 +391,13 @@ impl Counters {
         own
     }
 
-    /// The stats: every set's counts summed, with `pending`.
-    fn sum(all: &[CachePadded<Counters>], pending: usize) -> AckerStats {
+    /// The stats: every set's counts summed, with `pending`; `ticks` turns the lateness
+    /// counts (ticks of the resolution) into time.
+    fn sum(
+        all: &[CachePadded<Counters>],
+        pending: usize,
+        ticks: impl Fn(u64) -> Duration,
+    ) -> AckerStats {
         let mut stats = AckerStats {
             pending,
             ..AckerStats::default()
@@ -393,6 +409,10 @@ impl Counters {
             stats.orphans_expired += c.orphans_expired.load(Ordering::SeqCst);
             stats.rejected_full += c.rejected_full.load(Ordering::SeqCst);
             stats.callback_panics += c.callback_panics.load(Ordering::SeqCst);
+            stats.timeout_lateness_max = stats
+                .timeout_lateness_max
+                .max(ticks(c.lateness_max.load(Ordering::SeqCst)));
+            stats.timeout_lateness_total += ticks(c.lateness_total.load(Ordering::SeqCst));
         }
         stats
     }
@@ -596,6 +616,28 @@ impl<T: Send + 'static> Acker<T> {
     /// ```
     pub fn reset_timeout(&self, root: u64) -> bool {
         self.lean().reset_timeout(root)
+    }
+
+    /// Orphans held now: entries of acks or fails whose init has not come (nor their
+    /// deadline), so `pending() - orphans_held()` is the trees pending. A growing count
+    /// means acks for roots that were never initialized, or late acks of completed trees.
+    ///
+    /// It walks every slot of the tables (a few milliseconds per million slots), so it is
+    /// kept out of [`stats`](Self::stats): call it for a dashboard every few seconds, not
+    /// per request. An init under way counts for an instant (its placeholder is HELD).
+    ///
+    /// ```
+    /// use ackwheel::Acker;
+    ///
+    /// let acker: Acker = Acker::builder().build_manual().unwrap();
+    /// acker.init(1, 0b11, 0).unwrap();
+    /// acker.ack(2, 0b1); // an ack that overtook its init
+    /// assert_eq!((acker.pending(), acker.orphans_held()), (2, 1));
+    /// acker.init(2, 0b1, 0).unwrap(); // init arrives: the tree completes at once
+    /// assert_eq!((acker.pending(), acker.orphans_held()), (1, 0));
+    /// ```
+    pub fn orphans_held(&self) -> usize {
+        self.lean().orphans_held()
     }
 
     /// Entries held now: initialized trees not yet completed, and orphans (acks or fails

@@ -254,6 +254,33 @@ fn the_largest_max_pending_costs_nothing_up_front_and_one_more_is_refused() {
     assert!(err.to_string().contains("max_pending"), "{err}");
 }
 
+/// Issue 21: what an operator charts beside the counts: orphans held apart from the trees
+/// pending, and how late the reaper delivered timeouts.
+#[test]
+fn stats_say_how_late_timeouts_came_and_orphans_are_counted_apart() {
+    let clock = ManualClock::new(0);
+    let (acker, log) = manual(&clock, |b| b.timeout(Duration::from_millis(10)));
+    acker.init(1, 0b1, 1).unwrap();
+    acker.init(2, 0b1, 2).unwrap();
+    assert!(!acker.ack(3, 0b1)); // never initialized: an orphan
+    assert_eq!((acker.pending(), acker.orphans_held()), (3, 1));
+    assert_eq!(acker.stats().timeout_lateness_max, Duration::ZERO);
+    // The deadlines are about 10 ms after the start; the reaper runs at 40 ms.
+    clock.advance(Duration::from_millis(40));
+    assert_eq!(acker.expire(), 2);
+    assert_eq!(take(&log).len(), 2);
+    let stats = acker.stats();
+    let late = stats.timeout_lateness_max;
+    assert!(
+        (26..=30).contains(&late.as_millis()),
+        "{late:?} after a 10 ms deadline at 40 ms"
+    );
+    assert_eq!(stats.timeout_lateness_total, 2 * late);
+    assert_eq!((acker.pending(), acker.orphans_held()), (0, 0));
+    assert_eq!(stats.orphans_expired, 1);
+    assert!(stats.to_string().contains("timeout lateness max"));
+}
+
 #[test]
 fn configuration_errors_name_the_parameter() {
     let cases: [(AckerBuilder<u32>, &str); 7] = [

@@ -250,6 +250,21 @@ impl<T: Send + 'static> Lean<T> {
         bytes
     }
 
+    /// Entries held now that no init has joined (orphans): a scan of every generation's
+    /// words. A moving entry is counted once (FROZEN words are not HELD).
+    pub(in crate::acker) fn orphans_held(&self) -> usize {
+        let _active = self.batches.enter();
+        self.tables
+            .iter()
+            // Safety: inside the operation `_active` marks.
+            .map(|table| {
+                chain(unsafe { table.current() })
+                    .map(Roots::held)
+                    .sum::<usize>()
+            })
+            .sum()
+    }
+
     /// Slots in every table's generations now (current and successor).
     pub(in crate::acker) fn slots(&self) -> usize {
         let _active = self.batches.enter();

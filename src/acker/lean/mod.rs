@@ -456,7 +456,10 @@ impl<T: Send + 'static> Lean<T> {
     }
 
     pub(super) fn stats(&self) -> AckerStats {
-        Counters::sum(&self.counters, self.pending())
+        let shift = self.ticks.shift;
+        Counters::sum(&self.counters, self.pending(), |ticks| {
+            Duration::from_nanos(ticks.saturating_mul(1 << shift))
+        })
     }
 
     pub(super) fn idle_wakeups(&self) -> u64 {
@@ -583,7 +586,8 @@ impl<T: Send + 'static> Lean<T> {
         let Completed {
             slot, key, outcome, ..
         } = completed;
-        let start = roots.times(slot).map_or(0, |s| s.start());
+        let stamp = roots.times(slot);
+        let start = stamp.map_or(0, |s| s.start());
         let own_timeout = roots.timeout_of(slot);
         // Safety: `completed` is a completion this acker's call claimed, finished once here.
         let payload = unsafe { roots.take(slot) };
@@ -614,6 +618,15 @@ impl<T: Send + 'static> Lean<T> {
                 // the rounding of ticks).
                 let timeout = self.ticks.nanos(own_timeout.unwrap_or(self.timeout) - 1);
                 elapsed = elapsed.max(timeout);
+                // How long after its deadline's tick the reaper got to it.
+                let deadline = stamp.map_or(now, |s| roots.deadline_from(slot, s));
+                let late = if reached(deadline, now) {
+                    u64::from(now.wrapping_sub(deadline))
+                } else {
+                    0
+                };
+                counters.lateness_max.fetch_max(late, Ordering::Relaxed);
+                counters.lateness_total.fetch_add(late, Ordering::Relaxed);
                 counters.timed_out.fetch_add(1, Ordering::Relaxed)
             }
         }; // Relaxed (all three): statistics.

@@ -155,4 +155,15 @@ impl<T> Roots<T> {
             own => Some(own),
         }
     }
+
+    /// HELD entries in the table (orphans, and the placeholders of inits under way): a
+    /// scan of every word, for [`Acker::orphans_held`](crate::Acker::orphans_held).
+    pub fn held(&self) -> usize {
+        (0..self.slots())
+            .filter(|&slot| {
+                let word = self.word(slot).load();
+                word.holds(word.key()) && word.state().phase() == Some(super::Phase::Held)
+            })
+            .count()
+    }
 }
