@@ -254,15 +254,13 @@ impl<T: Send + 'static> Lean<T> {
     /// words. A moving entry is counted once (FROZEN words are not HELD).
     pub(in crate::acker) fn orphans_held(&self) -> usize {
         let _active = self.batches.enter();
-        self.tables
-            .iter()
+        let mut held = 0;
+        for table in self.tables.iter() {
             // Safety: inside the operation `_active` marks.
-            .map(|table| {
-                chain(unsafe { table.current() })
-                    .map(Roots::held)
-                    .sum::<usize>()
-            })
-            .sum()
+            let current = unsafe { table.current() };
+            held += chain(current).map(Roots::held).sum::<usize>();
+        }
+        held
     }
 
     /// Slots in every table's generations now (current and successor).
