@@ -8,7 +8,7 @@
 //! | [`Clock`] | — | wrapping `u64` nanoseconds; [`MonotonicClock`], [`ManualClock`] |
 //! | [`TimerWheel`] | Caffeine `TimerWheel` | single-owner hierarchical wheel: O(1) schedule / reschedule / cancel, cascading `advance` |
 //! | [`Acker`] | Storm acker + spout pending map | lock-free tables of 16-byte root words (key, state and XOR value, changed by one 128-bit CAS) that grow and shrink with what is pending; lazy timers; one reaper thread. Edge ids from [`edge_id`] |
-//! | [`ExpiryQueue`] | ZooKeeper `ExpiryQueue` | concurrent interval buckets keyed by `(t / I + 1) * I`, an atomic next-expiration time advanced by CAS; `update` / `touch` / `remove` / `poll` / `wait_time`, each element returned exactly once |
+//! | [`ExpiryQueue`] | ZooKeeper `ExpiryQueue` | concurrent interval buckets keyed by `(t / I + 1) * I`, an atomic next-expiration time advanced by CAS; `update` / `touch` / `remove` / `poll` / `wait_time`, each element returned exactly once; `wait` (and `wait_async`) until a bucket is due, `close` |
 //! | [`RotatingMap`], [`TimeCacheMap`] | Storm | rotating generations of maps; `TimeCacheMap` rotates itself on a cleaner thread and calls back outside its lock |
 //!
 //! Which one when: the `Acker` for requests that fan out into sub-tasks on many threads and
