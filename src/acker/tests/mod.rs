@@ -1,0 +1,578 @@
+//! Acker tests: each rule of the semantics, a random model test against a sequential
+//! reference in manual mode, and multi-threaded exactly-once checks.
+
+use super::*;
+use crate::clock::ManualClock;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use std::collections::HashMap;
+use std::sync::Mutex as StdMutex;
+
+type Log = Arc<StdMutex<Vec<(u64, u32, Outcome)>>>;
+
+const SEC: Duration = Duration::from_secs(1);
+
+fn manual(
+    clock: &ManualClock,
+    builder: impl FnOnce(AckerBuilder<u32>) -> AckerBuilder<u32>,
+) -> (Acker<u32>, Log) {
+    let log: Log = Arc::default();
+    let sink = Arc::clone(&log);
+    let b = Acker::builder()
+        .timeout(30 * SEC)
+        .clock(clock.clone())
+        .shards(4)
+        // Small tables: these tests are about semantics (and Miri interprets every slot).
+        .max_pending(1024)
+        .on_complete(move |c: Completion<u32>| {
+            sink.lock().unwrap().push((c.root, c.payload, c.outcome))
+        });
+    (builder(b).build_manual().unwrap(), log)
+}
+
+/// Timers in the acker's wheel (right after a pass, every batch has been taken over).
+fn wheel_timers<T: Send + 'static>(acker: &Acker<T>) -> usize {
+    acker.scheduled_timers()
+}
+
+fn take(log: &Log) -> Vec<(u64, u32, Outcome)> {
+    std::mem::take(&mut *log.lock().unwrap())
+}
+
+#[test]
+fn acks_complete_the_tree_once_and_only_the_last_call_says_so() {
+    let clock = ManualClock::new(0);
+    let (acker, log) = manual(&clock, |b| b);
+    for root in [0, 1, u64::MAX, 1 << 63] {
+        acker.init(root, 0b1100, 7).unwrap();
+        assert!(!acker.ack(root, 0b0100));
+        assert!(acker.ack(root, 0b1000));
+        assert_eq!(take(&log), [(root, 7, Outcome::Acked)], "root {root}");
+        // A late ack is an orphan now, not part of a finished tree.
+        assert!(!acker.ack(root, 0b1000));
+    }
+    assert_eq!(acker.stats().acked, 4);
+    assert_eq!(acker.pending(), 4, "four late-ack orphans");
+    clock.advance(31 * SEC);
+    assert_eq!(acker.expire(), 0, "orphans expire silently");
+    assert_eq!(acker.stats().orphans_expired, 4);
+    assert_eq!(acker.pending(), 0);
+}
+
+#[test]
+fn init_with_zero_xor_completes_at_once() {
+    let clock = ManualClock::new(5);
+    let (acker, log) = manual(&clock, |b| b);
+    acker.init(9, 0, 1).unwrap();
+    assert_eq!(take(&log), [(9, 1, Outcome::Acked)]);
+    assert_eq!(acker.pending(), 0);
+}
+
+#[test]
+fn acks_before_init_are_held_and_init_completes() {
+    let clock = ManualClock::new(0);
+    let (acker, log) = manual(&clock, |b| b);
+    assert!(!acker.ack(3, 0b01));
+    assert!(!acker.ack(3, 0b10));
+    assert_eq!(acker.pending(), 1);
+    acker.init(3, 0b11, 30).unwrap();
+    assert_eq!(take(&log), [(3, 30, Outcome::Acked)]);
+    // Partial acks first: init leaves it pending.
+    assert!(!acker.ack(4, 0b01));
+    acker.init(4, 0b11, 40).unwrap();
+    assert!(take(&log).is_empty());
+    assert!(acker.ack(4, 0b10));
+    assert_eq!(take(&log), [(4, 40, Outcome::Acked)]);
+}
+
+#[test]
+fn fail_before_init_fails_at_init_unless_acked_wins() {
+    let clock = ManualClock::new(0);
+    let (acker, log) = manual(&clock, |b| b);
+    assert!(!acker.fail(5));
+    acker.init(5, 0b1, 50).unwrap();
+    assert_eq!(take(&log), [(5, 50, Outcome::Failed)]);
+    // Acked wins over a held fail when the value is already 0.
+    assert!(!acker.ack(6, 0b1));
+    assert!(!acker.fail(6));
+    acker.init(6, 0b1, 60).unwrap();
+    assert_eq!(take(&log), [(6, 60, Outcome::Acked)]);
+}
+
+#[test]
+fn fail_on_an_initialized_tree_fails_it_now() {
+    let clock = ManualClock::new(0);
+    let (acker, log) = manual(&clock, |b| b);
+    acker.init(8, 0b111, 80).unwrap();
+    assert!(!acker.ack(8, 0b001));
+    assert!(acker.fail(8));
+    assert!(!acker.ack(8, 0b110), "the tree is gone");
+    assert_eq!(take(&log), [(8, 80, Outcome::Failed)]);
+    assert_eq!(acker.stats().failed, 1);
+}
+
+/// An init that shortens the deadline of an orphan another thread created (whose batch
+/// holds the orphan's timer, at the default deadline) files a timer of its own: the tree
+/// times out at the shortened deadline, not late. (On the first core the same shape lost
+/// the adjustment when it went on another thread's inbox lane.)
+#[test]
+fn an_adjust_word_follows_its_open_word_on_another_threads_lane() {
+    let clock = ManualClock::new(0);
+    let (acker, log) = manual(&clock, |b| b.resolution(Duration::from_millis(1)));
+    for (orphan_lane, init_lane) in [(1, 0), (0, 1)] {
+        let root = 40 + orphan_lane as u64;
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                credits::set_stripe_index(orphan_lane);
+                assert!(!acker.ack(root, 0b01)); // held, due in 30 s
+            });
+        });
+        credits::set_stripe_index(init_lane);
+        acker
+            .init_with_timeout(root, 0b11, 7, Duration::from_secs(1))
+            .unwrap();
+        // One pass reads both words.
+        clock.advance(Duration::from_millis(1_002));
+        acker.expire();
+        assert_eq!(
+            take(&log),
+            [(root, 7, Outcome::TimedOut)],
+            "open word on lane {orphan_lane}, init on lane {init_lane}"
+        );
+    }
+}
+
+/// In manual mode nothing drains a thread's batch between `expire` calls: one thread can
+/// hold hundreds of orphans and shorten every one's deadline by its init, and each tree
+/// times out at its shortened deadline.
+#[test]
+fn one_thread_can_shorten_the_deadline_of_every_orphan_it_holds() {
+    let clock = ManualClock::new(0);
+    let (acker, log) = manual(&clock, |b| {
+        b.shards(1)
+            .max_pending(1000)
+            .resolution(Duration::from_millis(1))
+    });
+    for root in 0..500 {
+        assert!(!acker.ack(root, 0b01));
+    }
+    for root in 0..500 {
+        let refused = acker.init_with_timeout(root, 0b11, root as u32, SEC).err();
+        assert!(refused.is_none(), "root {root}: {refused:?}");
+    }
+    clock.advance(SEC + Duration::from_millis(2));
+    acker.expire();
+    let mut timed_out = take(&log);
+    timed_out.sort_unstable_by_key(|c| c.0);
+    let expected: Vec<_> = (0..500)
+        .map(|root| (root, root as u32, Outcome::TimedOut))
+        .collect();
+    assert_eq!(timed_out, expected, "timed out at the shortened deadline");
+}
+
+#[test]
+fn timeouts_are_never_early_and_reset_moves_the_deadline() {
+    let start = u64::MAX - 10_000_000_000; // wraps during the test
+    let clock = ManualClock::new(start);
+    let (acker, log) = manual(&clock, |b| b.resolution(Duration::from_millis(1)));
+    acker.init(1, 1, 10).unwrap();
+    acker.init_with_timeout(2, 1, 20, 5 * SEC).unwrap();
+    clock.advance(4 * SEC);
+    acker.expire();
+    assert!(take(&log).is_empty());
+    clock.advance(SEC - Duration::from_nanos(1));
+    acker.expire();
+    assert!(take(&log).is_empty(), "one nanosecond early");
+    clock.advance(Duration::from_millis(3));
+    acker.expire();
+    assert_eq!(take(&log), [(2, 20, Outcome::TimedOut)]);
+    // Reset at t=20s: due at 50s, not 30s.
+    clock.set(start.wrapping_add(20_000_000_000));
+    assert!(acker.reset_timeout(1));
+    clock.set(start.wrapping_add(31_000_000_000));
+    acker.expire();
+    assert!(take(&log).is_empty(), "reset deadline ignored");
+    clock.set(start.wrapping_add(50_010_000_000));
+    acker.expire();
+    assert_eq!(take(&log), [(1, 10, Outcome::TimedOut)]);
+    assert!(!acker.reset_timeout(1));
+    assert_eq!(acker.stats().timed_out, 2);
+}
+
+#[test]
+fn duplicate_full_and_shutdown_hand_the_payload_back() {
+    let clock = ManualClock::new(0);
+    let (acker, _log) = manual(&clock, |b| b.max_pending(3));
+    acker.init(1, 1, 1).unwrap();
+    assert!(matches!(
+        acker.init(1, 1, 11),
+        Err(InitError::Duplicate(11))
+    ));
+    acker.init(2, 1, 2).unwrap();
+    assert!(!acker.ack(3, 1)); // an orphan takes the third place
+    assert!(matches!(acker.init(4, 1, 44), Err(InitError::Full(44))));
+    assert!(!acker.ack(5, 1), "an orphan beyond capacity is refused");
+    assert_eq!(acker.stats().rejected_full, 2);
+    let mut back = acker.shutdown();
+    back.sort_unstable();
+    assert_eq!(back, [(1, 1), (2, 2)]);
+    let err = acker.init(6, 1, 66).unwrap_err();
+    assert!(err.to_string().contains("shut down"));
+    assert_eq!(err.into_payload(), 66);
+}
+
+/// Issue 22, item 4: `max_pending(1 << 30)` was accepted and then allocated and touched
+/// about 78 GB. It is a bound now, not an allocation: the largest accepted value builds an
+/// acker whose tables hold a few thousand slots, and one past it is refused by name.
+#[test]
+fn the_largest_max_pending_costs_nothing_up_front_and_one_more_is_refused() {
+    let acker: Acker<u32> = Acker::builder()
+        .max_pending(MAX_PENDING)
+        .build_manual()
+        .unwrap();
+    let [current, successors, retired, wheel] = acker.memory_parts();
+    assert!(
+        current <= 1 << 20,
+        "{current} bytes of tables for an empty acker"
+    );
+    assert_eq!((successors, retired), (0, 0));
+    assert!(
+        wheel <= 1 << 16,
+        "{wheel} bytes of wheel for an empty acker"
+    );
+    assert!(
+        acker.table_slots() <= 1 << 14,
+        "{} slots",
+        acker.table_slots()
+    );
+    acker.init(1, 2, 3).unwrap();
+    assert!(acker.ack(1, 2));
+    let err = Acker::<u32>::builder()
+        .max_pending(MAX_PENDING + 1)
+        .build_manual()
+        .unwrap_err();
+    assert!(err.to_string().contains("max_pending"), "{err}");
+}
+
+/// Issue 21: what an operator charts beside the counts: orphans held apart from the trees
+/// pending, and how late the reaper delivered timeouts.
+#[test]
+fn stats_say_how_late_timeouts_came_and_orphans_are_counted_apart() {
+    let clock = ManualClock::new(0);
+    let (acker, log) = manual(&clock, |b| b.timeout(Duration::from_millis(10)));
+    acker.init(1, 0b1, 1).unwrap();
+    acker.init(2, 0b1, 2).unwrap();
+    assert!(!acker.ack(3, 0b1)); // never initialized: an orphan
+    assert_eq!((acker.pending(), acker.orphans_held()), (3, 1));
+    assert_eq!(acker.stats().timeout_lateness_max, Duration::ZERO);
+    // The deadlines are about 10 ms after the start; the reaper runs at 40 ms.
+    clock.advance(Duration::from_millis(40));
+    assert_eq!(acker.expire(), 2);
+    assert_eq!(take(&log).len(), 2);
+    let stats = acker.stats();
+    let late = stats.timeout_lateness_max;
+    assert!(
+        (26..=30).contains(&late.as_millis()),
+        "{late:?} after a 10 ms deadline at 40 ms"
+    );
+    assert_eq!(stats.timeout_lateness_total, 2 * late);
+    assert_eq!((acker.pending(), acker.orphans_held()), (0, 0));
+    assert_eq!(stats.orphans_expired, 1);
+    assert!(stats.to_string().contains("timeout lateness max"));
+}
+
+#[test]
+fn configuration_errors_name_the_parameter() {
+    let cases: [(AckerBuilder<u32>, &str); 7] = [
+        (Acker::builder().timeout(Duration::ZERO), "timeout"),
+        (Acker::builder().shards(0), "shards"),
+        (Acker::builder().max_pending(0), "max_pending"),
+        (Acker::builder().resolution(Duration::ZERO), "resolution"),
+        (
+            Acker::builder().timeout(Duration::from_secs(u64::MAX)),
+            "timeout",
+        ),
+        // Above 2^63 ns rounding up to a power of two overflowed (a panic in a debug
+        // build, a 64-bit shift in release).
+        (
+            Acker::builder().resolution(Duration::from_secs(1 << 40)),
+            "resolution",
+        ),
+        (
+            Acker::builder().resolution(Duration::from_nanos((1 << 43) + 1)),
+            "resolution",
+        ),
+    ];
+    for (builder, param) in cases {
+        let err = builder.build_manual().unwrap_err();
+        assert!(err.to_string().contains(param), "{err}");
+    }
+}
+
+#[test]
+fn a_panicking_callback_is_counted_and_the_acker_goes_on() {
+    let clock = ManualClock::new(0);
+    let acker: Acker<u32> = Acker::builder()
+        .clock(clock.clone())
+        .on_complete(|c| assert_ne!(c.payload, 13))
+        .build_manual()
+        .unwrap();
+    acker.init(1, 0, 13).unwrap();
+    acker.init(2, 0, 14).unwrap();
+    acker.init(3, 1, 13).unwrap();
+    clock.advance(31 * SEC);
+    assert_eq!(acker.expire(), 1);
+    let stats = acker.stats();
+    assert_eq!(
+        (stats.acked, stats.timed_out, stats.callback_panics),
+        (2, 1, 2)
+    );
+}
+
+#[test]
+fn the_callback_may_call_back_into_the_acker() {
+    let clock = ManualClock::new(0);
+    let slot: Arc<StdMutex<Option<Acker<u32>>>> = Arc::default();
+    let replays = Arc::new(AtomicU64::new(0));
+    let (s, r) = (Arc::clone(&slot), Arc::clone(&replays));
+    let acker: Acker<u32> = Acker::builder()
+        .clock(clock.clone())
+        .on_complete(move |c| {
+            if c.outcome == Outcome::TimedOut && c.payload < 3 {
+                // Replay the tree, as a spout does.
+                let a = s.lock().unwrap().clone().unwrap();
+                a.init(c.root, 1, c.payload + 1).unwrap();
+                a.expire(); // re-entrant pass: must not deadlock
+                r.fetch_add(1, Ordering::SeqCst);
+            }
+        })
+        .build_manual()
+        .unwrap();
+    *slot.lock().unwrap() = Some(acker.clone());
+    acker.init(42, 1, 0).unwrap();
+    for _ in 0..4 {
+        clock.advance(31 * SEC);
+        acker.expire();
+    }
+    assert_eq!(replays.load(Ordering::SeqCst), 3);
+    assert_eq!(acker.stats().timed_out, 4);
+    slot.lock().unwrap().take();
+}
+
+#[test]
+fn slots_are_reused_without_mixing_trees() {
+    // A tiny table: one shard, few slots; thousands of trees cycle through it.
+    let clock = ManualClock::new(0);
+    let (acker, log) = manual(&clock, |b| b.shards(1).max_pending(8));
+    let rounds: u64 = if cfg!(miri) { 40 } else { 2000 };
+    for round in 0..rounds {
+        let root = round.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        // Freed slots come back after an epoch grace period, which other test threads
+        // can stretch; give reclamation a few passes before calling the table full.
+        let mut tries = 0;
+        while let Err(InitError::Full(_)) = acker.init(root, 0b11, round as u32) {
+            tries += 1;
+            assert!(tries < 10_000, "round {round}: slots never came back");
+            acker.expire();
+            std::thread::yield_now();
+        }
+        assert!(!acker.ack(root, 0b01));
+        assert!(acker.ack(root, 0b10));
+        acker.expire(); // lets the reaper retire and (after the grace period) free slots
+    }
+    let done = take(&log);
+    assert_eq!(done.len() as u64, rounds);
+    assert!(done
+        .iter()
+        .enumerate()
+        .all(|(i, (_, p, o))| *p == i as u32 && *o == Outcome::Acked));
+}
+
+// ---------------------------------------------------------------- the model test
+
+/// The reference's view of one root.
+#[derive(Debug, Default, Clone)]
+struct Tree {
+    value: u64,
+    payload: Option<u32>,
+    failed: bool,
+    deadline: u64,
+    timeout: u64,
+}
+
+/// A sequential reference: what the acker must do for each call, in manual mode. Every
+/// time is a whole number of wheel ticks, so an entry is reaped exactly by the first
+/// `expire` at or after its deadline and the reference can predict each outcome.
+#[test]
+fn model_test_against_a_sequential_reference() {
+    const TICK: u64 = 1 << 20; // the wheel tick of a 1 ms resolution
+                               // Large enough that completed slots awaiting their epoch grace period never fill a
+                               // bucket (capacity refusals have their own test): this test is about the semantics.
+    const CAP: usize = 4096;
+    let default_timeout = 48 * TICK;
+    let steps = if cfg!(miri) { 200 } else { 20_000 };
+    for (seed, origin) in [
+        (1u64, 0u64),
+        (2, 1 << 63),
+        (3, 0u64.wrapping_sub(5000 * TICK)),
+    ] {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let clock = ManualClock::new(origin);
+        let (acker, log) = manual(&clock, |b| {
+            b.shards(2)
+                .max_pending(CAP)
+                .timeout(Duration::from_nanos(default_timeout))
+                .resolution(Duration::from_millis(1))
+        });
+        let mut model: HashMap<u64, Tree> = HashMap::new();
+        let mut now = 0u64; // ticks * TICK since origin
+        let roots: Vec<u64> = (0..24)
+            .map(|i| if i == 0 { u64::MAX } else { i * 7919 })
+            .collect();
+        let fresh = |now: u64, timeout: u64| Tree {
+            deadline: now + timeout,
+            timeout,
+            ..Tree::default()
+        };
+        for step in 0..steps {
+            let root = roots[rng.random_range(0..roots.len())];
+            let ctx = format!("seed {seed} step {step} root {root} now {now}");
+            let mut expected: Vec<(u64, u32, Outcome)> = Vec::new();
+            match rng.random_range(0..10) {
+                0..=2 => {
+                    let xor = if rng.random_bool(0.3) {
+                        0
+                    } else {
+                        rng.random::<u64>()
+                    };
+                    let payload = step as u32;
+                    let timeout = if rng.random_bool(0.2) {
+                        20 * TICK
+                    } else {
+                        default_timeout
+                    };
+                    let result =
+                        acker.init_with_timeout(root, xor, payload, Duration::from_nanos(timeout));
+                    let known = model.contains_key(&root);
+                    if model.get(&root).is_some_and(|t| t.payload.is_some()) {
+                        assert!(
+                            matches!(result, Err(InitError::Duplicate(p)) if p == payload),
+                            "{ctx}: {result:?}"
+                        );
+                    } else if !known && model.len() >= CAP {
+                        assert!(
+                            matches!(result, Err(InitError::Full(p)) if p == payload),
+                            "{ctx}: {result:?}"
+                        );
+                    } else {
+                        assert!(result.is_ok(), "{ctx}: {result:?}");
+                        let t = model.entry(root).or_insert_with(|| fresh(now, timeout));
+                        // From the first message or the last reset before init, whichever
+                        // is later (`deadline - timeout`), with the tree's own timeout.
+                        t.deadline = t.deadline - t.timeout + timeout;
+                        t.value ^= xor;
+                        t.payload = Some(payload);
+                        t.timeout = timeout;
+                        let outcome = if t.value == 0 {
+                            Some(Outcome::Acked)
+                        } else if t.failed {
+                            Some(Outcome::Failed)
+                        } else {
+                            None
+                        };
+                        if let Some(o) = outcome {
+                            model.remove(&root);
+                            expected.push((root, payload, o));
+                        }
+                    }
+                }
+                3..=5 => {
+                    let xor = rng.random::<u64>() | 1;
+                    let completed = acker.ack(root, xor);
+                    let mut expect_completed = false;
+                    if let Some(t) = model.get_mut(&root) {
+                        t.value ^= xor;
+                        if t.value == 0 && t.payload.is_some() {
+                            let t = model.remove(&root).unwrap();
+                            expected.push((root, t.payload.unwrap(), Outcome::Acked));
+                            expect_completed = true;
+                        }
+                    } else if model.len() < CAP {
+                        model.insert(
+                            root,
+                            Tree {
+                                value: xor,
+                                ..fresh(now, default_timeout)
+                            },
+                        );
+                    }
+                    assert_eq!(completed, expect_completed, "{ctx}");
+                }
+                6 => {
+                    let completed = acker.fail(root);
+                    let mut expect_completed = false;
+                    if let Some(t) = model.get_mut(&root) {
+                        t.failed = true;
+                        if let Some(p) = t.payload {
+                            model.remove(&root);
+                            expected.push((root, p, Outcome::Failed));
+                            expect_completed = true;
+                        }
+                    } else if model.len() < CAP {
+                        model.insert(
+                            root,
+                            Tree {
+                                failed: true,
+                                ..fresh(now, default_timeout)
+                            },
+                        );
+                    }
+                    assert_eq!(completed, expect_completed, "{ctx}");
+                }
+                7 => {
+                    assert_eq!(
+                        acker.reset_timeout(root),
+                        model.contains_key(&root),
+                        "{ctx}"
+                    );
+                    if let Some(t) = model.get_mut(&root) {
+                        t.deadline = now + t.timeout;
+                    }
+                }
+                _ => {
+                    now += TICK * rng.random_range(0..30);
+                    clock.set(origin.wrapping_add(now));
+                    let delivered = acker.expire();
+                    // Deadlines are a tick later than the model's: a first message's tick
+                    // may be up to one tick old (`lean/`).
+                    let late = TICK;
+                    let due: Vec<u64> = model
+                        .iter()
+                        .filter(|(_, t)| t.deadline + late <= now)
+                        .map(|(r, _)| *r)
+                        .collect();
+                    for r in due {
+                        let t = model.remove(&r).unwrap();
+                        if let Some(p) = t.payload {
+                            expected.push((r, p, Outcome::TimedOut));
+                        }
+                    }
+                    assert_eq!(delivered, expected.len(), "{ctx}");
+                    // Right after a pass, every pending root (orphans too) has a timer.
+                    // Timers are lazy: a completed tree's waits for its deadline or a sweep.
+                    assert!(wheel_timers(&acker) >= model.len(), "{ctx}");
+                }
+            }
+            let mut got = take(&log);
+            got.sort_unstable_by_key(|c| c.0);
+            expected.sort_unstable_by_key(|c| c.0);
+            assert_eq!(got, expected, "{ctx}");
+            assert_eq!(acker.pending(), model.len(), "{ctx}: pending");
+        }
+        let stats = acker.stats();
+        assert_eq!(stats.pending, model.len());
+    }
+}
+
+mod faults;
+mod threads;
