@@ -46,17 +46,18 @@ pub(crate) mod fences;
 mod lean;
 #[allow(dead_code)] // parts used by the loom models, the tests and the `roots` bench only
 pub(crate) mod roots;
+mod stats;
 #[allow(dead_code)] // parts used by the loom models and the tests only
 pub(crate) mod word;
 
 use std::fmt;
 use std::time::Duration;
 
-use crossbeam_utils::CachePadded;
+pub use stats::AckerStats;
+use stats::Counters;
 
 use crate::clock::{duration_nanos, Clock, MonotonicClock};
 use crate::error::ConfigError;
-use crate::sync::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// How a tree ended.
@@ -132,53 +133,6 @@ impl<T> fmt::Display for InitError<T> {
 }
 
 impl<T: fmt::Debug> std::error::Error for InitError<T> {}
-
-/// Counters since the acker was built, from [`Acker::stats`]: what an operator charts.
-///
-/// `Display` prints them on one line.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct AckerStats {
-    /// Entries held now (initialized or not).
-    pub pending: usize,
-    /// Trees completed `Acked`.
-    pub acked: u64,
-    /// Trees completed `Failed`.
-    pub failed: u64,
-    /// Trees completed `TimedOut`.
-    pub timed_out: u64,
-    /// Entries never initialized, dropped at their deadline.
-    pub orphans_expired: u64,
-    /// Inits and orphan acks/fails refused for capacity.
-    pub rejected_full: u64,
-    /// `on_complete` calls that panicked (caught).
-    pub callback_panics: u64,
-    /// The longest any timeout was delivered after its deadline, since build, in whole
-    /// ticks of the resolution (0: within the deadline's own tick). A reaper starved of
-    /// CPU shows here first.
-    pub timeout_lateness_max: Duration,
-    /// The sum of every timeout's lateness, as above: over an interval,
-    /// `Δtimeout_lateness_total / Δtimed_out` is the mean lateness.
-    pub timeout_lateness_total: Duration,
-}
-
-impl fmt::Display for AckerStats {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "pending {}, acked {}, failed {}, timed out {}, orphans expired {}, \
-             rejected full {}, callback panics {}, timeout lateness max {:?}",
-            self.pending,
-            self.acked,
-            self.failed,
-            self.timed_out,
-            self.orphans_expired,
-            self.rejected_full,
-            self.callback_panics,
-            self.timeout_lateness_max
-        )
-    }
-}
 
 pub(crate) type Callback<T> = Box<dyn Fn(Completion<T>) + Send + Sync>;
 
@@ -363,58 +317,6 @@ impl<T: Send + 'static> AckerBuilder<T> {
         Ok(Acker {
             handle: lean::Handle::start(config)?,
         })
-    }
-}
-
-/// Counters, summed by `stats()`. One set per credit stripe, each thread counting in its
-/// own (as it takes and gives credits), so that threads completing trees in the same shards
-/// do not pass one cache line back and forth (per shard, two threads did).
-/// [`Counters::of`] picks the calling thread's.
-#[derive(Debug, Default)]
-struct Counters {
-    acked: AtomicU64,
-    failed: AtomicU64,
-    timed_out: AtomicU64,
-    orphans_expired: AtomicU64,
-    rejected_full: AtomicU64,
-    callback_panics: AtomicU64,
-    /// Timeouts' lateness in ticks: the largest, and the sum.
-    lateness_max: AtomicU64,
-    lateness_total: AtomicU64,
-}
-
-impl Counters {
-    /// The calling thread's set among `all` (its credit stripe's).
-    #[inline]
-    fn own(all: &[CachePadded<Counters>]) -> &Counters {
-        let own: &CachePadded<Counters> = credits::own_stripe(all);
-        own
-    }
-
-    /// The stats: every set's counts summed, with `pending`; `ticks` turns the lateness
-    /// counts (ticks of the resolution) into time.
-    fn sum(
-        all: &[CachePadded<Counters>],
-        pending: usize,
-        ticks: impl Fn(u64) -> Duration,
-    ) -> AckerStats {
-        let mut stats = AckerStats {
-            pending,
-            ..AckerStats::default()
-        };
-        for c in all {
-            stats.acked += c.acked.load(Ordering::SeqCst);
-            stats.failed += c.failed.load(Ordering::SeqCst);
-            stats.timed_out += c.timed_out.load(Ordering::SeqCst);
-            stats.orphans_expired += c.orphans_expired.load(Ordering::SeqCst);
-            stats.rejected_full += c.rejected_full.load(Ordering::SeqCst);
-            stats.callback_panics += c.callback_panics.load(Ordering::SeqCst);
-            stats.timeout_lateness_max = stats
-                .timeout_lateness_max
-                .max(ticks(c.lateness_max.load(Ordering::SeqCst)));
-            stats.timeout_lateness_total += ticks(c.lateness_total.load(Ordering::SeqCst));
-        }
-        stats
     }
 }
 

@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::clock::ManualClock;
+use crate::sync::{AtomicU64, Ordering};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::collections::HashMap;
