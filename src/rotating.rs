@@ -176,6 +176,26 @@ type Callback<K, V> = Box<dyn Fn(K, V) + Send + Sync + 'static>;
 /// after its last put (plus scheduling delay). Drop stops and joins the cleaner promptly.
 /// The callback runs on the cleaner, outside every lock; a panic in it is caught, counted
 /// ([`callback_panics`](Self::callback_panics)) and does not stop the cleaner.
+///
+/// Costs: one cleaner thread per map (asleep between rotations), one mutex around
+/// `num_buckets` hash maps, one map entry per key; a `put` probes every bucket.
+///
+/// ```
+/// use ackwheel::TimeCacheMap;
+/// use std::sync::mpsc;
+/// use std::time::Duration;
+///
+/// let (expired, rx) = mpsc::channel();
+/// let pending = TimeCacheMap::with_callback(Duration::from_millis(20), 2, move |k, v| {
+///     let _ = expired.send((k, v));
+/// })
+/// .unwrap();
+/// pending.put("tuple 7", 7);
+/// assert!(pending.contains_key(&"tuple 7"));
+/// // Expires 20 to 40 ms after its put, on the cleaner thread.
+/// assert_eq!(rx.recv_timeout(Duration::from_secs(5)).unwrap(), ("tuple 7", 7));
+/// assert!(pending.is_empty());
+/// ```
 pub struct TimeCacheMap<K, V> {
     shared: Arc<Shared<K, V>>,
     cleaner: Option<thread::JoinHandle<()>>,

@@ -96,9 +96,30 @@ type BucketShard<E> = CachePadded<Mutex<HashMap<u64, HashSet<E, RandomState>, Ra
 ///
 /// ZooKeeper's `ExpiryQueue` semantics, with stronger guarantees: a polled element leaves the
 /// queue, an element moved to a later bucket before the poll took it is not returned, no
-/// element is returned twice for one deadline and none is lost. See the module docs of
-/// `expiry_queue/mod.rs` for the protocol. Every method takes `&self` and may be called from any
-/// number of threads.
+/// element is returned twice for one deadline and none is lost. Every method takes `&self`
+/// and may be called from any number of threads.
+///
+/// # The rules
+///
+/// * **Buckets.** Time is cut into buckets of one `interval`. `update(elem, timeout)` files
+///   the element under `(t / interval + 1) * interval` for `t = now + timeout`: the first
+///   bucket boundary after `t`, so an element expires between `timeout` and
+///   `timeout + interval` after its last update. Updating it again moves it, earlier or
+///   later; `remove` takes it out.
+/// * **Polling.** An atomic next-expiration time names the oldest bucket not yet taken.
+///   `poll` takes exactly that bucket once the clock has reached it (and nothing before),
+///   moving next-expiration on by one interval: after a pause, call it until
+///   [`wait_time`](Self::wait_time) is non-zero (or use [`wait`](Self::wait)). Two pollers
+///   never take one bucket; each element comes out once.
+/// * **Time** is `u64` nanoseconds of the queue's [`Clock`](crate::Clock) on a wrapping
+///   timeline: any origin works; timeouts above [`MAX_TIMEOUT`] are clamped to it.
+///
+/// # Costs
+///
+/// Two hash-map entries per element (element to deadline, and the element in its bucket's
+/// set), each map sharded over mutexes, so threads touching different elements rarely meet.
+/// An `update` that keeps its bucket takes one lock; one that moves it, three. No thread is
+/// started: the expirer is yours.
 ///
 /// ```
 /// use std::time::Duration;
