@@ -27,7 +27,7 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use ackwheel::{Acker, Completion, Outcome};
+use ackwheel::{edge_id, Acker, Completion, Outcome};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -95,7 +95,7 @@ fn main() -> ExitCode {
         })
         .build()
         .expect("valid acker configuration");
-    // The default max_pending (1 << 20) sizes the ledgers up front.
+    // The default max_pending (1 << 20) is a bound only: the tables start small.
     println!(
         "acker built in {} ms: {acker:?}",
         started.elapsed().as_millis()
@@ -127,7 +127,7 @@ fn main() -> ExitCode {
                     // Emit 0..=2 anchored children; ack the input with input ^ children.
                     let mut xor = tuple.id;
                     for _ in 0..rng.random_range(0..=2) {
-                        let id = rng.random::<u64>() | 1;
+                        let id = edge_id();
                         xor ^= id;
                         children.push_back(Tuple {
                             root: tuple.root,
@@ -164,7 +164,7 @@ fn main() -> ExitCode {
                     // Random non-zero ids: a strict subset XORing to 0 (an early Acked) is
                     // a 2^-64 event, the bet Storm makes too; the final check would catch it.
                     let edges: Vec<u64> = (0..rng.random_range(1..=4))
-                        .map(|_| rng.random::<u64>() | 1)
+                        .map(|_| edge_id())
                         .collect();
                     let xor = edges.iter().fold(0, |x, e| x ^ e);
                     fates.lock().unwrap().insert(root, fate);

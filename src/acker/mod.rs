@@ -382,7 +382,7 @@ impl<T: Send + 'static> AckerBuilder<T> {
 /// # Example
 ///
 /// ```
-/// use ackwheel::{Acker, ManualClock, Outcome};
+/// use ackwheel::{edge_id, Acker, ManualClock, Outcome};
 /// use std::sync::{Arc, Mutex};
 /// use std::time::Duration;
 ///
@@ -397,17 +397,19 @@ impl<T: Send + 'static> AckerBuilder<T> {
 ///     .unwrap();
 ///
 /// // A spout emits root 7 with two edges; each bolt acks one of them.
-/// acker.init(7, 0b01 ^ 0b10, "tuple payload").unwrap();
-/// assert!(!acker.ack(7, 0b01));
-/// assert!(acker.ack(7, 0b10)); // the value reached 0: this call completed the tree
+/// let (a, b) = (edge_id(), edge_id());
+/// acker.init(7, a ^ b, "tuple payload").unwrap();
+/// assert!(!acker.ack(7, a));
+/// assert!(acker.ack(7, b)); // the value reached 0: this call completed the tree
 ///
 /// // An ack that overtook its init is held; init then completes the tree at once.
-/// assert!(!acker.ack(9, 0b100));
+/// let c = edge_id();
+/// assert!(!acker.ack(9, c));
 /// assert_eq!(acker.pending(), 1);
-/// acker.init(9, 0b100, "raced").unwrap();
+/// acker.init(9, c, "raced").unwrap();
 ///
 /// // Root 8 loses an ack and times out.
-/// acker.init(8, 0b11, "lost").unwrap();
+/// acker.init(8, edge_id() ^ edge_id(), "lost").unwrap();
 /// clock.advance(Duration::from_secs(31));
 /// assert_eq!(acker.expire(), 1);
 /// assert_eq!(
