@@ -163,9 +163,7 @@ fn main() -> ExitCode {
                     };
                     // Random non-zero ids: a strict subset XORing to 0 (an early Acked) is
                     // a 2^-64 event, the bet Storm makes too; the final check would catch it.
-                    let edges: Vec<u64> = (0..rng.random_range(1..=4))
-                        .map(|_| edge_id())
-                        .collect();
+                    let edges: Vec<u64> = (0..rng.random_range(1..=4)).map(|_| edge_id()).collect();
                     let xor = edges.iter().fold(0, |x, e| x ^ e);
                     fates.lock().unwrap().insert(root, fate);
                     let tuples: Vec<Tuple> = edges
