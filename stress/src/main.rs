@@ -6,17 +6,21 @@
 //! cargo run --release -p stress -- acker --duration 60 --fail-rate 0.01 --replay
 //! cargo run --release -p stress -- expiry-queue --threads 4
 //! cargo run --release -p stress -- wheel --seed 7 --ops 5000000
+//! cargo run --release -p stress -- partitioned --partitions 8 --loss-rate 0.01
 //! cargo run --release -p stress -- all --json out.json --plot out.svg
 //! ```
 //!
 //! Each scenario lives in its own module with its own oracle and its module docs say what
 //! it checks: [`acker`] (a simulated Storm topology against the `Acker`), [`expiry_queue`]
-//! (ZooKeeper-style session expiry) and [`wheel`] (single-owner timer wheels against a
-//! model). This file owns the command line, the seed, the `all` budget, the `--json` and
-//! `--plot` outputs and the exit code. [`report`], [`svg`] and [`rss`] are shared helpers.
+//! (ZooKeeper-style session expiry), [`wheel`] (single-owner timer wheels against a
+//! model) and [`partitioned`] (N ackers as the partitions of a fleet, a lossy network
+//! between them, one partition killed and restarted). This file owns the command line, the
+//! seed, the `all` budget, the `--json` and `--plot` outputs and the exit code. [`report`],
+//! [`svg`] and [`rss`] are shared helpers.
 
 mod acker;
 mod expiry_queue;
+mod partitioned;
 mod report;
 mod rss;
 mod svg;
@@ -45,7 +49,8 @@ struct Cli {
     #[arg(long)]
     threads: Option<NonZeroUsize>,
 
-    /// Spout threads of the acker scenario [default: half of --threads, at least 1].
+    /// Spout threads of the acker scenario [default: half of --threads, at least 1] and of
+    /// the partitioned one (its origins) [default: half of --threads, at least 2].
     #[arg(long)]
     spouts: Option<NonZeroUsize>,
 
@@ -54,8 +59,9 @@ struct Cli {
     trees: Option<u64>,
 
     /// Seconds of load: the acker's traffic phase (its memory, drain and idle phases add
-    /// about 7 s), the expiry-queue's touching, the wheel's cap. For `all`, the budget
-    /// shared by the three [default: 25 for acker, 28 for expiry-queue and wheel, 30 for all].
+    /// about 7 s), the expiry-queue's touching, the wheel's cap, the partitioned traffic
+    /// (its phases' drains add about a second each). For `all`, the budget shared by the
+    /// four [default: 25 for acker, 28 for expiry-queue, wheel and partitioned, 30 for all].
     #[arg(long, value_name = "SECONDS")]
     duration: Option<f64>,
 
@@ -67,7 +73,8 @@ struct Cli {
     #[arg(long, default_value_t = 3)]
     depth: u8,
 
-    /// Acker: probability that a bolt fails a tuple instead of processing it.
+    /// Acker: probability that a bolt fails a tuple instead of processing it. Partitioned:
+    /// that an attempt sends a fail in place of its last ack.
     #[arg(long, default_value_t = 0.002)]
     fail_rate: f64,
 
@@ -79,7 +86,7 @@ struct Cli {
     #[arg(long, default_value_t = 0.001)]
     dup_rate: f64,
 
-    /// Tree timeout (acker) or session timeout (expiry-queue), milliseconds.
+    /// Tree timeout (acker, partitioned) or session timeout (expiry-queue), milliseconds.
     #[arg(long, default_value_t = 500)]
     timeout_ms: u64,
 
@@ -87,7 +94,7 @@ struct Cli {
     #[arg(long)]
     replay: bool,
 
-    /// Acker: most trees in flight across spouts (Storm's max.spout.pending).
+    /// Acker, partitioned: most trees in flight across spouts (Storm's max.spout.pending).
     #[arg(long, default_value_t = 2048)]
     in_flight: usize,
 
@@ -111,6 +118,23 @@ struct Cli {
     /// memory phase, for its peak RSS (0 skips the churn; `--memory-roots 0` skips it too).
     #[arg(long, default_value_t = 2_000_000)]
     churn_trees: u64,
+
+    /// Partitioned: how many partitions (ackers, each on its own node thread).
+    #[arg(long, default_value_t = 4)]
+    partitions: usize,
+
+    /// Partitioned: probability that a message (init, ack or fail) is lost on the network.
+    #[arg(long, default_value_t = 0.002)]
+    loss_rate: f64,
+
+    /// Partitioned: most a message is held back on the network (30 % of them are), in
+    /// milliseconds; messages overtake each other within it.
+    #[arg(long, default_value_t = 5)]
+    delay_ms: u64,
+
+    /// Partitioned: how long the killed partition stays down before it restarts empty.
+    #[arg(long, default_value_t = 200)]
+    down_ms: u64,
 
     /// Acker: default ackers the memory phase builds in one process, all alive at once, for
     /// the build cost's second figure (each holds about 80 MiB today).
@@ -139,8 +163,9 @@ struct Cli {
     #[arg(long, value_name = "FILE.svg")]
     plot: Option<std::path::PathBuf>,
 
-    /// Self-test of the oracle: report every Acked completion as Failed, which the oracle
-    /// must catch (the run must FAIL).
+    /// Self-test of the oracles, which must catch it (the run must FAIL): the acker scenario
+    /// reports every Acked completion as Failed; the partitioned one routes the last ack of
+    /// one tree in a hundred to the wrong partition.
     #[arg(long, hide = true)]
     plant_bug: bool,
 }
@@ -157,7 +182,11 @@ enum Scenario {
     /// Single-owner TimerWheels (one per thread), random schedule / reschedule / cancel /
     /// advance against a model, over several clock origins (0, near 2^63, near u64::MAX).
     Wheel,
-    /// acker, expiry-queue and wheel in turn, sharing --duration.
+    /// N ackers as N partitions of a fleet in one process: messages routed by the root's
+    /// hash through a network that delays, reorders and loses them; one partition killed
+    /// mid-run and restarted empty; origins replay; every attempt checked by an oracle.
+    Partitioned,
+    /// acker, expiry-queue, wheel and partitioned in turn, sharing --duration.
     All,
 }
 
@@ -175,6 +204,8 @@ struct Output {
     expiry_queue: Option<expiry_queue::Summary>,
     #[serde(skip_serializing_if = "Option::is_none")]
     wheel: Option<WheelSummary>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    partitioned: Option<partitioned::Summary>,
 }
 
 fn main() -> ExitCode {
@@ -205,6 +236,7 @@ fn main() -> ExitCode {
         ("--fail-rate", cli.fail_rate),
         ("--drop-rate", cli.drop_rate),
         ("--dup-rate", cli.dup_rate),
+        ("--loss-rate", cli.loss_rate),
     ] {
         if !(0.0..=1.0).contains(&rate) {
             eprintln!("stress: {name} must be a probability in [0, 1], got {rate}");
@@ -224,6 +256,10 @@ fn main() -> ExitCode {
         eprintln!("stress: --ackers-at-once must be in 1..=100");
         return ExitCode::from(2);
     }
+    if cli.partitions == 0 || cli.partitions > 1024 {
+        eprintln!("stress: --partitions must be in 1..=1024");
+        return ExitCode::from(2);
+    }
     if cli.fanout == 0 || cli.depth == 0 || cli.in_flight == 0 || cli.timeout_ms == 0 {
         eprintln!("stress: --fanout, --depth, --in-flight and --timeout-ms must be at least 1");
         return ExitCode::from(2);
@@ -240,13 +276,17 @@ fn main() -> ExitCode {
     };
     // `all` splits its budget: the acker's fixed phases (drain, idle, memory) come on top of
     // its share, so it gets the smallest traffic share of the time it really takes.
-    let (acker_s, queue_s, wheel_s) = match (cli.scenario, cli.duration) {
+    // The partitioned scenario's phases each drain for about a second on top of its share.
+    let (acker_s, queue_s, wheel_s, partitioned_s) = match (cli.scenario, cli.duration) {
         (Scenario::All, d) => {
             let d = d.unwrap_or(30.0);
-            (d * 0.35, d * 0.2, d * 0.15)
+            (d * 0.3, d * 0.2, d * 0.15, d * 0.15)
         }
-        (Scenario::Acker, d) => (d.unwrap_or(25.0), 0.0, 0.0),
-        (_, d) => (0.0, d.unwrap_or(28.0), d.unwrap_or(28.0)),
+        (Scenario::Acker, d) => (d.unwrap_or(25.0), 0.0, 0.0, 0.0),
+        (_, d) => {
+            let d = d.unwrap_or(28.0);
+            (0.0, d, d, d)
+        }
     };
     println!(
         "stress: scenario {}, seed {seed}, {threads} threads (replay with --seed {seed})",
@@ -296,6 +336,25 @@ fn main() -> ExitCode {
         let summary = run_wheel(seed, cli.ops, threads, wheel_s);
         out.violations += summary.failures.len() as u64;
         out.wheel = Some(summary);
+    }
+    if matches!(cli.scenario, Scenario::Partitioned | Scenario::All) {
+        let cfg = partitioned::Config {
+            partitions: cli.partitions,
+            spouts: cli.spouts.map_or((threads / 2).max(2), NonZeroUsize::get),
+            duration_s: partitioned_s,
+            timeout_ms: cli.timeout_ms,
+            in_flight: cli.in_flight,
+            fail_rate: cli.fail_rate,
+            loss_rate: cli.loss_rate,
+            delay_ms: cli.delay_ms,
+            down_ms: cli.down_ms,
+            seed,
+            plant_bug: cli.plant_bug,
+        };
+        let summary = partitioned::run(&cfg);
+        partitioned::print(&summary);
+        out.violations += summary.violations;
+        out.partitioned = Some(summary);
     }
     out.seconds = start.elapsed().as_secs_f64();
     out.pass = out.violations == 0;

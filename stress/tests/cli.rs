@@ -1,7 +1,8 @@
 //! The harness end to end, at a small scale: an honest run passes and writes its JSON and
 //! SVG, every scenario runs under `all`, and a planted bug (every `Acked` reported to the
-//! oracle as `Failed`) makes the run fail with the tree's history — so a green run means
-//! the oracle was looking.
+//! oracle as `Failed`; in the partitioned scenario, an ack routed to the wrong partition)
+//! makes the run fail with the tree's history — so a green run means the oracle was
+//! looking.
 
 use std::path::PathBuf;
 use std::process::{Command, Output};
@@ -127,7 +128,7 @@ fn every_scenario_passes_under_all() {
     ]);
     let all = text(&out);
     assert!(out.status.success(), "{all}");
-    for header in ["acker:", "expiry-queue:", "wheel:"] {
+    for header in ["acker:", "expiry-queue:", "wheel:", "partitioned:"] {
         assert!(all.contains(header), "no {header} section\n{all}");
     }
 }
@@ -153,4 +154,81 @@ fn a_planted_bug_fails_the_run_with_a_history() {
         "{all}"
     );
     assert!(all.contains("FAIL:"), "{all}");
+}
+
+#[test]
+fn a_short_partitioned_run_passes_with_its_kill() {
+    let scratch = Scratch::new("partitioned");
+    let json = scratch.file("partitioned.json");
+    let out = stress(&[
+        "partitioned",
+        "--duration",
+        "2",
+        "--seed",
+        "21",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    let all = text(&out);
+    assert!(out.status.success(), "{all}");
+    assert!(
+        all.contains("throughput against N") && all.contains("PASS"),
+        "{all}"
+    );
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(report["pass"], true);
+    let p = &report["partitioned"];
+    assert_eq!(p["violations"], 0);
+    // N = 1, 2 (the scaling phases) and the configured 4 with the kill.
+    assert_eq!(
+        p["throughput_against_n"].as_array().unwrap().len(),
+        3,
+        "{p}"
+    );
+    let main = &p["phases"][2];
+    assert_eq!(main["partitions"], 4);
+    assert_eq!(main["kill"], true);
+    assert!(
+        main["messages_discarded_by_kill"].as_u64().unwrap() > 0,
+        "{main}"
+    );
+    assert!(
+        main["judged"]["hit_by_kill"].as_u64().unwrap() > 0,
+        "{main}"
+    );
+    assert!(
+        main["judged"]["acks_before_init"].as_u64().unwrap() > 0,
+        "{main}"
+    );
+    for phase in p["phases"].as_array().unwrap() {
+        let started = phase["trees_started"].as_u64().unwrap();
+        assert!(started > 0, "{phase}");
+        assert_eq!(
+            started,
+            phase["trees_acked"].as_u64().unwrap() + phase["trees_exhausted"].as_u64().unwrap(),
+            "{phase}"
+        );
+    }
+}
+
+#[test]
+fn a_misrouted_ack_fails_the_partitioned_run() {
+    let out = stress(&[
+        "partitioned",
+        "--duration",
+        "1",
+        "--partitions",
+        "2",
+        "--seed",
+        "22",
+        "--plant-bug",
+    ]);
+    let all = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{all}");
+    assert!(
+        all.contains("VIOLATION: root") && all.contains("but hash(root) routes to"),
+        "{all}"
+    );
+    assert!(all.contains("history:") && all.contains("FAIL:"), "{all}");
 }
