@@ -9,6 +9,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+pub(crate) mod tsc;
+
 /// A source of monotonic time in nanoseconds on a wrapping `u64` timeline.
 pub trait Clock: Send + Sync + 'static {
     /// Current time in nanoseconds on a monotonic, wrapping u64 timeline.
@@ -46,7 +48,8 @@ pub(crate) fn duration_nanos(d: Duration) -> u64 {
 /// All `MonotonicClock`s in a process share one origin, so their readings are comparable. On
 /// Linux the reading is `CLOCK_MONOTONIC` itself, taken with one `clock_gettime` call rather
 /// than through `Instant` and a subtraction (27 rather than 34 ns a reading on the
-/// development machine; the Acker reads the clock twice per tree). Elsewhere, and under
+/// development machine). The Acker's callers need only the tick they are in, and take it
+/// from the CPU's time-stamp counter where that is safe (`clock/tsc.rs`). Elsewhere, and under
 /// Miri, it is the time since a process-wide `Instant` taken on first use.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct MonotonicClock;

@@ -18,7 +18,9 @@
 //! clock's reading at build (plus one, so that tick 0 is never used), kept per slot as
 //! `u32`s (`roots/times.rs`). Only a thread that creates an entry reads the clock for it
 //! (lazily, inside the table, when it claims a slot), and the completing thread reads it
-//! for `elapsed`. A tree's deadline is its base (the first message's tick, or the last
+//! for `elapsed`. With the default clock those callers' reads are of the time-stamp
+//! counter where the CPU and kernel allow it ([`Lean::caller_tick`], `clock/tsc.rs`): the
+//! clock's tick or the next one, never an earlier one; the reaper reads the clock itself. A tree's deadline is its base (the first message's tick, or the last
 //! reset's) plus its timeout in ticks, rounded up, plus one: a tick read at the first
 //! message may be up to one tick old, so the deadline is never early. A `TimedOut` completion reports at least its timeout.
 //! Timeouts are at most [`MAX_TIMEOUT_TICKS`] ticks, so deadlines compare correctly across
@@ -82,7 +84,7 @@ use super::roots::{reached, Applied, Completed, Done, Message, Refused, Roots, S
 use super::roots::{GEN_TAG_BITS, GROUP_SLOTS};
 use super::word::KEY_SHIFT;
 use super::{AckerStats, Callback, Completion, Counters, InitError, Outcome};
-use crate::clock::Clock;
+use crate::clock::{tsc, Clock};
 use crate::sync::{Arc, AtomicBool, AtomicU64, Mutex, Ordering};
 use growth::Retired;
 use layout::{Layout, Mix};
@@ -116,6 +118,9 @@ pub(super) struct Config<T> {
     pub timeout_ns: u64,
     pub resolution_ns: u64,
     pub clock: Box<dyn Clock>,
+    /// `clock` is [`MonotonicClock`](crate::MonotonicClock) and callers may take their
+    /// ticks from the time-stamp counter (`clock/tsc.rs`).
+    pub tsc_ticks: bool,
     pub on_complete: Option<Callback<T>>,
     pub manual: bool,
 }
@@ -173,6 +178,8 @@ pub(super) struct Lean<T> {
     counters: Box<[CachePadded<Counters>]>,
     batches: Batches,
     clock: Box<dyn Clock>,
+    /// [`Config::tsc_ticks`].
+    tsc_ticks: bool,
     ticks: Ticks,
     /// The default timeout in ticks ([`Ticks::timeout`]).
     timeout: Tick,
@@ -274,6 +281,7 @@ impl<T: Send + 'static> Lean<T> {
             reaper: Mutex::new(reaper::Wheel::new(ticks.full(now))),
             ticks,
             clock: config.clock,
+            tsc_ticks: config.tsc_ticks,
             on_complete: std::cell::UnsafeCell::new(config.on_complete),
             shutdown: AtomicBool::new(false),
             manual: config.manual,
@@ -296,10 +304,29 @@ impl<T: Send + 'static> Lean<T> {
         self.ticks.full(self.clock.now()) as Tick
     }
 
+    /// The tick now on a caller's thread: from the time-stamp counter when the clock is the
+    /// monotonic one and the counter can be trusted (`clock/tsc.rs`: the clock's tick, or
+    /// the next one within nanoseconds of a boundary, never an earlier one), else a read.
+    #[inline]
+    fn caller_tick(&self) -> Tick {
+        if self.tsc_ticks {
+            if let Some((lo, hi)) = tsc::bounds() {
+                let tick = self.ticks.full(hi);
+                if self.ticks.full(lo) == tick {
+                    return tick as Tick;
+                }
+            }
+            // The range straddles a tick boundary (or there is no anchor yet): read, and
+            // anchor this thread again. `tsc_ticks` says the clock is this one.
+            return self.ticks.full(tsc::read()) as Tick;
+        }
+        self.ticks.full(self.clock.now()) as Tick
+    }
+
     /// The stamp a new entry gets now: this tick, and the default deadline from it.
     #[inline]
     fn stamp_now(&self) -> Stamp {
-        let now = self.ticks.full(self.clock.now()) as Tick;
+        let now = self.caller_tick();
         Stamp::new(now, now)
     }
 
@@ -436,7 +463,7 @@ impl<T: Send + 'static> Lean<T> {
     pub(super) fn reset_timeout(&self, root: u64) -> bool {
         let active = self.batches.enter();
         let (table, key) = self.layout.place(root);
-        let now = self.ticks.full(self.clock.now()) as Tick;
+        let now = self.caller_tick();
         // Safety: inside the operation `active` marks.
         let roots = unsafe { self.tables[table].current() };
         // The entry's timer is in a batch or the reaper's wheel since its creation; the
@@ -597,6 +624,8 @@ impl<T: Send + 'static> Lean<T> {
         // completion. It is delivered (elapsed 0), and then the panic goes on to the caller.
         let (now, clock_panic) = match now {
             Some(now) => (now, None),
+            // The counter's path reads `MonotonicClock`, which does not panic.
+            None if self.tsc_ticks => (self.caller_tick(), None),
             None => match catch_unwind(AssertUnwindSafe(|| self.clock.now())) {
                 Ok(ns) => (self.ticks.full(ns) as Tick, None),
                 Err(panic) => (start, Some(panic)),

@@ -9,7 +9,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use super::tables::chain;
-use super::{Lean, Ticks, MAX_TIMEOUT_TICKS};
+use super::{reached, Lean, Ticks, MAX_TIMEOUT_TICKS};
 use crate::{Acker, Completion, ManualClock, Outcome};
 
 type Log = Arc<Mutex<Vec<(u64, u32, Outcome)>>>;
@@ -359,5 +359,33 @@ impl<T: Send + 'static> Lean<T> {
             }
         }
         out
+    }
+}
+
+/// A caller's tick (from the time-stamp counter where `clock/tsc.rs` allows it) is the
+/// clock's tick at that moment, or the next one: never behind, which would make a deadline
+/// early. Read between two real readings, at a resolution of 16 µs so that boundaries
+/// come often, across sleeps that let the thread's anchor age.
+#[test]
+fn a_callers_tick_is_never_behind_the_clock_and_at_most_one_ahead() {
+    let acker: Acker<u32> = Acker::builder()
+        .resolution(Duration::from_micros(16))
+        .clock(crate::MonotonicClock::new())
+        .build_manual()
+        .unwrap();
+    let lean = acker.lean();
+    assert_eq!(lean.tsc_ticks, crate::clock::tsc::available());
+    let iterations = if cfg!(miri) { 100 } else { 300_000 };
+    for i in 0..iterations {
+        if i % 20_000 == 0 {
+            std::thread::sleep(Duration::from_micros(700));
+        }
+        let before = lean.tick_now();
+        let tick = lean.caller_tick();
+        let after = lean.tick_now();
+        assert!(
+            reached(before, tick) && reached(tick, after.wrapping_add(1)),
+            "caller's tick {tick} outside {before}..={after} + 1"
+        );
     }
 }
