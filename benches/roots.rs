@@ -73,11 +73,11 @@ impl Table for Lean {
         let mut done = Done::default();
         self.0.ack(key(tree), xor, &mut done);
         match done.take() {
-            Some(Completed { slot, .. }) => {
+            Some(Completed { slot, key, .. }) => {
                 // Safety: this call claimed the completion; taken and freed once.
                 black_box(unsafe { self.0.take(slot) });
                 // Safety: the same completion, freed once, after its take.
-                unsafe { self.0.free(slot) };
+                unsafe { self.0.free(slot, key) };
                 true
             }
             None => false,

@@ -89,15 +89,18 @@ impl Pair {
         );
         let mut completions = Vec::new();
         while let Some(Completed {
-            slot, outcome, gen, ..
+            slot,
+            key,
+            outcome,
+            gen,
         }) = done.take()
         {
             let roots = self.table(gen);
-            // Safety: the call claimed this completion (its CAS set DONE); its payload is
-            // taken and its slot freed once, here.
+            // Safety: the call claimed this completion (its CAS completed the tree); its
+            // payload is taken and its slot freed once, here.
             let payload = unsafe { roots.take(slot) };
             // Safety: the same completion, freed once, after its take.
-            unsafe { roots.free(slot) };
+            unsafe { roots.free(slot, key) };
             completions.push((payload, outcome));
         }
         completions

@@ -28,13 +28,15 @@ fn table() -> Arc<Roots<u32>> {
 
 /// Takes the payload of a completion the call claimed and frees the slot.
 fn finish(roots: &Roots<u32>, mut done: Done) -> Option<(u32, Outcome)> {
-    let Completed { slot, outcome, .. } = done.take()?;
+    let Completed {
+        slot, key, outcome, ..
+    } = done.take()?;
     assert!(done.is_none(), "more than one completion in one call");
     // Safety: the call claimed this completion; its payload is taken and its slot freed
     // once, here.
     let payload = unsafe { roots.take(slot) };
     // Safety: the same completion, freed once, after its take.
-    unsafe { roots.free(slot) };
+    unsafe { roots.free(slot, key) };
     Some((payload, outcome))
 }
 

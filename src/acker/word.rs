@@ -6,7 +6,7 @@
 //! ```text
 //!   bits 127..64  value   the XOR of init's value and every ack's, so far
 //!   bits  63..4   key     the root's mixed hash without the top KEY_SHIFT bits
-//!   bits   3..0   state   EMPTY, DONE, or a phase (HELD, JOINING, LIVE) with flags
+//!   bits   3..0   state   EMPTY, or a phase (HELD, JOINING, LIVE) with flags
 //! ```
 //!
 //! Because key, state and value move together, three defects of a design with separate
@@ -30,9 +30,9 @@
 //!     |   placeholder)   |    \ merged into its twin     |        \ value 0,  | ack to 0, fail,
 //!     |                  |     '---------> EMPTY         |         \ or F     | timeout, take back
 //!     |                  | expire (orphan)               |          v         v
-//!     +------------------'                               '------> DONE <------'
+//!     +------------------'                               '---> EMPTY, reserved
 //!     |                                                             |
-//!     '------------------------ free (payload taken) --------------'
+//!     '---------------- free (payload taken, reservation ended) ---'
 //! ```
 //!
 //! * **HELD**: acks or a fail arrived before init (Storm's orphans). F: a fail was held.
@@ -44,8 +44,11 @@
 //!   written yet.
 //! * **LIVE**: initialized. An ack that brings the value to 0 completes the tree (`Acked`), a
 //!   fail completes it (`Failed`), the reaper times it out (`TimedOut`).
-//! * **DONE**: one thread's CAS claimed the completion; it alone takes the payload and then
-//!   frees the slot. Lookups skip a DONE word: the tree is over.
+//! * **Completed**: the CAS that completes a tree (an ack to 0, a fail, a settle, a
+//!   timeout, a take-back) empties the word in the same step. The slot stays *reserved*
+//!   (its times are not 0, `roots/times.rs`) until that one thread has taken the payload
+//!   and freed it, so no claim can take the slot meanwhile; lookups find no entry: the tree
+//!   is over.
 //! * R (RESET): `reset_timeout` moved the deadline; the reaper clears R before it reads the
 //!   deadline, so its timeout CAS fails if another reset lands in between.
 //! * **FROZEN** and **MOVED**: growth (`roots/migrate.rs`) moving a HELD or LIVE entry to
@@ -53,8 +56,8 @@
 //!   search still recognizes the root), copies the entry into the successor, then CASes
 //!   FROZEN to MOVED. No other transition leaves either: a message or a reaper that meets
 //!   FROZEN waits for MOVED and then looks in the successor; MOVED is dead until the old
-//!   table is freed. JOINING and DONE words are not moved (their owner leaves them in
-//!   nanoseconds; the mover comes back).
+//!   table is freed. JOINING words are not moved (their owner leaves them in nanoseconds;
+//!   the mover comes back).
 //!
 //! Every transition is a method of [`Word`] that returns the word to CAS in (or why not), so
 //! the protocol lives in this file; `roots/` only finds slots and retries CASes.
@@ -65,7 +68,7 @@ use crate::acker::Outcome;
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct State(u8);
 
-/// The phases a live slot goes through (DONE and EMPTY are states of their own).
+/// The phases a live slot goes through (EMPTY is a state of its own; code 1 is unused).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Phase {
     /// Messages arrived before init.
@@ -78,7 +81,6 @@ pub enum Phase {
 
 impl State {
     pub const EMPTY: State = State(0);
-    pub const DONE: State = State(1);
     /// Being moved to the successor table (module docs).
     pub const FROZEN: State = State(14);
     /// Moved to the successor table.
@@ -100,7 +102,7 @@ impl State {
         State(Self::PHASE_BASE + 4 * phase + flags)
     }
 
-    /// The phase of an occupied, uncompleted slot; `None` for EMPTY and DONE.
+    /// The phase of an occupied, uncompleted slot; `None` for EMPTY, FROZEN and MOVED.
     #[inline]
     pub fn phase(self) -> Option<Phase> {
         match self.0.checked_sub(Self::PHASE_BASE)? / 4 {
@@ -144,7 +146,6 @@ impl std::fmt::Debug for State {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match (*self, self.phase()) {
             (State::EMPTY, _) => f.write_str("EMPTY"),
-            (State::DONE, _) => f.write_str("DONE"),
             (State::FROZEN, _) => f.write_str("FROZEN"),
             (State::MOVED, _) => f.write_str("MOVED"),
             (_, Some(phase)) => {
@@ -202,7 +203,8 @@ impl Key {
 pub enum Step {
     /// CAS this word in; the tree goes on.
     To(Word),
-    /// CAS this (DONE) word in; whoever's CAS succeeds completes the tree with the outcome.
+    /// CAS this word (EMPTY, the slot left reserved) in; whoever's CAS succeeds completes
+    /// the tree with the outcome.
     Complete(Word, Outcome),
 }
 
@@ -264,7 +266,7 @@ impl Word {
         self.value
     }
 
-    /// An uncompleted entry of `key`'s root (not EMPTY, not DONE).
+    /// An uncompleted entry of `key`'s root (not EMPTY, FROZEN or MOVED).
     #[inline]
     pub fn holds(self, key: Key) -> bool {
         // The phase codes are PHASE_BASE.. PHASE_BASE + 12: one compare of the code, and
@@ -352,7 +354,7 @@ impl Word {
         })
     }
 
-    /// Init's settle, after it wrote the payload: JOINING to LIVE, or straight to DONE when
+    /// Init's settle, after it wrote the payload: JOINING to LIVE, or completed at once when
     /// the held acks already cancel init's XOR (`Acked` wins) or a fail was held. `None`
     /// unless the word is JOINING (only the joining init calls this, and only it leaves
     /// JOINING, so that would be a bug).
@@ -388,8 +390,8 @@ impl Word {
             .then(|| self.with(state.with_flags(state.flags() & !State::RESET)))
     }
 
-    /// The reaper, at the deadline, from a word without R: a LIVE tree times out (DONE), a
-    /// HELD orphan is dropped (EMPTY: it has no payload). `None` for JOINING (init is about
+    /// The reaper, at the deadline, from a word without R: a LIVE tree times out, a HELD
+    /// orphan is dropped (both EMPTY; the orphan has no payload to take). `None` for JOINING (init is about
     /// to make it LIVE; look again later), with R set, or for no uncompleted tree.
     #[inline]
     pub fn expired(self) -> Option<Step> {
@@ -404,7 +406,7 @@ impl Word {
         }
     }
 
-    /// `shutdown` taking an initialized tree back: LIVE to DONE (no outcome is delivered).
+    /// `shutdown` taking an initialized tree back: LIVE to completed (no outcome is delivered).
     #[inline]
     pub fn taken_back(self) -> Option<Word> {
         (self.state().phase()? == Phase::Live).then(|| self.done())
@@ -428,7 +430,7 @@ impl Word {
     }
 
     /// Growth, before it copies the entry: HELD or LIVE (flags and all) to FROZEN. `None`
-    /// for a word that is not moved now: EMPTY, DONE, JOINING (its owner settles it
+    /// for a word that is not moved now: EMPTY, JOINING (its owner settles it
     /// soon), FROZEN or MOVED.
     #[inline]
     pub fn frozen(self) -> Option<Word> {
@@ -447,9 +449,12 @@ impl Word {
         Word::new(self.key(), state, self.value)
     }
 
+    /// The word a completion CASes in: EMPTY (module docs, "Completed"). The completer's
+    /// [`Completed`](crate::acker::roots::Completed) carries the key it needs to free the
+    /// slot.
     #[inline]
     fn done(self) -> Word {
-        self.with(State::DONE)
+        Word::EMPTY
     }
 }
 
@@ -491,8 +496,8 @@ mod tests {
         let Some(Step::Complete(done, Outcome::Acked)) = live.acked(0b11) else {
             panic!("the last ack completes")
         };
-        assert_eq!(done.state(), State::DONE);
-        assert_eq!(done.acked(1), None, "a DONE word takes no ack");
+        assert_eq!(done, Word::EMPTY, "completed and emptied in one step");
+        assert_eq!(done.acked(1), None, "a completed word takes no ack");
         assert!(!done.holds(key()));
     }
 
@@ -505,7 +510,7 @@ mod tests {
         let Some(Step::Complete(done, outcome)) = acked.joined(0b1).unwrap().settled() else {
             panic!("held acks that cancel init's XOR complete at settle")
         };
-        assert_eq!((done.state(), outcome), (State::DONE, Outcome::Acked));
+        assert_eq!((done, outcome), (Word::EMPTY, Outcome::Acked));
         let Some(Step::Complete(_, outcome)) = failed.joined(0b1).unwrap().settled() else {
             panic!("a held fail completes at settle")
         };
@@ -603,6 +608,6 @@ mod tests {
     fn states_print_their_names() {
         let w = Word::held_fail(key()).reset().unwrap();
         assert_eq!(format!("{:?}", w.state()), "Held|F|R");
-        assert_eq!(format!("{:?}", State::DONE), "DONE");
+        assert_eq!(format!("{:?}", State::EMPTY), "EMPTY");
     }
 }

@@ -619,7 +619,7 @@ impl<T: Send + 'static> Lean<T> {
         // Safety: `completed` is a completion this acker's call claimed, finished once here.
         let payload = unsafe { roots.take(slot) };
         // Safety: the same completion, freed once, after its take.
-        unsafe { roots.free(slot) };
+        unsafe { roots.free(slot, key) };
         // The tree is complete and its slot free: a clock that panics now must not lose the
         // completion. It is delivered (elapsed 0), and then the panic goes on to the caller.
         let (now, clock_panic) = match now {

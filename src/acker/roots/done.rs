@@ -6,12 +6,13 @@ use super::times::Stamp;
 use super::Key;
 use crate::acker::Outcome;
 
-/// A completion this call's CAS claimed: it set DONE on `slot`, and the caller completes
+/// A completion this call's CAS claimed: it emptied `slot`'s word (the slot stays reserved),
+/// and the caller completes
 /// the tree with `outcome` (unsafe [`Roots::take`](super::Roots::take) of the payload, then
 /// [`Roots::free`](super::Roots::free) of the slot, once each).
 #[derive(Debug, PartialEq, Eq)]
 pub struct Completed {
-    /// The slot whose DONE the call set.
+    /// The slot whose tree the call completed.
     pub slot: usize,
     /// The root's key.
     pub key: Key,

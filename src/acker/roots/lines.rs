@@ -20,7 +20,7 @@ use super::{SlotWord, GROUP_SLOTS};
 use crate::sync::{AtomicU32, AtomicU64, UnsafeCell};
 
 /// A slot's payload cell: written by the init that joined the slot, read once by the
-/// thread whose CAS set DONE (see `Roots`' `Sync` impl).
+/// thread whose CAS completed the tree (see `Roots`' `Sync` impl).
 pub(super) struct Payload<T>(pub(super) UnsafeCell<MaybeUninit<T>>);
 
 /// A slot's side data.

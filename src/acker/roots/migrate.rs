@@ -15,8 +15,10 @@
 //!   the copy has in the successor. Nobody but the mover changes a FROZEN word, and an
 //!   operation that meets one waits (briefly: the mover holds no lock and does no wait of
 //!   its own) and starts again from the acker's current table;
-//! * JOINING and DONE words are left for a later pass (their owners leave those states in
-//!   nanoseconds); a group whose words are all EMPTY or MOVED is *clean*, and the call that
+//! * JOINING words are left for a later pass (their owners leave that state in
+//!   nanoseconds); a group whose words are all EMPTY or MOVED is *clean* (an EMPTY slot
+//!   whose completer has not freed it yet is clean too: its tree is over, and the completer
+//!   works inside its operation, so the retired table outlives it), and the call that
 //!   makes the last group clean tells its caller, which makes the successor current and
 //!   retires the old table (freed after a grace period, `lean/`).
 //!
@@ -50,7 +52,7 @@ use crate::sync::Ordering;
 enum Slot {
     /// EMPTY or MOVED: nothing (more) to move.
     Clean,
-    /// JOINING, DONE or FROZEN by another mover: look again later.
+    /// JOINING, or FROZEN by another mover: look again later.
     Busy,
     /// The successor has no room in the root's window: the entry stays here for now.
     NoRoom,
@@ -182,7 +184,7 @@ impl<T> Roots<T> {
         let payload = live.then(|| {
             self.payload(slot).0.with(|cell| {
                 // Safety: a LIVE word's payload is written (by the settle that made it
-                // LIVE, which our FROZEN CAS read from) and not taken (DONE was never set),
+                // LIVE, which our FROZEN CAS read from) and not taken (no completion CAS from it succeeded),
                 // and the FROZEN word keeps every other thread off it until we CAS it on.
                 unsafe { (*cell).assume_init_read() }
             })

@@ -267,8 +267,9 @@ pub struct Roots<T> {
 }
 
 // Safety: the payload cells are the only non-Sync parts. A cell is written only by the
-// thread whose join CAS made the slot JOINING and read only by the thread whose CAS made it
-// DONE, after the settle CAS that published the write (see `init` and `take`), so no two
+// thread whose join CAS made the slot JOINING and read only by the thread whose CAS
+// completed the tree, after the settle CAS that published the write, and before that
+// thread's free ends the slot's reservation (see `init`, `take` and `free`), so no two
 // threads touch one at once. `T: Send` because payloads move between threads.
 unsafe impl<T: Send> Sync for Roots<T> {}
 // Safety: as above; the table owns its payloads.
@@ -575,7 +576,13 @@ impl<T> Roots<T> {
     /// and takes its overflow counts off. `Err(now)` when the word moved.
     fn empty(&self, slot: usize, word: Word) -> Result<(), Word> {
         self.word(slot).cas(word, Word::EMPTY)?;
-        let key = word.key();
+        self.release(slot, word.key());
+        Ok(())
+    }
+
+    /// The end of an emptied entry of `key` in `slot`: its overflow counts come off, then
+    /// its reservation ends and its credit goes back.
+    fn release(&self, slot: usize, key: Key) {
         self.count_overflow(self.home(key), self.distance(key, slot), -1);
         // Last: the slot's reservation ends (`times.rs`), and its credit goes back.
         // Release: a claimer whose reservation CAS reads this 0 then sees the EMPTY word
@@ -583,7 +590,6 @@ impl<T> Roots<T> {
         // plain store, not a locked exchange, on x86).
         self.times_of(slot).store(0, Ordering::Release);
         self.give_credit();
-        Ok(())
     }
 
     #[inline]

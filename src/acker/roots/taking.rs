@@ -5,7 +5,7 @@ use super::Roots;
 use crate::acker::word::Key;
 
 impl<T> Roots<T> {
-    /// Shutdown: takes back the initialized tree of `key` in `slot` (LIVE to DONE, its
+    /// Shutdown: takes back the initialized tree of `key` in `slot` (LIVE to completed, its
     /// payload taken, its slot freed). `None` when the slot holds no LIVE tree of `key`
     /// (completed by someone, not initialized, or taken back already: one CAS decides).
     pub fn take_back(&self, slot: usize, key: Key) -> Option<T> {
@@ -20,11 +20,11 @@ impl<T> Roots<T> {
             }
             let done = word.taken_back()?;
             match self.word(slot).cas(word, done) {
-                // Safety: our CAS set DONE from LIVE: the completion is ours, taken and
-                // freed once, here.
+                // Safety: our CAS completed the tree from LIVE: the completion is ours,
+                // taken and freed once, here.
                 Ok(()) => unsafe {
                     let payload = self.take(slot);
-                    self.free(slot);
+                    self.free(slot, key);
                     return Some(payload);
                 },
                 Err(now) => word = now,
@@ -32,36 +32,34 @@ impl<T> Roots<T> {
         }
     }
 
-    /// Moves the payload out of a slot whose DONE this thread set.
+    /// Moves the payload out of a slot whose completion this thread claimed.
     ///
     /// # Safety
     /// `slot` is the slot of a [`Completed`] this thread's call claimed, and its payload
     /// has not been taken: once per completion.
     pub unsafe fn take(&self, slot: usize) -> T {
-        // The caller's CAS made the slot DONE from LIVE or JOINING, which only the settle
+        // The caller's CAS completed the tree from LIVE or JOINING, which only the settle
         // CAS after the payload write enters (the caller's CAS read from it, SeqCst).
         self.payload(slot).0.with(|cell| {
-            // Safety: the cell is written (above), and DONE makes the caller its only
-            // reader, once (the caller's contract).
+            // Safety: the cell is written (above), and the slot stays reserved until the
+            // caller frees it, so the caller is its only reader, once (the contract).
             unsafe { (*cell).assume_init_read() }
         })
     }
 
-    /// Returns a DONE slot to EMPTY.
+    /// Ends the reservation of a slot whose completion this thread claimed (its word is
+    /// EMPTY since that CAS, `word.rs`): takes the root's overflow counts off, frees the
+    /// slot for claims and gives its credit back.
     ///
     /// # Safety
-    /// `slot` is the slot of a [`Completed`] this thread's call claimed, its payload has
-    /// been taken ([`take`](Self::take)), and it is freed once: after this the slot may
+    /// `slot` and `key` are those of a [`Completed`] this thread's call claimed, its payload
+    /// has been taken ([`take`](Self::take)), and it is freed once: after this the slot may
     /// hold another root, whose payload a second `take` would steal.
-    pub unsafe fn free(&self, slot: usize) {
-        let word = self.word(slot).load();
-        debug_assert_eq!(
-            word.state(),
-            crate::acker::word::State::DONE,
-            "freeing a live slot"
+    pub unsafe fn free(&self, slot: usize, key: Key) {
+        debug_assert!(
+            !self.word(slot).load().holds(key),
+            "freeing a slot that still holds its root"
         );
-        // Nobody else changes a DONE word: no transition leaves DONE but this one.
-        let freed = self.empty(slot, word);
-        debug_assert!(freed.is_ok());
+        self.release(slot, key);
     }
 }

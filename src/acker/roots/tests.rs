@@ -15,12 +15,14 @@ fn key_in(groups: usize, home: usize, low: u64) -> Key {
 
 /// Completes a claimed tree the way the acker will: payload out, slot freed.
 fn finish(roots: &Roots<u32>, done: &mut Done) -> Option<(u32, Outcome)> {
-    let Completed { slot, outcome, .. } = done.take()?;
+    let Completed {
+        slot, key, outcome, ..
+    } = done.take()?;
     assert!(done.is_none(), "one completion per call here");
     // Safety: the call claimed this completion; taken and freed once.
     let payload = unsafe { roots.take(slot) };
     // Safety: the same completion, freed once, after its take.
-    unsafe { roots.free(slot) };
+    unsafe { roots.free(slot, key) };
     Some((payload, outcome))
 }
 
@@ -59,10 +61,10 @@ fn a_duplicated_ack_on_a_held_orphan_never_completes_the_tree() {
         panic!("{word:?}")
     };
     roots.word(slot).cas(word, dead).unwrap();
-    // Safety: our CAS set DONE; taken and freed once.
+    // Safety: our CAS completed the tree; taken and freed once.
     assert_eq!(unsafe { roots.take(slot) }, 1);
     // Safety: the same completion, freed once, after its take.
-    unsafe { roots.free(slot) };
+    unsafe { roots.free(slot, word.key()) };
 }
 
 #[test]
@@ -321,11 +323,14 @@ fn racing_threads_complete_every_tree_exactly_once() {
                             2 => drop(roots.ack(key, b, &mut done)),
                             _ => drop(roots.ack(key, c, &mut done)),
                         }
-                        if let Some(Completed { slot, outcome, .. }) = done.take() {
+                        if let Some(Completed {
+                            slot, key, outcome, ..
+                        }) = done.take()
+                        {
                             // Safety: this call claimed it; taken and freed once.
                             mine.push((unsafe { roots.take(slot) }, outcome));
                             // Safety: the same completion, freed once, after its take.
-                            unsafe { roots.free(slot) };
+                            unsafe { roots.free(slot, key) };
                         }
                     }
                     mine

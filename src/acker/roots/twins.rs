@@ -46,9 +46,10 @@ impl<T> Roots<T> {
             if self.empty(loser, lost).is_err() {
                 continue; // it moved: look at the pair again
             }
-            self.merged.fetch_add(1, Ordering::Relaxed); // Relaxed: a statistic.
-                                                         // An empty twin (init's placeholder, or acks that cancelled) carries nothing;
-                                                         // carrying it to a tree that has completed meanwhile would leave an empty orphan.
+            // Relaxed: a statistic.
+            self.merged.fetch_add(1, Ordering::Relaxed);
+            // An empty twin (init's placeholder, or acks that cancelled) carries nothing;
+            // carrying it to a tree that has completed meanwhile would leave an empty orphan.
             if lost.value() != 0 || lost.state().failed() || lost.state().reset() {
                 // A carry that finds no entry (the winner completed meanwhile) creates an
                 // orphan, reported in `done` for its timer like any other; one that finds the
