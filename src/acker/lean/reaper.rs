@@ -25,7 +25,7 @@
 //! ## Sleeping
 //!
 //! While entries wait in batches the reaper wakes every tick to collect them; otherwise it
-//! sleeps until the wheel's next due tick, or, with nothing anywhere, parks with no
+//! sleeps until the wheel's next due tick begins on the clock ([`sleep_until`]), or, with nothing anywhere, parks with no
 //! deadline. Before any sleep longer than a tick it marks itself idle in the batches and
 //! checks them once more: a push that makes a batch non-empty wakes an idle reaper, so no
 //! entry waits for a reaper asleep for longer than a tick (`batches.rs`, "Waking the
@@ -264,18 +264,73 @@ fn reaper_loop<T: Send + 'static>(lean: &Lean<T>) {
             lean.idle_wakeups.fetch_add(1, Ordering::Relaxed); // a statistic
         }
         match next_wait(lean) {
-            Wait::Tick { .. } => {
-                thread::park_timeout(tick);
+            Wait::Tick { from } => {
+                sleep_until(lean, from.wrapping_add(1), 1);
                 continue; // not idle: nothing to undo
             }
             Wait::Again => continue,
             Wait::Stop => break,
             Wait::Forever => thread::park(),
-            Wait::Ticks { ticks, .. } => {
+            Wait::Ticks { ticks, from } => {
                 let ticks = ticks.max(1);
-                thread::park_timeout(tick.saturating_mul(u32::try_from(ticks).unwrap_or(u32::MAX)));
+                sleep_until(lean, from.wrapping_add(ticks), ticks);
             }
         }
         lean.batches.unidle();
+    }
+}
+
+/// Parks until full tick `tick` begins on the clock, or until woken, but never longer than
+/// `ticks` ticks (the distance from the pass's tick).
+///
+/// A duration of `ticks` ticks from now would wake the reaper as far into tick `tick` as
+/// this moment is into the pass's tick: up to a tick late for every timeout, half a tick
+/// on average (the stress harness's timeout lateness). The bound keeps a clock that stepped
+/// back behind the wheel's time (a pass never goes back) from making the sleep longer, and
+/// a clock that panics here costs the precision only: the pass's own read is the one whose
+/// panic is counted.
+fn sleep_until<T: Send + 'static>(lean: &Lean<T>, tick: u64, ticks: u64) {
+    let tick_nanos = 1u64 << lean.ticks.shift;
+    let most = ticks.saturating_mul(tick_nanos);
+    let wait = match catch_unwind(AssertUnwindSafe(|| lean.now())) {
+        Ok(now) => wait_nanos(lean.tick_start(tick), now, most),
+        Err(_) => Some(most),
+    };
+    if let Some(wait) = wait {
+        thread::park_timeout(Duration::from_nanos(wait));
+    }
+}
+
+/// Nanoseconds from `now` until `start` (on the clock's wrapping timeline), at most `most`;
+/// `None` once `start` has come.
+fn wait_nanos(start: u64, now: u64, most: u64) -> Option<u64> {
+    match start.wrapping_sub(now) as i64 {
+        ..=0 => None,
+        left => Some((left as u64).min(most)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::wait_nanos;
+
+    const TICK: u64 = 1 << 20;
+
+    #[test]
+    fn a_sleep_ends_where_its_tick_begins_not_a_whole_number_of_ticks_from_now() {
+        // The pass ran 70 % into tick 10; the wheel's next due tick is 13.
+        let now = 10 * TICK + TICK * 7 / 10;
+        assert_eq!(
+            wait_nanos(13 * TICK, now, 3 * TICK),
+            Some(3 * TICK - TICK * 7 / 10)
+        );
+        // A clock that stepped back far behind the wheel: no longer than the ticks apart.
+        assert_eq!(wait_nanos(13 * TICK, TICK, 3 * TICK), Some(3 * TICK));
+        // Begun already, or just now: no sleep.
+        assert_eq!(wait_nanos(13 * TICK, 13 * TICK, 3 * TICK), None);
+        assert_eq!(wait_nanos(13 * TICK, 14 * TICK, 3 * TICK), None);
+        // Across the clock's wrap.
+        assert_eq!(wait_nanos(5, u64::MAX - 4, 3 * TICK), Some(10));
+        assert_eq!(wait_nanos(u64::MAX - 4, 5, 3 * TICK), None);
     }
 }
