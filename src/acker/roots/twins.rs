@@ -53,9 +53,13 @@ impl<T> Roots<T> {
             if lost.value() != 0 || lost.state().failed() || lost.state().reset() {
                 // A carry that finds no entry (the winner completed meanwhile) creates an
                 // orphan, reported in `done` for its timer like any other; one that finds the
-                // winner moving follows it to the successor. FIXME: one that finds the window
-                // full, or no credit (another thread took the loser's), drops the loser's
-                // contents (a tree then times out instead of completing).
+                // winner moving follows it to the successor. One that finds the window full,
+                // or no credit (another thread took the loser's), drops the loser's contents;
+                // no tree's outcome changes with them. The winner was gone: a joined one had
+                // completed (its XOR reached 0 without the loser's acks, so those repeat or stray
+                // from its edges; Failed and TimedOut are final), and a HELD one only leaves by
+                // expiring, which took its own acks with it, so its tree times out anyway.
+                // The orphan the carry would have made could only have expired.
                 self.carry(key, Message::Twin(lost, base), done);
             }
             if loser == mine {
