@@ -246,6 +246,8 @@ pub(super) fn next_wait<T: Send + 'static>(lean: &Lean<T>) -> Wait {
 }
 
 fn reaper_loop<T: Send + 'static>(lean: &Lean<T>) {
+    // The tick the last timed sleep aimed at (`sleep_until`).
+    let mut aimed = None;
     let tick = Duration::from_nanos(1 << lean.ticks.shift);
     while !lean.stopping() {
         // A pass that panics (a clock's `now`) is counted and the loop goes on: a reaper
@@ -265,7 +267,7 @@ fn reaper_loop<T: Send + 'static>(lean: &Lean<T>) {
         }
         match next_wait(lean) {
             Wait::Tick { from } => {
-                sleep_until(lean, from.wrapping_add(1), 1);
+                sleep_until(lean, from.wrapping_add(1), 1, &mut aimed);
                 continue; // not idle: nothing to undo
             }
             Wait::Again => continue,
@@ -273,7 +275,7 @@ fn reaper_loop<T: Send + 'static>(lean: &Lean<T>) {
             Wait::Forever => thread::park(),
             Wait::Ticks { ticks, from } => {
                 let ticks = ticks.max(1);
-                sleep_until(lean, from.wrapping_add(ticks), ticks);
+                sleep_until(lean, from.wrapping_add(ticks), ticks, &mut aimed);
             }
         }
         lean.batches.unidle();
@@ -288,14 +290,19 @@ fn reaper_loop<T: Send + 'static>(lean: &Lean<T>) {
 /// on average (the stress harness's timeout lateness). The bound keeps a clock that stepped
 /// back behind the wheel's time (a pass never goes back) from making the sleep longer, and
 /// a clock that panics here costs the precision only: the pass's own read is the one whose
-/// panic is counted.
-fn sleep_until<T: Send + 'static>(lean: &Lean<T>, tick: u64, ticks: u64) {
+/// panic is counted. A second sleep aimed at the same tick (`aimed`) lasts the whole
+/// `ticks`, as before: a clock that does not follow real time (a frozen or coarse custom
+/// clock) can read just short of the tick after every wake, and must not make the reaper
+/// spin; with the monotonic clock that happens only after an unpark.
+fn sleep_until<T: Send + 'static>(lean: &Lean<T>, tick: u64, ticks: u64, aimed: &mut Option<u64>) {
     let tick_nanos = 1u64 << lean.ticks.shift;
     let most = ticks.saturating_mul(tick_nanos);
+    let again = aimed.replace(tick) == Some(tick);
     let wait = match catch_unwind(AssertUnwindSafe(|| lean.now())) {
         Ok(now) => wait_nanos(lean.tick_start(tick), now, most),
         Err(_) => Some(most),
     };
+    let wait = if again { wait.map(|_| most) } else { wait };
     if let Some(wait) = wait {
         thread::park_timeout(Duration::from_nanos(wait));
     }
