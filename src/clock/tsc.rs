@@ -18,21 +18,30 @@
 //!   [`MAX_GAP_CYCLES`] apart (the thread was preempted between them) is not kept.
 //! * The rate comes from two anchors at least [`CALIBRATION_NS`] apart; each is off by at
 //!   most its gap, so the rate is off by far less than `MARGIN` (1/64), and `hi` uses the
-//!   rate plus the margin: the true time is at most `hi`.
+//!   rate plus the margin: the true time is at most `hi`. A window that spans a
+//!   suspend-to-idle (the counter runs on, `CLOCK_MONOTONIC` stops) would give a rate too
+//!   low, and ranges below the clock: so the rate is published only when two consecutive
+//!   windows agree to within [`AGREEMENT_SHIFT`] (1/1024), which a window with a stop in
+//!   it does not (a stop short enough to agree moves the rate by less than the margin).
 //! * The counter must be one timeline for every CPU: used only where the CPU says its
 //!   counter is invariant (constant rate, running in every sleep state) and Linux itself
 //!   keeps `CLOCK_MONOTONIC` on it (`current_clocksource` is `tsc`: the kernel has checked
 //!   that the CPUs' counters agree, and would have left the TSC if they did not). A thread
 //!   that moves to a CPU whose counter reads lower sees cycles go backwards, and reads the
 //!   clock for real.
+//! * What was true when the process started is checked again at every real read: the
+//!   clock must not be above the range the thread's previous anchor gives for the same
+//!   moment. A kernel that later finds the counters unreliable and leaves the TSC, or a
+//!   counter whose rate changed, shows up there, and the counter is then not used again
+//!   by this process ([`read`]): callers read the clock for real from then on.
 //!
 //! So a caller's tick is the clock's tick, or the next one when its range ends within an
 //! anchor gap (tens of nanoseconds) past a boundary: a deadline computed from it is never
 //! early. Elsewhere (another OS or CPU, Miri, loom) [`available`] is `false`.
 
 use std::cell::Cell;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
 
 use super::{Clock, MonotonicClock};
 
@@ -47,6 +56,11 @@ const CALIBRATION_NS: u64 = 20_000_000;
 /// Cycles since the anchor beyond which a call reads the clock for real (a few seconds:
 /// the range is wider than a tick long before).
 const MAX_CYCLES: u64 = 1 << 34;
+/// Two calibration windows agree when their rates differ by at most 1/1024 of the rate.
+const AGREEMENT_SHIFT: u32 = 10;
+/// A calibration window longer than this (a second) starts again: a window that old says
+/// more about the gaps between the process's reads than about the counter.
+const CALIBRATION_MAX_NS: u64 = 1_000_000_000;
 
 /// A thread's last real read: the counter, then the clock. `cycles == 0`: none.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -59,10 +73,13 @@ thread_local! {
     static ANCHOR: Cell<Anchor> = const { Cell::new(Anchor { cycles: 0, nanos: 0 }) };
 }
 
-/// Nanoseconds per cycle times 2^32, once calibrated (0 until then).
+/// Nanoseconds per cycle times 2^32, once calibrated (0 until then, and for good once the
+/// counter was caught disagreeing with the clock).
 static SCALE: AtomicU64 = AtomicU64::new(0);
-/// The first anchor of the process: calibration's start.
-static FIRST: OnceLock<Anchor> = OnceLock::new();
+/// Calibration's progress, until [`SCALE`] is set (only real reads touch it).
+static CALIBRATION: Mutex<Calibration> = Mutex::new(Calibration::new());
+/// Set once the counter was caught disagreeing with the clock: never calibrate again.
+static DISTRUSTED: AtomicBool = AtomicBool::new(false);
 
 /// Whether [`bounds`] can ever answer here (decided once per process).
 pub(crate) fn available() -> bool {
@@ -134,27 +151,96 @@ fn range(anchor: Anchor, scale: u64, now: u64) -> Option<(u64, u64)> {
     ))
 }
 
-/// A real reading of [`MonotonicClock`], which also anchors this thread (and calibrates
-/// the rate, once enough time has passed since the process's first anchor).
+/// A real reading of [`MonotonicClock`], which also anchors this thread, checks the
+/// counter against the clock, and calibrates the rate until it is known.
 pub(crate) fn read() -> u64 {
     let before = cycles();
     let nanos = MonotonicClock.now();
     let after = cycles();
+    let previous = ANCHOR.get();
+    // Relaxed: see `bounds`.
+    let scale = SCALE.load(Ordering::Relaxed);
+    if contradicts(previous, scale, after, nanos) {
+        distrust();
+        return nanos;
+    }
     if after.wrapping_sub(before) <= MAX_GAP_CYCLES && before != 0 {
         let anchor = Anchor {
             cycles: before,
             nanos,
         };
         ANCHOR.set(anchor);
-        // Relaxed: see `bounds`.
-        if SCALE.load(Ordering::Relaxed) == 0 {
-            let first = *FIRST.get_or_init(|| anchor);
-            if let Some(scale) = calibrate(first, anchor) {
-                SCALE.store(scale, Ordering::Relaxed);
+        // Relaxed (all three): the flag and the scale are self-contained values; the
+        // mutex orders calibration's own state.
+        if scale == 0 && !DISTRUSTED.load(Ordering::Relaxed) {
+            let mut calibration = CALIBRATION.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(scale) = calibration.offer(anchor) {
+                if !DISTRUSTED.load(Ordering::Relaxed) {
+                    SCALE.store(scale, Ordering::Relaxed);
+                }
             }
         }
     }
     nanos
+}
+
+/// Stops the counter's use for the rest of the process: every later [`bounds`] is `None`.
+#[cold]
+fn distrust() {
+    // Relaxed: each is a self-contained value. A calibration racing with this may store a
+    // scale after the flag; it checked the flag first, and a thread that reads that scale
+    // is caught again at its next real read, which stores 0 once more.
+    DISTRUSTED.store(true, Ordering::Relaxed);
+    SCALE.store(0, Ordering::Relaxed);
+}
+
+/// Whether a real reading `nanos`, taken before the counter read `after`, lies above the
+/// range that `anchor` gives for `after`: the true time at `after` is at least `nanos`, so
+/// a trustworthy counter's `hi` is never below it.
+fn contradicts(anchor: Anchor, scale: u64, after: u64, nanos: u64) -> bool {
+    range(anchor, scale, after).is_some_and(|(_, hi)| nanos > hi)
+}
+
+/// Calibration in progress: the start of the current window, and the rate the window
+/// before it gave.
+#[derive(Debug)]
+struct Calibration {
+    start: Option<Anchor>,
+    previous: Option<u64>,
+}
+
+impl Calibration {
+    const fn new() -> Self {
+        Calibration {
+            start: None,
+            previous: None,
+        }
+    }
+
+    /// Offers a new anchor: the rate, once two consecutive windows of
+    /// [`CALIBRATION_NS`] .. [`CALIBRATION_MAX_NS`] agree (module docs).
+    fn offer(&mut self, anchor: Anchor) -> Option<u64> {
+        let Some(start) = self.start else {
+            self.start = Some(anchor);
+            return None;
+        };
+        let nanos = anchor.nanos.wrapping_sub(start.nanos);
+        if (nanos as i64) < CALIBRATION_NS as i64 {
+            return None; // too short yet (or the clock went back: wait)
+        }
+        self.start = Some(anchor);
+        if nanos > CALIBRATION_MAX_NS {
+            self.previous = None;
+            return None;
+        }
+        let scale = calibrate(start, anchor);
+        let agreed = match (self.previous, scale) {
+            (Some(a), Some(b)) => a.abs_diff(b) <= a >> AGREEMENT_SHIFT,
+            _ => false,
+        };
+        self.previous = scale;
+        agreed.then_some(scale?)
+    }
 }
 
 /// The rate between two anchors, in nanoseconds per cycle times 2^32, once they are far
@@ -244,6 +330,116 @@ mod tests {
         assert_eq!(range(anchor, scale, 1_000 + MAX_CYCLES), None, "too old");
     }
 
+    /// Offers each of `anchors` in turn; returns what each offer gave.
+    fn offers(calibration: &mut Calibration, anchors: &[Anchor]) -> Vec<Option<u64>> {
+        anchors.iter().map(|&a| calibration.offer(a)).collect()
+    }
+
+    #[test]
+    fn a_rate_is_published_only_when_two_windows_in_a_row_agree() {
+        let fake = Fake {
+            ghz: 2.1,
+            origin: 1 << 40,
+            epoch: 1_000_000_000,
+        };
+        let at = |ms: u64| fake.anchor(fake.epoch + ms * 1_000_000);
+        let mut calibration = Calibration::new();
+        let got = offers(&mut calibration, &[at(0), at(5), at(25), at(30), at(46)]);
+        assert_eq!(
+            got[..4],
+            [None, None, None, None],
+            "one window is not enough"
+        );
+        let scale = got[4].expect("two 20+ ms windows at one rate agree");
+        // Half a nanosecond per cycle at 2 GHz is 2^31; 2.1 GHz is a little less.
+        let expected = ((1u128 << 32) as f64 / 2.1) as u64;
+        assert!(
+            scale.abs_diff(expected) <= expected >> 12,
+            "{scale} vs {expected}"
+        );
+    }
+
+    #[test]
+    fn a_window_that_spans_a_stop_of_the_clock_is_not_trusted() {
+        // The counter runs on while the clock stands still for 200 ms (suspend-to-idle):
+        // the window around the stop measures a rate far too low.
+        let fake = Fake {
+            ghz: 3.0,
+            origin: 1 << 41,
+            epoch: 2_000_000_000,
+        };
+        let stop = 200_000_000u64;
+        let at = |ms: u64| fake.anchor(fake.epoch + ms * 1_000_000);
+        let after_stop = |ms: u64| Anchor {
+            nanos: fake.epoch + ms * 1_000_000,
+            cycles: fake.cycles_at(fake.epoch + ms * 1_000_000 + stop),
+        };
+        let mut calibration = Calibration::new();
+        let got = offers(
+            &mut calibration,
+            &[at(0), at(30), after_stop(60), after_stop(90)],
+        );
+        assert_eq!(
+            got,
+            [None, None, None, None],
+            "the window with the stop disagrees"
+        );
+        // Two clean windows after it agree again.
+        let scale = calibration
+            .offer(after_stop(120))
+            .expect("two clean windows after the stop");
+        let expected = ((1u128 << 32) as f64 / 3.0) as u64;
+        assert!(
+            scale.abs_diff(expected) <= expected >> 12,
+            "{scale} vs {expected}"
+        );
+    }
+
+    #[test]
+    fn a_window_too_long_starts_calibration_again() {
+        let fake = Fake {
+            ghz: 1.6,
+            origin: 1 << 39,
+            epoch: 0,
+        };
+        let at = |ms: u64| fake.anchor(fake.epoch + ms * 1_000_000);
+        let mut calibration = Calibration::new();
+        let got = offers(&mut calibration, &[at(0), at(30), at(2_000), at(2_030)]);
+        assert_eq!(
+            got,
+            [None, None, None, None],
+            "a 2 s window counts for nothing"
+        );
+        assert!(calibration.offer(at(2_060)).is_some());
+    }
+
+    #[test]
+    fn a_clock_above_the_range_of_the_last_anchor_contradicts_the_counter() {
+        let fake = Fake {
+            ghz: 2.0,
+            origin: 1 << 40,
+            epoch: 0,
+        };
+        let scale = 1 << 31; // the true rate: half a nanosecond per cycle
+        let anchor = fake.anchor(1_000_000_000);
+        for after in [0, 50, 1_000_000, 900_000_000] {
+            let truth = anchor.nanos + after;
+            let now = fake.cycles_at(truth);
+            // A real read taken a little before the counter read, as `read` takes it.
+            assert!(!contradicts(anchor, scale, now, truth.saturating_sub(40)));
+            assert!(!contradicts(anchor, scale, now, truth));
+        }
+        // The counter slowed to half its rate (or the kernel left it for another clock
+        // source that runs ahead of it): the clock is above every range it gives.
+        let slow = |nanos: u64| fake.cycles_at(anchor.nanos + (nanos - anchor.nanos) / 2);
+        let truth = anchor.nanos + 10_000_000;
+        assert!(contradicts(anchor, scale, slow(truth), truth));
+        // No anchor, no rate, or a counter that went back: nothing to contradict.
+        assert!(!contradicts(Anchor::default(), scale, 5, u64::MAX));
+        assert!(!contradicts(anchor, 0, fake.cycles_at(truth), u64::MAX));
+        assert!(!contradicts(anchor, scale, anchor.cycles - 1, u64::MAX));
+    }
+
     #[test]
     fn calibration_waits_for_enough_clock_and_a_forward_counter() {
         let first = Anchor {
@@ -272,10 +468,17 @@ mod tests {
             return;
         }
         let clock = MonotonicClock;
+        // Two agreeing windows of 20 ms or more; a read whose two halves were far apart
+        // (the first after a sleep often is, on a VM) anchors nothing, so allow a few more.
         read();
-        std::thread::sleep(std::time::Duration::from_millis(25));
-        read();
-        assert_ne!(SCALE.load(Ordering::Relaxed), 0, "calibrated after 25 ms");
+        for _ in 0..20 {
+            if SCALE.load(Ordering::Relaxed) != 0 {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(25));
+            read();
+        }
+        assert_ne!(SCALE.load(Ordering::Relaxed), 0, "calibrated within 0.5 s");
         let mut checked = 0;
         for i in 0..200_000 {
             if i % 10_000 == 0 {
