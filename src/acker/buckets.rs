@@ -40,15 +40,20 @@
 //!
 //! ## Memory
 //!
-//! A bucket stores its entries and, beside them, each entry's tick as a `u32` offset from the
-//! bucket's start (a level-5 bucket spans 2^30 ticks). A level-0 bucket holds one tick and
-//! stores no offsets. Each bucket also keeps its least offset, which makes
-//! [`Buckets::next_due`] exact at no per-entry cost.
+//! An entry in a bucket of level 1 or above needs its tick's offset from the bucket's start
+//! (a level-`k` bucket spans 2^(6k) ticks) to cascade. An entry type lends the wheel
+//! [`WheelEntry::SPARE_BITS`] bits of its own for that: in a level whose offsets fit (levels
+//! 1 and 2 for the Acker's entries, whose 12 spare bits cover a level-2 bucket's 4,096
+//! ticks: the timeouts of seconds to minutes that most trees have), the offset rides in the
+//! entry; in coarser levels it is kept beside the entries as a `u32` (a level-5 bucket spans
+//! 2^30 ticks). A level-0 bucket holds one tick and stores no offsets. Entries come out of
+//! the wheel with their spare bits zero, as they went in. Each bucket also keeps its least
+//! offset, which makes [`Buckets::next_due`] exact at no per-entry cost.
 //!
 //! | what | bytes |
 //! |---|---|
-//! | an entry in level 0 | `size_of::<E>()` |
-//! | an entry in levels 1-5 | `size_of::<E>()` + 4 |
+//! | an entry in level 0, or in a level its spare bits cover | `size_of::<E>()` |
+//! | an entry in a coarser level | `size_of::<E>()` + 4 |
 //! | an entry in the overflow | `size_of::<(u64, E)>()` |
 //! | growth slack | up to 1.5× the above in buckets (they grow by half), 2× in the rest |
 //! | the fixed bucket table | 384 buckets × 56 B = 21 KiB per wheel |
@@ -105,8 +110,27 @@ fn push_compact<T>(v: &mut Vec<T>, x: T) {
     v.push(x);
 }
 
-/// One bucket: its entries and, for levels above 0, each entry's tick as an offset from the
-/// bucket's start, in the same order.
+/// What the wheel files: a `Copy` value that may lend the wheel some of its bits (module
+/// docs, "Memory").
+pub(crate) trait WheelEntry: Copy {
+    /// How many bits the wheel may use (at most 32): an entry with a spare of 0 must take
+    /// any value below `1 << SPARE_BITS` through [`with_spare`](Self::with_spare) and give
+    /// it back through [`spare`](Self::spare) unchanged.
+    const SPARE_BITS: u32;
+    /// The spare bits' value.
+    fn spare(self) -> u32;
+    /// The same entry with its spare bits set to `bits`.
+    fn with_spare(self, bits: u32) -> Self;
+}
+
+/// Whether `level`'s offsets ride in `E`'s spare bits (rather than beside the entries).
+#[inline]
+fn inline_offsets<E: WheelEntry>(level: usize) -> bool {
+    shift(level) <= E::SPARE_BITS
+}
+
+/// One bucket: its entries and, for levels above 0 whose offsets do not fit in the entries'
+/// spare bits, each entry's tick as an offset from the bucket's start, in the same order.
 struct Bucket<E> {
     entries: Vec<E>,
     offsets: Vec<u32>,
@@ -146,7 +170,7 @@ enum Earliest {
 
 /// A hierarchical wheel of `Vec` buckets: `push` an entry under a tick, `advance` to collect
 /// every entry whose tick has come. Ticks are `u64` and the wheel's time only moves forward.
-pub(crate) struct Buckets<E: Copy> {
+pub(crate) struct Buckets<E: WheelEntry> {
     /// The wheel's time: every entry filed at a tick up to it has been returned, or waits
     /// in `ready`.
     time: u64,
@@ -166,7 +190,7 @@ pub(crate) struct Buckets<E: Copy> {
 
 // === impl Buckets ===
 
-impl<E: Copy> Buckets<E> {
+impl<E: WheelEntry> Buckets<E> {
     /// An empty wheel whose time is `now`.
     pub(crate) fn new(now: u64) -> Self {
         Buckets {
@@ -180,9 +204,10 @@ impl<E: Copy> Buckets<E> {
         }
     }
 
-    /// Files `entry` under `tick`. A tick <= the wheel's time comes out at the next
-    /// `advance`.
+    /// Files `entry` (its spare bits zero) under `tick`. A tick <= the wheel's time comes
+    /// out at the next `advance`.
     pub(crate) fn push(&mut self, tick: u64, entry: E) {
+        debug_assert_eq!(entry.spare(), 0, "an entry's spare bits are the wheel's");
         self.len += 1;
         if tick <= self.time {
             self.ready.push(entry);
@@ -249,6 +274,9 @@ impl<E: Copy> Buckets<E> {
                 let bucket = &mut self.buckets[level * BUCKETS + b];
                 if level == 0 {
                     bucket.entries.retain(|e| keep(e));
+                } else if inline_offsets::<E>(level) {
+                    bucket.entries.retain(|e| keep(&e.with_spare(0)));
+                    bucket.min_offset = bucket.entries.iter().map(|e| e.spare()).min().unwrap_or(0);
                 } else {
                     let mut kept = 0;
                     for i in 0..bucket.entries.len() {
@@ -307,13 +335,18 @@ impl<E: Copy> Buckets<E> {
         }
         let b = ((tick >> shift(level)) as usize) & (BUCKETS - 1);
         let bucket = &mut self.buckets[level * BUCKETS + b];
+        let mut entry = entry;
         if level > 0 {
             // Below 2^30: the bucket spans at most that many ticks (checked at compile time).
             let offset = (tick & low_mask(level)) as u32;
             if bucket.entries.is_empty() || offset < bucket.min_offset {
                 bucket.min_offset = offset;
             }
-            push_compact(&mut bucket.offsets, offset);
+            if inline_offsets::<E>(level) {
+                entry = entry.with_spare(offset);
+            } else {
+                push_compact(&mut bucket.offsets, offset);
+            }
         }
         push_compact(&mut bucket.entries, entry);
         self.occupied[level] |= 1 << b;
@@ -363,13 +396,22 @@ impl<E: Copy> Buckets<E> {
             due.extend_from_slice(&bucket.entries);
             return;
         }
-        for (&entry, &offset) in bucket.entries.iter().zip(&bucket.offsets) {
+        let mut file = |entry: E, offset: u32| {
             let tick = start | u64::from(offset);
             if tick <= self.time {
                 due.push(entry);
             } else {
                 // Same digits as `time` from `level` up, so it lands in a finer level.
                 self.place(tick, entry);
+            }
+        };
+        if inline_offsets::<E>(level) {
+            for &entry in &bucket.entries {
+                file(entry.with_spare(0), entry.spare());
+            }
+        } else {
+            for (&entry, &offset) in bucket.entries.iter().zip(&bucket.offsets) {
+                file(entry, offset);
             }
         }
     }
@@ -402,7 +444,7 @@ impl<E: Copy> Buckets<E> {
     }
 }
 
-impl<E: Copy> fmt::Debug for Buckets<E> {
+impl<E: WheelEntry> fmt::Debug for Buckets<E> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Buckets")
             .field("time", &self.time)
@@ -424,6 +466,37 @@ mod tests {
 
     use rand::rngs::StdRng;
     use rand::{Rng, SeedableRng};
+
+    /// Plain values lend the wheel nothing: every offset is kept beside them.
+    macro_rules! no_spare {
+        ($($t:ty),*) => {$(
+            impl WheelEntry for $t {
+                const SPARE_BITS: u32 = 0;
+                fn spare(self) -> u32 {
+                    0
+                }
+                fn with_spare(self, _: u32) -> Self {
+                    self
+                }
+            }
+        )*};
+    }
+    no_spare!(u64, u32, char);
+
+    /// An id below 2^52 that lends the wheel its top 12 bits, as the Acker's entries do.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+    struct Lending(u64);
+
+    impl WheelEntry for Lending {
+        const SPARE_BITS: u32 = 12;
+        fn spare(self) -> u32 {
+            (self.0 >> 52) as u32
+        }
+        fn with_spare(self, bits: u32) -> Self {
+            assert!(bits < 1 << 12, "{bits} does not fit");
+            Lending(self.0 & ((1 << 52) - 1) | u64::from(bits) << 52)
+        }
+    }
 
     /// Removes and returns, sorted, the model's entries at ticks <= `now`.
     fn model_due(model: &mut BTreeMap<u64, Vec<u64>>, now: u64) -> Vec<u64> {
@@ -476,8 +549,23 @@ mod tests {
     /// at the first advance whose `now` reaches its tick; `next_due` is exact and nothing
     /// comes out before it.
     fn check_against_model(seed: u64, start: u64, steps: usize) {
+        check_entries_against_model(seed, start, steps, |id| id, |e| e);
+        check_entries_against_model(seed, start, steps, Lending, |e| {
+            assert_eq!(e.spare(), 0, "{e:?} came out with the wheel's bits");
+            e.0
+        });
+    }
+
+    /// [`check_against_model`] for entries made from ids by `make` and read back by `id`.
+    fn check_entries_against_model<E: WheelEntry>(
+        seed: u64,
+        start: u64,
+        steps: usize,
+        make: fn(u64) -> E,
+        id: fn(E) -> u64,
+    ) {
         let mut rng = StdRng::seed_from_u64(seed);
-        let mut wheel = Buckets::<u64>::new(start);
+        let mut wheel = Buckets::<E>::new(start);
         let empty_bytes = wheel.heap_bytes();
         let mut model: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
         let mut time = start;
@@ -487,7 +575,7 @@ mod tests {
             if rng.random_bool(0.6) {
                 for _ in 0..rng.random_range(1..8) {
                     let tick = random_tick(&mut rng, time);
-                    wheel.push(tick, next_id);
+                    wheel.push(tick, make(next_id));
                     model.entry(tick).or_default().push(next_id);
                     next_id += 1;
                 }
@@ -504,21 +592,22 @@ mod tests {
                 }
                 let now = random_now(&mut rng, time, next_due);
                 wheel.advance(now, &mut due);
-                due.sort_unstable();
+                let mut ids: Vec<u64> = due.drain(..).map(id).collect();
+                ids.sort_unstable();
                 assert_eq!(
-                    due,
+                    ids,
                     model_due(&mut model, now),
                     "seed {seed} step {step}: due at {now}"
                 );
-                due.clear();
                 time = now;
             }
             assert_eq!(wheel.len(), model.values().map(Vec::len).sum::<usize>());
         }
         wheel.advance(u64::MAX, &mut due);
-        due.sort_unstable();
+        let mut ids: Vec<u64> = due.drain(..).map(id).collect();
+        ids.sort_unstable();
         assert_eq!(
-            due,
+            ids,
             model_due(&mut model, u64::MAX),
             "seed {seed}: the rest"
         );
@@ -616,15 +705,27 @@ mod tests {
 
     #[test]
     fn retain_keeps_what_it_is_told_at_its_ticks() {
+        retain_against_model(|id| id, |e| e);
+        retain_against_model(Lending, |e| {
+            assert_eq!(
+                e.spare(),
+                0,
+                "{e:?} shown or returned with the wheel's bits"
+            );
+            e.0
+        });
+    }
+
+    fn retain_against_model<E: WheelEntry>(make: fn(u64) -> E, id: fn(E) -> u64) {
         let mut rng = StdRng::seed_from_u64(11);
         let mut wheel = Buckets::new(100);
-        let mut model: BTreeMap<u64, Vec<u32>> = BTreeMap::new();
-        for i in 0..20_000u32 {
+        let mut model: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
+        for i in 0..20_000u64 {
             let tick = 100 + (rng.random::<u64>() >> rng.random_range(20..64));
-            wheel.push(tick, i);
+            wheel.push(tick, make(i));
             model.entry(tick.max(100)).or_default().push(i);
         }
-        wheel.retain(|e| e % 3 == 0);
+        wheel.retain(|&e| id(e) % 3 == 0);
         model.values_mut().for_each(|v| v.retain(|e| e % 3 == 0));
         model.retain(|_, v| !v.is_empty());
         assert_eq!(wheel.len(), model.values().map(Vec::len).sum::<usize>());
@@ -632,10 +733,11 @@ mod tests {
         for (&tick, expected) in &model {
             let mut due = Vec::new();
             wheel.advance(tick, &mut due);
-            due.sort_unstable();
+            let mut ids: Vec<u64> = due.into_iter().map(id).collect();
+            ids.sort_unstable();
             let mut expected = expected.clone();
             expected.sort_unstable();
-            assert_eq!(due, expected, "at tick {tick}");
+            assert_eq!(ids, expected, "at tick {tick}");
         }
         assert_eq!(wheel.len(), 0);
     }
@@ -681,5 +783,17 @@ mod tests {
         // `Vec`'s doubling would give up to 24 B (about 22.8 here).
         let per_entry = (wheel.heap_bytes() - empty) as f64 / n as f64;
         assert!(per_entry <= 18.0, "{per_entry} B per 8-byte entry");
+
+        // An entry that lends its top bits (as the Acker's do) carries its offset in
+        // levels 1 and 2: 8 B, at most 12 with the slack (about 11.2 here).
+        let mut wheel = Buckets::<Lending>::new(0);
+        for i in 0..n {
+            wheel.push(rng.random_range(1..30_000), Lending(i));
+        }
+        let per_entry = (wheel.heap_bytes() - empty) as f64 / n as f64;
+        assert!(
+            per_entry <= 12.0,
+            "{per_entry} B per 8-byte entry lending 12 bits"
+        );
     }
 }

@@ -31,8 +31,9 @@
 //! its first tree. A slot is 32 bytes (its word, and times, own timeout and payload beside
 //! it on the same 128-byte line of four), and tables run between 1/2 and 3/4 full (a full
 //! acker's at 2/3): about 50 B of table per pending root at 1M pending with a `u32`
-//! payload. The reaper's wheel adds 12-15 B per tree that outlives the hand-off age (an
-//! 8-byte entry, a 4-byte tick offset above its first level, and growth slack), and the
+//! payload. The reaper's wheel adds 8-12 B per tree that outlives the hand-off age (an
+//! 8-byte entry that carries its tick's offset in its bucket in its tag's top bits, a
+//! 4-byte offset beside it only for deadlines over 4,096 ticks away, and growth slack), and the
 //! batches a few bytes per tree in their last tick or two; what a burst left behind is
 //! given back. The stress harness's memory phase measures the total and these parts
 //! (`docs/acker-second-generation.md`).

@@ -80,18 +80,38 @@ use crate::sync::{
     fence, Arc, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Mutex, Ordering, UnsafeCell,
 };
 
-use super::roots::{reached, Tick};
+use super::buckets::WheelEntry;
+use super::roots::{reached, Tick, TAG_CHECK_BITS};
 
-/// A new entry, for the reaper to find again: its slot (across the acker's tables) and
-/// the low 32 bits of its root's key, which tell most stale entries apart cheaply (the
-/// reaper re-reads the slot's word and times anyway, so a tag that matches a later root
-/// costs a look, never a wrong timeout).
+/// A new entry, for the reaper to find again: its slot (across the acker's tables) and a
+/// tag: its table's generation and 18 bits of its root's key, which tell nearly every
+/// stale entry apart cheaply (the reaper re-reads the slot's word and times anyway, so a
+/// tag that matches a later root costs a look, never a wrong timeout). The tag's top bits
+/// are zero, and lent to the reaper's wheel while the entry waits there.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Entry {
     /// The slot, numbered across the acker's tables.
     pub slot: u32,
-    /// The low 32 bits of the root's key (`Key::tag`).
+    /// Bits of the root's key (`Key::tag`, below `TAG_CHECK_BITS`) with the generation in
+    /// the lowest; the rest zero.
     pub tag: u32,
+}
+
+impl WheelEntry for Entry {
+    const SPARE_BITS: u32 = u32::BITS - TAG_CHECK_BITS;
+
+    #[inline]
+    fn spare(self) -> u32 {
+        self.tag >> TAG_CHECK_BITS
+    }
+
+    #[inline]
+    fn with_spare(self, bits: u32) -> Self {
+        Entry {
+            slot: self.slot,
+            tag: self.tag & ((1 << TAG_CHECK_BITS) - 1) | bits << TAG_CHECK_BITS,
+        }
+    }
 }
 
 /// An entry in a batch, with the tick by which it must reach the reaper.

@@ -81,7 +81,7 @@ use super::batches::{Batches, Entry, Pushed};
 use super::credits::Credits;
 use super::fences::Fences;
 use super::roots::{reached, Applied, Completed, Done, Message, Refused, Roots, Stamp, Tick};
-use super::roots::{GEN_TAG_BITS, GROUP_SLOTS};
+use super::roots::{GEN_TAG_BITS, GROUP_SLOTS, TAG_CHECK_BITS};
 use super::word::KEY_SHIFT;
 use super::{AckerStats, Callback, Completion, Counters, InitError, Outcome};
 use crate::clock::{tsc, Clock};
@@ -747,10 +747,11 @@ fn generation<T>(roots: &Roots<T>, gen: u32) -> &Roots<T> {
     at
 }
 
-/// A timer entry's tag: the key's tag with the generation in its low bits.
+/// A timer entry's tag: the key's tag's check bits, with the generation in the low bits
+/// and the wheel's bits above zero.
 #[inline]
 fn tag_of(key_tag: u32, gen: u32) -> u32 {
-    key_tag & !GEN_MASK | gen & GEN_MASK
+    key_tag & ((1 << TAG_CHECK_BITS) - 1) & !GEN_MASK | gen & GEN_MASK
 }
 
 /// The generation bits of a timer entry's tag.

@@ -2,7 +2,9 @@
 //! entry at its deadline, a reset's move of the base, and the deadline's parts (the base
 //! in `times.rs`, plus the tree's own or the table's default timeout).
 
-use super::{reached, Done, Expiry, Key, Roots, Stamp, Step, Tick, GEN_TAG_BITS, GROUP_SLOTS};
+use super::{
+    reached, Done, Expiry, Key, Roots, Stamp, Step, Tick, GEN_TAG_BITS, GROUP_SLOTS, TAG_CHECK_BITS,
+};
 use crate::sync::Ordering;
 
 impl<T> Roots<T> {
@@ -16,13 +18,14 @@ impl<T> Roots<T> {
     /// reset's R is cleared first, and then the deadline read: a reset after that clear
     /// sets R again and fails our CAS.
     ///
-    /// The entry is named by its key's [`tag`](Key::tag): a later root of the same tag in
-    /// the slot is treated as the entry, which is harmless, as its own deadline decides.
+    /// The entry is named by bits of its key's [`tag`](Key::tag) (`TAG_CHECK_BITS`): a
+    /// later root whose tag has the same bits in the slot is treated as the entry, which is
+    /// harmless, as its own deadline decides.
     pub fn expire(&self, slot: usize, tag: u32, now: Tick, done: &mut Done<'_>) -> Expiry {
         let mut word = self.word(slot).load();
         loop {
             let key = word.key();
-            if (key.tag() ^ tag) >> GEN_TAG_BITS != 0 {
+            if ((key.tag() ^ tag) & ((1 << TAG_CHECK_BITS) - 1)) >> GEN_TAG_BITS != 0 {
                 return Expiry::Gone;
             }
             if word.frozen_for(key) {

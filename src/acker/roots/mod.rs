@@ -79,6 +79,10 @@ const CROWDED_DISTANCE: usize = 2;
 /// The low bits of a timer entry's tag that carry its table's generation (`lean/`): a
 /// tag compares only the bits above.
 pub const GEN_TAG_BITS: u32 = 2;
+/// A timer entry's tag names its root by the bits of its key's tag from [`GEN_TAG_BITS`]
+/// up to this one (18 bits); the bits above it are the reaper's wheel's, which keeps an
+/// entry's offset in its bucket there (`buckets.rs`, "Memory").
+pub const TAG_CHECK_BITS: u32 = 20;
 /// Under loom one, so models overflow in a few steps.
 #[cfg(loom)]
 pub const MAX_PROBE: usize = 1;
