@@ -28,20 +28,28 @@
 //!   keeps `CLOCK_MONOTONIC` on it (`current_clocksource` is `tsc`: the kernel has checked
 //!   that the CPUs' counters agree, and would have left the TSC if they did not). A thread
 //!   that moves to a CPU whose counter reads lower sees cycles go backwards, and reads the
-//!   clock for real.
+//!   clock for real. (The kernel's check cannot see differences smaller than the time a
+//!   message takes between CPUs, well under a microsecond: a range can be that much early.)
 //! * What was true when the process started is checked again at every real read: the
 //!   clock must not be above the range the thread's previous anchor gives for the same
-//!   moment. A kernel that later finds the counters unreliable and leaves the TSC, or a
-//!   counter whose rate changed, shows up there, and the counter is then not used again
-//!   by this process ([`read`]): callers read the clock for real from then on.
+//!   moment, by more than [`SKEW_TOLERANCE_NS`]. A kernel that later finds the counters
+//!   unreliable and leaves the TSC, or a counter whose rate changed, shows up there, and
+//!   the counter is then not used again by this process ([`read`]): callers read the clock
+//!   for real from then on. This is after the fact: a rate change beyond the margin (an
+//!   `adjtimex` tick adjustment) gives early ranges until each thread's next real read,
+//!   about a tick.
 //!
 //! So a caller's tick is the clock's tick, or the next one when its range ends within an
 //! anchor gap (tens of nanoseconds) past a boundary: a deadline computed from it is never
-//! early. Elsewhere (another OS or CPU, Miri, loom) [`available`] is `false`.
+//! early. It can be later than that after a suspend-to-idle that stopped the clock and not
+//! the counter: both ends of the range are then late by the stop (up to [`MAX_CYCLES`]'
+//! worth of it, a few seconds), until the range straddles a boundary and the thread reads
+//! the clock again, within a tick; a deadline is then late, never early. Elsewhere (another
+//! OS or CPU, Miri, loom) [`available`] is `false`.
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Mutex, OnceLock, TryLockError};
 
 use super::{Clock, MonotonicClock};
 
@@ -56,6 +64,12 @@ const CALIBRATION_NS: u64 = 20_000_000;
 /// Cycles since the anchor beyond which a call reads the clock for real (a few seconds:
 /// the range is wider than a tick long before).
 const MAX_CYCLES: u64 = 1 << 34;
+/// How far above the range of its previous anchor a thread's clock reading may be before
+/// the counter is distrusted: the counters of two CPUs may differ by less than the kernel's
+/// synchronization check can see (well under a microsecond), and a thread that moved
+/// between its anchor and its read sees that difference. A clock source change or a rate
+/// change shows up as far more within a tick.
+const SKEW_TOLERANCE_NS: u64 = 10_000;
 /// Two calibration windows agree when their rates differ by at most 1/1024 of the rate.
 const AGREEMENT_SHIFT: u32 = 10;
 /// A calibration window longer than this (a second) starts again: a window that old says
@@ -73,13 +87,8 @@ thread_local! {
     static ANCHOR: Cell<Anchor> = const { Cell::new(Anchor { cycles: 0, nanos: 0 }) };
 }
 
-/// Nanoseconds per cycle times 2^32, once calibrated (0 until then, and for good once the
-/// counter was caught disagreeing with the clock).
-static SCALE: AtomicU64 = AtomicU64::new(0);
-/// Calibration's progress, until [`SCALE`] is set (only real reads touch it).
-static CALIBRATION: Mutex<Calibration> = Mutex::new(Calibration::new());
-/// Set once the counter was caught disagreeing with the clock: never calibrate again.
-static DISTRUSTED: AtomicBool = AtomicBool::new(false);
+/// What the process knows of the counter.
+static COUNTER: Counter = Counter::new();
 
 /// Whether [`bounds`] can ever answer here (decided once per process).
 pub(crate) fn available() -> bool {
@@ -130,8 +139,8 @@ fn cycles() -> u64 {
 /// [`read`] the clock. Only call it where [`available`] said so.
 #[inline]
 pub(crate) fn bounds() -> Option<(u64, u64)> {
-    // Relaxed: the scale is one self-contained value, written once; 0 means "not yet".
-    let scale = SCALE.load(Ordering::Relaxed);
+    // Relaxed: the scale is one self-contained value; 0 means "not (or no longer) known".
+    let scale = COUNTER.scale.load(Ordering::Relaxed);
     range(ANCHOR.get(), scale, cycles())
 }
 
@@ -157,48 +166,84 @@ pub(crate) fn read() -> u64 {
     let before = cycles();
     let nanos = MonotonicClock.now();
     let after = cycles();
-    let previous = ANCHOR.get();
-    // Relaxed: see `bounds`.
-    let scale = SCALE.load(Ordering::Relaxed);
-    if contradicts(previous, scale, after, nanos) {
-        distrust();
-        return nanos;
-    }
-    if after.wrapping_sub(before) <= MAX_GAP_CYCLES && before != 0 {
-        let anchor = Anchor {
-            cycles: before,
-            nanos,
-        };
-        ANCHOR.set(anchor);
-        // Relaxed (all three): the flag and the scale are self-contained values; the
-        // mutex orders calibration's own state.
-        if scale == 0 && !DISTRUSTED.load(Ordering::Relaxed) {
-            let mut calibration = CALIBRATION.lock().unwrap_or_else(|e| e.into_inner());
-            if let Some(scale) = calibration.offer(anchor) {
-                if !DISTRUSTED.load(Ordering::Relaxed) {
-                    SCALE.store(scale, Ordering::Relaxed);
-                }
-            }
-        }
-    }
+    ANCHOR.with(|anchor| COUNTER.observe(anchor, before, nanos, after));
     nanos
 }
 
-/// Stops the counter's use for the rest of the process: every later [`bounds`] is `None`.
-#[cold]
-fn distrust() {
-    // Relaxed: each is a self-contained value. A calibration racing with this may store a
-    // scale after the flag; it checked the flag first, and a thread that reads that scale
-    // is caught again at its next real read, which stores 0 once more.
-    DISTRUSTED.store(true, Ordering::Relaxed);
-    SCALE.store(0, Ordering::Relaxed);
+/// The process's knowledge of the counter: its rate, and whether it was caught
+/// disagreeing with the clock.
+struct Counter {
+    /// Nanoseconds per cycle times 2^32, once calibrated; 0 until then, and for good once
+    /// the counter was caught disagreeing with the clock.
+    scale: AtomicU64,
+    /// Set (under `calibration`'s lock) once the counter was caught disagreeing with the
+    /// clock: never calibrate again.
+    distrusted: AtomicBool,
+    /// Calibration's progress, until `scale` is set.
+    calibration: Mutex<Calibration>,
+}
+
+impl Counter {
+    const fn new() -> Self {
+        Counter {
+            scale: AtomicU64::new(0),
+            distrusted: AtomicBool::new(false),
+            calibration: Mutex::new(Calibration::new()),
+        }
+    }
+
+    /// A real read: the counter `before` and `after` a clock reading of `nanos`. Checks
+    /// the thread's previous `anchor` against it, anchors the thread again, and offers the
+    /// anchor to calibration while the rate is unknown.
+    fn observe(&self, anchor: &Cell<Anchor>, before: u64, nanos: u64, after: u64) {
+        // Relaxed (this and the flag's loads): self-contained values; the scale is stored
+        // and the flag set only under `calibration`'s lock, which orders the two.
+        let scale = self.scale.load(Ordering::Relaxed);
+        if contradicts(anchor.get(), scale, after, nanos) {
+            self.distrust();
+            return;
+        }
+        if after.wrapping_sub(before) > MAX_GAP_CYCLES || before == 0 {
+            return;
+        }
+        let new = Anchor {
+            cycles: before,
+            nanos,
+        };
+        anchor.set(new);
+        if scale != 0 || self.distrusted.load(Ordering::Relaxed) {
+            return;
+        }
+        // Another thread calibrating now: its anchor serves as well as ours.
+        let mut calibration = match self.calibration.try_lock() {
+            Ok(guard) => guard,
+            Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+            Err(TryLockError::WouldBlock) => return,
+        };
+        if let Some(scale) = calibration.offer(new) {
+            if !self.distrusted.load(Ordering::Relaxed) {
+                self.scale.store(scale, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Stops the counter's use for the rest of the process: every later [`bounds`] is
+    /// `None`. Under calibration's lock, so that a calibration cannot store a rate after
+    /// this (it checks the flag under the same lock).
+    #[cold]
+    fn distrust(&self) {
+        let _calibration = self.calibration.lock().unwrap_or_else(|e| e.into_inner());
+        // Relaxed: ordered with calibration's store by the lock.
+        self.distrusted.store(true, Ordering::Relaxed);
+        self.scale.store(0, Ordering::Relaxed);
+    }
 }
 
 /// Whether a real reading `nanos`, taken before the counter read `after`, lies above the
-/// range that `anchor` gives for `after`: the true time at `after` is at least `nanos`, so
-/// a trustworthy counter's `hi` is never below it.
+/// range that `anchor` gives for `after` by more than [`SKEW_TOLERANCE_NS`]: the true time
+/// at `after` is at least `nanos`, so a trustworthy counter's `hi` is never below it.
 fn contradicts(anchor: Anchor, scale: u64, after: u64, nanos: u64) -> bool {
-    range(anchor, scale, after).is_some_and(|(_, hi)| nanos > hi)
+    range(anchor, scale, after).is_some_and(|(_, hi)| nanos > hi.saturating_add(SKEW_TOLERANCE_NS))
 }
 
 /// Calibration in progress: the start of the current window, and the rate the window
@@ -396,6 +441,91 @@ mod tests {
     }
 
     #[test]
+    fn a_stop_of_a_few_percent_of_a_window_is_caught_too() {
+        // A 1 ms stop in a 30 ms window moves its rate by 3 %: over the 1/64 margin, so the
+        // windows must disagree.
+        let fake = Fake {
+            ghz: 2.5,
+            origin: 1 << 40,
+            epoch: 0,
+        };
+        let at = |ms: u64| fake.anchor(fake.epoch + ms * 1_000_000);
+        let after_stop = |ms: u64| Anchor {
+            nanos: fake.epoch + ms * 1_000_000,
+            cycles: fake.cycles_at(fake.epoch + ms * 1_000_000 + 1_000_000),
+        };
+        let mut calibration = Calibration::new();
+        let got = offers(&mut calibration, &[at(0), at(30), after_stop(60)]);
+        assert_eq!(
+            got,
+            [None, None, None],
+            "a window with a 1 ms stop disagrees"
+        );
+    }
+
+    /// Feeds `counter` a real read at clock reading `nanos` whose counter reads are
+    /// `cycles` and 300 cycles later (the clock read between them).
+    fn observe(counter: &Counter, anchor: &Cell<Anchor>, cycles: u64, nanos: u64) {
+        counter.observe(anchor, cycles, nanos, cycles + 300);
+    }
+
+    #[test]
+    fn real_reads_calibrate_and_a_contradiction_turns_the_counter_off_for_good() {
+        let fake = Fake {
+            ghz: 2.0,
+            origin: 1 << 40,
+            epoch: 1_000_000_000,
+        };
+        let counter = Counter::new();
+        let anchor = Cell::new(Anchor::default());
+        let mut t = fake.epoch;
+        for _ in 0..3 {
+            observe(&counter, &anchor, fake.cycles_at(t), t + 50);
+            t += 25_000_000;
+        }
+        let scale = counter.scale.load(Ordering::Relaxed);
+        assert!(
+            scale.abs_diff(1 << 31) <= 1 << 20,
+            "calibrated to 0.5 ns a cycle: {scale}"
+        );
+        // Healthy reads, a tick apart, leave it on.
+        for _ in 0..100 {
+            observe(&counter, &anchor, fake.cycles_at(t), t + 50);
+            t += 1_000_000;
+        }
+        assert_eq!(counter.scale.load(Ordering::Relaxed), scale);
+        // The counter now runs at half its rate (or the clock left it): a millisecond
+        // later the clock is 0.5 ms above what the counter says.
+        let slow = anchor.get().cycles + 1_000_000;
+        t += 1_000_000;
+        observe(&counter, &anchor, slow, t);
+        assert_eq!(counter.scale.load(Ordering::Relaxed), 0, "turned off");
+        assert!(counter.distrusted.load(Ordering::Relaxed));
+        // Never calibrated again, however healthy what follows looks.
+        for _ in 0..4 {
+            t += 25_000_000;
+            observe(&counter, &anchor, fake.cycles_at(t), t + 50);
+        }
+        assert_eq!(counter.scale.load(Ordering::Relaxed), 0, "stays off");
+    }
+
+    #[test]
+    fn a_difference_within_the_tolerance_is_not_a_contradiction() {
+        // A thread that moved to a CPU whose counter is 2,000 cycles (1 µs) behind.
+        let fake = Fake {
+            ghz: 2.0,
+            origin: 1 << 40,
+            epoch: 0,
+        };
+        let anchor = fake.anchor(1_000_000_000);
+        let truth = anchor.nanos + 1_000_000;
+        let behind = fake.cycles_at(truth) - 2_000;
+        assert!(!contradicts(anchor, 1 << 31, behind, truth));
+        let far_behind = fake.cycles_at(truth) - 2 * (SKEW_TOLERANCE_NS + 16_000);
+        assert!(contradicts(anchor, 1 << 31, far_behind, truth));
+    }
+
+    #[test]
     fn a_window_too_long_starts_calibration_again() {
         let fake = Fake {
             ghz: 1.6,
@@ -472,13 +602,17 @@ mod tests {
         // (the first after a sleep often is, on a VM) anchors nothing, so allow a few more.
         read();
         for _ in 0..20 {
-            if SCALE.load(Ordering::Relaxed) != 0 {
+            if COUNTER.scale.load(Ordering::Relaxed) != 0 {
                 break;
             }
             std::thread::sleep(std::time::Duration::from_millis(25));
             read();
         }
-        assert_ne!(SCALE.load(Ordering::Relaxed), 0, "calibrated within 0.5 s");
+        assert_ne!(
+            COUNTER.scale.load(Ordering::Relaxed),
+            0,
+            "calibrated within 0.5 s"
+        );
         let mut checked = 0;
         for i in 0..200_000 {
             if i % 10_000 == 0 {
