@@ -29,9 +29,9 @@
 //!
 //! Nothing is allocated for `max_pending`: a default acker costs well under 1 MiB before
 //! its first tree. A slot is 32 bytes (its word, and times, own timeout and payload beside
-//! it on the same 128-byte line of four), and tables run between 1/2 and 3/4 full (a full
-//! acker's at 2/3): about 50 B of table per pending root at 1M pending with a `u32`
-//! payload. The reaper's wheel adds 8-12 B per tree that outlives the hand-off age (an
+//! it on the same 128-byte line of four), and tables run between 1/2 and 3/4 full as they
+//! grow, 4/5 in a full acker: 44-66 B of table per pending root with a `u32` payload, 41 B
+//! at the brim. The reaper's wheel adds 8-12 B per tree that outlives the hand-off age (an
 //! 8-byte entry that carries its tick's offset in its bucket in its tag's top bits, a
 //! 4-byte offset beside it only for deadlines over 4,096 ticks away, and growth slack), and the
 //! batches a few bytes per tree in their last tick or two; what a burst left behind is
@@ -164,7 +164,7 @@ impl<T> fmt::Debug for AckerBuilder<T> {
 /// (the ticks' own bound, `lean::MAX_TIMEOUT_TICKS`, is checked at build).
 const MAX_TIMEOUT_NS: u64 = 1 << 62;
 /// Slot indices are `u32` in the timers' entries, and the largest table holds `max_pending`
-/// at a load of 1/2 (rounded to groups, `lean::Lean::room_table_slots`): 2^30 keeps every
+/// at a load of 2/3 (rounded to groups, `lean::Lean::room_table_slots`): 2^30 keeps every
 /// timer entry's table and slot within 32 bits.
 const MAX_PENDING: usize = 1 << 30;
 /// The coarsest tick, 2^43 ns (about 2.4 h): the wheels' coarsest level then spans 2^62 ns,
@@ -208,7 +208,7 @@ impl<T: Send + 'static> AckerBuilder<T> {
     /// The most entries (initialized trees and orphans) held at once, across all shards;
     /// default 1 << 20. It is an exact upper bound, and a bound only: nothing is allocated
     /// for it. The tables start small (64 slots each, 32 B a slot), grow by half again as
-    /// what is pending grows, up to their share of `max_pending` at a load of 2/3 (further
+    /// what is pending grows, up to their share of `max_pending` at a load of 4/5 (further
     /// for a root that finds no room), and shrink back after it falls. A completed tree's
     /// slot is reusable at once. Random roots fill an acker to the brim without a refusal.
     pub fn max_pending(mut self, max_pending: usize) -> Self {
@@ -369,10 +369,11 @@ impl<T: Send + 'static> AckerBuilder<T> {
 ///   ([`idle_wakeups`](Self::idle_wakeups) stays flat).
 ///   [`build_manual`](AckerBuilder::build_manual) starts none: call
 ///   [`expire`](Self::expire) yourself.
-/// * **Memory**: under 1 MiB before the first tree (tables start at 64 slots each and grow
-///   with what is pending, then shrink after it falls); about 60 B per pending tree with a
-///   `u32` payload at 1M pending (a 32-byte slot in tables kept 1/2 to 3/4 full, and a
-///   timer entry for trees that live past about 64 ticks); larger payloads add their size.
+/// * **Memory**: under 1 MiB before the first tree (tables start small and grow with what
+///   is pending, then shrink after it falls); about 53 B per pending tree with a `u32`
+///   payload in a full acker at 1M pending (a 32-byte slot in tables 4/5 full, and an
+///   8-byte timer entry for trees that live past about 64 ticks), 55-77 B below the
+///   brim, where tables run 1/2 to 3/4 full; larger payloads add their size.
 /// * **Time**: a message is a hash, a load of the root's 64-byte line and one 128-bit
 ///   compare-and-swap (no lock, no allocation); a tree that completes within about 64
 ///   ticks never reaches the reaper. Init takes the tick once, and the completing call

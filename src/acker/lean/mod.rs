@@ -47,8 +47,8 @@
 //! moves a group before its own work, and the reaper finishes what is left. The reaper
 //! also shrinks a table to 2/3 of its groups once its load stayed under 1/8, and frees
 //! retired generations after their grace period. Load grows a table up to its share of
-//! `max_pending` at a load of 2/3; a root that finds no room at all grows it further, up
-//! to a load of 1/2, so that only the credits refuse below `max_pending`.
+//! `max_pending` at a load of 4/5; a root that finds no room at all grows it further, up
+//! to a load of 2/3, so that only the credits refuse below `max_pending`.
 //!
 //! ## Shutdown
 //!
@@ -107,9 +107,10 @@ const HAND_OFF_AGE: Tick = 64;
 /// the table's index must carry.
 const MIN_TABLES: usize = 1 << KEY_SHIFT;
 
-/// The fewest slots per table: a small table's whole table is one root's probe window, so
-/// it refuses an entry only when full.
-const MIN_TABLE_SLOTS: usize = (super::roots::MAX_PROBE + 1) * GROUP_SLOTS;
+/// The fewest slots per table, 32 groups: a root's probe window is at most its table's
+/// groups less one, so a small table's whole table is one window, and it refuses an entry
+/// only when full.
+const MIN_TABLE_SLOTS: usize = 32 * GROUP_SLOTS;
 
 /// What the builder settled, for [`Lean::new`].
 pub(super) struct Config<T> {
@@ -159,13 +160,13 @@ pub(super) struct Lean<T> {
     tables: Box<[Table<T>]>,
     layout: Layout,
     /// The most slots a table grows to as its load rises: its share of `max_pending` at a
-    /// load of 2/3, in whole groups (any group count works: the home is a multiply-shift).
+    /// load of 4/5, in whole groups (any group count works: the home is a multiply-shift).
     /// A power of two here left the tables of a full acker at a load of 0.48 (1M pending:
     /// 64 B of table per root; now 49.5). Even so, 2 of 2^20 random roots found their
     /// probe window full at the brim: `make_room` grows a table past this.
     max_table_slots: usize,
     /// The most slots a table grows to for want of room (`make_room`): its share of
-    /// `max_pending` at a load of 1/2. The bound is exact (credits); a full probe window
+    /// `max_pending` at a load of 2/3. The bound is exact (credits); a full probe window
     /// in a table at `max_table_slots` is no reason to refuse.
     room_table_slots: usize,
     /// Bits of a timer entry's slot number that hold the slot (the rest, above, the
@@ -225,13 +226,15 @@ impl<T> std::fmt::Debug for Lean<T> {
 impl<T: Send + 'static> Lean<T> {
     pub(super) fn new(config: Config<T>) -> Self {
         let tables = config.tables.max(MIN_TABLES).next_power_of_two();
-        // About 2/3 full at max_pending, and at least one probe window per table.
+        // About 4/5 full at max_pending (a full acker's memory is its tables: 2/3 cost 5 B
+        // more per root at 1M), and at least the smallest table.
         let share = config.max_pending.div_ceil(tables);
-        let max_table_slots = (share * 3)
-            .div_ceil(2)
+        let max_table_slots = (share * 5)
+            .div_ceil(4)
             .max(MIN_TABLE_SLOTS)
             .next_multiple_of(GROUP_SLOTS);
-        let room_table_slots = (share * 2)
+        let room_table_slots = (share * 3)
+            .div_ceil(2)
             .max(max_table_slots)
             .next_multiple_of(GROUP_SLOTS);
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());

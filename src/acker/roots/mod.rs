@@ -69,11 +69,13 @@ pub const GROUP_SLOTS: usize = 4;
 #[cfg(loom)]
 pub const GROUP_SLOTS: usize = 2;
 
-/// How many groups past its home a root may live. 31 rather than 15: with 15 a table at
-/// 2/3 load had roots whose clustered window was full (tables grew past 2/3 for them:
-/// 1M pending cost 70 B per root with a reaper thread, now 61).
+/// How many groups past its home a root may live. A full acker's tables sit at a load of
+/// 4/5 (`lean/`), where linear probing's clusters run to a couple of hundred slots: with 31
+/// groups, roots whose clustered window was full grew the tables past that load (1M
+/// pending: 46 B of table per root; with 63, 41). A search still stops at the first group
+/// whose overflow count is 0, so a longer window costs only the roots that use it.
 #[cfg(not(loom))]
-pub const MAX_PROBE: usize = 31;
+pub const MAX_PROBE: usize = 63;
 /// A claim this many groups past home reports its table crowded (`Done::crowded`).
 const CROWDED_DISTANCE: usize = 2;
 /// The low bits of a timer entry's tag that carry its table's generation (`lean/`): a
