@@ -312,10 +312,10 @@ fn a_window_full_of_live_trees_is_refused_without_waiting() {
     assert_eq!(acker.stats().rejected_full, 1);
 }
 
-/// Random roots fill a table to `max_pending` without one refusal: the quarter of headroom
-/// and the 64 buckets of 7 slots a root may use absorb the clustering of a table filled to
-/// the brim. (With 32 such buckets, 3 of these 2^20 roots were refused, after 97.6 % of
-/// them; with 16 buckets of 15 slots, 2, after 99.6 %.)
+/// Random roots fill a table to `max_pending` without one refusal: tables at a load of 4/5
+/// at the brim, probe windows of 64 groups of 4 slots, and growth for room up to a load of
+/// 2/3 absorb the clustering of a table filled to the brim (`lean/`, "The bound, and
+/// growth").
 #[test]
 fn random_roots_fill_max_pending_without_a_refusal() {
     const N: u64 = 1 << 20;
