@@ -107,10 +107,14 @@ const HAND_OFF_AGE: Tick = 64;
 /// the table's index must carry.
 const MIN_TABLES: usize = 1 << KEY_SHIFT;
 
-/// The fewest slots per table, 32 groups: a root's probe window is at most its table's
-/// groups less one, so a small table's whole table is one window, and it refuses an entry
-/// only when full.
-const MIN_TABLE_SLOTS: usize = 32 * GROUP_SLOTS;
+/// The fewest slots per table, 32 groups (under loom, one probe window: models stay
+/// small): a root's probe window is at most its table's groups less one, so a small
+/// table's whole table is one window, and it refuses an entry only when full.
+const MIN_TABLE_SLOTS: usize = if cfg!(loom) {
+    (super::roots::MAX_PROBE + 1) * GROUP_SLOTS
+} else {
+    32 * GROUP_SLOTS
+};
 
 /// What the builder settled, for [`Lean::new`].
 pub(super) struct Config<T> {
