@@ -200,6 +200,57 @@ fn timeouts_are_never_early_and_reset_moves_the_deadline() {
     assert_eq!(acker.stats().timed_out, 2);
 }
 
+/// Deadlines in the levels of the reaper's wheel a timeout reaches: levels 1 and 2, whose
+/// entries carry their tick offsets in their own bits, and levels 3 and 4, which keep them
+/// beside the entries (`buckets.rs`, "Memory"). Each tree times out at its deadline's tick, not two
+/// ticks before, and not later, with passes run on the way (cascading each entry).
+#[test]
+fn deadlines_in_every_level_of_the_wheel_time_out_on_their_tick() {
+    let tick = Duration::from_millis(1);
+    let clock = ManualClock::new(1 << 40);
+    let (acker, log) = manual(&clock, |b| b.resolution(tick));
+    // About 2^7, 2^13, 2^19, 2^25 and 2^29 ticks: one per level from 1 to 4, at odd offsets
+    // within their buckets (a timeout is at most 2^30 - 2 ticks, 13 days here).
+    let timeouts: Vec<Duration> = [130u64, 8_200, 530_000, 33_600_000, 700_000_000]
+        .into_iter()
+        .map(Duration::from_millis)
+        .collect();
+    for (i, &timeout) in timeouts.iter().enumerate() {
+        acker
+            .init_with_timeout(i as u64 + 1, 1, i as u32, timeout)
+            .unwrap();
+    }
+    acker.expire(); // hand the timers to the wheel
+    let mut elapsed = Duration::ZERO;
+    for (i, &timeout) in timeouts.iter().enumerate() {
+        // Passes on the way (a few per level), then just before the deadline, then at it.
+        for step in 1..=4 {
+            let at = elapsed + (timeout - elapsed) * step / 5;
+            clock.advance(at - elapsed);
+            elapsed = at;
+            acker.expire();
+        }
+        let before = timeout - 2 * tick;
+        clock.advance(before - elapsed);
+        acker.expire();
+        assert!(
+            take(&log).is_empty(),
+            "tree {i} timed out before {timeout:?}"
+        );
+        // A deadline is the timeout rounded up to whole ticks, plus one (ticks are 2^20 ns
+        // here): due within two ticks of it.
+        clock.advance(5 * tick);
+        elapsed = timeout + 3 * tick;
+        acker.expire();
+        assert_eq!(
+            take(&log),
+            [(i as u64 + 1, i as u32, Outcome::TimedOut)],
+            "tree {i} at {timeout:?}"
+        );
+    }
+    assert_eq!(acker.pending(), 0);
+}
+
 #[test]
 fn duplicate_full_and_shutdown_hand_the_payload_back() {
     let clock = ManualClock::new(0);
