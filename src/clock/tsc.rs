@@ -375,6 +375,15 @@ mod tests {
         assert_eq!(range(anchor, scale, 1_000 + MAX_CYCLES), None, "too old");
     }
 
+    /// `scale` is the rate of a counter at `ghz` GHz, to 1/4096.
+    fn assert_rate(scale: u64, ghz: f64) {
+        let expected = ((1u128 << 32) as f64 / ghz) as u64;
+        assert!(
+            scale.abs_diff(expected) <= expected >> 12,
+            "{scale} vs {expected}"
+        );
+    }
+
     /// Offers each of `anchors` in turn; returns what each offer gave.
     fn offers(calibration: &mut Calibration, anchors: &[Anchor]) -> Vec<Option<u64>> {
         anchors.iter().map(|&a| calibration.offer(a)).collect()
@@ -396,12 +405,7 @@ mod tests {
             "one window is not enough"
         );
         let scale = got[4].expect("two 20+ ms windows at one rate agree");
-        // Half a nanosecond per cycle at 2 GHz is 2^31; 2.1 GHz is a little less.
-        let expected = ((1u128 << 32) as f64 / 2.1) as u64;
-        assert!(
-            scale.abs_diff(expected) <= expected >> 12,
-            "{scale} vs {expected}"
-        );
+        assert_rate(scale, 2.1);
     }
 
     #[test]
@@ -433,11 +437,7 @@ mod tests {
         let scale = calibration
             .offer(after_stop(120))
             .expect("two clean windows after the stop");
-        let expected = ((1u128 << 32) as f64 / 3.0) as u64;
-        assert!(
-            scale.abs_diff(expected) <= expected >> 12,
-            "{scale} vs {expected}"
-        );
+        assert_rate(scale, 3.0);
     }
 
     #[test]

@@ -81,7 +81,7 @@ use crate::sync::{
 };
 
 use super::buckets::WheelEntry;
-use super::roots::{reached, Tick, TAG_CHECK_BITS};
+use super::roots::{reached, Tick, TAG_CHECK_BITS, TAG_CHECK_MASK};
 
 /// A new entry, for the reaper to find again: its slot (across the acker's tables) and a
 /// tag: its table's generation and 18 bits of its root's key, which tell nearly every
@@ -109,7 +109,7 @@ impl WheelEntry for Entry {
     fn with_spare(self, bits: u32) -> Self {
         Entry {
             slot: self.slot,
-            tag: self.tag & ((1 << TAG_CHECK_BITS) - 1) | bits << TAG_CHECK_BITS,
+            tag: self.tag & TAG_CHECK_MASK | bits << TAG_CHECK_BITS,
         }
     }
 }

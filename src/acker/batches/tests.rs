@@ -226,7 +226,7 @@ fn an_entry_lends_the_wheel_its_top_bits_and_keeps_its_slot_and_tag() {
         let lent = entry.with_spare(bits);
         assert_eq!(lent.spare(), bits);
         assert_eq!(lent.slot, 7);
-        assert_eq!(lent.tag & ((1 << TAG_CHECK_BITS) - 1), entry.tag);
+        assert_eq!(lent.tag & TAG_CHECK_MASK, entry.tag);
         assert_eq!(lent.with_spare(0), entry, "given back as it was");
     }
 }

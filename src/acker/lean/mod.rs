@@ -81,7 +81,7 @@ use super::batches::{Batches, Entry, Pushed};
 use super::credits::Credits;
 use super::fences::Fences;
 use super::roots::{reached, Applied, Completed, Done, Message, Refused, Roots, Stamp, Tick};
-use super::roots::{GEN_TAG_BITS, GROUP_SLOTS, TAG_CHECK_BITS};
+use super::roots::{GEN_TAG_BITS, GROUP_SLOTS, TAG_CHECK_MASK};
 use super::word::KEY_SHIFT;
 use super::{AckerStats, Callback, Completion, Counters, InitError, Outcome};
 use crate::clock::{tsc, Clock};
@@ -758,7 +758,7 @@ fn generation<T>(roots: &Roots<T>, gen: u32) -> &Roots<T> {
 /// and the wheel's bits above zero.
 #[inline]
 fn tag_of(key_tag: u32, gen: u32) -> u32 {
-    key_tag & ((1 << TAG_CHECK_BITS) - 1) & !GEN_MASK | gen & GEN_MASK
+    key_tag & TAG_CHECK_MASK & !GEN_MASK | gen & GEN_MASK
 }
 
 /// The generation bits of a timer entry's tag.

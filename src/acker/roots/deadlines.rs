@@ -3,7 +3,7 @@
 //! in `times.rs`, plus the tree's own or the table's default timeout).
 
 use super::{
-    reached, Done, Expiry, Key, Roots, Stamp, Step, Tick, GEN_TAG_BITS, GROUP_SLOTS, TAG_CHECK_BITS,
+    reached, Done, Expiry, Key, Roots, Stamp, Step, Tick, GEN_TAG_BITS, GROUP_SLOTS, TAG_CHECK_MASK,
 };
 use crate::sync::Ordering;
 
@@ -25,7 +25,7 @@ impl<T> Roots<T> {
         let mut word = self.word(slot).load();
         loop {
             let key = word.key();
-            if ((key.tag() ^ tag) & ((1 << TAG_CHECK_BITS) - 1)) >> GEN_TAG_BITS != 0 {
+            if ((key.tag() ^ tag) & TAG_CHECK_MASK) >> GEN_TAG_BITS != 0 {
                 return Expiry::Gone;
             }
             if word.frozen_for(key) {

@@ -85,6 +85,8 @@ pub const GEN_TAG_BITS: u32 = 2;
 /// up to this one (18 bits); the bits above it are the reaper's wheel's, which keeps an
 /// entry's offset in its bucket there (`buckets.rs`, "Memory").
 pub const TAG_CHECK_BITS: u32 = 20;
+/// The bits of a timer entry's tag below [`TAG_CHECK_BITS`].
+pub const TAG_CHECK_MASK: u32 = (1 << TAG_CHECK_BITS) - 1;
 /// Under loom one, so models overflow in a few steps.
 #[cfg(loom)]
 pub const MAX_PROBE: usize = 1;
