@@ -44,7 +44,10 @@ use hdrhistogram::Histogram;
 use crate::report;
 
 /// Events kept per tree for its history; later ones are counted, not kept.
-const LOG: usize = 24;
+const LOG: usize = 21;
+/// Resets kept per tree whose bearing on the deadline is decided when the tree is judged
+/// ([`Oracle::reset`]); later ones are not held against the acker.
+const LATE_RESETS: usize = 2;
 
 // Tree flags: what was done to the tree's messages.
 /// A bolt failed one of the tree's tuples.
@@ -147,6 +150,14 @@ pub(crate) struct Slot {
     last_after: AtomicU64,
     /// The oracle's deadline: `first_before + timeout`, raised by honoured resets.
     deadline: AtomicU64,
+    /// Acks and fails under way (called, not yet returned).
+    messages_in_flight: AtomicU32,
+    /// Latest reading after an ack or fail returned.
+    last_message_after: AtomicU64,
+    /// Resets that may have come after the tree's completion was decided: (called, the
+    /// latest moment a message could have made an orphan for the reset to find).
+    late_resets: [[AtomicU64; 2]; LATE_RESETS],
+    late_resets_len: AtomicU32,
     completed_at: AtomicU64,
     elapsed: AtomicU64,
     log_len: AtomicU32,
@@ -288,6 +299,9 @@ impl Oracle {
         s.completed_at.store(0, Ordering::Relaxed);
         s.elapsed.store(0, Ordering::Relaxed);
         s.log_len.store(0, Ordering::Relaxed);
+        s.messages_in_flight.store(0, Ordering::Relaxed);
+        s.last_message_after.store(0, Ordering::Relaxed);
+        s.late_resets_len.store(0, Ordering::Relaxed);
         s.root.store(root, Ordering::Release);
         let before = self.now();
         s.first_before.store(before, Ordering::Relaxed);
@@ -318,6 +332,27 @@ impl Oracle {
         after
     }
 
+    /// An ack or fail for the tree is about to be called: returns the reading before it.
+    /// Every such call ends with [`message_sent`](Self::message_sent) (or `fail_sent`).
+    pub(crate) fn calling(&self, slot: u32) -> u64 {
+        // SeqCst (and below): a reset's `late_reset` must see either this count or the
+        // message's `last_message_after`, whichever way they interleave.
+        self.slot(slot)
+            .messages_in_flight
+            .fetch_add(1, Ordering::SeqCst);
+        self.now()
+    }
+
+    /// An ack or fail announced by [`calling`](Self::calling) has returned: note the time
+    /// and log it.
+    pub(crate) fn message_sent(&self, slot: u32, event: Event, data: u64) -> u64 {
+        let after = self.sent(slot, event, data);
+        let s = self.slot(slot);
+        s.last_message_after.fetch_max(after, Ordering::SeqCst);
+        s.messages_in_flight.fetch_sub(1, Ordering::SeqCst);
+        after
+    }
+
     pub(crate) fn flag(&self, slot: u32, flag: u32) {
         self.slot(slot).flags.fetch_or(flag, Ordering::Relaxed);
     }
@@ -328,29 +363,77 @@ impl Oracle {
     }
 
     pub(crate) fn fail_sent(&self, slot: u32, before: u64, completed: bool) {
-        let after = self.sent(slot, Event::Fail, u64::from(completed));
+        let after = self.message_sent(slot, Event::Fail, u64::from(completed));
         let s = self.slot(slot);
         s.flags.fetch_or(FAIL_SENT, Ordering::Relaxed);
         s.fail_before.fetch_min(before, Ordering::Relaxed);
         s.fail_after.fetch_min(after, Ordering::Relaxed);
     }
 
-    /// A `reset_timeout` taken between `before` and `after` returned `pending`. The acker
-    /// must honour every reset that said the tree was pending, even one racing the old
-    /// deadline: the oracle's deadline becomes `before + timeout`. Not one that began after
-    /// the tree's completion was delivered: its `true` is about an orphan that a late ack
-    /// made for the root (bolts running late under load do that), not about the tree.
+    /// A `reset_timeout` called at `called` returned `pending`. The acker must honour
+    /// every reset that found the tree pending, even one racing the old deadline: the
+    /// oracle's deadline becomes `called + timeout`.
+    ///
+    /// A `true` can also be about an orphan, not the tree: once the reaper has decided the
+    /// tree's timeout, a late ack or fail makes an orphan for the root, and a reset finds it
+    /// ("an uncompleted entry, initialized or not", API.md). The completion is delivered
+    /// after the reaper's pass, tens of milliseconds later under TSan, so delivery does not
+    /// date the decision. Two things do:
+    ///
+    /// * the decision came after the reaper read its clock, which `Completion::elapsed`
+    ///   gives to within a tick: not before `first_before + elapsed - 2 ticks` (`verify`'s
+    ///   `decided_after`);
+    /// * an orphan needs a message that returned after the decision and began before the
+    ///   reset returned. The latest such return the reset can vouch for is `orphan_by`:
+    ///   the reset's own return when a message was under way, else the last message's
+    ///   return (the count and the time are read in that order, and a message stores them
+    ///   in the other, so one that began before the reset returned shows in one of them).
+    ///   A message begun in the nanoseconds between the reset's return and these reads
+    ///   counts too: lenient, by that window only.
+    ///
+    /// So a reset binds unless `orphan_by` is after the decision's earliest time. One whose
+    /// `orphan_by` is before the base deadline less two ticks binds for certain, now; a later
+    /// one is kept and decided when the tree is judged ([`LATE_RESETS`] of them; further ones
+    /// are not held against the acker). A reset begun after the completion was delivered
+    /// never binds.
     pub(crate) fn reset(&self, slot: u32, called: u64, pending: bool) {
-        self.sent(slot, Event::Reset, u64::from(pending));
+        let after = self.sent(slot, Event::Reset, u64::from(pending));
         let s = self.slot(slot);
         // SeqCst: against the store in `on_complete`; a completion not seen yet is one
         // that may have raced the reset, which is held to it (the strict side).
         let completed_at = s.completed_at.load(Ordering::SeqCst);
         let after_completion = completed_at != 0 && before(completed_at, called);
-        if pending && !after_completion {
+        if !pending || after_completion {
+            return;
+        }
+        // SeqCst (both): against `calling` and `message_sent` (see above).
+        let orphan_by = if s.messages_in_flight.load(Ordering::SeqCst) > 0 {
+            after
+        } else {
+            let last = s.last_message_after.load(Ordering::SeqCst);
+            if before(last, after) {
+                last
+            } else {
+                after
+            }
+        };
+        // Relaxed (here and below): read by `snapshot` after every reference is dropped,
+        // which the reference count's AcqRel orders.
+        let certain = s
+            .first_before
+            .load(Ordering::Relaxed)
+            .wrapping_add(self.timeout)
+            .wrapping_sub(2 * ELAPSED_TICK_NS);
+        if !before(certain, orphan_by) {
             s.deadline
                 .fetch_max(called.wrapping_add(self.timeout), Ordering::Relaxed);
             s.flags.fetch_or(RESET, Ordering::Relaxed);
+        } else if let Some(late) = s
+            .late_resets
+            .get(s.late_resets_len.fetch_add(1, Ordering::Relaxed) as usize)
+        {
+            late[0].store(called, Ordering::Relaxed);
+            late[1].store(orphan_by, Ordering::Relaxed);
         }
     }
 
@@ -460,13 +543,28 @@ impl Oracle {
             .collect();
         log.sort_by_key(|e| e.0);
         let msg = s.msg.load(Ordering::Relaxed);
+        let late = s.late_resets_len.load(Ordering::Relaxed) as usize;
+        let late: Vec<(u64, u64)> = s.late_resets[..late.min(LATE_RESETS)]
+            .iter()
+            .map(|r| (r[0].load(Ordering::Relaxed), r[1].load(Ordering::Relaxed)))
+            .collect();
+        let (deadline, reset) = binding_deadline(
+            s.deadline.load(Ordering::Relaxed),
+            &late,
+            decided_after(
+                s.first_before.load(Ordering::Relaxed),
+                s.outcome.load(Ordering::Relaxed),
+                s.elapsed.load(Ordering::Relaxed),
+            ),
+            self.timeout,
+        );
         Record {
             slot,
             root: s.root.load(Ordering::Acquire),
             tree: s.tree.load(Ordering::Relaxed),
             msg: msg >> 8,
             attempt: msg as u8,
-            flags: s.flags.load(Ordering::Relaxed),
+            flags: s.flags.load(Ordering::Relaxed) | if reset { RESET } else { 0 },
             completions: s.completions.load(Ordering::Relaxed),
             outcome: s.outcome.load(Ordering::Relaxed),
             first_before: s.first_before.load(Ordering::Relaxed),
@@ -474,7 +572,7 @@ impl Oracle {
             fail_before: s.fail_before.load(Ordering::Relaxed),
             fail_after: s.fail_after.load(Ordering::Relaxed),
             last_after: s.last_after.load(Ordering::Relaxed),
-            deadline: s.deadline.load(Ordering::Relaxed),
+            deadline,
             completed_at: s.completed_at.load(Ordering::Relaxed),
             elapsed: s.elapsed.load(Ordering::Relaxed),
             events_dropped: len.saturating_sub(LOG) as u32,
@@ -607,6 +705,40 @@ pub(crate) fn verify(r: &Record, timeout: u64) -> Vec<String> {
         code => problems.push(format!("unknown outcome code {code}")),
     }
     problems
+}
+
+/// The earliest moment a `TimedOut` completion can have been decided: after the reaper
+/// read its clock, which `elapsed` (from the first message, not before `first_before`) gives
+/// to within a tick; a second tick of slack. `None` for any other outcome (or none yet):
+/// then every reset binds.
+fn decided_after(first_before: u64, outcome: u32, elapsed: u64) -> Option<u64> {
+    (outcome == 3).then(|| {
+        first_before
+            .wrapping_add(elapsed)
+            .wrapping_sub(2 * ELAPSED_TICK_NS)
+    })
+}
+
+/// The oracle's deadline once the tree is judged: `deadline` (the base deadline and the
+/// resets that bound for certain), raised by each late reset `(called, orphan_by)` that
+/// binds, i.e. no message that could have made an orphan for it came after the decision
+/// ([`Oracle::reset`]). Also whether a late reset raised it.
+fn binding_deadline(
+    deadline: u64,
+    late: &[(u64, u64)],
+    decided_after: Option<u64>,
+    timeout: u64,
+) -> (u64, bool) {
+    late.iter()
+        .filter(|&&(_, orphan_by)| !matches!(decided_after, Some(d) if before(d, orphan_by)))
+        .map(|&(called, _)| called.wrapping_add(timeout))
+        .fold((deadline, false), |(deadline, raised), moved| {
+            if before(deadline, moved) {
+                (moved, true)
+            } else {
+                (deadline, raised)
+            }
+        })
 }
 
 /// `a` strictly before `b` on the wrapping timeline.
@@ -896,6 +1028,98 @@ mod tests {
         let late = oracle.now() + 1;
         oracle.reset(0, late, true);
         assert_eq!(oracle.slot(0).deadline.load(Ordering::SeqCst), moved);
+    }
+
+    /// A tree of `oracle`'s slot 0 timed out with `elapsed` (from its first reading).
+    fn timed_out(oracle: &Oracle, elapsed: u64) {
+        oracle.on_complete(Completion {
+            root: 7,
+            payload: 0,
+            outcome: Outcome::TimedOut,
+            elapsed: std::time::Duration::from_nanos(elapsed),
+        });
+    }
+
+    #[test]
+    fn a_reset_that_may_have_found_a_late_acks_orphan_does_not_bind() {
+        // The CI run's case: the reaper decided the timeout (its clock read at
+        // `first + elapsed`), a late ack made an orphan, a reset found it and returned true,
+        // and only then was the completion delivered. Timeout 2 ticks: every reset is late.
+        let t = 2 * ELAPSED_TICK_NS;
+        let (oracle, _free, _reports) = Oracle::new(1, 4, t, false);
+        let first = oracle.begin(0, 7, 1, 1, 0, 1);
+        oracle.calling(0);
+        let ack = oracle.message_sent(0, Event::Ack, 1);
+        let called = oracle.now();
+        oracle.reset(0, called, true);
+        // Decided at `first + elapsed - 1 tick` at the earliest: before the ack returned.
+        timed_out(&oracle, ack - first + ELAPSED_TICK_NS);
+        let r = oracle.snapshot(0);
+        assert_eq!(r.deadline, first + t);
+        assert_eq!(r.flags & RESET, 0);
+    }
+
+    #[test]
+    fn a_reset_binds_when_no_message_came_after_the_earliest_decision() {
+        let t = 2 * ELAPSED_TICK_NS;
+        let (oracle, _free, _reports) = Oracle::new(1, 4, t, false);
+        let first = oracle.begin(0, 7, 1, 1, 0, 1);
+        oracle.calling(0);
+        oracle.message_sent(0, Event::Ack, 1);
+        let called = oracle.now();
+        oracle.reset(0, called, true);
+        // Decided well after the reset: the reset found the tree, and binds.
+        timed_out(&oracle, oracle.now() - first + 3 * ELAPSED_TICK_NS);
+        let r = oracle.snapshot(0);
+        assert_eq!(r.deadline, called + t);
+        assert_ne!(r.flags & RESET, 0);
+        // The completion came before the moved deadline: a violation.
+        let p = verify(&r, t);
+        assert!(
+            p.iter().any(|p| p.contains("as moved by reset_timeout")),
+            "{p:?}"
+        );
+    }
+
+    #[test]
+    fn a_reset_during_a_message_may_have_found_its_orphan() {
+        let t = 2 * ELAPSED_TICK_NS;
+        let (oracle, _free, _reports) = Oracle::new(1, 4, t, false);
+        let first = oracle.begin(0, 7, 1, 1, 0, 1);
+        oracle.calling(0); // an ack under way, returning after the reset
+        let called = oracle.now();
+        oracle.reset(0, called, true);
+        oracle.message_sent(0, Event::Ack, 1);
+        timed_out(&oracle, called - first + ELAPSED_TICK_NS);
+        assert_eq!(oracle.snapshot(0).deadline, first + t);
+    }
+
+    #[test]
+    fn an_early_reset_binds_at_once_and_a_later_one_too_when_not_excused() {
+        let (oracle, _free, _reports) = Oracle::new(1, 4, T, false);
+        let first = oracle.begin(0, 7, 1, 1, 0, 1);
+        // Long before the base deadline: binds whatever the completion says.
+        oracle.calling(0);
+        oracle.message_sent(0, Event::Ack, 1);
+        oracle.reset(0, first + 10, true);
+        assert_eq!(
+            oracle.slot(0).deadline.load(Ordering::SeqCst),
+            first + 10 + T
+        );
+        assert_eq!(oracle.slot(0).late_resets_len.load(Ordering::SeqCst), 0);
+        // A late reset with no completion yet (a stuck tree) binds too.
+        let (d, raised) = binding_deadline(first + T, &[(first + T, first + T)], None, T);
+        assert_eq!((d, raised), (first + 2 * T, true));
+        // ... and one whose possible orphan came after the earliest decision does not.
+        let decided = decided_after(first, 3, T);
+        assert_eq!(decided, Some(first + T - 2 * ELAPSED_TICK_NS));
+        let excused = (first + T, first + T);
+        assert_eq!(
+            binding_deadline(first + T, &[excused], decided, T),
+            (first + T, false)
+        );
+        // Other outcomes than TimedOut: nothing to excuse.
+        assert_eq!(decided_after(first, 1, T), None);
     }
 
     #[test]

@@ -316,7 +316,7 @@ impl Topology {
         }
         if rng.random_bool(self.shape.fail_rate) {
             for a in t.anchors() {
-                let before = self.oracle.now();
+                let before = self.oracle.calling(a.slot);
                 let completed = self.acker.fail(a.root);
                 self.oracle.fail_sent(a.slot, before, completed);
                 c.fails.fetch_add(1, Ordering::Relaxed);
@@ -422,8 +422,9 @@ impl Topology {
         for &(a, xor, fault) in messages {
             match fault {
                 Fault::None => {
+                    self.oracle.calling(a.slot);
                     self.ack(c, a.root, xor);
-                    self.oracle.sent(a.slot, Event::Ack, xor);
+                    self.oracle.message_sent(a.slot, Event::Ack, xor);
                 }
                 Fault::Drop => {
                     c.dropped.fetch_add(1, Ordering::Relaxed);
@@ -434,9 +435,10 @@ impl Topology {
                 Fault::Twice => {
                     c.duplicated.fetch_add(1, Ordering::Relaxed);
                     self.oracle.flag(a.slot, oracle::DUPED);
+                    self.oracle.calling(a.slot);
                     self.ack(c, a.root, xor);
                     self.ack(c, a.root, xor);
-                    self.oracle.sent(a.slot, Event::AckTwice, xor);
+                    self.oracle.message_sent(a.slot, Event::AckTwice, xor);
                 }
             }
         }
