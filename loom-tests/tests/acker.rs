@@ -61,9 +61,23 @@ fn completions(log: &Log) -> Vec<(u64, u32, Outcome)> {
 /// models too large to explore exhaustively (an Acker operation is many loom steps: its
 /// batch marks, credits, table words).
 fn bounded(preemptions: usize) -> loom::model::Builder {
-    let mut model = loom::model::Builder::new();
+    let mut model = builder();
     model.preemption_bound = Some(preemptions);
     model
+}
+
+/// Loom's model checker with room for long executions: a pass looks at every slot of a
+/// due group (`lean/timers.rs`), and a model's drain and drop take several passes and a
+/// walk of 16 tables, more than loom's default 1,000 branches on one path.
+fn builder() -> loom::model::Builder {
+    let mut model = loom::model::Builder::new();
+    model.max_branches = 10_000;
+    model
+}
+
+/// [`loom::model`] with [`builder`]'s room.
+fn model(f: impl Fn() + Sync + Send + 'static) {
+    builder().check(f);
 }
 
 /// Moves the clock past every deadline and expires: nothing may be left pending.
@@ -81,7 +95,7 @@ fn drain(clock: &ManualClock, acker: &Acker<u32>) {
 /// The last two acks of a tree race: exactly one of them completes it, once.
 #[test]
 fn ack_vs_ack_completes_once() {
-    loom::model(|| {
+    model(|| {
         let clock = ManualClock::new(0);
         let (acker, log) = manual(clock.clone());
         acker.init(1, 0b01 ^ 0b10, 7).unwrap();
@@ -99,7 +113,7 @@ fn ack_vs_ack_completes_once() {
 /// returned `true`.
 #[test]
 fn ack_vs_fail_completes_once() {
-    loom::model(|| {
+    model(|| {
         let clock = ManualClock::new(0);
         let (acker, log) = manual(clock.clone());
         acker.init(1, 0b1, 7).unwrap();
@@ -146,7 +160,7 @@ fn race_with_a_pass<R: Send + 'static>(
 /// becomes an orphan that expires silently.
 #[test]
 fn ack_vs_timeout_completes_once() {
-    loom::model(|| {
+    model(|| {
         let (clock, acker, log) = overdue_tree();
         let (acked, expired) = race_with_a_pass(&acker, |acker| acker.ack(1, 0b1));
         assert!(acked ^ (expired == 1), "ack {acked}, expire {expired}");
@@ -171,7 +185,7 @@ fn ack_vs_timeout_completes_once() {
 /// must not time the tree out: the reset's R flag fails its CAS, `Roots::expire`.)
 #[test]
 fn reset_vs_timeout_honours_a_successful_reset() {
-    loom::model(|| {
+    model(|| {
         let (clock, acker, log) = overdue_tree();
         let (reset, expired) = race_with_a_pass(&acker, |acker| acker.reset_timeout(1));
         assert!(reset ^ (expired == 1), "reset {reset}, expire {expired}");
@@ -193,7 +207,7 @@ fn reset_vs_timeout_honours_a_successful_reset() {
 /// ack completes the tree, once.
 #[test]
 fn init_vs_earlier_acks_completes_once() {
-    loom::model(|| {
+    model(|| {
         let clock = ManualClock::new(0);
         let (acker, log) = manual(clock.clone());
         assert!(!acker.ack(1, 0b01)); // held as an orphan
@@ -238,7 +252,7 @@ fn duplicated_ack_vs_init(held: bool) {
 /// or JOINING word does not complete: `src/acker/word.rs`). Unbounded.
 #[test]
 fn duplicated_ack_vs_init_of_a_held_orphan_never_completes() {
-    loom::model(|| duplicated_ack_vs_init(true));
+    model(|| duplicated_ack_vs_init(true));
 }
 
 /// Both copies race init of a root nobody has seen: the first creates the orphan (or
@@ -274,7 +288,7 @@ fn init_vs_earlier_fail_completes_once() {
 /// hand-back or as `Shutdown(payload)` from init; it is never lost and never both.
 #[test]
 fn init_vs_shutdown_hands_back_once() {
-    loom::model(|| {
+    model(|| {
         let (acker, log) = manual(ManualClock::new(0));
         let other = acker.clone();
         let t = thread::spawn(move || other.shutdown());
@@ -300,7 +314,7 @@ fn init_vs_shutdown_hands_back_once() {
 /// thread's stripe) must be accepted.
 #[test]
 fn max_pending_credit_goes_to_exactly_one_init() {
-    loom::model(|| {
+    model(|| {
         let clock = ManualClock::new(0);
         let (acker, log) = manual_with(clock.clone(), 1);
         acker.init(1, 0b1, 1).unwrap();
@@ -372,6 +386,31 @@ fn group_mates(acker: &Acker<u32>, root: u64, n: usize) -> Vec<u64> {
         );
     }
     mates
+}
+
+/// The reaper keeps one timer per group (`lean/timers.rs`): a pass that looks at root 1's
+/// group to time it out races the init of a group mate. Whether the look sees the mate or
+/// not, the mate's registration comes later and the group stays covered: the mate times
+/// out at its own deadline, not before, and nothing is left behind. Bounded at 4
+/// preemptions.
+#[test]
+fn a_group_look_vs_a_mates_init_loses_no_timer() {
+    bounded(4).check(|| {
+        let (clock, acker, log) = overdue_tree();
+        let mate = group_mates(&acker, 1, 1)[0];
+        // Due 1 s after its init, at 3 s.
+        let ((), expired) =
+            race_with_a_pass(&acker, move |acker| acker.init(mate, 0b1, 8).unwrap());
+        assert_eq!(expired, 1);
+        clock.set(3 * SEC - 1);
+        assert_eq!(acker.expire(), 0, "the mate timed out before its deadline");
+        clock.set(3 * SEC + SEC / 100);
+        assert_eq!(acker.expire(), 1, "the mate's timer was lost");
+        let mut expected = vec![(1, 7, Outcome::TimedOut), (mate, 8, Outcome::TimedOut)];
+        expected.sort_unstable_by_key(|c| c.0);
+        assert_eq!(completions(&log), expected);
+        drain(&clock, &acker);
+    });
 }
 
 /// Root 1's home group is full, so an init and an ack that both create its entry claim
@@ -453,7 +492,7 @@ fn overflowed_root_is_found_while_its_home_group_changes() {
 /// the orphan's shorter timeout (a reset that read it before init changed it).
 #[test]
 fn reset_vs_init_of_a_held_orphan_keeps_both() {
-    loom::model(|| {
+    model(|| {
         let clock = ManualClock::new(0);
         let (acker, log) = manual(clock.clone());
         assert!(!acker.ack(1, 0b1)); // an orphan, due at 1 s (the default timeout)

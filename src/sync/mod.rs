@@ -9,7 +9,8 @@
 #[allow(unused_imports)]
 pub(crate) use loom::{
     sync::atomic::{
-        fence, AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering,
+        fence, AtomicBool, AtomicPtr, AtomicU16, AtomicU32, AtomicU64, AtomicU8, AtomicUsize,
+        Ordering,
     },
     sync::{Arc, Condvar, Mutex, MutexGuard},
     thread,
@@ -19,7 +20,8 @@ pub(crate) use loom::{
 #[allow(unused_imports)]
 pub(crate) use std::{
     sync::atomic::{
-        fence, AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering,
+        fence, AtomicBool, AtomicPtr, AtomicU16, AtomicU32, AtomicU64, AtomicU8, AtomicUsize,
+        Ordering,
     },
     sync::{Arc, Condvar, Mutex, MutexGuard},
     thread,

@@ -80,8 +80,7 @@ use crate::sync::{
     fence, Arc, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Mutex, Ordering, UnsafeCell,
 };
 
-use super::buckets::WheelEntry;
-use super::roots::{reached, Tick, TAG_CHECK_BITS, TAG_CHECK_MASK};
+use super::roots::{reached, Tick};
 
 /// A new entry, for the reaper to find again: its slot (across the acker's tables) and a
 /// tag: its table's generation and 18 bits of its root's key, which tell nearly every
@@ -95,23 +94,6 @@ pub struct Entry {
     /// Bits of the root's key (`Key::tag`, below `TAG_CHECK_BITS`) with the generation in
     /// the lowest; the rest zero.
     pub tag: u32,
-}
-
-impl WheelEntry for Entry {
-    const SPARE_BITS: u32 = u32::BITS - TAG_CHECK_BITS;
-
-    #[inline]
-    fn spare(self) -> u32 {
-        self.tag >> TAG_CHECK_BITS
-    }
-
-    #[inline]
-    fn with_spare(self, bits: u32) -> Self {
-        Entry {
-            slot: self.slot,
-            tag: self.tag & TAG_CHECK_MASK | bits << TAG_CHECK_BITS,
-        }
-    }
 }
 
 /// An entry in a batch, with the tick by which it must reach the reaper.

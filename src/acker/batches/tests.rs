@@ -214,19 +214,3 @@ fn owners_and_a_reaper_lose_no_entry_and_duplicate_none() {
     assert_eq!(got.len(), 4 * per_thread as usize);
     assert!(got.iter().enumerate().all(|(i, e)| e.slot == i as u32));
 }
-
-#[test]
-fn an_entry_lends_the_wheel_its_top_bits_and_keeps_its_slot_and_tag() {
-    let entry = Entry {
-        slot: 7,
-        tag: 0x000A_BCD1, // below TAG_CHECK_BITS, as `tag_of` makes every tag
-    };
-    assert_eq!(entry.spare(), 0);
-    for bits in [0, 1, 0xABC, (1 << Entry::SPARE_BITS) - 1] {
-        let lent = entry.with_spare(bits);
-        assert_eq!(lent.spare(), bits);
-        assert_eq!(lent.slot, 7);
-        assert_eq!(lent.tag & TAG_CHECK_MASK, entry.tag);
-        assert_eq!(lent.with_spare(0), entry, "given back as it was");
-    }
-}

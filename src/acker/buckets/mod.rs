@@ -1,7 +1,7 @@
 //! The reaper's compact wheel: entries filed under a tick, collected once the tick is due.
 //!
-//! The reaper keeps, for each tree that outlived a tick, one small `Copy`
-//! entry (a slot and a key check) filed under its deadline's tick. Entries are never
+//! The reaper keeps small `Copy` entries (the Acker's: a group of slots, `lean/timers.rs`)
+//! filed under the tick they are due at. Entries are never
 //! cancelled: when one comes due the reaper re-checks it against the table and drops or
 //! re-files it. So this wheel offers only `push` and `advance`, and holds entries in plain
 //! `Vec`s — no node, link or handle per entry.
@@ -42,10 +42,9 @@
 //!
 //! An entry in a bucket of level 1 or above needs its tick's offset from the bucket's start
 //! (a level-`k` bucket spans 2^(6k) ticks) to cascade. An entry type lends the wheel
-//! [`WheelEntry::SPARE_BITS`] bits of its own for that: in a level whose offsets fit (levels
-//! 1 and 2 for the Acker's entries, whose 12 spare bits cover a level-2 bucket's 4,096
-//! ticks: the timeouts of seconds to minutes that most trees have), the offset rides in the
-//! entry; in coarser levels it is kept beside the entries as a `u32` (a level-5 bucket spans
+//! [`WheelEntry::SPARE_BITS`] bits of its own for that: in a level whose offsets fit (every
+//! level for the Acker's group timers, whose 30 spare bits cover a level-5 bucket's 2^30
+//! ticks), the offset rides in the entry; in coarser levels it is kept beside the entries as a `u32` (a level-5 bucket spans
 //! 2^30 ticks). A level-0 bucket holds one tick and stores no offsets. Entries come out of
 //! the wheel with their spare bits zero, as they went in. Each bucket also keeps its least
 //! offset, which makes [`Buckets::next_due`] exact at no per-entry cost.
@@ -263,24 +262,34 @@ impl<E: WheelEntry> Buckets<E> {
     }
 
     /// Keeps only the entries `keep` says to keep, wherever they wait, and frees the
-    /// vectors it empties. O(entries + buckets): for a caller that sweeps out dead entries
-    /// once they outnumber the live ones, so that each costs O(1) amortized.
-    pub(crate) fn retain(&mut self, mut keep: impl FnMut(&E) -> bool) {
+    /// vectors it empties. `keep` is given each entry's tick too (`None` for an entry filed
+    /// at or before the wheel's time, which waits for the next `advance`). O(entries +
+    /// buckets): for a caller that sweeps out dead entries once they outnumber the live
+    /// ones, so that each costs O(1) amortized.
+    pub(crate) fn retain_filed(&mut self, mut keep: impl FnMut(Option<u64>, &E) -> bool) {
+        let time = self.time;
         for level in 0..LEVELS {
             let mut occupied = self.occupied[level];
+            // A level-`k` bucket's entries share the time's digits above `k`, and `b` is
+            // their digit `k` (module docs, "Invariants").
+            let above = time & !low_mask(level + 1);
             while occupied != 0 {
                 let b = occupied.trailing_zeros() as usize;
                 occupied &= occupied - 1;
+                let start = above | (b as u64) << shift(level);
                 let bucket = &mut self.buckets[level * BUCKETS + b];
                 if level == 0 {
-                    bucket.entries.retain(|e| keep(e));
+                    bucket.entries.retain(|e| keep(Some(start), e));
                 } else if inline_offsets::<E>(level) {
-                    bucket.entries.retain(|e| keep(&e.with_spare(0)));
+                    bucket
+                        .entries
+                        .retain(|e| keep(Some(start | u64::from(e.spare())), &e.with_spare(0)));
                     bucket.min_offset = bucket.entries.iter().map(|e| e.spare()).min().unwrap_or(0);
                 } else {
                     let mut kept = 0;
                     for i in 0..bucket.entries.len() {
-                        if keep(&bucket.entries[i]) {
+                        let tick = start | u64::from(bucket.offsets[i]);
+                        if keep(Some(tick), &bucket.entries[i]) {
                             bucket.entries[kept] = bucket.entries[i];
                             bucket.offsets[kept] = bucket.offsets[i];
                             kept += 1;
@@ -296,8 +305,8 @@ impl<E: WheelEntry> Buckets<E> {
                 }
             }
         }
-        self.ready.retain(|e| keep(e));
-        self.overflow.retain(|(_, e)| keep(e));
+        self.ready.retain(|e| keep(None, e));
+        self.overflow.retain(|&(t, e)| keep(Some(t), &e));
         self.overflow_min = self.overflow.iter().map(|&(t, _)| t).min().unwrap_or(0);
         self.len = self.ready.len()
             + self.overflow.len()

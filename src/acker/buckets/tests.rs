@@ -2,7 +2,7 @@
 
 use super::*;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::mpsc;
 use std::time::Duration;
 
@@ -262,12 +262,26 @@ fn retain_against_model<E: WheelEntry>(make: fn(u64) -> E, id: fn(E) -> u64) {
     let mut rng = StdRng::seed_from_u64(11);
     let mut wheel = Buckets::new(100);
     let mut model: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
+    let mut ticks = HashMap::new();
     for i in 0..20_000u64 {
         let tick = 100 + (rng.random::<u64>() >> rng.random_range(20..64));
         wheel.push(tick, make(i));
         model.entry(tick.max(100)).or_default().push(i);
+        ticks.insert(i, tick);
     }
-    wheel.retain(|&e| id(e) % 3 == 0);
+    // Off a round time, with entries cascaded to finer levels on the way.
+    let mut due = Vec::new();
+    wheel.advance(100 + 4_099, &mut due);
+    let mut expected = model_due(&mut model, 100 + 4_099);
+    let mut ids: Vec<u64> = due.into_iter().map(id).collect();
+    ids.sort_unstable();
+    expected.sort_unstable();
+    assert_eq!(ids, expected);
+    // Each entry's tick as the wheel gives it is the one it was filed under.
+    wheel.retain_filed(|tick, &e| {
+        assert_eq!(tick, Some(ticks[&id(e)]), "entry {}", id(e));
+        id(e) % 3 == 0
+    });
     model.values_mut().for_each(|v| v.retain(|e| e % 3 == 0));
     model.retain(|_, v| !v.is_empty());
     assert_eq!(wheel.len(), model.values().map(Vec::len).sum::<usize>());

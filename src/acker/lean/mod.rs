@@ -29,11 +29,12 @@
 //! ## Timers
 //!
 //! A created entry is filed in its creator's batch; those that outlive the hand-off age go
-//! to the reaper (`batches.rs`), which files each under its deadline's tick in its wheel
-//! (`buckets.rs`).
-//! When an entry comes due the reaper asks the table (`Roots::expire`): gone (completed,
-//! reused) is dropped, a moved deadline is filed again, an initialized tree times out, an
-//! orphan is dropped. See `reaper.rs`.
+//! to the reaper (`batches.rs`), which keeps one timer per group of slots rather than per
+//! root (`timers.rs`): the group's entry in its wheel (`buckets.rs`) is due by the
+//! earliest deadline of the roots registered in it. When a group comes due the reaper
+//! asks the table about each of its slots (`Roots::expire`): gone (completed, reused) is
+//! dropped, an initialized tree whose deadline has come times out, an orphan is dropped,
+//! and the earliest deadline left files the group again. See `reaper.rs`.
 //!
 //! ## The bound, and growth
 //!
@@ -68,6 +69,7 @@ mod layout;
 mod reaper;
 mod shutdown;
 mod tables;
+mod timers;
 
 pub(super) use driver::{ExpiryWaker, Next};
 pub(super) use shutdown::Handle;
@@ -512,10 +514,35 @@ impl<T: Send + 'static> Lean<T> {
         [current, successors, retired, wheel]
     }
 
-    /// Entries in the reaper's wheel (for tests; entries still in batches or the inbox are
-    /// not counted).
+    /// Entries in the reaper's wheel (for tests).
     pub(super) fn scheduled_timers(&self) -> usize {
         self.reaper.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    /// Roots the reaper's timers cover: in a group whose filed tick is at or before their
+    /// deadline (`timers.rs`). For tests: right after a manual pass, every pending root.
+    pub(super) fn covered_roots(&self) -> usize {
+        let active = self.batches.enter();
+        let wheel = self.reaper.lock().unwrap_or_else(|e| e.into_inner());
+        let mut covered = 0;
+        for (table, t) in self.tables.iter().enumerate() {
+            // Safety: inside the operation `active` marks.
+            for roots in chain(unsafe { t.current() }) {
+                for slot in 0..roots.slots() {
+                    let (Some(_), Some(deadline)) = (roots.key_in(slot), roots.deadline(slot))
+                    else {
+                        continue;
+                    };
+                    let filed = wheel.filed(table, roots.gen(), slot / GROUP_SLOTS);
+                    if filed.is_some_and(|filed| reached(filed as Tick, deadline)) {
+                        covered += 1;
+                    }
+                }
+            }
+        }
+        drop(wheel);
+        drop(active);
+        covered
     }
 
     /// After an operation's table calls on `roots` (and its successors): files the timers
@@ -577,6 +604,29 @@ impl<T: Send + 'static> Lean<T> {
         roots
             .key_in(slot)
             .is_some_and(|key| tag_of(key.tag(), roots.gen()) == entry.tag)
+    }
+
+    /// A group timer's table, generation (in full) and group, and whether any slot of the
+    /// group holds a root (or one being moved); `None` for an older generation's. Called
+    /// inside an acker operation.
+    fn group_state(&self, timer: &timers::GroupTimer) -> Option<(usize, u32, usize, bool)> {
+        let entry = Entry {
+            slot: timer.first,
+            tag: timer.gen,
+        };
+        let (table, roots, first) = self.locate(&entry)?;
+        let live = (first..first + GROUP_SLOTS).any(|slot| roots.key_in(slot).is_some());
+        Some((table, roots.gen(), first / GROUP_SLOTS, live))
+    }
+
+    /// Drops the reaper's filed ticks of `table`'s generations that left its chain. Called
+    /// inside an acker operation.
+    fn prune_filed(&self, table: usize, filed: &mut timers::Filed) {
+        if let Some(t) = self.tables.get(table) {
+            // Safety: the caller's contract.
+            let current = unsafe { t.current() };
+            filed.prune(table, |gen| chain(current).any(|g| g.gen() == gen));
+        }
     }
 
     /// A timer entry's table generation and slot: the table is the slot number's top bits

@@ -4,23 +4,24 @@
 //!
 //! 1. Collect the batches' entries (`batches.rs`): those handed off by their owners, and
 //!    those of batches quiet since an earlier tick (in manual mode, every batch's).
-//! 2. File each under its slot's deadline in the wheel (`buckets.rs`), or drop it if its
-//!    slot no longer holds an uncompleted root of its tag.
-//! 3. Advance the wheel to now, and for each due entry ask the table (`Roots::expire`):
-//!    `Gone` is dropped; `NotDue(deadline)` (a reset or a joining init moved it) is filed
-//!    again; `Joining` (an init is
-//!    writing its payload) is filed for the next tick; `Dropped` counts an orphan;
-//!    `TimedOut` is delivered here, after the wheel's lock is released.
+//! 2. Register each root (`timers.rs`): its group of slots gets a wheel entry at the root's
+//!    deadline, unless one filed at or before it covers it already; an entry whose slot no
+//!    longer holds an uncompleted root of its tag is dropped.
+//! 3. Advance the wheel to now, and for each due group look at every slot of it
+//!    (`Roots::expire`): `TimedOut` is delivered here, after the wheel's lock is released;
+//!    `Dropped` counts an orphan; `NotDue(deadline)` (a reset, a joining init, or a root
+//!    that is simply due later) and `Joining` (an init writing its payload, a root being
+//!    moved: the next tick) give the group's next look, filed at the earliest of them.
 //!
 //! ## Dead entries
 //!
-//! An entry whose tree completed after its hand-off stays in the wheel until its deadline
-//! (nothing cancels it: the completer never touches the reaper's structures). With a long
-//! timeout and trees that live a few ticks that is many dead entries, so when the wheel
-//! holds more than twice the pending count (plus [`SWEEP_SLACK`]) the pass sweeps it,
-//! keeping the entries whose slot still holds their root. A sweep costs the wheel's size and
-//! comes only after as many dead entries have gathered, so each costs O(1) amortized, and
-//! the wheel stays within about twice the pending roots.
+//! An entry whose group's trees all completed stays in the wheel until it comes due
+//! (nothing cancels it: the completer never touches the reaper's structures), and so does
+//! the later entry of a group that a registration filed earlier (`timers.rs`, *stale*).
+//! When the wheel holds more than twice the pending count (plus [`SWEEP_SLACK`]) the pass
+//! sweeps it, keeping each group's named entry while the group has a root. A sweep costs
+//! the wheel's size and comes only after as many dead entries have gathered, so each costs
+//! O(1) amortized, and the wheel stays within about twice the pending roots.
 //!
 //! ## Sleeping
 //!
@@ -36,10 +37,11 @@
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Duration;
 
-use super::Lean;
+use super::timers::{File, Filed, GroupTimer};
+use super::{tag_of, Lean, GEN_MASK};
 use crate::acker::batches::{trim, Entry};
 use crate::acker::buckets::Buckets;
-use crate::acker::roots::{reached, Done, Expiry, Tick};
+use crate::acker::roots::{reached, Done, Expiry, Tick, GROUP_SLOTS};
 use crate::sync::Ordering;
 use std::sync::Arc;
 use std::thread;
@@ -47,20 +49,22 @@ use std::thread;
 /// Dead entries the wheel may hold beyond twice the pending count before a sweep.
 const SWEEP_SLACK: usize = 4096;
 
-/// The reaper's wheel and its scratch vectors.
+/// The reaper's wheel, its groups' filed ticks and its scratch vectors.
 #[derive(Debug)]
 pub(super) struct Wheel {
-    buckets: Buckets<Entry>,
+    buckets: Buckets<GroupTimer>,
+    filed: Filed,
     /// The last full tick a pass ran at: passes never go back.
     now: u64,
     collected: Vec<Entry>,
-    due: Vec<Entry>,
+    due: Vec<GroupTimer>,
 }
 
 impl Wheel {
     pub(super) fn new(now: u64) -> Self {
         Wheel {
             buckets: Buckets::new(now),
+            filed: Filed::default(),
             now,
             collected: Vec::new(),
             due: Vec::new(),
@@ -71,17 +75,36 @@ impl Wheel {
         self.buckets.len()
     }
 
-    /// Heap bytes: the wheel's buckets and the pass's scratch vectors.
+    /// Heap bytes: the wheel's buckets, the filed ticks and the pass's scratch vectors.
     pub(super) fn heap_bytes(&self) -> usize {
         self.buckets.heap_bytes()
-            + (self.collected.capacity() + self.due.capacity()) * std::mem::size_of::<Entry>()
+            + self.filed.heap_bytes()
+            + self.collected.capacity() * std::mem::size_of::<Entry>()
+            + self.due.capacity() * std::mem::size_of::<GroupTimer>()
     }
 
     /// The full tick of a `u32` tick near the wheel's time (within 2^31 ticks).
     fn full(&self, tick: Tick) -> u64 {
-        let delta = tick.wrapping_sub(self.now as Tick) as i32;
-        self.now.wrapping_add_signed(i64::from(delta))
+        full_near(self.now, tick)
     }
+
+    /// The group's filed tick (tests' coverage count).
+    pub(super) fn filed(&self, table: usize, gen: u32, group: usize) -> Option<u64> {
+        let now = self.now;
+        self.filed.filed(table, gen, group, |t| full_near(now, t))
+    }
+
+    fn push(&mut self, decision: File, timer: GroupTimer) {
+        if let File::At(tick) = decision {
+            self.buckets.push(tick, timer);
+        }
+    }
+}
+
+/// The full tick of a `u32` tick within 2^31 ticks of `now`.
+fn full_near(now: u64, tick: Tick) -> u64 {
+    let delta = tick.wrapping_sub(now as Tick) as i32;
+    now.wrapping_add_signed(i64::from(delta))
 }
 
 /// What a pass did.
@@ -114,27 +137,47 @@ pub(super) fn run_once<T: Send + 'static>(lean: &Lean<T>, everything: bool) -> P
         let mut due = std::mem::take(&mut wheel.due);
         wheel.buckets.advance(now, &mut due);
         pass.worked |= !due.is_empty();
-        for entry in due.drain(..) {
-            let Some((table, roots, slot)) = lean.locate(&entry) else {
-                continue; // an older generation's: its root moved, with a timer of its own
+        for timer in due.drain(..) {
+            let entry = Entry {
+                slot: timer.first,
+                tag: timer.gen,
             };
-            let mut done = Done::default();
-            match roots.expire(slot, entry.tag, now32, &mut done) {
-                Expiry::Gone => {}
-                Expiry::Dropped => {
-                    // Relaxed: a statistic.
-                    lean.counters()
-                        .orphans_expired
-                        .fetch_add(1, Ordering::Relaxed);
+            let Some((table, roots, first)) = lean.locate(&entry) else {
+                continue; // an older generation's: its roots moved, with timers of their own
+            };
+            // Every slot of the group: the earliest deadline left decides the next look.
+            let mut earliest = None;
+            for slot in first..first + GROUP_SLOTS {
+                let Some(key) = roots.key_in(slot) else {
+                    continue;
+                };
+                let mut done = Done::default();
+                let next =
+                    match roots.expire(slot, tag_of(key.tag(), roots.gen()), now32, &mut done) {
+                        Expiry::Gone => None,
+                        Expiry::Dropped => {
+                            // Relaxed: a statistic.
+                            lean.counters()
+                                .orphans_expired
+                                .fetch_add(1, Ordering::Relaxed);
+                            None
+                        }
+                        Expiry::TimedOut => {
+                            if let Some(completed) = done.take() {
+                                timed_out.push((table, roots, completed));
+                            }
+                            None
+                        }
+                        Expiry::NotDue(deadline) => Some(wheel.full(deadline)),
+                        Expiry::Joining => Some(now + 1),
+                    };
+                if let Some(next) = next {
+                    earliest = Some(earliest.map_or(next, |e: u64| e.min(next)));
                 }
-                Expiry::TimedOut => {
-                    if let Some(completed) = done.take() {
-                        timed_out.push((table, roots, completed));
-                    }
-                }
-                Expiry::NotDue(deadline) => wheel.buckets.push(wheel.full(deadline), entry),
-                Expiry::Joining => wheel.buckets.push(now + 1, entry),
             }
+            let at = (table, roots.gen(), roots.groups(), first / GROUP_SLOTS);
+            let decision = wheel.filed.refile(at, now, earliest, |t| full_near(now, t));
+            wheel.push(decision, timer);
         }
         wheel.due = due;
         // A burst (a million trees handed over at once) must not keep its scratch space.
@@ -143,7 +186,26 @@ pub(super) fn run_once<T: Send + 'static>(lean: &Lean<T>, everything: bool) -> P
         // Entries of trees completed after their hand-off wait for their deadlines; once
         // they outnumber what is pending (plus some), a sweep drops them (module docs).
         if wheel.buckets.len() > 2 * lean.pending() + SWEEP_SLACK {
-            wheel.buckets.retain(|e| lean.entry_live(e));
+            let Wheel { buckets, filed, .. } = wheel;
+            buckets.retain_filed(|tick, timer| match lean.group_state(timer) {
+                // The group's named entry (`timers.rs`); one waiting for the next advance,
+                // or any when nothing reads as named, is kept too.
+                Some((table, gen, group, true)) => {
+                    match (tick, filed.filed(table, gen, group, |t| full_near(now, t))) {
+                        (Some(tick), Some(named)) => tick == named,
+                        _ => true,
+                    }
+                }
+                Some((table, gen, group, false)) => {
+                    filed.clear(table, gen, group);
+                    false
+                }
+                None => false, // an older generation's: its roots moved, with timers of their own
+            });
+        }
+        // The filed ticks of generations that left their tables' chains.
+        for table in 0..wheel.filed.tables() {
+            lean.prune_filed(table, &mut wheel.filed);
         }
     }
 
@@ -163,23 +225,33 @@ pub(super) fn run_once<T: Send + 'static>(lean: &Lean<T>, everything: bool) -> P
     pass
 }
 
-/// Files `entry` under its slot's deadline, unless its slot no longer holds its root.
+/// Registers `entry`'s root with the reaper: its group gets a timer at its deadline
+/// unless one at or before it is filed already (`timers.rs`). Nothing when its slot no
+/// longer holds its root.
 fn file<T: Send + 'static>(lean: &Lean<T>, wheel: &mut Wheel, entry: Entry) {
     if !lean.entry_live(&entry) {
         return;
     }
-    let Some((_, roots, slot)) = lean.locate(&entry) else {
+    let Some((table, roots, slot)) = lean.locate(&entry) else {
         return;
     };
     let Some(deadline) = roots.deadline(slot) else {
         return;
     };
-    let tick = if reached(deadline, wheel.now as Tick) {
-        wheel.now // due already: the next advance returns it
+    let now = wheel.now;
+    let tick = if reached(deadline, now as Tick) {
+        now // due already: the next advance returns it
     } else {
         wheel.full(deadline)
     };
-    wheel.buckets.push(tick, entry);
+    let group = slot / GROUP_SLOTS;
+    let at = (table, roots.gen(), roots.groups(), group);
+    let decision = wheel.filed.cover(at, tick, |t| full_near(now, t));
+    let timer = GroupTimer {
+        first: entry.slot - (slot % GROUP_SLOTS) as u32,
+        gen: roots.gen() & GEN_MASK,
+    };
+    wheel.push(decision, timer);
 }
 
 /// Starts the reaper thread; `handle` keeps its join handle.

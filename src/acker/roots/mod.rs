@@ -59,7 +59,9 @@ pub use times::{reached, Stamp, Tick};
 use super::credits::Credits;
 use super::word::{Key, Phase, Step, Word, KEY_SHIFT};
 use super::Outcome;
-use crate::sync::{Arc, AtomicPtr, AtomicU128, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use crate::sync::{
+    Arc, AtomicPtr, AtomicU128, AtomicU16, AtomicU32, AtomicU64, AtomicUsize, Ordering,
+};
 use lines::{Group, Lines, Payload, Side};
 
 /// Words per group: four 16-byte words fill a 64-byte line.
@@ -76,14 +78,17 @@ pub const GROUP_SLOTS: usize = 2;
 /// whose overflow count is 0, so a longer window costs only the roots that use it.
 #[cfg(not(loom))]
 pub const MAX_PROBE: usize = 63;
+// A group's overflow count (a `u16`) holds the entries of the groups before it, plus one
+// claim under way per thread.
+const _: () = assert!(MAX_PROBE * GROUP_SLOTS <= 1 << 10);
 /// A claim this many groups past home reports its table crowded (`Done::crowded`).
 const CROWDED_DISTANCE: usize = 2;
 /// The low bits of a timer entry's tag that carry its table's generation (`lean/`): a
 /// tag compares only the bits above.
 pub const GEN_TAG_BITS: u32 = 2;
-/// A timer entry's tag names its root by the bits of its key's tag from [`GEN_TAG_BITS`]
-/// up to this one (18 bits); the bits above it are the reaper's wheel's, which keeps an
-/// entry's offset in its bucket there (`buckets.rs`, "Memory").
+/// A batch entry's tag names its root by the bits of its key's tag from [`GEN_TAG_BITS`]
+/// up to this one (18 bits; a later root that matches costs the reaper one look, never a
+/// wrong timeout); the bits above are zero.
 pub const TAG_CHECK_BITS: u32 = 20;
 /// The bits of a timer entry's tag below [`TAG_CHECK_BITS`].
 pub const TAG_CHECK_MASK: u32 = (1 << TAG_CHECK_BITS) - 1;
@@ -249,7 +254,9 @@ pub struct Roots<T> {
     /// the claimer, 0, before its claim publishes it, and by a joining init) and the
     /// payload (`lines.rs`).
     lines: Lines<T>,
-    overflow: Box<[AtomicU32]>,
+    /// Per group, the entries living past it (module docs): at most [`MAX_PROBE`] groups of
+    /// entries, plus claims under way, so 16 bits are ample.
+    overflow: Box<[AtomicU16]>,
     /// Groups in the table: any number from 2 (a home is a multiply and a shift, so
     /// growth need not double).
     groups: usize,
@@ -307,7 +314,7 @@ impl<T> Roots<T> {
         unsafe {
             Roots {
                 lines: Lines::zeroed(groups),
-                overflow: zeroed(groups, || AtomicU32::new(0)),
+                overflow: zeroed(groups, || AtomicU16::new(0)),
                 clean: zeroed(groups.div_ceil(64), || AtomicU64::new(0)),
                 groups,
                 merged: AtomicU64::new(0),
@@ -324,7 +331,7 @@ impl<T> Roots<T> {
     /// Bytes the table holds (its lines and overflow counts).
     pub fn bytes(&self) -> usize {
         self.lines.len() * std::mem::size_of::<lines::Line<T>>()
-            + self.overflow.len() * std::mem::size_of::<AtomicU32>()
+            + self.overflow.len() * std::mem::size_of::<AtomicU16>()
     }
 
     /// Slots in the table.
@@ -439,7 +446,7 @@ impl<T> Roots<T> {
     /// Adds `delta` (1 or -1) to the overflow counts of the `d` groups from `home` on.
     fn count_overflow(&self, home: usize, d: usize, delta: i32) {
         for group in (0..d).map(|j| self.wrap(home + j)) {
-            self.overflow[group].fetch_add(delta as u32, Ordering::SeqCst);
+            self.overflow[group].fetch_add(delta as u16, Ordering::SeqCst);
         }
     }
 

@@ -419,7 +419,7 @@ fn merges_conserve_every_xor_under_churn() {
     let have: Vec<u32> = roots
         .overflow
         .iter()
-        .map(|c| c.load(Ordering::SeqCst))
+        .map(|c| u32::from(c.load(Ordering::SeqCst)))
         .collect();
     assert_eq!(have, counts, "overflow counts against occupancy");
 }

@@ -31,9 +31,9 @@ fn manual(
     (builder(b).build_manual().unwrap(), log)
 }
 
-/// Timers in the acker's wheel (right after a pass, every batch has been taken over).
-fn wheel_timers<T: Send + 'static>(acker: &Acker<T>) -> usize {
-    acker.scheduled_timers()
+/// Roots the acker's wheel covers (right after a pass, every batch has been taken over).
+fn covered<T: Send + 'static>(acker: &Acker<T>) -> usize {
+    acker.covered_roots()
 }
 
 fn take(log: &Log) -> Vec<(u64, u32, Outcome)> {
@@ -610,9 +610,10 @@ fn model_test_against_a_sequential_reference() {
                         }
                     }
                     assert_eq!(delivered, expected.len(), "{ctx}");
-                    // Right after a pass, every pending root (orphans too) has a timer.
-                    // Timers are lazy: a completed tree's waits for its deadline or a sweep.
-                    assert!(wheel_timers(&acker) >= model.len(), "{ctx}");
+                    // Right after a pass, every pending root (orphans too) is covered by
+                    // its group's timer.
+                    assert_eq!(covered(&acker), acker.pending(), "{ctx}");
+                    assert!(covered(&acker) >= model.len(), "{ctx}");
                 }
             }
             let mut got = take(&log);

@@ -220,13 +220,13 @@ fn threaded_bytes_per_root(roots: usize, seed: u64) -> Result<Option<f64>, Strin
     let waited = Instant::now();
     let pending = loop {
         let pending = acker.pending();
-        if pending <= roots && acker.scheduled_timers() >= pending {
+        if pending <= roots && acker.covered_roots() >= pending {
             break pending;
         }
         if waited.elapsed() > Duration::from_secs(30) {
             return Err(format!(
-                "memory phase: the reaper thread scheduled {} timers of {pending} in 30 s",
-                acker.scheduled_timers()
+                "memory phase: the reaper thread covered {} roots of {pending} in 30 s",
+                acker.covered_roots()
             ));
         }
         std::thread::sleep(Duration::from_millis(1));
