@@ -370,10 +370,11 @@ impl<T: Send + 'static> AckerBuilder<T> {
 ///   [`build_manual`](AckerBuilder::build_manual) starts none: call
 ///   [`expire`](Self::expire) yourself.
 /// * **Memory**: under 1 MiB before the first tree (tables start small and grow with what
-///   is pending, then shrink after it falls); about 53 B per pending tree with a `u32`
-///   payload in a full acker at 1M pending (a 32-byte slot in tables 4/5 full, and an
-///   8-byte timer entry for trees that live past about 64 ticks), 55-77 B below the
-///   brim, where tables run 1/2 to 3/4 full; larger payloads add their size.
+///   is pending, then shrink after it falls); about 48 B per pending tree with a `u32`
+///   payload in a full acker at 1M pending (a 32-byte slot in tables 4/5 full, and one
+///   8-byte timer per group of four slots for trees that live past about 64 ticks),
+///   50-72 B below the brim, where tables run 1/2 to 3/4 full; larger payloads add their
+///   size.
 /// * **Time**: a message is a hash, a load of the root's 64-byte line and one 128-bit
 ///   compare-and-swap (no lock, no allocation); a tree that completes within about 64
 ///   ticks never reaches the reaper. Init takes the tick once, and the completing call
