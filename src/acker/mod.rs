@@ -652,9 +652,10 @@ impl<T: Send + 'static> Acker<T> {
         self.lean().scheduled_timers()
     }
 
-    /// Pending roots the reaper's timers cover (their group's timer is due by their
-    /// deadline); roots still in their creators' batches are not, until handed off. Lets
-    /// tests and the stress harness check that no timer is lost. A walk of every table.
+    /// Roots in the tables (pending, or a copy being moved) whose group's filed timer is due
+    /// by their deadline. Right after a manual pass every pending root is covered (young
+    /// ones too, if a mate's timer covers them). Lets tests and the stress harness check
+    /// that no timer is lost. A walk of every table.
     #[doc(hidden)]
     pub fn covered_roots(&self) -> usize {
         self.lean().covered_roots()

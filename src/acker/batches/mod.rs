@@ -16,10 +16,11 @@
 //! every entry every tick made a thread that creates long-lived trees fast check each of
 //! them up to the hand-off age's 64 times.) Survivors wait in hand-off order; one filed
 //! with an earlier hand-off than those before it (a tree with a short timeout of its own)
-//! goes to the reaper at its first filter. A tree that completes within the hand-off age never reaches the reaper: the
-//! reaper reads no line of it (it used to get every tree older than one tick, and a
-//! lifecycle of a millisecond then cost the reaper's reads of lines the workers were
-//! writing).
+//! goes to the reaper at its first filter. A tree that completes within the hand-off age
+//! never reaches the reaper, which does no work for it (it used to get every tree older
+//! than one tick, and a lifecycle of a millisecond then cost the reaper's reads of lines
+//! the workers were writing). The reaper reads its line only when a long-lived group mate
+//! comes due (`lean/timers.rs`).
 //!
 //! ## A thread that goes quiet
 //!

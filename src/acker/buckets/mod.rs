@@ -44,8 +44,8 @@
 //! (a level-`k` bucket spans 2^(6k) ticks) to cascade. An entry type lends the wheel
 //! [`WheelEntry::SPARE_BITS`] bits of its own for that: in a level whose offsets fit (every
 //! level for the Acker's group timers, whose 30 spare bits cover a level-5 bucket's 2^30
-//! ticks), the offset rides in the entry; in coarser levels it is kept beside the entries as a `u32` (a level-5 bucket spans
-//! 2^30 ticks). A level-0 bucket holds one tick and stores no offsets. Entries come out of
+//! ticks), the offset rides in the entry; in coarser levels it is kept beside the entries
+//! as a `u32`. A level-0 bucket holds one tick and stores no offsets. Entries come out of
 //! the wheel with their spare bits zero, as they went in. Each bucket also keeps its least
 //! offset, which makes [`Buckets::next_due`] exact at no per-entry cost.
 //!

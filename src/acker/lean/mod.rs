@@ -10,7 +10,8 @@
 //! `Acked`); the ack that brings an initialized tree's value to 0 completes it in that CAS,
 //! takes the payload and frees the slot. A tree that completes within the hand-off age
 //! ([`HAND_OFF_AGE`] ticks) costs its own slot's lines and its creator's batch
-//! (`batches.rs`), nothing else.
+//! (`batches.rs`), no reaper work (the reaper reads its line only when a long-lived root
+//! of the same group comes due, `timers.rs`).
 //!
 //! ## Times
 //!
@@ -804,8 +805,8 @@ fn generation<T>(roots: &Roots<T>, gen: u32) -> &Roots<T> {
     at
 }
 
-/// A timer entry's tag: the key's tag's check bits, with the generation in the low bits
-/// and the wheel's bits above zero.
+/// A batch entry's tag: the key's tag's check bits, with the generation in the low bits
+/// and the bits above zero.
 #[inline]
 fn tag_of(key_tag: u32, gen: u32) -> u32 {
     key_tag & TAG_CHECK_MASK & !GEN_MASK | gen & GEN_MASK

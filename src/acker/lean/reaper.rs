@@ -19,15 +19,16 @@
 //! (nothing cancels it: the completer never touches the reaper's structures), and so does
 //! the later entry of a group that a registration filed earlier (`timers.rs`, *stale*).
 //! When the wheel holds more than twice the pending count (plus [`SWEEP_SLACK`]) the pass
-//! sweeps it, keeping each group's named entry while the group has a root. A sweep costs
-//! the wheel's size and comes only after as many dead entries have gathered, so each costs
-//! O(1) amortized, and the wheel stays within about twice the pending roots.
+//! sweeps it, keeping each group's named entry (and earlier ones) while the group has a
+//! root. A sweep costs the wheel's size and comes only after as many dead entries have
+//! gathered, so each costs O(1) amortized, and the wheel stays within about twice the
+//! pending roots.
 //!
 //! ## Sleeping
 //!
 //! While entries wait in batches the reaper wakes every tick to collect them; otherwise it
-//! sleeps until the wheel's next due tick begins on the clock ([`sleep_until`]), or, with nothing anywhere, parks with no
-//! deadline. Before any sleep longer than a tick it marks itself idle in the batches and
+//! sleeps until the wheel's next due tick begins on the clock ([`sleep_until`]), or, with
+//! nothing anywhere, parks with no deadline. Before any sleep longer than a tick it marks itself idle in the batches and
 //! checks them once more: a push that makes a batch non-empty wakes an idle reaper, so no
 //! entry waits for a reaper asleep for longer than a tick (`batches.rs`, "Waking the
 //! reaper"). With nothing pending it sleeps without wake-ups. [`next_wait`] makes this
@@ -188,11 +189,12 @@ pub(super) fn run_once<T: Send + 'static>(lean: &Lean<T>, everything: bool) -> P
         if wheel.buckets.len() > 2 * lean.pending() + SWEEP_SLACK {
             let Wheel { buckets, filed, .. } = wheel;
             buckets.retain_filed(|tick, timer| match lean.group_state(timer) {
-                // The group's named entry (`timers.rs`); one waiting for the next advance,
-                // or any when nothing reads as named, is kept too.
+                // Entries after the group's named one are covered by it (`timers.rs`);
+                // earlier ones, one waiting for the next advance, or any when nothing reads
+                // as named, are kept.
                 Some((table, gen, group, true)) => {
                     match (tick, filed.filed(table, gen, group, |t| full_near(now, t))) {
-                        (Some(tick), Some(named)) => tick == named,
+                        (Some(tick), Some(named)) => tick <= named,
                         _ => true,
                     }
                 }

@@ -10,7 +10,7 @@ use rand::{Rng, SeedableRng};
 
 use super::tables::chain;
 use super::{reached, Lean, Ticks, MAX_TIMEOUT_TICKS};
-use crate::{Acker, Completion, ManualClock, Outcome};
+use crate::{Acker, Clock, Completion, ManualClock, Outcome};
 
 type Log = Arc<Mutex<Vec<(u64, u32, Outcome)>>>;
 
@@ -388,4 +388,80 @@ fn a_callers_tick_is_never_behind_the_clock_and_at_most_one_ahead() {
             "caller's tick {tick} outside {before}..={after} + 1"
         );
     }
+}
+
+/// Where `root` lives: its table and slot in the table's current generation.
+fn slot_of(acker: &Acker<u32>, root: u64) -> Option<(usize, usize)> {
+    let lean = acker.lean();
+    let (table, key) = lean.layout.place(root);
+    // Safety: a manual acker with no other thread: nothing retires a generation under us.
+    let roots = unsafe { lean.tables[table].current() };
+    (0..roots.slots())
+        .find(|&slot| roots.key_in(slot) == Some(key))
+        .map(|slot| (table, slot))
+}
+
+/// A group timer filed at a tick whose low 32 bits are all ones reads as none
+/// (`timers.rs`): a mate registered later, due later, names its own entry. A sweep must
+/// keep the earlier entry, or the first root times out at its mate's deadline.
+#[test]
+fn a_group_timer_at_a_tick_that_reads_as_none_survives_a_sweep() {
+    use super::GROUP_SLOTS;
+    let clock = ManualClock::new(0);
+    let (acker, log) = manual(&clock, 1 << 16);
+    let ticks = &acker.lean().ticks;
+    let (own, mates) = (Duration::from_secs(10), Duration::from_secs(20));
+    // The clock where a root with timeout `own` is due at tick 2^32 - 1.
+    let due = u64::from(u32::MAX);
+    let start = due - u64::from(ticks.timeout(own.as_nanos() as u64));
+    let at = |tick: u64| ticks.epoch + ((tick - 1) << ticks.shift);
+    clock.set(at(start));
+    assert_eq!(ticks.full(clock.now()), start);
+    // Dead entries enough for a sweep (more than 2 x pending + 4096) once these complete.
+    let fillers: Vec<u64> = (0..12_000u64).map(|i| 1 << 50 | i).collect();
+    for &r in &fillers {
+        acker.init(r, 0b1, 0).unwrap();
+    }
+    acker.expire();
+    acker.expire();
+    let a = 7u64;
+    acker.init_with_timeout(a, 0b1, 1, own).unwrap();
+    let (table, slot) = slot_of(&acker, a).unwrap();
+    // Safety: as in `slot_of`.
+    let roots = unsafe { acker.lean().tables[table].current() };
+    assert_eq!(
+        roots.deadline(slot),
+        Some(u32::MAX),
+        "not due at the odd tick"
+    );
+    acker.expire(); // registers `a`: its group's filed tick reads as none
+                    // A mate of `a`'s group, due later, registered after it.
+    let b = (1u64 << 40..)
+        .find(|&r| {
+            acker.init_with_timeout(r, 0b1, 2, mates).unwrap();
+            let mate = slot_of(&acker, r)
+                .is_some_and(|(t, s)| t == table && s / GROUP_SLOTS == slot / GROUP_SLOTS);
+            if !mate {
+                assert!(acker.ack(r, 0b1));
+            }
+            mate
+        })
+        .unwrap();
+    acker.expire();
+    for &r in &fillers {
+        assert!(acker.ack(r, 0b1));
+    }
+    acker.expire(); // the sweep
+    assert!(
+        acker.scheduled_timers() < 100,
+        "no sweep: {}",
+        acker.scheduled_timers()
+    );
+    take_roots(&log, Outcome::Acked);
+    clock.set(at(due + 2));
+    acker.expire();
+    assert_eq!(take_roots(&log, Outcome::TimedOut), [a], "`a` late or lost");
+    clock.set(at(due + 20_000));
+    acker.expire();
+    assert_eq!(take_roots(&log, Outcome::TimedOut), [b]);
 }

@@ -26,19 +26,27 @@
 //!   no root is left ([`Filed::refile`]). Otherwise this entry is stale, and the group is
 //!   filed at `m` only if `m` is before `filed`.
 //! * The look sees every registered root still in the group: a slot holds its root from
-//!   the root's creation to its completion, and registration came after the creation. A
-//!   root the look misses was created during it and is not registered yet; its registration
-//!   comes later, and files an entry if `filed` does not cover it.
-//! * A sweep drops the entries of groups with no root left and sets their `filed` to none.
+//!   the root's creation to its completion or its move to a successor table (the mover
+//!   hands the copy to the reaper again, registered in the successor's group), and
+//!   registration came after the creation. A root the look misses was created during it
+//!   and is not registered yet; its registration comes later, and files an entry if
+//!   `filed` does not cover it.
+//! * A sweep drops the entries of groups with no root left (their `filed` becomes none),
+//!   and of the others the entries after `filed`, which the named entry covers. It keeps
+//!   entries before `filed`: normally stale ones that will look again early, but after a
+//!   tick that read as none (below), the one a registered root needs.
 //!
 //! Every entry the reaper files at a tick at or before its time comes out of the wheel's
 //! next advance, in the same pass (the pass registers before it advances): so "`filed` at
 //! or before now" means its entry is due in this pass, and never means it was lost.
 //!
 //! Ticks are kept as their low 32 bits plus one, 0 meaning none. A tick whose low bits are
-//! all ones reads as none: its entry then looks like the one `filed` names when a stale one
-//! comes due, or a registration files a second entry. Either costs a spare look, never a
-//! missed one. A generation's ticks are dropped once it leaves its table's chain.
+//! all ones (once in 2^32 ticks) reads as none: a stale entry that comes due is then taken
+//! for the named one, or a registration files an entry of its own, later than the one at
+//! that tick, and names it; the sweep keeps the earlier one (above). Either costs a spare
+//! look, never a missed one (the tests' coverage count, `Lean::covered_roots`, misses such
+//! a root until its group is filed again). A generation's ticks are dropped once it leaves
+//! its table's chain.
 
 use std::mem;
 
@@ -95,8 +103,8 @@ pub(super) struct Filed {
 pub(super) enum File {
     /// An entry must be filed at this tick.
     At(u64),
-    /// The group's entries cover it already.
-    Covered,
+    /// Nothing to file: the group's entries cover it, or it has no root left.
+    Nothing,
 }
 
 impl Filed {
@@ -141,7 +149,7 @@ impl Filed {
         let (table, gen, groups, group) = at;
         let stored = &mut self.ticks(table, gen, groups)[group];
         match Self::get(*stored, full) {
-            Some(filed) if filed <= tick => File::Covered,
+            Some(filed) if filed <= tick => File::Nothing,
             _ => {
                 *stored = Self::encode(tick);
                 File::At(tick)
@@ -175,9 +183,9 @@ impl Filed {
             }
             (None, _) if named => {
                 *stored = 0;
-                File::Covered
+                File::Nothing
             }
-            _ => File::Covered,
+            _ => File::Nothing,
         }
     }
 
@@ -263,10 +271,10 @@ mod tests {
             File::At(100),
             "the group's first"
         );
-        assert_eq!(filed.cover(AT, 100, full), File::Covered);
+        assert_eq!(filed.cover(AT, 100, full), File::Nothing);
         assert_eq!(
             filed.cover(AT, 250, full),
-            File::Covered,
+            File::Nothing,
             "due later: looked at by 100"
         );
         assert_eq!(
@@ -291,7 +299,7 @@ mod tests {
         assert_eq!(filed.refile(AT, 40, Some(70), full), File::At(70));
         // A stale entry comes due at 60 (say, a reset moved a root): the named one, at 70,
         // is still ahead, and files only a root it would come too late for.
-        assert_eq!(filed.refile(AT, 60, Some(75), full), File::Covered);
+        assert_eq!(filed.refile(AT, 60, Some(75), full), File::Nothing);
         assert_eq!(
             filed.refile(AT, 60, Some(65), full),
             File::At(65),
@@ -299,11 +307,11 @@ mod tests {
         );
         assert_eq!(filed.filed(1, 5, 3, full), Some(65));
         // Named, and the group empty: nothing filed, and the next registration files.
-        assert_eq!(filed.refile(AT, 65, None, full), File::Covered);
+        assert_eq!(filed.refile(AT, 65, None, full), File::Nothing);
         assert_eq!(filed.filed(1, 5, 3, full), None);
         assert_eq!(filed.cover(AT, 500, full), File::At(500));
         // A stale entry of an empty group leaves the named one alone.
-        assert_eq!(filed.refile(AT, 70, None, full), File::Covered);
+        assert_eq!(filed.refile(AT, 70, None, full), File::Nothing);
         assert_eq!(filed.filed(1, 5, 3, full), Some(500));
         // A sweep's clear, and a generation pruned.
         filed.clear(1, 5, 3);
@@ -333,7 +341,7 @@ mod tests {
                 full(t)
             }
         };
-        assert_eq!(filed.refile(AT, odd, Some(odd + 9), near), File::Covered);
+        assert_eq!(filed.refile(AT, odd, Some(odd + 9), near), File::Nothing);
         // And had nothing been filed since, the entry at `odd` would be taken as named.
         filed.clear(1, 5, 3);
         assert_eq!(

@@ -8,8 +8,8 @@ use super::{
 use crate::sync::Ordering;
 
 impl<T> Roots<T> {
-    /// The reaper, at the deadline it last read for the entry it filed in `slot`: a LIVE
-    /// tree whose deadline has come times out (into `done`), a HELD orphan's is dropped.
+    /// The reaper, looking at `slot` of a group whose timer came due (`lean/timers.rs`): a
+    /// LIVE tree whose deadline has come times out (into `done`), a HELD orphan's is dropped.
     /// Nothing happens when the entry is gone (completed, freed, reused) or still JOINING,
     /// and a deadline after `now` comes back as [`Expiry::NotDue`].
     ///
@@ -18,9 +18,10 @@ impl<T> Roots<T> {
     /// reset's R is cleared first, and then the deadline read: a reset after that clear
     /// sets R again and fails our CAS.
     ///
-    /// The entry is named by bits of its key's [`tag`](Key::tag) (`TAG_CHECK_BITS`): a
-    /// later root whose tag has the same bits in the slot is treated as the entry, which is
-    /// harmless, as its own deadline decides.
+    /// The root is named by bits of its key's [`tag`](Key::tag) (`TAG_CHECK_BITS`; the
+    /// reaper passes the tag of the key it has just read in the slot): a later root whose
+    /// tag has the same bits in the slot is treated as the root, which is harmless, as its
+    /// own deadline decides.
     pub fn expire(&self, slot: usize, tag: u32, now: Tick, done: &mut Done<'_>) -> Expiry {
         let mut word = self.word(slot).load();
         loop {
