@@ -607,17 +607,22 @@ impl<T: Send + 'static> Lean<T> {
             .is_some_and(|key| tag_of(key.tag(), roots.gen()) == entry.tag)
     }
 
-    /// A group timer's table, generation (in full) and group, and whether any slot of the
-    /// group holds a root (or one being moved); `None` for an older generation's. Called
-    /// inside an acker operation.
-    fn group_state(&self, timer: &timers::GroupTimer) -> Option<(usize, u32, usize, bool)> {
+    /// A group timer's group, and whether any slot of it holds a root (or one being
+    /// moved); `None` for an older generation's. Called inside an acker operation.
+    fn group_state(&self, timer: &timers::GroupTimer) -> Option<(timers::GroupAt, bool)> {
         let entry = Entry {
             slot: timer.first,
             tag: timer.gen,
         };
         let (table, roots, first) = self.locate(&entry)?;
         let live = (first..first + GROUP_SLOTS).any(|slot| roots.key_in(slot).is_some());
-        Some((table, roots.gen(), first / GROUP_SLOTS, live))
+        let at = timers::GroupAt {
+            table,
+            gen: roots.gen(),
+            groups: roots.groups(),
+            group: first / GROUP_SLOTS,
+        };
+        Some((at, live))
     }
 
     /// Drops the reaper's filed ticks of `table`'s generations that left its chain. Called

@@ -38,7 +38,7 @@
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Duration;
 
-use super::timers::{File, Filed, GroupTimer};
+use super::timers::{File, Filed, GroupAt, GroupTimer};
 use super::{tag_of, Lean, GEN_MASK};
 use crate::acker::batches::{trim, Entry};
 use crate::acker::buckets::Buckets;
@@ -176,7 +176,12 @@ pub(super) fn run_once<T: Send + 'static>(lean: &Lean<T>, everything: bool) -> P
                     earliest = Some(earliest.map_or(next, |e: u64| e.min(next)));
                 }
             }
-            let at = (table, roots.gen(), roots.groups(), first / GROUP_SLOTS);
+            let at = GroupAt {
+                table,
+                gen: roots.gen(),
+                groups: roots.groups(),
+                group: first / GROUP_SLOTS,
+            };
             let decision = wheel.filed.refile(at, now, earliest, |t| full_near(now, t));
             wheel.push(decision, timer);
         }
@@ -192,14 +197,17 @@ pub(super) fn run_once<T: Send + 'static>(lean: &Lean<T>, everything: bool) -> P
                 // Entries after the group's named one are covered by it (`timers.rs`);
                 // earlier ones, one waiting for the next advance, or any when nothing reads
                 // as named, are kept.
-                Some((table, gen, group, true)) => {
-                    match (tick, filed.filed(table, gen, group, |t| full_near(now, t))) {
+                Some((at, true)) => {
+                    match (
+                        tick,
+                        filed.filed(at.table, at.gen, at.group, |t| full_near(now, t)),
+                    ) {
                         (Some(tick), Some(named)) => tick <= named,
                         _ => true,
                     }
                 }
-                Some((table, gen, group, false)) => {
-                    filed.clear(table, gen, group);
+                Some((at, false)) => {
+                    filed.clear(at.table, at.gen, at.group);
                     false
                 }
                 None => false, // an older generation's: its roots moved, with timers of their own
@@ -247,7 +255,12 @@ fn file<T: Send + 'static>(lean: &Lean<T>, wheel: &mut Wheel, entry: Entry) {
         wheel.full(deadline)
     };
     let group = slot / GROUP_SLOTS;
-    let at = (table, roots.gen(), roots.groups(), group);
+    let at = GroupAt {
+        table,
+        gen: roots.gen(),
+        groups: roots.groups(),
+        group,
+    };
     let decision = wheel.filed.cover(at, tick, |t| full_near(now, t));
     let timer = GroupTimer {
         first: entry.slot - (slot % GROUP_SLOTS) as u32,

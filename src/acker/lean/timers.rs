@@ -85,6 +85,17 @@ impl WheelEntry for GroupTimer {
     }
 }
 
+/// A group of a table generation, as [`Filed`] names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct GroupAt {
+    pub table: usize,
+    /// The generation, in full (`Roots::gen`).
+    pub gen: u32,
+    /// The generation's group count (the size of its filed ticks).
+    pub groups: usize,
+    pub group: usize,
+}
+
 /// The filed ticks of one table generation's groups.
 #[derive(Debug)]
 struct Generation {
@@ -140,14 +151,8 @@ impl Filed {
 
     /// A root of `group` was registered with its deadline at `tick`: whether an entry must
     /// be filed for it (then `filed` is that tick).
-    pub(super) fn cover(
-        &mut self,
-        at: (usize, u32, usize, usize),
-        tick: u64,
-        full: impl Fn(u32) -> u64,
-    ) -> File {
-        let (table, gen, groups, group) = at;
-        let stored = &mut self.ticks(table, gen, groups)[group];
+    pub(super) fn cover(&mut self, at: GroupAt, tick: u64, full: impl Fn(u32) -> u64) -> File {
+        let stored = &mut self.ticks(at.table, at.gen, at.groups)[at.group];
         match Self::get(*stored, full) {
             Some(filed) if filed <= tick => File::Nothing,
             _ => {
@@ -161,13 +166,12 @@ impl Filed {
     /// deadline left (module docs): whether to file the group again, and where.
     pub(super) fn refile(
         &mut self,
-        at: (usize, u32, usize, usize),
+        at: GroupAt,
         now: u64,
         earliest: Option<u64>,
         full: impl Fn(u32) -> u64,
     ) -> File {
-        let (table, gen, groups, group) = at;
-        let stored = &mut self.ticks(table, gen, groups)[group];
+        let stored = &mut self.ticks(at.table, at.gen, at.groups)[at.group];
         let filed = Self::get(*stored, full);
         // None, or due by now: this entry, or another due in this pass, is the one named.
         let named = !matches!(filed, Some(filed) if filed > now);
@@ -246,7 +250,12 @@ mod tests {
     use super::*;
 
     /// Group 3 of generation 5 of table 1 (8 groups).
-    const AT: (usize, u32, usize, usize) = (1, 5, 8, 3);
+    const AT: GroupAt = GroupAt {
+        table: 1,
+        gen: 5,
+        groups: 8,
+        group: 3,
+    };
 
     fn full(t: u32) -> u64 {
         u64::from(t)
@@ -284,9 +293,18 @@ mod tests {
         );
         assert_eq!(filed.filed(1, 5, 3, full), Some(40));
         // Other groups, generations and tables have their own.
-        assert_eq!(filed.cover((1, 5, 8, 4), 250, full), File::At(250));
-        assert_eq!(filed.cover((1, 6, 8, 3), 250, full), File::At(250));
-        assert_eq!(filed.cover((0, 5, 8, 3), 250, full), File::At(250));
+        assert_eq!(
+            filed.cover(GroupAt { group: 4, ..AT }, 250, full),
+            File::At(250)
+        );
+        assert_eq!(
+            filed.cover(GroupAt { gen: 6, ..AT }, 250, full),
+            File::At(250)
+        );
+        assert_eq!(
+            filed.cover(GroupAt { table: 0, ..AT }, 250, full),
+            File::At(250)
+        );
         assert_eq!(filed.filed(1, 5, 3, full), Some(40));
     }
 
