@@ -99,10 +99,10 @@ pub(crate) fn available() -> bool {
 #[cfg(all(target_arch = "x86_64", target_os = "linux", not(miri), not(loom)))]
 fn detect() -> bool {
     use std::arch::x86_64::__cpuid;
+    #[allow(unused_unsafe)]
     // Safety: `cpuid` exists on every x86_64 CPU; leaf 0x8000_0000 reports the highest
     // extended leaf, checked before 0x8000_0007 is read. (Safe to call since Rust 1.87;
     // the MSRV needs the block.)
-    #[allow(unused_unsafe)]
     let invariant = unsafe {
         __cpuid(0x8000_0000).eax >= 0x8000_0007 && __cpuid(0x8000_0007).edx & (1 << 8) != 0
     };

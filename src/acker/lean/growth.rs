@@ -241,11 +241,13 @@ impl<T: Send + 'static> Lean<T> {
             bytes[1] += chain(current).skip(1).map(Roots::bytes).sum::<usize>();
         }
         let retired = self.retired.lock().unwrap_or_else(|e| e.into_inner());
-        // Safety: a retired generation is freed only by dropping its `Retired`, under
-        // this lock.
         bytes[2] = retired
             .iter()
-            .map(|r| unsafe { r.roots.as_ref() }.bytes())
+            .map(|r| {
+                // Safety: a retired generation is freed only by dropping its `Retired`,
+                // under this lock.
+                unsafe { r.roots.as_ref() }.bytes()
+            })
             .sum();
         bytes
     }

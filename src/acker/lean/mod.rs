@@ -599,9 +599,14 @@ impl<T: Send + 'static> Lean<T> {
     /// tag. Called inside an acker operation.
     #[inline]
     fn entry_live(&self, entry: &Entry) -> bool {
-        let Some((_, roots, slot)) = self.locate(entry) else {
-            return false;
-        };
+        self.locate(entry)
+            .is_some_and(|(_, roots, slot)| self.holds_entry(roots, slot, entry))
+    }
+
+    /// Whether `slot` of `roots` (where [`locate`](Self::locate) put `entry`) still holds
+    /// the entry's root.
+    #[inline]
+    fn holds_entry(&self, roots: &Roots<T>, slot: usize, entry: &Entry) -> bool {
         roots
             .key_in(slot)
             .is_some_and(|key| tag_of(key.tag(), roots.gen()) == entry.tag)

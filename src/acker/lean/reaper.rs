@@ -239,12 +239,12 @@ pub(super) fn run_once<T: Send + 'static>(lean: &Lean<T>, everything: bool) -> P
 /// unless one at or before it is filed already (`timers.rs`). Nothing when its slot no
 /// longer holds its root.
 fn file<T: Send + 'static>(lean: &Lean<T>, wheel: &mut Wheel, entry: Entry) {
-    if !lean.entry_live(&entry) {
-        return;
-    }
     let Some((table, roots, slot)) = lean.locate(&entry) else {
         return;
     };
+    if !lean.holds_entry(roots, slot, &entry) {
+        return;
+    }
     let Some(deadline) = roots.deadline(slot) else {
         return;
     };

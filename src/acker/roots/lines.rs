@@ -205,12 +205,12 @@ impl<T> std::ops::Deref for Lines<T> {
         #[cfg(loom)]
         return &self.boxed;
         #[cfg(not(loom))]
-        // Safety: `lines` points at `len` lines in memory this value owns, line-aligned,
-        // each a valid `Line<T>` (all zero is one: EMPTY words, zero atomics, and
-        // uninitialized payload cells); shared references only, the parts being atomics
-        // and cells.
-        unsafe {
-            std::slice::from_raw_parts(self.lines.as_ptr(), self.len)
+        {
+            // Safety: `lines` points at `len` lines in memory this value owns,
+            // line-aligned, each a valid `Line<T>` (all zero is one: EMPTY words, zero
+            // atomics, and uninitialized payload cells); shared references only, the parts
+            // being atomics and cells.
+            unsafe { std::slice::from_raw_parts(self.lines.as_ptr(), self.len) }
         }
     }
 }
