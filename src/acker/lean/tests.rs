@@ -424,9 +424,23 @@ fn a_group_timer_at_a_tick_that_reads_as_none_survives_a_sweep() {
     }
     acker.expire();
     acker.expire();
-    let a = 7u64;
-    acker.init_with_timeout(a, 0b1, 1, own).unwrap();
-    let (table, slot) = slot_of(&acker, a).unwrap();
+    // `a` must share its group with a free slot, or no mate can ever join it: a root
+    // whose group the fillers have filled is given back and another one tried.
+    let (a, table, slot) = (7u64..)
+        .take(1 << 16)
+        .find_map(|r| {
+            acker.init_with_timeout(r, 0b1, 1, own).unwrap();
+            let (table, slot) = slot_of(&acker, r).unwrap();
+            // Safety: as in `slot_of`.
+            let roots = unsafe { acker.lean().tables[table].current() };
+            let group = slot / GROUP_SLOTS * GROUP_SLOTS;
+            if (group..group + GROUP_SLOTS).any(|s| roots.key_in(s).is_none()) {
+                return Some((r, table, slot));
+            }
+            assert!(acker.ack(r, 0b1));
+            None
+        })
+        .expect("every group the candidates landed in is full");
     // Safety: as in `slot_of`.
     let roots = unsafe { acker.lean().tables[table].current() };
     assert_eq!(
@@ -437,6 +451,7 @@ fn a_group_timer_at_a_tick_that_reads_as_none_survives_a_sweep() {
     acker.expire(); // registers `a`: its group's filed tick reads as none
                     // A mate of `a`'s group, due later, registered after it.
     let b = (1u64 << 40..)
+        .take(1 << 24)
         .find(|&r| {
             acker.init_with_timeout(r, 0b1, 2, mates).unwrap();
             let mate = slot_of(&acker, r)
@@ -446,7 +461,7 @@ fn a_group_timer_at_a_tick_that_reads_as_none_survives_a_sweep() {
             }
             mate
         })
-        .unwrap();
+        .expect("no root landed in `a`'s group");
     acker.expire();
     for &r in &fillers {
         assert!(acker.ack(r, 0b1));
