@@ -73,9 +73,6 @@
 //! one sees the other: no entry waits for a reaper that sleeps forever. That fence is paid
 //! once per tick per busy thread, not per tree.
 
-#[cfg(not(loom))]
-use std::cell::{Cell, RefCell};
-
 use super::fences::Fences;
 use crate::sync::{
     fence, Arc, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Mutex, Ordering, UnsafeCell,
@@ -592,138 +589,7 @@ impl Batches {
     }
 }
 
-// ---------------------------------------------------------------- the per-thread lookup
-
-/// A thread's batches, one per acker it created entries in. Dropping it (thread exit)
-/// abandons them; the reaper takes over what is left in them.
-#[cfg(not(loom))]
-#[derive(Default)]
-struct Local {
-    batches: Vec<(usize, Arc<Batch>)>,
-}
-
-#[cfg(not(loom))]
-impl Drop for Local {
-    fn drop(&mut self) {
-        // `LAST` must not name a batch this drop may free (an acker id is never reused, so
-        // nothing else can make it name a freed one).
-        LAST.set((0, std::ptr::null()));
-        self.batches.iter().for_each(|(_, b)| Batches::abandon(b));
-    }
-}
-
-#[cfg(not(loom))]
-thread_local! {
-    static LOCAL: RefCell<Local> = RefCell::new(Local::default());
-    /// The last lookup: an acker's id and its batch (kept alive by `LOCAL`).
-    static LAST: Cell<(usize, *const Batch)> = const { Cell::new((0, std::ptr::null())) };
-}
-
-#[cfg(not(loom))]
-impl Batches {
-    /// [`push_to`](Self::push_to) on the calling thread's batch for this acker (registered
-    /// at its first push).
-    #[inline]
-    pub fn push(
-        &self,
-        entry: Entry,
-        hand_off: Tick,
-        now: Tick,
-        live: impl FnMut(&Entry) -> bool,
-    ) -> Pushed {
-        let (id, last) = LAST.get();
-        if id == self.id {
-            // Safety: `LAST` names a batch that this thread's `LOCAL` holds an `Arc` of
-            // (it is set only from there, and `LOCAL` drops no batch while `LAST` names it).
-            return self.push_to(unsafe { &*last }, entry, hand_off, now, live);
-        }
-        let Some(batch) = self.local() else {
-            // The thread is exiting and its batches are gone: straight to the reaper.
-            self.hand_off(std::iter::once(entry));
-            return self.wake_check();
-        };
-        LAST.set((self.id, Arc::as_ptr(&batch)));
-        self.push_to(&batch, entry, hand_off, now, live)
-    }
-
-    /// Marks an acker operation in progress on the calling thread until the returned
-    /// `Active` drops; its `open` says whether the operation may call the callback.
-    #[inline]
-    pub fn enter(&self) -> Active {
-        match self.own() {
-            Some(batch) => self.enter_with(batch),
-            // The thread is exiting: it has no batch to mark, so it counts in the shared
-            // count, and (as before shutdown's close could see that count) does not call
-            // the callback.
-            None => self.enter_shared(false),
-        }
-    }
-
-    /// Whether the calling thread is in an acker operation (a callback calling shutdown).
-    pub fn caller_active(&self) -> bool {
-        // Relaxed: this thread's own counter.
-        self.own()
-            .is_some_and(|b| b.active.load(Ordering::Relaxed) > 0)
-    }
-
-    /// The calling thread's batch (registered at its first use).
-    #[inline]
-    fn own(&self) -> Option<&Batch> {
-        let (id, last) = LAST.get();
-        if id == self.id {
-            // Safety: as in `push`: `LOCAL` keeps the batch `LAST` names alive, and the
-            // reference is used only while this thread runs the caller.
-            return Some(unsafe { &*last });
-        }
-        let batch = self.local()?;
-        LAST.set((self.id, Arc::as_ptr(&batch)));
-        // Safety: as above: `LOCAL` holds an `Arc` of it for as long as this thread runs.
-        Some(unsafe { &*Arc::as_ptr(&batch) })
-    }
-
-    #[cold]
-    fn local(&self) -> Option<Arc<Batch>> {
-        LOCAL
-            .try_with(|local| {
-                let mut local = local.borrow_mut();
-                if let Some((_, batch)) = local.batches.iter().find(|(id, _)| *id == self.id) {
-                    return Arc::clone(batch);
-                }
-                // Batches of ackers that are gone (only this thread still holds them) go now.
-                local.batches.retain(|(_, b)| Arc::strong_count(b) > 1);
-                let batch = self.register();
-                local.batches.push((self.id, Arc::clone(&batch)));
-                batch
-            })
-            .ok()
-    }
-}
-
-#[cfg(loom)]
-impl Batches {
-    /// Under loom: one shared count of operations in progress.
-    pub fn enter(&self) -> Active {
-        self.enter_shared(true)
-    }
-
-    /// Under loom nothing is per-thread.
-    pub fn caller_active(&self) -> bool {
-        false
-    }
-
-    /// Under loom, where the models drive [`push_to`](Self::push_to) with explicit
-    /// batches, an entry filed without one goes straight to the inbox.
-    pub fn push(
-        &self,
-        entry: Entry,
-        _hand_off: Tick,
-        _now: Tick,
-        _live: impl FnMut(&Entry) -> bool,
-    ) -> Pushed {
-        self.hand_off(std::iter::once(entry));
-        self.wake_check()
-    }
-}
+mod local;
 
 #[cfg(all(test, not(loom)))]
 mod tests;

@@ -64,18 +64,19 @@
 //! the scan cannot see; it is then dropped with the acker rather than handed back. That
 //! needs a migration with no room in its successor at the moment of shutdown.
 
+mod deliver;
 mod driver;
 mod growth;
 mod layout;
 mod reaper;
 mod shutdown;
 mod tables;
+mod ticks;
 mod timers;
 
 pub(super) use driver::{ExpiryWaker, Next};
 pub(super) use shutdown::Handle;
 
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Duration;
 
 use crossbeam_utils::CachePadded;
@@ -83,15 +84,16 @@ use crossbeam_utils::CachePadded;
 use super::batches::{Batches, Entry, Pushed};
 use super::credits::Credits;
 use super::fences::Fences;
-use super::roots::{reached, Applied, Completed, Done, Message, Refused, Roots, Stamp, Tick};
+use super::roots::{reached, Applied, Done, Message, Refused, Roots, Tick};
 use super::roots::{GEN_TAG_BITS, GROUP_SLOTS, TAG_CHECK_MASK};
 use super::word::KEY_SHIFT;
-use super::{AckerStats, Callback, Completion, Counters, InitError, Outcome};
-use crate::clock::{tsc, Clock};
+use super::{AckerStats, Callback, Counters, InitError};
+use crate::clock::Clock;
 use crate::sync::{Arc, AtomicBool, AtomicU64, Mutex, Ordering};
 use growth::Retired;
 use layout::{Layout, Mix};
 use tables::{chain, Table};
+use ticks::Ticks;
 // The reaper is a std thread even under loom: the models check the table and batch
 // protocols on their own, not this core's thread.
 use std::thread;
@@ -131,35 +133,6 @@ pub(super) struct Config<T> {
     pub tsc_ticks: bool,
     pub on_complete: Option<Callback<T>>,
     pub manual: bool,
-}
-
-/// The clock in ticks.
-#[derive(Debug)]
-struct Ticks {
-    epoch: u64,
-    shift: u32,
-}
-
-impl Ticks {
-    /// The full tick of `now` (at least 1; a clock read before the epoch is tick 1).
-    #[inline]
-    fn full(&self, now: u64) -> u64 {
-        let since = now.wrapping_sub(self.epoch);
-        if (since as i64) < 0 {
-            return 1;
-        }
-        (since >> self.shift) + 1
-    }
-
-    /// Ticks in `nanos`, rounded up, plus one (module docs), at most [`MAX_TIMEOUT_TICKS`].
-    fn timeout(&self, nanos: u64) -> Tick {
-        let ticks = nanos.div_ceil(1 << self.shift) + 1;
-        ticks.min(MAX_TIMEOUT_TICKS) as Tick
-    }
-
-    fn nanos(&self, ticks: Tick) -> Duration {
-        Duration::from_nanos(u64::from(ticks) << self.shift)
-    }
 }
 
 /// The second-generation core. See the module docs.
@@ -306,38 +279,6 @@ impl<T: Send + 'static> Lean<T> {
     #[inline]
     fn counters(&self) -> &Counters {
         Counters::own(&self.counters)
-    }
-
-    /// The tick now (tests).
-    #[cfg(test)]
-    pub(super) fn tick_now(&self) -> Tick {
-        self.ticks.full(self.clock.now()) as Tick
-    }
-
-    /// The tick now on a caller's thread: from the time-stamp counter when the clock is the
-    /// monotonic one and the counter can be trusted (`clock/tsc.rs`: the clock's tick, or
-    /// the next one within nanoseconds of a boundary, never an earlier one), else a read.
-    #[inline]
-    fn caller_tick(&self) -> Tick {
-        if self.tsc_ticks {
-            if let Some((lo, hi)) = tsc::bounds() {
-                let tick = self.ticks.full(hi);
-                if self.ticks.full(lo) == tick {
-                    return tick as Tick;
-                }
-            }
-            // The range straddles a tick boundary (or there is no anchor yet): read, and
-            // anchor this thread again. `tsc_ticks` says the clock is this one.
-            return self.ticks.full(tsc::read()) as Tick;
-        }
-        self.ticks.full(self.clock.now()) as Tick
-    }
-
-    /// The stamp a new entry gets now: this tick, and the default deadline from it.
-    #[inline]
-    fn stamp_now(&self) -> Stamp {
-        let now = self.caller_tick();
-        Stamp::new(now, now)
     }
 
     pub(super) fn init(
@@ -663,97 +604,6 @@ impl<T: Send + 'static> Lean<T> {
             thread.unpark();
         } else if let Some(wake) = self.expiry_waker.get() {
             wake();
-        }
-    }
-
-    /// Finishes a completion claimed in `roots` (a generation of `table`): takes the
-    /// payload, frees the slot, counts and delivers. `now` is the reaper's tick for a
-    /// timeout (it has it), else the clock is read. `open`: the calling operation's
-    /// [`Active::open`](super::batches::Active): it may call the callback.
-    fn deliver(
-        &self,
-        table: usize,
-        roots: &Roots<T>,
-        completed: Completed,
-        now: Option<Tick>,
-        open: bool,
-    ) {
-        let Completed {
-            slot, key, outcome, ..
-        } = completed;
-        let stamp = roots.times(slot);
-        let start = stamp.map_or(0, |s| s.start());
-        let own_timeout = roots.timeout_of(slot);
-        // Safety: `completed` is a completion this acker's call claimed, finished once here.
-        let payload = unsafe { roots.take(slot) };
-        // Safety: the same completion, freed once, after its take.
-        unsafe { roots.free(slot, key) };
-        // The tree is complete and its slot free: a clock that panics now must not lose the
-        // completion. It is delivered (elapsed 0), and then the panic goes on to the caller.
-        let (now, clock_panic) = match now {
-            Some(now) => (now, None),
-            // The counter's path reads `MonotonicClock`, which does not panic.
-            None if self.tsc_ticks => (self.caller_tick(), None),
-            None => match catch_unwind(AssertUnwindSafe(|| self.clock.now())) {
-                Ok(ns) => (self.ticks.full(ns) as Tick, None),
-                Err(panic) => (start, Some(panic)),
-            },
-        };
-        // A clock that stepped back below the start gives 0, not a wrapped 49 days.
-        let ticks = if reached(start, now) {
-            now.wrapping_sub(start)
-        } else {
-            0
-        };
-        let mut elapsed = self.ticks.nanos(ticks);
-        let counters = self.counters();
-        match outcome {
-            Outcome::Acked => counters.acked.fetch_add(1, Ordering::Relaxed),
-            Outcome::Failed => counters.failed.fetch_add(1, Ordering::Relaxed),
-            Outcome::TimedOut => {
-                // Never less than the timeout (the deadline was reached: this only undoes
-                // the rounding of ticks).
-                let timeout = self.ticks.nanos(own_timeout.unwrap_or(self.timeout) - 1);
-                elapsed = elapsed.max(timeout);
-                // How long after its deadline's tick the reaper got to it.
-                let deadline = stamp.map_or(now, |s| roots.deadline_from(slot, s));
-                let late = if reached(deadline, now) {
-                    u64::from(now.wrapping_sub(deadline))
-                } else {
-                    0
-                };
-                counters.lateness_max.fetch_max(late, Ordering::Relaxed);
-                counters.lateness_total.fetch_add(late, Ordering::Relaxed);
-                counters.timed_out.fetch_add(1, Ordering::Relaxed)
-            }
-        }; // Relaxed (all three): statistics.
-        let completion = Completion {
-            root: self.layout.root(table, key),
-            payload,
-            outcome,
-            elapsed,
-        };
-        // Caught: a panicking callback, or payload drop when there is none, must not unwind
-        // through an acker operation (or end the reaper).
-        let callback = if open {
-            // Safety: the calling operation found the callback open, so shutdown drops it
-            // only after this operation ends (`batches.rs`, "Closing the callback").
-            unsafe { &*self.on_complete.get() }.as_ref()
-        } else {
-            None
-        };
-        let delivered = catch_unwind(AssertUnwindSafe(|| match callback {
-            Some(f) => f(completion),
-            None => drop(completion),
-        }));
-        if delivered.is_err() {
-            // Relaxed: a statistic.
-            self.counters()
-                .callback_panics
-                .fetch_add(1, Ordering::Relaxed);
-        }
-        if let Some(panic) = clock_panic {
-            std::panic::resume_unwind(panic);
         }
     }
 

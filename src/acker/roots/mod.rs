@@ -40,8 +40,8 @@
 //! HELD placeholder and joins it only after a search that finds no twin, so a payload is
 //! never in a loser.
 
-// This file: the slot word, a table's layout, search, claim, empty and the message path
-// (ack and fail). Beside it: `init.rs` (init's join and settle), `twins.rs` (merging twin
+// This file: the slot word, a table's layout and the message path (ack and fail). Beside
+// it: `probe.rs` (search, claim, empty: the probe window and its overflow counts), `init.rs` (init's join and settle), `twins.rs` (merging twin
 // claims), `deadlines.rs` (the reaper's expiry and resets), `taking.rs` (a completion's
 // payload and free, shutdown's take-back), `migrate.rs` (growth), `lines.rs` (memory),
 // `times.rs` (a slot's ticks), `done.rs` (what an operation reports).
@@ -50,10 +50,12 @@ mod done;
 mod init;
 mod lines;
 mod migrate;
+mod probe;
 mod taking;
 mod times;
 mod twins;
 pub use done::{Completed, Done};
+use probe::{Search, Unclaimed, Vacancy};
 pub use times::{reached, Stamp, Tick};
 
 use super::credits::Credits;
@@ -160,17 +162,6 @@ pub enum Applied {
     Retry,
 }
 
-/// Why [`Roots::claim`] claimed nothing.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Unclaimed {
-    /// The slot's word had changed: look again.
-    Raced,
-    /// No EMPTY slot in the root's window could be reserved.
-    NoRoom,
-    /// `max_pending` entries are held.
-    NoCredit,
-}
-
 /// What [`Roots::expire`] did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Expiry {
@@ -229,22 +220,6 @@ impl Message {
             Message::Twin(twin, _) => twin,
         }
     }
-}
-
-/// An EMPTY slot `d` groups past a root's home.
-#[derive(Clone, Copy, Debug)]
-struct Vacancy {
-    slot: usize,
-    d: usize,
-}
-
-/// What [`Roots::search`] found.
-enum Search {
-    Found(usize, Word),
-    /// The root's entry is FROZEN: a mover is copying it to the successor.
-    Frozen(usize, Word),
-    /// No entry; the first EMPTY slot the search passed, if any.
-    Missing(Option<Vacancy>),
 }
 
 /// One table of root words. See the module docs.
@@ -432,186 +407,6 @@ impl<T> Roots<T> {
     #[inline]
     fn group(&self, group: usize) -> &Group {
         &self.lines[group].group
-    }
-
-    /// How many groups past `key`'s home `slot` is.
-    fn distance(&self, key: Key, slot: usize) -> usize {
-        self.wrap(slot / GROUP_SLOTS + self.groups - self.home(key))
-    }
-
-    fn window(&self) -> usize {
-        MAX_PROBE.min(self.groups - 1)
-    }
-
-    /// Adds `delta` (1 or -1) to the overflow counts of the `d` groups from `home` on.
-    fn count_overflow(&self, home: usize, d: usize, delta: i32) {
-        for group in (0..d).map(|j| self.wrap(home + j)) {
-            self.overflow[group].fetch_add(delta as u16, Ordering::SeqCst);
-        }
-    }
-
-    /// Looks for `key`'s entry (the first in probe order, but for `skip`) and, on the way,
-    /// for the first EMPTY slot, where a new entry could go.
-    #[inline]
-    fn search(&self, key: Key, skip: Option<usize>) -> Search {
-        let home = self.home(key);
-        let mut vacancy = None;
-        for d in 0..=self.window() {
-            let group = self.wrap(home + d);
-            for (i, w) in self.group(group).load().into_iter().enumerate() {
-                let slot = group * GROUP_SLOTS + i;
-                if w.holds(key) && Some(slot) != skip {
-                    return Search::Found(slot, w);
-                }
-                if w.frozen_for(key) {
-                    return Search::Frozen(slot, w);
-                }
-                if vacancy.is_none() && w == Word::EMPTY {
-                    vacancy = Some(Vacancy { slot, d });
-                }
-            }
-            if self.overflow[group].load(Ordering::SeqCst) == 0 {
-                break;
-            }
-        }
-        Search::Missing(vacancy)
-    }
-
-    /// Entries of `key`'s root in probe order, but for `skip`: the first, with its word.
-    /// (A FROZEN entry is not one: its mover merges it with any twin in the successor.)
-    fn find_other(&self, key: Key, skip: Option<usize>) -> Option<(usize, Word)> {
-        match self.search(key, skip) {
-            Search::Found(slot, word) => Some((slot, word)),
-            Search::Missing(_) | Search::Frozen(..) => None,
-        }
-    }
-
-    /// The root's entry (the first in probe order), with its word.
-    #[inline]
-    pub fn find(&self, key: Key) -> Option<(usize, Word)> {
-        self.find_other(key, None)
-    }
-
-    /// Reserves `vacancy`, the EMPTY slot a search just saw, or else the first EMPTY slot
-    /// of `key`'s window that it can reserve, stamping its times with `stamp` (`times.rs`),
-    /// takes a credit, and CASes `word` in. A claim far from home (or none for want of
-    /// room) marks `done` crowded.
-    fn claim(
-        &self,
-        key: Key,
-        word: Word,
-        vacancy: Option<Vacancy>,
-        done: &mut Done<'_>,
-    ) -> Result<usize, Unclaimed> {
-        // First, before anything is taken: making the stamp may read a clock that panics.
-        let stamp = done.stamp();
-        let claimed = self.claim_with(key, word, vacancy, stamp, true, |slot| {
-            // Relaxed: published by the claim CAS, before which no one reads it.
-            self.timeout_cell(slot).store(0, Ordering::Relaxed);
-        });
-        match claimed {
-            Ok((_, d)) if d < CROWDED_DISTANCE => {}
-            Ok(_) | Err(Unclaimed::NoRoom) => done.set_crowded(),
-            Err(_) => {}
-        }
-        claimed.map(|(slot, _)| slot)
-    }
-
-    /// [`claim`](Self::claim)'s work: reserves a slot with `stamp`, takes a credit if
-    /// `credit`, runs `fill` on the slot (its timeout, a moved entry's payload), then CASes
-    /// `word` in. The slot and its distance from home.
-    fn claim_with(
-        &self,
-        key: Key,
-        word: Word,
-        vacancy: Option<Vacancy>,
-        stamp: Stamp,
-        credit: bool,
-        fill: impl FnOnce(usize),
-    ) -> Result<(usize, usize), Unclaimed> {
-        let home = self.home(key);
-        let reserve = |slot: usize| {
-            self.times_of(slot)
-                .compare_exchange(0, stamp.bits(), Ordering::SeqCst, Ordering::SeqCst)
-                .is_ok()
-        };
-        if let Some(credits) = self.credits.as_ref().filter(|_| credit) {
-            if !credits.take() {
-                return Err(Unclaimed::NoCredit); // max_pending entries held
-            }
-        }
-        let give_credit = || {
-            if credit {
-                self.give_credit();
-            }
-        };
-        let Some(Vacancy { slot, d }) = vacancy
-            .filter(|v| reserve(v.slot))
-            .or_else(|| self.vacancy(home, reserve))
-        else {
-            give_credit();
-            return Err(Unclaimed::NoRoom);
-        };
-        fill(slot);
-        // The counts first: a search that sees the word must be able to reach it.
-        self.count_overflow(home, d, 1);
-        match self.word(slot).cas(Word::EMPTY, word) {
-            Ok(()) => Ok((slot, d)),
-            Err(_) => {
-                // Cannot happen: times are 0 only while the word is EMPTY and unreserved
-                // (a claim reserves before its word leaves EMPTY, `empty` resets the times
-                // after its word is EMPTY), and no one changes an EMPTY word unreserved.
-                // Were it to, the reservation goes back and the caller looks again.
-                debug_assert!(false, "a reserved slot's word left EMPTY");
-                self.count_overflow(home, d, -1);
-                // Release: as in `empty`.
-                self.times_of(slot).store(0, Ordering::Release);
-                give_credit();
-                Err(Unclaimed::Raced)
-            }
-        }
-    }
-
-    /// The first EMPTY slot in the window of the roots whose home is `home` that `reserve`
-    /// reserves.
-    fn vacancy(&self, home: usize, reserve: impl Fn(usize) -> bool) -> Option<Vacancy> {
-        (0..=self.window()).find_map(|d| {
-            let group = self.wrap(home + d);
-            let words = self.group(group).load();
-            let i = (0..GROUP_SLOTS)
-                .find(|&i| words[i] == Word::EMPTY && reserve(group * GROUP_SLOTS + i))?;
-            Some(Vacancy {
-                slot: group * GROUP_SLOTS + i,
-                d,
-            })
-        })
-    }
-
-    /// Empties a slot whose word was `word` (an orphan dropped, a twin merged, a tree freed)
-    /// and takes its overflow counts off. `Err(now)` when the word moved.
-    fn empty(&self, slot: usize, word: Word) -> Result<(), Word> {
-        self.word(slot).cas(word, Word::EMPTY)?;
-        self.release(slot, word.key());
-        Ok(())
-    }
-
-    /// The end of an emptied entry of `key` in `slot`: its overflow counts come off, then
-    /// its reservation ends and its credit goes back.
-    fn release(&self, slot: usize, key: Key) {
-        self.count_overflow(self.home(key), self.distance(key, slot), -1);
-        // Last: the slot's reservation ends (`times.rs`), and its credit goes back.
-        // Release: a claimer whose reservation CAS reads this 0 then sees the EMPTY word
-        // and the counts above; nothing here is a store-then-load pair, so no SeqCst (a
-        // plain store, not a locked exchange, on x86).
-        self.times_of(slot).store(0, Ordering::Release);
-        self.give_credit();
-    }
-
-    #[inline]
-    fn give_credit(&self) {
-        if let Some(credits) = &self.credits {
-            credits.give();
-        }
     }
 
     /// An ack: XORs `xor` into the root's value, or holds it in a new entry.

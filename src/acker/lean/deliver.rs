@@ -1,0 +1,104 @@
+//! A completion's last steps, on the thread whose CAS completed the tree (or the reaper's,
+//! for a timeout): the payload is taken and the slot freed before anything that can panic
+//! (the clock, the callback), so a panic loses no completion and leaks no slot; then the
+//! statistics, and the callback if the calling operation found it open.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use super::Lean;
+use crate::acker::roots::{reached, Completed, Roots, Tick};
+use crate::acker::{Completion, Outcome};
+use crate::sync::Ordering;
+
+impl<T: Send + 'static> Lean<T> {
+    /// Finishes a completion claimed in `roots` (a generation of `table`): takes the
+    /// payload, frees the slot, counts and delivers. `now` is the reaper's tick for a
+    /// timeout (it has it), else the clock is read. `open`: the calling operation's
+    /// [`Active::open`](super::batches::Active): it may call the callback.
+    pub(super) fn deliver(
+        &self,
+        table: usize,
+        roots: &Roots<T>,
+        completed: Completed,
+        now: Option<Tick>,
+        open: bool,
+    ) {
+        let Completed {
+            slot, key, outcome, ..
+        } = completed;
+        let stamp = roots.times(slot);
+        let start = stamp.map_or(0, |s| s.start());
+        let own_timeout = roots.timeout_of(slot);
+        // Safety: `completed` is a completion this acker's call claimed, finished once here.
+        let payload = unsafe { roots.take(slot) };
+        // Safety: the same completion, freed once, after its take.
+        unsafe { roots.free(slot, key) };
+        // The tree is complete and its slot free: a clock that panics now must not lose the
+        // completion. It is delivered (elapsed 0), and then the panic goes on to the caller.
+        let (now, clock_panic) = match now {
+            Some(now) => (now, None),
+            // The counter's path reads `MonotonicClock`, which does not panic.
+            None if self.tsc_ticks => (self.caller_tick(), None),
+            None => match catch_unwind(AssertUnwindSafe(|| self.clock.now())) {
+                Ok(ns) => (self.ticks.full(ns) as Tick, None),
+                Err(panic) => (start, Some(panic)),
+            },
+        };
+        // A clock that stepped back below the start gives 0, not a wrapped 49 days.
+        let ticks = if reached(start, now) {
+            now.wrapping_sub(start)
+        } else {
+            0
+        };
+        let mut elapsed = self.ticks.nanos(ticks);
+        let counters = self.counters();
+        match outcome {
+            Outcome::Acked => counters.acked.fetch_add(1, Ordering::Relaxed),
+            Outcome::Failed => counters.failed.fetch_add(1, Ordering::Relaxed),
+            Outcome::TimedOut => {
+                // Never less than the timeout (the deadline was reached: this only undoes
+                // the rounding of ticks).
+                let timeout = self.ticks.nanos(own_timeout.unwrap_or(self.timeout) - 1);
+                elapsed = elapsed.max(timeout);
+                // How long after its deadline's tick the reaper got to it.
+                let deadline = stamp.map_or(now, |s| roots.deadline_from(slot, s));
+                let late = if reached(deadline, now) {
+                    u64::from(now.wrapping_sub(deadline))
+                } else {
+                    0
+                };
+                counters.lateness_max.fetch_max(late, Ordering::Relaxed);
+                counters.lateness_total.fetch_add(late, Ordering::Relaxed);
+                counters.timed_out.fetch_add(1, Ordering::Relaxed)
+            }
+        }; // Relaxed (all three): statistics.
+        let completion = Completion {
+            root: self.layout.root(table, key),
+            payload,
+            outcome,
+            elapsed,
+        };
+        // Caught: a panicking callback, or payload drop when there is none, must not unwind
+        // through an acker operation (or end the reaper).
+        let callback = if open {
+            // Safety: the calling operation found the callback open, so shutdown drops it
+            // only after this operation ends (`batches.rs`, "Closing the callback").
+            unsafe { &*self.on_complete.get() }.as_ref()
+        } else {
+            None
+        };
+        let delivered = catch_unwind(AssertUnwindSafe(|| match callback {
+            Some(f) => f(completion),
+            None => drop(completion),
+        }));
+        if delivered.is_err() {
+            // Relaxed: a statistic.
+            self.counters()
+                .callback_panics
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        if let Some(panic) = clock_panic {
+            std::panic::resume_unwind(panic);
+        }
+    }
+}

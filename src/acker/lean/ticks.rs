@@ -1,0 +1,73 @@
+//! Time in ticks: the clock's reading at build is the epoch, a tick is a power of two of
+//! nanoseconds (the resolution), and tick 0 is never used (module docs of `lean/`,
+//! "Times"). Callers read the tick through [`Lean::caller_tick`], which takes it from the
+//! time-stamp counter where it can be trusted; the reaper reads the clock itself.
+
+use std::time::Duration;
+
+use super::{Lean, MAX_TIMEOUT_TICKS};
+use crate::acker::roots::{Stamp, Tick};
+use crate::clock::tsc;
+
+/// The clock in ticks.
+#[derive(Debug)]
+pub(super) struct Ticks {
+    pub(super) epoch: u64,
+    pub(super) shift: u32,
+}
+
+impl Ticks {
+    /// The full tick of `now` (at least 1; a clock read before the epoch is tick 1).
+    #[inline]
+    pub(super) fn full(&self, now: u64) -> u64 {
+        let since = now.wrapping_sub(self.epoch);
+        if (since as i64) < 0 {
+            return 1;
+        }
+        (since >> self.shift) + 1
+    }
+
+    /// Ticks in `nanos`, rounded up, plus one (module docs), at most [`MAX_TIMEOUT_TICKS`].
+    pub(super) fn timeout(&self, nanos: u64) -> Tick {
+        let ticks = nanos.div_ceil(1 << self.shift) + 1;
+        ticks.min(MAX_TIMEOUT_TICKS) as Tick
+    }
+
+    pub(super) fn nanos(&self, ticks: Tick) -> Duration {
+        Duration::from_nanos(u64::from(ticks) << self.shift)
+    }
+}
+
+impl<T: Send + 'static> Lean<T> {
+    /// The tick now (tests).
+    #[cfg(test)]
+    pub(super) fn tick_now(&self) -> Tick {
+        self.ticks.full(self.clock.now()) as Tick
+    }
+
+    /// The tick now on a caller's thread: from the time-stamp counter when the clock is the
+    /// monotonic one and the counter can be trusted (`clock/tsc.rs`: the clock's tick, or
+    /// the next one within nanoseconds of a boundary, never an earlier one), else a read.
+    #[inline]
+    pub(super) fn caller_tick(&self) -> Tick {
+        if self.tsc_ticks {
+            if let Some((lo, hi)) = tsc::bounds() {
+                let tick = self.ticks.full(hi);
+                if self.ticks.full(lo) == tick {
+                    return tick as Tick;
+                }
+            }
+            // The range straddles a tick boundary (or there is no anchor yet): read, and
+            // anchor this thread again. `tsc_ticks` says the clock is this one.
+            return self.ticks.full(tsc::read()) as Tick;
+        }
+        self.ticks.full(self.clock.now()) as Tick
+    }
+
+    /// The stamp a new entry gets now: this tick, and the default deadline from it.
+    #[inline]
+    pub(super) fn stamp_now(&self) -> Stamp {
+        let now = self.caller_tick();
+        Stamp::new(now, now)
+    }
+}
