@@ -112,13 +112,18 @@ const HAND_OFF_AGE: Tick = 64;
 /// the table's index must carry.
 const MIN_TABLES: usize = 1 << KEY_SHIFT;
 
-/// The fewest slots per table, 32 groups (under loom, one probe window: models stay
-/// small): a root's probe window is at most its table's groups less one, so a small
-/// table's whole table is one window, and it refuses an entry only when full.
+/// The fewest slots per table: 128 groups, 16 KiB of lines for a `u32` payload, 256 KiB
+/// for the default 16 tables. A few thousand roots in flight then sit at a load of a
+/// quarter or less: few are displaced from their home group (the ack's short path), and
+/// two threads share fewer lines. Memory per root matters at scale, where tables grow
+/// past this anyway. (Under loom, one probe window: models stay small; under Miri, which
+/// interprets every slot, 32 groups.)
 const MIN_TABLE_SLOTS: usize = if cfg!(loom) {
     (super::roots::MAX_PROBE + 1) * GROUP_SLOTS
-} else {
+} else if cfg!(miri) {
     32 * GROUP_SLOTS
+} else {
+    128 * GROUP_SLOTS
 };
 
 /// What the builder settled, for [`Lean::new`].

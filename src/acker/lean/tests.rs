@@ -14,9 +14,9 @@ use crate::{Acker, Clock, Completion, ManualClock, Outcome};
 
 type Log = Arc<Mutex<Vec<(u64, u32, Outcome)>>>;
 
-/// Trees per test: enough for several growths of 16 tables of 128 slots (Miri interprets
-/// every slot of every generation, so fewer there, but still past the first: over 3/4 of
-/// 2,048 slots).
+/// Trees per test: enough for several growths of 16 tables of 512 slots (Miri interprets
+/// every slot of every generation, so fewer there, where tables start at 128 slots, but
+/// still past the first: over 3/4 of 2,048 slots).
 const TREES: u64 = if cfg!(miri) { 2_000 } else { 60_000 };
 
 /// A manual acker of 16 tables whose completions go to the log.
