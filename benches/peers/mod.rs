@@ -13,8 +13,8 @@
 //! * a second init of a pending root is refused with `Duplicate`;
 //! * exactly one completion per initialized root, through the `on_complete` sink.
 //!
-//! The bench checks these on every tracker before it measures anything (`check_semantics`
-//! in `acker.rs`), so a peer cannot win by doing less.
+//! The bench checks these on every tracker before it measures anything (`semantics.rs`),
+//! so a peer cannot win by doing less.
 //!
 //! The peers key their hash tables with [`U64Hasher`], the same one-multiply mix the Acker
 //! uses, rather than SipHash: the default hasher would add ~15 ns per lookup to every peer,
@@ -25,6 +25,7 @@ pub(crate) mod dash;
 pub(crate) mod entry_map;
 pub(crate) mod moka_cache;
 pub(crate) mod scc_map;
+pub(crate) mod semantics;
 pub(crate) mod storm;
 
 use std::hash::{BuildHasher, Hasher};
