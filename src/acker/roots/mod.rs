@@ -41,10 +41,11 @@
 //! never in a loser.
 
 // This file: the slot word, a table's layout and the message path (ack and fail). Beside
-// it: `probe.rs` (search, claim, empty: the probe window and its overflow counts), `init.rs` (init's join and settle), `twins.rs` (merging twin
-// claims), `deadlines.rs` (the reaper's expiry and resets), `taking.rs` (a completion's
-// payload and free, shutdown's take-back), `migrate.rs` (growth), `lines.rs` (memory),
-// `times.rs` (a slot's ticks), `done.rs` (what an operation reports).
+// it: `probe.rs` (search, claim, empty: the probe window and its overflow counts),
+// `init.rs` (init's join and settle), `twins.rs` (merging twin claims), `deadlines.rs`
+// (the reaper's expiry and resets), `taking.rs` (a completion's payload and free,
+// shutdown's take-back), `migrate.rs` (growth), `lines.rs` (memory), `times.rs` (a slot's
+// ticks), `done.rs` (what an operation reports).
 mod deadlines;
 mod done;
 mod init;

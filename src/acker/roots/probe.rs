@@ -44,7 +44,7 @@ impl<T> Roots<T> {
     }
 
     /// Adds `delta` (1 or -1) to the overflow counts of the `d` groups from `home` on.
-    pub(super) fn count_overflow(&self, home: usize, d: usize, delta: i32) {
+    fn count_overflow(&self, home: usize, d: usize, delta: i32) {
         for group in (0..d).map(|j| self.wrap(home + j)) {
             self.overflow[group].fetch_add(delta as u16, Ordering::SeqCst);
         }
@@ -174,7 +174,7 @@ impl<T> Roots<T> {
 
     /// The first EMPTY slot in the window of the roots whose home is `home` that `reserve`
     /// reserves.
-    pub(super) fn vacancy(&self, home: usize, reserve: impl Fn(usize) -> bool) -> Option<Vacancy> {
+    fn vacancy(&self, home: usize, reserve: impl Fn(usize) -> bool) -> Option<Vacancy> {
         (0..=self.window()).find_map(|d| {
             let group = self.wrap(home + d);
             let words = self.group(group).load();
@@ -208,7 +208,7 @@ impl<T> Roots<T> {
     }
 
     #[inline]
-    pub(super) fn give_credit(&self) {
+    fn give_credit(&self) {
         if let Some(credits) = &self.credits {
             credits.give();
         }
