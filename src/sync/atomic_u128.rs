@@ -60,7 +60,7 @@ impl AtomicU128 {
     /// Loads each of `words` in order, each atomically (the array is not one snapshot: it
     /// is what `N` loads one after the other give). With the inlined path, four words are
     /// four `vmovdqa` in one block and one check of the CPU.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn load_each<const N: usize>(words: &[AtomicU128; N], order: Ordering) -> [u128; N] {
         #[cfg(all(target_arch = "x86_64", not(miri), not(ackwheel_tsan)))]
         if N == 4 && x86::available() {

@@ -112,18 +112,21 @@ const HAND_OFF_AGE: Tick = 64;
 /// the table's index must carry.
 const MIN_TABLES: usize = 1 << KEY_SHIFT;
 
-/// The fewest slots per table: 128 groups, 16 KiB of lines for a `u32` payload, 256 KiB
-/// for the default 16 tables. A few thousand roots in flight then sit at a load of a
-/// quarter or less: few are displaced from their home group (the ack's short path), and
-/// two threads share fewer lines. Memory per root matters at scale, where tables grow
-/// past this anyway. (Under loom, one probe window: models stay small; under Miri, which
-/// interprets every slot, 32 groups.)
+/// The fewest slots per table: 512 groups, 64 KiB of lines for a `u32` payload, 1 MiB of
+/// mapped memory for the default 16 tables (untouched until used: `roots/lines.rs`). A few
+/// thousand roots in flight then sit at a load of an eighth or less: few are displaced
+/// from their home group (the ack's short path), and two threads' roots seldom share a
+/// line. Sharing is what two threads pay most for: with 1k trees in flight each, their
+/// roots in tables of their own ran 1.6x faster than in shared tables of 128 groups, where
+/// about 4 roots in 10 had the other thread's on their line. Memory per root matters at
+/// scale, where tables grow past this anyway. (Under loom, one probe window: models stay
+/// small; under Miri, which interprets every slot, 32 groups.)
 const MIN_TABLE_SLOTS: usize = if cfg!(loom) {
     (super::roots::MAX_PROBE + 1) * GROUP_SLOTS
 } else if cfg!(miri) {
     32 * GROUP_SLOTS
 } else {
-    128 * GROUP_SLOTS
+    512 * GROUP_SLOTS
 };
 
 /// What the builder settled, for [`Lean::new`].

@@ -14,9 +14,9 @@ use crate::{Acker, Clock, Completion, ManualClock, Outcome};
 
 type Log = Arc<Mutex<Vec<(u64, u32, Outcome)>>>;
 
-/// Trees per test: enough for several growths of 16 tables of 512 slots (Miri interprets
-/// every slot of every generation, so fewer there, where tables start at 128 slots, but
-/// still past the first: over 3/4 of 2,048 slots).
+/// Trees per test: enough to grow 16 tables of 2,048 slots (32,768 in all) to almost twice
+/// that (Miri interprets every slot of every generation, so fewer there, where tables start
+/// at 128 slots, but still past the first growth: over 3/4 of 2,048 slots).
 const TREES: u64 = if cfg!(miri) { 2_000 } else { 60_000 };
 
 /// A manual acker of 16 tables whose completions go to the log.
@@ -126,7 +126,8 @@ fn trees_pending_across_growth_time_out_once_and_resets_move_with_them() {
     clock.advance(Duration::from_secs(20));
     // Growth under them: many more trees, created and completed, which also move the
     // stuck ones through several generations; the reaper's passes file their timers.
-    let many = if cfg!(miri) { TREES } else { TREES / 4 };
+    // As many as the smallest tables have slots: more than they can hold at their load.
+    let many = if cfg!(miri) { TREES } else { SMALLEST as u64 };
     for i in 0..many {
         acker.init(i, 0b1, 0).unwrap();
         acker.expire();
@@ -162,7 +163,7 @@ fn take_roots(log: &Log, outcome: Outcome) -> Vec<u64> {
 fn shutdown_hands_back_every_tree_across_generations() {
     let clock = ManualClock::new(0);
     let (acker, _log) = manual(&clock, 1 << 20);
-    let trees = if cfg!(miri) { TREES } else { TREES / 2 };
+    let trees = if cfg!(miri) { TREES } else { SMALLEST as u64 };
     for i in 0..trees {
         acker.init(i, 0b1, i as u32).unwrap();
     }

@@ -45,9 +45,12 @@ pub(super) struct Line<T> {
     pub(super) sides: [Side<T>; GROUP_SLOTS],
 }
 
-/// Lines this large or larger are mapped directly (module docs).
+/// Lines this large or larger are mapped directly (module docs): every table from the
+/// smallest a full acker makes (`lean/`'s `MIN_TABLE_SLOTS`: 64 KiB of lines for a `u32`
+/// payload), so that building an acker touches none of them (calloc wrote 1 MiB for the
+/// default 16 tables) and each goes back to the system when it is dropped.
 #[cfg(all(target_os = "linux", not(miri), not(loom)))]
-const MAP_AT: usize = 256 << 10;
+const MAP_AT: usize = 64 << 10;
 
 /// Mappings this large are aligned to a huge page and ask for transparent huge pages: a
 /// lookup lands on a random line, and with 4 KiB pages nearly every lookup in a large

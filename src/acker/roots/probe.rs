@@ -58,17 +58,28 @@ impl<T> Roots<T> {
         let mut vacancy = None;
         for d in 0..=self.window() {
             let group = self.wrap(home + d);
-            for (i, w) in self.group(group).load().into_iter().enumerate() {
-                let slot = group * GROUP_SLOTS + i;
+            let words = self.group(group).load();
+            // Masks of the group's words of the key (any state) and of its EMPTY words:
+            // most groups hold no word of the key, and then only the first EMPTY matters.
+            let (mut mine, mut empty) = (0u32, 0u32);
+            for (i, w) in words.iter().enumerate() {
+                mine |= u32::from(w.key() == key) << i;
+                empty |= u32::from(*w == Word::EMPTY) << i;
+            }
+            while mine != 0 {
+                let i = mine.trailing_zeros() as usize;
+                mine &= mine - 1;
+                let (slot, w) = (group * GROUP_SLOTS + i, words[i]);
                 if w.holds(key) && Some(slot) != skip {
                     return Search::Found(slot, w);
                 }
                 if w.frozen_for(key) {
                     return Search::Frozen(slot, w);
                 }
-                if vacancy.is_none() && w == Word::EMPTY {
-                    vacancy = Some(Vacancy { slot, d });
-                }
+            }
+            if vacancy.is_none() && empty != 0 {
+                let slot = group * GROUP_SLOTS + empty.trailing_zeros() as usize;
+                vacancy = Some(Vacancy { slot, d });
             }
             if self.overflow[group].load(Ordering::SeqCst) == 0 {
                 break;

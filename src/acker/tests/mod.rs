@@ -275,7 +275,7 @@ fn duplicate_full_and_shutdown_hand_the_payload_back() {
 
 /// Issue 22, item 4: `max_pending(1 << 30)` was accepted and then allocated and touched
 /// about 78 GB. It is a bound now, not an allocation: the largest accepted value builds an
-/// acker whose tables hold a few thousand slots, and one past it is refused by name.
+/// acker whose tables are the smallest (32,768 slots), and one past it is refused by name.
 #[test]
 fn the_largest_max_pending_costs_nothing_up_front_and_one_more_is_refused() {
     let acker: Acker<u32> = Acker::builder()
@@ -283,8 +283,10 @@ fn the_largest_max_pending_costs_nothing_up_front_and_one_more_is_refused() {
         .build_manual()
         .unwrap();
     let [current, successors, retired, wheel] = acker.memory_parts();
+    // The smallest tables: 1 MiB of lines, mapped and untouched until used (their RSS
+    // is the stress harness's `build` figure).
     assert!(
-        current <= 1 << 20,
+        current <= 2 << 20,
         "{current} bytes of tables for an empty acker"
     );
     assert_eq!((successors, retired), (0, 0));
@@ -293,7 +295,7 @@ fn the_largest_max_pending_costs_nothing_up_front_and_one_more_is_refused() {
         "{wheel} bytes of wheel for an empty acker"
     );
     assert!(
-        acker.table_slots() <= 1 << 14,
+        acker.table_slots() <= 1 << 15,
         "{} slots",
         acker.table_slots()
     );
