@@ -189,6 +189,33 @@ fn roots_init_vs_init_joins_once() {
     });
 }
 
+/// Two inits of one new root in a twin window: each may claim the root JOINING, in
+/// different slots (the other thread's claim lands in the slot this one passed). A claimer
+/// searches after its claim, so at least one sees the other and unjoins: one init joins,
+/// the other is refused as a duplicate, and the tree completes once. Bounded at 4, as the
+/// other twin-window models.
+#[test]
+fn roots_init_vs_init_in_a_twin_window_joins_once() {
+    bounded(4).check(|| {
+        let roots = table();
+        let k = key(0, 1);
+        let t = in_a_twin_window(&roots, move |roots| {
+            let mut done = Done::default();
+            roots.init(k, 0b1, 8, &mut done).map(|()| done.is_none())
+        });
+        let mut done = Done::default();
+        let mine = roots.init(k, 0b1, 7, &mut done).map(|()| done.is_none());
+        let theirs = t.join().unwrap();
+        let winner = match (mine, theirs) {
+            (Ok(true), Err(Refused::Duplicate(8))) => 7,
+            (Err(Refused::Duplicate(7)), Ok(true)) => 8,
+            other => panic!("not one init and one duplicate: {other:?}"),
+        };
+        assert_eq!(ack(&roots, k, 0b1), Some((winner, Outcome::Acked)));
+        assert!(roots.is_clear(), "an entry was left behind");
+    });
+}
+
 /// A late (duplicate) ack for root `k` races `k`'s completion, the freeing of its slot and
 /// root `y` moving into that slot: the late ack never XORs into `y` (no grace period: the
 /// 128-bit CAS expects `k`'s key). `y` then completes with exactly its own ack.

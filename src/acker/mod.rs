@@ -537,7 +537,8 @@ impl<T: Send + 'static> Acker<T> {
     ///
     /// It walks every slot of the tables (a few milliseconds per million slots), so it is
     /// kept out of [`stats`](Self::stats): call it for a dashboard every few seconds, not
-    /// per request. An init under way counts for an instant (its placeholder is HELD).
+    /// per request. An init that met a twin of its new entry counts for an instant (its
+    /// entry is HELD until the twins are merged and it joins).
     ///
     /// ```
     /// use ackwheel::Acker;

@@ -24,24 +24,25 @@
 //! ## States
 //!
 //! ```text
-//!            claim                     join (init)             settle
-//!   EMPTY ----------> HELD[F][R] ------------------> JOINING[F][R] ------> LIVE[R]
-//!     ^  (ack, fail,     |   \                           |       \            |
-//!     |   placeholder)   |    \ merged into its twin     |        \ value 0,  | ack to 0, fail,
-//!     |                  |     '---------> EMPTY         |         \ or F     | timeout, take back
-//!     |                  | expire (orphan)               |          v         v
-//!     +------------------'                               '---> EMPTY, reserved
-//!     |                                                             |
-//!     '---------------- free (payload taken, reservation ended) ---'
+//!             claim                     join (init)                settle
+//!  EMPTY -----------------> HELD[F][R] ----------------> JOINING[F][R] -------> LIVE[R]
+//!    |   (ack, fail)         |    |    <----------------     ^     |              |
+//!    |                       |    |     unjoin (a twin)      |     | value 0,     | ack to 0,
+//!    |      expire (orphan)  |    |  merged into its twin    |     | or F         | fail, timeout,
+//!    |                       v    v                          |     v              v take back
+//!    |                     EMPTY EMPTY                       |   EMPTY, reserved <-'
+//!    '-------------------------------------------------------'          |
+//!                      claim (init of a new root)                       |
+//!  EMPTY <--------------- free (payload taken, reservation ended) ------'
 //! ```
 //!
 //! * **HELD**: acks or a fail arrived before init (Storm's orphans). F: a fail was held.
-//!   Init also creates a new root as an empty HELD placeholder and then joins it, so that
-//!   twin claims of one new root (two threads that both found no entry, see `roots/`) only
-//!   ever merge HELD words, which carry no payload.
-//! * **JOINING**: an init won the join CAS and owns the slot's payload cell and times until
-//!   it settles. Acks XOR in and a fail sets F, but nothing completes: the payload is not
-//!   written yet.
+//! * **JOINING**: an init joined a HELD entry, or claimed a new root's slot with its XOR in
+//!   at once, and owns the slot's payload cell and times until it settles. Acks XOR in and
+//!   a fail sets F, but nothing completes: the payload is not written yet. An init whose
+//!   new claim has a twin (two threads that both found no entry, see `roots/`) *unjoins* it
+//!   before anything else: its XOR comes back out and the word is HELD, so twins are only
+//!   ever merged as HELD words, which carry no payload.
 //! * **LIVE**: initialized. An ack that brings the value to 0 completes the tree (`Acked`), a
 //!   fail completes it (`Failed`), the reaper times it out (`TimedOut`).
 //! * **Completed**: the CAS that completes a tree (an ack to 0, a fail, a settle, a
@@ -316,6 +317,24 @@ impl Word {
         Word::held_ack(key, 0)
     }
 
+    /// A new root claimed by its init: JOINING with init's XOR, as a placeholder joined.
+    #[inline]
+    pub fn joining(key: Key, xor: u64) -> Word {
+        Word::new(key, State::of(Phase::Joining, 0), xor)
+    }
+
+    /// Init's claim given up for a twin: JOINING back to HELD with init's XOR taken out,
+    /// flags kept, so the word holds what messages brought (a placeholder with them).
+    /// `None` unless JOINING (only the claiming init leaves JOINING).
+    #[inline]
+    pub fn unjoined(self, xor: u64) -> Option<Word> {
+        let state = self.state();
+        (state.phase()? == Phase::Joining).then(|| Word {
+            value: self.value ^ xor,
+            ..self.with(State::of(Phase::Held, state.flags()))
+        })
+    }
+
     /// An ack: XORs `xor` in; from LIVE, a value of 0 completes the tree `Acked` in this
     /// very CAS. `None` when the word holds no uncompleted tree.
     #[inline]
@@ -391,8 +410,9 @@ impl Word {
     }
 
     /// The reaper, at the deadline, from a word without R: a LIVE tree times out, a HELD
-    /// orphan is dropped (both EMPTY; the orphan has no payload to take). `None` for JOINING (init is about
-    /// to make it LIVE; look again later), with R set, or for no uncompleted tree.
+    /// orphan is dropped (both EMPTY; the orphan has no payload to take). `None` for JOINING
+    /// (init is about to make it LIVE; look again later), with R set, or for no uncompleted
+    /// tree.
     #[inline]
     pub fn expired(self) -> Option<Step> {
         let state = self.state();
@@ -602,6 +622,31 @@ mod tests {
             assert_eq!(w.taken_back(), None);
         }
         assert_eq!(format!("{:?}", moved.state()), "MOVED");
+    }
+
+    #[test]
+    fn init_claims_joining_and_gives_its_xor_back_when_it_unjoins() {
+        let claimed = Word::joining(key(), 0b110);
+        assert_eq!(claimed, Word::placeholder(key()).joined(0b110).unwrap());
+        assert!(claimed.holds(key()));
+        assert_eq!(claimed.joined(1), None, "a second init finds it joined");
+        // An ack and a fail land while it is JOINING; nothing completes.
+        let Some(Step::To(acked)) = claimed.acked(0b010) else {
+            panic!("an ack on JOINING completes nothing");
+        };
+        let Some(Step::To(failed)) = acked.failed() else {
+            panic!("a fail on JOINING is held");
+        };
+        // Unjoined: what the messages brought, held, with the fail.
+        let held = failed.unjoined(0b110).unwrap();
+        assert_eq!(held.value(), 0b010);
+        assert_eq!(held.state().phase(), Some(Phase::Held));
+        assert!(held.state().failed());
+        assert_eq!(held, Word::held_fail(key()).acked(0b010).unwrap().word());
+        // Only JOINING unjoins.
+        assert_eq!(held.unjoined(0b110), None);
+        assert_eq!(claimed.settled().unwrap().word().unjoined(0b110), None);
+        assert_eq!(Word::EMPTY.unjoined(0), None);
     }
 
     #[test]

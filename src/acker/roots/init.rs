@@ -1,20 +1,27 @@
-//! Storm's init on one table: init joins the root's HELD entry (an orphan's, or a
-//! placeholder it creates), writes the payload and settles the word LIVE, or completes the
-//! tree at once when held acks cancel its XOR (Acked wins) or a fail was held.
+//! Storm's init on one table: init joins the root's HELD entry (an orphan's), or claims a
+//! new one JOINING with its XOR in; writes the payload and settles the word LIVE, or
+//! completes the tree at once when held acks cancel its XOR (Acked wins) or a fail was held.
 //!
-//! The placeholder is joined only after a search finds no twin of it (the parent module's
-//! "Twin claims"), so a payload never lands in an entry that loses a merge, and a second
-//! init of the root finds it joined (`Duplicate`).
+//! An entry is joined only after a search finds no twin of it (the parent module's "Twin
+//! claims"), so a payload never lands in an entry that loses a merge, and a second init of
+//! the root finds it joined (`Duplicate`). A new root is claimed JOINING at once, which
+//! spares the placeholder's join CAS: its claimer searches for twins right after the claim
+//! (as every claimer does), and when it finds one it *unjoins*, taking its XOR back out
+//! (JOINING to HELD, what messages brought kept), and goes on as an init that found a HELD
+//! placeholder of its own with a twin: merge, search, join. Of two claimers, at least one
+//! sees the other, so two JOINING twins never both settle; one that sees none is alone.
 
 use super::{Done, Key, Refused, Roots, Search, Step, Tick, Unclaimed, Vacancy, Word};
 use crate::sync::Ordering;
 
-/// What [`Roots::placeholder`] did.
-enum Placeholder {
-    /// Join the entry of the search (the placeholder, or what a merge left), twinless when
-    /// `true`.
-    Join(Search, bool),
-    /// The placeholder moved to the successor: init starts again.
+/// What [`Roots::claim_joined`] did.
+enum Claimed {
+    /// A new entry, JOINING with init's XOR, and no twin: write the payload and settle.
+    Alone(usize),
+    /// A twin was found (the claim unjoined and merged) or the claim raced: join the entry
+    /// of this search.
+    Twin(Search),
+    /// The entry moved to the successor: init starts again.
     Moved,
     /// No room, or no credit.
     Full,
@@ -67,8 +74,6 @@ impl<T> Roots<T> {
         done: &mut Done<'_>,
     ) -> Result<(), Refused<T>> {
         let mut search = self.search(key, None);
-        // The entry in `search` is our placeholder, which a search has just found twinless.
-        let mut alone = false;
         let slot = loop {
             let (slot, word) = match search {
                 Search::Found(slot, word) => (slot, word),
@@ -77,14 +82,15 @@ impl<T> Roots<T> {
                     return Err(Refused::Retry(payload));
                 }
                 Search::Missing(_) if !create => return Err(Refused::Missing(payload)),
-                Search::Missing(vacancy) => {
-                    match self.placeholder(key, vacancy, done) {
-                        Placeholder::Join(next, twinless) => (search, alone) = (next, twinless),
-                        Placeholder::Moved => return Err(Refused::Retry(payload)),
-                        Placeholder::Full => return Err(Refused::Full(payload)),
+                Search::Missing(vacancy) => match self.claim_joined(key, xor, vacancy, done) {
+                    Claimed::Alone(slot) => break slot,
+                    Claimed::Twin(next) => {
+                        search = next;
+                        continue;
                     }
-                    continue;
-                }
+                    Claimed::Moved => return Err(Refused::Retry(payload)),
+                    Claimed::Full => return Err(Refused::Full(payload)),
+                },
             };
             let Some(joined) = word.joined(xor) else {
                 return Err(Refused::Duplicate(payload));
@@ -99,7 +105,7 @@ impl<T> Roots<T> {
             // Join only an entry without a twin: a second init could otherwise join the
             // twin (two joined entries, two completions of one root). Merged first, the
             // pair leaves one entry, which the second init finds joined.
-            if !std::mem::take(&mut alone) && self.find_other(key, Some(slot)).is_some() {
+            if self.find_other(key, Some(slot)).is_some() {
                 self.merge_twins(key, slot, done);
                 search = self.search(key, None);
                 continue;
@@ -112,16 +118,17 @@ impl<T> Roots<T> {
         };
         // SeqCst (the word's): `settle` below publishes it.
         self.payload(slot).0.with_mut(|cell| {
-            // Safety: our join CAS made the slot JOINING: until our settle CAS below, no
-            // other thread reads or writes its payload cell (module docs, `Sync` impl).
+            // Safety: our claim or join CAS made the slot JOINING: until our settle CAS
+            // below, no other thread reads or writes its payload cell (module docs, `Sync`
+            // impl).
             unsafe { (*cell).write(payload) };
         });
         if let Some(own) = timeout {
             // SeqCst: a reset's or a reaper's read of it follows the word it loaded.
             self.timeout_cell(slot).store(own, Ordering::SeqCst);
             if own < self.default_timeout {
-                // Earlier than the timer filed for the entry (an orphan's or a placeholder's
-                // is the default's): it needs another.
+                // Earlier than the timer filed for the entry (an orphan's or a claim's is
+                // the default's): it needs another.
                 done.file_later(self.gen, slot);
             }
         }
@@ -144,32 +151,57 @@ impl<T> Roots<T> {
         }
     }
 
-    /// Creates `key`'s placeholder (an empty HELD entry for init to join) in `vacancy` or
-    /// the first EMPTY slot, and merges any twin; returns what init should join next, and
-    /// whether that is the placeholder with no twin found (init need not search again).
-    fn placeholder(&self, key: Key, vacancy: Option<Vacancy>, done: &mut Done<'_>) -> Placeholder {
-        let placeholder = Word::placeholder(key);
-        match self.claim(key, placeholder, vacancy, done) {
+    /// Claims a new entry for `key` JOINING with init's `xor`, in `vacancy` or the first
+    /// EMPTY slot, and searches for twins (module docs). Alone: the slot, for init to write
+    /// and settle. With a twin, or when a migration has begun, it unjoins first: the entry is
+    /// then an ordinary HELD one, merged with its twin or moved to the successor.
+    fn claim_joined(
+        &self,
+        key: Key,
+        xor: u64,
+        vacancy: Option<Vacancy>,
+        done: &mut Done<'_>,
+    ) -> Claimed {
+        match self.claim(key, Word::joining(key, xor), vacancy, done) {
+            // Checked after the claim, as for a join: a creator in the successor searched
+            // here after `next` was set, so it saw this entry (`migrate.rs`). JOINING
+            // words are not moved: HELD first, then moved as any new entry.
             Ok(slot) if self.successor().is_some() => {
-                self.created(key, slot, done); // moved to the successor
-                Placeholder::Moved
+                self.unjoin(slot, xor);
+                self.created(key, slot, done);
+                Claimed::Moved
             }
-            Ok(slot) => match (
-                done.file_later(self.gen, slot),
-                self.search(key, Some(slot)),
-            )
-                .1
-            {
-                // The common case: no twin, and the placeholder is ours to join (if an ack
-                // has changed it meanwhile, the join CAS fails and init joins what it is).
-                Search::Missing(_) => Placeholder::Join(Search::Found(slot, placeholder), true),
-                Search::Found(..) | Search::Frozen(..) => {
-                    self.merge_twins(key, slot, done);
-                    Placeholder::Join(self.search(key, None), false)
+            Ok(slot) => {
+                done.file_later(self.gen, slot);
+                match self.search(key, Some(slot)) {
+                    // The common case: no twin, and the claim is init's to settle.
+                    Search::Missing(_) => Claimed::Alone(slot),
+                    Search::Found(..) | Search::Frozen(..) => {
+                        self.unjoin(slot, xor);
+                        self.merge_twins(key, slot, done);
+                        Claimed::Twin(self.search(key, None))
+                    }
                 }
-            },
-            Err(Unclaimed::Raced) => Placeholder::Join(self.search(key, None), false),
-            Err(_) => Placeholder::Full,
+            }
+            Err(Unclaimed::Raced) => Claimed::Twin(self.search(key, None)),
+            Err(_) => Claimed::Full,
+        }
+    }
+
+    /// Takes init's `xor` back out of its JOINING claim in `slot` (JOINING to HELD), CASing
+    /// until it lands: messages may change the word meanwhile, but only its claimer leaves
+    /// JOINING.
+    fn unjoin(&self, slot: usize, xor: u64) {
+        let mut word = self.word(slot).load();
+        loop {
+            let Some(held) = word.unjoined(xor) else {
+                debug_assert!(false, "unjoining {word:?}");
+                return;
+            };
+            match self.word(slot).cas(word, held) {
+                Ok(()) => return,
+                Err(now) => word = now, // an ack or a fail landed; take ours out of that
+            }
         }
     }
 }

@@ -36,9 +36,11 @@
 //! to the winner as an ack and a fail would be. The CAS on the loser decides who carries
 //! them, so they are applied once; an ack that was about to XOR into the loser finds its CAS
 //! failing and goes to the winner. The winner is the entry init has joined (JOINING or
-//! LIVE) if there is one, else the first in probe order. Init creates a new root as an empty
-//! HELD placeholder and joins it only after a search that finds no twin, so a payload is
-//! never in a loser.
+//! LIVE) if there is one, else the first in probe order. Init claims a new root JOINING
+//! with its XOR in and writes its payload only after the search that follows the claim
+//! finds no twin; when it finds one, it takes its XOR back out (JOINING to HELD) and joins
+//! whatever the merge leaves, again only after a search that finds no twin (`init.rs`). So
+//! a payload is never in a loser, and two joined entries of one root are never both kept.
 
 // This file: the slot word, a table's layout and the message path (ack and fail). Beside
 // it: `probe.rs` (search, claim, empty: the probe window and its overflow counts),

@@ -34,9 +34,11 @@ impl<T> Roots<T> {
                 (mine, ours)
             };
             if lost.state().phase() != Some(Phase::Held) {
-                // Two joined entries: cannot happen (init joins the first entry in probe
-                // order, which a later twin loses to); leave them rather than lose a payload.
-                debug_assert!(false, "two joined entries for {key:?}");
+                // Two joined entries, for an instant: an init's new claim (JOINING) and an
+                // entry another init joined, or another new claim. An init joins only an
+                // entry it found twinless, and a claimer searches after its claim, so the
+                // claimer (or, of two claimers, at least one) sees the pair and unjoins
+                // (`init.rs`); its payload is not written yet. Leave the pair to it.
                 return;
             }
             // Read before the slot is emptied (its times go with it). A reset that moves it
