@@ -256,17 +256,17 @@ fn duplicated_ack_vs_init_of_a_held_orphan_never_completes() {
 }
 
 /// Both copies race init of a root nobody has seen: the first creates the orphan (or
-/// meets init's placeholder), the second races init's join. Bounded at 4 preemptions, as
-/// on the first core, where 4 were the fewest that reached its failing interleaving;
-/// `roots_duplicated_ack_vs_init_never_completes` in `roots.rs` is the same race on the
-/// table alone.
+/// meets init's new JOINING claim), the second races init's join or its settle. Bounded
+/// at 4 preemptions, as on the first core, where 4 were the fewest that reached its
+/// failing interleaving; `roots_duplicated_ack_vs_init_never_completes` in `roots.rs` is
+/// the same race on the table alone.
 #[test]
 fn duplicated_ack_vs_init_of_a_new_root_never_completes() {
     bounded(4).check(|| duplicated_ack_vs_init(false));
 }
 
 /// A fail and init race on a root nobody has seen: a fail that lands first is held (in
-/// its own entry, or a twin of init's placeholder whose fail is carried over when the twins
+/// its own entry, or a twin of init's claim whose fail is carried over when the twins
 /// merge) and init completes the tree; a later one completes the LIVE tree. Failed, once.
 /// Bounded at 6 preemptions (about 30 s; 1 already reaches the twins): unbounded it does
 /// not finish in 400 s.

@@ -133,7 +133,7 @@ impl Pair {
         self.message(key, Message::Ack(xor))
     }
 
-    /// Lean's `init()`: along the chain, creating a placeholder only in the last table;
+    /// Lean's `init()`: along the chain, claiming a new entry only in the last table;
     /// `Refused::Retry` starts again from the first table. Panics unless it joined.
     fn init(&self, key: Key, xor: u64, payload: u32) -> Vec<(u32, Outcome)> {
         let mut completions = Vec::new();
@@ -415,9 +415,9 @@ fn migrate_reset_vs_move() {
 }
 
 /// Init of a new root by an operation that began before the migration (`init_or(create =
-/// true)` on the old table itself) races the migration's start and the mover. Its
-/// placeholder, claimed after `next` was set, moves itself and init starts again along
-/// the chain; or init joined before `next` was set, and the mover, meeting the JOINING
+/// true)` on the old table itself) races the migration's start and the mover. Its claim,
+/// made after `next` was set, unjoins and moves itself, and init starts again along the
+/// chain; or init claimed before `next` was set, and the mover, meeting the JOINING
 /// word, must leave the group unclean and come back for the LIVE entry once init settled
 /// (an entry JOINING in the old table is not moved by anyone else). Once the old table is
 /// moved entirely nothing is left in it, and the last ack completes the tree once, Acked.

@@ -4,7 +4,7 @@
 //! Most trees complete soon after their first message. Registering a timer for each at
 //! creation (a ring cell, a wheel node, a lock) costs every tree the reaper's attention and
 //! lines shared with the reaper's core. Instead a thread that creates an entry (a new
-//! root's placeholder, an orphan, a carried twin) appends `(slot, tag)` and the tick by
+//! root's claim, an orphan, a carried twin) appends `(slot, tag)` and the tick by
 //! which the reaper must have it (its *hand-off* tick: the acker's hand-off age after the
 //! first message, or the tick before the deadline if that is sooner) to its batch for this
 //! acker, with plain stores. When its tick moves on (seen at its next push) the owner

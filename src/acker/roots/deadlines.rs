@@ -160,7 +160,7 @@ impl<T> Roots<T> {
         }
     }
 
-    /// HELD entries in the table (orphans, and the placeholders of inits under way): a
+    /// HELD entries in the table (orphans, and inits' claims unjoined for a twin): a
     /// scan of every word, for [`Acker::orphans_held`](crate::Acker::orphans_held).
     pub fn held(&self) -> usize {
         (0..self.slots())

@@ -119,7 +119,7 @@ impl<'a> Done<'a> {
     }
 
     /// Takes one slot, with its table's generation, whose entry needs a timer filed, if
-    /// any is left: an entry the operation created (an orphan, init's placeholder, a twin's
+    /// any is left: an entry the operation created (an orphan, init's new claim, a twin's
     /// contents carried to a new entry, an entry moved by growth), or one whose deadline
     /// its init moved earlier than the timers already filed.
     #[inline]

@@ -28,7 +28,7 @@ enum Claimed {
 }
 
 impl<T> Roots<T> {
-    /// Storm's init: joins the root's HELD entry (an orphan's, or a placeholder it creates),
+    /// Storm's init: joins the root's HELD entry (an orphan's), or claims a new one JOINING,
     /// writes the payload, and settles: LIVE, or completed at once (into `done`) when held
     /// acks cancel `xor` (Acked wins) or a fail was held.
     ///
@@ -60,7 +60,7 @@ impl<T> Roots<T> {
         self.init_or(key, xor, payload, timeout, true, done)
     }
 
-    /// [`init_with`](Self::init_with), creating no placeholder unless `create`
+    /// [`init_with`](Self::init_with), claiming no new entry unless `create`
     /// ([`Refused::Missing`]). In a table whose migration has begun init joins nothing: it
     /// moves the root's HELD entry to the successor and reports [`Refused::Retry`], so that
     /// a joined entry in a table never has a twin in its successor (`migrate.rs`).

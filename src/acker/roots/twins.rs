@@ -50,7 +50,7 @@ impl<T> Roots<T> {
             }
             // Relaxed: a statistic.
             self.merged.fetch_add(1, Ordering::Relaxed);
-            // An empty twin (init's placeholder, or acks that cancelled) carries nothing;
+            // An empty twin (init's unjoined claim, or acks that cancelled) carries nothing;
             // carrying it to a tree that has completed meanwhile would leave an empty orphan.
             if lost.value() != 0 || lost.state().failed() || lost.state().reset() {
                 // A carry that finds no entry (the winner completed meanwhile) creates an
