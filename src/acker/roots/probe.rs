@@ -55,6 +55,7 @@ impl<T> Roots<T> {
     #[inline]
     pub(super) fn search(&self, key: Key, skip: Option<usize>) -> Search {
         let home = self.home(key);
+        self.prefetch_count(home);
         let mut vacancy = None;
         for d in 0..=self.window() {
             let group = self.wrap(home + d);
@@ -86,6 +87,22 @@ impl<T> Roots<T> {
             }
         }
         Search::Missing(vacancy)
+    }
+
+    /// Starts loading `group`'s overflow count into the cache. A search that finds no entry
+    /// in the group reads it right after the group's words, and in a large table both are
+    /// misses: started together, they overlap instead of following one another.
+    #[inline(always)]
+    fn prefetch_count(&self, group: usize) {
+        #[cfg(all(target_arch = "x86_64", not(loom), not(miri)))]
+        if let Some(count) = self.overflow.get(group) {
+            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+            // Safety: a prefetch only hints the cache; it reads nothing the program sees
+            // and cannot fault, and the address is an element of the slice.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(std::ptr::from_ref(count).cast()) };
+        }
+        #[cfg(not(all(target_arch = "x86_64", not(loom), not(miri))))]
+        let _ = group;
     }
 
     /// Entries of `key`'s root in probe order, but for `skip`: the first, with its word.
