@@ -311,8 +311,9 @@ impl Word {
         Word::new(key, State::of(Phase::Held, State::FAILED), 0)
     }
 
-    /// A new root's placeholder, which its init joins at once: HELD, value 0.
-    #[inline]
+    /// An empty HELD word: what a new root's entry was before init claimed it JOINING
+    /// (tests).
+    #[cfg(test)]
     pub fn placeholder(key: Key) -> Word {
         Word::held_ack(key, 0)
     }

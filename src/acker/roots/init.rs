@@ -163,9 +163,11 @@ impl<T> Roots<T> {
         done: &mut Done<'_>,
     ) -> Claimed {
         match self.claim(key, Word::joining(key, xor), vacancy, done) {
-            // Checked after the claim, as for a join: a creator in the successor searched
-            // here after `next` was set, so it saw this entry (`migrate.rs`). JOINING
-            // words are not moved: HELD first, then moved as any new entry.
+            // `next` is checked after the claim, as a joiner checks it before its join: a
+            // claim that finds it unset came before it was stored, so a creator in the
+            // successor, which searched here after that, saw this entry (`migrate.rs`). One
+            // that finds it set moves its entry: HELD first (JOINING words are not moved),
+            // then as any new entry.
             Ok(slot) if self.successor().is_some() => {
                 self.unjoin(slot, xor);
                 self.created(key, slot, done);

@@ -19,8 +19,8 @@ use std::ptr::NonNull;
 use super::{SlotWord, GROUP_SLOTS};
 use crate::sync::{AtomicU32, AtomicU64, UnsafeCell};
 
-/// A slot's payload cell: written by the init that joined the slot, read once by the
-/// thread whose CAS completed the tree (see `Roots`' `Sync` impl).
+/// A slot's payload cell: written by the init that claimed or joined the slot, read once by
+/// the thread whose CAS completed the tree (see `Roots`' `Sync` impl).
 pub(super) struct Payload<T>(pub(super) UnsafeCell<MaybeUninit<T>>);
 
 /// A slot's side data.

@@ -36,10 +36,11 @@
 //! Twins across the two tables can only be HELD: a creator in the successor searched the
 //! old table after `next` was set and missed the root there, so the old table's entry was
 //! claimed after that search, by an operation that then sees `next` and moves it. Init
-//! checks `next` after the search that found its entry and before its join CAS, and joins
-//! nothing in a table being migrated (it moves the HELD entry over and starts again), so a
-//! joined entry in the old table was joined before `next` was set, when every creator in
-//! the successor would still find it. The mover's copy into the successor merges with a
+//! checks `next` after the search that found its entry and before its join CAS, and after
+//! the claim of a new root's entry (JOINING), and settles nothing in a table being migrated
+//! (it unjoins a new claim, moves the HELD entry over and starts again), so an entry that
+//! settles in the old table was joined or claimed before `next` was set, when every creator
+//! in the successor would still find it. The mover's copy into the successor merges with a
 //! HELD twin there as any claim does (`merge_twins`).
 
 use super::{Done, Key, Roots, Stamp, Unclaimed, Word, GROUP_SLOTS};

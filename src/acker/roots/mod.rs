@@ -36,11 +36,17 @@
 //! to the winner as an ack and a fail would be. The CAS on the loser decides who carries
 //! them, so they are applied once; an ack that was about to XOR into the loser finds its CAS
 //! failing and goes to the winner. The winner is the entry init has joined (JOINING or
-//! LIVE) if there is one, else the first in probe order. Init claims a new root JOINING
-//! with its XOR in and writes its payload only after the search that follows the claim
-//! finds no twin; when it finds one, it takes its XOR back out (JOINING to HELD) and joins
-//! whatever the merge leaves, again only after a search that finds no twin (`init.rs`). So
-//! a payload is never in a loser, and two joined entries of one root are never both kept.
+//! LIVE) if there is one, else the first in probe order.
+//!
+//! Init claims a new root JOINING with its XOR in and writes its payload only after the
+//! search that follows the claim finds no twin; when it finds one, it takes its XOR back
+//! out (JOINING to HELD) and joins whatever the merge leaves, again only after a search
+//! that finds no twin (`init.rs`). So a payload is never in a loser, and two joined entries
+//! of one root are never both kept. A merger's judgement can therefore be stale: a new
+//! claim that it saw JOINING may unjoin and then lose by probe order to the very entry
+//! judged against it, and both words go EMPTY. So a loser's slot stays reserved (times,
+//! counts, credit) until its contents land, and holds them again if the root has no entry
+//! left: a carry never needs room or a credit, and nothing it holds is dropped (`twins.rs`).
 
 // This file: the slot word, a table's layout and the message path (ack and fail). Beside
 // it: `probe.rs` (search, claim, empty: the probe window and its overflow counts),
@@ -260,7 +266,7 @@ pub struct Roots<T> {
 }
 
 // Safety: the payload cells are the only non-Sync parts. A cell is written only by the
-// thread whose join CAS made the slot JOINING and read only by the thread whose CAS
+// thread whose claim or join CAS made the slot JOINING and read only by the thread whose CAS
 // completed the tree, after the settle CAS that published the write, and before that
 // thread's free ends the slot's reservation (see `init`, `take` and `free`), so no two
 // threads touch one at once. `T: Send` because payloads move between threads.
@@ -532,8 +538,8 @@ impl<T> Drop for Roots<T> {
             let joined = matches!(word.state().phase(), Some(Phase::Joining | Phase::Live));
             if joined {
                 self.payload(slot).0.with_mut(|cell| {
-                    // Safety: a JOINING or LIVE word's payload is written (a JOINING one
-                    // only between the join and the settle, which `&mut self` rules out)
+                    // Safety: a JOINING or LIVE word's payload is written (a JOINING one only
+                    // between the claim or join and the settle, which `&mut self` rules out)
                     // and not taken; we have exclusive access.
                     unsafe { (*cell).assume_init_drop() }
                 });

@@ -38,31 +38,49 @@ impl<T> Roots<T> {
                 // entry another init joined, or another new claim. An init joins only an
                 // entry it found twinless, and a claimer searches after its claim, so the
                 // claimer (or, of two claimers, at least one) sees the pair and unjoins
-                // (`init.rs`); its payload is not written yet. Leave the pair to it.
+                // (`init.rs`); its payload is not written yet. Leave the pair to it. (Two
+                // LIVE entries of one root would be a bug.)
+                debug_assert!(
+                    ours.state().phase() == Some(Phase::Joining)
+                        || theirs.state().phase() == Some(Phase::Joining),
+                    "two live entries for {key:?}"
+                );
                 return;
             }
             // Read before the slot is emptied (its times go with it). A reset that moves it
             // after this read sets R after, which fails the empty CAS below, or finds the
             // winner too (a reset moves every entry's base in the table).
             let base = self.times(loser).map_or(0, |stamp| stamp.base());
-            if self.empty(loser, lost).is_err() {
+            // The loser's word goes EMPTY, but its slot stays reserved (times, overflow
+            // counts, credit) until its contents have landed, so no claim can take it.
+            if self.word(loser).cas(lost, Word::EMPTY).is_err() {
                 continue; // it moved: look at the pair again
             }
             // Relaxed: a statistic.
             self.merged.fetch_add(1, Ordering::Relaxed);
             // An empty twin (init's unjoined claim, or acks that cancelled) carries nothing;
             // carrying it to a tree that has completed meanwhile would leave an empty orphan.
-            if lost.value() != 0 || lost.state().failed() || lost.state().reset() {
-                // A carry that finds no entry (the winner completed meanwhile) creates an
-                // orphan, reported in `done` for its timer like any other; one that finds the
-                // winner moving follows it to the successor. One that finds the window full,
-                // or no credit (another thread took the loser's), drops the loser's contents;
-                // no tree's outcome changes with them. The winner was gone: a joined one had
-                // completed (its XOR reached 0 without the loser's acks, so those repeat or stray
-                // from its edges; Failed and TimedOut are final), and a HELD one only leaves by
-                // expiring, which took its own acks with it, so its tree times out anyway.
-                // The orphan the carry would have made could only have expired.
-                self.carry(key, Message::Twin(lost, base), done);
+            let empty = lost.value() == 0 && !lost.state().failed() && !lost.state().reset();
+            if empty || self.carry(key, Message::Twin(lost, base), done) {
+                self.release(loser, key);
+            } else {
+                // The root has no entry left: the winner completed, or it was itself merged
+                // away meanwhile (a claimer that unjoined and lost by probe order to the
+                // entry this merge judged against its JOINING word). The contents go back
+                // where they were, which was kept for them: a carry is never refused for
+                // room or credit, and a twin's acks are never dropped. Then it is an entry
+                // like any new one: moved if a migration has begun, else merged with any twin
+                // claimed meanwhile (searched again after the restore, as after a claim).
+                if self.word(loser).cas(Word::EMPTY, lost).is_err() {
+                    // Cannot happen: a reserved slot's EMPTY word changes only by its
+                    // reserver (`claim_with`). Were it to, the contents go as a new entry.
+                    debug_assert!(false, "a reserved slot's word left EMPTY");
+                    self.release(loser, key);
+                    self.recreate(key, Message::Twin(lost, base), done);
+                    return;
+                }
+                self.created(key, loser, done);
+                continue; // ours, if it is still there, may have a twin left
             }
             if loser == mine {
                 return;
@@ -70,8 +88,30 @@ impl<T> Roots<T> {
         }
     }
 
-    /// Applies `message` here or, if the root's entry moves meanwhile, in the successor.
-    fn carry(&self, key: Key, message: Message, done: &mut Done<'_>) {
+    /// Applies `message` to the root's entry here or in a successor; `false` when the root
+    /// has none (nothing is created).
+    fn carry(&self, key: Key, message: Message, done: &mut Done<'_>) -> bool {
+        let mut roots = self;
+        loop {
+            match roots.apply(key, message, false, done) {
+                Applied::Changed => return true,
+                // Moved or moving: on along the chain.
+                Applied::Retry => roots = roots.successor().unwrap_or(roots),
+                Applied::Missing => match roots.successor() {
+                    Some(next) => roots = next,
+                    None => return false,
+                },
+                Applied::Created | Applied::Full => {
+                    debug_assert!(false, "a carry created an entry");
+                    return true;
+                }
+            }
+        }
+    }
+
+    /// Applies `message` here or, if the root's entry moves meanwhile, in the successor,
+    /// creating an entry if there is none (which room or credit may refuse).
+    fn recreate(&self, key: Key, message: Message, done: &mut Done<'_>) {
         let mut roots = self;
         while roots.apply(key, message, true, done) == Applied::Retry {
             roots = roots.successor().unwrap_or(roots);
