@@ -329,10 +329,17 @@ impl Word {
     /// `None` unless JOINING (only the claiming init leaves JOINING).
     #[inline]
     pub fn unjoined(self, xor: u64) -> Option<Word> {
+        self.rephased(Phase::Joining, Phase::Held, xor)
+    }
+
+    /// Phase `from` to `to` with `xor` XORed into the value, flags kept: init's join and
+    /// its undoing. `None` unless the word is in phase `from`.
+    #[inline]
+    fn rephased(self, from: Phase, to: Phase, xor: u64) -> Option<Word> {
         let state = self.state();
-        (state.phase()? == Phase::Joining).then(|| Word {
+        (state.phase()? == from).then(|| Word {
             value: self.value ^ xor,
-            ..self.with(State::of(Phase::Held, state.flags()))
+            ..self.with(State::of(to, state.flags()))
         })
     }
 
@@ -367,11 +374,7 @@ impl Word {
     /// already (JOINING or LIVE: a duplicate init) or the word holds no uncompleted tree.
     #[inline]
     pub fn joined(self, xor: u64) -> Option<Word> {
-        let state = self.state();
-        (state.phase()? == Phase::Held).then(|| Word {
-            value: self.value ^ xor,
-            ..self.with(State::of(Phase::Joining, state.flags()))
-        })
+        self.rephased(Phase::Held, Phase::Joining, xor)
     }
 
     /// Init's settle, after it wrote the payload: JOINING to LIVE, or completed at once when
