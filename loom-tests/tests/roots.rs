@@ -349,3 +349,104 @@ fn roots_init_vs_ack_in_a_twin_window_completes_once() {
         assert!(roots.is_clear(), "an entry was left behind");
     });
 }
+
+/// Two inits and an ack of one new root, in a twin window: the other thread's init races
+/// this thread's ack and its init (which may claim, find the other's claim or a twin,
+/// unjoin and merge). One init joins, the other is refused as a duplicate, the ack lands
+/// in the one entry left, and the last ack completes the tree once, Acked.
+#[test]
+fn roots_two_inits_and_an_ack_in_a_twin_window_join_once() {
+    bounded(4).check(|| {
+        let roots = table();
+        let k = key(0, 1);
+        let t = in_a_twin_window(&roots, move |roots| {
+            let mut done = Done::default();
+            roots.init(k, 0b11, 8, &mut done).map(|()| done.is_none())
+        });
+        assert_eq!(ack(&roots, k, 0b10), None);
+        let mut done = Done::default();
+        let mine = roots.init(k, 0b11, 7, &mut done).map(|()| done.is_none());
+        let theirs = t.join().unwrap();
+        let winner = match (mine, theirs) {
+            (Ok(true), Err(Refused::Duplicate(8))) => 7,
+            (Err(Refused::Duplicate(7)), Ok(true)) => 8,
+            other => panic!("not one init and one duplicate: {other:?}"),
+        };
+        assert_eq!(ack(&roots, k, 0b01), Some((winner, Outcome::Acked)));
+        assert!(roots.is_clear(), "an entry was left behind");
+    });
+}
+
+/// Three inits of one new root, two of them on this thread, the other's in a twin window:
+/// whichever claims first, exactly one init joins and the other two are refused as
+/// duplicates (a second init that saw a JOINING claim which then unjoined must still find
+/// the tree the claimer joined through its twin).
+#[test]
+fn roots_three_inits_in_a_twin_window_join_once() {
+    bounded(4).check(|| {
+        let roots = table();
+        let k = key(0, 1);
+        let t = in_a_twin_window(&roots, move |roots| {
+            let mut done = Done::default();
+            roots.init(k, 0b1, 8, &mut done).map(|()| done.is_none())
+        });
+        let mut results = Vec::new();
+        for payload in [7, 9] {
+            let mut done = Done::default();
+            results.push((
+                payload,
+                roots
+                    .init(k, 0b1, payload, &mut done)
+                    .map(|()| done.is_none()),
+            ));
+        }
+        results.push((8, t.join().unwrap()));
+        let joined: Vec<u32> = results
+            .iter()
+            .filter(|(_, r)| *r == Ok(true))
+            .map(|(p, _)| *p)
+            .collect();
+        assert_eq!(joined.len(), 1, "not exactly one init joined: {results:?}");
+        for (payload, result) in &results {
+            if *payload != joined[0] {
+                assert_eq!(*result, Err(Refused::Duplicate(*payload)), "{results:?}");
+            }
+        }
+        assert_eq!(ack(&roots, k, 0b1), Some((joined[0], Outcome::Acked)));
+        assert!(roots.is_clear(), "an entry was left behind");
+    });
+}
+
+/// A reset races an init that claims in a twin window, finds the twin, unjoins and
+/// merges: the root has an entry throughout (the orphan the reset's thread created, then
+/// the merged tree), so the reset finds it, and its base reaches the entry the reaper
+/// times out, whichever slot survives the merge.
+#[test]
+fn roots_reset_vs_an_unjoining_init_is_never_lost() {
+    bounded(4).check(|| {
+        let roots = table();
+        let k = key(0, 1);
+        let t = in_a_twin_window(&roots, move |roots| {
+            assert_eq!(ack(roots, k, 0b100), None);
+            roots.reset(k, 11)
+        });
+        let mut done = Done::default();
+        roots.init(k, 0b1, 7, &mut done).unwrap();
+        assert!(done.is_none());
+        assert!(
+            t.join().unwrap(),
+            "the reset found no entry of a pending root"
+        );
+        let (slot, word) = roots.find(k).unwrap();
+        assert_eq!(word.value(), 0b101);
+        let mut done = Done::default();
+        assert_eq!(
+            roots.expire(slot, k.tag(), 1, &mut done),
+            Expiry::NotDue(11),
+            "{:?}",
+            finish(&roots, done)
+        );
+        assert_eq!(ack(&roots, k, 0b101), Some((7, Outcome::Acked)));
+        assert!(roots.is_clear(), "an entry was left behind");
+    });
+}

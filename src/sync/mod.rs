@@ -31,6 +31,20 @@ pub(crate) use std::{
 #[allow(unused_imports)]
 pub(crate) use loom::cell::UnsafeCell;
 
+/// `atomic.store(value, order)`, for a store that other threads' RMWs race (a slot's times:
+/// a reset's CAS against the store that frees them). Under loom it is a `swap`: loom 0.7
+/// can let a thread's load after its own store read another thread's RMW that it ran
+/// *before* that store (tokio-rs/loom#389; write-read coherence broken), an execution no
+/// machine has, and a model then fails on it. An RMW is always ordered after the last
+/// write, so the swap gives loom the real semantics.
+#[inline(always)]
+pub(crate) fn store_raced(atomic: &AtomicU64, value: u64, order: Ordering) {
+    #[cfg(loom)]
+    atomic.swap(value, order);
+    #[cfg(not(loom))]
+    atomic.store(value, order);
+}
+
 /// std's `UnsafeCell` with loom's closure-based accessors.
 #[cfg(not(loom))]
 #[derive(Debug, Default)]

@@ -5,7 +5,7 @@
 use super::{
     reached, Done, Expiry, Key, Roots, Stamp, Step, Tick, GEN_TAG_BITS, GROUP_SLOTS, TAG_CHECK_MASK,
 };
-use crate::sync::Ordering;
+use crate::sync::{Backoff, Ordering};
 
 impl<T> Roots<T> {
     /// The reaper, looking at `slot` of a group whose timer came due (`lean/timers.rs`): a
@@ -70,7 +70,26 @@ impl<T> Roots<T> {
     /// carries it) moves the base to `now` (the deadline to `now` plus the tree's timeout),
     /// then sets R, so that a reaper about to time the tree out on the old deadline fails its
     /// CAS and reads the new one. `false` when the root has no entry.
+    ///
+    /// A walk that finds nothing while a merge was under way may have missed contents in
+    /// flight between two slots (module docs, "Twin claims"): it walks again.
     pub fn reset(&self, key: Key, now: Tick) -> bool {
+        let mut backoff = Backoff::default();
+        loop {
+            let mark = self.in_flight.mark();
+            if self.reset_walk(key, now) {
+                return true;
+            }
+            if !self.in_flight.overlapped(mark) {
+                return false;
+            }
+            backoff.wait(); // let the merge land
+        }
+    }
+
+    /// One walk of [`reset`](Self::reset) over the root's probe window: whether it reset an
+    /// entry.
+    fn reset_walk(&self, key: Key, now: Tick) -> bool {
         let mut any = false;
         let home = self.home(key);
         for d in 0..=self.window() {

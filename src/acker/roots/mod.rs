@@ -47,6 +47,14 @@
 //! judged against it, and both words go EMPTY. So a loser's slot stays reserved (times,
 //! counts, credit) until its contents land, and holds them again if the root has no entry
 //! left: a carry never needs room or a credit, and nothing it holds is dropped (`twins.rs`).
+//!
+//! A merge moves a root's contents from one slot to another, possibly one earlier in
+//! probe order, so a search that walks the slots once can pass the winner before the
+//! contents land and reach the loser after it went EMPTY. Searches that create (an ack, an
+//! init) then claim a twin, which is merged in turn; a reset, which creates nothing, would
+//! report a pending root missing and lose its new deadline. The table therefore counts
+//! merges started and merges whose contents landed ([`InFlight`]), and a reset that found
+//! nothing looks again if a merge overlapped its walk (`deadlines.rs`).
 
 // This file: the slot word, a table's layout and the message path (ack and fail). Beside
 // it: `probe.rs` (search, claim, empty: the probe window and its overflow counts),
@@ -66,6 +74,7 @@ mod twins;
 pub use done::{Completed, Done};
 use probe::{Search, Unclaimed, Vacancy};
 pub use times::{reached, Stamp, Tick};
+use twins::InFlight;
 
 use super::credits::Credits;
 use super::word::{Key, Phase, Step, Word, KEY_SHIFT};
@@ -246,6 +255,8 @@ pub struct Roots<T> {
     groups: usize,
     /// Twin entries merged, ever (rare: counted here, not on the hot path's lines).
     merged: AtomicU64,
+    /// Merges whose contents are in flight, for a reset that finds nothing (module docs).
+    in_flight: InFlight,
     /// The acker's `max_pending` credits: a claim takes one, emptying its slot gives it
     /// back, so an entry holds one exactly while its slot is reserved (an entry moved by
     /// growth keeps its credit). `None`: unbounded.
@@ -302,6 +313,7 @@ impl<T> Roots<T> {
                 clean: zeroed(groups.div_ceil(64), || AtomicU64::new(0)),
                 groups,
                 merged: AtomicU64::new(0),
+                in_flight: InFlight::default(),
                 credits,
                 default_timeout,
                 gen: 0,

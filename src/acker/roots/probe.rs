@@ -4,7 +4,7 @@
 //! [`Roots::empty`] undoes both (module docs of `roots/`, "Finding a root").
 
 use super::{Done, Key, Roots, Stamp, Word, CROWDED_DISTANCE, GROUP_SLOTS, MAX_PROBE};
-use crate::sync::Ordering;
+use crate::sync::{store_raced, Ordering};
 
 /// Why [`Roots::claim`] claimed nothing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -193,7 +193,7 @@ impl<T> Roots<T> {
                 debug_assert!(false, "a reserved slot's word left EMPTY");
                 self.count_overflow(home, d, -1);
                 // Release: as in `empty`.
-                self.times_of(slot).store(0, Ordering::Release);
+                store_raced(self.times_of(slot), 0, Ordering::Release);
                 give_credit();
                 Err(Unclaimed::Raced)
             }
@@ -231,7 +231,7 @@ impl<T> Roots<T> {
         // Release: a claimer whose reservation CAS reads this 0 then sees the EMPTY word
         // and the counts above; nothing here is a store-then-load pair, so no SeqCst (a
         // plain store, not a locked exchange, on x86).
-        self.times_of(slot).store(0, Ordering::Release);
+        store_raced(self.times_of(slot), 0, Ordering::Release);
         self.give_credit();
     }
 

@@ -4,7 +4,44 @@
 //! carries its contents to the winner, so they are applied once.
 
 use super::{Applied, Done, Key, Message, Phase, Roots, Word, GROUP_SLOTS};
-use crate::sync::Ordering;
+use crate::sync::{AtomicU64, Ordering};
+
+/// Merges started and merges whose contents have landed, in one table: between the two, a
+/// root's contents may be in no slot a walk can see (the loser EMPTY, the carry not yet
+/// applied, or applied to a winner the walk had passed). A walk that found nothing asks
+/// [`overlapped`](Self::overlapped) whether that can have happened to it.
+///
+/// Every count is SeqCst, as the words are: a merge counts its start before its loser's
+/// EMPTY CAS and its landing after the contents' CAS, and a walk reads `landed` before its
+/// first word and `started` after its last. A walk that read a loser EMPTY therefore reads
+/// that merge's start; and if the landing was counted by the time it began, every word it
+/// reads already holds the contents. So `started` after the walk equals `landed` before it
+/// only if no merge was under way at any moment of the walk.
+#[derive(Debug, Default)]
+pub(super) struct InFlight {
+    started: AtomicU64,
+    landed: AtomicU64,
+}
+
+impl InFlight {
+    fn start(&self) {
+        self.started.fetch_add(1, Ordering::SeqCst);
+    }
+
+    fn land(&self) {
+        self.landed.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// Read before a walk: the merges landed so far.
+    pub(super) fn mark(&self) -> u64 {
+        self.landed.load(Ordering::SeqCst)
+    }
+
+    /// After a walk that began at `mark`: whether a merge was under way during it.
+    pub(super) fn overlapped(&self, mark: u64) -> bool {
+        self.started.load(Ordering::SeqCst) != mark
+    }
+}
 
 impl<T> Roots<T> {
     /// After claiming `slot` for `key`: files its timer and merges any twin, or, when a
@@ -53,7 +90,10 @@ impl<T> Roots<T> {
             let base = self.times(loser).map_or(0, |stamp| stamp.base());
             // The loser's word goes EMPTY, but its slot stays reserved (times, overflow
             // counts, credit) until its contents have landed, so no claim can take it.
+            // Counted from before the CAS to the landing, for resets ([`InFlight`]).
+            self.in_flight.start();
             if self.word(loser).cas(lost, Word::EMPTY).is_err() {
+                self.in_flight.land(); // nothing moved
                 continue; // it moved: look at the pair again
             }
             // Relaxed: a statistic.
@@ -62,6 +102,7 @@ impl<T> Roots<T> {
             // carrying it to a tree that has completed meanwhile would leave an empty orphan.
             let empty = lost.value() == 0 && !lost.state().failed() && !lost.state().reset();
             if empty || self.carry(key, Message::Twin(lost, base), done) {
+                self.in_flight.land();
                 self.release(loser, key);
             } else {
                 // The root has no entry left: the winner completed, or it was itself merged
@@ -77,8 +118,10 @@ impl<T> Roots<T> {
                     debug_assert!(false, "a reserved slot's word left EMPTY");
                     self.release(loser, key);
                     self.recreate(key, Message::Twin(lost, base), done);
+                    self.in_flight.land();
                     return;
                 }
+                self.in_flight.land();
                 self.created(key, loser, done);
                 continue; // ours, if it is still there, may have a twin left
             }
