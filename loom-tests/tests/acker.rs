@@ -21,7 +21,7 @@ use std::sync::Mutex as StdMutex;
 use std::time::Duration;
 
 use ackwheel::roots::KEY_SHIFT;
-use ackwheel::{Acker, Clock, ManualClock, Outcome};
+use ackwheel::{Acker, Clock, InitError, ManualClock, Outcome};
 use loom::sync::atomic::{AtomicUsize, Ordering};
 use loom::sync::Arc;
 use loom::thread;
@@ -515,5 +515,41 @@ fn reset_vs_init_of_a_held_orphan_keeps_both() {
         acker.expire();
         assert_eq!(completions(&log), [(1, 7, Outcome::TimedOut)]);
         assert_eq!(acker.pending(), 0);
+    });
+}
+
+/// An init whose new claim may meet a twin races `shutdown`: root 1's home group is full;
+/// the other thread completes a group mate (freeing its slot), acks root 1 (its claim may
+/// take that slot while init's claim lands past the group, so init unjoins and merges) and
+/// shuts down. Init's payload comes back exactly once, from shutdown's hand-back or as
+/// `Shutdown(payload)`; the other mate is handed back; only the completed mate completes.
+/// Bounded at 4 preemptions, as the other twin models.
+#[test]
+fn init_in_a_twin_window_vs_shutdown_hands_back_once() {
+    bounded(4).check(|| {
+        let (acker, log) = manual_with(ManualClock::new(0), 4);
+        let mates = group_mates(&acker, 1, 2);
+        for (i, r) in mates.iter().enumerate() {
+            acker.init(*r, 0b1, 100 + i as u32).unwrap();
+        }
+        let other = acker.clone();
+        let first = mates[0];
+        let t = thread::spawn(move || {
+            assert!(other.ack(first, 0b1), "the mate did not complete");
+            assert!(!other.ack(1, 0b10), "an ack of 0b10 completed 0b1");
+            other.shutdown()
+        });
+        let init = acker.init(1, 0b1, 7);
+        let mut handed_back = t.join().unwrap();
+        handed_back.sort_unstable();
+        let mut expected = vec![(mates[1], 101)];
+        match init {
+            Ok(()) => expected.push((1, 7)),
+            Err(InitError::Shutdown(7)) => {}
+            Err(e) => panic!("refused for another reason: {e:?}"),
+        }
+        expected.sort_unstable();
+        assert_eq!(handed_back, expected);
+        assert_eq!(completions(&log), [(first, 100, Outcome::Acked)]);
     });
 }
