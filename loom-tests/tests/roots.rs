@@ -52,6 +52,32 @@ fn init(roots: &Roots<u32>, key: Key, xor: u64, payload: u32) -> Option<(u32, Ou
     finish(roots, done)
 }
 
+/// An init of `key` that reports `Ok(true)` when it joined and completed nothing, or how it
+/// was refused.
+fn init_alone(roots: &Roots<u32>, key: Key, xor: u64, payload: u32) -> Result<bool, Refused<u32>> {
+    let mut done = Done::default();
+    roots
+        .init(key, xor, payload, &mut done)
+        .map(|()| done.is_none())
+}
+
+/// Of inits of one root, each `(payload, result)`: exactly one joined and the others were
+/// refused as duplicates. The payload of the one that joined.
+fn the_one_that_joined(results: &[(u32, Result<bool, Refused<u32>>)]) -> u32 {
+    let joined: Vec<u32> = results
+        .iter()
+        .filter(|(_, r)| *r == Ok(true))
+        .map(|(p, _)| *p)
+        .collect();
+    assert_eq!(joined.len(), 1, "not exactly one init joined: {results:?}");
+    for (payload, result) in results {
+        if *payload != joined[0] {
+            assert_eq!(*result, Err(Refused::Duplicate(*payload)), "{results:?}");
+        }
+    }
+    joined[0]
+}
+
 fn bounded(preemptions: usize) -> loom::model::Builder {
     let mut model = loom::model::Builder::new();
     model.preemption_bound = Some(preemptions);
@@ -196,22 +222,30 @@ fn roots_init_vs_init_joins_once() {
 /// other twin-window models.
 #[test]
 fn roots_init_vs_init_in_a_twin_window_joins_once() {
-    bounded(4).check(|| {
+    inits_in_a_twin_window(false, &[7]);
+}
+
+/// Inits of one new root `k` (value 0b11), one on the other thread (payload 8) in a twin
+/// window, and on this thread an ack of 0b10 if `ack_first`, then an init per payload of
+/// `here`: exactly one init joins, the others are refused as duplicates, and the last ack
+/// completes the tree once, Acked, leaving the table clear.
+fn inits_in_a_twin_window(ack_first: bool, here: &'static [u32]) {
+    bounded(4).check(move || {
         let roots = table();
         let k = key(0, 1);
-        let t = in_a_twin_window(&roots, move |roots| {
-            let mut done = Done::default();
-            roots.init(k, 0b1, 8, &mut done).map(|()| done.is_none())
-        });
-        let mut done = Done::default();
-        let mine = roots.init(k, 0b1, 7, &mut done).map(|()| done.is_none());
-        let theirs = t.join().unwrap();
-        let winner = match (mine, theirs) {
-            (Ok(true), Err(Refused::Duplicate(8))) => 7,
-            (Err(Refused::Duplicate(7)), Ok(true)) => 8,
-            other => panic!("not one init and one duplicate: {other:?}"),
-        };
-        assert_eq!(ack(&roots, k, 0b1), Some((winner, Outcome::Acked)));
+        let t = in_a_twin_window(&roots, move |roots| init_alone(roots, k, 0b11, 8));
+        let mut left = 0b11;
+        if ack_first {
+            assert_eq!(ack(&roots, k, 0b10), None);
+            left = 0b01;
+        }
+        let mut results: Vec<_> = here
+            .iter()
+            .map(|&p| (p, init_alone(&roots, k, 0b11, p)))
+            .collect();
+        results.push((8, t.join().unwrap()));
+        let winner = the_one_that_joined(&results);
+        assert_eq!(ack(&roots, k, left), Some((winner, Outcome::Acked)));
         assert!(roots.is_clear(), "an entry was left behind");
     });
 }
@@ -320,16 +354,22 @@ fn roots_reset_survives_a_twin_merge() {
         roots.init(k, 0b1, 7, &mut done).unwrap();
         assert!(roots.reset(k, 11), "the tree is live");
         assert_eq!(t.join().unwrap(), None);
-        let (slot, word) = roots.find(k).unwrap();
-        assert_eq!(word.value(), 0b101);
-        let mut done = Done::default();
-        assert_eq!(
-            roots.expire(slot, k.tag(), 1, &mut done),
-            Expiry::NotDue(11),
-            "{:?}",
-            finish(&roots, done)
-        );
+        assert_reset_to_11(&roots, k, 0b101);
     });
+}
+
+/// `k` has one entry, of value `value`, and the reaper finds it due at tick 11 (the
+/// reset's), not at its first message's.
+fn assert_reset_to_11(roots: &Roots<u32>, k: Key, value: u64) {
+    let (slot, word) = roots.find(k).unwrap();
+    assert_eq!(word.value(), value);
+    let mut done = Done::default();
+    assert_eq!(
+        roots.expire(slot, k.tag(), 1, &mut done),
+        Expiry::NotDue(11),
+        "{:?}",
+        finish(roots, done)
+    );
 }
 
 /// Init races an ack whose claim lands in an earlier, just-freed slot: one completion, and
@@ -356,25 +396,7 @@ fn roots_init_vs_ack_in_a_twin_window_completes_once() {
 /// in the one entry left, and the last ack completes the tree once, Acked.
 #[test]
 fn roots_two_inits_and_an_ack_in_a_twin_window_join_once() {
-    bounded(4).check(|| {
-        let roots = table();
-        let k = key(0, 1);
-        let t = in_a_twin_window(&roots, move |roots| {
-            let mut done = Done::default();
-            roots.init(k, 0b11, 8, &mut done).map(|()| done.is_none())
-        });
-        assert_eq!(ack(&roots, k, 0b10), None);
-        let mut done = Done::default();
-        let mine = roots.init(k, 0b11, 7, &mut done).map(|()| done.is_none());
-        let theirs = t.join().unwrap();
-        let winner = match (mine, theirs) {
-            (Ok(true), Err(Refused::Duplicate(8))) => 7,
-            (Err(Refused::Duplicate(7)), Ok(true)) => 8,
-            other => panic!("not one init and one duplicate: {other:?}"),
-        };
-        assert_eq!(ack(&roots, k, 0b01), Some((winner, Outcome::Acked)));
-        assert!(roots.is_clear(), "an entry was left behind");
-    });
+    inits_in_a_twin_window(true, &[7]);
 }
 
 /// Three inits of one new root, two of them on this thread, the other's in a twin window:
@@ -383,38 +405,7 @@ fn roots_two_inits_and_an_ack_in_a_twin_window_join_once() {
 /// the tree the claimer joined through its twin).
 #[test]
 fn roots_three_inits_in_a_twin_window_join_once() {
-    bounded(4).check(|| {
-        let roots = table();
-        let k = key(0, 1);
-        let t = in_a_twin_window(&roots, move |roots| {
-            let mut done = Done::default();
-            roots.init(k, 0b1, 8, &mut done).map(|()| done.is_none())
-        });
-        let mut results = Vec::new();
-        for payload in [7, 9] {
-            let mut done = Done::default();
-            results.push((
-                payload,
-                roots
-                    .init(k, 0b1, payload, &mut done)
-                    .map(|()| done.is_none()),
-            ));
-        }
-        results.push((8, t.join().unwrap()));
-        let joined: Vec<u32> = results
-            .iter()
-            .filter(|(_, r)| *r == Ok(true))
-            .map(|(p, _)| *p)
-            .collect();
-        assert_eq!(joined.len(), 1, "not exactly one init joined: {results:?}");
-        for (payload, result) in &results {
-            if *payload != joined[0] {
-                assert_eq!(*result, Err(Refused::Duplicate(*payload)), "{results:?}");
-            }
-        }
-        assert_eq!(ack(&roots, k, 0b1), Some((joined[0], Outcome::Acked)));
-        assert!(roots.is_clear(), "an entry was left behind");
-    });
+    inits_in_a_twin_window(false, &[7, 9]);
 }
 
 /// A reset races an init that claims in a twin window, finds the twin, unjoins and
@@ -437,15 +428,7 @@ fn roots_reset_vs_an_unjoining_init_is_never_lost() {
             t.join().unwrap(),
             "the reset found no entry of a pending root"
         );
-        let (slot, word) = roots.find(k).unwrap();
-        assert_eq!(word.value(), 0b101);
-        let mut done = Done::default();
-        assert_eq!(
-            roots.expire(slot, k.tag(), 1, &mut done),
-            Expiry::NotDue(11),
-            "{:?}",
-            finish(&roots, done)
-        );
+        assert_reset_to_11(&roots, k, 0b101);
         assert_eq!(ack(&roots, k, 0b101), Some((7, Outcome::Acked)));
         assert!(roots.is_clear(), "an entry was left behind");
     });
