@@ -78,9 +78,12 @@ fn batches_an_open_callback_is_never_dropped_under_an_operation() {
                 for _ in 0..2 {
                     let active = batches.enter_with(&batch);
                     if active.open {
-                        // Safety (of the model): the protocol under test orders this read
-                        // before the drop below.
-                        callback.with(|c| assert_eq!(unsafe { *c }, 1));
+                        callback.with(|c| {
+                            // Safety: (of the model) the protocol under test orders this read
+                            // before the drop below; loom reports it if it does not.
+                            let value = unsafe { *c };
+                            assert_eq!(value, 1);
+                        });
                     }
                 }
             })
@@ -89,7 +92,11 @@ fn batches_an_open_callback_is_never_dropped_under_an_operation() {
             thread::yield_now();
         }
         // Shutdown drops the callback.
-        callback.with_mut(|c| unsafe { *c = 0 });
+        callback.with_mut(|c| {
+            // Safety: (of the model) `close` returned true, so no operation is open; loom
+            // reports the race if the protocol lets one read the cell now.
+            unsafe { *c = 0 }
+        });
         op.join().unwrap();
     });
 }

@@ -237,7 +237,7 @@ impl<T: Send + 'static> Lean<T> {
             0x5eed
         } else {
             use std::hash::{BuildHasher, Hasher};
-            let mut h = crate::sync::RandomState::new().build_hasher();
+            let mut h = crate::sync::RandomState::default().build_hasher();
             h.write_u64(now);
             h.finish()
         };
