@@ -1,7 +1,9 @@
 //! A completion's last steps, on the thread whose CAS completed the tree (or the reaper's,
 //! for a timeout): the payload is taken and the slot freed before anything that can panic
 //! (the clock, the callback), so a panic loses no completion and leaks no slot; then the
-//! statistics, and the callback if the calling operation found it open.
+//! statistics, and the callback if the calling operation found it open. A completion is
+//! always counted before its callback runs; the reaper counts a pass's timeouts all at once,
+//! before the first.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
@@ -15,6 +17,7 @@ impl<T: Send + 'static> Lean<T> {
     /// payload, frees the slot, counts and delivers. `now` is the reaper's tick for a
     /// timeout (it has it), else the clock is read. `open`: the calling operation's
     /// [`Active::open`](super::batches::Active): it may call the callback.
+    #[inline]
     pub(super) fn deliver(
         &self,
         table: usize,
@@ -22,6 +25,54 @@ impl<T: Send + 'static> Lean<T> {
         completed: Completed,
         now: Option<Tick>,
         open: bool,
+    ) {
+        self.finish_completion(table, roots, completed, now, open, true);
+    }
+
+    /// The timeouts of one reaper pass at tick `now`: counted first, all at once (three
+    /// statistics' RMWs a pass rather than a tree: locked operations that would each stall
+    /// the pass's cache misses behind them), then delivered one by one. Counted before the
+    /// first callback, as [`deliver`](Self::deliver) counts before its own.
+    pub(super) fn deliver_timeouts(
+        &self,
+        timed_out: Vec<(usize, &Roots<T>, Completed)>,
+        now: Tick,
+        open: bool,
+    ) {
+        if timed_out.is_empty() {
+            return;
+        }
+        let (mut late_max, mut late_total) = (0, 0);
+        for (_, roots, completed) in &timed_out {
+            let late = lateness(roots, completed.slot, now);
+            late_max = late_max.max(late);
+            late_total += late;
+        }
+        let counters = self.counters();
+        // Relaxed (all three): statistics.
+        counters.lateness_max.fetch_max(late_max, Ordering::Relaxed);
+        counters
+            .lateness_total
+            .fetch_add(late_total, Ordering::Relaxed);
+        counters
+            .timed_out
+            .fetch_add(timed_out.len() as u64, Ordering::Relaxed);
+        for (table, roots, completed) in timed_out {
+            self.finish_completion(table, roots, completed, Some(now), open, false);
+        }
+    }
+
+    /// [`deliver`](Self::deliver), counting the completion unless `count` is false (its
+    /// caller counted it).
+    #[inline]
+    fn finish_completion(
+        &self,
+        table: usize,
+        roots: &Roots<T>,
+        completed: Completed,
+        now: Option<Tick>,
+        open: bool,
+        count: bool,
     ) {
         let Completed {
             slot, key, outcome, ..
@@ -51,27 +102,26 @@ impl<T: Send + 'static> Lean<T> {
             0
         };
         let mut elapsed = self.ticks.nanos(ticks);
-        let counters = self.counters();
-        match outcome {
-            Outcome::Acked => counters.acked.fetch_add(1, Ordering::Relaxed),
-            Outcome::Failed => counters.failed.fetch_add(1, Ordering::Relaxed),
-            Outcome::TimedOut => {
-                // Never less than the timeout (the deadline was reached: this only undoes
-                // the rounding of ticks).
-                let timeout = self.ticks.nanos(own_timeout.unwrap_or(self.timeout) - 1);
-                elapsed = elapsed.max(timeout);
-                // How long after its deadline's tick the reaper got to it.
-                let deadline = stamp.map_or(now, |s| roots.deadline_from(slot, s));
-                let late = if reached(deadline, now) {
-                    u64::from(now.wrapping_sub(deadline))
-                } else {
-                    0
-                };
-                counters.lateness_max.fetch_max(late, Ordering::Relaxed);
-                counters.lateness_total.fetch_add(late, Ordering::Relaxed);
-                counters.timed_out.fetch_add(1, Ordering::Relaxed)
-            }
-        }; // Relaxed (all three): statistics.
+        if outcome == Outcome::TimedOut {
+            // Never less than the timeout (the deadline was reached: this only undoes the
+            // rounding of ticks).
+            let timeout = self.ticks.nanos(own_timeout.unwrap_or(self.timeout) - 1);
+            elapsed = elapsed.max(timeout);
+        }
+        if count {
+            let counters = self.counters();
+            // Relaxed (all of them): statistics.
+            match outcome {
+                Outcome::Acked => counters.acked.fetch_add(1, Ordering::Relaxed),
+                Outcome::Failed => counters.failed.fetch_add(1, Ordering::Relaxed),
+                Outcome::TimedOut => {
+                    let late = lateness(roots, slot, now);
+                    counters.lateness_max.fetch_max(late, Ordering::Relaxed);
+                    counters.lateness_total.fetch_add(late, Ordering::Relaxed);
+                    counters.timed_out.fetch_add(1, Ordering::Relaxed)
+                }
+            };
+        }
         let completion = Completion {
             root: self.layout.root(table, key),
             payload,
@@ -100,5 +150,14 @@ impl<T: Send + 'static> Lean<T> {
         if let Some(panic) = clock_panic {
             std::panic::resume_unwind(panic);
         }
+    }
+}
+
+/// How many ticks after its deadline's tick `slot`'s timeout at `now` came. (A completed
+/// slot keeps its times until it is freed; none reads as on time.)
+fn lateness<T>(roots: &Roots<T>, slot: usize, now: Tick) -> u64 {
+    match roots.deadline(slot) {
+        Some(deadline) if reached(deadline, now) => u64::from(now.wrapping_sub(deadline)),
+        _ => 0,
     }
 }

@@ -225,9 +225,7 @@ pub(super) fn run_once<T: Send + 'static>(lean: &Lean<T>, everything: bool) -> P
     // as moving entries files timers and may complete trees.
     pass.worked |= lean.housekeeping(now32, active.open);
     pass.delivered = timed_out.len();
-    for (table, roots, completed) in timed_out {
-        lean.deliver(table, roots, completed, Some(now32), active.open);
-    }
+    lean.deliver_timeouts(timed_out, now32, active.open);
     drop(active);
     // Out of the operation: the generations this pass retired wait for no one but other
     // threads now (the pass itself was one of those their grace periods waited for).

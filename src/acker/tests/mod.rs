@@ -335,6 +335,45 @@ fn stats_say_how_late_timeouts_came_and_orphans_are_counted_apart() {
     assert!(stats.to_string().contains("timeout lateness max"));
 }
 
+/// A callback that reads the stats finds its own timeout counted (the reaper counts a
+/// pass's timeouts before it delivers the first).
+#[test]
+fn a_timeout_is_counted_before_its_callback_runs() {
+    let clock = ManualClock::new(0);
+    let me: Arc<std::sync::OnceLock<std::sync::Weak<Acker<u32>>>> = Arc::default();
+    let seen = Arc::new(StdMutex::new(Vec::new()));
+    let (me_in, seen_in) = (Arc::clone(&me), Arc::clone(&seen));
+    let acker = Arc::new(
+        Acker::builder()
+            .timeout(Duration::from_millis(10))
+            .clock(clock.clone())
+            .max_pending(1024)
+            .on_complete(move |_: Completion<u32>| {
+                let acker = me_in.get().and_then(std::sync::Weak::upgrade);
+                let counted = acker.map(|a| a.stats().timed_out);
+                seen_in.lock().unwrap().push(counted);
+            })
+            .build_manual()
+            .unwrap(),
+    );
+    me.set(Arc::downgrade(&acker)).unwrap();
+    for root in 1..=3 {
+        acker.init(root, 0b1, 0).unwrap();
+    }
+    clock.advance(Duration::from_millis(40));
+    assert_eq!(acker.expire(), 3);
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 3);
+    for (i, counted) in seen.into_iter().enumerate() {
+        let counted = counted.expect("the acker is alive during its own pass");
+        assert!(
+            counted > i as u64,
+            "callback {i} saw {counted} timeouts counted"
+        );
+    }
+    assert_eq!(acker.stats().timed_out, 3);
+}
+
 #[test]
 fn configuration_errors_name_the_parameter() {
     let cases: [(AckerBuilder<u32>, &str); 7] = [
