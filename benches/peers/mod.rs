@@ -96,8 +96,9 @@ fn build_bound(pending: usize) -> usize {
 }
 
 /// The Acker's `max_pending` for `Tracker::build_holding`. Up to half a million, exactly
-/// `pending`: the table still has a quarter of headroom (`AckerBuilder::max_pending`).
-/// Beyond, twice, as `build_bound` does.
+/// `pending`: an acker full to its bound, whose tables sit at a load of about 4/5 (where
+/// more roots live outside their home group and take the longer path). Beyond, twice, as
+/// `build_bound` does.
 fn holding_bound(pending: usize) -> usize {
     if pending > 1 << 19 {
         2 * pending
