@@ -374,11 +374,11 @@ impl<T: Send + 'static> Lean<T> {
     fn message(&self, root: u64, message: Message) -> bool {
         let active = self.batches.enter();
         let (table, key) = self.layout.place(root);
-        // The common case first: no migration, and the entry in its home group.
+        // The common case first: no migration, and the entry exists (`apply_found`).
         // Safety: inside the operation `active` marks.
         let roots = unsafe { self.tables[table].current() };
         if roots.successor().is_none() {
-            if let Some(completed) = roots.apply_at_home(key, message) {
+            if let Some(completed) = roots.apply_found(key, message) {
                 let Some(completed) = completed else {
                     return false;
                 };

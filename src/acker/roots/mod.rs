@@ -440,22 +440,28 @@ impl<T> Roots<T> {
         self.apply(key, Message::Fail, true, done)
     }
 
-    /// The common case of [`apply`](Self::apply), on the root's home group alone: the
-    /// root's entry is there and one CAS applies `message`. `None` when anything else is
-    /// needed (no entry at home, a CAS lost, a frozen entry): the caller then calls
-    /// `apply`, which starts again from the search, so nothing was changed.
+    /// The common case of [`apply`](Self::apply): the root's entry exists and one CAS
+    /// applies `message`. `None` when anything else is needed (no entry, a CAS lost, a
+    /// frozen entry, a twin's contents): the caller then calls `apply`, which starts again
+    /// from the search, so nothing was changed.
     ///
-    /// It is `apply`'s own first step: its search probes the home group first, and the
-    /// first entry holding the key there is the one it would find.
+    /// It is `apply`'s own first step, the same search and the same CAS, without the
+    /// general path's frame (its `Done`, a migration's help, the timer filing): an entry
+    /// displaced from its home group (a quarter to a third of them in a table near its
+    /// brim) takes this path too, not only one at home.
     #[inline]
-    pub fn apply_at_home(&self, key: Key, message: Message) -> Option<Option<Completed>> {
+    pub fn apply_found(&self, key: Key, message: Message) -> Option<Option<Completed>> {
         if let Message::Twin(..) = message {
             return None; // a twin's reset moves the base first
         }
+        // The home group inline (most entries are there), the rest of the window through
+        // the search; either way the first entry holding the key in probe order.
         let home = self.home(key);
         let words = self.group(home).load();
-        let (i, word) = words.into_iter().enumerate().find(|(_, w)| w.holds(key))?;
-        let slot = home * GROUP_SLOTS + i;
+        let (slot, word) = match words.into_iter().enumerate().find(|(_, w)| w.holds(key)) {
+            Some((i, word)) => (home * GROUP_SLOTS + i, word),
+            None => self.find_displaced(key)?,
+        };
         let step = message.step(word)?;
         self.word(slot).cas(word, step.word()).ok()?;
         Some(match step {
@@ -467,6 +473,16 @@ impl<T> Roots<T> {
                 gen: self.gen,
             }),
         })
+    }
+
+    /// [`apply_found`](Self::apply_found)'s entry outside its home group: out of line, so
+    /// that the search's frame stays off the common path.
+    #[inline(never)]
+    fn find_displaced(&self, key: Key) -> Option<(usize, Word)> {
+        match self.search(key, None) {
+            Search::Found(slot, word) => Some((slot, word)),
+            Search::Missing(_) | Search::Frozen(..) => None,
+        }
     }
 
     /// Applies `message` to the root's entry with the word's transition, CASing until it

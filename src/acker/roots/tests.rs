@@ -117,7 +117,7 @@ fn overflowed_roots_are_found_and_their_counts_come_off() {
 }
 
 #[test]
-fn the_home_group_shortcut_applies_only_what_apply_would_and_defers_the_rest() {
+fn the_shortcut_applies_only_what_apply_would_and_defers_the_rest() {
     let roots = Roots::<u32>::new(4);
     let mut done = Done::default();
     // Home 3 full of other roots: `far` lands in group 0.
@@ -126,12 +126,15 @@ fn the_home_group_shortcut_applies_only_what_apply_would_and_defers_the_rest() {
     }
     let (near, far) = (key_in(4, 2, 1), key_in(4, 3, 99));
     roots.init(near, 0b11, 7, &mut done).unwrap();
-    roots.init(far, 0b1, 8, &mut done).unwrap();
+    roots.init(far, 0b111, 8, &mut done).unwrap();
     assert!(done.is_none());
-    // Not at home, or no entry at all: nothing changed, `apply` decides.
-    assert_eq!(roots.apply_at_home(far, Message::Ack(0b1)), None);
-    assert_eq!(roots.find(far).unwrap().1.value(), 0b1);
-    assert_eq!(roots.apply_at_home(key_in(4, 1, 5), Message::Ack(1)), None);
+    assert_eq!(
+        roots.find(far).unwrap().0 / GROUP_SLOTS,
+        0,
+        "far is displaced"
+    );
+    // No entry at all: nothing changed, `apply` decides (and creates).
+    assert_eq!(roots.apply_found(key_in(4, 1, 5), Message::Ack(1)), None);
     assert_eq!(
         roots.find(key_in(4, 1, 5)),
         None,
@@ -139,20 +142,30 @@ fn the_home_group_shortcut_applies_only_what_apply_would_and_defers_the_rest() {
     );
     // A twin's contents need `apply` (its reset moves the base first).
     let twin = Message::Twin(Word::held_ack(near, 0b1), 0);
-    assert_eq!(roots.apply_at_home(near, twin), None);
+    assert_eq!(roots.apply_found(near, twin), None);
+    assert_eq!(roots.find(near).unwrap().1.value(), 0b11);
     // At home: one CAS, and the completion is the caller's, as `apply`'s would be.
-    assert_eq!(roots.apply_at_home(near, Message::Ack(0b01)), Some(None));
+    assert_eq!(roots.apply_found(near, Message::Ack(0b01)), Some(None));
     assert_eq!(roots.find(near).unwrap().1.value(), 0b10);
-    let Some(Some(completed)) = roots.apply_at_home(near, Message::Ack(0b10)) else {
+    let Some(Some(completed)) = roots.apply_found(near, Message::Ack(0b10)) else {
         panic!("the last ack completes");
     };
     assert_eq!(completed.outcome, Outcome::Acked);
     done.push(completed);
     assert_eq!(finish(&roots, &mut done), Some((7, Outcome::Acked)));
     assert_eq!(roots.find(near), None);
-    // Far from home it goes through `apply`, which finds it.
-    assert_eq!(roots.ack(far, 0b1, &mut done), Applied::Changed);
-    assert_eq!(finish(&roots, &mut done), Some((8, Outcome::Acked)));
+    // Displaced from its home group: found through the overflow counts, one CAS.
+    assert_eq!(roots.apply_found(far, Message::Ack(0b001)), Some(None));
+    assert_eq!(roots.find(far).unwrap().1.value(), 0b110);
+    // Through `apply` too, the same entry.
+    assert_eq!(roots.ack(far, 0b010, &mut done), Applied::Changed);
+    let Some(Some(completed)) = roots.apply_found(far, Message::Fail) else {
+        panic!("a fail completes a live tree");
+    };
+    assert_eq!((completed.key, completed.outcome), (far, Outcome::Failed));
+    done.push(completed);
+    assert_eq!(finish(&roots, &mut done), Some((8, Outcome::Failed)));
+    assert_eq!(roots.find(far), None);
 }
 
 #[test]
