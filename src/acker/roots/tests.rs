@@ -169,6 +169,49 @@ fn the_shortcut_applies_only_what_apply_would_and_defers_the_rest() {
 }
 
 #[test]
+fn a_group_finds_the_first_word_of_its_key_wherever_it_is_and_defers_the_odd_ones() {
+    let key = key_in(4, 1, 7);
+    let other = |i: u64| Word::held_ack(key_in(4, 1, 100 + i), 1000 + i);
+    // Each position, the others holding other roots, each word with its own value: the
+    // word found is the one at that position, whole.
+    for at in 0..GROUP_SLOTS {
+        let roots = Roots::<u32>::new(4);
+        let group = roots.group(1);
+        let mine = Word::joining(key, 50 + at as u64);
+        for i in 0..GROUP_SLOTS {
+            let word = if i == at { mine } else { other(i as u64) };
+            group.0[i].cas(Word::EMPTY, word).unwrap();
+        }
+        assert_eq!(group.find(key), Some((at, mine)), "the key in word {at}");
+        assert_eq!(group.find(key_in(4, 1, 8)), None, "no word of the key");
+    }
+    // The first word of the key is FROZEN: not an entry to change; the caller's search
+    // decides (here, the HELD twin after it would be found by `search`).
+    let roots = Roots::<u32>::new(4);
+    let group = roots.group(1);
+    let frozen = Word::held_ack(key, 3).frozen().unwrap();
+    group.0[0].cas(Word::EMPTY, other(0)).unwrap();
+    group.0[2].cas(Word::EMPTY, frozen).unwrap();
+    group.0[3].cas(Word::EMPTY, Word::held_ack(key, 4)).unwrap();
+    assert_eq!(group.find(key), None);
+    // The same in word 0, which is tried first.
+    let roots = Roots::<u32>::new(4);
+    roots.group(2).0[0].cas(Word::EMPTY, frozen).unwrap();
+    roots.group(2).0[1]
+        .cas(Word::EMPTY, Word::held_ack(key, 4))
+        .unwrap();
+    assert_eq!(roots.group(2).find(key), None);
+    // Key 0 is the EMPTY word's key: an EMPTY word never reads as its entry.
+    let zero = Key::new(0);
+    assert_eq!(roots.group(3).find(zero), None, "an empty group");
+    assert_eq!(group.find(zero), None, "word 1 is EMPTY");
+    group.0[1]
+        .cas(Word::EMPTY, Word::held_ack(zero, 9))
+        .unwrap();
+    assert_eq!(group.find(zero), Some((1, Word::held_ack(zero, 9))));
+}
+
+#[test]
 fn a_full_window_refuses_and_gives_the_payload_back() {
     let roots = Roots::<u32>::new(2); // window: both groups
     let mut done = Done::default();
