@@ -163,10 +163,10 @@ impl Group {
         AtomicU128::load_each(words, Ordering::SeqCst).map(Word::from_bits)
     }
 
-    /// The first of the group's words whose key is `key`'s, if it holds `key`'s root:
-    /// its index and word. `None` when no word has the key, or the first that has it is
-    /// not an uncompleted entry (FROZEN, MOVED, or an EMPTY word when the key is 0), which
-    /// the caller's full search sorts out.
+    /// The first of the group's words whose key is `key`'s: [`Match::Holds`] with its
+    /// index and word when it is an uncompleted entry of the root, [`Match::Odd`] when it
+    /// is not (FROZEN, MOVED, or an EMPTY word when the key is 0: the full search sorts
+    /// those out), [`Match::Absent`] when no word has the key.
     ///
     /// The common ack's match. Word 0 is tried with a branch: a claim takes the first EMPTY
     /// word of its group, so below the brim most entries are there and the branch is
@@ -175,15 +175,22 @@ impl Group {
     /// cache costs the miss a second time (an ack at 64k pending in a table at its bound's
     /// load: 47 ns with a branch a word, 39 without).
     #[inline]
-    fn find(&self, key: Key) -> Option<(usize, Word)> {
+    fn find(&self, key: Key) -> Match {
         let words = self.load();
+        let of = |i: usize, word: Word| {
+            if word.holds(key) {
+                Match::Holds(i, word)
+            } else {
+                Match::Odd
+            }
+        };
         if words[0].key() == key {
-            return words[0].holds(key).then_some((0, words[0]));
+            return of(0, words[0]);
         }
         let hits =
             (1..GROUP_SLOTS).fold(0u32, |hits, i| hits | u32::from(words[i].key() == key) << i);
         if hits == 0 {
-            return None;
+            return Match::Absent;
         }
         let i = hits.trailing_zeros() as usize;
         // Chosen with masks, not an index into the array: an index sends the words
@@ -192,9 +199,19 @@ impl Group {
             let take = 0u128.wrapping_sub(u128::from(i == j));
             word ^ ((word ^ words[j].to_bits()) & take)
         });
-        let word = Word::from_bits(word);
-        word.holds(key).then_some((i, word))
+        of(i, Word::from_bits(word))
     }
+}
+
+/// What [`Group::find`] found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Match {
+    /// The group's first word of the key, an uncompleted entry: its index and word.
+    Holds(usize, Word),
+    /// The group's first word of the key is not an entry to change.
+    Odd,
+    /// No word of the key.
+    Absent,
 }
 
 /// What an operation did to its root's entry.
@@ -487,14 +504,15 @@ impl<T> Roots<T> {
         if let Message::Twin(..) = message {
             return None; // a twin's reset moves the base first
         }
-        // The home group inline (most entries are there), the rest of the window through
-        // the search; either way the first entry holding the key in probe order.
+        // The home group inline (most entries are there), the rest of the window out of
+        // line; either way the first word of the key in probe order, if it is an entry.
         let home = self.home(key);
         let group = self.group(home);
         let (slot, cell, word) = match group.find(key) {
-            Some((i, word)) => (home * GROUP_SLOTS + i, &group.0[i], word),
-            None => {
-                let (slot, word) = self.find_displaced(key)?;
+            Match::Holds(i, word) => (home * GROUP_SLOTS + i, &group.0[i], word),
+            Match::Odd => return None,
+            Match::Absent => {
+                let (slot, word) = self.find_displaced(key, home)?;
                 (slot, self.word(slot), word)
             }
         };
@@ -511,14 +529,27 @@ impl<T> Roots<T> {
         })
     }
 
-    /// [`apply_found`](Self::apply_found)'s entry outside its home group: out of line, so
-    /// that the search's frame stays off the common path.
+    /// [`apply_found`](Self::apply_found)'s entry outside its home group, whose words hold
+    /// none of the key: the groups after `home` that `search` would visit (while the last
+    /// one passed has a non-zero overflow count), matched as the home group was. Out of
+    /// line, and without `search`'s vacancy and FROZEN bookkeeping, which an ack that
+    /// finds its entry never needs (a group whose first word of the key is not an entry
+    /// sends the ack to `apply`, as at home).
     #[inline(never)]
-    fn find_displaced(&self, key: Key) -> Option<(usize, Word)> {
-        match self.search(key, None) {
-            Search::Found(slot, word) => Some((slot, word)),
-            Search::Missing(_) | Search::Frozen(..) => None,
+    fn find_displaced(&self, key: Key, home: usize) -> Option<(usize, Word)> {
+        let mut group = home;
+        for _ in 0..self.window() {
+            if self.overflow[group].load(Ordering::SeqCst) == 0 {
+                return None;
+            }
+            group = self.wrap(group + 1);
+            match self.group(group).find(key) {
+                Match::Holds(i, word) => return Some((group * GROUP_SLOTS + i, word)),
+                Match::Odd => return None,
+                Match::Absent => {}
+            }
         }
+        None
     }
 
     /// Applies `message` to the root's entry with the word's transition, CASing until it

@@ -182,8 +182,16 @@ fn a_group_finds_the_first_word_of_its_key_wherever_it_is_and_defers_the_odd_one
             let word = if i == at { mine } else { other(i as u64) };
             group.0[i].cas(Word::EMPTY, word).unwrap();
         }
-        assert_eq!(group.find(key), Some((at, mine)), "the key in word {at}");
-        assert_eq!(group.find(key_in(4, 1, 8)), None, "no word of the key");
+        assert_eq!(
+            group.find(key),
+            Match::Holds(at, mine),
+            "the key in word {at}"
+        );
+        assert_eq!(
+            group.find(key_in(4, 1, 8)),
+            Match::Absent,
+            "no word of the key"
+        );
     }
     // The first word of the key is FROZEN: not an entry to change; the caller's search
     // decides (here, the HELD twin after it would be found by `search`).
@@ -193,22 +201,22 @@ fn a_group_finds_the_first_word_of_its_key_wherever_it_is_and_defers_the_odd_one
     group.0[0].cas(Word::EMPTY, other(0)).unwrap();
     group.0[2].cas(Word::EMPTY, frozen).unwrap();
     group.0[3].cas(Word::EMPTY, Word::held_ack(key, 4)).unwrap();
-    assert_eq!(group.find(key), None);
+    assert_eq!(group.find(key), Match::Odd);
     // The same in word 0, which is tried first.
     let roots = Roots::<u32>::new(4);
     roots.group(2).0[0].cas(Word::EMPTY, frozen).unwrap();
     roots.group(2).0[1]
         .cas(Word::EMPTY, Word::held_ack(key, 4))
         .unwrap();
-    assert_eq!(roots.group(2).find(key), None);
+    assert_eq!(roots.group(2).find(key), Match::Odd);
     // Key 0 is the EMPTY word's key: an EMPTY word never reads as its entry.
     let zero = Key::new(0);
-    assert_eq!(roots.group(3).find(zero), None, "an empty group");
-    assert_eq!(group.find(zero), None, "word 1 is EMPTY");
+    assert_eq!(roots.group(3).find(zero), Match::Odd, "an empty group");
+    assert_eq!(group.find(zero), Match::Odd, "word 1 is EMPTY");
     group.0[1]
         .cas(Word::EMPTY, Word::held_ack(zero, 9))
         .unwrap();
-    assert_eq!(group.find(zero), Some((1, Word::held_ack(zero, 9))));
+    assert_eq!(group.find(zero), Match::Holds(1, Word::held_ack(zero, 9)));
 }
 
 #[test]
