@@ -359,10 +359,9 @@ const GROUPS: u64 = 2;
 /// `src/acker/lean/layout.rs` (`Mix::hash`, then `Layout::place` with 4 table bits for the
 /// 16 tables) and the multiply-shift of the key's top bits in `Roots::home`.
 fn home(root: u64) -> (usize, usize) {
-    let mut z = root ^ SEED;
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    let hash = z ^ (z >> 31);
+    let z = root ^ SEED;
+    let z = (z ^ (z >> 32)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    let hash = z ^ (z >> 32);
     let table = (hash >> 60) as usize;
     // The key is the hash rotated left by the table bits, less its low `KEY_SHIFT` bits;
     // `Roots::home` scales its top bits (`key << KEY_SHIFT`) to the group count.
