@@ -175,15 +175,13 @@ impl<T> Roots<T> {
             }
             Ok(slot) => {
                 done.file_later(self.gen, slot);
-                match self.search(key, Some(slot)) {
+                if !self.has_twin(key, slot) {
                     // The common case: no twin, and the claim is init's to settle.
-                    Search::Missing(_) => Claimed::Alone(slot),
-                    Search::Found(..) | Search::Frozen(..) => {
-                        self.unjoin(slot, xor);
-                        self.merge_twins(key, slot, done);
-                        Claimed::Twin(self.search(key, None))
-                    }
+                    return Claimed::Alone(slot);
                 }
+                self.unjoin(slot, xor);
+                self.merge_twins(key, slot, done);
+                Claimed::Twin(self.search(key, None))
             }
             Err(Unclaimed::Raced) => Claimed::Twin(self.search(key, None)),
             Err(_) => Claimed::Full,

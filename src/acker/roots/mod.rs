@@ -495,10 +495,10 @@ impl<T> Roots<T> {
     /// frozen entry, a twin's contents): the caller then calls `apply`, which starts again
     /// from the search, so nothing was changed.
     ///
-    /// It is `apply`'s own first step, the same search and the same CAS, without the
-    /// general path's frame (its `Done`, a migration's help, the timer filing): an entry
-    /// displaced from its home group (a quarter to a third of them in a table near its
-    /// brim) takes this path too, not only one at home.
+    /// It is `apply`'s own first step, the same walk of the window and the same CAS,
+    /// without the general path's frame (its `Done`, a migration's help, the timer
+    /// filing): an entry displaced from its home group (a quarter to a third of them in a
+    /// table near its brim) takes this path too, not only one at home.
     #[inline]
     pub fn apply_found(&self, key: Key, message: Message) -> Option<Option<Completed>> {
         if let Message::Twin(..) = message {

@@ -89,6 +89,31 @@ impl<T> Roots<T> {
         Search::Missing(vacancy)
     }
 
+    /// Whether `key`'s root has an entry other than `mine` (an uncompleted or FROZEN word
+    /// of its key): what `search(key, Some(mine))` finds or not, for a claimer's twin
+    /// check, through the same groups and the same loads in the same order, without the
+    /// vacancy's bookkeeping or a `Search` to return (a claim's twin check is on every new
+    /// tree's path).
+    #[inline]
+    pub(super) fn has_twin(&self, key: Key, mine: usize) -> bool {
+        let home = self.home(key);
+        for d in 0..=self.window() {
+            let group = self.wrap(home + d);
+            let words = self.group(group).load();
+            let twin = (0..GROUP_SLOTS).any(|i| {
+                let w = words[i];
+                group * GROUP_SLOTS + i != mine && (w.holds(key) || w.frozen_for(key))
+            });
+            if twin {
+                return true;
+            }
+            if self.overflow[group].load(Ordering::SeqCst) == 0 {
+                return false;
+            }
+        }
+        false
+    }
+
     /// Starts loading `group`'s overflow count into the cache. A search that finds no entry
     /// in the group reads it right after the group's words, and in a large table both are
     /// misses: started together, they overlap instead of following one another.

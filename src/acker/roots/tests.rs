@@ -193,8 +193,8 @@ fn a_group_finds_the_first_word_of_its_key_wherever_it_is_and_defers_the_odd_one
             "no word of the key"
         );
     }
-    // The first word of the key is FROZEN: not an entry to change; the caller's search
-    // decides (here, the HELD twin after it would be found by `search`).
+    // The first word of the key is FROZEN: not an entry to change (`search` reports it
+    // FROZEN, and `apply` waits for it to be moved), whatever follows it.
     let roots = Roots::<u32>::new(4);
     let group = roots.group(1);
     let frozen = Word::held_ack(key, 3).frozen().unwrap();
@@ -217,6 +217,87 @@ fn a_group_finds_the_first_word_of_its_key_wherever_it_is_and_defers_the_odd_one
         .cas(Word::EMPTY, Word::held_ack(zero, 9))
         .unwrap();
     assert_eq!(group.find(zero), Match::Holds(1, Word::held_ack(zero, 9)));
+}
+
+/// The shortcut walks the window as `search` does and defers what `search` would not
+/// report as the entry: a FROZEN first word of the key at home or past it, and nothing past
+/// a group whose overflow count is 0.
+#[test]
+fn the_shortcut_defers_a_frozen_word_and_stops_where_search_stops() {
+    let key = key_in(4, 1, 7);
+    let frozen = Word::held_ack(key, 3).frozen().unwrap();
+    let fill = |roots: &Roots<u32>, group: usize| {
+        for i in 0..GROUP_SLOTS {
+            let other = Word::held_ack(key_in(4, group, 100 + i as u64), 1);
+            roots.group(group).0[i].cas(Word::EMPTY, other).unwrap();
+        }
+    };
+    // FROZEN at home, a HELD twin after it: deferred, nothing changed.
+    let roots = Roots::<u32>::new(4);
+    roots.group(1).0[0].cas(Word::EMPTY, frozen).unwrap();
+    roots.group(1).0[1]
+        .cas(Word::EMPTY, Word::held_ack(key, 4))
+        .unwrap();
+    assert_eq!(roots.apply_found(key, Message::Ack(1)), None);
+    assert_eq!(roots.group(1).0[1].load(), Word::held_ack(key, 4));
+    // Home full of other roots, FROZEN one group past it and the twin two past: deferred.
+    let roots = Roots::<u32>::new(4);
+    fill(&roots, 1);
+    roots.overflow[1].fetch_add(1, Ordering::SeqCst);
+    roots.overflow[2].fetch_add(1, Ordering::SeqCst);
+    roots.group(2).0[0].cas(Word::EMPTY, frozen).unwrap();
+    roots.group(3).0[0]
+        .cas(Word::EMPTY, Word::held_ack(key, 4))
+        .unwrap();
+    assert_eq!(roots.apply_found(key, Message::Ack(1)), None);
+    assert_eq!(roots.group(3).0[0].load(), Word::held_ack(key, 4));
+    // The same twin past a group whose count is 0: not in the window, not found.
+    let roots = Roots::<u32>::new(4);
+    fill(&roots, 1);
+    roots.group(2).0[0]
+        .cas(Word::EMPTY, Word::held_ack(key, 4))
+        .unwrap();
+    assert_eq!(roots.apply_found(key, Message::Ack(1)), None);
+    // Counted: found, one CAS.
+    roots.overflow[1].fetch_add(1, Ordering::SeqCst);
+    assert_eq!(roots.apply_found(key, Message::Ack(1)), Some(None));
+    assert_eq!(roots.group(2).0[0].load(), Word::held_ack(key, 5));
+}
+
+/// A claimer's twin check: any other uncompleted or FROZEN word of the key in the window,
+/// as `search` would find; not a MOVED one, not the claimer's own, not past a group whose
+/// overflow count is 0.
+#[test]
+fn a_twin_is_any_other_entry_or_frozen_word_of_the_key_in_the_window() {
+    let key = key_in(4, 1, 7);
+    let roots = Roots::<u32>::new(4);
+    let mine = GROUP_SLOTS; // group 1, word 0
+    roots.group(1).0[0]
+        .cas(Word::EMPTY, Word::joining(key, 1))
+        .unwrap();
+    roots.group(1).0[1]
+        .cas(Word::EMPTY, Word::held_ack(key_in(4, 1, 8), 1))
+        .unwrap();
+    assert!(!roots.has_twin(key, mine), "alone");
+    let frozen = Word::held_ack(key, 3).frozen().unwrap();
+    roots.group(1).0[2].cas(Word::EMPTY, frozen).unwrap();
+    assert!(
+        roots.has_twin(key, mine),
+        "a FROZEN word is a twin being moved"
+    );
+    roots.group(1).0[2].cas(frozen, frozen.moved()).unwrap();
+    assert!(!roots.has_twin(key, mine), "a MOVED word is dead");
+    // Past home: only through a non-zero count.
+    roots.group(2).0[3]
+        .cas(Word::EMPTY, Word::held_ack(key, 4))
+        .unwrap();
+    assert!(!roots.has_twin(key, mine), "past a count of 0");
+    roots.overflow[1].fetch_add(1, Ordering::SeqCst);
+    assert!(roots.has_twin(key, mine), "a HELD twin one group on");
+    assert!(
+        roots.has_twin(key, 2 * GROUP_SLOTS + 3),
+        "from the twin's side"
+    );
 }
 
 #[test]
