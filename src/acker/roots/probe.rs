@@ -55,7 +55,7 @@ impl<T> Roots<T> {
     #[inline]
     pub(super) fn search(&self, key: Key, skip: Option<usize>) -> Search {
         let home = self.home(key);
-        self.prefetch_count(home);
+        self.prefetch_home(home);
         let mut vacancy = None;
         for d in 0..=self.window() {
             let group = self.wrap(home + d);
@@ -114,17 +114,23 @@ impl<T> Roots<T> {
         false
     }
 
-    /// Starts loading `group`'s overflow count into the cache. A search that finds no entry
-    /// in the group reads it right after the group's words, and in a large table both are
-    /// misses: started together, they overlap instead of following one another.
+    /// Starts loading into the cache what a search from home `group` reads, or its caller
+    /// writes, after the group's words: the group's overflow count (a search that finds no
+    /// entry reads it next) and the slots' side data (a claim reserves its slot's times
+    /// and writes its timeout and payload there). In a large table each is a miss of its
+    /// own: started with the words' load, they overlap it instead of following it (the
+    /// side data's prefetch took 5 % off a tree at 1M pending).
     #[inline(always)]
-    fn prefetch_count(&self, group: usize) {
+    fn prefetch_home(&self, group: usize) {
         #[cfg(all(target_arch = "x86_64", not(loom), not(miri)))]
-        if let Some(count) = self.overflow.get(group) {
+        if let (Some(count), Some(line)) = (self.overflow.get(group), self.lines.get(group)) {
             use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
             // Safety: a prefetch only hints the cache; it reads nothing the program sees
-            // and cannot fault, and the address is an element of the slice.
-            unsafe { _mm_prefetch::<_MM_HINT_T0>(std::ptr::from_ref(count).cast()) };
+            // and cannot fault, and both addresses are inside elements of their slices.
+            unsafe {
+                _mm_prefetch::<_MM_HINT_T0>(std::ptr::from_ref(count).cast());
+                _mm_prefetch::<_MM_HINT_T0>(std::ptr::from_ref(&line.sides).cast());
+            }
         }
         #[cfg(not(all(target_arch = "x86_64", not(loom), not(miri))))]
         let _ = group;
