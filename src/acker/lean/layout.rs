@@ -107,7 +107,8 @@ mod tests {
             },
             table_bits: 4,
         };
-        let patterns: [(&str, fn(u64) -> u64); 6] = [
+        type Pattern = (&'static str, fn(u64) -> u64);
+        let patterns: [Pattern; 6] = [
             ("a counter", |i| i),
             ("a stride of 2^20", |i| i << 20),
             ("a stride of 2^40", |i| i << 40),
