@@ -226,38 +226,43 @@ fn a_group_finds_the_first_word_of_its_key_wherever_it_is_and_defers_the_odd_one
 fn the_shortcut_defers_a_frozen_word_and_stops_where_search_stops() {
     let key = key_in(4, 1, 7);
     let frozen = Word::held_ack(key, 3).frozen().unwrap();
+    let put = |roots: &Roots<u32>, group: usize, i: usize, word: Word| {
+        roots.group(group).0[i].cas(Word::EMPTY, word).unwrap();
+    };
     let fill = |roots: &Roots<u32>, group: usize| {
         for i in 0..GROUP_SLOTS {
-            let other = Word::held_ack(key_in(4, group, 100 + i as u64), 1);
-            roots.group(group).0[i].cas(Word::EMPTY, other).unwrap();
+            put(
+                roots,
+                group,
+                i,
+                Word::held_ack(key_in(4, group, 100 + i as u64), 1),
+            );
         }
     };
-    // FROZEN at home, a HELD twin after it: deferred, nothing changed.
+    let twin = Word::held_ack(key, 4);
+    // Deferred, with the twin in `(group, word)` left as it was.
+    let deferred = |roots: &Roots<u32>, group: usize, i: usize| {
+        assert_eq!(roots.apply_found(key, Message::Ack(1)), None);
+        assert_eq!(roots.group(group).0[i].load(), twin);
+    };
+    // FROZEN at home, a HELD twin after it.
     let roots = Roots::<u32>::new(4);
-    roots.group(1).0[0].cas(Word::EMPTY, frozen).unwrap();
-    roots.group(1).0[1]
-        .cas(Word::EMPTY, Word::held_ack(key, 4))
-        .unwrap();
-    assert_eq!(roots.apply_found(key, Message::Ack(1)), None);
-    assert_eq!(roots.group(1).0[1].load(), Word::held_ack(key, 4));
-    // Home full of other roots, FROZEN one group past it and the twin two past: deferred.
+    put(&roots, 1, 0, frozen);
+    put(&roots, 1, 1, twin);
+    deferred(&roots, 1, 1);
+    // Home full of other roots, FROZEN one group past it and the twin two past.
     let roots = Roots::<u32>::new(4);
     fill(&roots, 1);
     roots.overflow[1].fetch_add(1, Ordering::SeqCst);
     roots.overflow[2].fetch_add(1, Ordering::SeqCst);
-    roots.group(2).0[0].cas(Word::EMPTY, frozen).unwrap();
-    roots.group(3).0[0]
-        .cas(Word::EMPTY, Word::held_ack(key, 4))
-        .unwrap();
-    assert_eq!(roots.apply_found(key, Message::Ack(1)), None);
-    assert_eq!(roots.group(3).0[0].load(), Word::held_ack(key, 4));
+    put(&roots, 2, 0, frozen);
+    put(&roots, 3, 0, twin);
+    deferred(&roots, 3, 0);
     // The same twin past a group whose count is 0: not in the window, not found.
     let roots = Roots::<u32>::new(4);
     fill(&roots, 1);
-    roots.group(2).0[0]
-        .cas(Word::EMPTY, Word::held_ack(key, 4))
-        .unwrap();
-    assert_eq!(roots.apply_found(key, Message::Ack(1)), None);
+    put(&roots, 2, 0, twin);
+    deferred(&roots, 2, 0);
     // Counted: found, one CAS.
     roots.overflow[1].fetch_add(1, Ordering::SeqCst);
     assert_eq!(roots.apply_found(key, Message::Ack(1)), Some(None));
