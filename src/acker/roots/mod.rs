@@ -537,6 +537,8 @@ impl<T> Roots<T> {
     /// sends the ack to `apply`, as at home).
     #[inline(never)]
     fn find_displaced(&self, key: Key, home: usize) -> Option<(usize, Word)> {
+        // `walk(home).skip(1)` written out: the iterator's state made the ack at 64k
+        // pending 3-4 % slower (33.3 -> 34.5 ns, three alternating pairs).
         let mut group = home;
         for _ in 0..self.window() {
             if self.overflow[group].load(Ordering::SeqCst) == 0 {

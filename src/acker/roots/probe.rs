@@ -43,6 +43,29 @@ impl<T> Roots<T> {
         MAX_PROBE.min(self.groups - 1)
     }
 
+    /// The groups of a walk of `home`'s window, each with its distance from `home`: `home`
+    /// first, then the next one while the group just visited has a non-zero overflow
+    /// count, at most [`window`](Self::window) groups past `home`. The count is read when
+    /// the walk is asked for the next group, so after the caller has read the words of the
+    /// one it visited: a search that sees a word can reach it (module docs of `roots/`).
+    #[inline]
+    pub(super) fn walk(&self, home: usize) -> impl Iterator<Item = (usize, usize)> + '_ {
+        let mut at: Option<(usize, usize)> = None;
+        std::iter::from_fn(move || {
+            let next = match at {
+                None => (0, home),
+                Some((d, group)) => {
+                    if d == self.window() || self.overflow[group].load(Ordering::SeqCst) == 0 {
+                        return None;
+                    }
+                    (d + 1, self.wrap(group + 1))
+                }
+            };
+            at = Some(next);
+            Some(next)
+        })
+    }
+
     /// Adds `delta` (1 or -1) to the overflow counts of the `d` groups from `home` on.
     fn count_overflow(&self, home: usize, d: usize, delta: i32) {
         for group in (0..d).map(|j| self.wrap(home + j)) {
@@ -57,8 +80,7 @@ impl<T> Roots<T> {
         let home = self.home(key);
         self.prefetch_home(home);
         let mut vacancy = None;
-        for d in 0..=self.window() {
-            let group = self.wrap(home + d);
+        for (d, group) in self.walk(home) {
             let words = self.group(group).load();
             // Masks of the group's words of the key (any state) and of its EMPTY words:
             // most groups hold no word of the key, and then only the first EMPTY matters.
@@ -82,9 +104,6 @@ impl<T> Roots<T> {
                 let slot = group * GROUP_SLOTS + empty.trailing_zeros() as usize;
                 vacancy = Some(Vacancy { slot, d });
             }
-            if self.overflow[group].load(Ordering::SeqCst) == 0 {
-                break;
-            }
         }
         Search::Missing(vacancy)
     }
@@ -96,22 +115,13 @@ impl<T> Roots<T> {
     /// tree's path).
     #[inline]
     pub(super) fn has_twin(&self, key: Key, mine: usize) -> bool {
-        let home = self.home(key);
-        for d in 0..=self.window() {
-            let group = self.wrap(home + d);
+        self.walk(self.home(key)).any(|(_, group)| {
             let words = self.group(group).load();
-            let twin = (0..GROUP_SLOTS).any(|i| {
+            (0..GROUP_SLOTS).any(|i| {
                 let w = words[i];
                 group * GROUP_SLOTS + i != mine && (w.holds(key) || w.frozen_for(key))
-            });
-            if twin {
-                return true;
-            }
-            if self.overflow[group].load(Ordering::SeqCst) == 0 {
-                return false;
-            }
-        }
-        false
+            })
+        })
     }
 
     /// Starts loading into the cache what a search from home `group` reads, or its caller
