@@ -119,6 +119,11 @@ struct Cli {
     #[arg(long, default_value_t = 2_000_000)]
     churn_trees: u64,
 
+    /// Acker: roots the growth phase fills an acker with, timing each operation while its
+    /// tables grow and again once they have (0 skips it).
+    #[arg(long, default_value_t = 1_000_000)]
+    growth_roots: u64,
+
     /// Partitioned: how many partitions (ackers, each on its own node thread).
     #[arg(long, default_value_t = 4)]
     partitions: usize,
@@ -137,7 +142,7 @@ struct Cli {
     down_ms: u64,
 
     /// Acker: default ackers the memory phase builds in one process, all alive at once, for
-    /// the build cost's second figure (each holds about 80 MiB today).
+    /// the build cost's second figure.
     #[arg(long, default_value_t = 10)]
     ackers_at_once: usize,
 
@@ -252,6 +257,10 @@ fn main() -> ExitCode {
         eprintln!("stress: --max-pending must be in 1..={}", 1 << 26);
         return ExitCode::from(2);
     }
+    if cli.growth_roots > 1 << 26 {
+        eprintln!("stress: --growth-roots is at most {}", 1u64 << 26);
+        return ExitCode::from(2);
+    }
     if cli.ackers_at_once == 0 || cli.ackers_at_once > 100 {
         eprintln!("stress: --ackers-at-once must be in 1..=100");
         return ExitCode::from(2);
@@ -312,6 +321,7 @@ fn main() -> ExitCode {
             memory_roots: cli.memory_roots,
             churn_trees: cli.churn_trees,
             ackers_at_once: cli.ackers_at_once,
+            growth_roots: cli.growth_roots,
             plant_bug: cli.plant_bug,
         };
         let summary = acker::run(&cfg);

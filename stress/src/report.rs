@@ -58,6 +58,35 @@ impl Percentiles {
     }
 }
 
+impl Percentiles {
+    /// [`line`](Self::line) for operations of nanoseconds to microseconds: "p50 180 ns  p99
+    /// 2.41 µs  ...".
+    pub(crate) fn fine_line(&self) -> String {
+        if self.count == 0 {
+            return "(none)".to_string();
+        }
+        format!(
+            "p50 {}  p99 {}  p99.9 {}  max {}  (n = {})",
+            duration_fine(self.p50_us),
+            duration_fine(self.p99_us),
+            duration_fine(self.p999_us),
+            duration_fine(self.max_us),
+            self.count
+        )
+    }
+}
+
+/// Microseconds as "180 ns", "2.41 µs", "850 µs", "1.24 ms".
+pub(crate) fn duration_fine(us: f64) -> String {
+    if us < 1.0 {
+        format!("{:.0} ns", us * 1e3)
+    } else if us < 10.0 {
+        format!("{us:.2} µs")
+    } else {
+        duration_us(us)
+    }
+}
+
 /// The distribution as a curve for the plot: x = "nines" (0 = p0, 1 = p90, 2 = p99, ...),
 /// y = milliseconds.
 pub(crate) fn percentile_curve(h: &Histogram<u64>) -> Vec<(f64, f64)> {

@@ -13,8 +13,8 @@
 //!   along the window (the root tuple's ack, anchoring one child) and acked again at its end
 //!   (the child's ack, which completes it). The figure is the peak RSS (`VmHWM`) over the
 //!   baseline before the build: what a server with a generous `max_pending` and little
-//!   traffic pays. The RSS right after the build is reported beside it, since today's
-//!   acker preallocates its tables for `max_pending`.
+//!   traffic pays. The RSS right after the build is reported beside it: what is there
+//!   before the first tree, which must not depend on `max_pending`.
 //!
 //! Each of these is measured in a fresh child process (this binary, with [`FOOTPRINT_ENV`]
 //! set), like the threaded fill of [`memory`](super::memory): by the time they run, this
@@ -24,8 +24,8 @@
 //! from a clean baseline of a few MiB, and its peak covers nothing but the measurement.
 //!
 //! The targets ([`BUILD_TARGET_RSS`], [`BUILD_TARGET_SECONDS`], [`CHURN_TARGET_RSS`]) are
-//! the acker's second generation's: today's acker misses them by design (it allocates its
-//! tables for `max_pending` at build time). They are printed beside the figures and never
+//! the acker's second generation's (issue 20; the first generation allocated its tables for
+//! `max_pending` at build time and missed them by far). They are printed beside the figures and never
 //! fail the run; a child that cannot measure, or a churned tree that does not complete,
 //! does. RSS figures are steady from run to run; the times are wall-clock times of one
 //! call, and on a shared machine they vary several-fold.
@@ -329,7 +329,7 @@ fn churn_in_this_process(trees: u64) -> Result<Option<Churn>, String> {
 
 /// Tree `i`: its root and its two edges (the root tuple's, then its one child's), all
 /// nonzero and distinct, so that the value is 0 only after the last ack.
-fn tree(i: u64) -> (u64, u64, u64) {
+pub(super) fn tree(i: u64) -> (u64, u64, u64) {
     let mut z = i.wrapping_add(1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);

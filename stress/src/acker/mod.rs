@@ -8,6 +8,9 @@
 //!    ever seen; then, in fresh child processes ([`footprint`]), what a default acker costs
 //!    to build before its first tree and the peak RSS of a 1M-`max_pending` acker churning
 //!    `--churn-trees` trees with 1k in flight (reported beside their targets, not judged).
+//!    Then the **growth** phase ([`growth`], `--growth-roots`): each operation's latency
+//!    while the tables grow from their smallest size to a million roots pending, beside
+//!    the same operations on the grown tables (reported, not judged).
 //! 2. **Traffic** (`--duration`): spout and bolt threads ([`topology`]) run against one
 //!    `Acker<u32>` with `--timeout-ms`; each completion goes to the [`oracle`], and each
 //!    tree, once nothing can touch it any more, to the checker thread, which judges it.
@@ -25,6 +28,7 @@
 //! Every violation is printed with the tree's history and makes the run fail.
 
 mod footprint;
+mod growth;
 mod memory;
 
 pub(crate) use footprint::{footprint_child, FOOTPRINT_ENV};
@@ -70,6 +74,7 @@ pub(crate) struct Config {
     pub(crate) memory_roots: usize,
     pub(crate) churn_trees: u64,
     pub(crate) ackers_at_once: usize,
+    pub(crate) growth_roots: u64,
     #[serde(skip)]
     pub(crate) plant_bug: bool,
 }
@@ -146,6 +151,8 @@ pub(crate) struct Summary {
     pub(crate) memory: Option<Memory>,
     /// The memory phase's build cost and churn figures (`None` when skipped or unreadable).
     pub(crate) footprint: Option<footprint::Footprint>,
+    /// `None` with `--growth-roots 0`.
+    pub(crate) growth: Option<growth::Growth>,
     pub(crate) throughput: Vec<Sample>,
     #[serde(skip)]
     pub(crate) lateness_curve: Vec<(f64, f64)>,
@@ -194,6 +201,17 @@ pub(crate) fn run(cfg: &Config) -> Summary {
         );
         match footprint::run(cfg.churn_trees, cfg.ackers_at_once) {
             Ok(f) => footprint_figures = f,
+            Err(e) => memory_problems.push(format!("VIOLATION: {e}")),
+        }
+    }
+    let mut growth_figures = None;
+    if cfg.growth_roots > 0 {
+        eprintln!(
+            "  growth phase: op latency while the tables grow to {} roots pending, then grown",
+            report::si(cfg.growth_roots as f64)
+        );
+        match growth::run(cfg.growth_roots) {
+            Ok(g) => growth_figures = Some(g),
             Err(e) => memory_problems.push(format!("VIOLATION: {e}")),
         }
     }
@@ -263,6 +281,7 @@ pub(crate) fn run(cfg: &Config) -> Summary {
         config: Some(cfg.clone()),
         memory,
         footprint: footprint_figures,
+        growth: growth_figures,
         violations: memory_problems.len() as u64,
         violation_reports: memory_problems,
         ..Summary::default()
@@ -633,6 +652,9 @@ pub(crate) fn print(s: &Summary) {
     if let Some(f) = &s.footprint {
         print_footprint(f);
     }
+    if let Some(g) = &s.growth {
+        print_growth(g);
+    }
     for r in &s.violation_reports {
         println!("{r}");
     }
@@ -667,5 +689,25 @@ fn print_footprint(f: &footprint::Footprint) {
             c.refused,
         ),
         None => println!("  churn        skipped (--churn-trees 0)"),
+    }
+}
+
+/// The growth lines: each row's operations, with the migrations started during it.
+fn print_growth(g: &growth::Growth) {
+    println!(
+        "  growth       op latency, one clock read included: a filler inits {} roots while a neighbour runs trees ({} in flight, init + 2 acks); tables {} slots after the fill",
+        report::si(g.roots as f64),
+        growth::IN_FLIGHT,
+        report::si(g.table_slots as f64),
+    );
+    for (name, row) in [("growing", &g.growing), ("grown", &g.grown)] {
+        println!(
+            "    {name:<8} {} migrations to grow, {} to shrink, fill {}",
+            row.migrations.0,
+            row.migrations.1,
+            report::duration_us(row.seconds * 1e6),
+        );
+        println!("      filler's inits  {}", row.filler.fine_line());
+        println!("      neighbour's ops {}", row.neighbour.fine_line());
     }
 }
