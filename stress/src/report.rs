@@ -44,33 +44,25 @@ impl Percentiles {
 
     /// "p50 0.61 ms  p99 1.20 ms  p99.9 1.9 ms  max 3.4 ms  (n = 12345)"
     pub(crate) fn line(&self) -> String {
-        if self.count == 0 {
-            return "(none)".to_string();
-        }
-        format!(
-            "p50 {}  p99 {}  p99.9 {}  max {}  (n = {})",
-            duration_us(self.p50_us),
-            duration_us(self.p99_us),
-            duration_us(self.p999_us),
-            duration_us(self.max_us),
-            self.count
-        )
+        self.line_in(duration_us)
     }
-}
 
-impl Percentiles {
     /// [`line`](Self::line) for operations of nanoseconds to microseconds: "p50 180 ns  p99
     /// 2.41 µs  ...".
     pub(crate) fn fine_line(&self) -> String {
+        self.line_in(duration_fine)
+    }
+
+    fn line_in(&self, unit: fn(f64) -> String) -> String {
         if self.count == 0 {
             return "(none)".to_string();
         }
         format!(
             "p50 {}  p99 {}  p99.9 {}  max {}  (n = {})",
-            duration_fine(self.p50_us),
-            duration_fine(self.p99_us),
-            duration_fine(self.p999_us),
-            duration_fine(self.max_us),
+            unit(self.p50_us),
+            unit(self.p99_us),
+            unit(self.p999_us),
+            unit(self.max_us),
             self.count
         )
     }
