@@ -209,10 +209,9 @@ impl<T> std::ops::Deref for Lines<T> {
         return &self.boxed;
         #[cfg(not(loom))]
         {
-            // Safety: `lines` points at `len` lines in memory this value owns,
-            // line-aligned, each a valid `Line<T>` (all zero is one: EMPTY words, zero
-            // atomics, and uninitialized payload cells); shared references only, the parts
-            // being atomics and cells.
+            // All zero is a valid `Line<T>`: EMPTY words, zero atomics, uninitialized
+            // payload cells; and its parts are atomics and cells, so shared access is sound.
+            // Safety: `lines` points at `len` such lines, line-aligned, owned by `self`.
             unsafe { std::slice::from_raw_parts(self.lines.as_ptr(), self.len) }
         }
     }

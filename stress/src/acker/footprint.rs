@@ -24,11 +24,10 @@
 //! from a clean baseline of a few MiB, and its peak covers nothing but the measurement.
 //!
 //! The targets ([`BUILD_TARGET_RSS`], [`BUILD_TARGET_SECONDS`], [`CHURN_TARGET_RSS`]) are
-//! the acker's second generation's (issue 20; the first generation allocated its tables for
-//! `max_pending` at build time and missed them by far). They are printed beside the figures and never
-//! fail the run; a child that cannot measure, or a churned tree that does not complete,
-//! does. RSS figures are steady from run to run; the times are wall-clock times of one
-//! call, and on a shared machine they vary several-fold.
+//! issue 20's: nothing allocated for `max_pending` up front. They are printed beside the
+//! figures and never fail the run; a child that cannot measure, or a churned tree that
+//! does not complete, does. RSS figures are steady from run to run; the times are
+//! wall-clock times of one call, and on a shared machine they vary several-fold.
 
 use std::process::{Command, ExitCode};
 use std::time::{Duration, Instant};

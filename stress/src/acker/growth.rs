@@ -22,9 +22,10 @@
 //! their load has stayed under 1/8 for 256 ticks) and both threads run again in the same
 //! way: the **grown** baseline, the same operations on tables already large enough, with
 //! the migrations started during it counted: 0, unless the drain took longer than the
-//! shrink delay (under a sanitizer it does, and the tables shrink and grow again). The difference between the two
-//! rows is what growth costs an operation. On a machine with fewer cores than the filler,
-//! the neighbour and the reaper, preemption shows in the tail of both rows alike.
+//! shrink delay (under a sanitizer it does, and the tables shrink and grow again). The
+//! difference between the two rows is what growth costs an operation. On a machine with
+//! fewer cores than the filler, the neighbour and the reaper, preemption shows in the tail
+//! of both rows alike.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -111,13 +112,14 @@ fn row(acker: &Acker<u32>, roots: u64, neighbour: &mut Neighbour<'_>) -> Result<
             let mut ops = report::histogram();
             loop {
                 neighbour.step(&mut ops)?;
+                // Relaxed: the flag only ends the loop; the join orders everything else.
                 if filled.load(Ordering::Relaxed) {
                     return Ok::<_, String>(ops);
                 }
             }
         });
         let filler = fill(acker, roots);
-        filled.store(true, Ordering::Relaxed);
+        filled.store(true, Ordering::Relaxed); // Relaxed: as the load above.
         let neighbour_ops = stepping
             .join()
             .unwrap_or_else(|_| Err("growth: the neighbour thread panicked".into()));

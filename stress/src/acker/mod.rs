@@ -165,7 +165,7 @@ pub(crate) fn run(cfg: &Config) -> Summary {
     let started_at = Instant::now();
     let mut memory = None;
     let mut footprint_figures = None;
-    let mut memory_problems = Vec::new();
+    let mut setup_problems = Vec::new();
     // --- memory, first: RSS is read best in a process that has not yet allocated (and
     // half-freed, through deferred reclamation) anything big.
     if cfg.memory_roots > 0 {
@@ -179,7 +179,7 @@ pub(crate) fn run(cfg: &Config) -> Summary {
                     // Below a few hundred thousand roots RSS is too coarse (pages, arenas,
                     // a sanitizer's shadow memory) to call a growth a leak.
                     if m.max_pending >= MEMORY_CHECK_MIN_ROOTS && m.second_wave_growth > 0.25 {
-                        memory_problems.push(format!(
+                        setup_problems.push(format!(
                             "VIOLATION: memory grew {:.0} % from the first wave of {} roots to the second: it follows the roots ever seen",
                             m.second_wave_growth * 100.0,
                             m.max_pending
@@ -189,7 +189,7 @@ pub(crate) fn run(cfg: &Config) -> Summary {
                 memory = m;
             }
             Err(e) => {
-                memory_problems.push(format!("VIOLATION: {e}"));
+                setup_problems.push(format!("VIOLATION: {e}"));
             }
         }
         // After the fill, which it does not disturb: every figure comes from a fresh child.
@@ -201,7 +201,7 @@ pub(crate) fn run(cfg: &Config) -> Summary {
         );
         match footprint::run(cfg.churn_trees, cfg.ackers_at_once) {
             Ok(f) => footprint_figures = f,
-            Err(e) => memory_problems.push(format!("VIOLATION: {e}")),
+            Err(e) => setup_problems.push(format!("VIOLATION: {e}")),
         }
     }
     let mut growth_figures = None;
@@ -212,7 +212,7 @@ pub(crate) fn run(cfg: &Config) -> Summary {
         );
         match growth::run(cfg.growth_roots) {
             Ok(g) => growth_figures = Some(g),
-            Err(e) => memory_problems.push(format!("VIOLATION: {e}")),
+            Err(e) => setup_problems.push(format!("VIOLATION: {e}")),
         }
     }
     let timeout = Duration::from_millis(cfg.timeout_ms.max(1));
@@ -282,8 +282,8 @@ pub(crate) fn run(cfg: &Config) -> Summary {
         memory,
         footprint: footprint_figures,
         growth: growth_figures,
-        violations: memory_problems.len() as u64,
-        violation_reports: memory_problems,
+        violations: setup_problems.len() as u64,
+        violation_reports: setup_problems,
         ..Summary::default()
     };
     let barrier = Barrier::new(cfg.spouts + cfg.bolts + 1);
