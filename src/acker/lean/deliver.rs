@@ -23,20 +23,20 @@ impl<T: Send + 'static> Lean<T> {
         table: usize,
         roots: &Roots<T>,
         completed: Completed,
-        now: Option<Tick>,
+        now: Option<u64>,
         open: bool,
     ) {
         self.finish_completion(table, roots, completed, now, open, true);
     }
 
-    /// The timeouts of one reaper pass at tick `now`: counted first, all at once (three
+    /// The timeouts of one reaper pass at full tick `now`: counted first, all at once (three
     /// statistics' RMWs a pass rather than a tree: locked operations that would each stall
     /// the pass's cache misses behind them), then delivered one by one. Counted before the
     /// first callback, as [`deliver`](Self::deliver) counts before its own.
     pub(super) fn deliver_timeouts(
         &self,
         timed_out: Vec<(usize, &Roots<T>, Completed)>,
-        now: Tick,
+        now: u64,
         open: bool,
     ) {
         if timed_out.is_empty() {
@@ -44,7 +44,7 @@ impl<T: Send + 'static> Lean<T> {
         }
         let (mut late_max, mut late_total) = (0, 0);
         for (_, roots, completed) in &timed_out {
-            let late = lateness(roots, completed.slot, now);
+            let late = lateness(roots, completed.slot, now as Tick);
             late_max = late_max.max(late);
             late_total += late;
         }
@@ -70,7 +70,7 @@ impl<T: Send + 'static> Lean<T> {
         table: usize,
         roots: &Roots<T>,
         completed: Completed,
-        now: Option<Tick>,
+        now: Option<u64>,
         open: bool,
         count: bool,
     ) {
@@ -78,7 +78,6 @@ impl<T: Send + 'static> Lean<T> {
             slot, key, outcome, ..
         } = completed;
         let stamp = roots.times(slot);
-        let start = stamp.map_or(0, |s| s.start());
         let own_timeout = roots.timeout_of(slot);
         // Safety: `completed` is a completion this acker's call claimed, finished once here.
         let payload = unsafe { roots.take(slot) };
@@ -87,25 +86,27 @@ impl<T: Send + 'static> Lean<T> {
         // The tree is complete and its slot free: a clock that panics now must not lose the
         // completion. It is delivered (elapsed 0), and then the panic goes on to the caller.
         let (now, clock_panic) = match now {
-            Some(now) => (now, None),
+            Some(now) => (Some(now), None),
             // The counter's path reads `MonotonicClock`, which does not panic.
-            None if self.tsc_ticks => (self.caller_tick(), None),
+            None if self.tsc_ticks => (Some(self.caller_full()), None),
             None => match catch_unwind(AssertUnwindSafe(|| self.clock.now())) {
-                Ok(ns) => (self.ticks.full(ns) as Tick, None),
-                Err(panic) => (start, Some(panic)),
+                Ok(ns) => (Some(self.ticks.full(ns)), None),
+                Err(panic) => (None, Some(panic)),
             },
         };
-        // A clock that stepped back below the start gives 0, not a wrapped 49 days.
-        let ticks = if reached(start, now) {
-            now.wrapping_sub(start)
-        } else {
-            0
+        // From the start in full ticks (`times.rs`: it never aliases, whatever the tree's
+        // life); a clock that stepped back below the start gives 0.
+        let ticks = match (stamp, now) {
+            (Some(stamp), Some(now)) => stamp.age(now),
+            _ => 0,
         };
         let mut elapsed = self.ticks.nanos(ticks);
         if outcome == Outcome::TimedOut {
             // Never less than the timeout (the deadline was reached: this only undoes the
             // rounding of ticks).
-            let timeout = self.ticks.nanos(own_timeout.unwrap_or(self.timeout) - 1);
+            let timeout = self
+                .ticks
+                .nanos(u64::from(own_timeout.unwrap_or(self.timeout) - 1));
             elapsed = elapsed.max(timeout);
         }
         if count {
@@ -115,7 +116,7 @@ impl<T: Send + 'static> Lean<T> {
                 Outcome::Acked => counters.acked.fetch_add(1, Ordering::Relaxed),
                 Outcome::Failed => counters.failed.fetch_add(1, Ordering::Relaxed),
                 Outcome::TimedOut => {
-                    let late = lateness(roots, slot, now);
+                    let late = now.map_or(0, |now| lateness(roots, slot, now as Tick));
                     counters.lateness_max.fetch_max(late, Ordering::Relaxed);
                     counters.lateness_total.fetch_add(late, Ordering::Relaxed);
                     counters.timed_out.fetch_add(1, Ordering::Relaxed)

@@ -42,7 +42,7 @@ use super::timers::{File, Filed, GroupAt, GroupTimer};
 use super::{tag_of, Lean, GEN_MASK};
 use crate::acker::batches::{trim, Entry};
 use crate::acker::buckets::Buckets;
-use crate::acker::roots::{reached, Done, Expiry, Tick, GROUP_SLOTS};
+use crate::acker::roots::{full_near, reached, Done, Expiry, Tick, GROUP_SLOTS};
 use crate::sync::Ordering;
 use std::sync::Arc;
 use std::thread;
@@ -57,6 +57,9 @@ pub(super) struct Wheel {
     filed: Filed,
     /// The last full tick a pass ran at: passes never go back.
     now: u64,
+    /// The clock's full tick at the last pass, which judged its deadlines (it may be
+    /// behind `now`, after the clock stepped back).
+    clock: u64,
     collected: Vec<Entry>,
     due: Vec<GroupTimer>,
 }
@@ -67,6 +70,7 @@ impl Wheel {
             buckets: Buckets::new(now),
             filed: Filed::default(),
             now,
+            clock: now,
             collected: Vec::new(),
             due: Vec::new(),
         }
@@ -102,12 +106,6 @@ impl Wheel {
     }
 }
 
-/// The full tick of a `u32` tick within 2^31 ticks of `now`.
-fn full_near(now: u64, tick: Tick) -> u64 {
-    let delta = tick.wrapping_sub(now as Tick) as i32;
-    now.wrapping_add_signed(i64::from(delta))
-}
-
 /// What a pass did.
 #[derive(Clone, Copy, Debug, Default)]
 pub(super) struct Pass {
@@ -125,8 +123,14 @@ pub(super) fn run_once<T: Send + 'static>(lean: &Lean<T>, everything: bool) -> P
     {
         let mut wheel = lean.reaper.lock().unwrap_or_else(|e| e.into_inner());
         let wheel = &mut *wheel;
-        let now = lean.ticks.full(lean.clock.now()).max(wheel.now);
+        // Deadlines are judged on the clock's own tick, so that a clock that stepped back
+        // times out nothing before its deadline as read on that clock; the wheel's time,
+        // which files and advances the group timers, never goes back. (While the clock is
+        // behind the wheel, a group it judges not yet due is looked at again each pass.)
+        let clock = lean.ticks.full(lean.clock.now());
+        let now = clock.max(wheel.now);
         wheel.now = now;
+        wheel.clock = clock;
         let now32 = now as Tick;
         let mut collected = std::mem::take(&mut wheel.collected);
         lean.batches.collect(now32, everything, &mut collected);
@@ -153,8 +157,9 @@ pub(super) fn run_once<T: Send + 'static>(lean: &Lean<T>, everything: bool) -> P
                     continue;
                 };
                 let mut done = Done::default();
+                let tag = tag_of(key.tag(), roots.gen());
                 let next =
-                    match roots.expire(slot, tag_of(key.tag(), roots.gen()), now32, &mut done) {
+                    match roots.expire_keeping(slot, tag, clock as Tick, Some(now), &mut done) {
                         Expiry::Gone => None,
                         Expiry::Dropped => {
                             // Relaxed: a statistic.
@@ -220,12 +225,15 @@ pub(super) fn run_once<T: Send + 'static>(lean: &Lean<T>, everything: bool) -> P
     }
 
     // Outside the lock: `on_complete` may call back into the acker, even `expire`.
-    let now32 = lean.reaper.lock().unwrap_or_else(|e| e.into_inner()).now as Tick;
+    let (now32, clock) = {
+        let wheel = lean.reaper.lock().unwrap_or_else(|e| e.into_inner());
+        (wheel.now as Tick, wheel.clock)
+    };
     // Migrations, shrinking, retired generations (`tables.rs`); outside the wheel's lock,
     // as moving entries files timers and may complete trees.
     pass.worked |= lean.housekeeping(now32, active.open);
     pass.delivered = timed_out.len();
-    lean.deliver_timeouts(timed_out, now32, active.open);
+    lean.deliver_timeouts(timed_out, clock, active.open);
     drop(active);
     // Out of the operation: the generations this pass retired wait for no one but other
     // threads now (the pass itself was one of those their grace periods waited for).

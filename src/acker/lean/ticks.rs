@@ -33,8 +33,13 @@ impl Ticks {
         ticks.min(MAX_TIMEOUT_TICKS) as Tick
     }
 
-    pub(super) fn nanos(&self, ticks: Tick) -> Duration {
-        Duration::from_nanos(u64::from(ticks) << self.shift)
+    /// `ticks` ticks as a duration (any count: a tree's life in ticks is not bounded).
+    pub(super) fn nanos(&self, ticks: u64) -> Duration {
+        let nanos = u128::from(ticks) << self.shift;
+        Duration::new(
+            (nanos / 1_000_000_000) as u64,
+            (nanos % 1_000_000_000) as u32,
+        )
     }
 }
 
@@ -50,18 +55,24 @@ impl<T: Send + 'static> Lean<T> {
     /// the next one within nanoseconds of a boundary, never an earlier one), else a read.
     #[inline]
     pub(super) fn caller_tick(&self) -> Tick {
+        self.caller_full() as Tick
+    }
+
+    /// [`caller_tick`](Self::caller_tick) in full.
+    #[inline]
+    pub(super) fn caller_full(&self) -> u64 {
         if self.tsc_ticks {
             if let Some((lo, hi)) = tsc::bounds() {
                 let tick = self.ticks.full(hi);
                 if self.ticks.full(lo) == tick {
-                    return tick as Tick;
+                    return tick;
                 }
             }
             // The range straddles a tick boundary (or there is no anchor yet): read, and
             // anchor this thread again. `tsc_ticks` says the clock is this one.
-            return self.ticks.full(tsc::read()) as Tick;
+            return self.ticks.full(tsc::read());
         }
-        self.ticks.full(self.clock.now()) as Tick
+        self.ticks.full(self.clock.now())
     }
 
     /// The stamp a new entry gets now: this tick, and the default deadline from it.

@@ -22,7 +22,24 @@ impl<T> Roots<T> {
     /// reaper passes the tag of the key it has just read in the slot): a later root whose
     /// tag has the same bits in the slot is treated as the root, which is harmless, as its
     /// own deadline decides.
+    ///
     pub fn expire(&self, slot: usize, tag: u32, now: Tick, done: &mut Done<'_>) -> Expiry {
+        self.expire_keeping(slot, tag, now, None, done)
+    }
+
+    /// [`expire`](Self::expire) judging deadlines at tick `now`, the reaper's: `keep_at` is
+    /// its pass's full tick (which never goes back, where `now`, the clock's, may), at which
+    /// a tree not yet due has its start kept decodable until the next look
+    /// ([`Stamp::kept`]). The reaper looks at every long-lived tree at least once per
+    /// timeout, which is what keeps `elapsed` from aliasing.
+    pub fn expire_keeping(
+        &self,
+        slot: usize,
+        tag: u32,
+        now: Tick,
+        keep_at: Option<u64>,
+        done: &mut Done<'_>,
+    ) -> Expiry {
         let mut word = self.word(slot).load();
         loop {
             let key = word.key();
@@ -48,7 +65,12 @@ impl<T> Roots<T> {
             };
             match self.deadline(slot) {
                 Some(deadline) if reached(deadline, now) => {}
-                Some(deadline) => return Expiry::NotDue(deadline),
+                Some(deadline) => {
+                    if let Some(keep_at) = keep_at {
+                        self.keep_start(slot, keep_at);
+                    }
+                    return Expiry::NotDue(deadline);
+                }
                 // Only a free leaves times at 0, after the word left this entry.
                 None => return Expiry::Gone,
             }
@@ -131,6 +153,24 @@ impl<T> Roots<T> {
             }
         }
         any
+    }
+
+    /// Rewrites the slot's start in the form that stays decodable until the reaper's next
+    /// look, if it needs it ([`Stamp::kept`]). A CAS: a reset or a free that lands first
+    /// makes it look again (a new entry's stamp is young and needs nothing).
+    fn keep_start(&self, slot: usize, now: u64) {
+        let mut seen = self.times_of(slot).load(Ordering::SeqCst);
+        while let Some(kept) = Stamp::from_bits(seen).and_then(|stamp| stamp.kept(now)) {
+            match self.times_of(slot).compare_exchange(
+                seen,
+                kept.bits(),
+                Ordering::SeqCst,
+                Ordering::SeqCst,
+            ) {
+                Ok(_) => return,
+                Err(now) => seen = now,
+            }
+        }
     }
 
     /// The slot's times; `None` when the slot is free.

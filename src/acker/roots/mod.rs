@@ -73,7 +73,7 @@ mod times;
 mod twins;
 pub use done::{Completed, Done};
 use probe::{Search, Unclaimed, Vacancy};
-pub use times::{reached, Stamp, Tick};
+pub use times::{full_near, reached, Stamp, Tick};
 use twins::InFlight;
 
 use super::credits::Credits;

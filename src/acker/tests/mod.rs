@@ -670,3 +670,4 @@ fn model_test_against_a_sequential_reference() {
 
 mod faults;
 mod threads;
+mod time;
