@@ -556,9 +556,51 @@ impl<T: Send + 'static> Acker<T> {
 
     /// Entries held now: initialized trees not yet completed, and orphans (acks or fails
     /// whose init has not come, held until it does or their deadline passes). Exact, and
-    /// never above `max_pending`.
+    /// never above `max_pending`. A tree stops counting when its completion is decided,
+    /// just before its `on_complete` runs: to wait until every completion has also been
+    /// delivered, call [`wait_delivered`](Self::wait_delivered) after seeing 0. After
+    /// [`shutdown`](Self::shutdown) has returned it is 0.
     pub fn pending(&self) -> usize {
         self.lean().pending()
+    }
+
+    /// Returns once every completion decided before the call has been delivered: each of
+    /// their `on_complete` calls has returned (or its panic was caught). A completion is
+    /// decided, and stops counting in [`pending`](Self::pending), just before its callback
+    /// runs, so a caller that waits for `pending() == 0` and then for this has seen every
+    /// callback of those trees. It waits only for the acker calls under way at the moment
+    /// (each delivers what it completed before it returns), not for later ones; called from
+    /// inside `on_complete` it cannot wait for its own caller and returns at once.
+    ///
+    /// ```
+    /// use ackwheel::Acker;
+    /// use std::sync::atomic::{AtomicUsize, Ordering};
+    /// use std::sync::Arc;
+    ///
+    /// let delivered = Arc::new(AtomicUsize::new(0));
+    /// let seen = Arc::clone(&delivered);
+    /// let acker: Acker = Acker::builder()
+    ///     .on_complete(move |_| {
+    ///         seen.fetch_add(1, Ordering::SeqCst);
+    ///     })
+    ///     .build()
+    ///     .unwrap();
+    /// let workers: Vec<_> = (1..=4u64)
+    ///     .map(|root| {
+    ///         let acker = acker.clone();
+    ///         acker.init(root, root, 0).unwrap();
+    ///         std::thread::spawn(move || acker.ack(root, root))
+    ///     })
+    ///     .collect();
+    /// while acker.pending() > 0 {
+    ///     std::thread::yield_now();
+    /// }
+    /// acker.wait_delivered();
+    /// assert_eq!(delivered.load(Ordering::SeqCst), 4);
+    /// # for w in workers { w.join().unwrap(); }
+    /// ```
+    pub fn wait_delivered(&self) {
+        self.lean().wait_delivered()
     }
 
     /// Counters since the acker was built, and what is pending now. Sums a few per-thread
@@ -670,8 +712,13 @@ impl<T: Send + 'static> Acker<T> {
     }
 
     /// Stops and joins the reaper, then hands back every initialized, uncompleted tree as
-    /// `(root, payload)`. Later inits fail with [`InitError::Shutdown`]; acks and fails go
-    /// on being applied (a tree completed by one is delivered while the callback lives).
+    /// `(root, payload)`. Later inits fail with [`InitError::Shutdown`]. Acks and fails that
+    /// race it are applied (a tree one completes is delivered rather than handed back);
+    /// once it has returned they change nothing and return `false`, the orphans it found
+    /// are dropped (counted in [`AckerStats::orphans_expired`]), and
+    /// [`pending`](Self::pending) is 0. (Called from inside `on_complete`, it cannot wait
+    /// for the call it is in: it hands back what it found, and what that call does after
+    /// is not covered.)
     /// Every concurrent `shutdown` returns only after the reaper has stopped. It also
     /// drops `on_complete` once no call can reach it, so a callback that holds a clone of
     /// its own acker does not keep it alive.

@@ -24,8 +24,15 @@ pub struct AckerStats {
     pub failed: u64,
     /// Trees completed `TimedOut`.
     pub timed_out: u64,
-    /// Entries never initialized, dropped at their deadline.
+    /// Entries never initialized, dropped at their deadline (or by `shutdown`): acks and
+    /// fails whose init never came, and late or duplicated messages of trees already over.
     pub orphans_expired: u64,
+    /// Inits that found messages held for their root and merged them: a sub-task's ack
+    /// ahead of its init (a race the acker is built for), or a late message of an earlier
+    /// use of the same root, which then corrupts the new tree (a root reused too soon: see
+    /// [`Acker`](crate::Acker), "Choosing roots"). Charted against the inits, a rise here
+    /// with `timed_out` points at reused roots.
+    pub orphans_joined: u64,
     /// Inits and orphan acks/fails refused for capacity.
     pub rejected_full: u64,
     /// `on_complete` calls that panicked (caught).
@@ -44,12 +51,13 @@ impl fmt::Display for AckerStats {
         write!(
             f,
             "pending {}, acked {}, failed {}, timed out {}, orphans expired {}, \
-             rejected full {}, callback panics {}, timeout lateness max {:?}",
+             orphans joined {}, rejected full {}, callback panics {}, timeout lateness max {:?}",
             self.pending,
             self.acked,
             self.failed,
             self.timed_out,
             self.orphans_expired,
+            self.orphans_joined,
             self.rejected_full,
             self.callback_panics,
             self.timeout_lateness_max
@@ -67,6 +75,7 @@ pub(super) struct Counters {
     pub(super) failed: AtomicU64,
     pub(super) timed_out: AtomicU64,
     pub(super) orphans_expired: AtomicU64,
+    pub(super) orphans_joined: AtomicU64,
     pub(super) rejected_full: AtomicU64,
     pub(super) callback_panics: AtomicU64,
     /// Timeouts' lateness in ticks: the largest, and the sum.
@@ -98,6 +107,7 @@ impl Counters {
             stats.failed += c.failed.load(Ordering::SeqCst);
             stats.timed_out += c.timed_out.load(Ordering::SeqCst);
             stats.orphans_expired += c.orphans_expired.load(Ordering::SeqCst);
+            stats.orphans_joined += c.orphans_joined.load(Ordering::SeqCst);
             stats.rejected_full += c.rejected_full.load(Ordering::SeqCst);
             stats.callback_panics += c.callback_panics.load(Ordering::SeqCst);
             stats.timeout_lateness_max = stats

@@ -325,6 +325,12 @@ impl<T: Send + 'static> Lean<T> {
                 }
             };
             let settled = result.is_ok() && done.is_none();
+            if done.joined() {
+                // Relaxed: a statistic.
+                self.counters()
+                    .orphans_joined
+                    .fetch_add(1, Ordering::Relaxed);
+            }
             let crowded = self.finish(table, roots, &mut done, active.open);
             return match result {
                 Ok(()) => {
@@ -373,6 +379,10 @@ impl<T: Send + 'static> Lean<T> {
     #[inline]
     fn message(&self, root: u64, message: Message) -> bool {
         let active = self.batches.enter();
+        if !active.open {
+            // Shut down: nothing is pending, and nothing may be held (`take_back_all`).
+            return false;
+        }
         let (table, key) = self.layout.place(root);
         // The common case first: no migration, and the entry exists (`apply_found`).
         // Safety: inside the operation `active` marks.

@@ -35,8 +35,40 @@ impl<T: Send + 'static> Lean<T> {
                 }
             }
         }
-        self.drop_callback();
+        if self.drop_callback() {
+            self.clear_after_close(&mut handed_back);
+        }
         handed_back
+    }
+
+    /// After the callback closed (no operation under way, and every later one finds it
+    /// closed and changes nothing): drops the orphans left, messages held when shutdown
+    /// came or that arrived during its scan (counted as expired), and takes back any tree
+    /// the scan did not (none is expected: an init that settles after the scan takes its
+    /// own back), so that `pending()` is 0 once shutdown has returned.
+    fn clear_after_close(&self, handed_back: &mut Vec<(u64, T)>) {
+        let _active = self.batches.enter();
+        let mut dropped = 0;
+        for (index, table) in self.tables.iter().enumerate() {
+            // Safety: inside the operation `_active` marks.
+            let roots = unsafe { table.current() };
+            for roots in chain(roots) {
+                for slot in 0..roots.slots() {
+                    let Some(key) = roots.key_in(slot) else {
+                        continue;
+                    };
+                    if let Some(payload) = roots.take_back(slot, key) {
+                        handed_back.push((self.layout.root(index, key), payload));
+                    } else if roots.discard(slot, key) {
+                        dropped += 1;
+                    }
+                }
+            }
+        }
+        // Relaxed: a statistic.
+        self.counters()
+            .orphans_expired
+            .fetch_add(dropped, Ordering::Relaxed);
     }
 
     /// Shutdown came while this init settled: takes its tree back if no scan did, looking
@@ -52,13 +84,13 @@ impl<T: Send + 'static> Lean<T> {
 
     /// Drops the callback once no operation can call it any more: waits for operations
     /// that found it open. Not from inside the callback (an operation of this very thread
-    /// is then under way): the callback stays.
-    pub(in crate::acker) fn drop_callback(&self) {
+    /// is then under way): the callback stays, and this returns `false`.
+    pub(in crate::acker) fn drop_callback(&self) -> bool {
         let caller_active = self.batches.caller_active();
         let mut backoff = crate::sync::Backoff::default();
         while !self.batches.close(caller_active) {
             if caller_active {
-                return;
+                return false;
             }
             // Bounded (spin, yield, sleep): the operation waited for may be on this core.
             backoff.wait();
@@ -67,6 +99,23 @@ impl<T: Send + 'static> Lean<T> {
         // way, and every later one finds it closed and does not touch it.
         let callback = unsafe { (*self.on_complete.get()).take() };
         drop(callback);
+        true
+    }
+
+    /// Returns once every completion decided before the call has been delivered (its
+    /// `on_complete` returned): a grace period over the operations under way, since an
+    /// operation delivers what it completed before it returns. From inside an operation
+    /// (the callback itself) it cannot wait for its own, and returns at once.
+    pub(in crate::acker) fn wait_delivered(&self) {
+        if self.batches.caller_active() {
+            return;
+        }
+        let mut grace = self.batches.grace();
+        let mut backoff = crate::sync::Backoff::default();
+        while !self.batches.grace_over(&mut grace) {
+            // Bounded (spin, yield, sleep): the operation waited for may be on this core.
+            backoff.wait();
+        }
     }
 }
 

@@ -82,6 +82,8 @@ pub struct Done<'a> {
     /// Entries this operation created in a table being migrated that it could not move to
     /// the successor for want of room (`migrate.rs`): the caller makes room and moves them.
     stranded: Few<(u32, usize)>,
+    /// An init joined an entry of messages held for its root (`orphans_joined`).
+    joined: bool,
 }
 
 impl std::fmt::Debug for Done<'_> {
@@ -136,6 +138,17 @@ impl<'a> Done<'a> {
     #[inline]
     pub fn crowded(&self) -> bool {
         self.crowded
+    }
+
+    /// An init of this operation joined messages held for its root.
+    #[inline]
+    pub fn joined(&self) -> bool {
+        self.joined
+    }
+
+    #[inline]
+    pub(super) fn set_joined(&mut self) {
+        self.joined = true;
     }
 
     #[inline]

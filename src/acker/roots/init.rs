@@ -111,7 +111,10 @@ impl<T> Roots<T> {
                 continue;
             }
             match self.word(slot).cas(word, joined) {
-                Ok(()) => break slot,
+                Ok(()) => {
+                    done.set_joined();
+                    break slot;
+                }
                 Err(now) if now.holds(key) => search = Search::Found(slot, now),
                 Err(_) => search = self.search(key, None),
             }

@@ -32,6 +32,25 @@ impl<T> Roots<T> {
         }
     }
 
+    /// Shutdown, after the callback closed: drops `slot`'s HELD entry of `key` (messages
+    /// whose init never came). `false` when the slot holds no HELD entry of `key`.
+    pub fn discard(&self, slot: usize, key: Key) -> bool {
+        let mut word = self.word(slot).load();
+        loop {
+            if word.frozen_for(key) {
+                word = self.await_moved(slot, word); // then it is the successor's
+                continue;
+            }
+            if !word.holds(key) || word.state().phase() != Some(super::Phase::Held) {
+                return false;
+            }
+            match self.empty(slot, word) {
+                Ok(()) => return true,
+                Err(now) => word = now,
+            }
+        }
+    }
+
     /// Moves the payload out of a slot whose completion this thread claimed.
     ///
     /// # Safety

@@ -668,6 +668,7 @@ fn model_test_against_a_sequential_reference() {
     }
 }
 
+mod endings;
 mod faults;
 mod threads;
 mod time;
