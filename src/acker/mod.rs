@@ -640,6 +640,15 @@ impl<T: Send + 'static> Acker<T> {
         self.lean().idle_wakeups()
     }
 
+    /// Times the acker re-anchored its clock since build: once after each stall (a
+    /// stopped process, a paused VM, a clock moved far ahead) of 2^29 ticks of the
+    /// resolution or more, when it rewrites its stored times so that none aliases (about
+    /// 6 days at the default 1 ms, 9 minutes at 1 µs). A healthy acker whose reaper runs
+    /// never needs one.
+    pub fn reanchorings(&self) -> u64 {
+        self.lean().reanchored()
+    }
+
     /// Panics caught in the reaper's passes (a clock that panicked) and reaper threads lost
     /// to one.
     #[doc(hidden)]

@@ -87,7 +87,7 @@ impl Batches {
 
     /// The calling thread's batch (registered at its first use).
     #[inline]
-    fn own(&self) -> Option<&Batch> {
+    pub(super) fn own(&self) -> Option<&Batch> {
         let (id, last) = LAST.get();
         if id == self.id {
             // Safety: as in `push`: `LOCAL` keeps the batch `LAST` names alive, and the
@@ -128,6 +128,11 @@ impl Batches {
     /// Under loom nothing is per-thread.
     pub fn caller_active(&self) -> bool {
         false
+    }
+
+    /// Under loom nothing is per-thread.
+    pub(super) fn own(&self) -> Option<&super::Batch> {
+        None
     }
 
     /// Under loom, where the models drive [`push_to`](Self::push_to) with explicit

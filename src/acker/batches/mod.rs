@@ -65,6 +65,21 @@
 //! after the fence loads the new table. Threads without a batch (exiting ones) count in a
 //! shared counter with an RMW, and a grace period waits for it to read 0.
 //!
+//! ## Re-anchoring
+//!
+//! The acker's stored ticks are `u32`s read against a published anchor (`lean/anchor.rs`);
+//! after a stall the anchor must move and the stored ticks with it, while no operation
+//! reads or writes them. The re-anchoring thread stores `moving`, runs the heavy fence and
+//! waits until every other thread is *quiescent*: outside any operation, or inside the
+//! callback of one ([`Batches::pause`]: its depth stored in `paused`), holding nothing of
+//! the tables. Each step that leaves quiescence (an operation's entry, nested or not, and
+//! a callback's return) stores its depth (or clears `paused`), runs the light fence and
+//! reads `moving`; if it is set, it undoes its store and waits until it is clear. The same
+//! Dekker pair again: the re-anchorer sees the thread busy and waits for it, or the thread
+//! sees `moving` and waits for the re-anchorer. Waiting only ever for threads inside the
+//! acker's own code, which finish without waiting on anyone (but a stranded entry's wait
+//! for room, which pauses too), it cannot deadlock with a callback that calls the acker.
+//!
 //! ## Waking the reaper
 //!
 //! The reaper parks with no deadline only when nothing is pending anywhere. A push that
@@ -118,6 +133,9 @@ pub struct Batch {
     /// Outermost operations the owner has begun (wrapping): a grace period sees a thread
     /// that was inside one leave it when this changes ("Grace periods").
     begun: AtomicU32,
+    /// The depth of the operation whose callback the owner is in, 0 when none: the thread
+    /// is quiescent while this equals `active` ("Re-anchoring"). Written only by the owner.
+    paused: AtomicU32,
     /// The owner's thread has ended (or dropped its handle): the reaper may drop the batch
     /// once it is empty.
     abandoned: AtomicBool,
@@ -169,6 +187,7 @@ impl Batch {
             len: AtomicUsize::new(0),
             active: AtomicU32::new(0),
             begun: AtomicU32::new(0),
+            paused: AtomicU32::new(0),
             abandoned: AtomicBool::new(false),
             entries: UnsafeCell::new(Entries::default()),
         }
@@ -202,6 +221,8 @@ pub struct Batches {
     idle: AtomicBool,
     /// Shutdown has closed the callback ("Closing the callback").
     closed: AtomicBool,
+    /// Time is being re-anchored ("Re-anchoring"): operations wait at their entry.
+    moving: AtomicBool,
     /// Operations in progress on threads that have no batch (exiting threads; under loom,
     /// every thread).
     shared: AtomicU32,
@@ -233,6 +254,34 @@ impl Drop for Active {
         // Relaxed load: only this thread writes it. Release: the operation (its callback
         // included) happens before a shutdown or a grace period that reads the lower depth.
         depth.store(depth.load(Ordering::Relaxed) - 1, Ordering::Release);
+    }
+}
+
+/// The calling thread quiescent (see [`Batches::pause`]) until this drops.
+#[derive(Debug)]
+pub struct Paused<'a> {
+    batches: &'a Batches,
+    batch: Option<&'a Batch>,
+}
+
+impl Drop for Paused<'_> {
+    fn drop(&mut self) {
+        let Some(batch) = self.batch else {
+            return;
+        };
+        // Relaxed load: only this thread writes it.
+        let depth = batch.active.load(Ordering::Relaxed);
+        loop {
+            // Relaxed: ordered before the `moving` load by the light fence (module docs).
+            batch.paused.store(0, Ordering::Relaxed);
+            self.batches.fences.light();
+            if !self.batches.moving.load(Ordering::Relaxed) {
+                return;
+            }
+            // Release: as in `pause`.
+            batch.paused.store(depth, Ordering::Release);
+            self.batches.wait_moved();
+        }
     }
 }
 
@@ -269,6 +318,7 @@ impl Batches {
             inbox_len: AtomicUsize::new(0),
             idle: AtomicBool::new(false),
             closed: AtomicBool::new(false),
+            moving: AtomicBool::new(false),
             shared: AtomicU32::new(0),
             barrier_failures: AtomicU64::new(0),
         }
@@ -474,14 +524,94 @@ impl Batches {
             let begun = batch.begun.load(Ordering::Relaxed);
             batch.begun.store(begun.wrapping_add(1), Ordering::Relaxed);
         }
-        depth.store(depth.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
-        self.fences.light();
+        let entered = depth.load(Ordering::Relaxed);
+        loop {
+            depth.store(entered + 1, Ordering::Relaxed);
+            self.fences.light();
+            // Relaxed: ordered after the depth store by the light fence (module docs).
+            if !self.moving.load(Ordering::Relaxed) {
+                break;
+            }
+            // Quiescent again (its depth as before: 0, or its callback's) while the
+            // re-anchorer works ("Re-anchoring"). Release: as when an operation ends.
+            depth.store(entered, Ordering::Release);
+            self.wait_moved();
+        }
         Active {
             depth: depth as *const AtomicU32,
             shared: false,
             // Relaxed: ordered after the depth store by the light fence (module docs).
             open: !self.closed.load(Ordering::Relaxed),
         }
+    }
+
+    /// Waits (spin, yield, sleep) until no re-anchoring is under way.
+    fn wait_moved(&self) {
+        let mut backoff = crate::sync::Backoff::default();
+        // Acquire: what the re-anchorer wrote before it cleared the flag happens before
+        // this thread's next reads of the tables.
+        while self.moving.load(Ordering::Acquire) {
+            backoff.wait();
+        }
+    }
+
+    /// Marks the calling thread quiescent ("Re-anchoring") until the returned guard drops:
+    /// around a callback, and around a wait inside an operation that holds nothing the
+    /// re-anchorer rewrites. Dropping it waits for a re-anchoring under way to finish.
+    #[inline]
+    pub fn pause(&self) -> Paused<'_> {
+        let batch = self.own();
+        if let Some(batch) = batch {
+            // Relaxed load: only this thread writes it. Release: the operation's accesses
+            // so far happen before a re-anchorer that reads it (Acquire) and then sweeps.
+            let depth = batch.active.load(Ordering::Relaxed);
+            batch.paused.store(depth, Ordering::Release);
+        }
+        Paused {
+            batches: self,
+            batch,
+        }
+    }
+
+    /// Re-anchoring: makes every later operation wait at its entry (and every callback at
+    /// its return), then waits until every other thread is quiescent. `false` when a
+    /// thread without a batch (an exiting one) is inside an operation, or the barrier could
+    /// not run: then nothing is excluded (call [`end_moving`](Self::end_moving) and give
+    /// up, or try again).
+    pub fn begin_moving(&self) -> bool {
+        self.moving.store(true, Ordering::Relaxed); // Relaxed: ordered by the heavy fence
+        if !self.heavy() {
+            return false;
+        }
+        let own = self.own().map(|b| b as *const Batch);
+        let busy: Vec<Arc<Batch>> = (self.all.lock().unwrap().iter())
+            .filter(|b| Some(Arc::as_ptr(b)) != own)
+            .cloned()
+            .collect();
+        let mut backoff = crate::sync::Backoff::default();
+        // Acquire (both): reads the owner's release of its depth or pause, so what its
+        // operation did happens before the re-anchorer's sweep.
+        let quiescent = |b: &Arc<Batch>| {
+            let depth = b.active.load(Ordering::Acquire);
+            depth == 0 || b.paused.load(Ordering::Acquire) == depth
+        };
+        for batch in &busy {
+            while !quiescent(batch) {
+                if self.shared.load(Ordering::SeqCst) > 0 {
+                    return false;
+                }
+                backoff.wait();
+            }
+        }
+        // Threads without a batch cannot pause: any inside an operation is busy.
+        self.shared.load(Ordering::SeqCst) == 0
+    }
+
+    /// Ends a re-anchoring: operations waiting at their entry go on.
+    pub fn end_moving(&self) {
+        // Release: the sweep's writes happen before the waiting threads' reads (Acquire in
+        // `wait_moved`).
+        self.moving.store(false, Ordering::Release);
     }
 
     /// Shutdown: closes the callback, then reports whether it may be dropped: `true` once
@@ -570,6 +700,12 @@ impl Batches {
     /// exiting threads; every thread under loom).
     fn enter_shared(&self, open: bool) -> Active {
         self.shared.fetch_add(1, Ordering::SeqCst);
+        // SeqCst: after the count's RMW, as a batch's light fence orders its depth store.
+        while self.moving.load(Ordering::SeqCst) {
+            self.shared.fetch_sub(1, Ordering::SeqCst);
+            self.wait_moved();
+            self.shared.fetch_add(1, Ordering::SeqCst);
+        }
         Active {
             depth: &self.shared as *const AtomicU32,
             shared: true,

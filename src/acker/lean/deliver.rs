@@ -8,7 +8,7 @@
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use super::Lean;
-use crate::acker::roots::{reached, Completed, Roots, Tick};
+use crate::acker::roots::{full_near, Completed, Roots};
 use crate::acker::{Completion, Outcome};
 use crate::sync::Ordering;
 
@@ -44,7 +44,7 @@ impl<T: Send + 'static> Lean<T> {
         }
         let (mut late_max, mut late_total) = (0, 0);
         for (_, roots, completed) in &timed_out {
-            let late = lateness(roots, completed.slot, now as Tick);
+            let late = lateness(roots, completed.slot, self.anchor(), now);
             late_max = late_max.max(late);
             late_total += late;
         }
@@ -97,7 +97,7 @@ impl<T: Send + 'static> Lean<T> {
         // From the start in full ticks (`times.rs`: it never aliases, whatever the tree's
         // life); a clock that stepped back below the start gives 0.
         let ticks = match (stamp, now) {
-            (Some(stamp), Some(now)) => stamp.age(now),
+            (Some(stamp), Some(now)) => stamp.age(self.anchor(), now),
             _ => 0,
         };
         let mut elapsed = self.ticks.nanos(ticks);
@@ -116,7 +116,8 @@ impl<T: Send + 'static> Lean<T> {
                 Outcome::Acked => counters.acked.fetch_add(1, Ordering::Relaxed),
                 Outcome::Failed => counters.failed.fetch_add(1, Ordering::Relaxed),
                 Outcome::TimedOut => {
-                    let late = now.map_or(0, |now| lateness(roots, slot, now as Tick));
+                    let anchor = self.anchor();
+                    let late = now.map_or(0, |now| lateness(roots, slot, anchor, now));
                     counters.lateness_max.fetch_max(late, Ordering::Relaxed);
                     counters.lateness_total.fetch_add(late, Ordering::Relaxed);
                     counters.timed_out.fetch_add(1, Ordering::Relaxed)
@@ -154,11 +155,11 @@ impl<T: Send + 'static> Lean<T> {
     }
 }
 
-/// How many ticks after its deadline's tick `slot`'s timeout at `now` came. (A completed
-/// slot keeps its times until it is freed; none reads as on time.)
-fn lateness<T>(roots: &Roots<T>, slot: usize, now: Tick) -> u64 {
-    match roots.deadline(slot) {
-        Some(deadline) if reached(deadline, now) => u64::from(now.wrapping_sub(deadline)),
-        _ => 0,
-    }
+/// How many ticks after its deadline's tick `slot`'s timeout at full tick `now` came, its
+/// deadline decoded at `anchor`. (A completed slot keeps its times until it is freed; none
+/// reads as on time.)
+fn lateness<T>(roots: &Roots<T>, slot: usize, anchor: u64, now: u64) -> u64 {
+    roots.deadline(slot).map_or(0, |deadline| {
+        now.saturating_sub(full_near(anchor, deadline))
+    })
 }

@@ -149,7 +149,10 @@ impl<T: Send + 'static> Lean<T> {
                 if self.stopping() {
                     return;
                 }
-                // As large as a table grows: room comes as trees complete.
+                // As large as a table grows: room comes as trees complete, on threads that
+                // a re-anchoring may hold at their entry: quiescent while it waits (the
+                // stranded entry's times are rewritten in place, and read when it moves).
+                let _paused = self.batches.pause();
                 backoff.wait();
             }
         }
@@ -159,8 +162,11 @@ impl<T: Send + 'static> Lean<T> {
     /// shrinks tables whose load stayed low, and frees retired generations whose grace
     /// period is over. Called inside an acker operation (the pass's), whose `open` says
     /// whether completions may go to the callback (a move can complete a tree).
-    pub(super) fn housekeeping(&self, now: Tick, open: bool) -> bool {
-        let stamper = || self.stamp_now();
+    pub(super) fn housekeeping(&self, now: u64, open: bool) -> bool {
+        // A move may create an entry (a stranded twin's): stamped with the pass's tick,
+        // which is at the anchor (`anchor.rs`).
+        let stamp = self.stamp_at(now);
+        let now = now as Tick;
         let per_table = self.pending() / self.tables.len();
         let mut worked = false;
         for (index, table) in self.tables.iter().enumerate() {
@@ -177,7 +183,7 @@ impl<T: Send + 'static> Lean<T> {
                 worked |= self.start_migration(index, roots, groups, false) == Some(true);
             }
             for migrating in chain(roots).filter(|g| g.successor().is_some()) {
-                let mut done = Done::stamped_by(&stamper);
+                let mut done = Done::stamped(stamp);
                 migrating.move_round(&mut done);
                 // A move can complete a tree (a twin's contents carried to it): delivered
                 // through the callback when the pass found it open, as any completion.

@@ -64,6 +64,7 @@
 //! the scan cannot see; it is then dropped with the acker rather than handed back. That
 //! needs a migration with no room in its successor at the moment of shutdown.
 
+mod anchor;
 mod deliver;
 mod driver;
 mod growth;
@@ -170,6 +171,12 @@ pub(super) struct Lean<T> {
     /// [`Config::tsc_ticks`].
     tsc_ticks: bool,
     ticks: Ticks,
+    /// The full tick every stored `u32` tick is read against (`anchor.rs`).
+    anchor: CachePadded<AtomicU64>,
+    /// One re-anchoring at a time (`anchor.rs`).
+    reanchoring: anchor::Reanchoring,
+    /// Re-anchorings done (a statistic, for tests and the stress harness).
+    reanchored: AtomicU64,
     /// The default timeout in ticks ([`Ticks::timeout`]).
     timeout: Tick,
     /// How long a new entry stays in its creator's batch before the reaper gets it (unless
@@ -270,6 +277,9 @@ impl<T: Send + 'static> Lean<T> {
             timeout,
             hand_off_age: (timeout / 4).clamp(1, HAND_OFF_AGE),
             reaper: Mutex::new(reaper::Wheel::new(ticks.full(now))),
+            anchor: CachePadded::new(AtomicU64::new(ticks.full(now))),
+            reanchoring: anchor::Reanchoring::default(),
+            reanchored: AtomicU64::new(0),
             ticks,
             clock: config.clock,
             tsc_ticks: config.tsc_ticks,
@@ -305,12 +315,14 @@ impl<T: Send + 'static> Lean<T> {
         }
         let (table, key) = self.layout.place(root);
         let timeout = timeout_ns.map(|ns| self.ticks.timeout(ns));
-        let stamper = || self.stamp_now();
         let mut payload = payload;
         loop {
+            // Read here, where the operation holds nothing of the tables (`anchor.rs`): the
+            // first message is this call.
+            let stamp = self.stamp_at(self.write_tick());
             // Safety: inside the operation `active` marks.
             let roots = unsafe { self.tables[table].current() };
-            let mut done = Done::stamped_by(&stamper);
+            let mut done = Done::stamped(stamp);
             self.help(table, roots, &mut done);
             // Along the chain (one table but during a migration): create only in the last.
             let mut at = roots;
@@ -396,12 +408,13 @@ impl<T: Send + 'static> Lean<T> {
                 return true;
             }
         }
-        let stamper = || self.stamp_now();
         let mut completed = false;
         loop {
+            // Read here, where the operation holds nothing of the tables (`anchor.rs`).
+            let stamp = self.stamp_at(self.write_tick());
             // Safety: inside the operation `active` marks.
             let roots = unsafe { self.tables[table].current() };
-            let mut done = Done::stamped_by(&stamper);
+            let mut done = Done::stamped(stamp);
             self.help(table, roots, &mut done);
             // Along the chain (one table but during a migration): create only in the last.
             let mut at = roots;
@@ -432,7 +445,7 @@ impl<T: Send + 'static> Lean<T> {
     pub(super) fn reset_timeout(&self, root: u64) -> bool {
         let active = self.batches.enter();
         let (table, key) = self.layout.place(root);
-        let now = self.caller_tick();
+        let now = self.write_tick() as Tick;
         // Safety: inside the operation `active` marks.
         let roots = unsafe { self.tables[table].current() };
         // The entry's timer is in a batch or the reaper's wheel since its creation; the
@@ -456,6 +469,11 @@ impl<T: Send + 'static> Lean<T> {
         Counters::sum(&self.counters, self.pending(), |ticks| {
             Duration::from_nanos(ticks.saturating_mul(1 << shift))
         })
+    }
+
+    /// Re-anchorings done (`anchor.rs`).
+    pub(super) fn reanchored(&self) -> u64 {
+        self.reanchored.load(Ordering::Relaxed) // Relaxed: a statistic
     }
 
     pub(super) fn idle_wakeups(&self) -> u64 {

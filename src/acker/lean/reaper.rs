@@ -38,11 +38,12 @@
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Duration;
 
+use super::anchor::REANCHOR_AFTER;
 use super::timers::{File, Filed, GroupAt, GroupTimer};
 use super::{tag_of, Lean, GEN_MASK};
 use crate::acker::batches::{trim, Entry};
 use crate::acker::buckets::Buckets;
-use crate::acker::roots::{full_near, reached, Done, Expiry, Tick, GROUP_SLOTS};
+use crate::acker::roots::{full_near, Done, Expiry, Judge, Tick, GROUP_SLOTS};
 use crate::sync::Ordering;
 use std::sync::Arc;
 use std::thread;
@@ -88,9 +89,20 @@ impl Wheel {
             + self.due.capacity() * std::mem::size_of::<GroupTimer>()
     }
 
-    /// The full tick of a `u32` tick near the wheel's time (within 2^31 ticks).
+    /// The full tick of a `u32` tick near the wheel's time (within 2^31 ticks: the wheel's
+    /// time is the anchor during a pass, `anchor.rs`).
     fn full(&self, tick: Tick) -> u64 {
         full_near(self.now, tick)
+    }
+
+    /// A re-anchoring to `to` (`anchor.rs`): the wheel's time moves there (its buckets
+    /// follow at the next advance), and the groups' filed `u32` ticks are forgotten, as
+    /// they would not decode. A group whose entry waits in the buckets may then get a
+    /// second one: a stale entry, as `timers.rs` has them.
+    pub(super) fn reanchored(&mut self, to: u64) {
+        self.filed = Filed::default();
+        self.now = self.now.max(to);
+        self.clock = self.clock.max(to);
     }
 
     /// The group's filed tick (tests' coverage count).
@@ -120,15 +132,19 @@ pub(super) fn run_once<T: Send + 'static>(lean: &Lean<T>, everything: bool) -> P
     let active = lean.batches.enter();
     let mut timed_out = Vec::new();
     let mut pass = Pass::default();
+    // Deadlines are judged on the clock's own tick, so that a clock that stepped back
+    // times out nothing before its deadline as read on that clock; the wheel's time (the
+    // anchor's), which files and advances the group timers, never goes back. (While the
+    // clock is behind it, a group it judges not yet due is looked at again each pass.)
+    let clock = lean.ticks.full(lean.clock.now());
+    // The anchor first (`anchor.rs`), outside the wheel's lock: after a stall, a
+    // re-anchoring.
+    lean.advance_anchor(clock);
     {
         let mut wheel = lean.reaper.lock().unwrap_or_else(|e| e.into_inner());
         let wheel = &mut *wheel;
-        // Deadlines are judged on the clock's own tick, so that a clock that stepped back
-        // times out nothing before its deadline as read on that clock; the wheel's time,
-        // which files and advances the group timers, never goes back. (While the clock is
-        // behind the wheel, a group it judges not yet due is looked at again each pass.)
-        let clock = lean.ticks.full(lean.clock.now());
-        let now = clock.max(wheel.now);
+        let anchor = lean.anchor();
+        let now = anchor.max(wheel.now);
         wheel.now = now;
         wheel.clock = clock;
         let now32 = now as Tick;
@@ -158,25 +174,25 @@ pub(super) fn run_once<T: Send + 'static>(lean: &Lean<T>, everything: bool) -> P
                 };
                 let mut done = Done::default();
                 let tag = tag_of(key.tag(), roots.gen());
-                let next =
-                    match roots.expire_keeping(slot, tag, clock as Tick, Some(now), &mut done) {
-                        Expiry::Gone => None,
-                        Expiry::Dropped => {
-                            // Relaxed: a statistic.
-                            lean.counters()
-                                .orphans_expired
-                                .fetch_add(1, Ordering::Relaxed);
-                            None
+                let judge = Judge { anchor, clock };
+                let next = match roots.expire_keeping(slot, tag, judge, &mut done) {
+                    Expiry::Gone => None,
+                    Expiry::Dropped => {
+                        // Relaxed: a statistic.
+                        lean.counters()
+                            .orphans_expired
+                            .fetch_add(1, Ordering::Relaxed);
+                        None
+                    }
+                    Expiry::TimedOut => {
+                        if let Some(completed) = done.take() {
+                            timed_out.push((table, roots, completed));
                         }
-                        Expiry::TimedOut => {
-                            if let Some(completed) = done.take() {
-                                timed_out.push((table, roots, completed));
-                            }
-                            None
-                        }
-                        Expiry::NotDue(deadline) => Some(wheel.full(deadline)),
-                        Expiry::Joining => Some(now + 1),
-                    };
+                        None
+                    }
+                    Expiry::NotDue(deadline) => Some(wheel.full(deadline)),
+                    Expiry::Joining => Some(now + 1),
+                };
                 if let Some(next) = next {
                     earliest = Some(earliest.map_or(next, |e: u64| e.min(next)));
                 }
@@ -225,13 +241,10 @@ pub(super) fn run_once<T: Send + 'static>(lean: &Lean<T>, everything: bool) -> P
     }
 
     // Outside the lock: `on_complete` may call back into the acker, even `expire`.
-    let (now32, clock) = {
-        let wheel = lean.reaper.lock().unwrap_or_else(|e| e.into_inner());
-        (wheel.now as Tick, wheel.clock)
-    };
+    let now = lean.reaper.lock().unwrap_or_else(|e| e.into_inner()).now;
     // Migrations, shrinking, retired generations (`tables.rs`); outside the wheel's lock,
     // as moving entries files timers and may complete trees.
-    pass.worked |= lean.housekeeping(now32, active.open);
+    pass.worked |= lean.housekeeping(now, active.open);
     pass.delivered = timed_out.len();
     lean.deliver_timeouts(timed_out, clock, active.open);
     drop(active);
@@ -244,7 +257,7 @@ pub(super) fn run_once<T: Send + 'static>(lean: &Lean<T>, everything: bool) -> P
 /// Registers `entry`'s root with the reaper: its group gets a timer at its deadline
 /// unless one at or before it is filed already (`timers.rs`). Nothing when its slot no
 /// longer holds its root.
-fn file<T: Send + 'static>(lean: &Lean<T>, wheel: &mut Wheel, entry: Entry) {
+pub(super) fn file<T: Send + 'static>(lean: &Lean<T>, wheel: &mut Wheel, entry: Entry) {
     let Some((table, roots, slot)) = lean.locate(&entry) else {
         return;
     };
@@ -255,11 +268,8 @@ fn file<T: Send + 'static>(lean: &Lean<T>, wheel: &mut Wheel, entry: Entry) {
         return;
     };
     let now = wheel.now;
-    let tick = if reached(deadline, now as Tick) {
-        now // due already: the next advance returns it
-    } else {
-        wheel.full(deadline)
-    };
+    // The wheel's time is the anchor (or past it, a clock gone back): decoded against it.
+    let tick = wheel.full(deadline).max(now); // due already: the next advance returns it
     let group = slot / GROUP_SLOTS;
     let at = GroupAt {
         table,
@@ -334,7 +344,12 @@ pub(super) fn next_wait<T: Send + 'static>(lean: &Lean<T>) -> Wait {
     };
     match wait {
         None => Wait::Forever,
-        Some(ticks) => Wait::Ticks { ticks, from: now },
+        // At most half the anchor's reach while anything is pending (`anchor.rs`), so that
+        // passes keep the anchor near what is stored and no re-anchoring is ever needed.
+        Some(ticks) => Wait::Ticks {
+            ticks: ticks.min(REANCHOR_AFTER / 2),
+            from: now,
+        },
     }
 }
 

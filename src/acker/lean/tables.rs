@@ -123,6 +123,11 @@ impl<T> Table<T> {
         }
     }
 
+    /// Forgets since when the load was low (a re-anchoring: the tick would not decode).
+    pub(super) fn forget_low(&self) {
+        self.low_since.store(0, Ordering::Relaxed); // Relaxed: a heuristic, as above
+    }
+
     /// For how many ticks before `now` the reaper has seen the load low (0: not low, or
     /// not seen yet).
     pub(super) fn low_ticks(&self, now: Tick) -> Tick {

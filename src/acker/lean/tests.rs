@@ -300,7 +300,7 @@ fn a_tree_completed_by_a_reaper_move_reaches_the_callback() {
             Some(true)
         );
         let next = roots.successor().expect("migrating");
-        let mut done = Done::stamped(lean.stamp_now());
+        let mut done = Done::stamped(lean.stamp_at(lean.write_tick()));
         let twin = next.apply(key, Message::Ack(0b10), true, &mut done);
         assert_eq!(twin, Applied::Created, "the twin holds the last edge");
         assert!(!lean.finish(table, roots, &mut done, active.open));

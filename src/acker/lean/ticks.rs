@@ -53,7 +53,7 @@ impl<T: Send + 'static> Lean<T> {
     /// The tick now on a caller's thread: from the time-stamp counter when the clock is the
     /// monotonic one and the counter can be trusted (`clock/tsc.rs`: the clock's tick, or
     /// the next one within nanoseconds of a boundary, never an earlier one), else a read.
-    #[inline]
+    #[cfg(test)]
     pub(super) fn caller_tick(&self) -> Tick {
         self.caller_full() as Tick
     }
@@ -75,10 +75,10 @@ impl<T: Send + 'static> Lean<T> {
         self.ticks.full(self.clock.now())
     }
 
-    /// The stamp a new entry gets now: this tick, and the default deadline from it.
+    /// The stamp a new entry gets at full tick `tick` (a writer's, `anchor.rs`): its start
+    /// and its base.
     #[inline]
-    pub(super) fn stamp_now(&self) -> Stamp {
-        let now = self.caller_tick();
-        Stamp::new(now, now)
+    pub(super) fn stamp_at(&self, tick: u64) -> Stamp {
+        Stamp::new(tick as Tick, tick as Tick)
     }
 }

@@ -3,9 +3,18 @@
 //! in `times.rs`, plus the tree's own or the table's default timeout).
 
 use super::{
-    reached, Done, Expiry, Key, Roots, Stamp, Step, Tick, GEN_TAG_BITS, GROUP_SLOTS, TAG_CHECK_MASK,
+    full_near, reached, Done, Expiry, Key, Roots, Stamp, Step, Tick, GEN_TAG_BITS, GROUP_SLOTS,
+    TAG_CHECK_MASK,
 };
 use crate::sync::{Backoff, Ordering};
+
+/// What the reaper judges a deadline with: the anchor its `u32` ticks decode at
+/// (`lean/anchor.rs`), and the clock's full tick now.
+#[derive(Clone, Copy, Debug)]
+pub struct Judge {
+    pub anchor: u64,
+    pub clock: u64,
+}
 
 impl<T> Roots<T> {
     /// The reaper, looking at `slot` of a group whose timer came due (`lean/timers.rs`): a
@@ -24,20 +33,25 @@ impl<T> Roots<T> {
     /// own deadline decides.
     ///
     pub fn expire(&self, slot: usize, tag: u32, now: Tick, done: &mut Done<'_>) -> Expiry {
-        self.expire_keeping(slot, tag, now, None, done)
+        let now = u64::from(now);
+        let judge = Judge {
+            anchor: now,
+            clock: now,
+        };
+        self.expire_keeping(slot, tag, judge, done)
     }
 
-    /// [`expire`](Self::expire) judging deadlines at tick `now`, the reaper's: `keep_at` is
-    /// its pass's full tick (which never goes back, where `now`, the clock's, may), at which
-    /// a tree not yet due has its start kept decodable until the next look
-    /// ([`Stamp::kept`]). The reaper looks at every long-lived tree at least once per
+    /// [`expire`](Self::expire) as the reaper's pass does it: the deadline decoded at the
+    /// anchor and judged in full ticks against the clock (which may have stepped back
+    /// behind the anchor: a deadline is never judged come before the clock reads it). A
+    /// tree not yet due has its start kept decodable at the anchor until the next look
+    /// ([`Stamp::kept`]): the reaper looks at every long-lived tree at least once per
     /// timeout, which is what keeps `elapsed` from aliasing.
     pub fn expire_keeping(
         &self,
         slot: usize,
         tag: u32,
-        now: Tick,
-        keep_at: Option<u64>,
+        judge: Judge,
         done: &mut Done<'_>,
     ) -> Expiry {
         let mut word = self.word(slot).load();
@@ -64,11 +78,9 @@ impl<T> Roots<T> {
                 return Expiry::Joining;
             };
             match self.deadline(slot) {
-                Some(deadline) if reached(deadline, now) => {}
+                Some(deadline) if full_near(judge.anchor, deadline) <= judge.clock => {}
                 Some(deadline) => {
-                    if let Some(keep_at) = keep_at {
-                        self.keep_start(slot, keep_at);
-                    }
+                    self.keep_start(slot, judge.anchor);
                     return Expiry::NotDue(deadline);
                 }
                 // Only a free leaves times at 0, after the word left this entry.
@@ -164,6 +176,24 @@ impl<T> Roots<T> {
             match self.times_of(slot).compare_exchange(
                 seen,
                 kept.bits(),
+                Ordering::SeqCst,
+                Ordering::SeqCst,
+            ) {
+                Ok(_) => return,
+                Err(now) => seen = now,
+            }
+        }
+    }
+
+    /// A re-anchoring from `from` to `to` (`lean/anchor.rs`), every other thread
+    /// quiescent: the slot's times as [`Stamp::rebased`] puts them, if it holds any (a
+    /// CAS all the same).
+    pub fn rebase(&self, slot: usize, from: u64, to: u64) {
+        let mut seen = self.times_of(slot).load(Ordering::SeqCst);
+        while let Some(next) = Stamp::from_bits(seen).and_then(|s| s.rebased(from, to)) {
+            match self.times_of(slot).compare_exchange(
+                seen,
+                next.bits(),
                 Ordering::SeqCst,
                 Ordering::SeqCst,
             ) {

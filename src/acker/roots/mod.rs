@@ -63,6 +63,7 @@
 // shutdown's take-back), `migrate.rs` (growth), `lines.rs` (memory), `times.rs` (a slot's
 // ticks), `done.rs` (what an operation reports).
 mod deadlines;
+pub use deadlines::Judge;
 mod done;
 mod init;
 mod lines;

@@ -140,33 +140,78 @@ impl Stamp {
         }
     }
 
-    /// The full tick of the first message, given the full tick `now` (at or after the
-    /// base, within 2^31 ticks of it): exact in the gap form, rounded down in the coarse one.
+    /// The base's full tick, given the acker's anchor (`lean/anchor.rs`: every stored
+    /// tick is within 2^31 ticks of it).
     #[inline]
-    pub fn start_full(self, now: u64) -> u64 {
+    pub fn base_full(self, anchor: u64) -> u64 {
+        full_near(anchor, self.base())
+    }
+
+    /// The full tick of the first message, given the anchor: exact in the gap form,
+    /// rounded down in the coarse one (kept decodable at the anchor by the reaper's looks
+    /// and by re-anchoring).
+    #[inline]
+    pub fn start_full(self, anchor: u64) -> u64 {
         let high = self.high();
         if high & COARSE == 0 {
-            return full_near(now, self.base()).wrapping_sub(u64::from(high));
+            return self.base_full(anchor).wrapping_sub(u64::from(high));
         }
         let k = (high >> COARSE_BITS & 0x1f) + MIN_SHIFT;
         let field = u64::from(high) & ((1 << COARSE_BITS) - 1);
-        let shifted = now >> k;
+        let shifted = anchor >> k;
         let back = shifted.wrapping_sub(field) & ((1 << COARSE_BITS) - 1);
         shifted.wrapping_sub(back) << k
     }
 
-    /// Ticks from the first message to `now` (full ticks, as [`start_full`](Self::start_full)
-    /// takes them); 0 for a `now` before it.
+    /// Ticks from the first message to full tick `now`, the start decoded at `anchor`; 0
+    /// for a `now` before it (a clock that stepped back).
     #[inline]
-    pub fn age(self, now: u64) -> u64 {
-        now.saturating_sub(self.start_full(now))
+    pub fn age(self, anchor: u64, now: u64) -> u64 {
+        now.saturating_sub(self.start_full(anchor))
     }
 
-    /// The stamp the reaper stores at full tick `now` to keep the start decodable until its
-    /// next look (type docs), or `None` when this one will do.
+    /// A stamp of a start and a base in full ticks, in the form that stays decodable until
+    /// the reaper's next look after full tick `now` (type docs): the gap form while the two
+    /// are less than [`COARSE_AT`] apart, else a coarse start for its age at `now`.
+    pub fn of_full(start: u64, base: u64, now: u64) -> Stamp {
+        let start = start.min(base);
+        let gap = base - start;
+        let high = if gap < COARSE_AT {
+            gap as u32
+        } else {
+            // The fewest dropped bits that leave the age below 2^(24+k).
+            let age = now.max(base) - start;
+            let bits = u64::BITS - age.leading_zeros();
+            let k = bits.saturating_sub(COARSE_BITS - 2).max(MIN_SHIFT);
+            let field = (start >> k) as u32 & ((1 << COARSE_BITS) - 1);
+            COARSE | (k - MIN_SHIFT) << COARSE_BITS | field
+        };
+        let stamp = Stamp {
+            bits: u64::from(high) << 32 | u64::from(base as Tick),
+        };
+        if stamp.bits == 0 {
+            Stamp::new(0, 0) // one tick earlier, as `new` keeps it
+        } else {
+            stamp
+        }
+    }
+
+    /// The stamp for a new anchor `to` (`lean/anchor.rs`), decoded at the old one `from`:
+    /// a base more than 2^30 ticks before `to` moves up to `to - 2^30` (its deadline, at
+    /// most 2^30 ticks after it, had passed by `to` and still has), and the start is put in
+    /// the form decodable at `to`. `None` when this one will do.
+    pub fn rebased(self, from: u64, to: u64) -> Option<Stamp> {
+        let (start, base) = (self.start_full(from), self.base_full(from));
+        let floor = to.saturating_sub(1 << 30);
+        let next = Stamp::of_full(start, base.max(floor), to);
+        (next != self).then_some(next)
+    }
+
+    /// The stamp the reaper stores at full tick `now` (the anchor) to keep the start
+    /// decodable until its next look (type docs), or `None` when this one will do.
     pub fn kept(self, now: u64) -> Option<Stamp> {
         let high = self.high();
-        let age = self.age(now);
+        let age = self.age(now, now);
         if high & COARSE == 0 {
             if u64::from(high) < COARSE_AT {
                 return None;
@@ -177,15 +222,9 @@ impl Stamp {
                 return None;
             }
         }
-        // The fewest dropped bits that leave the age below 2^(24+k).
-        let bits = u64::BITS - age.leading_zeros();
-        let k = bits.saturating_sub(COARSE_BITS - 2).max(MIN_SHIFT);
-        let start = now - age;
-        let field = (start >> k) as u32 & ((1 << COARSE_BITS) - 1);
-        let high = COARSE | (k - MIN_SHIFT) << COARSE_BITS | field;
-        Some(Stamp {
-            bits: u64::from(high) << 32 | u64::from(self.base()),
-        })
+        let base = self.base_full(now);
+        let next = Stamp::of_full(now - age, base, now);
+        (next != self).then_some(next)
     }
 }
 
@@ -247,7 +286,7 @@ mod tests {
                     }
                     next_look = now + timeout;
                 }
-                let age = stamp.age(now);
+                let age = stamp.age(now, now);
                 let truth = now - first;
                 assert!(age >= truth, "short: {age} < {truth} at {now}");
                 assert!(
@@ -263,9 +302,9 @@ mod tests {
     #[test]
     fn a_young_stamp_stays_exact_and_is_not_rewritten() {
         let s = Stamp::new(100, 100).with_base(5_000);
-        assert_eq!(s.age(5_010), 4_910);
+        assert_eq!(s.age(5_010, 5_010), 4_910);
         assert_eq!(s.kept(5_010), None);
-        // One tick behind its base (a caller's tick may lag another's): age at the base's.
-        assert_eq!(s.age(4_999), 4_899);
+        // One tick behind its base (a caller's tick may lag another's).
+        assert_eq!(s.age(4_999, 4_999), 4_899);
     }
 }

@@ -23,12 +23,12 @@ fn timed(clock: &ManualClock, resolution: Duration, timeout: Duration) -> (Acker
     (acker, log)
 }
 
-/// Within a tick (1024 ns at a resolution of 1 µs) or, past 2^29 ticks of life, within one
-/// part in 2^23 of it; never short.
+/// Within a tick (1024 ns at a resolution of 1 µs: times are whole ticks) or, past 2^29
+/// ticks of life, long by at most one part in 2^23 of it.
 fn assert_close(elapsed: Duration, truth: Duration, tick: Duration) {
     let slack = tick * 2 + truth / (1 << 23);
     assert!(
-        elapsed >= truth && elapsed <= truth + slack,
+        elapsed + tick >= truth && elapsed <= truth + slack,
         "elapsed {elapsed:?}, lived {truth:?}"
     );
 }
@@ -84,4 +84,153 @@ fn a_clock_that_steps_back_times_nothing_out_early() {
     let (root, outcome, elapsed) = log.lock().unwrap().remove(0);
     assert_eq!((root, outcome), (7, Outcome::TimedOut));
     assert_close(elapsed, 31 * SEC, ms);
+}
+
+/// The example: resolution 1 ms, timeout 30 s, one init, the clock moves 400
+/// days, one pass: the tree times out (it stayed pending for about another 2^31 ticks),
+/// reporting the 400 days it lived.
+#[test]
+fn a_stall_of_400_days_times_the_tree_out_at_the_next_pass() {
+    let clock = ManualClock::new(0);
+    let ms = Duration::from_millis(1);
+    let (acker, log) = timed(&clock, ms, 30 * SEC);
+    acker.init(1, 0x11, 10).unwrap();
+    let stall = Duration::from_secs(400 * 86_400);
+    clock.advance(stall);
+    assert_eq!(acker.expire(), 1);
+    let (root, outcome, elapsed) = log.lock().unwrap().remove(0);
+    assert_eq!((root, outcome), (1, Outcome::TimedOut));
+    assert_close(elapsed, stall, ms);
+    assert_eq!(acker.pending(), 0);
+    assert_eq!(acker.reanchorings(), 1);
+}
+
+/// Jumps around 2^31, 2^32 (where a `u32` tick reads as no time at all) and up to 2^40
+/// ticks at 1 µs, over every origin: a live tree times out at the first pass with its
+/// whole life as `elapsed`, an orphan is dropped, a tree reset just before the jump too,
+/// and what is written after the jump and before any pass (an init, a reset, an orphan,
+/// an ack that completes a tree) keeps its own deadline and `elapsed`.
+#[test]
+fn any_gap_between_passes_judges_every_deadline_right() {
+    let micro = Duration::from_micros(1);
+    let tick: u64 = 1024; // 1 µs rounds up to 2^10 ns
+    for origin in [0, 1 << 63, u64::MAX - 5_000_000_000] {
+        for jump_ticks in [
+            (1u64 << 31) - 5,
+            1 << 31,
+            (1 << 32) - 7,
+            1 << 32,
+            (1 << 32) + 30_000,
+            3 << 31,
+            1 << 36,
+            1 << 40,
+        ] {
+            let clock = ManualClock::new(origin);
+            let (acker, log) = timed(&clock, micro, 20 * SEC);
+            acker.init(1, 0x11, 10).unwrap(); // will time out
+            acker.init(2, 0x22, 20).unwrap(); // acked after the jump: completes then
+            assert!(!acker.ack(3, 0x33)); // an orphan
+            clock.advance(10 * SEC);
+            assert!(acker.reset_timeout(1));
+            acker.expire();
+            let jump = Duration::from_nanos(jump_ticks * tick);
+            clock.advance(jump);
+            let at = format!("origin {origin:#x}, jump {jump_ticks:#x} ticks");
+            // Written after the jump, before any pass.
+            assert!(acker.ack(2, 0x22), "{at}");
+            acker.init(4, 0x44, 40).unwrap();
+            assert!(!acker.ack(5, 0x55)); // a new orphan
+            let done = log.lock().unwrap().remove(0);
+            assert_eq!((done.0, done.1), (2, Outcome::Acked), "{at}");
+            assert_close(done.2, jump + 10 * SEC, micro);
+            // The first pass: the old tree times out, the old orphan goes, the new stay.
+            clock.advance(SEC);
+            acker.expire();
+            let done: Vec<_> = std::mem::take(&mut *log.lock().unwrap());
+            assert_eq!(done.len(), 1, "{at}: {done:?}");
+            assert_eq!((done[0].0, done[0].1), (1, Outcome::TimedOut), "{at}");
+            assert_close(done[0].2, jump + 11 * SEC, micro);
+            assert_eq!(acker.pending(), 2, "{at}: the new tree and the new orphan");
+            assert_eq!(acker.orphans_held(), 1, "{at}");
+            // The new tree's deadline is 20 s after its init, on the clock.
+            clock.advance(18 * SEC);
+            acker.expire();
+            assert!(log.lock().unwrap().is_empty(), "{at}: early");
+            clock.advance(2 * SEC);
+            acker.expire();
+            let done = log.lock().unwrap().remove(0);
+            assert_eq!((done.0, done.1), (4, Outcome::TimedOut), "{at}");
+            assert_close(done.2, 21 * SEC, micro);
+            assert_eq!(acker.pending(), 0, "{at}");
+            assert_eq!(acker.stats().orphans_expired, 2, "{at}");
+        }
+    }
+}
+
+/// A callback that inits a replay while the pass after a stall delivers: the replay's
+/// deadline is its own (the pass re-anchored first).
+#[test]
+fn a_replay_inited_from_the_callback_after_a_stall_keeps_its_deadline() {
+    let clock = ManualClock::new(7);
+    let log: Timed = Arc::default();
+    let sink = Arc::clone(&log);
+    let replay: Arc<StdMutex<Option<Acker<u32>>>> = Arc::default();
+    let handle = Arc::clone(&replay);
+    let acker = Acker::builder()
+        .timeout(10 * SEC)
+        .resolution(Duration::from_micros(1))
+        .clock(clock.clone())
+        .on_complete(move |c: Completion<u32>| {
+            if c.root == 1 {
+                if let Some(acker) = handle.lock().unwrap().as_ref() {
+                    acker.init(100, 0x100, 100).unwrap();
+                }
+            }
+            sink.lock().unwrap().push((c.root, c.outcome, c.elapsed));
+        })
+        .build_manual()
+        .unwrap();
+    *replay.lock().unwrap() = Some(acker.clone());
+    acker.init(1, 0x11, 10).unwrap();
+    clock.advance(Duration::from_nanos(1024 << 33)); // 2^33 ticks
+    assert_eq!(acker.expire(), 1);
+    clock.advance(9 * SEC);
+    acker.expire();
+    assert_eq!(log.lock().unwrap().len(), 1, "the replay timed out early");
+    clock.advance(2 * SEC);
+    acker.expire();
+    let done = log.lock().unwrap().remove(1);
+    assert_eq!((done.0, done.1), (100, Outcome::TimedOut));
+    assert_close(done.2, 11 * SEC, Duration::from_micros(1));
+    replay.lock().unwrap().take();
+}
+
+/// The same with the reaper thread: after the clock jumps 2^33 ticks, an init from
+/// another thread re-anchors (the reaper may be asleep), and the old tree times out.
+#[test]
+fn the_reaper_thread_times_out_a_tree_after_a_stall() {
+    let clock = ManualClock::new(u64::MAX - 1_000);
+    let log: Timed = Arc::default();
+    let sink = Arc::clone(&log);
+    let acker: Acker<u32> = Acker::builder()
+        .timeout(SEC)
+        .resolution(Duration::from_micros(1))
+        .clock(clock.clone())
+        .on_complete(move |c: Completion<u32>| {
+            sink.lock().unwrap().push((c.root, c.outcome, c.elapsed))
+        })
+        .build()
+        .unwrap();
+    acker.init(1, 0x11, 10).unwrap();
+    clock.advance(Duration::from_nanos(1024 << 33));
+    acker.init(2, 0x22, 20).unwrap();
+    let waited = std::time::Instant::now();
+    while log.lock().unwrap().is_empty() {
+        assert!(waited.elapsed() < 20 * SEC, "the old tree never timed out");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let done = log.lock().unwrap().remove(0);
+    assert_eq!((done.0, done.1), (1, Outcome::TimedOut));
+    assert!(acker.reanchorings() >= 1);
+    assert!(acker.ack(2, 0x22));
 }
