@@ -560,7 +560,18 @@ impl Batches {
     /// re-anchorer rewrites. Dropping it waits for a re-anchoring under way to finish.
     #[inline]
     pub fn pause(&self) -> Paused<'_> {
-        let batch = self.own();
+        self.pause_on(self.own())
+    }
+
+    /// [`pause`](Self::pause) on `batch`, which must be the calling thread's (loom's
+    /// models pass it explicitly, as to [`enter_with`](Self::enter_with)).
+    #[inline]
+    pub fn pause_with<'a>(&'a self, batch: &'a Batch) -> Paused<'a> {
+        self.pause_on(Some(batch))
+    }
+
+    #[inline]
+    fn pause_on<'a>(&'a self, batch: Option<&'a Batch>) -> Paused<'a> {
         if let Some(batch) = batch {
             // Relaxed load: only this thread writes it. Release: the operation's accesses
             // so far happen before a re-anchorer that reads it (Acquire) and then sweeps.

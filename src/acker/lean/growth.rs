@@ -139,14 +139,16 @@ impl<T: Send + 'static> Lean<T> {
     }
 
     /// An entry this operation created in `from` while it migrates, with no room in the
-    /// successor (`migrate.rs`): grows the chain and moves it, until it is moved. (Only
-    /// shutdown stops that: the entry is then left where it is, see the module docs.)
+    /// successor (`migrate.rs`): grows the chain and moves it, until it is moved. Only
+    /// shutdown stops that: the entry, which `from` may hold out of its scan's sight (a
+    /// retired generation), is then given up here (module docs, "Shutdown").
     #[cold]
     pub(super) fn unstrand(&self, table: usize, from: &Roots<T>, slot: usize, done: &mut Done<'_>) {
         let mut backoff = crate::sync::Backoff::default();
         while !from.relocate_stranded(slot, done) {
             if !self.make_room(table, from) {
                 if self.stopping() {
+                    self.give_up_stranded(table, from, slot);
                     return;
                 }
                 // As large as a table grows: room comes as trees complete, on threads that
@@ -155,6 +157,30 @@ impl<T: Send + 'static> Lean<T> {
                 let _paused = self.batches.pause();
                 backoff.wait();
             }
+        }
+    }
+
+    /// Shutdown came while `slot` of `from` waited for room: a stranded entry is HELD (a
+    /// claim in a migrating table is unjoined before it moves, and no init joins an entry
+    /// of a table with a successor: `migrate.rs`), so it is dropped, giving its credit
+    /// back; were it ever LIVE, its tree is taken back for shutdown to hand back.
+    fn give_up_stranded(&self, table: usize, from: &Roots<T>, slot: usize) {
+        let Some(key) = from.key_in(slot) else {
+            return; // completed, or moved meanwhile
+        };
+        if let Some(payload) = from.take_back(slot, key) {
+            debug_assert!(false, "a stranded entry was LIVE");
+            let root = self.layout.root(table, key);
+            let mut late = self
+                .late_handed_back
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            late.push((root, payload));
+        } else if from.discard(slot, key) {
+            // Relaxed: a statistic.
+            self.counters()
+                .orphans_expired
+                .fetch_add(1, Ordering::Relaxed);
         }
     }
 

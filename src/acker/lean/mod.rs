@@ -16,16 +16,23 @@
 //! ## Times
 //!
 //! Times are ticks of the resolution (a power of two of nanoseconds), counted from the
-//! clock's reading at build (plus one, so that tick 0 is never used), kept per slot as
-//! `u32`s (`roots/times.rs`). Only a thread that creates an entry reads the clock for it
-//! (lazily, inside the table, when it claims a slot), and the completing thread reads it
-//! for `elapsed`. With the default clock those callers' reads are of the time-stamp
-//! counter where the CPU and kernel allow it ([`Lean::caller_tick`], `clock/tsc.rs`): the
-//! clock's tick or the next one, never an earlier one; the reaper reads the clock itself. A tree's deadline is its base (the first message's tick, or the last
-//! reset's) plus its timeout in ticks, rounded up, plus one: a tick read at the first
-//! message may be up to one tick old, so the deadline is never early. A `TimedOut` completion reports at least its timeout.
-//! Timeouts are at most [`MAX_TIMEOUT_TICKS`] ticks, so deadlines compare correctly across
-//! the `u32` wrap.
+//! clock's reading at build (plus one, so that tick 0 is never used). A slot keeps its
+//! base (the first message's tick, or the last reset's) as a `u32` and its start beside it
+//! (`roots/times.rs`), and both are read against the *anchor* (`anchor.rs`), a full tick
+//! that every stored tick stays within 2^31 ticks of, whatever the gap between passes: a
+//! writer re-anchors first when its clock is far past it, and a re-anchoring rewrites what
+//! a stall left behind. The start is a gap from the base while a tree is young and a coarse
+//! full tick once it is old, kept decodable by the reaper's looks, so `elapsed` never
+//! aliases either. A writer reads its tick once per operation round, where it holds
+//! nothing of the tables ([`Lean::write_tick`]); with the default clock that read is of the
+//! time-stamp counter where the CPU and kernel allow it ([`Lean::caller_full`],
+//! `clock/tsc.rs`): the clock's tick or the next one, never an earlier one; the reaper
+//! reads the clock itself. A tree's deadline is its base plus its timeout in ticks, rounded
+//! up, plus one: a tick read at the first message may be up to one tick old, so the
+//! deadline is never early. The reaper judges it in full ticks against the clock's own
+//! reading, so a clock that stepped back times nothing out before its deadline on that
+//! clock. A `TimedOut` completion reports at least its timeout. Timeouts are at most
+//! [`MAX_TIMEOUT_TICKS`] ticks.
 //!
 //! ## Timers
 //!
@@ -59,10 +66,16 @@
 //! `on_complete` once no operation can call it (`batches.rs`, "Closing the callback").
 //! The scan walks each table's chain of generations, holding the table's migration lock so
 //! that no migration starts under it (one under way only moves entries forward, into a
-//! generation scanned later). Known limit: a LIVE tree stranded at that moment (being moved
-//! into a successor that had no room, `roots/migrate.rs`) may sit in a retired generation
-//! the scan cannot see; it is then dropped with the acker rather than handed back. That
-//! needs a migration with no room in its successor at the moment of shutdown.
+//! generation scanned later). Once the callback is closed no operation is under way and
+//! every later message finds it closed and changes nothing, so a last walk drops the
+//! orphans left (and takes back any tree, though none is expected): `pending()` is 0 when
+//! shutdown returns. An entry *stranded* by a migration whose successor had no room
+//! (`roots/migrate.rs`) may sit in a retired generation that no walk sees; the operation
+//! that stranded it waits for room, and when shutdown stops it, it gives the entry up
+//! itself (`growth.rs`, `give_up_stranded`). Such an entry is always HELD (a claim in a
+//! migrating table is unjoined before it moves, and no init joins an entry of a table
+//! with a successor), so no payload is ever in one; were one LIVE, it would be taken back
+//! and handed back with the rest.
 
 mod anchor;
 mod deliver;
@@ -99,8 +112,8 @@ use ticks::Ticks;
 // protocols on their own, not this core's thread.
 use std::thread;
 
-/// The longest timeout, in ticks: deadlines stay within 2^31 ticks of any tick that reads
-/// them, so wrapping comparisons of `u32` ticks are right.
+/// The longest timeout, in ticks: a deadline is at most this far past its base, which
+/// keeps every stored deadline within 2^31 ticks of the anchor (`anchor.rs`).
 pub(super) const MAX_TIMEOUT_TICKS: u64 = (1 << 30) - 2;
 
 /// The most ticks a new entry stays with its creator (`batches.rs`): trees that complete
@@ -164,6 +177,9 @@ pub(super) struct Lean<T> {
     slot_bits: u32,
     /// Generations retired, waiting for their grace period (freed by reaper passes).
     retired: Mutex<Vec<Retired<T>>>,
+    /// Trees taken back by an operation that shutdown stopped (`growth.rs`,
+    /// `give_up_stranded`), for shutdown to hand back with the rest.
+    late_handed_back: Mutex<Vec<(u64, T)>>,
     credits: Arc<Credits>,
     counters: Box<[CachePadded<Counters>]>,
     batches: Batches,
@@ -265,6 +281,7 @@ impl<T: Send + 'static> Lean<T> {
             room_table_slots,
             slot_bits: room_table_slots.next_power_of_two().trailing_zeros(),
             retired: Mutex::new(Vec::new()),
+            late_handed_back: Mutex::new(Vec::new()),
             credits,
             counters: (0..stripes)
                 .map(|_| CachePadded::new(Counters::default()))

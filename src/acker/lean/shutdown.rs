@@ -38,6 +38,11 @@ impl<T: Send + 'static> Lean<T> {
         if self.drop_callback() {
             self.clear_after_close(&mut handed_back);
         }
+        let mut late = self
+            .late_handed_back
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        handed_back.append(&mut late);
         handed_back
     }
 

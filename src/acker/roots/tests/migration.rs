@@ -232,3 +232,41 @@ fn tables_of_any_group_count_find_every_entry_and_migrate_between_sizes() {
         assert!(next.is_clear(), "{groups} groups: nothing left behind");
     }
 }
+
+/// The stranded state: an orphan claimed in a migrating table after every group was
+/// clean, with no room in the successor, stays behind, reported stranded; it is HELD, and
+/// an init of its root moves it on (stranded again) instead of joining it, so no payload
+/// ever sits in a stranded entry (`lean/growth.rs`, `give_up_stranded`). Once dropped
+/// (shutdown), its credit is back and nothing of it is left.
+#[test]
+fn a_stranded_entry_is_held_and_init_never_joins_it() {
+    let old = Roots::<u32>::bounded(4, None, 30);
+    // A successor of two groups (the fewest), full: no room in any window.
+    let next = begin(&old, 2);
+    for i in 0..2 * GROUP_SLOTS as u64 {
+        let mut done = Done::stamped(Stamp::new(5, 5));
+        next.init(key_in(2, i as usize % 2, 900 + i), 0b1, 0, &mut done)
+            .unwrap();
+    }
+    let mut done = Done::default();
+    assert!(old.move_round(&mut done), "an empty table is clean at once");
+    let key = key_in(4, 2, 42);
+    let mut done = Done::stamped(Stamp::new(10, 10));
+    assert_eq!(old.ack(key, 0b110, &mut done), Applied::Created);
+    let (gen, slot) = done.take_stranded().expect("no room: stranded");
+    assert_eq!(gen, old.gen());
+    let word = old.word(slot).load();
+    assert!(word.holds(key) && word.state().phase() == Some(Phase::Held));
+    // An init finds it, and moves it rather than join it: the payload comes back.
+    let mut done = Done::stamped(Stamp::new(11, 11));
+    assert!(matches!(
+        old.init(key, 0b110, 7, &mut done),
+        Err(Refused::Retry(7))
+    ));
+    assert_eq!(done.take_stranded(), Some((gen, slot)));
+    assert_eq!(old.word(slot).load().state().phase(), Some(Phase::Held));
+    // Given up at shutdown: dropped, nothing taken back.
+    assert_eq!(old.take_back(slot, key), None);
+    assert!(old.discard(slot, key));
+    assert_eq!(old.find(key), None);
+}
