@@ -347,20 +347,51 @@ impl<T: Send + 'static> AckerBuilder<T> {
 ///   (`Failed`); otherwise the tree goes on. An orphan whose init never comes is dropped
 ///   silently at its deadline and counted in [`AckerStats::orphans_expired`]; a late ack
 ///   of a finished tree becomes such an orphan. Orphans count in [`pending`](Self::pending)
-///   and against `max_pending` until they expire.
+///   and against `max_pending` until they expire. An init that finds an orphan of its
+///   root merges it and is counted in [`AckerStats::orphans_joined`].
 /// * **Deadlines** count from the root's *first message* (init, or the first orphan ack),
 ///   plus the tree's timeout ([`init_with_timeout`](Self::init_with_timeout), else the
 ///   builder's). [`reset_timeout`](Self::reset_timeout) moves it to now plus the timeout.
 ///   Times are kept in ticks of the builder's `resolution` (about 1 ms): a tree never times
 ///   out before its deadline and at most a tick or two after it when the reaper is not
 ///   starved, and [`Completion::elapsed`] is accurate to a tick (a `TimedOut` tree never
-///   reports less than its timeout).
+///   reports less than its timeout; past 2^29 ticks of life it may read long by one part
+///   in 2^23).
+/// * **Time never aliases.** Deadlines and `elapsed` are right whatever the gap between two
+///   reaper passes (a process stopped in a debugger, a paused VM, a laptop asleep, a
+///   [`ManualClock`](crate::ManualClock) moved years ahead: the first pass after it times
+///   out what came due, late by the stall and never early) and however long resets keep a
+///   tree alive. A clock that steps back times nothing out before its deadline as read on
+///   that clock. After a stall of 2^29 ticks or more (about 6 days at 1 ms, 9 minutes at
+///   1 µs), the first call or pass that sees it rewrites the stored times once, keeping
+///   other calls waiting for that walk of the tables ([`reanchorings`](Self::reanchorings)
+///   counts them); a healthy acker never needs it.
 /// * **Capacity**: `max_pending` bounds trees plus orphans, exactly. Beyond it init
 ///   returns [`InitError::Full`] with the payload, and an orphan ack is refused (counted in
 ///   `rejected_full`). Nothing is allocated for the bound.
 /// * **Shutdown** stops and joins the reaper and hands back every initialized, pending
-///   tree's payload; later inits return [`InitError::Shutdown`]. Every error hands the
-///   payload back: nothing is lost.
+///   tree's payload; later inits return [`InitError::Shutdown`], later acks and fails do
+///   nothing, and nothing is pending. Every error hands the payload back: nothing is lost.
+/// * **Delivery**: a tree stops counting in [`pending`](Self::pending) when its completion
+///   is decided, just before `on_complete` runs; [`wait_delivered`](Self::wait_delivered)
+///   waits for the callbacks of what has completed.
+///
+/// # Choosing roots
+///
+/// A root names one tree for as long as any message of it may still arrive. Messages are
+/// keyed by the root alone, so an ack that arrives after its tree completed (a duplicated
+/// or retried ack, one delayed in a queue) is held as an orphan until its deadline, and an
+/// init of the same root before then merges it: the new tree's value then never reaches 0
+/// and it times out though every one of its own edges was acked. The acker cannot tell
+/// such an ack from one that overtook its init, which it must merge. So:
+///
+/// * **Do not reuse a root** while a message of its earlier use may still arrive: at least
+///   a timeout after the tree completed, longer if messages can be delayed further.
+/// * **Use a random root per tree** ([`edge_id`](crate::edge_id) gives one), not a request
+///   id that a client's retry repeats; keep your own id in the payload.
+/// * **Watch [`AckerStats::orphans_joined`]** against the inits: merges are normal when
+///   sub-tasks overtake their init, but a rise together with `timed_out` points at reused
+///   roots.
 ///
 /// # Costs
 ///
