@@ -408,8 +408,10 @@ impl<T: Send + 'static> Lean<T> {
     #[inline]
     fn message(&self, root: u64, message: Message) -> bool {
         let active = self.batches.enter();
-        if !active.open {
+        if !active.open && self.stopping() {
             // Shut down: nothing is pending, and nothing may be held (`take_back_all`).
+            // (A thread without a batch, an exiting one, finds the callback closed too,
+            // and its messages still count before shutdown.)
             return false;
         }
         let (table, key) = self.layout.place(root);
