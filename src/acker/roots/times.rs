@@ -267,11 +267,14 @@ mod tests {
     /// one part in 2^23, never short. (Fails with the start kept as a `u32` tick.)
     #[test]
     fn a_start_never_aliases_over_any_life() {
-        for (timeout, reset_every, life) in [
+        let cases = [
             (1u64 << 30, 1u64 << 28, 1u64 << 40),
             ((1 << 30) - 2, (1 << 30) - 3, 1 << 38),
             (1 << 20, 4_099, 1 << 34),
-        ] {
+        ];
+        // Under Miri (safe arithmetic only, nothing for it to check) the short cases.
+        let cases = if cfg!(miri) { &cases[..2] } else { &cases[..] };
+        for &(timeout, reset_every, life) in cases {
             let first: u64 = (1 << 40) + 12_345;
             let mut stamp = Stamp::new(first as Tick, first as Tick);
             let mut now = first;
