@@ -234,3 +234,51 @@ fn the_reaper_thread_times_out_a_tree_after_a_stall() {
     assert!(acker.reanchorings() >= 1);
     assert!(acker.ack(2, 0x22));
 }
+
+/// The first write after a stall comes from inside a callback (an ack completes a tree
+/// and its callback inits a replay), with no pass in between: the nested call re-anchors
+/// (its own operation paused in the callback), the replay keeps its own deadline and the
+/// tree left from before the stall times out at the next pass.
+#[test]
+fn a_stall_first_seen_inside_a_callback_re_anchors_there() {
+    let clock = ManualClock::new(1 << 62);
+    let log: Timed = Arc::default();
+    let sink = Arc::clone(&log);
+    let handle: Arc<StdMutex<Option<Acker<u32>>>> = Arc::default();
+    let inner = Arc::clone(&handle);
+    let acker = Acker::builder()
+        .timeout(10 * SEC)
+        .resolution(Duration::from_micros(1))
+        .clock(clock.clone())
+        .on_complete(move |c: Completion<u32>| {
+            if c.root == 1 {
+                if let Some(acker) = inner.lock().unwrap().as_ref() {
+                    acker.init(100, 0x100, 100).unwrap();
+                }
+            }
+            sink.lock().unwrap().push((c.root, c.outcome, c.elapsed));
+        })
+        .build_manual()
+        .unwrap();
+    *handle.lock().unwrap() = Some(acker.clone());
+    acker.init(1, 0x11, 10).unwrap();
+    acker.init(2, 0x22, 20).unwrap();
+    clock.advance(Duration::from_nanos(1024 << 32)); // 2^32 ticks: a u32 reads no time
+    assert_eq!(acker.reanchorings(), 0);
+    assert!(acker.ack(1, 0x11));
+    assert_eq!(acker.reanchorings(), 1, "the callback's init re-anchored");
+    let done = log.lock().unwrap().remove(0);
+    assert_eq!((done.0, done.1), (1, Outcome::Acked));
+    assert_close(
+        done.2,
+        Duration::from_nanos(1024 << 32),
+        Duration::from_micros(1),
+    );
+    clock.advance(9 * SEC);
+    assert_eq!(acker.expire(), 1, "the tree from before the stall");
+    assert_eq!(log.lock().unwrap().remove(0).0, 2);
+    clock.advance(2 * SEC);
+    assert_eq!(acker.expire(), 1, "the replay, 11 s after its init");
+    assert_eq!(log.lock().unwrap().remove(0).0, 100);
+    handle.lock().unwrap().take();
+}
