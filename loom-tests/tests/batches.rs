@@ -1,6 +1,7 @@
 //! Loom models of the lazy timer batches (`src/acker/batches.rs`): an owner filing entries
 //! in its batch while the reaper takes quiet batches over, and the reaper's idle check
-//! against a push that makes a batch non-empty.
+//! against a push that makes a batch non-empty, and re-anchoring's exclusion of operations
+//! (an operation, a callback's pause and a nested call against `begin_moving`).
 //!
 //! The batch's entries live in a loom `UnsafeCell`, so an owner and a reaper inside the
 //! batch at once is reported as a causality violation; the models also check that every
@@ -97,6 +98,75 @@ fn batches_an_open_callback_is_never_dropped_under_an_operation() {
             // reports the race if the protocol lets one read the cell now.
             unsafe { *c = 0 }
         });
+        op.join().unwrap();
+    });
+}
+
+/// Re-anchoring (`batches.rs`, "Re-anchoring") against an operation: the re-anchorer
+/// writes the stored ticks (a loom cell) between `begin_moving` and `end_moving`; the
+/// operation reads and writes them between its entry and its end, twice. Loom reports any
+/// access of both at once. (Fails without the `moving` check in `enter_with`, or with its
+/// load moved before the light fence.)
+#[test]
+fn batches_reanchoring_excludes_an_operation() {
+    loom::model(|| {
+        let batches = Arc::new(Batches::new(Fences::Symmetric));
+        let ticks = Arc::new(loom::cell::UnsafeCell::new(0u64));
+        let op = {
+            let (batches, ticks) = (Arc::clone(&batches), Arc::clone(&ticks));
+            thread::spawn(move || {
+                let batch = batches.register();
+                for _ in 0..2 {
+                    let _active = batches.enter_with(&batch);
+                    // Safety: (of the model) the protocol keeps the re-anchorer out while
+                    // this operation is inside; loom reports it if it does not.
+                    ticks.with_mut(|t| unsafe { *t += 1 });
+                }
+            })
+        };
+        if batches.begin_moving() {
+            // Safety: (of the model) every other thread is quiescent until `end_moving`.
+            ticks.with_mut(|t| unsafe { *t += 100 });
+        }
+        batches.end_moving();
+        op.join().unwrap();
+        // Safety: both threads are done.
+        let total = ticks.with(|t| unsafe { *t });
+        assert!(total == 102 || total == 2, "{total}");
+    });
+}
+
+/// A thread paused in a callback does not hold a re-anchoring up (no deadlock: loom
+/// reports one), and what it does after the pause, a nested operation inside the callback
+/// and the outer operation's resumption, stays out of the re-anchorer's way. (Fails, as a
+/// race, without the re-check of `moving` when a pause ends; as a deadlock if a paused
+/// thread counted as busy.)
+#[test]
+fn batches_reanchoring_waits_for_nothing_paused_in_a_callback() {
+    loom::model(|| {
+        let batches = Arc::new(Batches::new(Fences::Symmetric));
+        let ticks = Arc::new(loom::cell::UnsafeCell::new(0u64));
+        let op = {
+            let (batches, ticks) = (Arc::clone(&batches), Arc::clone(&ticks));
+            thread::spawn(move || {
+                let batch = batches.register();
+                let _outer = batches.enter_with(&batch);
+                {
+                    let _paused = batches.pause_with(&batch);
+                    // The callback calls back into the acker.
+                    let _nested = batches.enter_with(&batch);
+                    // Safety: (of the model) as above, for the nested operation.
+                    ticks.with_mut(|t| unsafe { *t += 1 });
+                }
+                // Safety: (of the model) the outer operation resumed after its pause.
+                ticks.with_mut(|t| unsafe { *t += 1 });
+            })
+        };
+        if batches.begin_moving() {
+            // Safety: (of the model) every other thread is quiescent until `end_moving`.
+            ticks.with_mut(|t| unsafe { *t += 100 });
+        }
+        batches.end_moving();
         op.join().unwrap();
     });
 }

@@ -275,7 +275,8 @@ impl Drop for Paused<'_> {
             // Relaxed: ordered before the `moving` load by the light fence (module docs).
             batch.paused.store(0, Ordering::Relaxed);
             self.batches.fences.light();
-            if !self.batches.moving.load(Ordering::Relaxed) {
+            // Acquire: as in `enter_with`, a sweep that ended happens before what follows.
+            if !self.batches.moving.load(Ordering::Acquire) {
                 return;
             }
             // Release: as in `pause`.
@@ -528,8 +529,10 @@ impl Batches {
         loop {
             depth.store(entered + 1, Ordering::Relaxed);
             self.fences.light();
-            // Relaxed: ordered after the depth store by the light fence (module docs).
-            if !self.moving.load(Ordering::Relaxed) {
+            // Ordered after the depth store by the light fence (module docs). Acquire: a
+            // `false` read from `end_moving` orders the re-anchorer's sweep before this
+            // operation's reads of the tables (a Relaxed load let loom's model race them).
+            if !self.moving.load(Ordering::Acquire) {
                 break;
             }
             // Quiescent again (its depth as before: 0, or its callback's) while the
