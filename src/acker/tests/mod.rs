@@ -670,5 +670,6 @@ fn model_test_against_a_sequential_reference() {
 
 mod endings;
 mod faults;
+mod model;
 mod threads;
 mod time;
