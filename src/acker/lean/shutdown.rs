@@ -15,28 +15,14 @@ impl<T: Send + 'static> Lean<T> {
     pub(in crate::acker) fn take_back_all(&self) -> Vec<(u64, T)> {
         self.shutdown.store(true, Ordering::SeqCst);
         let mut handed_back = Vec::new();
-        {
-            let _active = self.batches.enter();
-            for (index, table) in self.tables.iter().enumerate() {
-                // No migration starts under the scan; one under way moves entries only
-                // forward, from the table scanned first to the one scanned next.
-                let _held = table.hold_migrations();
-                // Safety: inside the operation `_active` marks.
-                let roots = unsafe { table.current() };
-                for roots in chain(roots) {
-                    for slot in 0..roots.slots() {
-                        let Some(key) = roots.key_in(slot) else {
-                            continue;
-                        };
-                        if let Some(payload) = roots.take_back(slot, key) {
-                            handed_back.push((self.layout.root(index, key), payload));
-                        }
-                    }
-                }
-            }
-        }
+        self.scan(&mut handed_back, false);
         if self.drop_callback() {
-            self.clear_after_close(&mut handed_back);
+            // No operation is under way now, and every later one finds the callback closed
+            // and changes nothing: the orphans left (held when shutdown came, or arrived
+            // during the scan) are dropped, and any tree the scan did not take back (none
+            // is expected: an init that settles after the scan takes its own back) is, so
+            // that `pending()` is 0 once shutdown has returned.
+            self.scan(&mut handed_back, true);
         }
         let mut late = self
             .late_handed_back
@@ -46,15 +32,16 @@ impl<T: Send + 'static> Lean<T> {
         handed_back
     }
 
-    /// After the callback closed (no operation under way, and every later one finds it
-    /// closed and changes nothing): drops the orphans left, messages held when shutdown
-    /// came or that arrived during its scan (counted as expired), and takes back any tree
-    /// the scan did not (none is expected: an init that settles after the scan takes its
-    /// own back), so that `pending()` is 0 once shutdown has returned.
-    fn clear_after_close(&self, handed_back: &mut Vec<(u64, T)>) {
+    /// Walks every entry of every table's chain of generations, taking back each LIVE
+    /// tree into `handed_back`, and with `drop_orphans` dropping each HELD entry (counted
+    /// as expired).
+    fn scan(&self, handed_back: &mut Vec<(u64, T)>, drop_orphans: bool) {
         let _active = self.batches.enter();
         let mut dropped = 0;
         for (index, table) in self.tables.iter().enumerate() {
+            // No migration starts under the scan; one under way moves entries only
+            // forward, from the table scanned first to the one scanned next.
+            let _held = table.hold_migrations();
             // Safety: inside the operation `_active` marks.
             let roots = unsafe { table.current() };
             for roots in chain(roots) {
@@ -64,7 +51,7 @@ impl<T: Send + 'static> Lean<T> {
                     };
                     if let Some(payload) = roots.take_back(slot, key) {
                         handed_back.push((self.layout.root(index, key), payload));
-                    } else if roots.discard(slot, key) {
+                    } else if drop_orphans && roots.discard(slot, key) {
                         dropped += 1;
                     }
                 }

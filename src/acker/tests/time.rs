@@ -167,14 +167,15 @@ fn any_gap_between_passes_judges_every_deadline_right() {
     }
 }
 
-/// A callback that inits a replay while the pass after a stall delivers: the replay's
-/// deadline is its own (the pass re-anchored first).
-#[test]
-fn a_replay_inited_from_the_callback_after_a_stall_keeps_its_deadline() {
-    let clock = ManualClock::new(7);
+/// A handle the callback reaches its own acker through (dropped at a test's end).
+type Replay = Arc<StdMutex<Option<Acker<u32>>>>;
+
+/// A manual acker (10 s timeout, 1 µs resolution) whose callback inits root 100 (a replay)
+/// when root 1 completes, and logs every completion.
+fn replaying(clock: &ManualClock) -> (Acker<u32>, Timed, Replay) {
     let log: Timed = Arc::default();
     let sink = Arc::clone(&log);
-    let replay: Arc<StdMutex<Option<Acker<u32>>>> = Arc::default();
+    let replay: Replay = Arc::default();
     let handle = Arc::clone(&replay);
     let acker = Acker::builder()
         .timeout(10 * SEC)
@@ -191,6 +192,15 @@ fn a_replay_inited_from_the_callback_after_a_stall_keeps_its_deadline() {
         .build_manual()
         .unwrap();
     *replay.lock().unwrap() = Some(acker.clone());
+    (acker, log, replay)
+}
+
+/// A callback that inits a replay while the pass after a stall delivers: the replay's
+/// deadline is its own (the pass re-anchored first).
+#[test]
+fn a_replay_inited_from_the_callback_after_a_stall_keeps_its_deadline() {
+    let clock = ManualClock::new(7);
+    let (acker, log, replay) = replaying(&clock);
     acker.init(1, 0x11, 10).unwrap();
     clock.advance(Duration::from_nanos(1024 << 33)); // 2^33 ticks
     assert_eq!(acker.expire(), 1);
@@ -242,25 +252,7 @@ fn the_reaper_thread_times_out_a_tree_after_a_stall() {
 #[test]
 fn a_stall_first_seen_inside_a_callback_re_anchors_there() {
     let clock = ManualClock::new(1 << 62);
-    let log: Timed = Arc::default();
-    let sink = Arc::clone(&log);
-    let handle: Arc<StdMutex<Option<Acker<u32>>>> = Arc::default();
-    let inner = Arc::clone(&handle);
-    let acker = Acker::builder()
-        .timeout(10 * SEC)
-        .resolution(Duration::from_micros(1))
-        .clock(clock.clone())
-        .on_complete(move |c: Completion<u32>| {
-            if c.root == 1 {
-                if let Some(acker) = inner.lock().unwrap().as_ref() {
-                    acker.init(100, 0x100, 100).unwrap();
-                }
-            }
-            sink.lock().unwrap().push((c.root, c.outcome, c.elapsed));
-        })
-        .build_manual()
-        .unwrap();
-    *handle.lock().unwrap() = Some(acker.clone());
+    let (acker, log, replay) = replaying(&clock);
     acker.init(1, 0x11, 10).unwrap();
     acker.init(2, 0x22, 20).unwrap();
     clock.advance(Duration::from_nanos(1024 << 32)); // 2^32 ticks: a u32 reads no time
@@ -280,5 +272,5 @@ fn a_stall_first_seen_inside_a_callback_re_anchors_there() {
     clock.advance(2 * SEC);
     assert_eq!(acker.expire(), 1, "the replay, 11 s after its init");
     assert_eq!(log.lock().unwrap().remove(0).0, 100);
-    handle.lock().unwrap().take();
+    replay.lock().unwrap().take();
 }
