@@ -481,3 +481,66 @@ fn a_group_timer_at_a_tick_that_reads_as_none_survives_a_sweep() {
     acker.expire();
     assert_eq!(take_roots(&log, Outcome::TimedOut), [b]);
 }
+
+/// Shutdown and an entry *stranded* out of its scan's sight (`roots/migrate.rs`): an orphan
+/// claimed in a migrating table after its group was clean, whose successor is at the most
+/// a table grows to and full in the root's window, is left behind when the old table is
+/// retired; the operation that waits for room gives it up once shutdown stops it (its
+/// credit back), so that `pending()` is 0 after shutdown and every tree in the successor is
+/// handed back. (Before, the waiting operation just returned: the orphan held its credit
+/// in the retired table, and `pending()` stayed 1.)
+#[test]
+fn shutdown_frees_an_entry_stranded_in_a_retired_table() {
+    use crate::acker::roots::{Done, Stamp};
+    use crate::acker::word::{Key, KEY_SHIFT};
+    let clock = ManualClock::new(0);
+    // 16 tables of the smallest size, which is as large as this bound lets one grow.
+    let (acker, _log) = manual(&clock, 4096);
+    let lean = acker.lean();
+    let groups = super::MIN_TABLE_SLOTS / super::GROUP_SLOTS;
+    // A key of table 0 whose home is `home` in a table of `groups` groups.
+    let key = |home: usize, low: u64| {
+        let shift = 64 - KEY_SHIFT - groups.trailing_zeros();
+        Key::new((home as u64) << shift | low)
+    };
+    let active = lean.batches.enter();
+    // Safety: inside the operation `active` marks.
+    let old = unsafe { lean.tables[0].current() };
+    assert_eq!((old.groups(), lean.room_table_slots), (groups, groups * 4));
+    assert_eq!(lean.start_migration(0, old, groups, true), Some(true));
+    let next = old.successor().unwrap();
+    // Fill the successor in the window of home 100 (and a little beyond): LIVE trees.
+    let window = super::super::roots::MAX_PROBE + 1;
+    let mut live = 0;
+    for home in 100..100 + window + 1 {
+        for low in 0..super::GROUP_SLOTS as u64 {
+            let mut done = Done::stamped(Stamp::new(1, 1));
+            next.init(key(home, low), 0b1, live, &mut done).unwrap();
+            live += 1;
+        }
+    }
+    let mut done = Done::default();
+    assert!(old.move_round(&mut done), "an empty table is clean at once");
+    // An orphan claimed in the old table now: no room in the successor, stranded.
+    let mut done = Done::stamped(Stamp::new(1, 1));
+    old.ack(key(100, 99), 0b1, &mut done);
+    let stranded = done.take_stranded().expect("stranded");
+    done.strand(stranded.0, stranded.1);
+    lean.promote_moved(0);
+    // Safety: inside the operation `active` marks.
+    let current = unsafe { lean.tables[0].current() };
+    assert!(std::ptr::eq(current, next), "retired");
+    assert_eq!(lean.pending(), live as usize + 1);
+    // Shutdown stops the wait for room: the entry is given up.
+    lean.stop_flag();
+    lean.finish(0, old, &mut done, active.open);
+    assert_eq!(
+        lean.pending(),
+        live as usize,
+        "the stranded orphan's credit is back"
+    );
+    drop(active);
+    let handed_back = acker.shutdown();
+    assert_eq!(handed_back.len(), live as usize);
+    assert_eq!(acker.pending(), 0);
+}
