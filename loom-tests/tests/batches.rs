@@ -1,7 +1,8 @@
-//! Loom models of the lazy timer batches (`src/acker/batches.rs`): an owner filing entries
+//! Loom models of the lazy timer batches (`src/acker/batches/mod.rs`): an owner filing entries
 //! in its batch while the reaper takes quiet batches over, and the reaper's idle check
 //! against a push that makes a batch non-empty, and re-anchoring's exclusion of operations
-//! (an operation, a callback's pause and a nested call against `begin_moving`).
+//! (an operation, a callback's pause and a nested call, an operation of a thread without a
+//! batch, against `begin_moving`).
 //!
 //! The batch's entries live in a loom `UnsafeCell`, so an owner and a reaper inside the
 //! batch at once is reported as a causality violation; the models also check that every
@@ -102,71 +103,235 @@ fn batches_an_open_callback_is_never_dropped_under_an_operation() {
     });
 }
 
-/// Re-anchoring (`batches.rs`, "Re-anchoring") against an operation: the re-anchorer
-/// writes the stored ticks (a loom cell) between `begin_moving` and `end_moving`; the
-/// operation reads and writes them between its entry and its end, twice. Loom reports any
-/// access of both at once. (Fails without the `moving` check in `enter_with`, or with its
-/// load moved before the light fence.)
-#[test]
-fn batches_reanchoring_excludes_an_operation() {
-    loom::model(|| {
-        let batches = Arc::new(Batches::new(Fences::Symmetric));
-        let ticks = Arc::new(loom::cell::UnsafeCell::new(0u64));
-        let op = {
-            let (batches, ticks) = (Arc::clone(&batches), Arc::clone(&ticks));
-            thread::spawn(move || {
-                let batch = batches.register();
-                for _ in 0..2 {
-                    let _active = batches.enter_with(&batch);
-                    // Safety: (of the model) the protocol keeps the re-anchorer out while
-                    // this operation is inside; loom reports it if it does not.
-                    ticks.with_mut(|t| unsafe { *t += 1 });
-                }
-            })
-        };
-        if batches.begin_moving() {
-            // Safety: (of the model) every other thread is quiescent until `end_moving`.
-            ticks.with_mut(|t| unsafe { *t += 100 });
-        }
-        batches.end_moving();
-        op.join().unwrap();
-        // Safety: both threads are done.
-        let total = ticks.with(|t| unsafe { *t });
-        assert!(total == 102 || total == 2, "{total}");
-    });
+/// Which of two orders a model's executions showed, across all of loom's runs of it (plain
+/// `std` atomics: loom does not reset them), so a model can check that it explored both.
+struct Seen {
+    before: std::sync::atomic::AtomicBool,
+    after: std::sync::atomic::AtomicBool,
 }
 
-/// A thread paused in a callback does not hold a re-anchoring up (no deadlock: loom
-/// reports one), and what it does after the pause, a nested operation inside the callback
-/// and the outer operation's resumption, stays out of the re-anchorer's way. (Fails, as a
-/// race, without the re-check of `moving` when a pause ends; as a deadlock if a paused
-/// thread counted as busy.)
+impl Seen {
+    const fn new() -> Self {
+        Seen {
+            before: std::sync::atomic::AtomicBool::new(false),
+            after: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    /// Notes one execution's order: `after` when the event came after the other side's.
+    fn note(&self, after: bool) {
+        let which = if after { &self.after } else { &self.before };
+        which.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    fn both(&self) -> bool {
+        self.before.load(std::sync::atomic::Ordering::Relaxed)
+            && self.after.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+/// The stored ticks: one cell per operating thread (operations of different threads touch
+/// different slots; the acker's atomics order those among themselves, not this protocol),
+/// all of which the re-anchorer's sweep rewrites.
+type Ticks = Arc<Vec<loom::cell::UnsafeCell<u64>>>;
+
+fn ticks(threads: usize) -> Ticks {
+    Arc::new(
+        (0..threads)
+            .map(|_| loom::cell::UnsafeCell::new(0))
+            .collect(),
+    )
+}
+
+/// What the re-anchorer's sweep adds to every stored tick.
+const SWEEP: u64 = 100;
+
+/// An operation's access of its thread's stored ticks: reads them, checks the value is one
+/// that a whole number of sweeps and operations leave, rewrites them; `true` when the
+/// sweep had already run.
+fn touch(ticks: &loom::cell::UnsafeCell<u64>) -> bool {
+    ticks.with_mut(|t| {
+        // Safety: (of the model) the protocol under test keeps the re-anchorer's sweep out
+        // while the calling thread is inside an operation that is not paused; loom reports
+        // the two accesses as a causality violation if it does not. Only this thread's
+        // operations touch this cell otherwise.
+        let value = unsafe { *t };
+        assert!(value % SWEEP < SWEEP / 2, "{value}");
+        // Safety: as above.
+        unsafe { *t = value + 1 };
+        value >= SWEEP
+    })
+}
+
+/// The sweep: every stored tick rewritten.
+fn sweep(ticks: &Ticks) {
+    for cell in ticks.iter() {
+        cell.with_mut(|t| {
+            // Safety: (of the model) every other thread is quiescent until `end_moving`;
+            // loom reports the race if an operation is not.
+            unsafe { *t += SWEEP };
+        });
+    }
+}
+
+/// Each thread's stored ticks, once every thread is done.
+fn totals(ticks: &Ticks) -> Vec<u64> {
+    // Safety: every thread is done.
+    ticks.iter().map(|c| c.with(|t| unsafe { *t })).collect()
+}
+
+/// The re-anchorer: `begin_moving`, the sweep, `end_moving`, as `Lean::reanchor` does
+/// (`lean/anchor.rs`). `begin_moving` must succeed where every thread has a batch (loom's
+/// fences are symmetric, so the heavy side cannot fail).
+fn reanchor(batches: &Batches, ticks: &Ticks) {
+    assert!(
+        batches.begin_moving(),
+        "no thread without a batch is inside"
+    );
+    sweep(ticks);
+    batches.end_moving();
+}
+
+/// Re-anchoring (`batches/mod.rs`, "Re-anchoring") against two threads' operations: one
+/// thread's operation reads and rewrites its stored ticks (a loom cell) between `enter_with`
+/// and the drop of its `Active`, then starts a second thread, which does so twice
+/// (quiescent in between, so the sweep may fall between its two operations); the
+/// re-anchorer rewrites every thread's ticks between `begin_moving` and `end_moving`. Each
+/// thread registers its own batch, so the re-anchorer's snapshot of the batches holds none,
+/// one or both of them. Loom reports any two accesses not ordered by the protocol, and the
+/// model checks that operations ran on both sides of the sweep.
+///
+/// The second thread starts after the first one's operation, not beside it: loom 0.7
+/// schedules yielding threads unfairly, and two operations waiting in `wait_moved` at once
+/// can take turns forever while the re-anchorer they wait for never runs again ("Model
+/// exceeded maximum number of branches", at any preemption bound).
+///
+/// Fails (a causality violation on a cell) with the `moving` check in `enter_with`
+/// removed, with its `moving` load Relaxed (a `false` read from `end_moving` then does not
+/// order the sweep before the operation), or with `begin_moving`'s loads of `active`
+/// Relaxed (an operation's accesses then do not happen before the sweep that saw it end).
 #[test]
-fn batches_reanchoring_waits_for_nothing_paused_in_a_callback() {
+fn reanchor_excludes_an_operation() {
+    static SEEN: Seen = Seen::new();
     loom::model(|| {
         let batches = Arc::new(Batches::new(Fences::Symmetric));
-        let ticks = Arc::new(loom::cell::UnsafeCell::new(0u64));
+        let ticks = ticks(2);
+        let op = |i: usize, times: usize, batches: &Arc<Batches>, ticks: &Ticks| {
+            let batch = batches.register();
+            for _ in 0..times {
+                let _active = batches.enter_with(&batch);
+                SEEN.note(touch(&ticks[i]));
+            }
+        };
+        let first = {
+            let (batches, ticks) = (Arc::clone(&batches), Arc::clone(&ticks));
+            thread::spawn(move || {
+                op(0, 1, &batches, &ticks);
+                let second = thread::spawn(move || op(1, 2, &batches, &ticks));
+                second.join().unwrap();
+            })
+        };
+        // Twice: an operation that waited out the first may meet the second.
+        reanchor(&batches, &ticks);
+        reanchor(&batches, &ticks);
+        first.join().unwrap();
+        assert_eq!(totals(&ticks), [2 * SWEEP + 1, 2 * SWEEP + 2]);
+    });
+    assert!(
+        SEEN.both(),
+        "the model never ran an operation on both sides of the sweep"
+    );
+}
+
+/// A thread paused in a callback does not hold a re-anchoring up, and the three ways out of
+/// quiescence it takes stay out of the sweep: the outer operation (depth 1) touches the
+/// stored ticks, pauses for its callback, which calls back into the acker (a nested
+/// `enter_with`, depth 2) and touches them, returns (the pause drops), and the outer
+/// operation touches them again before it ends. The re-anchorer as above. Loom reports
+/// any two accesses at once, and the two sides waiting for each other (both spin with
+/// yields, so as "Model exceeded maximum number of branches" rather than "deadlock"). The
+/// model checks that the nested call ran on both sides of the sweep.
+///
+/// Fails: as a race with the re-check of `moving` in `Paused::drop` removed (the resumed
+/// outer operation touches the cell during the sweep), with the `moving` check in
+/// `enter_with` removed (the nested call does), or with the pause's store of `paused`
+/// Relaxed (the outer operation's first touch then does not happen before the sweep that
+/// saw it paused; the older model above, which does not touch the cell before its pause,
+/// passes then); at loom's branch limit if `begin_moving` counted a paused thread as busy:
+/// the nested entry waits for the re-anchorer, which waits for the thread.
+#[test]
+fn reanchor_waits_for_nothing_paused_in_a_callback() {
+    static SEEN: Seen = Seen::new();
+    loom::model(|| {
+        let batches = Arc::new(Batches::new(Fences::Symmetric));
+        let ticks = ticks(1);
         let op = {
             let (batches, ticks) = (Arc::clone(&batches), Arc::clone(&ticks));
             thread::spawn(move || {
                 let batch = batches.register();
-                let _outer = batches.enter_with(&batch);
-                {
-                    let _paused = batches.pause_with(&batch);
-                    // The callback calls back into the acker.
-                    let _nested = batches.enter_with(&batch);
-                    // Safety: (of the model) as above, for the nested operation.
-                    ticks.with_mut(|t| unsafe { *t += 1 });
-                }
-                // Safety: (of the model) the outer operation resumed after its pause.
-                ticks.with_mut(|t| unsafe { *t += 1 });
+                let outer = batches.enter_with(&batch);
+                touch(&ticks[0]);
+                let paused = batches.pause_with(&batch);
+                // The callback calls back into the acker.
+                let nested = batches.enter_with(&batch);
+                SEEN.note(touch(&ticks[0]));
+                drop(nested);
+                // The callback returns; the outer operation resumes.
+                drop(paused);
+                touch(&ticks[0]);
+                drop(outer);
             })
         };
-        if batches.begin_moving() {
-            // Safety: (of the model) every other thread is quiescent until `end_moving`.
-            ticks.with_mut(|t| unsafe { *t += 100 });
+        reanchor(&batches, &ticks);
+        op.join().unwrap();
+        assert_eq!(totals(&ticks), [SWEEP + 3]);
+    });
+    assert!(
+        SEEN.both(),
+        "the nested call never ran on both sides of the sweep"
+    );
+}
+
+/// An operation on a thread without a batch (`Batches::enter` under loom: the shared
+/// count, `enter_shared`) against `begin_moving`: the thread runs two operations, each
+/// reading and rewriting the stored ticks; either `begin_moving` reports `false` (a shared
+/// operation was inside, or may have been: the caller gives up and sweeps nothing) or no
+/// operation touches the stored ticks during the sweep. The model checks that both outcomes
+/// occur. (No thread with a batch beside it: two threads that may wait in `wait_moved` at
+/// once can starve the re-anchorer under loom's scheduler, as in
+/// `reanchor_excludes_an_operation`.)
+///
+/// Fails (a causality violation) with the fence in `enter_shared` removed (loom models
+/// SeqCst loads and RMWs as AcqRel, so the count's RMW and the `moving` load alone do not
+/// pair with `begin_moving`'s heavy fence there), with the `moving` check in
+/// `enter_shared` removed, or with `begin_moving`'s last check of the shared count removed.
+#[test]
+fn reanchor_gives_up_or_excludes_a_thread_without_a_batch() {
+    static GAVE_UP: Seen = Seen::new();
+    loom::model(|| {
+        let batches = Arc::new(Batches::new(Fences::Symmetric));
+        let ticks = ticks(1);
+        let shared = {
+            let (batches, ticks) = (Arc::clone(&batches), Arc::clone(&ticks));
+            thread::spawn(move || {
+                for _ in 0..2 {
+                    let _active = batches.enter();
+                    touch(&ticks[0]);
+                }
+            })
+        };
+        let moved = batches.begin_moving();
+        if moved {
+            sweep(&ticks);
         }
         batches.end_moving();
-        op.join().unwrap();
+        GAVE_UP.note(!moved);
+        shared.join().unwrap();
+        let swept = if moved { SWEEP } else { 0 };
+        assert_eq!(totals(&ticks), [swept + 2]);
     });
+    assert!(
+        GAVE_UP.both(),
+        "begin_moving never both succeeded and gave up"
+    );
 }

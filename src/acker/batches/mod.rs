@@ -713,17 +713,25 @@ impl Batches {
     /// Marks an operation of a thread without a batch: one shared count, an RMW (rare:
     /// exiting threads; every thread under loom).
     fn enter_shared(&self, open: bool) -> Active {
-        self.shared.fetch_add(1, Ordering::SeqCst);
-        // SeqCst: after the count's RMW, as a batch's light fence orders its depth store.
-        while self.moving.load(Ordering::SeqCst) {
+        loop {
+            self.shared.fetch_add(1, Ordering::SeqCst);
+            // The count's side of the Dekker pairs with `begin_moving` and `close` (their
+            // flag store, heavy fence, count load). A SeqCst RMW then a SeqCst load would
+            // do in the C++20 model, but loom treats SeqCst accesses as AcqRel and only
+            // fences join its total order; the fence makes the code loom checks the code
+            // that runs, and this path is rare (exiting threads).
+            fence(Ordering::SeqCst);
+            if !self.moving.load(Ordering::SeqCst) {
+                break;
+            }
             self.shared.fetch_sub(1, Ordering::SeqCst);
             self.wait_moved();
-            self.shared.fetch_add(1, Ordering::SeqCst);
         }
         Active {
             depth: &self.shared as *const AtomicU32,
             shared: true,
-            // SeqCst: after the count's RMW, as a batch's light fence orders it.
+            // SeqCst: after the count's RMW and the fence, as a batch's light fence orders
+            // its depth store.
             open: open && !self.closed.load(Ordering::SeqCst),
         }
     }
