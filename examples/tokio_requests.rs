@@ -1,5 +1,5 @@
 //! A tokio service tracking fan-out requests with timeouts, on an
-//! [`AsyncAcker`](ackwheel::tokio::AsyncAcker).
+//! [`AsyncAcker`](ackwheel::future::AsyncAcker).
 //!
 //! Requests arrive about one a millisecond. Each fans out to three sub-tasks (spawned
 //! tasks) under one tree: its root and each sub-task's edge are random non-zero ids, the
@@ -24,7 +24,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use ackwheel::tokio::AsyncAcker;
+use ackwheel::future::AsyncAcker;
 use ackwheel::{edge_id, Acker, Outcome};
 
 /// Sub-tasks per request.
@@ -137,7 +137,7 @@ async fn serve(requests: usize) -> Summary {
     })
     .await
     .expect("the late answers' orphans expire");
-    assert!(acker.shutdown().is_empty(), "every tree completed");
+    assert!(acker.shutdown().await.is_empty(), "every tree completed");
     stray.await.expect("the stream's consumer");
     let stats = acker.stats();
 
@@ -196,7 +196,6 @@ async fn handle(
             edges.iter().fold(0, |x, e| x ^ e),
             Request { id, arrived },
         )
-        .await
         .expect("room for the tree, and a fresh root");
     let mut sub_tasks = Vec::with_capacity(FAN_OUT);
     for (&edge, &answer) in edges.iter().zip(&answers) {

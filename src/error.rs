@@ -31,6 +31,16 @@ pub enum ConfigError {
         /// The largest accepted value, as text.
         max: String,
     },
+    /// Two settings that cannot be used together (`on_complete` on a builder that
+    /// `build_async` finishes, say).
+    Conflict {
+        /// The setting at fault, as in the builder.
+        param: &'static str,
+        /// What it cannot be combined with.
+        with: &'static str,
+        /// Why not, in a few words.
+        why: &'static str,
+    },
     /// The operating system refused to start a thread the structure needs.
     Spawn {
         /// Which thread.
@@ -57,6 +67,10 @@ impl fmt::Display for ConfigError {
                     "invalid configuration: `{param}` is {got}, above the maximum of {max}"
                 )
             }
+            ConfigError::Conflict { param, with, why } => write!(
+                f,
+                "invalid configuration: `{param}` cannot be used with `{with}`: {why}"
+            ),
             ConfigError::Spawn { what, reason } => {
                 write!(f, "could not start the {what}: {reason}")
             }
@@ -85,6 +99,16 @@ mod tests {
         assert!(ConfigError::Zero { param: "interval" }
             .to_string()
             .contains("`interval`"));
+        let conflict = ConfigError::Conflict {
+            param: "on_complete",
+            with: "build_async",
+            why: "its completions go elsewhere",
+        }
+        .to_string();
+        assert!(
+            conflict.contains("`on_complete`") && conflict.contains("`build_async`"),
+            "{conflict}"
+        );
         let boxed: Box<dyn std::error::Error> = Box::new(e);
         assert!(boxed.to_string().contains("num_buckets"));
     }

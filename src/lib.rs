@@ -68,6 +68,6 @@ pub use expiry_queue::{ExpiryQueue, MAX_TIMEOUT};
 
 /// Async use on tokio (the `tokio` feature, off by default).
 #[cfg(feature = "tokio")]
-pub mod tokio;
+pub mod future;
 pub use rotating::{RotatingMap, TimeCacheMap};
 pub use wheel::{Advance, Expired, Iter, TimerKey, TimerWheel};

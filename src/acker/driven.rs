@@ -1,5 +1,5 @@
 //! Expiry driven from outside the acker: when a manual acker's next pass has work, so that
-//! whoever runs its passes (a task, `ackwheel::tokio::spawn_expiry`) can sleep exactly,
+//! whoever runs its passes (a task, `ackwheel::future::spawn_expiry`) can sleep exactly,
 //! and the hook that wakes it when a new entry makes that time earlier.
 //!
 //! The decision is the reaper thread's own (`lean/reaper.rs`, `next_wait`), with its idle
@@ -29,7 +29,7 @@ impl<T: Send + 'static> Acker<T> {
     /// pass filed its timer still counts until its deadline, and a pass then finds nothing.
     /// An init (or an orphan ack) after the call may make it earlier; a driver that sleeps
     /// until it must also be woken by such an init, which is what
-    /// `ackwheel::tokio::spawn_expiry` arranges (the `tokio` feature).
+    /// `ackwheel::future::spawn_expiry` arranges (the `tokio` feature).
     ///
     /// On an acker built with [`build`](crate::AckerBuilder::build) it returns `None`: its
     /// reaper thread serves it. After [`shutdown`](Self::shutdown) it returns `None`.

@@ -51,7 +51,7 @@ impl fmt::Display for AckerStats {
         write!(
             f,
             "pending {}, acked {}, failed {}, timed out {}, orphans expired {}, \
-             orphans joined {}, rejected full {}, callback panics {}, timeout lateness max {:?}",
+             orphans joined {}, rejected full {}, callback panics {}, timeout lateness max {}",
             self.pending,
             self.acked,
             self.failed,
@@ -60,8 +60,41 @@ impl fmt::Display for AckerStats {
             self.orphans_joined,
             self.rejected_full,
             self.callback_panics,
-            self.timeout_lateness_max
+            Readable(self.timeout_lateness_max)
         )
+    }
+}
+
+/// A duration as people read one: three significant digits at most, in the largest unit
+/// (ns, µs, ms, s) that keeps it at 1 or more ("16.8 ms", "2 s", "0 s").
+struct Readable(Duration);
+
+impl fmt::Display for Readable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let ns = self.0.as_nanos();
+        let (unit, scale) = match ns {
+            0 => return f.write_str("0 s"),
+            1..=999 => ("ns", 1),
+            1_000..=999_999 => ("µs", 1_000),
+            1_000_000..=999_999_999 => ("ms", 1_000_000),
+            _ => ("s", 1_000_000_000),
+        };
+        let value = ns as f64 / scale as f64;
+        // Three significant digits, trailing zeros dropped: 16.777216 ms -> "16.8".
+        let decimals = if value >= 100.0 {
+            0
+        } else if value >= 10.0 {
+            1
+        } else {
+            2
+        };
+        let text = format!("{value:.decimals$}");
+        let text = if text.contains('.') {
+            text.trim_end_matches('0').trim_end_matches('.')
+        } else {
+            &text
+        };
+        write!(f, "{text} {unit}")
     }
 }
 
@@ -116,5 +149,39 @@ impl Counters {
             stats.timeout_lateness_total += ticks(c.lateness_total.load(Ordering::SeqCst));
         }
         stats
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_print_as_people_read_them() {
+        let cases = [
+            (0, "0 s"),
+            (999, "999 ns"),
+            (1_000, "1 µs"),
+            (1_500, "1.5 µs"),
+            (16_777_216, "16.8 ms"),
+            (250_000_000, "250 ms"),
+            (2_000_000_000, "2 s"),
+            (3_600_000_000_000, "3600 s"),
+        ];
+        for (ns, text) in cases {
+            assert_eq!(
+                Readable(Duration::from_nanos(ns)).to_string(),
+                text,
+                "{ns} ns"
+            );
+        }
+        let stats = AckerStats {
+            timeout_lateness_max: Duration::from_nanos(16_777_216),
+            ..AckerStats::default()
+        };
+        assert!(
+            stats.to_string().ends_with("timeout lateness max 16.8 ms"),
+            "{stats}"
+        );
     }
 }

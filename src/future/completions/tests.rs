@@ -31,9 +31,10 @@ async fn still_waiting<F: Future + Unpin>(fut: &mut F) -> bool {
 #[::tokio::test]
 async fn track_resolves_acked_on_the_last_ack() {
     let (acker, mut completions) = build::<&str>(4);
-    let mut tree = acker.track(5, 0b01 ^ 0b10, "req").await.unwrap();
+    let mut tree = acker.track(5, 0b01 ^ 0b10, "req").unwrap();
     assert_eq!(tree.root(), 5);
-    assert_eq!(acker.room(), 3);
+    // A tracked tree takes no buffer permit.
+    assert_eq!(acker.room(), 4);
     assert!(!acker.ack(5, 0b01));
     assert!(still_waiting(&mut tree).await);
     assert!(acker.ack(5, 0b10));
@@ -42,10 +43,10 @@ async fn track_resolves_acked_on_the_last_ack() {
         (done.root, done.payload, done.outcome),
         (5, "req", Outcome::Acked)
     );
-    // Handed to its future: the permit is back and the stream saw nothing.
+    // Handed to its future: the stream saw nothing.
     assert_eq!(acker.room(), 4);
     assert!(matches!(completions.try_next(), Ok(None)));
-    acker.shutdown();
+    acker.shutdown().await;
     assert!(next(&mut completions).await.is_none());
 }
 
@@ -55,7 +56,7 @@ async fn a_lost_edge_resolves_timed_out() {
         .timeout(Duration::from_millis(30))
         .build_async(4)
         .unwrap();
-    let tree = acker.track(9, 0b11, 1).await.unwrap();
+    let tree = acker.track(9, 0b11, 1).unwrap();
     acker.ack(9, 0b01);
     let done = timeout(BOUND, tree).await.unwrap().unwrap();
     assert_eq!(
@@ -70,7 +71,6 @@ async fn a_lost_edge_resolves_timed_out() {
     // Its own timeout, through track_with_timeout.
     let tree = acker
         .track_with_timeout(10, 1, 2, Duration::from_millis(10))
-        .await
         .unwrap();
     let done = timeout(BOUND, tree).await.unwrap().unwrap();
     assert_eq!((done.root, done.outcome), (10, Outcome::TimedOut));
@@ -91,7 +91,7 @@ async fn the_stream_yields_every_untracked_completion_once() {
             _ => Outcome::TimedOut,
         };
         if root % 10 == 0 {
-            tracked.push(acker.track(root, root, root).await.unwrap());
+            tracked.push(acker.track(root, root, root).unwrap());
         } else {
             acker.init(root, root, root).await.unwrap();
             expected.insert(root, outcome);
@@ -118,7 +118,7 @@ async fn the_stream_yields_every_untracked_completion_once() {
         let done = timeout(BOUND, tree).await.unwrap().unwrap();
         assert_eq!(done.root, root);
     }
-    assert!(acker.shutdown().is_empty());
+    assert!(acker.shutdown().await.is_empty());
     assert!(
         next(&mut completions).await.is_none(),
         "tracked ones went to the stream"
@@ -132,10 +132,6 @@ async fn a_full_buffer_holds_inits_until_the_consumer_takes_one() {
     acker.init(1, 1, 10).await.unwrap();
     acker.init(2, 2, 20).await.unwrap();
     assert!(matches!(acker.try_init(3, 3, 30), Err(InitError::Full(30))));
-    assert!(matches!(
-        acker.try_track(3, 3, 30),
-        Err(InitError::Full(30))
-    ));
     let mut waiting = {
         let acker = acker.clone();
         ::tokio::spawn(async move { acker.init(3, 3, 30).await })
@@ -160,11 +156,69 @@ async fn a_full_buffer_holds_inits_until_the_consumer_takes_one() {
     assert_eq!(acker.room(), 1);
 }
 
+/// A tracked tree takes no buffer permit: with the buffer full of stream trees, `track`
+/// inits at once, and its timeout counts from the call (a permit wait before the tree
+/// exists would add to it). At `max_pending` it is refused `Full` at once.
+#[::tokio::test]
+async fn track_never_waits_for_the_buffer_and_its_deadline_counts_from_the_call() {
+    let (acker, _completions) = Acker::<u32>::builder()
+        .timeout(Duration::from_secs(30))
+        .max_pending(4)
+        .build_async(1)
+        .unwrap();
+    acker.init(1, 1, 10).await.unwrap();
+    assert_eq!(acker.room(), 0);
+    let called = std::time::Instant::now();
+    let tree = acker
+        .track_with_timeout(2, 0b11, 20, Duration::from_millis(100))
+        .unwrap();
+    acker.track(3, 3, 30).unwrap();
+    acker.track(4, 4, 40).unwrap();
+    // The bound: refused at once, the payload handed back.
+    assert!(matches!(acker.track(5, 5, 50), Err(InitError::Full(50))));
+    assert!(acker.ack(1, 1)); // the buffer's only tree completes meanwhile
+    let done = timeout(BOUND, tree).await.unwrap().unwrap();
+    let waited = called.elapsed();
+    assert_eq!((done.outcome, done.payload), (Outcome::TimedOut, 20));
+    assert!(done.elapsed >= Duration::from_millis(100), "{done:?}");
+    // The reaper's lateness is at most a few ticks of the 1 ms resolution; a wait for the
+    // buffer (held until the stream's consumer, which never comes, takes a completion)
+    // would never have ended.
+    assert!(waited < Duration::from_secs(5), "{waited:?}");
+    assert_eq!(acker.shutdown().await.len(), 2);
+}
+
+/// `shutdown` from async code leaves the runtime's only worker free while the reaper is
+/// joined: a task spawned before it runs meanwhile (run in place, it could not: the
+/// current-thread runtime polls it only when the caller yields).
+#[::tokio::test(flavor = "current_thread")]
+async fn async_shutdown_does_not_block_the_worker() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let (acker, _completions) = build::<u32>(4);
+    let tree = acker.track(1, 1, 10).unwrap();
+    let ran = Arc::new(AtomicU64::new(0));
+    let ticker = ::tokio::spawn({
+        let ran = Arc::clone(&ran);
+        async move {
+            loop {
+                ran.fetch_add(1, Ordering::Relaxed); // Relaxed: one thread
+                ::tokio::task::yield_now().await;
+            }
+        }
+    });
+    assert_eq!(acker.shutdown().await, [(1, 10)]);
+    assert!(ran.load(Ordering::Relaxed) > 0, "the worker was blocked");
+    ticker.abort();
+    assert_eq!(timeout(BOUND, tree).await.unwrap().unwrap_err(), Closed);
+    assert!(acker.shutdown_blocking().is_empty());
+}
+
 #[::tokio::test]
 async fn shutdown_hands_back_ends_the_stream_and_closes_tracks() {
-    let (acker, mut completions) = build::<u32>(4);
+    // Three permits: the three stream trees' (the tracked one takes none).
+    let (acker, mut completions) = build::<u32>(3);
     acker.init(1, 1, 10).await.unwrap();
-    let tree = acker.track(2, 2, 20).await.unwrap();
+    let tree = acker.track(2, 2, 20).unwrap();
     acker.init(3, 3, 30).await.unwrap();
     assert!(acker.ack(3, 3)); // its completion waits in the stream
     acker.init(4, 4, 40).await.unwrap();
@@ -174,7 +228,7 @@ async fn shutdown_hands_back_ends_the_stream_and_closes_tracks() {
     };
     assert!(still_waiting(&mut waiting).await);
 
-    let mut back = acker.shutdown();
+    let mut back = acker.shutdown().await;
     back.sort_unstable();
     assert_eq!(back, [(1, 10), (2, 20), (4, 40)]);
     let refused = timeout(BOUND, waiting).await.unwrap().unwrap();
@@ -185,7 +239,7 @@ async fn shutdown_hands_back_ends_the_stream_and_closes_tracks() {
         Err(InitError::Shutdown(60))
     ));
     assert!(matches!(
-        acker.try_track(6, 6, 60),
+        acker.track(6, 6, 60),
         Err(InitError::Shutdown(60))
     ));
     // What the stream held is still delivered, then it ends, and stays ended.
@@ -193,16 +247,16 @@ async fn shutdown_hands_back_ends_the_stream_and_closes_tracks() {
     assert!(next(&mut completions).await.is_none());
     assert_eq!(completions.try_next().unwrap_err(), Closed);
     assert!(futures_core::FusedStream::is_terminated(&completions));
-    assert!(acker.shutdown().is_empty());
+    assert!(acker.shutdown().await.is_empty());
 }
 
 #[::tokio::test]
 async fn a_dropped_tree_completion_drops_its_completion_silently() {
     let (acker, mut completions) = build::<String>(1);
-    let tree = acker.track(8, 1, "gone".to_owned()).await.unwrap();
+    let tree = acker.track(8, 1, "gone".to_owned()).unwrap();
     drop(tree);
     assert!(acker.ack(8, 1));
-    assert_eq!(acker.room(), 1, "the permit came back");
+    assert_eq!(acker.room(), 1, "a tracked tree holds no permit");
     assert!(matches!(completions.try_next(), Ok(None)));
     let stats = acker.stats();
     assert_eq!(
@@ -231,7 +285,7 @@ async fn orphans_take_no_permit() {
 #[::tokio::test]
 async fn the_stream_polls_as_a_stream_and_ends_when_every_handle_is_dropped() {
     let (acker, mut completions) = build::<u32>(2);
-    let tree = acker.track(1, 1, 10).await.unwrap();
+    let tree = acker.track(1, 1, 10).unwrap();
     acker.init(2, 2, 20).await.unwrap();
     acker.fail(2);
     let polled =
@@ -291,7 +345,7 @@ async fn concurrent_producers_and_one_consumer_lose_nothing() {
     })
     .await
     .expect("every tree acked");
-    assert!(acker.shutdown().is_empty());
+    assert!(acker.shutdown().await.is_empty());
     let seen = timeout(BOUND, consumer).await.unwrap().unwrap();
     assert_eq!(seen.len() as u64, PRODUCERS * TREES);
     assert!(seen.values().all(|&n| n == 1));
@@ -305,7 +359,17 @@ fn build_async_refuses_a_zero_buffer_and_a_callback() {
         .on_complete(|_| {})
         .build_async(1)
         .unwrap_err();
-    assert!(callback.to_string().contains("on_complete"), "{callback}");
+    assert!(
+        matches!(
+            callback,
+            ConfigError::Conflict {
+                param: "on_complete",
+                with: "build_async",
+                ..
+            }
+        ),
+        "{callback}"
+    );
     let other = Acker::<u32>::builder()
         .shards(0)
         .build_async(1)

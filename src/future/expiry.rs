@@ -58,7 +58,7 @@ use crate::Acker;
 ///     })
 ///     .build_manual()
 ///     .unwrap();
-/// let expiry = ackwheel::tokio::spawn_expiry(&acker);
+/// let expiry = ackwheel::future::spawn_expiry(&acker);
 ///
 /// acker.init(7, 0b11, "lost").unwrap();
 /// assert_eq!(rx.recv().await, Some((7, Outcome::TimedOut)));

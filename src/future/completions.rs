@@ -2,23 +2,26 @@
 //!
 //! ## Delivery
 //!
-//! The inner [`Acker`] carries each tree's payload in a [`Tracked`] beside, for a tree
-//! started with `track`, the sending half of a oneshot channel, and for every tree one
-//! permit of the buffer's semaphore. Its `on_complete` runs on whichever thread completed
-//! the tree (an acking thread, or the reaper for a timeout) and must not block or await, so
-//! it only ever does two non-blocking things: send the completion into its tree's oneshot,
-//! or push it onto the unbounded queue behind [`Completions`].
+//! The inner [`Acker`] carries each tree's payload in a [`Held`]: for a tree started with
+//! `track`, beside the sending half of a oneshot channel; for a tree whose completion goes
+//! to the stream, beside one permit of the buffer's semaphore. Its `on_complete` runs on
+//! whichever thread completed the tree (an acking thread, or the reaper for a timeout) and
+//! must not block or await, so it only ever does two non-blocking things: send the
+//! completion into its tree's oneshot, or push it onto the unbounded queue behind
+//! [`Completions`].
 //!
 //! ## The buffer, and why it loses nothing
 //!
-//! The queue is unbounded as a channel and bounded by the permits: a tree takes a permit
-//! before its init and the permit travels with the tree, then with its completion in the
-//! queue, and is given back when the consumer takes that completion (a tracked tree's when
-//! its completion is handed to the oneshot). So initialized trees plus completions waiting
-//! in the queue never exceed `buffer`, the callback always has room, and back pressure
-//! lands on the inits instead: they wait (`init`, `track`) or are refused
-//! [`InitError::Full`] (`try_init`, `try_track`). Orphans (acks or fails before their
-//! init) take no permit and produce no completion.
+//! The queue is unbounded as a channel and bounded by the permits: a stream tree takes a
+//! permit before its init and the permit travels with the tree, then with its completion in
+//! the queue, and is given back when the consumer takes that completion. So such trees plus
+//! completions waiting in the queue never exceed `buffer`, the callback always has room,
+//! and back pressure lands on the inits instead: they wait (`init`) or are refused
+//! [`InitError::Full`] (`try_init`). A tracked tree takes no permit: its completion goes
+//! into its own oneshot, which never waits, so only `max_pending` bounds those trees, and
+//! `track` never waits either (it is refused `Full` at the bound): its tree's deadline
+//! counts from the call. Orphans (acks or fails before their init) take no permit and
+//! produce no completion.
 //!
 //! ## Ending
 //!
@@ -39,13 +42,27 @@ use ::tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore, TryAcquireEr
 
 use crate::{Acker, AckerBuilder, AckerStats, Completion, ConfigError, InitError};
 
-/// A tree's payload inside the inner acker.
-struct Tracked<T> {
-    payload: T,
-    /// `Some` for a tree started with `track`: its completion goes here, not to the stream.
-    reply: Option<oneshot::Sender<Completion<T>>>,
-    /// Held until the completion is handed over (module docs, "The buffer").
-    permit: OwnedSemaphorePermit,
+/// A tree's payload inside the inner acker, with where its completion goes.
+enum Held<T> {
+    /// A tree started with `track`: its completion goes to its own future.
+    Tracked {
+        payload: T,
+        reply: oneshot::Sender<Completion<T>>,
+    },
+    /// A tree whose completion goes to the stream, holding its permit until the consumer
+    /// takes the completion (module docs, "The buffer").
+    Streamed {
+        payload: T,
+        permit: OwnedSemaphorePermit,
+    },
+}
+
+impl<T> Held<T> {
+    fn into_payload(self) -> T {
+        match self {
+            Held::Tracked { payload, .. } | Held::Streamed { payload, .. } => payload,
+        }
+    }
 }
 
 /// A completion waiting in the stream's queue, still holding its tree's permit.
@@ -76,9 +93,10 @@ impl<T: Send + 'static> AckerBuilder<T> {
     /// # Errors
     ///
     /// Those of `build`; [`ConfigError::Zero`] for a `buffer` of 0;
-    /// [`ConfigError::TooLarge`] for a `buffer` above tokio's `Semaphore::MAX_PERMITS`, or
-    /// for a builder with [`on_complete`](AckerBuilder::on_complete) set (named
-    /// `on_complete`: the completions go to the stream and the trees' futures instead).
+    /// [`ConfigError::TooLarge`] for a `buffer` above tokio's `Semaphore::MAX_PERMITS`;
+    /// [`ConfigError::Conflict`] for a builder with
+    /// [`on_complete`](AckerBuilder::on_complete) set (the completions go to the stream and
+    /// the trees' futures instead).
     ///
     /// ```
     /// use ackwheel::{Acker, Outcome};
@@ -107,50 +125,41 @@ impl<T: Send + 'static> AckerBuilder<T> {
             });
         }
         if self.on_complete.is_some() {
-            // No variant names a conflicting setting; "one callback above a maximum of
-            // none" reads right in `TooLarge`'s message.
-            return Err(ConfigError::TooLarge {
+            return Err(ConfigError::Conflict {
                 param: "on_complete",
-                got: "1 callback".to_owned(),
-                max: "0 with build_async (completions go to its stream and to track's \
-                      futures)"
-                    .to_owned(),
+                with: "build_async",
+                why: "its completions go to the stream and to track's futures",
             });
         }
         let (queue, rx) = mpsc::unbounded_channel::<Queued<T>>();
-        let deliver = move |done: Completion<Tracked<T>>| {
+        let deliver = move |done: Completion<Held<T>>| {
             let Completion {
                 root,
-                payload:
-                    Tracked {
-                        payload,
-                        reply,
-                        permit,
-                    },
+                payload: held,
                 outcome,
                 elapsed,
             } = done;
-            let completion = Completion {
+            let completion = |payload| Completion {
                 root,
                 payload,
                 outcome,
                 elapsed,
             };
-            match reply {
-                Some(reply) => {
+            match held {
+                Held::Tracked { payload, reply } => {
                     // An error means the TreeCompletion was dropped: nobody wants this
                     // completion, and the stream's consumer did not ask for it (`track`).
-                    let _ = reply.send(completion);
-                    drop(permit);
+                    let _ = reply.send(completion(payload));
                 }
-                None => {
+                Held::Streamed { payload, permit } => {
                     // An error means the Completions was dropped: the completion and its
                     // permit are dropped with it.
+                    let completion = completion(payload);
                     let _ = queue.send(Queued { completion, permit });
                 }
             }
         };
-        let inner = AckerBuilder::<Tracked<T>> {
+        let inner = AckerBuilder::<Held<T>> {
             timeout: self.timeout,
             resolution: self.resolution,
             shards: self.shards,
@@ -172,30 +181,31 @@ impl<T: Send + 'static> AckerBuilder<T> {
 /// [`track`](Self::track), to that tree's own [`TreeCompletion`] future. Clone is a cheap
 /// shared handle; Send + Sync.
 ///
-/// `ack`, `fail` and `reset_timeout` are the [`Acker`]'s own, as cheap and never blocking;
-/// only the inits are async, to wait for buffer room.
+/// `track`, `ack`, `fail` and `reset_timeout` never wait; only `init`, whose completion goes
+/// to the stream, is async, to wait for buffer room.
 ///
 /// # Buffer
 ///
-/// `buffer` permits are shared by the trees: an init takes one, and it is given back when
-/// the tree's completion is taken from the stream, or handed to its `TreeCompletion`
-/// (whether or not that is polled), or when `init` is refused or `shutdown` takes the tree
-/// back. So pending trees plus completions waiting in the stream never exceed `buffer`: the
-/// completion callback (on an acking thread or the reaper) always has room and never waits,
-/// and no completion is dropped. When no permit is free, [`init`](Self::init) and
-/// [`track`](Self::track) wait for one (first come, first served) and
-/// [`try_init`](Self::try_init) and [`try_track`](Self::try_track) return
-/// [`InitError::Full`]. The inner acker's own `max_pending` applies as well (also `Full`).
-/// Orphans (acks or fails that arrive before their init) take no permit.
+/// `buffer` permits bound the trees whose completions go to the stream: an `init` takes
+/// one, and it is given back when the tree's completion is taken from the stream, or when
+/// the init is refused or `shutdown` takes the tree back. So those trees plus completions
+/// waiting in the stream never exceed `buffer`: the completion callback (on an acking
+/// thread or the reaper) always has room and never waits, and no completion is dropped.
+/// When no permit is free, [`init`](Self::init) waits for one (first come, first served)
+/// and [`try_init`](Self::try_init) returns [`InitError::Full`]. A tree started with
+/// [`track`](Self::track) takes no permit (its completion has a place of its own): only the
+/// inner acker's `max_pending` bounds those, refusing them `Full` at once, so a tracked
+/// tree's deadline counts from the call that started it. Orphans (acks or fails that
+/// arrive before their init) take no permit.
 ///
 /// A task that both inits untracked trees and consumes the stream can wait forever on a
 /// full buffer: consume on another task, or use `try_init`.
 ///
 /// # Costs
 ///
-/// Beyond the [`Acker`]'s: per tree one semaphore acquire and release (an atomic each when
-/// the semaphore is not contended) and a push and pop of the stream's queue (a small
-/// allocation per block of 32); a tracked tree allocates its oneshot channel instead.
+/// Beyond the [`Acker`]'s: per stream tree one semaphore acquire and release (an atomic
+/// each when the semaphore is not contended) and a push and pop of the stream's queue (a
+/// small allocation per block of 32); a tracked tree allocates its oneshot channel instead.
 ///
 /// ```
 /// use ackwheel::{Acker, InitError, Outcome};
@@ -209,7 +219,7 @@ impl<T: Send + 'static> AckerBuilder<T> {
 ///         .unwrap();
 ///
 ///     // One tree awaited by its caller: two edges, acked by whoever processed them.
-///     let tree = acker.track(1, 0b01 ^ 0b10, "request").await.unwrap();
+///     let tree = acker.track(1, 0b01 ^ 0b10, "request").unwrap();
 ///     acker.ack(1, 0b01);
 ///     acker.ack(1, 0b10);
 ///     let done = tree.await.unwrap();
@@ -223,12 +233,12 @@ impl<T: Send + 'static> AckerBuilder<T> {
 ///     let failed = completions.next().await.unwrap();
 ///     assert_eq!((failed.root, failed.outcome), (2, Outcome::Failed));
 ///
-///     assert_eq!(acker.shutdown(), [(3, "job")]);
+///     assert_eq!(acker.shutdown().await, [(3, "job")]);
 ///     assert!(completions.next().await.is_none());
 /// });
 /// ```
 pub struct AsyncAcker<T: Send + 'static> {
-    acker: Acker<Tracked<T>>,
+    acker: Acker<Held<T>>,
     permits: Arc<Semaphore>,
     buffer: usize,
 }
@@ -264,7 +274,7 @@ impl<T: Send + 'static> AsyncAcker<T> {
     /// Those of [`Acker::init`], each with the payload; [`InitError::Shutdown`] too when
     /// `shutdown` is called while it waits.
     pub async fn init(&self, root: u64, xor: u64, payload: T) -> Result<(), InitError<T>> {
-        self.start(root, xor, payload, None, None).await
+        self.start(root, xor, payload, None).await
     }
 
     /// [`init`](Self::init) with this tree's own timeout, as [`Acker::init_with_timeout`].
@@ -275,13 +285,13 @@ impl<T: Send + 'static> AsyncAcker<T> {
         payload: T,
         timeout: Duration,
     ) -> Result<(), InitError<T>> {
-        self.start(root, xor, payload, Some(timeout), None).await
+        self.start(root, xor, payload, Some(timeout)).await
     }
 
     /// [`init`](Self::init) without waiting: [`InitError::Full`] when the buffer has no
     /// room.
     pub fn try_init(&self, root: u64, xor: u64, payload: T) -> Result<(), InitError<T>> {
-        self.try_start(root, xor, payload, None, None)
+        self.try_start(root, xor, payload, None)
     }
 
     /// [`try_init`](Self::try_init) with this tree's own timeout.
@@ -292,63 +302,42 @@ impl<T: Send + 'static> AsyncAcker<T> {
         payload: T,
         timeout: Duration,
     ) -> Result<(), InitError<T>> {
-        self.try_start(root, xor, payload, Some(timeout), None)
+        self.try_start(root, xor, payload, Some(timeout))
     }
 
-    /// Waits for buffer room, then inits the tree; its completion resolves the returned
-    /// [`TreeCompletion`] and does not go to the stream.
+    /// Inits the tree as [`Acker::init`] does, at once; its completion resolves the
+    /// returned [`TreeCompletion`] and does not go to the stream.
     ///
-    /// The tree's permit is given back as soon as it completes, so a tracked tree counts
-    /// against the buffer only while pending. A `TreeCompletion` dropped before its tree
-    /// completes does not cancel the tree: the completion is dropped when it comes (payload
-    /// included), silently, and the stream never sees it.
+    /// A tracked tree takes no buffer permit ([`AsyncAcker`], "Buffer"), so this never
+    /// waits: the tree's deadline counts from this call. A `TreeCompletion` dropped before
+    /// its tree completes does not cancel the tree: the completion is dropped when it comes
+    /// (payload included), silently, and the stream never sees it.
     ///
-    /// Cancel safe as [`init`](Self::init) is. An extra cost: one oneshot channel (one
-    /// allocation).
+    /// An extra cost: one oneshot channel (one allocation).
     ///
     /// # Errors
     ///
-    /// As [`init`](Self::init).
-    pub async fn track(
+    /// Those of [`Acker::init`], each with the payload: [`InitError::Full`] at the inner
+    /// acker's `max_pending`, [`InitError::Duplicate`], [`InitError::Shutdown`].
+    pub fn track(
         &self,
         root: u64,
         xor: u64,
         payload: T,
     ) -> Result<TreeCompletion<T>, InitError<T>> {
-        self.start_tracked(root, xor, payload, None).await
+        self.start_tracked(root, xor, payload, None)
     }
 
-    /// [`track`](Self::track) with this tree's own timeout.
-    pub async fn track_with_timeout(
+    /// [`track`](Self::track) with this tree's own timeout, as
+    /// [`Acker::init_with_timeout`].
+    pub fn track_with_timeout(
         &self,
         root: u64,
         xor: u64,
         payload: T,
         timeout: Duration,
     ) -> Result<TreeCompletion<T>, InitError<T>> {
-        self.start_tracked(root, xor, payload, Some(timeout)).await
-    }
-
-    /// [`track`](Self::track) without waiting: [`InitError::Full`] when the buffer has no
-    /// room.
-    pub fn try_track(
-        &self,
-        root: u64,
-        xor: u64,
-        payload: T,
-    ) -> Result<TreeCompletion<T>, InitError<T>> {
-        self.try_start_tracked(root, xor, payload, None)
-    }
-
-    /// [`try_track`](Self::try_track) with this tree's own timeout.
-    pub fn try_track_with_timeout(
-        &self,
-        root: u64,
-        xor: u64,
-        payload: T,
-        timeout: Duration,
-    ) -> Result<TreeCompletion<T>, InitError<T>> {
-        self.try_start_tracked(root, xor, payload, Some(timeout))
+        self.start_tracked(root, xor, payload, Some(timeout))
     }
 
     /// [`Acker::ack`]: `true` iff this call completed the tree (Acked).
@@ -376,26 +365,46 @@ impl<T: Send + 'static> AsyncAcker<T> {
         self.acker.stats()
     }
 
-    /// Free buffer permits now: how many inits would not wait (`max_pending` aside).
+    /// Free buffer permits now: how many `init`s would not wait (`max_pending` aside).
     pub fn room(&self) -> usize {
         self.permits.available_permits()
     }
 
     /// Stops the acker and hands back every initialized, uncompleted tree's payload, as
-    /// [`Acker::shutdown`]. Inits waiting for room, and every later init, return
+    /// [`Acker::shutdown`]. Inits waiting for room, and every later init or track, return
     /// [`InitError::Shutdown`]; the pending trees' [`TreeCompletion`]s resolve to
     /// [`Closed`]; the [`Completions`] stream yields what it holds, then ends.
     ///
-    /// It blocks while it joins the reaper thread (at most about one tick of the resolution
-    /// when the reaper is idle, longer if it is delivering a large batch of timeouts).
-    pub fn shutdown(&self) -> Vec<(u64, T)> {
+    /// The inner shutdown joins the reaper thread (about one tick of the resolution when
+    /// the reaper is idle, longer while it delivers a large batch of timeouts): it runs on
+    /// tokio's blocking pool, so the task's worker thread is not blocked meanwhile. Called
+    /// outside a tokio runtime, or on one that is shutting down, it runs in place.
+    pub async fn shutdown(&self) -> Vec<(u64, T)> {
+        self.permits.close();
+        if let Ok(runtime) = ::tokio::runtime::Handle::try_current() {
+            let this = self.clone();
+            if let Ok(handed_back) = runtime
+                .spawn_blocking(move || this.shutdown_blocking())
+                .await
+            {
+                return handed_back;
+            }
+            // The blocking pool refused the job (the runtime is shutting down, or the
+            // job panicked): shutdown is idempotent, so run it here.
+        }
+        self.shutdown_blocking()
+    }
+
+    /// [`shutdown`](Self::shutdown) for synchronous code: blocks the calling thread while
+    /// it joins the reaper thread. Inside async code, await `shutdown` instead.
+    pub fn shutdown_blocking(&self) -> Vec<(u64, T)> {
         // First, so that no init takes a permit it would then hold in a tree shutdown has
         // already missed: the inner acker refuses those with `Shutdown` anyway.
         self.permits.close();
         self.acker
             .shutdown()
             .into_iter()
-            .map(|(root, tracked)| (root, tracked.payload))
+            .map(|(root, held)| (root, held.into_payload()))
             .collect()
     }
 
@@ -405,10 +414,9 @@ impl<T: Send + 'static> AsyncAcker<T> {
         xor: u64,
         payload: T,
         timeout: Option<Duration>,
-        reply: Option<oneshot::Sender<Completion<T>>>,
     ) -> Result<(), InitError<T>> {
         match Arc::clone(&self.permits).acquire_owned().await {
-            Ok(permit) => self.init_inner(root, xor, payload, timeout, reply, permit),
+            Ok(permit) => self.init_inner(root, xor, Held::Streamed { payload, permit }, timeout),
             Err(_closed) => Err(InitError::Shutdown(payload)),
         }
     }
@@ -419,16 +427,15 @@ impl<T: Send + 'static> AsyncAcker<T> {
         xor: u64,
         payload: T,
         timeout: Option<Duration>,
-        reply: Option<oneshot::Sender<Completion<T>>>,
     ) -> Result<(), InitError<T>> {
         match Arc::clone(&self.permits).try_acquire_owned() {
-            Ok(permit) => self.init_inner(root, xor, payload, timeout, reply, permit),
+            Ok(permit) => self.init_inner(root, xor, Held::Streamed { payload, permit }, timeout),
             Err(TryAcquireError::NoPermits) => Err(InitError::Full(payload)),
             Err(TryAcquireError::Closed) => Err(InitError::Shutdown(payload)),
         }
     }
 
-    async fn start_tracked(
+    fn start_tracked(
         &self,
         root: u64,
         xor: u64,
@@ -436,46 +443,27 @@ impl<T: Send + 'static> AsyncAcker<T> {
         timeout: Option<Duration>,
     ) -> Result<TreeCompletion<T>, InitError<T>> {
         let (reply, rx) = oneshot::channel();
-        self.start(root, xor, payload, timeout, Some(reply)).await?;
+        self.init_inner(root, xor, Held::Tracked { payload, reply }, timeout)?;
         Ok(TreeCompletion { root, rx })
     }
 
-    fn try_start_tracked(
-        &self,
-        root: u64,
-        xor: u64,
-        payload: T,
-        timeout: Option<Duration>,
-    ) -> Result<TreeCompletion<T>, InitError<T>> {
-        let (reply, rx) = oneshot::channel();
-        self.try_start(root, xor, payload, timeout, Some(reply))?;
-        Ok(TreeCompletion { root, rx })
-    }
-
-    /// The init itself, once the permit is held. A refused init hands the payload back
-    /// and drops the permit and the reply with the rest of its `Tracked`.
+    /// The init itself. A refused init hands the payload back and drops the rest of its
+    /// `Held` (a permit, a reply).
     fn init_inner(
         &self,
         root: u64,
         xor: u64,
-        payload: T,
+        held: Held<T>,
         timeout: Option<Duration>,
-        reply: Option<oneshot::Sender<Completion<T>>>,
-        permit: OwnedSemaphorePermit,
     ) -> Result<(), InitError<T>> {
-        let tracked = Tracked {
-            payload,
-            reply,
-            permit,
-        };
         let refused = match timeout {
-            None => self.acker.init(root, xor, tracked),
-            Some(timeout) => self.acker.init_with_timeout(root, xor, tracked, timeout),
+            None => self.acker.init(root, xor, held),
+            Some(timeout) => self.acker.init_with_timeout(root, xor, held, timeout),
         };
         refused.map_err(|e| match e {
-            InitError::Full(t) => InitError::Full(t.payload),
-            InitError::Duplicate(t) => InitError::Duplicate(t.payload),
-            InitError::Shutdown(t) => InitError::Shutdown(t.payload),
+            InitError::Full(h) => InitError::Full(h.into_payload()),
+            InitError::Duplicate(h) => InitError::Duplicate(h.into_payload()),
+            InitError::Shutdown(h) => InitError::Shutdown(h.into_payload()),
         })
     }
 }
@@ -498,7 +486,7 @@ impl<T: Send + 'static> AsyncAcker<T> {
 ///         .timeout(Duration::from_millis(50))
 ///         .build_async(16)
 ///         .unwrap();
-///     let tree = acker.track(1, 0b01 ^ 0b10, "request").await.unwrap();
+///     let tree = acker.track(1, 0b01 ^ 0b10, "request").unwrap();
 ///     acker.ack(1, 0b01); // the other edge is lost
 ///     let done = tree.await.unwrap();
 ///     assert_eq!((done.outcome, done.payload), (Outcome::TimedOut, "request"));
@@ -565,7 +553,7 @@ impl<T> Future for TreeCompletion<T> {
 ///         acker.init(root, root, 1).await.unwrap();
 ///         acker.ack(root, root);
 ///     }
-///     assert!(acker.shutdown().is_empty());
+///     assert!(acker.shutdown().await.is_empty());
 ///     assert_eq!(consumer.await.unwrap(), 100);
 /// });
 /// ```
