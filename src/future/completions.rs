@@ -365,6 +365,13 @@ impl<T: Send + 'static> AsyncAcker<T> {
         self.acker.stats()
     }
 
+    /// The inner acker, for the stress harness's memory figures (`covered_roots`,
+    /// `memory_parts`): not API.
+    #[doc(hidden)]
+    pub fn inner(&self) -> &Acker<impl Send + 'static> {
+        &self.acker
+    }
+
     /// Free buffer permits now: how many `init`s would not wait (`max_pending` aside).
     pub fn room(&self) -> usize {
         self.permits.available_permits()

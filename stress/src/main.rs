@@ -124,6 +124,12 @@ struct Cli {
     #[arg(long, default_value_t = 1_000_000)]
     growth_roots: u64,
 
+    /// Acker: trees the burst phase starts and completes on the plain and the async
+    /// paths, each in a fresh process, for the memory per tree in flight and the memory
+    /// back after the burst (0 skips it).
+    #[arg(long, default_value_t = 1_000_000)]
+    burst_roots: usize,
+
     /// Partitioned: how many partitions (ackers, each on its own node thread).
     #[arg(long, default_value_t = 4)]
     partitions: usize,
@@ -220,6 +226,9 @@ fn main() -> ExitCode {
     }
     if let Ok(spec) = std::env::var(acker::FOOTPRINT_ENV) {
         return acker::footprint_child(&spec);
+    }
+    if let Ok(spec) = std::env::var(acker::BURST_ENV) {
+        return acker::burst_child(&spec);
     }
     let cli = Cli::parse();
     let threads = cli
@@ -322,6 +331,7 @@ fn main() -> ExitCode {
             churn_trees: cli.churn_trees,
             ackers_at_once: cli.ackers_at_once,
             growth_roots: cli.growth_roots,
+            burst_roots: cli.burst_roots,
             plant_bug: cli.plant_bug,
         };
         let summary = acker::run(&cfg);

@@ -16,6 +16,13 @@ use crate::sync::Ordering;
 /// How many ticks a table's load must stay under 1/8 before the reaper shrinks it (to 2/3 of its groups).
 const SHRINK_AFTER: Tick = 256;
 
+/// How often, in nanoseconds, the reaper looks at the load of tables larger than the
+/// smallest while none is low yet: acks and fails that empty a table do not wake the
+/// reaper (that would cost every completion a check), so a reaper asleep until a far
+/// deadline (a 600 s timeout) would keep a burst's tables that long. Ten looks a second
+/// while the tables are large, none once they are back to their smallest.
+const LOOK_AT_LOAD_NS: u64 = 100_000_000;
+
 /// A generation retired by a promotion, freed (dropped) once its grace period is over.
 pub(super) struct Retired<T> {
     roots: NonNull<Roots<T>>,
@@ -238,8 +245,9 @@ impl<T: Send + 'static> Lean<T> {
 
     /// In how many ticks from `now` housekeeping has work: 1 while a migration is under
     /// way or a generation waits to be freed; the rest of a low table's SHRINK_AFTER ticks
-    /// when one waits to shrink; `None` when nothing does. The reaper sleeps that long, so
-    /// waiting for a shrink costs no wake-up per tick.
+    /// when one waits to shrink; [`LOOK_AT_LOAD_NS`] while a table is larger than the
+    /// smallest (its load may fall without the reaper hearing of it); `None` when nothing
+    /// does. The reaper sleeps that long, so waiting for a shrink costs no wake-up per tick.
     pub(super) fn housekeeping_due(&self, now: Tick) -> Option<Tick> {
         let _active = self.batches.enter();
         if !(self.retired.lock().unwrap_or_else(|e| e.into_inner())).is_empty() {
@@ -253,12 +261,21 @@ impl<T: Send + 'static> Lean<T> {
             if roots.successor().is_some() {
                 return Some(1);
             }
-            if self.shrinkable(roots, per_table) {
-                let left = SHRINK_AFTER.saturating_sub(table.low_ticks(now)).max(1);
-                due = Some(due.map_or(left, |d| d.min(left)));
-            }
+            let left = if self.shrinkable(roots, per_table) {
+                SHRINK_AFTER.saturating_sub(table.low_ticks(now)).max(1)
+            } else if roots.slots() > MIN_TABLE_SLOTS {
+                self.look_at_load()
+            } else {
+                continue;
+            };
+            due = Some(due.map_or(left, |d| d.min(left)));
         }
         due
+    }
+
+    /// [`LOOK_AT_LOAD_NS`] in ticks (at least 1).
+    fn look_at_load(&self) -> Tick {
+        (LOOK_AT_LOAD_NS >> self.ticks.shift).clamp(1, Tick::MAX as u64) as Tick
     }
 
     /// Bytes held now by the tables' current generations, by their successors (a

@@ -544,3 +544,36 @@ fn shutdown_frees_an_entry_stranded_in_a_retired_table() {
     assert_eq!(handed_back.len(), live as usize);
     assert_eq!(acker.pending(), 0);
 }
+
+/// A burst's tables go back to their smallest soon after every tree completed, though the
+/// only deadlines are 600 s away and no completion wakes the reaper: it looks at the load
+/// while a table is larger than the smallest. (Before it did, it slept until the first
+/// deadline and the tables stayed grown for the whole timeout.)
+#[test]
+fn a_burst_gives_its_tables_back_long_before_its_deadlines() {
+    let acker: Acker<u32> = Acker::builder()
+        .timeout(Duration::from_secs(600))
+        .shards(16)
+        .max_pending(1 << 17)
+        .build()
+        .unwrap();
+    let root = |i: u64| (i + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    for i in 0..TREES {
+        acker.init(root(i), 1, i as u32).unwrap();
+    }
+    assert!(acker.table_slots() > SMALLEST, "the burst grew the tables");
+    for i in 0..TREES {
+        assert!(acker.ack(root(i), 1));
+    }
+    let completed = std::time::Instant::now();
+    while acker.table_slots() > SMALLEST || acker.memory_parts()[2] > 0 {
+        assert!(
+            completed.elapsed() < Duration::from_secs(10),
+            "{} slots, {} B retired, 10 s after the burst completed",
+            acker.table_slots(),
+            acker.memory_parts()[2]
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    acker.shutdown();
+}

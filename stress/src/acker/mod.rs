@@ -27,10 +27,12 @@
 //!
 //! Every violation is printed with the tree's history and makes the run fail.
 
+mod burst;
 mod footprint;
 mod growth;
 mod memory;
 
+pub(crate) use burst::{burst_child, BURST_ENV};
 pub(crate) use footprint::{footprint_child, FOOTPRINT_ENV};
 pub(crate) use memory::{threaded_child, THREADED_ENV};
 mod oracle;
@@ -75,6 +77,8 @@ pub(crate) struct Config {
     pub(crate) churn_trees: u64,
     pub(crate) ackers_at_once: usize,
     pub(crate) growth_roots: u64,
+    /// Trees of the burst phase, on each path (0: skipped).
+    pub(crate) burst_roots: usize,
     #[serde(skip)]
     pub(crate) plant_bug: bool,
 }
@@ -153,6 +157,8 @@ pub(crate) struct Summary {
     pub(crate) footprint: Option<footprint::Footprint>,
     /// `None` with `--growth-roots 0`.
     pub(crate) growth: Option<growth::Growth>,
+    /// One per path; empty with `--burst-roots 0` or RSS unreadable.
+    pub(crate) bursts: Vec<burst::Burst>,
     pub(crate) throughput: Vec<Sample>,
     #[serde(skip)]
     pub(crate) lateness_curve: Vec<(f64, f64)>,
@@ -212,6 +218,17 @@ pub(crate) fn run(cfg: &Config) -> Summary {
         );
         match growth::run(cfg.growth_roots) {
             Ok(g) => growth_figures = Some(g),
+            Err(e) => setup_problems.push(format!("VIOLATION: {e}")),
+        }
+    }
+    let mut bursts = Vec::new();
+    if cfg.burst_roots > 0 {
+        eprintln!(
+            "  burst phase: {} trees started and completed on the plain and the async paths",
+            report::si(cfg.burst_roots as f64)
+        );
+        match burst::run(cfg.burst_roots) {
+            Ok(b) => bursts = b,
             Err(e) => setup_problems.push(format!("VIOLATION: {e}")),
         }
     }
@@ -282,6 +299,7 @@ pub(crate) fn run(cfg: &Config) -> Summary {
         memory,
         footprint: footprint_figures,
         growth: growth_figures,
+        bursts,
         violations: setup_problems.len() as u64,
         violation_reports: setup_problems,
         ..Summary::default()
@@ -655,6 +673,9 @@ pub(crate) fn print(s: &Summary) {
     if let Some(g) = &s.growth {
         print_growth(g);
     }
+    for b in &s.bursts {
+        print_burst(b);
+    }
     for r in &s.violation_reports {
         println!("{r}");
     }
@@ -690,6 +711,22 @@ fn print_footprint(f: &footprint::Footprint) {
         ),
         None => println!("  churn        skipped (--churn-trees 0)"),
     }
+}
+
+/// A burst line: memory per tree in flight, and how soon it came back.
+fn print_burst(b: &burst::Burst) {
+    println!(
+        "  burst {:<6} {:.1} B per tree in flight ({} trees, default acker, real clock and reaper, timeout 600 s; filled in {}); after completing them: {} above the baseline at 2 s, {}",
+        b.path,
+        b.bytes_per_tree,
+        report::si(b.roots as f64),
+        report::duration_us(b.fill_seconds * 1e6),
+        report::bytes(b.held_after_2s),
+        b.back_after.map_or(
+            format!("not back within {} in 3 s", report::bytes(burst::BACK_WITHIN)),
+            |s| format!("back within {} after {:.2} s", report::bytes(burst::BACK_WITHIN), s)
+        ),
+    );
 }
 
 /// The growth lines: each row's operations, with the migrations started during it.

@@ -1,0 +1,243 @@
+//! The burst phase: memory as a server sees it, on the plain and the async paths.
+//!
+//! Each path runs in a fresh child process (this binary, with [`BURST_ENV`] set), so that
+//! its baseline is clean and what the allocator keeps of one path is not charged to the
+//! next. A child builds a default acker with the real clock, a reaper thread and a
+//! timeout of 600 s (nothing times out during the phase), reads RSS (the *baseline*),
+//! starts `roots` trees from one thread and reads RSS once the reaper has filed every
+//! tree's timer (the *fill*: bytes per pending tree), then completes every tree and
+//! samples RSS every 50 ms for 3 s: how long until it is back within 2 MiB of the baseline,
+//! and how far above it it still is after 2 s. A server's memory should follow what is
+//! pending, not what a burst left behind for a whole timeout.
+//!
+//! The paths:
+//!
+//! * **plain**: `Acker<u32>` (`build`), `init`, then one `ack` per tree.
+//! * **track**: `AsyncAcker<u32>` (`build_async`) on a current-thread tokio runtime,
+//!   `track` per tree (its `TreeCompletion` kept in a vector allocated before the
+//!   baseline, as a server's tasks would hold them), then one `ack` per tree and every
+//!   future awaited. Everything the crate allocates per request is in the figure: the
+//!   tables, the timers and the waiter.
+
+use std::time::{Duration, Instant};
+
+use ackwheel::Acker;
+use serde::{Deserialize, Serialize};
+
+use crate::rss;
+
+/// Set (to `path,roots`) in the child process that measures one path.
+pub(crate) const BURST_ENV: &str = "ACKWHEEL_STRESS_BURST";
+
+/// The trees' timeout: far longer than the phase, so that only completions free them.
+const TIMEOUT: Duration = Duration::from_secs(600);
+
+/// How long RSS is watched after the burst has completed.
+const WATCH: Duration = Duration::from_secs(3);
+
+/// How close to the baseline counts as back.
+pub(crate) const BACK_WITHIN: u64 = 2 << 20;
+
+/// One path's figures (bytes, seconds).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct Burst {
+    pub(crate) path: String,
+    pub(crate) roots: usize,
+    /// RSS growth at the fill per pending tree.
+    pub(crate) bytes_per_tree: f64,
+    /// The fill's duration.
+    pub(crate) fill_seconds: f64,
+    /// RSS above the baseline 2 s after the last completion.
+    pub(crate) held_after_2s: u64,
+    /// Seconds from the last completion until RSS was back within [`BACK_WITHIN`] of the
+    /// baseline; `None` if it was not within the watch.
+    pub(crate) back_after: Option<f64>,
+}
+
+/// Runs both paths, each in a child process. `None` for a path whose RSS is unreadable.
+pub(crate) fn run(roots: usize) -> Result<Vec<Burst>, String> {
+    let mut out = Vec::new();
+    for path in ["plain", "track"] {
+        let exe = std::env::current_exe().map_err(|e| format!("burst phase: {e}"))?;
+        let child = std::process::Command::new(exe)
+            .env(BURST_ENV, format!("{path},{roots}"))
+            .output()
+            .map_err(|e| format!("burst phase: cannot start the {path} child: {e}"))?;
+        if !child.status.success() {
+            return Err(format!(
+                "burst phase: the {path} child failed ({}): {}",
+                child.status,
+                String::from_utf8_lossy(&child.stderr).trim()
+            ));
+        }
+        let text = String::from_utf8_lossy(&child.stdout);
+        if text.trim() == "unavailable" {
+            continue;
+        }
+        out.push(
+            serde_json::from_str(text.trim())
+                .map_err(|e| format!("burst phase: the {path} child printed {text:?}: {e}"))?,
+        );
+    }
+    Ok(out)
+}
+
+/// The child process's whole job: `spec` is `path,roots`; prints the figures as JSON (or
+/// `unavailable`) and exits 0, or explains on stderr and exits 1.
+pub(crate) fn burst_child(spec: &str) -> std::process::ExitCode {
+    let parsed = spec
+        .split_once(',')
+        .and_then(|(path, roots)| Some((path, roots.parse().ok()?)));
+    let result = match parsed {
+        Some(("plain", roots)) => plain(roots),
+        Some(("track", roots)) => track(roots),
+        _ => Err(format!(
+            "{BURST_ENV}: expected `plain|track,roots`, got {spec:?}"
+        )),
+    };
+    match result {
+        Ok(Some(burst)) => match serde_json::to_string(&burst) {
+            Ok(json) => println!("{json}"),
+            Err(e) => {
+                eprintln!("burst phase: {e}");
+                return std::process::ExitCode::FAILURE;
+            }
+        },
+        Ok(None) => println!("unavailable"),
+        Err(e) => {
+            eprintln!("{e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    }
+    std::process::ExitCode::SUCCESS
+}
+
+/// The `i`th tree's root and edge.
+fn tree(i: usize) -> (u64, u64) {
+    let root = (i as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    (root, root | 1)
+}
+
+/// Waits until the reaper has filed every pending tree's timer (RSS then includes them).
+fn filed<T: Send + 'static>(acker: &Acker<T>) -> Result<(), String> {
+    let waited = Instant::now();
+    while acker.covered_roots() < acker.pending() {
+        if waited.elapsed() > Duration::from_secs(30) {
+            return Err(format!(
+                "burst phase: the reaper covered {} of {} trees in 30 s",
+                acker.covered_roots(),
+                acker.pending()
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    Ok(())
+}
+
+/// Samples RSS after the burst (module docs).
+fn watch(baseline: u64) -> (u64, Option<f64>) {
+    let done = Instant::now();
+    let mut back_after = None;
+    let mut held_after_2s = None;
+    while done.elapsed() < WATCH {
+        let now = rss::current().unwrap_or(0);
+        let held = now.saturating_sub(baseline);
+        if back_after.is_none() && held <= BACK_WITHIN {
+            back_after = Some(done.elapsed().as_secs_f64());
+        }
+        if held_after_2s.is_none() && done.elapsed() >= Duration::from_secs(2) {
+            held_after_2s = Some(held);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let held = rss::current().unwrap_or(0).saturating_sub(baseline);
+    (held_after_2s.unwrap_or(held), back_after)
+}
+
+fn plain(roots: usize) -> Result<Option<Burst>, String> {
+    let acker: Acker<u32> = Acker::builder()
+        .timeout(TIMEOUT)
+        .build()
+        .map_err(|e| format!("burst phase: {e}"))?;
+    let Some(baseline) = rss::current() else {
+        return Ok(None);
+    };
+    let started = Instant::now();
+    for i in 0..roots {
+        let (root, edge) = tree(i);
+        acker
+            .init(root, edge, i as u32)
+            .map_err(|e| format!("burst phase: init {i} refused: {e}"))?;
+    }
+    let fill_seconds = started.elapsed().as_secs_f64();
+    filed(&acker)?;
+    let full = rss::current().unwrap_or(0);
+    for i in 0..roots {
+        let (root, edge) = tree(i);
+        if !acker.ack(root, edge) {
+            return Err(format!(
+                "burst phase: the ack of tree {i} completed nothing"
+            ));
+        }
+    }
+    let (held_after_2s, back_after) = watch(baseline);
+    acker.shutdown();
+    Ok(Some(Burst {
+        path: "plain".into(),
+        roots,
+        bytes_per_tree: full.saturating_sub(baseline) as f64 / roots as f64,
+        fill_seconds,
+        held_after_2s,
+        back_after,
+    }))
+}
+
+fn track(roots: usize) -> Result<Option<Burst>, String> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("burst phase: a tokio runtime: {e}"))?;
+    runtime.block_on(async {
+        let (acker, _completions) = Acker::<u32>::builder()
+            .timeout(TIMEOUT)
+            .build_async(1024)
+            .map_err(|e| format!("burst phase: {e}"))?;
+        let mut waiting = Vec::with_capacity(roots);
+        let Some(baseline) = rss::current() else {
+            return Ok(None);
+        };
+        let started = Instant::now();
+        for i in 0..roots {
+            let (root, edge) = tree(i);
+            let tree = acker
+                .track(root, edge, i as u32)
+                .map_err(|e| format!("burst phase: track {i} refused: {e}"))?;
+            waiting.push(tree);
+        }
+        let fill_seconds = started.elapsed().as_secs_f64();
+        filed(acker.inner())?;
+        let full = rss::current().unwrap_or(0);
+        for i in 0..roots {
+            let (root, edge) = tree(i);
+            acker.ack(root, edge);
+        }
+        for (i, tree) in waiting.drain(..).enumerate() {
+            let done = tree
+                .await
+                .map_err(|e| format!("burst phase: tree {i}: {e}"))?;
+            if done.outcome != ackwheel::Outcome::Acked {
+                return Err(format!("burst phase: tree {i} {:?}", done.outcome));
+            }
+        }
+        let (held_after_2s, back_after) = watch(baseline);
+        acker.shutdown().await;
+        Ok(Some(Burst {
+            path: "track".into(),
+            roots,
+            bytes_per_tree: full.saturating_sub(baseline) as f64 / roots as f64,
+            fill_seconds,
+            held_after_2s,
+            back_after,
+        }))
+    })
+}
