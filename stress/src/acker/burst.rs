@@ -52,6 +52,16 @@ pub(crate) struct Burst {
     /// Seconds from the last completion until RSS was back within [`BACK_WITHIN`] of the
     /// baseline; `None` if it was not within the watch.
     pub(crate) back_after: Option<f64>,
+    /// What the acker itself held at the end of the watch (`Acker::memory_parts`): its
+    /// tables (every generation) and the reaper's wheel.
+    pub(crate) tables_after: u64,
+    pub(crate) wheel_after: u64,
+}
+
+/// The acker's tables (every generation) and wheel, in bytes.
+fn parts<T: Send + 'static>(acker: &Acker<T>) -> (u64, u64) {
+    let [current, successors, retired, wheel] = acker.memory_parts();
+    ((current + successors + retired) as u64, wheel as u64)
 }
 
 /// Runs both paths, each in a child process. `None` for a path whose RSS is unreadable.
@@ -181,8 +191,11 @@ fn plain(roots: usize) -> Result<Option<Burst>, String> {
         }
     }
     let (held_after_2s, back_after) = watch(baseline);
+    let (tables_after, wheel_after) = parts(&acker);
     acker.shutdown();
     Ok(Some(Burst {
+        tables_after,
+        wheel_after,
         path: "plain".into(),
         roots,
         bytes_per_tree: full.saturating_sub(baseline) as f64 / roots as f64,
@@ -230,8 +243,11 @@ fn track(roots: usize) -> Result<Option<Burst>, String> {
             }
         }
         let (held_after_2s, back_after) = watch(baseline);
+        let (tables_after, wheel_after) = parts(acker.inner());
         acker.shutdown().await;
         Ok(Some(Burst {
+            tables_after,
+            wheel_after,
             path: "track".into(),
             roots,
             bytes_per_tree: full.saturating_sub(baseline) as f64 / roots as f64,

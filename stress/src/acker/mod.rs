@@ -727,6 +727,11 @@ fn print_burst(b: &burst::Burst) {
             |s| format!("back within {} after {:.2} s", report::bytes(burst::BACK_WITHIN), s)
         ),
     );
+    println!(
+        "               the acker then held {} of tables and {} in its reaper's wheel",
+        report::bytes(b.tables_after),
+        report::bytes(b.wheel_after),
+    );
 }
 
 /// The growth lines: each row's operations, with the migrations started during it.
