@@ -577,3 +577,24 @@ fn a_burst_gives_its_tables_back_long_before_its_deadlines() {
     }
     acker.shutdown();
 }
+
+/// A count of ticks as a duration is exact on both sides of the `u64` fast path's bound.
+#[test]
+fn ticks_as_durations_are_exact_past_u64_nanoseconds() {
+    for shift in [0, 10, 20, 30] {
+        let ticks = Ticks { epoch: 0, shift };
+        let bound = u64::MAX >> shift;
+        for count in [0, 1, 1_000_003, bound - 1, bound, bound + 1, u64::MAX] {
+            let nanos = u128::from(count) << shift;
+            let expected = Duration::new(
+                (nanos / 1_000_000_000) as u64,
+                (nanos % 1_000_000_000) as u32,
+            );
+            assert_eq!(
+                ticks.nanos(count),
+                expected,
+                "{count} ticks of 2^{shift} ns"
+            );
+        }
+    }
+}
