@@ -1,6 +1,6 @@
-//! Async use on tokio (the `tokio` feature): awaiting one tree ([`AsyncAcker::track`]), the
-//! completions of the others as a stream ([`Completions`]), and expiry driven by a task on
-//! the caller's runtime ([`spawn_expiry`]).
+//! Async use on tokio (the `tokio` feature): awaiting one tree ([`AsyncAcker::track`](crate::future::AsyncAcker::track)), the
+//! completions of the others as a stream ([`Completions`](crate::future::Completions)), and expiry driven by a task on
+//! the caller's runtime ([`spawn_expiry`](crate::future::spawn_expiry)).
 //!
 //! The module is named for what it holds, as `moka::future` is, and not for the runtime:
 //! a glob import of the crate must leave `tokio` naming the tokio crate.

@@ -109,6 +109,15 @@ fn push_compact<T>(v: &mut Vec<T>, x: T) {
     v.push(x);
 }
 
+/// After a retain: gives back a vector's room when what it kept is under a quarter of it
+/// (a sweep after a burst may leave a bucket of a million entries' room holding a few),
+/// keeping half again what it kept, as [`push_compact`] grows it.
+fn shrink_kept<T>(v: &mut Vec<T>) {
+    if v.len() < v.capacity() / 4 {
+        v.shrink_to(v.len() + v.len() / 2);
+    }
+}
+
 /// What the wheel files: a `Copy` value that may lend the wheel some of its bits (module
 /// docs, "Memory").
 pub(crate) trait WheelEntry: Copy {
@@ -261,8 +270,8 @@ impl<E: WheelEntry> Buckets<E> {
         })
     }
 
-    /// Keeps only the entries `keep` says to keep, wherever they wait, and frees the
-    /// vectors it empties. `keep` is given each entry's tick too (`None` for an entry filed
+    /// Keeps only the entries `keep` says to keep, wherever they wait, frees the vectors
+    /// it empties and shrinks those left mostly empty. `keep` is given each entry's tick too (`None` for an entry filed
     /// at or before the wheel's time, which waits for the next `advance`). O(entries +
     /// buckets): for a caller that sweeps out dead entries once they outnumber the live
     /// ones, so that each costs O(1) amortized.
@@ -302,11 +311,16 @@ impl<E: WheelEntry> Buckets<E> {
                 if bucket.entries.is_empty() {
                     *bucket = Bucket::default();
                     self.occupied[level] &= !(1 << b);
+                } else {
+                    shrink_kept(&mut bucket.entries);
+                    shrink_kept(&mut bucket.offsets);
                 }
             }
         }
         self.ready.retain(|e| keep(None, e));
+        shrink_kept(&mut self.ready);
         self.overflow.retain(|&(t, e)| keep(Some(t), &e));
+        shrink_kept(&mut self.overflow);
         self.overflow_min = self.overflow.iter().map(|&(t, _)| t).min().unwrap_or(0);
         self.len = self.ready.len()
             + self.overflow.len()

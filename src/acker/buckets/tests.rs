@@ -325,6 +325,31 @@ fn memory_falls_back_after_a_burst() {
     assert_eq!(wheel.heap_bytes(), empty);
 }
 
+/// A sweep that keeps a few of a burst's entries gives back the room of the vectors it
+/// leaves mostly empty, not only of those it empties.
+#[test]
+fn a_sweep_gives_back_the_room_of_what_it_drops() {
+    let mut wheel = Buckets::<u64>::new(0);
+    let empty = wheel.heap_bytes();
+    let n = 200_000u64;
+    // One level-1 bucket, and the ready list.
+    for i in 0..n {
+        wheel.push(100, i);
+        wheel.push(0, i);
+    }
+    assert!(wheel.heap_bytes() > empty + 2 * n as usize * 8);
+    wheel.retain_filed(|_, &e| e % 10_000 == 0);
+    assert_eq!(wheel.len(), 2 * 20);
+    assert!(
+        wheel.heap_bytes() < empty + (1 << 10),
+        "{} B for 40 entries",
+        wheel.heap_bytes() - empty
+    );
+    let mut due = Vec::new();
+    wheel.advance(100, &mut due);
+    assert_eq!(due.len(), 40);
+}
+
 #[test]
 fn memory_per_entry_stays_within_budget() {
     // A million 8-byte entries over a 30 s window of 1 ms ticks, mostly in levels 1-2.

@@ -103,7 +103,7 @@ use super::roots::{GEN_TAG_BITS, GROUP_SLOTS, TAG_CHECK_MASK};
 use super::word::KEY_SHIFT;
 use super::{AckerStats, Callback, Counters, InitError};
 use crate::clock::Clock;
-use crate::sync::{Arc, AtomicBool, AtomicU64, Mutex, Ordering};
+use crate::sync::{Arc, AtomicBool, AtomicU64, AtomicUsize, Mutex, Ordering};
 use growth::Retired;
 use layout::{Layout, Mix};
 use tables::{chain, Table};
@@ -193,6 +193,9 @@ pub(super) struct Lean<T> {
     reanchoring: anchor::Reanchoring,
     /// Re-anchorings done (a statistic, for tests and the stress harness).
     reanchored: AtomicU64,
+    /// The most roots pending at a pass since the allocator was last asked to give memory
+    /// back (`growth.rs`, `give_back_memory`).
+    peak_pending: AtomicUsize,
     /// The default timeout in ticks ([`Ticks::timeout`]).
     timeout: Tick,
     /// How long a new entry stays in its creator's batch before the reaper gets it (unless
@@ -297,6 +300,7 @@ impl<T: Send + 'static> Lean<T> {
             anchor: CachePadded::new(AtomicU64::new(ticks.full(now))),
             reanchoring: anchor::Reanchoring::default(),
             reanchored: AtomicU64::new(0),
+            peak_pending: AtomicUsize::new(0),
             ticks,
             clock: config.clock,
             tsc_ticks: config.tsc_ticks,

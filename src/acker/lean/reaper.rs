@@ -18,11 +18,13 @@
 //! An entry whose group's trees all completed stays in the wheel until it comes due
 //! (nothing cancels it: the completer never touches the reaper's structures), and so does
 //! the later entry of a group that a registration filed earlier (`timers.rs`, *stale*).
-//! When the wheel holds more than twice the pending count (plus [`SWEEP_SLACK`]) the pass
+//! When the wheel holds more entries than roots are pending (plus [`SWEEP_SLACK`]) the pass
 //! sweeps it, keeping each group's named entry (and earlier ones) while the group has a
-//! root. A sweep costs the wheel's size and comes only after as many dead entries have
-//! gathered, so each costs O(1) amortized, and the wheel stays within about twice the
-//! pending roots.
+//! root, and giving back the room of buckets it leaves mostly empty. The live entries are
+//! about a third of the pending roots (one per group), so a sweep comes only after about
+//! twice as many dead entries as it keeps have gathered: each costs O(1) amortized, and
+//! the wheel stays within one entry per pending root (a table's growth, which files every
+//! moved root again in its successor, leaves a dead entry per root it moves).
 //!
 //! ## Sleeping
 //!
@@ -48,7 +50,7 @@ use crate::sync::Ordering;
 use std::sync::Arc;
 use std::thread;
 
-/// Dead entries the wheel may hold beyond twice the pending count before a sweep.
+/// Entries the wheel may hold beyond the pending count before a sweep.
 const SWEEP_SLACK: usize = 4096;
 
 /// The reaper's wheel, its groups' filed ticks and its scratch vectors.
@@ -212,7 +214,7 @@ pub(super) fn run_once<T: Send + 'static>(lean: &Lean<T>, everything: bool) -> P
         trim(&mut wheel.due);
         // Entries of trees completed after their hand-off wait for their deadlines; once
         // they outnumber what is pending (plus some), a sweep drops them (module docs).
-        if wheel.buckets.len() > 2 * lean.pending() + SWEEP_SLACK {
+        if wheel.buckets.len() > lean.pending() + SWEEP_SLACK {
             let Wheel { buckets, filed, .. } = wheel;
             buckets.retain_filed(|tick, timer| match lean.group_state(timer) {
                 // Entries after the group's named one are covered by it (`timers.rs`);
@@ -234,10 +236,6 @@ pub(super) fn run_once<T: Send + 'static>(lean: &Lean<T>, everything: bool) -> P
                 None => false, // an older generation's: its roots moved, with timers of their own
             });
         }
-        // The filed ticks of generations that left their tables' chains.
-        for table in 0..wheel.filed.tables() {
-            lean.prune_filed(table, &mut wheel.filed);
-        }
     }
 
     // Outside the lock: `on_complete` may call back into the acker, even `expire`.
@@ -245,12 +243,22 @@ pub(super) fn run_once<T: Send + 'static>(lean: &Lean<T>, everything: bool) -> P
     // Migrations, shrinking, retired generations (`tables.rs`); outside the wheel's lock,
     // as moving entries files timers and may complete trees.
     pass.worked |= lean.housekeeping(now, active.open);
+    // The filed ticks of generations that left their tables' chains, this pass's
+    // promotions included: the pass that shrinks a burst's tables may be the last for a
+    // long time, and a large generation's ticks are 4 B a group.
+    {
+        let mut wheel = lean.reaper.lock().unwrap_or_else(|e| e.into_inner());
+        for table in 0..wheel.filed.tables() {
+            lean.prune_filed(table, &mut wheel.filed);
+        }
+    }
     pass.delivered = timed_out.len();
     lean.deliver_timeouts(timed_out, clock, active.open);
     drop(active);
     // Out of the operation: the generations this pass retired wait for no one but other
     // threads now (the pass itself was one of those their grace periods waited for).
     lean.free_retired();
+    lean.give_back_memory(now as Tick);
     pass
 }
 

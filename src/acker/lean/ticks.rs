@@ -43,10 +43,11 @@ impl Ticks {
             return Duration::from_nanos(ticks << self.shift);
         }
         let nanos = u128::from(ticks) << self.shift;
-        Duration::new(
-            (nanos / 1_000_000_000) as u64,
-            (nanos % 1_000_000_000) as u32,
-        )
+        // Past `Duration::MAX` (2^64 ticks of 2^30 ns and more): the longest there is.
+        match u64::try_from(nanos / 1_000_000_000) {
+            Ok(secs) => Duration::new(secs, (nanos % 1_000_000_000) as u32),
+            Err(_) => Duration::MAX,
+        }
     }
 }
 

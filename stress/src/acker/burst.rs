@@ -14,9 +14,9 @@
 //!
 //! * **plain**: `Acker<u32>` (`build`), `init`, then one `ack` per tree.
 //! * **track**: `AsyncAcker<u32>` (`build_async`) on a current-thread tokio runtime,
-//!   `track` per tree (its `TreeCompletion` kept in a vector allocated before the
-//!   baseline, as a server's tasks would hold them), then one `ack` per tree and every
-//!   future awaited. Everything the crate allocates per request is in the figure: the
+//!   `track` per tree (its `TreeCompletion` kept in a vector written before the baseline,
+//!   as a server's tasks would hold them), then one `ack` per tree and every future
+//!   awaited. Everything the crate allocates per request is in the figure: the
 //!   tables, the timers and the waiter.
 
 use std::time::{Duration, Instant};
@@ -52,8 +52,10 @@ pub(crate) struct Burst {
     /// Seconds from the last completion until RSS was back within [`BACK_WITHIN`] of the
     /// baseline; `None` if it was not within the watch.
     pub(crate) back_after: Option<f64>,
-    /// What the acker itself held at the end of the watch (`Acker::memory_parts`): its
-    /// tables (every generation) and the reaper's wheel.
+    /// What the acker itself held at the fill and at the end of the watch
+    /// (`Acker::memory_parts`): its tables (every generation) and the reaper's wheel.
+    pub(crate) tables_full: u64,
+    pub(crate) wheel_full: u64,
     pub(crate) tables_after: u64,
     pub(crate) wheel_after: u64,
 }
@@ -182,6 +184,7 @@ fn plain(roots: usize) -> Result<Option<Burst>, String> {
     let fill_seconds = started.elapsed().as_secs_f64();
     filed(&acker)?;
     let full = rss::current().unwrap_or(0);
+    let (tables_full, wheel_full) = parts(&acker);
     for i in 0..roots {
         let (root, edge) = tree(i);
         if !acker.ack(root, edge) {
@@ -194,6 +197,8 @@ fn plain(roots: usize) -> Result<Option<Burst>, String> {
     let (tables_after, wheel_after) = parts(&acker);
     acker.shutdown();
     Ok(Some(Burst {
+        tables_full,
+        wheel_full,
         tables_after,
         wheel_after,
         path: "plain".into(),
@@ -215,26 +220,33 @@ fn track(roots: usize) -> Result<Option<Burst>, String> {
             .timeout(TIMEOUT)
             .build_async(1024)
             .map_err(|e| format!("burst phase: {e}"))?;
-        let mut waiting = Vec::with_capacity(roots);
+        // The server's own memory for its requests, written before the baseline so that
+        // its pages are not charged to the acker.
+        let mut waiting: Vec<Option<ackwheel::future::TreeCompletion<u32>>> =
+            (0..roots).map(|_| None).collect();
         let Some(baseline) = rss::current() else {
             return Ok(None);
         };
         let started = Instant::now();
-        for i in 0..roots {
+        for (i, slot) in waiting.iter_mut().enumerate() {
             let (root, edge) = tree(i);
             let tree = acker
                 .track(root, edge, i as u32)
                 .map_err(|e| format!("burst phase: track {i} refused: {e}"))?;
-            waiting.push(tree);
+            *slot = Some(tree);
         }
         let fill_seconds = started.elapsed().as_secs_f64();
         filed(acker.inner())?;
         let full = rss::current().unwrap_or(0);
+        let (tables_full, wheel_full) = parts(acker.inner());
         for i in 0..roots {
             let (root, edge) = tree(i);
             acker.ack(root, edge);
         }
-        for (i, tree) in waiting.drain(..).enumerate() {
+        for (i, tree) in waiting.iter_mut().enumerate() {
+            let Some(tree) = tree.take() else {
+                return Err(format!("burst phase: tree {i} was not tracked"));
+            };
             let done = tree
                 .await
                 .map_err(|e| format!("burst phase: tree {i}: {e}"))?;
@@ -246,6 +258,8 @@ fn track(roots: usize) -> Result<Option<Burst>, String> {
         let (tables_after, wheel_after) = parts(acker.inner());
         acker.shutdown().await;
         Ok(Some(Burst {
+            tables_full,
+            wheel_full,
             tables_after,
             wheel_after,
             path: "track".into(),

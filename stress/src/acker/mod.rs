@@ -728,7 +728,9 @@ fn print_burst(b: &burst::Burst) {
         ),
     );
     println!(
-        "               the acker then held {} of tables and {} in its reaper's wheel",
+        "               the acker held {:.1} B per tree of tables and {:.1} B of its reaper's wheel at the fill, {} and {} after",
+        b.tables_full as f64 / b.roots as f64,
+        b.wheel_full as f64 / b.roots as f64,
         report::bytes(b.tables_after),
         report::bytes(b.wheel_after),
     );
