@@ -69,5 +69,10 @@ pub use expiry_queue::{ExpiryQueue, MAX_TIMEOUT};
 /// Async use on tokio (the `tokio` feature, off by default).
 #[cfg(feature = "tokio")]
 pub mod future;
+/// A tracked tree's waiter cell, for the `waiter` loom models only.
+#[cfg(loom)]
+#[doc(hidden)]
+#[path = "future/waiter.rs"]
+pub mod waiter;
 pub use rotating::{RotatingMap, TimeCacheMap};
 pub use wheel::{Advance, Expired, Iter, TimerKey, TimerWheel};

@@ -3,18 +3,22 @@
 //! ## Delivery
 //!
 //! The inner [`Acker`] carries each tree's payload in a [`Held`]: for a tree started with
-//! `track`, beside the sending half of a oneshot channel; for a tree whose completion goes
-//! to the stream, beside one permit of the buffer's semaphore. Its `on_complete` runs on
-//! whichever thread completed the tree (an acking thread, or the reaper for a timeout) and
-//! must not block or await, so it only ever does two non-blocking things: send the
-//! completion into its tree's oneshot, or push it onto the unbounded queue behind
-//! [`Completions`].
+//! `track`, a pointer to the tree's waiter cell (`waiter.rs`), which holds the payload; for
+//! a tree whose completion goes to the stream, the payload itself. Either is 16 B in the
+//! table for a `u32` payload, the size of the table's side data for any payload of 5 to
+//! 16 B. Its `on_complete` runs on whichever thread completed the tree (an acking thread,
+//! or the reaper for a timeout) and must not block or await, so it only ever does two
+//! non-blocking things: complete its tree's waiter (waking the task that awaits it), or
+//! push the completion onto the unbounded queue behind [`Completions`].
 //!
 //! ## The buffer, and why it loses nothing
 //!
 //! The queue is unbounded as a channel and bounded by the permits: a stream tree takes a
-//! permit before its init and the permit travels with the tree, then with its completion in
-//! the queue, and is given back when the consumer takes that completion. So such trees plus
+//! permit before its init, which stays taken while the tree is pending (it is forgotten,
+//! not carried: the table holds only the payload) and while its completion waits in the
+//! queue, and is given back when the consumer takes that completion, when the completion
+//! is dropped (the stream is gone), when the init is refused, or when `shutdown` hands the
+//! tree back. So such trees plus
 //! completions waiting in the queue never exceed `buffer`, the callback always has room,
 //! and back pressure lands on the inits instead: they wait (`init`) or are refused
 //! [`InitError::Full`] (`try_init`). A tracked tree takes no permit: its completion goes
@@ -38,44 +42,54 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use ::tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore, TryAcquireError};
+use ::tokio::sync::{mpsc, Semaphore, SemaphorePermit, TryAcquireError};
+
+use super::waiter::{self, Waiter};
 
 use crate::{Acker, AckerBuilder, AckerStats, Completion, ConfigError, InitError};
 
 /// A tree's payload inside the inner acker, with where its completion goes.
 enum Held<T> {
-    /// A tree started with `track`: its completion goes to its own future.
-    Tracked {
-        payload: T,
-        reply: oneshot::Sender<Completion<T>>,
-    },
-    /// A tree whose completion goes to the stream, holding its permit until the consumer
-    /// takes the completion (module docs, "The buffer").
-    Streamed {
-        payload: T,
-        permit: OwnedSemaphorePermit,
-    },
+    /// A tree started with `track`: its completion goes to its own future, through the
+    /// waiter cell that holds the payload.
+    Tracked(Waiter<T>),
+    /// A tree whose completion goes to the stream; its permit stays taken (module docs,
+    /// "The buffer").
+    Streamed(T),
 }
 
 impl<T> Held<T> {
+    /// The payload, for an init refused or a tree handed back: a tracked tree's future
+    /// then resolves to [`Closed`].
     fn into_payload(self) -> T {
         match self {
-            Held::Tracked { payload, .. } | Held::Streamed { payload, .. } => payload,
+            Held::Tracked(waiter) => waiter.into_payload(),
+            Held::Streamed(payload) => payload,
         }
     }
 }
 
-/// A completion waiting in the stream's queue, still holding its tree's permit.
+/// A completion waiting in the stream's queue; its tree's permit stays taken until the
+/// consumer takes it, or it is dropped.
 struct Queued<T> {
-    completion: Completion<T>,
-    permit: OwnedSemaphorePermit,
+    /// `Some` until taken.
+    completion: Option<Completion<T>>,
+    permits: Arc<Semaphore>,
 }
 
 impl<T> Queued<T> {
-    /// The completion, giving the permit back: the consumer has taken it.
-    fn take(self) -> Completion<T> {
-        drop(self.permit);
+    /// The completion; dropping the rest gives the permit back.
+    fn take(mut self) -> Completion<T> {
         self.completion
+            .take()
+            .expect("a queued completion is taken once")
+    }
+}
+
+impl<T> Drop for Queued<T> {
+    /// Taken, or nobody will take it (the stream was dropped): the permit goes back.
+    fn drop(&mut self) {
+        self.permits.add_permits(1);
     }
 }
 
@@ -132,6 +146,8 @@ impl<T: Send + 'static> AckerBuilder<T> {
             });
         }
         let (queue, rx) = mpsc::unbounded_channel::<Queued<T>>();
+        let permits = Arc::new(Semaphore::new(buffer));
+        let for_queue = Arc::clone(&permits);
         let deliver = move |done: Completion<Held<T>>| {
             let Completion {
                 root,
@@ -139,23 +155,23 @@ impl<T: Send + 'static> AckerBuilder<T> {
                 outcome,
                 elapsed,
             } = done;
-            let completion = |payload| Completion {
-                root,
-                payload,
-                outcome,
-                elapsed,
-            };
             match held {
-                Held::Tracked { payload, reply } => {
-                    // An error means the TreeCompletion was dropped: nobody wants this
-                    // completion, and the stream's consumer did not ask for it (`track`).
-                    let _ = reply.send(completion(payload));
-                }
-                Held::Streamed { payload, permit } => {
-                    // An error means the Completions was dropped: the completion and its
-                    // permit are dropped with it.
-                    let completion = completion(payload);
-                    let _ = queue.send(Queued { completion, permit });
+                // A TreeCompletion dropped before its tree completed: the waiter drops the
+                // payload, and the stream's consumer did not ask for it (`track`).
+                Held::Tracked(waiter) => waiter.complete(outcome, elapsed),
+                Held::Streamed(payload) => {
+                    let queued = Queued {
+                        completion: Some(Completion {
+                            root,
+                            payload,
+                            outcome,
+                            elapsed,
+                        }),
+                        permits: Arc::clone(&for_queue),
+                    };
+                    // An error means the Completions was dropped: the completion is
+                    // dropped with it, giving its permit back.
+                    let _ = queue.send(queued);
                 }
             }
         };
@@ -169,7 +185,7 @@ impl<T: Send + 'static> AckerBuilder<T> {
         };
         let acker = AsyncAcker {
             acker: inner.build()?,
-            permits: Arc::new(Semaphore::new(buffer)),
+            permits,
             buffer,
         };
         Ok((acker, Completions { rx, ended: false }))
@@ -205,7 +221,9 @@ impl<T: Send + 'static> AckerBuilder<T> {
 ///
 /// Beyond the [`Acker`]'s: per stream tree one semaphore acquire and release (an atomic
 /// each when the semaphore is not contended) and a push and pop of the stream's queue (a
-/// small allocation per block of 32); a tracked tree allocates its oneshot channel instead.
+/// small allocation per block of 32); a tracked tree allocates its waiter instead (32 B for
+/// a `u32` payload: the payload, the awaiting task's waker, the elapsed time and a state
+/// word).
 ///
 /// ```
 /// use ackwheel::{Acker, InitError, Outcome};
@@ -313,7 +331,9 @@ impl<T: Send + 'static> AsyncAcker<T> {
     /// its tree completes does not cancel the tree: the completion is dropped when it comes
     /// (payload included), silently, and the stream never sees it.
     ///
-    /// An extra cost: one oneshot channel (one allocation).
+    /// An extra cost: one allocation of 32 B for a `u32` payload (the tree's waiter, which
+    /// holds the payload and the awaiting task's waker), freed when both the tree and the
+    /// `TreeCompletion` are done.
     ///
     /// # Errors
     ///
@@ -408,11 +428,18 @@ impl<T: Send + 'static> AsyncAcker<T> {
         // First, so that no init takes a permit it would then hold in a tree shutdown has
         // already missed: the inner acker refuses those with `Shutdown` anyway.
         self.permits.close();
-        self.acker
+        let mut streamed = 0;
+        let handed_back = self
+            .acker
             .shutdown()
             .into_iter()
-            .map(|(root, held)| (root, held.into_payload()))
-            .collect()
+            .map(|(root, held)| {
+                streamed += usize::from(matches!(held, Held::Streamed(_)));
+                (root, held.into_payload())
+            })
+            .collect();
+        self.permits.add_permits(streamed);
+        handed_back
     }
 
     async fn start(
@@ -422,8 +449,8 @@ impl<T: Send + 'static> AsyncAcker<T> {
         payload: T,
         timeout: Option<Duration>,
     ) -> Result<(), InitError<T>> {
-        match Arc::clone(&self.permits).acquire_owned().await {
-            Ok(permit) => self.init_inner(root, xor, Held::Streamed { payload, permit }, timeout),
+        match self.permits.acquire().await {
+            Ok(permit) => self.init_streamed(permit, root, xor, payload, timeout),
             Err(_closed) => Err(InitError::Shutdown(payload)),
         }
     }
@@ -435,8 +462,8 @@ impl<T: Send + 'static> AsyncAcker<T> {
         payload: T,
         timeout: Option<Duration>,
     ) -> Result<(), InitError<T>> {
-        match Arc::clone(&self.permits).try_acquire_owned() {
-            Ok(permit) => self.init_inner(root, xor, Held::Streamed { payload, permit }, timeout),
+        match self.permits.try_acquire() {
+            Ok(permit) => self.init_streamed(permit, root, xor, payload, timeout),
             Err(TryAcquireError::NoPermits) => Err(InitError::Full(payload)),
             Err(TryAcquireError::Closed) => Err(InitError::Shutdown(payload)),
         }
@@ -449,13 +476,28 @@ impl<T: Send + 'static> AsyncAcker<T> {
         payload: T,
         timeout: Option<Duration>,
     ) -> Result<TreeCompletion<T>, InitError<T>> {
-        let (reply, rx) = oneshot::channel();
-        self.init_inner(root, xor, Held::Tracked { payload, reply }, timeout)?;
+        let (waiter, rx) = waiter::pair(payload);
+        self.init_inner(root, xor, Held::Tracked(waiter), timeout)?;
         Ok(TreeCompletion { root, rx })
     }
 
-    /// The init itself. A refused init hands the payload back and drops the rest of its
-    /// `Held` (a permit, a reply).
+    /// A stream tree's init with its permit: kept taken (forgotten) once the tree is in,
+    /// given back by the guard's drop if the init is refused.
+    fn init_streamed(
+        &self,
+        permit: SemaphorePermit<'_>,
+        root: u64,
+        xor: u64,
+        payload: T,
+        timeout: Option<Duration>,
+    ) -> Result<(), InitError<T>> {
+        self.init_inner(root, xor, Held::Streamed(payload), timeout)?;
+        permit.forget();
+        Ok(())
+    }
+
+    /// The init itself. A refused init hands the payload back (a tracked tree's waiter is
+    /// closed, and freed with its `TreeCompletion`, which the caller never sees).
     fn init_inner(
         &self,
         root: u64,
@@ -502,7 +544,7 @@ impl<T: Send + 'static> AsyncAcker<T> {
 /// ```
 pub struct TreeCompletion<T> {
     root: u64,
-    rx: oneshot::Receiver<Completion<T>>,
+    rx: waiter::Receiver<T>,
 }
 
 impl<T> TreeCompletion<T> {
@@ -524,9 +566,18 @@ impl<T> Future for TreeCompletion<T> {
     type Output = Result<Completion<T>, Closed>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        Pin::new(&mut self.rx)
-            .poll(cx)
-            .map(|r| r.map_err(|_| Closed))
+        let root = self.root;
+        // `TreeCompletion` is Unpin: its receiver only points to the waiter cell.
+        self.rx.poll(cx).map(|resolved| {
+            resolved
+                .map(|(payload, outcome, elapsed)| Completion {
+                    root,
+                    payload,
+                    outcome,
+                    elapsed,
+                })
+                .map_err(|()| Closed)
+        })
     }
 }
 

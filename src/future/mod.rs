@@ -28,3 +28,4 @@ mod completions;
 pub use completions::{AsyncAcker, Closed, Completions, TreeCompletion};
 mod expiry;
 pub use expiry::*;
+mod waiter;
