@@ -19,7 +19,7 @@
 //!   sleeps until its wheel's next deadline (a tick at a time while batches hold entries,
 //!   which a thread whose batch turns non-empty wakes it for), and not at all when nothing
 //!   is pending.
-//! * Tables start small and follow what is pending: they grow by half again and shrink to
+//! * Tables start small and follow what is pending: they grow by a quarter and shrink to
 //!   2/3, entries moving to the successor one group at a time while every operation goes
 //!   on; a retired table is freed after a grace period ([`batches`], "Grace periods").
 //! * `max_pending` is kept as credits in per-thread stripes ([`credits`]): a claim takes
@@ -207,7 +207,8 @@ impl<T: Send + 'static> AckerBuilder<T> {
 
     /// The most entries (initialized trees and orphans) held at once, across all shards;
     /// default 1 << 20. It is an exact upper bound, and a bound only: nothing is allocated
-    /// for it. The tables start small (64 slots each, 32 B a slot), grow by half again as
+    /// for it. The tables start small (2,048 slots each, 32 B a slot for a `u32` payload,
+    /// mapped but untouched until used), grow by a quarter as
     /// what is pending grows, up to their share of `max_pending` at a load of 4/5 (further
     /// for a root that finds no room), and shrink back after it falls. A completed tree's
     /// slot is reusable at once. Random roots fill an acker to the brim without a refusal.
@@ -401,11 +402,12 @@ impl<T: Send + 'static> AckerBuilder<T> {
 ///   [`build_manual`](AckerBuilder::build_manual) starts none: call
 ///   [`expire`](Self::expire) yourself.
 /// * **Memory**: under 1 MiB before the first tree (tables start small and grow with what
-///   is pending, then shrink after it falls); about 48 B per pending tree with a `u32`
-///   payload in a full acker at 1M pending (a 32-byte slot in tables 4/5 full, and one
-///   8-byte timer per group of four slots for trees that live past about 64 ticks),
-///   50-72 B below the brim, where tables run 1/2 to 3/4 full; larger payloads add their
-///   size.
+///   is pending, then shrink after it falls); with a `u32` payload, about 48 B per pending
+///   tree in an acker filled to its `max_pending` (a 32-byte slot in tables 4/5 full, and
+///   one 8-byte timer and a 4-byte filed tick per group of four slots for trees that live
+///   past about 64 ticks), and under 64 B at any pending count from 64k up, where tables
+///   run 3/5 to 3/4 full (`cargo run --release -p stress`, its `burst` lines). A payload
+///   of 5 to 16 B makes a slot 48 B.
 /// * **Time**: a message is a hash, a load of the root's 64-byte line and one 128-bit
 ///   compare-and-swap (no lock, no allocation); a tree that completes within about 64
 ///   ticks never reaches the reaper. Init takes the tick once, and the completing call

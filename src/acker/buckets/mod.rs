@@ -109,12 +109,14 @@ fn push_compact<T>(v: &mut Vec<T>, x: T) {
     v.push(x);
 }
 
-/// After a retain: gives back a vector's room when what it kept is under a quarter of it
-/// (a sweep after a burst may leave a bucket of a million entries' room holding a few),
-/// keeping half again what it kept, as [`push_compact`] grows it.
+/// After a retain: gives back a vector's room when what it kept is under half of it (a
+/// sweep after a burst may leave a bucket of a million entries' room holding a few, and
+/// one after a table's growth a bucket of several generations' entries holding the last
+/// one's), keeping a quarter again what it kept. Each shrink copies what is kept, at
+/// most once per sweep, which is itself O(entries).
 fn shrink_kept<T>(v: &mut Vec<T>) {
-    if v.len() < v.capacity() / 4 {
-        v.shrink_to(v.len() + v.len() / 2);
+    if v.len() < v.capacity() / 2 {
+        v.shrink_to(v.len() + v.len() / 4);
     }
 }
 

@@ -47,11 +47,26 @@ impl<T> Drop for Retired<T> {
 }
 
 impl<T: Send + 'static> Lean<T> {
-    /// The groups a table of `roots`' size grows to: half again as many (doubling left a
-    /// table that had just grown at half load, which is what a root's memory pays for),
-    /// up to `max_slots`.
+    /// The groups a table of `roots`' size grows to: a quarter again as many, up to
+    /// `max_slots`. Growth starts at 3/4 load, so a table that has just grown is 3/5 full:
+    /// 53 B of table per root with a `u32` payload at worst, which keeps a root's memory
+    /// under 64 B at any pending count (half again left 2/4 full tables, 64 B a root
+    /// before any timer). A fill moves each root about four times rather than twice.
     fn grown(&self, roots: &Roots<T>, max_slots: usize) -> usize {
-        (roots.groups() + roots.groups().div_ceil(2)).min(max_slots / GROUP_SLOTS)
+        (roots.groups() + roots.groups().div_ceil(4)).min(max_slots / GROUP_SLOTS)
+    }
+
+    /// Groups in every table generation that may hold roots (each chain's current one and
+    /// its successors): a bound on the reaper's live group timers.
+    pub(super) fn groups_in_use(&self) -> usize {
+        let _active = self.batches.enter();
+        let mut groups = 0;
+        for table in self.tables.iter() {
+            // Safety: inside the operation `_active` marks.
+            let current = unsafe { table.current() };
+            groups += chain(current).map(Roots::groups).sum::<usize>();
+        }
+        groups
     }
 
     /// Helps the oldest migration in `roots`'s chain (`roots` is `table`'s current
@@ -129,7 +144,7 @@ impl<T: Send + 'static> Lean<T> {
     }
 
     /// An operation found no room for its root in the last generation of `roots`'s chain:
-    /// that generation gets a successor half again its size, up to `room_table_slots` (past
+    /// that generation gets a successor a quarter larger, up to `room_table_slots` (past
     /// the size load alone grows a table to: a root whose probe window is full in a table
     /// that is not must not be refused below `max_pending`). `false` when it is that large
     /// (the operation is refused) or the acker is shutting down.
@@ -139,7 +154,7 @@ impl<T: Send + 'static> Lean<T> {
             return false;
         };
         // Past the size load grows a table to, a table is near the brim by design: a
-        // step of an eighth makes room for the clustered window without the half again.
+        // step of an eighth makes room for the clustered window without the quarter.
         let groups = if last.slots() < self.max_table_slots {
             self.grown(last, self.max_table_slots)
         } else {

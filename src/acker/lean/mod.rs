@@ -51,8 +51,9 @@
 //! follow what is pending (`growth.rs`, `tables.rs`, `roots/migrate.rs`): a claim that
 //! lands far from its home, or finds no room, reports its table crowded, and when the
 //! pending count per table is over 3/4 of its slots (or there was no room at all) the
-//! table starts moving to one half again its size (not twice: a table that has just
-//! doubled sits at half load, and a root's memory pays for that); every operation on it
+//! table starts moving to one a quarter larger (not twice, nor half again: a table that
+//! has just grown sits at 3/5 load rather than 3/8 or 1/2, and a root's memory pays for
+//! that load, at most 53 B of table per root with a `u32` payload); every operation on it
 //! moves a group before its own work, and the reaper finishes what is left. The reaper
 //! also shrinks a table to 2/3 of its groups once its load stayed under 1/8, and frees
 //! retired generations after their grace period. Load grows a table up to its share of

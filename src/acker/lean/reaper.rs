@@ -18,13 +18,14 @@
 //! An entry whose group's trees all completed stays in the wheel until it comes due
 //! (nothing cancels it: the completer never touches the reaper's structures), and so does
 //! the later entry of a group that a registration filed earlier (`timers.rs`, *stale*).
-//! When the wheel holds more entries than roots are pending (plus [`SWEEP_SLACK`]) the pass
-//! sweeps it, keeping each group's named entry (and earlier ones) while the group has a
-//! root, and giving back the room of buckets it leaves mostly empty. The live entries are
-//! about a third of the pending roots (one per group), so a sweep comes only after about
-//! twice as many dead entries as it keeps have gathered: each costs O(1) amortized, and
-//! the wheel stays within one entry per pending root (a table's growth, which files every
-//! moved root again in its successor, leaves a dead entry per root it moves).
+//! The live entries are at most one per group in use (a group of the tables' current
+//! generations or their successors) and one per pending root. When the wheel holds half
+//! again that bound (plus [`SWEEP_SLACK`]) the pass sweeps it, keeping each group's named
+//! entry (and earlier ones) while the group has a root, and giving back the room of
+//! buckets it leaves mostly empty. A sweep thus comes only after dead entries number half
+//! the bound on live ones: each costs O(1) amortized, and the wheel stays within about 1.5
+//! entries per group in use (a table's growth, which files every moved group again in its
+//! successor, leaves a dead entry per group it moves).
 //!
 //! ## Sleeping
 //!
@@ -50,7 +51,7 @@ use crate::sync::Ordering;
 use std::sync::Arc;
 use std::thread;
 
-/// Entries the wheel may hold beyond the pending count before a sweep.
+/// Entries the wheel may hold beyond its bound (module docs) before a sweep.
 const SWEEP_SLACK: usize = 4096;
 
 /// The reaper's wheel, its groups' filed ticks and its scratch vectors.
@@ -113,6 +114,35 @@ impl Wheel {
         self.filed.filed(table, gen, group, |t| full_near(now, t))
     }
 
+    /// The sweep (module docs), when the wheel holds more than `live` (a bound on its live
+    /// entries) by an eighth and [`SWEEP_SLACK`].
+    fn sweep_if_crowded<T: Send + 'static>(&mut self, lean: &Lean<T>, live: usize) {
+        if self.buckets.len() <= live + live / 8 + SWEEP_SLACK {
+            return;
+        }
+        let now = self.now;
+        let Wheel { buckets, filed, .. } = self;
+        buckets.retain_filed(|tick, timer| match lean.group_state(timer) {
+            // Entries after the group's named one are covered by it (`timers.rs`);
+            // earlier ones, one waiting for the next advance, or any when nothing reads as
+            // named, are kept.
+            Some((at, true)) => {
+                match (
+                    tick,
+                    filed.filed(at.table, at.gen, at.group, |t| full_near(now, t)),
+                ) {
+                    (Some(tick), Some(named)) => tick <= named,
+                    _ => true,
+                }
+            }
+            Some((at, false)) => {
+                filed.clear(at.table, at.gen, at.group);
+                false
+            }
+            None => false, // an older generation's: its roots moved, with timers of their own
+        });
+    }
+
     fn push(&mut self, decision: File, timer: GroupTimer) {
         if let File::At(tick) = decision {
             self.buckets.push(tick, timer);
@@ -142,6 +172,8 @@ pub(super) fn run_once<T: Send + 'static>(lean: &Lean<T>, everything: bool) -> P
     // The anchor first (`anchor.rs`), outside the wheel's lock: after a stall, a
     // re-anchoring.
     lean.advance_anchor(clock);
+    // The sweep's bound (module docs), read outside the wheel's lock.
+    let groups_in_use = lean.groups_in_use();
     {
         let mut wheel = lean.reaper.lock().unwrap_or_else(|e| e.into_inner());
         let wheel = &mut *wheel;
@@ -153,6 +185,11 @@ pub(super) fn run_once<T: Send + 'static>(lean: &Lean<T>, everything: bool) -> P
         let mut collected = std::mem::take(&mut wheel.collected);
         lean.batches.collect(now32, everything, &mut collected);
         pass.worked |= !collected.is_empty();
+        // Before filing: a growth's hand-off files every moved group again, and the dead
+        // entries of the generations it left are best gone before the wheel's vectors
+        // grow for the new ones.
+        let live = lean.pending().min(groups_in_use);
+        wheel.sweep_if_crowded(lean, live);
         for entry in collected.drain(..) {
             file(lean, wheel, entry);
         }
@@ -212,30 +249,10 @@ pub(super) fn run_once<T: Send + 'static>(lean: &Lean<T>, everything: bool) -> P
         // A burst (a million trees handed over at once) must not keep its scratch space.
         trim(&mut wheel.collected);
         trim(&mut wheel.due);
-        // Entries of trees completed after their hand-off wait for their deadlines; once
-        // they outnumber what is pending (plus some), a sweep drops them (module docs).
-        if wheel.buckets.len() > lean.pending() + SWEEP_SLACK {
-            let Wheel { buckets, filed, .. } = wheel;
-            buckets.retain_filed(|tick, timer| match lean.group_state(timer) {
-                // Entries after the group's named one are covered by it (`timers.rs`);
-                // earlier ones, one waiting for the next advance, or any when nothing reads
-                // as named, are kept.
-                Some((at, true)) => {
-                    match (
-                        tick,
-                        filed.filed(at.table, at.gen, at.group, |t| full_near(now, t)),
-                    ) {
-                        (Some(tick), Some(named)) => tick <= named,
-                        _ => true,
-                    }
-                }
-                Some((at, false)) => {
-                    filed.clear(at.table, at.gen, at.group);
-                    false
-                }
-                None => false, // an older generation's: its roots moved, with timers of their own
-            });
-        }
+        // Entries of trees completed after their hand-off, and of groups that moved to a
+        // successor, wait for their deadlines; once they crowd the wheel, a sweep drops
+        // them (module docs).
+        wheel.sweep_if_crowded(lean, live);
     }
 
     // Outside the lock: `on_complete` may call back into the acker, even `expire`.

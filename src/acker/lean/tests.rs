@@ -625,3 +625,47 @@ fn ticks_as_durations_are_exact_past_u64_nanoseconds() {
         }
     }
 }
+
+/// Memory follows a growing fill: wherever no migration is under way, the tables hold at
+/// most 54 B and the reaper's wheel (its vectors' room and the groups' filed ticks) at most
+/// 8 B per pending root with a `u32` payload, once 64k roots are pending. A table grows by a
+/// quarter at 3/4 load (so it is at least 3/5 full after), and the dead entries of the
+/// groups a growth moved are swept before their vectors keep the room.
+#[test]
+fn memory_per_root_stays_bounded_while_the_tables_grow() {
+    let clock = ManualClock::new(0);
+    let (acker, _log) = manual(&clock, 1 << 20);
+    let roots: u64 = if cfg!(miri) { 3_000 } else { 400_000 };
+    let from = if cfg!(miri) { 1_000 } else { 1 << 16 };
+    let mut checked = 0;
+    for i in 0..roots {
+        acker
+            .init(i.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1, 1, 0)
+            .unwrap();
+        if (i + 1) % 4_096 != 0 {
+            continue;
+        }
+        // Past the hand-off age, so the pass files every root's group with the reaper.
+        clock.advance(Duration::from_millis(100));
+        acker.expire();
+        let pending = acker.pending();
+        let [current, successors, retired, wheel] = acker.memory_parts();
+        if pending < from || successors > 0 || retired > 0 {
+            continue;
+        }
+        let per = |bytes: usize| bytes as f64 / pending as f64;
+        assert!(
+            per(current) <= 55.0,
+            "{:.1} B of tables per root at {pending} pending",
+            per(current)
+        );
+        assert!(
+            per(wheel) <= 8.0,
+            "{:.1} B of wheel per root at {pending} pending",
+            per(wheel)
+        );
+        checked += 1;
+    }
+    assert!(checked > 10, "only {checked} checks without a migration");
+    acker.shutdown();
+}

@@ -12,12 +12,23 @@
 //!
 //! The paths:
 //!
-//! * **plain**: `Acker<u32>` (`build`), `init`, then one `ack` per tree.
+//! * **plain**: `Acker<u32>` (`build`), `init`, then one `ack` per tree. The fill also
+//!   reads RSS at each power of two of trees pending from 64k (once the reaper has filed
+//!   their timers): memory per tree as pending grows, tables growing with it.
+//! * **full**: the same with `max_pending` set to the burst's size: an acker filled to its
+//!   bound.
 //! * **track**: `AsyncAcker<u32>` (`build_async`) on a current-thread tokio runtime,
 //!   `track` per tree (its `TreeCompletion` kept in a vector written before the baseline,
 //!   as a server's tasks would hold them), then one `ack` per tree and every future
 //!   awaited. Everything the crate allocates per request is in the figure: the
 //!   tables, the timers and the waiter.
+//! * **dashmap**: the peer a tokio user would write instead, in the same way:
+//!   `DashMap<u64, (u64, oneshot::Sender<Outcome>)>` (default hasher), an insert and a
+//!   oneshot per request, its receiver kept in a vector written before the baseline (its
+//!   `tokio::time::timeout` would live in the request's future, as a `TreeCompletion`
+//!   does), then each ack XORed in under the shard's lock, the entry removed and the
+//!   outcome sent at 0, and every receiver awaited. No timer, so the peer's figure is a
+//!   floor for it.
 
 use std::time::{Duration, Instant};
 
@@ -58,7 +69,17 @@ pub(crate) struct Burst {
     pub(crate) wheel_full: u64,
     pub(crate) tables_after: u64,
     pub(crate) wheel_after: u64,
+    /// RSS growth per pending tree at each power of two from 64k during the fill, and at
+    /// its end (each read once the reaper has filed every pending tree's timer): `(trees
+    /// pending, bytes per tree, of which tables, of which the reaper's wheel)`. Plain
+    /// paths only.
+    pub(crate) curve: Vec<(usize, f64, f64, f64)>,
+    /// The acker's `max_pending`.
+    pub(crate) max_pending: usize,
 }
+
+/// The first pending count at which the fill's curve is read.
+const CURVE_FROM: usize = 1 << 16;
 
 /// The acker's tables (every generation) and wheel, in bytes.
 fn parts<T: Send + 'static>(acker: &Acker<T>) -> (u64, u64) {
@@ -69,7 +90,7 @@ fn parts<T: Send + 'static>(acker: &Acker<T>) -> (u64, u64) {
 /// Runs both paths, each in a child process. `None` for a path whose RSS is unreadable.
 pub(crate) fn run(roots: usize) -> Result<Vec<Burst>, String> {
     let mut out = Vec::new();
-    for path in ["plain", "track"] {
+    for path in ["plain", "full", "track", "dashmap"] {
         let exe = std::env::current_exe().map_err(|e| format!("burst phase: {e}"))?;
         let child = std::process::Command::new(exe)
             .env(BURST_ENV, format!("{path},{roots}"))
@@ -101,10 +122,12 @@ pub(crate) fn burst_child(spec: &str) -> std::process::ExitCode {
         .split_once(',')
         .and_then(|(path, roots)| Some((path, roots.parse().ok()?)));
     let result = match parsed {
-        Some(("plain", roots)) => plain(roots),
+        Some(("plain", roots)) => plain(roots, DEFAULT_MAX_PENDING),
+        Some(("full", roots)) => plain(roots, roots),
         Some(("track", roots)) => track(roots),
+        Some(("dashmap", roots)) => dashmap_oneshot(roots),
         _ => Err(format!(
-            "{BURST_ENV}: expected `plain|track,roots`, got {spec:?}"
+            "{BURST_ENV}: expected `plain|full|track|dashmap,roots`, got {spec:?}"
         )),
     };
     match result {
@@ -166,23 +189,48 @@ fn watch(baseline: u64) -> (u64, Option<f64>) {
     (held_after_2s.unwrap_or(held), back_after)
 }
 
-fn plain(roots: usize) -> Result<Option<Burst>, String> {
+/// The builder's default `max_pending`.
+const DEFAULT_MAX_PENDING: usize = 1 << 20;
+
+/// `init` and `ack` on an `Acker<u32>` with `max_pending`: the default one (`plain`), or
+/// one whose bound is the burst itself (`full`: the acker filled to its brim).
+fn plain(roots: usize, max_pending: usize) -> Result<Option<Burst>, String> {
     let acker: Acker<u32> = Acker::builder()
         .timeout(TIMEOUT)
+        .max_pending(max_pending)
         .build()
         .map_err(|e| format!("burst phase: {e}"))?;
     let Some(baseline) = rss::current() else {
         return Ok(None);
     };
-    let started = Instant::now();
-    for i in 0..roots {
-        let (root, edge) = tree(i);
-        acker
-            .init(root, edge, i as u32)
-            .map_err(|e| format!("burst phase: init {i} refused: {e}"))?;
+    let mut fill_seconds = 0.0;
+    let mut curve = Vec::new();
+    let points = std::iter::successors(Some(CURVE_FROM), |p| p.checked_mul(2))
+        .take_while(|&p| p < roots)
+        .chain([roots]);
+    let mut done = 0;
+    for next in points {
+        let started = Instant::now();
+        for i in done..next {
+            let (root, edge) = tree(i);
+            acker
+                .init(root, edge, i as u32)
+                .map_err(|e| format!("burst phase: init {i} refused: {e}"))?;
+        }
+        fill_seconds += started.elapsed().as_secs_f64();
+        done = next;
+        // Not counted in the fill's time: the reaper files the timers meanwhile.
+        filed(&acker)?;
+        let rss = rss::current().unwrap_or(0);
+        let (tables, wheel) = parts(&acker);
+        let per = |bytes: u64| bytes as f64 / done as f64;
+        curve.push((
+            done,
+            per(rss.saturating_sub(baseline)),
+            per(tables),
+            per(wheel),
+        ));
     }
-    let fill_seconds = started.elapsed().as_secs_f64();
-    filed(&acker)?;
     let full = rss::current().unwrap_or(0);
     let (tables_full, wheel_full) = parts(&acker);
     for i in 0..roots {
@@ -201,12 +249,19 @@ fn plain(roots: usize) -> Result<Option<Burst>, String> {
         wheel_full,
         tables_after,
         wheel_after,
-        path: "plain".into(),
+        path: if max_pending == roots {
+            "full"
+        } else {
+            "plain"
+        }
+        .into(),
         roots,
         bytes_per_tree: full.saturating_sub(baseline) as f64 / roots as f64,
         fill_seconds,
         held_after_2s,
         back_after,
+        curve,
+        max_pending,
     }))
 }
 
@@ -268,6 +323,72 @@ fn track(roots: usize) -> Result<Option<Burst>, String> {
             fill_seconds,
             held_after_2s,
             back_after,
+            curve: Vec::new(),
+            max_pending: DEFAULT_MAX_PENDING,
+        }))
+    })
+}
+
+/// The hand-written peer (module docs): a DashMap of XORs and oneshot senders.
+fn dashmap_oneshot(roots: usize) -> Result<Option<Burst>, String> {
+    use ackwheel::Outcome;
+    use tokio::sync::oneshot;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("burst phase: a tokio runtime: {e}"))?;
+    runtime.block_on(async {
+        let map: dashmap::DashMap<u64, (u64, oneshot::Sender<Outcome>)> = dashmap::DashMap::new();
+        let mut waiting: Vec<Option<oneshot::Receiver<Outcome>>> =
+            (0..roots).map(|_| None).collect();
+        let Some(baseline) = rss::current() else {
+            return Ok(None);
+        };
+        let started = Instant::now();
+        for (i, slot) in waiting.iter_mut().enumerate() {
+            let (root, edge) = tree(i);
+            let (tx, rx) = oneshot::channel();
+            map.insert(root, (edge, tx));
+            *slot = Some(rx);
+        }
+        let fill_seconds = started.elapsed().as_secs_f64();
+        let full = rss::current().unwrap_or(0);
+        for i in 0..roots {
+            let (root, edge) = tree(i);
+            let done = map.get_mut(&root).is_some_and(|mut e| {
+                e.0 ^= edge;
+                e.0 == 0
+            });
+            if let Some((_, (_, tx))) = done.then(|| map.remove(&root)).flatten() {
+                let _ = tx.send(Outcome::Acked);
+            }
+        }
+        for (i, rx) in waiting.iter_mut().enumerate() {
+            let outcome = match rx.take() {
+                Some(rx) => rx
+                    .await
+                    .map_err(|e| format!("burst phase: request {i}: {e}"))?,
+                None => return Err(format!("burst phase: request {i} was not started")),
+            };
+            if outcome != Outcome::Acked {
+                return Err(format!("burst phase: request {i} {outcome:?}"));
+            }
+        }
+        let (held_after_2s, back_after) = watch(baseline);
+        drop(map);
+        Ok(Some(Burst {
+            tables_full: 0,
+            wheel_full: 0,
+            tables_after: 0,
+            wheel_after: 0,
+            path: "dashmap".into(),
+            roots,
+            bytes_per_tree: full.saturating_sub(baseline) as f64 / roots as f64,
+            fill_seconds,
+            held_after_2s,
+            back_after,
+            curve: Vec::new(),
+            max_pending: 0,
         }))
     })
 }

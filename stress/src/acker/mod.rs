@@ -716,10 +716,11 @@ fn print_footprint(f: &footprint::Footprint) {
 /// A burst line: memory per tree in flight, and how soon it came back.
 fn print_burst(b: &burst::Burst) {
     println!(
-        "  burst {:<6} {:.1} B per tree in flight ({} trees, default acker, real clock and reaper, timeout 600 s; filled in {}); after completing them: {} above the baseline at 2 s, {}",
+        "  burst {:<6} {:.1} B per tree in flight ({} trees, max_pending {}, real clock and reaper, timeout 600 s; filled in {}); after completing them: {} above the baseline at 2 s, {}",
         b.path,
         b.bytes_per_tree,
         report::si(b.roots as f64),
+        report::si(b.max_pending as f64),
         report::duration_us(b.fill_seconds * 1e6),
         report::bytes(b.held_after_2s),
         b.back_after.map_or(
@@ -734,6 +735,22 @@ fn print_burst(b: &burst::Burst) {
         report::bytes(b.tables_after),
         report::bytes(b.wheel_after),
     );
+    if let Some(worst) = b.curve.iter().map(|&(_, per, ..)| per).reduce(f64::max) {
+        let points: Vec<String> = b
+            .curve
+            .iter()
+            .map(|&(n, per, tables, wheel)| {
+                format!(
+                    "{} {per:.1} ({tables:.1} + {wheel:.1})",
+                    report::si(n as f64)
+                )
+            })
+            .collect();
+        println!(
+            "               B per tree as the fill grew (tables + wheel): {} (most {worst:.1})",
+            points.join(", ")
+        );
+    }
 }
 
 /// The growth lines: each row's operations, with the migrations started during it.
