@@ -7,7 +7,7 @@
 //! |---|---|---|
 //! | [`Clock`] | — | wrapping `u64` nanoseconds; [`MonotonicClock`], [`ManualClock`] |
 //! | [`TimerWheel`] | Caffeine `TimerWheel` | single-owner hierarchical wheel: O(1) schedule / reschedule / cancel, cascading `advance` |
-//! | [`Acker`] | Storm acker + spout pending map | lock-free tables of 16-byte root words (key, state and XOR value, changed by one 128-bit CAS) that grow and shrink with what is pending; lazy timers; one reaper thread. Edge ids from [`edge_id`] |
+//! | [`Acker`] | Storm acker + spout pending map | tracks trees of work by root: init with the XOR of the edges, ack each edge, and each tree completes once (`Acked`, `Failed`, `TimedOut`) on the thread that finished it; no lock on any message, memory that follows what is pending, one reaper thread. Edge ids from [`edge_id`] |
 //! | [`ExpiryQueue`] | ZooKeeper `ExpiryQueue` | concurrent interval buckets keyed by `(t / I + 1) * I`, an atomic next-expiration time advanced by CAS; `update` / `touch` / `remove` / `poll` / `wait_time`, each element returned exactly once; `wait` (and `wait_async`) until a bucket is due, `close` |
 //! | [`RotatingMap`], [`TimeCacheMap`] | Storm | rotating generations of maps; `TimeCacheMap` rotates itself on a cleaner thread and calls back outside its lock |
 //!
@@ -15,7 +15,7 @@
 //! must all report back or time out; the `ExpiryQueue` for many sessions touched from many
 //! threads and expired a bucket at a time; the `TimerWheel` for timers inside an event loop
 //! you own; `RotatingMap` / `TimeCacheMap` for Storm-shaped code. With the `tokio` feature,
-//! the `tokio` module awaits trees, streams completions and drives expiry from a task.
+//! the `future` module awaits trees, streams completions and drives expiry from a task.
 //!
 //! ## Time
 //!

@@ -410,10 +410,10 @@ impl<T: Send + 'static> AckerBuilder<T> {
 ///   of 5 to 16 B makes a slot 48 B.
 /// * **Time**: a message is a hash, a load of the root's 64-byte line and one 128-bit
 ///   compare-and-swap (no lock, no allocation); a tree that completes within about 64
-///   ticks never reaches the reaper. Init takes the tick once, and the completing call
-///   once more for `elapsed`: with the default clock on an x86-64 Linux machine whose
-///   kernel keeps time on an invariant TSC, each is a read of the CPU's counter (about
-///   9 ns) rather than of the clock (about 25), and the tick is never behind the clock's.
+///   ticks never reaches the reaper.
+///
+/// How it works inside (the tables, the timers, time, the protocols and their loom
+/// models) is one page: `docs/how-it-works.md` in the repository.
 ///
 /// # Naming the payload type
 ///
