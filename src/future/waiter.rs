@@ -33,9 +33,11 @@
 //!   registration is under way, it leaves the slot alone, and the receiver, which finds
 //!   `DONE` or `CLOSED` when it clears `REGISTERING`, returns ready without waiting. A
 //!   waker still in the slot when the cell is freed is dropped with it.
-//! * **The cell** is freed by whichever side clears the last of `WAITER` and `RECEIVER`;
-//!   each side's clearing is an AcqRel RMW, so the freeing side's accesses come after
-//!   everything the other side did.
+//! * **The cell** is freed by whichever side lets go last: a side that finds the other's
+//!   bit already clear (with an Acquire load or RMW, which sees the other side's clearing
+//!   AcqRel RMW) frees it without clearing its own, so the freeing side's accesses come
+//!   after everything the other side did. A tree that completes before its future is first
+//!   polled costs one RMW on the tree's side and none on the caller's.
 //!
 //! Neither side ever waits for the other: the waiter's two RMWs and the receiver's
 //! registration are each a bounded number of steps.
@@ -177,23 +179,53 @@ impl<T> Waiter<T> {
     /// wakes the receiver's task, and lets go of the cell.
     fn end(&self, ending: u32) {
         let cell = self.cell();
+        // Acquire: a receiver that let go published its last accesses with its RMW.
+        let mut state = cell.state.load(Ordering::Acquire);
+        loop {
+            if state & RECEIVER == 0 {
+                // Nobody will read the completion, and RECEIVER never comes back: the
+                // cell is this waiter's alone.
+                if ending & DONE != 0 {
+                    // Safety: the payload is still the waiter's: it was never handed over
+                    // to a receiver, which is gone.
+                    cell.payload
+                        .with_mut(|p| unsafe { std::ptr::drop_in_place((*p).as_mut_ptr()) });
+                }
+                // Safety: RECEIVER is clear, seen with Acquire: no one else touches the
+                // cell again.
+                unsafe { free(self.cell, state) };
+                return;
+            }
+            if state & (WAKER | REGISTERING) != 0 {
+                break; // a waker to take, or a registration under way: two steps, below
+            }
+            // No waker yet (a tree completed before its future was first polled): end the
+            // tree and let go of the cell in one exchange; the receiver frees it.
+            // AcqRel: Release publishes the elapsed time and the payload's ownership to
+            // the receiver, and this side's accesses before it frees the cell.
+            match cell.state.compare_exchange_weak(
+                state,
+                (state | ending) & !WAITER,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return,
+                Err(actual) => state = actual,
+            }
+        }
         // AcqRel: Release publishes the elapsed time (and, with DONE, the payload's
         // ownership) to a receiver that sees the bit with Acquire; Acquire takes the waker
         // a receiver published when it cleared REGISTERING.
         let before = cell.state.fetch_or(ending, Ordering::AcqRel);
         if before & RECEIVER == 0 {
-            // Nobody will read the completion.
+            // The receiver let go since the load: as at the top of the loop.
             if ending & DONE != 0 {
-                // Safety: the payload is still the waiter's: it had not been handed over
-                // to a receiver, which is gone.
+                // Safety: as at the top of the loop.
                 cell.payload
                     .with_mut(|p| unsafe { std::ptr::drop_in_place((*p).as_mut_ptr()) });
             }
-            // AcqRel: as below; with RECEIVER clear this is the last RMW on the cell.
-            let last = cell.state.fetch_and(!WAITER, Ordering::AcqRel);
-            // Safety: RECEIVER is clear, and this RMW cleared WAITER: no one else touches
-            // the cell.
-            unsafe { free(self.cell, last & !WAITER) };
+            // Safety: RECEIVER is clear, seen by an AcqRel RMW: the cell is ours alone.
+            unsafe { free(self.cell, before) };
             return;
         }
         let waker = (before & (WAKER | REGISTERING) == WAKER).then(|| {
@@ -332,7 +364,8 @@ impl<T> Receiver<T> {
 impl<T> Drop for Receiver<T> {
     fn drop(&mut self) {
         let cell = self.cell();
-        // Acquire: as in `poll`.
+        // Acquire: as in `poll`; and a waiter that let go published its last accesses with
+        // its RMW.
         let mut state = cell.state.load(Ordering::Acquire);
         loop {
             if state & DONE != 0 && !self.ended {
@@ -343,22 +376,25 @@ impl<T> Drop for Receiver<T> {
                 cell.payload
                     .with_mut(|p| unsafe { std::ptr::drop_in_place((*p).as_mut_ptr()) });
             }
-            // AcqRel: Release orders our accesses before a waiter that frees the cell;
-            // Acquire orders the waiter's before our free. A failure (the waiter set DONE
-            // or cleared its bits meanwhile) goes round again.
+            if state & WAITER == 0 {
+                // The waiter let go (WAITER never comes back): the cell is ours alone.
+                // Safety: WAITER is clear, seen with Acquire; this receiver is the other
+                // holder and is going.
+                unsafe { free(self.cell, state) };
+                return;
+            }
+            // AcqRel: Release orders our accesses before the waiter, which frees the cell
+            // now; Acquire as the load. A failure (the waiter set DONE or let go
+            // meanwhile) goes round again.
             match cell.state.compare_exchange_weak(
                 state,
                 state & !RECEIVER,
                 Ordering::AcqRel,
                 Ordering::Acquire,
             ) {
-                Ok(_) => break,
+                Ok(_) => return,
                 Err(actual) => state = actual,
             }
-        }
-        if state & WAITER == 0 {
-            // Safety: this exchange cleared the last of WAITER and RECEIVER.
-            unsafe { free(self.cell, state & !RECEIVER) };
         }
     }
 }
