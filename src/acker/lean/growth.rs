@@ -27,6 +27,12 @@ const LOOK_AT_LOAD_NS: u64 = 100_000_000;
 /// back ([`Lean::give_back_memory`]): below it, what a burst leaves is under a few MiB.
 const GIVE_BACK_FROM: usize = 1 << 16;
 
+/// Heap bytes the reaper's structures release (sweeps, trimmed scratch vectors, pruned
+/// filed ticks) before the allocator is asked to give memory back
+/// ([`Lean::give_back_memory`]): a growing acker releases about a fifth of its wheel's
+/// size at each growth.
+const GIVE_BACK_RELEASED: usize = 1 << 18;
+
 /// A generation retired by a promotion, freed (dropped) once its grace period is over.
 pub(super) struct Retired<T> {
     roots: NonNull<Roots<T>>,
@@ -292,21 +298,26 @@ impl<T: Send + 'static> Lean<T> {
         due
     }
 
-    /// After a pass: once what is pending has fallen to under a quarter of its peak (of at
-    /// least [`GIVE_BACK_FROM`] roots) and the tables have settled (no migration, no
-    /// generation waiting to be freed, none waiting to shrink), asks the allocator to give
-    /// its free memory back to the system.
+    /// After a pass: asks the allocator to give its free memory back to the system once
+    /// what is pending has fallen to under a quarter of its peak (of at least
+    /// [`GIVE_BACK_FROM`] roots) and the tables have settled (no migration, no generation
+    /// waiting to be freed, none waiting to shrink), or once the reaper's own structures
+    /// have released [`GIVE_BACK_RELEASED`] bytes since the last time (`released` is this
+    /// pass's share). Returns the released bytes not yet given back.
     ///
     /// The tables are mapped directly and go back when freed, but what a burst of trees
     /// allocated on the heap (the reaper's wheel and filed ticks, the threads' batches, the
     /// payloads' own allocations, an async caller's waiters) goes back to glibc's arenas,
     /// which keep it: a small block left near the top of an arena holds every free page
-    /// below it, and the burst's memory stays in the process's RSS for as long as it runs
-    /// (measured: 2-6 MiB after a million plain trees, 100 MiB after a million tracked
-    /// ones). `malloc_trim` returns the free pages of every arena. It runs on the reaper's
-    /// thread, once per burst, and costs a walk of the arenas' free lists (well under a
-    /// millisecond here). Other allocators, and other systems, have no such call: nothing.
-    pub(super) fn give_back_memory(&self, now: Tick) {
+    /// below it, and once a large block has been freed glibc serves blocks of that size
+    /// from its arenas rather than from mappings of their own. So the burst's memory stays
+    /// in the process's RSS for as long as it runs (measured: 2-6 MiB after a million plain
+    /// trees, 100 MiB after a million tracked ones), and a growing acker's replaced wheel
+    /// vectors add a few bytes to every root's RSS while the tables grow. `malloc_trim`
+    /// returns the free pages of every arena. It runs on the reaper's thread, at most once
+    /// a pass, and costs a walk of the arenas' free lists (well under a millisecond here).
+    /// Other allocators, and other systems, have no such call: nothing.
+    pub(super) fn give_back_memory(&self, now: Tick, released: usize) -> usize {
         let pending = self.pending();
         // Relaxed (both): only passes, which the reaper's lock serializes, touch it.
         let peak = self.peak_pending.load(Ordering::Relaxed).max(pending);
@@ -317,8 +328,14 @@ impl<T: Send + 'static> Lean<T> {
         if peak >= GIVE_BACK_FROM && pending < peak / 4 && settled() {
             self.peak_pending.store(pending, Ordering::Relaxed);
             crate::sync::give_back_free_memory();
+            0
+        } else if released >= GIVE_BACK_RELEASED {
+            self.peak_pending.store(peak, Ordering::Relaxed);
+            crate::sync::give_back_free_memory();
+            0
         } else {
             self.peak_pending.store(peak, Ordering::Relaxed);
+            released
         }
     }
 

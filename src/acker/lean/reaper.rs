@@ -66,6 +66,9 @@ pub(super) struct Wheel {
     clock: u64,
     collected: Vec<Entry>,
     due: Vec<GroupTimer>,
+    /// Heap bytes the sweeps and scratch trims gave back to the allocator since it was
+    /// last asked to return free memory to the system (`Lean::give_back_memory`).
+    released: usize,
 }
 
 impl Wheel {
@@ -77,6 +80,7 @@ impl Wheel {
             clock: now,
             collected: Vec::new(),
             due: Vec::new(),
+            released: 0,
         }
     }
 
@@ -120,6 +124,13 @@ impl Wheel {
         if self.buckets.len() <= live + live / 8 + SWEEP_SLACK {
             return;
         }
+        let before = self.buckets.heap_bytes() + self.filed.heap_bytes();
+        self.sweep(lean);
+        let after = self.buckets.heap_bytes() + self.filed.heap_bytes();
+        self.released += before.saturating_sub(after);
+    }
+
+    fn sweep<T: Send + 'static>(&mut self, lean: &Lean<T>) {
         let now = self.now;
         let Wheel { buckets, filed, .. } = self;
         buckets.retain_filed(|tick, timer| match lean.group_state(timer) {
@@ -247,8 +258,14 @@ pub(super) fn run_once<T: Send + 'static>(lean: &Lean<T>, everything: bool) -> P
         }
         wheel.due = due;
         // A burst (a million trees handed over at once) must not keep its scratch space.
+        let scratch = |w: &Wheel| {
+            w.collected.capacity() * std::mem::size_of::<Entry>()
+                + w.due.capacity() * std::mem::size_of::<GroupTimer>()
+        };
+        let before = scratch(wheel);
         trim(&mut wheel.collected);
         trim(&mut wheel.due);
+        wheel.released += before - scratch(wheel);
         // Entries of trees completed after their hand-off, and of groups that moved to a
         // successor, wait for their deadlines; once they crowd the wheel, a sweep drops
         // them (module docs).
@@ -263,19 +280,29 @@ pub(super) fn run_once<T: Send + 'static>(lean: &Lean<T>, everything: bool) -> P
     // The filed ticks of generations that left their tables' chains, this pass's
     // promotions included: the pass that shrinks a burst's tables may be the last for a
     // long time, and a large generation's ticks are 4 B a group.
-    {
+    let released = {
         let mut wheel = lean.reaper.lock().unwrap_or_else(|e| e.into_inner());
+        let before = wheel.filed.heap_bytes();
         for table in 0..wheel.filed.tables() {
             lean.prune_filed(table, &mut wheel.filed);
         }
-    }
+        wheel.released += before.saturating_sub(wheel.filed.heap_bytes());
+        std::mem::take(&mut wheel.released)
+    };
     pass.delivered = timed_out.len();
     lean.deliver_timeouts(timed_out, clock, active.open);
     drop(active);
     // Out of the operation: the generations this pass retired wait for no one but other
     // threads now (the pass itself was one of those their grace periods waited for).
     lean.free_retired();
-    lean.give_back_memory(now as Tick);
+    let kept = lean.give_back_memory(now as Tick, released);
+    if kept > 0 {
+        // Not given back yet: counted again at the next pass.
+        lean.reaper
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .released += kept;
+    }
     pass
 }
 
