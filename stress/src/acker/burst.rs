@@ -265,12 +265,16 @@ fn plain(roots: usize, max_pending: usize) -> Result<Option<Burst>, String> {
     }))
 }
 
-fn track(roots: usize) -> Result<Option<Burst>, String> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
+/// The async paths' runtime: one thread, as the fill and the acks are one task's.
+fn runtime() -> Result<tokio::runtime::Runtime, String> {
+    tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .map_err(|e| format!("burst phase: a tokio runtime: {e}"))?;
-    runtime.block_on(async {
+        .map_err(|e| format!("burst phase: a tokio runtime: {e}"))
+}
+
+fn track(roots: usize) -> Result<Option<Burst>, String> {
+    runtime()?.block_on(async {
         let (acker, _completions) = Acker::<u32>::builder()
             .timeout(TIMEOUT)
             .build_async(1024)
@@ -333,11 +337,7 @@ fn track(roots: usize) -> Result<Option<Burst>, String> {
 fn dashmap_oneshot(roots: usize) -> Result<Option<Burst>, String> {
     use ackwheel::Outcome;
     use tokio::sync::oneshot;
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| format!("burst phase: a tokio runtime: {e}"))?;
-    runtime.block_on(async {
+    runtime()?.block_on(async {
         let map: dashmap::DashMap<u64, (u64, oneshot::Sender<Outcome>)> = dashmap::DashMap::new();
         let mut waiting: Vec<Option<oneshot::Receiver<Outcome>>> =
             (0..roots).map(|_| None).collect();
