@@ -165,12 +165,11 @@ impl<T> Waiter<T> {
     /// resolves to `Closed`.
     pub fn into_payload(self) -> T {
         let this = ManuallyDrop::new(self);
-        // Safety: the payload is the waiter's until it sets DONE or CLOSED (module docs),
-        // and `end(CLOSED)` below tells the receiver it is gone.
-        let payload = this
-            .cell()
-            .payload
-            .with_mut(|p| unsafe { (*p).assume_init_read() });
+        let payload = this.cell().payload.with_mut(|p| {
+            // Safety: the payload is the waiter's until it sets DONE or CLOSED (module
+            // docs), and `end(CLOSED)` below tells the receiver it is gone.
+            unsafe { (*p).assume_init_read() }
+        });
         this.end(CLOSED);
         payload
     }
@@ -350,11 +349,11 @@ impl<T> Receiver<T> {
             return Err(());
         }
         let cell = self.cell();
-        // Safety: after DONE the payload and the elapsed time are the receiver's to read
-        // (module docs), and `ended` keeps them from being read twice.
-        let payload = cell
-            .payload
-            .with_mut(|p| unsafe { (*p).assume_init_read() });
+        let payload = cell.payload.with_mut(|p| {
+            // Safety: after DONE the payload and the elapsed time are the receiver's to
+            // read (module docs), and `ended` keeps them from being read twice.
+            unsafe { (*p).assume_init_read() }
+        });
         // Safety: as above.
         let nanos = cell.elapsed.with(|e| unsafe { *e });
         Ok((payload, outcome_of(state), Duration::from_nanos(nanos)))
