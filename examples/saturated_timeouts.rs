@@ -20,10 +20,11 @@
 //!
 //! The variants (all by default, or those named on the command line):
 //!
-//! - `idle`: no busy tasks; [`AsyncAcker::track`] (reaper thread), default resolution.
-//! - `saturated`: 6 busy tasks; [`AsyncAcker::track`], default resolution (~1 ms).
-//! - `saturated-250us`: as `saturated`, with `.resolution(250 µs)` (262 µs once rounded
-//!   to a power of two of nanoseconds).
+//! - `idle`: no busy tasks; [`AsyncAcker::track`] (reaper thread), default resolution
+//!   (`build_async`'s: 2^18 ns, about 262 µs).
+//! - `saturated`: 6 busy tasks; [`AsyncAcker::track`], default resolution.
+//! - `saturated-1ms`: as `saturated`, with `.resolution(1 ms)` (2^20 ns once rounded to a
+//!   power of two of nanoseconds, `build`'s default).
 //! - `saturated-thread-cb`: a plain [`Acker`] with its reaper thread (`build`), whose
 //!   `on_complete` stamps the time and sends it on the tree's oneshot (its payload): the
 //!   same expiry path as `track`'s, with the firing time visible, so the lateness splits
@@ -34,7 +35,8 @@
 //!   reaper thread. (`spawn_expiry` cannot serve an [`AsyncAcker`]: `build_async` always
 //!   starts a reaper thread, and `spawn_expiry` on an acker that has one returns a task that
 //!   ends at once.)
-//! - `saturated-task-cb-250us`: as `saturated-task-cb`, with the 250 µs resolution.
+//! - `saturated-task-cb-250us`: as `saturated-task-cb`, with `.resolution(250 µs)` (2^18
+//!   ns once rounded).
 //!
 //! Run: `cargo run --release --features tokio --example saturated_timeouts` (10 s per
 //! variant). A number among the arguments sets the seconds per variant, other arguments
@@ -48,7 +50,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ackwheel::future::{spawn_expiry, AsyncAcker};
-use ackwheel::{Acker, Outcome};
+use ackwheel::{Acker, AckerBuilder, Outcome};
 use tokio::sync::oneshot;
 
 const TIMEOUT: Duration = Duration::from_millis(100);
@@ -74,11 +76,14 @@ struct Variant {
     name: &'static str,
     saturated: bool,
     mode: Mode,
-    resolution: Duration,
+    /// `None`: the builder's default (2^18 ns for `build_async`, 2^20 ns for `build` and
+    /// `build_manual`).
+    resolution: Option<Duration>,
 }
 
-const DEFAULT_RESOLUTION: Duration = Duration::from_millis(1);
-const FINE_RESOLUTION: Duration = Duration::from_micros(250);
+const DEFAULT_RESOLUTION: Option<Duration> = None;
+const COARSE_RESOLUTION: Option<Duration> = Some(Duration::from_millis(1));
+const FINE_RESOLUTION: Option<Duration> = Some(Duration::from_micros(250));
 
 const VARIANTS: [Variant; 6] = [
     Variant {
@@ -94,10 +99,10 @@ const VARIANTS: [Variant; 6] = [
         resolution: DEFAULT_RESOLUTION,
     },
     Variant {
-        name: "saturated-250us",
+        name: "saturated-1ms",
         saturated: true,
         mode: Mode::Track,
-        resolution: FINE_RESOLUTION,
+        resolution: COARSE_RESOLUTION,
     },
     Variant {
         name: "saturated-thread-cb",
@@ -284,20 +289,26 @@ struct Report {
     busy_slices: u64,
 }
 
+/// The builder with the variant's resolution, if it sets one.
+fn resolution<T: Send + 'static>(builder: AckerBuilder<T>, variant: Variant) -> AckerBuilder<T> {
+    match variant.resolution {
+        Some(resolution) => builder.resolution(resolution),
+        None => builder,
+    }
+}
+
 async fn run_variant(variant: Variant, settings: &Settings) -> Report {
     let (side, async_acker, expiry) = match variant.mode {
         Mode::Track => {
-            let (acker, _completions) = Acker::<()>::builder()
+            let (acker, _completions) = resolution(Acker::<()>::builder(), variant)
                 .timeout(TIMEOUT)
-                .resolution(variant.resolution)
                 .build_async(1)
                 .expect("valid settings");
             (Side::Tracked(acker.clone()), Some(acker), None)
         }
         Mode::ThreadCallback | Mode::TaskCallback => {
-            let builder = Acker::<oneshot::Sender<Instant>>::builder()
+            let builder = resolution(Acker::<oneshot::Sender<Instant>>::builder(), variant)
                 .timeout(TIMEOUT)
-                .resolution(variant.resolution)
                 .on_complete(|c| {
                     let _ = c.payload.send(Instant::now());
                 });
@@ -385,7 +396,7 @@ fn row(label: &str, n: usize, figures: [f64; 6]) {
 
 fn print(variant: Variant, settings: &Settings, mut report: Report) {
     println!(
-        "{} ({}, {} requests, {:.0} s, resolution {:?}, busy slices {:.0}/s)",
+        "{} ({}, {} requests, {:.0} s, resolution {}, busy slices {:.0}/s)",
         variant.name,
         if variant.saturated {
             format!("{} busy tasks", settings.busy)
@@ -394,7 +405,9 @@ fn print(variant: Variant, settings: &Settings, mut report: Report) {
         },
         settings.requests,
         settings.run_for.as_secs_f64(),
-        variant.resolution,
+        variant
+            .resolution
+            .map_or_else(|| "the default".to_string(), |r| format!("{r:?}")),
         report.busy_slices as f64 / settings.run_for.as_secs_f64(),
     );
     println!(

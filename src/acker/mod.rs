@@ -140,7 +140,8 @@ pub(crate) type Callback<T> = Box<dyn Fn(Completion<T>) + Send + Sync>;
 /// Configures and builds an [`Acker`].
 pub struct AckerBuilder<T> {
     pub(crate) timeout: Duration,
-    pub(crate) resolution: Duration,
+    /// `None`: the default of the build method (`DEFAULT_RESOLUTION`, or the async one).
+    pub(crate) resolution: Option<Duration>,
     pub(crate) shards: Option<usize>,
     pub(crate) max_pending: usize,
     pub(crate) clock: Option<Box<dyn Clock>>,
@@ -171,12 +172,14 @@ const MAX_PENDING: usize = 1 << 30;
 /// the most a wrapping timeline's due test can tell apart (`wheel::MAX_SHIFT`).
 const MAX_RESOLUTION_NS: u64 = 1 << crate::wheel::MAX_SHIFT;
 const MAX_SHARDS: usize = 1 << 16;
+/// The resolution of `build` and `build_manual` unless one is set: 2^20 ns, about 1 ms.
+pub(crate) const DEFAULT_RESOLUTION: Duration = Duration::from_nanos(1 << 20);
 
 impl<T: Send + 'static> AckerBuilder<T> {
     fn new() -> Self {
         AckerBuilder {
             timeout: Duration::from_secs(30),
-            resolution: Duration::from_millis(1),
+            resolution: None,
             shards: None,
             max_pending: 1 << 20,
             clock: None,
@@ -190,10 +193,18 @@ impl<T: Send + 'static> AckerBuilder<T> {
         self
     }
 
-    /// The wheels' tick, rounded up to a power of two of nanoseconds; default ~1 ms. Above
-    /// 2^43 ns (about 2.4 h) `build` refuses it.
+    /// The wheels' tick, rounded up to a power of two of nanoseconds. Above 2^43 ns (about
+    /// 2.4 h) `build` refuses it. Unless set: 2^20 ns (~1 ms) for [`build`](Self::build)
+    /// and [`build_manual`](Self::build_manual), 2^18 ns (~262 µs) for
+    /// [`build_async`](Self::build_async).
+    ///
+    /// A tree times out at the start of the first tick after its base tick plus its timeout
+    /// rounded up to whole ticks, plus one (the base is read at the first message, and may
+    /// be up to a tick old): on average about a tick and a half late for a timeout that is
+    /// not a whole number of ticks, never early. A finer tick makes timeouts more punctual
+    /// and wakes the reaper more often while trees are being handed to it (once a tick).
     pub fn resolution(mut self, resolution: Duration) -> Self {
-        self.resolution = resolution;
+        self.resolution = Some(resolution);
         self
     }
 
@@ -254,19 +265,20 @@ impl<T: Send + 'static> AckerBuilder<T> {
         if timeout == 0 {
             return Err(ConfigError::Zero { param: "timeout" });
         }
-        if self.resolution.is_zero() {
+        let resolution = self.resolution.unwrap_or(DEFAULT_RESOLUTION);
+        if resolution.is_zero() {
             return Err(ConfigError::Zero {
                 param: "resolution",
             });
         }
-        if duration_nanos(self.resolution) > MAX_RESOLUTION_NS {
+        if duration_nanos(resolution) > MAX_RESOLUTION_NS {
             return Err(ConfigError::TooLarge {
                 param: "resolution",
-                got: format!("{:?}", self.resolution),
+                got: format!("{resolution:?}"),
                 max: format!("{:?}", Duration::from_nanos(MAX_RESOLUTION_NS)),
             });
         }
-        let resolution = duration_nanos(self.resolution).next_power_of_two();
+        let resolution = duration_nanos(resolution).next_power_of_two();
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let shards = match self.shards {
             Some(0) => return Err(ConfigError::Zero { param: "shards" }),
@@ -353,7 +365,8 @@ impl<T: Send + 'static> AckerBuilder<T> {
 /// * **Deadlines** count from the root's *first message* (init, or the first orphan ack),
 ///   plus the tree's timeout ([`init_with_timeout`](Self::init_with_timeout), else the
 ///   builder's). [`reset_timeout`](Self::reset_timeout) moves it to now plus the timeout.
-///   Times are kept in ticks of the builder's `resolution` (about 1 ms): a tree never times
+///   Times are kept in ticks of the builder's `resolution` (about 1 ms by default; about
+///   262 µs for [`build_async`](AckerBuilder::build_async)): a tree never times
 ///   out before its deadline and at most a tick or two after it when the reaper is not
 ///   starved, and [`Completion::elapsed`] is accurate to a tick (a `TimedOut` tree never
 ///   reports less than its timeout; past 2^29 ticks of life it may read long by one part
@@ -478,8 +491,8 @@ impl<T: Send + 'static> fmt::Debug for Acker<T> {
 }
 
 impl<T: Send + 'static> Acker<T> {
-    /// A builder with the defaults: 30 s timeout, ~1 ms resolution, 4 x cores shards,
-    /// 1 << 20 pending.
+    /// A builder with the defaults: 30 s timeout, ~1 ms resolution (~262 µs for
+    /// [`build_async`](AckerBuilder::build_async)), 4 x cores shards, 1 << 20 pending.
     pub fn builder() -> AckerBuilder<T> {
         AckerBuilder::new()
     }

@@ -351,6 +351,30 @@ async fn concurrent_producers_and_one_consumer_lose_nothing() {
     assert!(seen.values().all(|&n| n == 1));
 }
 
+#[::tokio::test]
+async fn build_async_ticks_at_262_us_unless_told_otherwise() {
+    // A tree acked 300 µs after its init: one tick of 2^18 ns later, within the same tick
+    // of 2^20 ns (the tick is 0 to 2^18 ns at the start, the elapsed time is in ticks).
+    for (resolution, elapsed) in [(None, 1 << 18), (Some(Duration::from_millis(1)), 0)] {
+        let clock = crate::ManualClock::new(0);
+        let mut builder = Acker::<u32>::builder().clock(clock.clone());
+        if let Some(resolution) = resolution {
+            builder = builder.resolution(resolution);
+        }
+        let (acker, _completions) = builder.build_async(4).unwrap();
+        let tree = acker.track(1, 0b1, 7).unwrap();
+        clock.advance(Duration::from_micros(300));
+        assert!(acker.ack(1, 0b1));
+        let done = timeout(BOUND, tree).await.unwrap().unwrap();
+        assert_eq!(
+            (done.outcome, done.elapsed),
+            (Outcome::Acked, Duration::from_nanos(elapsed)),
+            "resolution {resolution:?}"
+        );
+        acker.shutdown().await;
+    }
+}
+
 #[test]
 fn build_async_refuses_a_zero_buffer_and_a_callback() {
     let zero = Acker::<u32>::builder().build_async(0).unwrap_err();
