@@ -43,7 +43,10 @@
 //! 4. `ack/1t/64k-pending` and 5. `ack/1t/1M-pending` — the common ack alone: 65,536 or
 //!    1,000,000 roots held pending (1 h timeout, an init value no ack can cancel), acked one
 //!    per iteration in a fixed random order; criterion's time is per ack. The Acker's table
-//!    is sized for the roots held (`Tracker::build_holding`), not the default 1M.
+//!    is sized for the roots held (`Tracker::build_holding`), not the default 1M. One more
+//!    contender, `ackwheel-batched`, applies the same acks in frames of 64 through
+//!    `Acker::apply`, which fetches the next messages' lines while it applies the current
+//!    ones: the cost per ack when acks arrive together.
 //! 6. `reaper/expire` — the Acker alone, on each core (DESIGN.md's reaper throughput): one
 //!    `expire` of a manual Acker times out 50,000 trees whose timers are already on the wheels;
 //!    criterion's throughput is expirations.
@@ -76,7 +79,7 @@ use std::sync::{Arc, Barrier, Mutex, OnceLock};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use ackwheel::{Acker, Completion, InitError, ManualClock, Outcome};
+use ackwheel::{Acker, Completion, InitError, ManualClock, Message, Outcome};
 use criterion::measurement::WallTime;
 use criterion::{criterion_group, criterion_main, BenchmarkGroup, Criterion, Throughput};
 use rand::rngs::StdRng;
@@ -592,11 +595,67 @@ fn ack_only<T: Tracker>(group: &mut BenchmarkGroup<'_, WallTime>, name: &str, pe
     drop(tracker);
 }
 
+/// Messages per frame of `ackwheel-batched`.
+const FRAME: usize = 64;
+
+/// As [`ack_only`], for the Acker with its acks applied in frames of [`FRAME`] through
+/// `Acker::apply` (memory fetched ahead), the frame built from the same edges and root
+/// order: per iteration, one ack.
+fn ack_only_batched(group: &mut BenchmarkGroup<'_, WallTime>, pending: u64) {
+    let name = "ackwheel-batched";
+    let tracker =
+        <Acker<u32> as Tracker>::build_holding(LONG_TIMEOUT, pending as usize, counting_sink());
+    let mut roots = Vec::with_capacity(pending as usize);
+    for j in 0..pending {
+        let root = mix(ACK_SEED + j);
+        match tracker.hold(root, KEEP | 1, 0, LONG_TIMEOUT) {
+            Ok(()) => roots.push(root),
+            Err(InitError::Full(_)) => {}
+            Err(e) => panic!("{name}: ack-group init refused: {e}"),
+        }
+    }
+    roots.shuffle(&mut StdRng::seed_from_u64(0xac4));
+    let edges = Edges::get();
+    let delivered_before = acked_here();
+    let (mut next, mut completed) = (0usize, 0usize);
+    let mut frame = [Message::Fail { root: 0 }; FRAME];
+    group.bench_function(name, |b| {
+        b.iter_custom(|iters| {
+            let start = Instant::now();
+            let mut i = 0u64;
+            while i < iters {
+                let n = (iters - i).min(FRAME as u64) as usize;
+                for (k, message) in frame[..n].iter_mut().enumerate() {
+                    let edge = edges.edges[((i as usize) + k) & (TABLE - 1)] & !KEEP;
+                    *message = Message::Ack {
+                        root: roots[next],
+                        xor: edge,
+                    };
+                    next += 1;
+                    if next == roots.len() {
+                        next = 0;
+                    }
+                }
+                completed += tracker.apply(&frame[..n]);
+                i += n as u64;
+            }
+            start.elapsed()
+        })
+    });
+    assert_eq!(
+        completed, 0,
+        "{name}: an ack completed a tree that cannot complete"
+    );
+    assert_eq!(acked_here(), delivered_before, "{name}: a tree completed");
+    drop(tracker);
+}
+
 /// Every contender of an ack group, side by side.
 fn ack_group(c: &mut Criterion, name: &str, pending: u64) {
     let mut group = c.benchmark_group(name);
     group.throughput(Throughput::Elements(1));
     ack_only::<Acker<u32>>(&mut group, "ackwheel", pending);
+    ack_only_batched(&mut group, pending);
     ack_only::<StormAcker>(&mut group, "storm_port", pending);
     ack_only::<DashTracker>(&mut group, "dashmap", pending);
     ack_only::<SccTracker>(&mut group, "scc", pending);

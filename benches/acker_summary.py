@@ -13,9 +13,10 @@ OPS_PER_TREE = 5  # init + 4 acks
 GROUPS = ["lifecycle/1t/1k-inflight", "lifecycle/1t/1M-pending", "lifecycle/2t/1k-inflight"]
 ACK_GROUPS = ["ack/1t/64k-pending", "ack/1t/1M-pending"]
 EXPIRY_GROUP, EXPIRY_BATCH = "reaper/expire", 50_000  # EXPIRY_BATCH in acker.rs
-CONTENDERS = ["ackwheel", "storm_port", "dashmap", "scc", "moka"]
-# The Acker's cores: each gets a ratio column, peer time / its time.
-OURS = ["ackwheel"]
+CONTENDERS = ["ackwheel", "ackwheel-batched", "storm_port", "dashmap", "scc", "moka"]
+# The Acker's cores: each gets a ratio column, peer time / its time. "ackwheel-batched"
+# (the ack groups only) applies its acks in frames of 64 through `Acker::apply`.
+OURS = ["ackwheel", "ackwheel-batched"]
 ROOT = os.path.join(os.environ.get("CARGO_TARGET_DIR", "target"), "criterion")
 
 
@@ -49,27 +50,28 @@ def main():
         sys.exit(f"no results under {ROOT}; run `cargo bench --bench acker` first")
     for g in GROUPS:
         print(g)
-        print(f"  {'contender':<11} {'ns/tree':>10} {'ns/op':>9}{ratio_header()}")
+        print(f"  {'contender':<16} {'ns/tree':>10} {'ns/op':>9}{ratio_header()}")
         for c in CONTENDERS:
             m = medians[(g, c)]
             if m is None:
-                print(f"  {c:<11} {'-':>10}")
+                if c not in OURS[1:]:  # the batched core runs in the ack groups only
+                    print(f"  {c:<16} {'-':>10}")
                 continue
-            print(f"  {c:<11} {m:>10.1f} {m / OPS_PER_TREE:>9.1f}{ratios(medians, g, c)}")
+            print(f"  {c:<16} {m:>10.1f} {m / OPS_PER_TREE:>9.1f}{ratios(medians, g, c)}")
     print("1 -> 2 threads, aggregate throughput (1t/1k time per tree / 2t time per tree):")
     for c in CONTENDERS:
         one, two = medians[("lifecycle/1t/1k-inflight", c)], medians[("lifecycle/2t/1k-inflight", c)]
         if one and two:
-            print(f"  {c:<11} {one / two:.2f}x")
+            print(f"  {c:<16} {one / two:.2f}x")
     for g in ACK_GROUPS:
         print(g)
-        print(f"  {'contender':<11} {'ns/ack':>10}{ratio_header()}")
+        print(f"  {'contender':<16} {'ns/ack':>10}{ratio_header()}")
         for c in CONTENDERS:
             m = medians[(g, c)]
             if m is None:
-                print(f"  {c:<11} {'-':>10}")
+                print(f"  {c:<16} {'-':>10}")
                 continue
-            print(f"  {c:<11} {m:>10.1f}{ratios(medians, g, c)}")
+            print(f"  {c:<16} {m:>10.1f}{ratios(medians, g, c)}")
     for c in OURS:
         m = median_ns(EXPIRY_GROUP, c)
         if m is not None:

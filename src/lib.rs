@@ -41,7 +41,7 @@ mod rotating;
 #[allow(dead_code)]
 mod sync;
 
-pub use acker::{Acker, AckerBuilder, AckerStats, Completion, InitError, Outcome};
+pub use acker::{Acker, AckerBuilder, AckerStats, Completion, InitError, Message, Outcome};
 /// The Acker's table and slot word, for the `roots` loom models and the
 /// `roots` bench only (`--features internals`): not part of the API.
 #[cfg(any(loom, feature = "internals"))]

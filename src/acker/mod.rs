@@ -45,6 +45,7 @@ mod credits;
 mod driven;
 pub(crate) mod fences;
 mod lean;
+mod messages;
 #[allow(dead_code)] // parts used by the loom models, the tests and the `roots` bench only
 pub(crate) mod roots;
 mod stats;
@@ -54,6 +55,7 @@ pub(crate) mod word;
 use std::fmt;
 use std::time::Duration;
 
+pub use messages::Message;
 pub use stats::AckerStats;
 use stats::Counters;
 

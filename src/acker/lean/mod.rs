@@ -399,6 +399,21 @@ impl<T: Send + 'static> Lean<T> {
         }
     }
 
+    /// Asks for the home lines of `messages`' roots in their tables' current generations
+    /// (`acker/messages.rs`).
+    pub(super) fn prefetch(&self, messages: &[crate::acker::Message]) {
+        if messages.is_empty() {
+            return;
+        }
+        let _active = self.batches.enter();
+        for message in messages {
+            let (table, key) = self.layout.place(message.root());
+            // Safety: inside the operation `_active` marks (the prefetch reads nothing).
+            let roots = unsafe { self.tables[table].current() };
+            roots.prefetch(key);
+        }
+    }
+
     pub(super) fn ack(&self, root: u64, xor: u64) -> bool {
         self.message(root, Message::Ack(xor))
     }

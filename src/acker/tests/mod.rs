@@ -670,6 +670,7 @@ fn model_test_against_a_sequential_reference() {
 
 mod endings;
 mod faults;
+mod messages;
 mod model;
 mod threads;
 mod time;

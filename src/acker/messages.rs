@@ -1,0 +1,128 @@
+//! Messages in batches: [`Acker::apply`] takes a slice of acks, fails and resets and
+//! applies them in order, each exactly as its own call would, while the memory the next
+//! ones need is already on its way.
+//!
+//! One message costs little once its root's table line is in the cache (a hash, a load and
+//! one 128-bit CAS); with many roots pending the line is nearly always in memory, and a
+//! message waits ~100 ns for it, during which one-message-at-a-time code can do nothing
+//! else. A batch knows its next messages: before applying a chunk of [`AHEAD`] messages it
+//! asks the CPU for the home lines of the chunk after it (a prefetch: a hint that never
+//! faults and never waits), so that the misses of a whole chunk overlap with one another
+//! and with the work of the chunk before. A root that lives outside its home group, or a
+//! table that moved to a successor in the meantime, costs what it costs one at a time:
+//! the prefetch is a hint, and each message is applied by the same code as
+//! [`Acker::ack`], [`Acker::fail`] and [`Acker::reset_timeout`]. So batched and
+//! one-by-one application deliver the same completions, with the same payloads, in the
+//! same order, and count the same statistics.
+
+use super::Acker;
+
+/// Messages whose home lines a batch asks for before applying the chunk before them: about
+/// as many misses as one core keeps in flight (10-12 line fill buffers on current x86
+/// cores), so a prefetch runs 8 to 16 messages ahead of its message.
+pub(super) const AHEAD: usize = 8;
+
+/// One message of a batch ([`Acker::apply`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Message {
+    /// Storm's ACKER_ACK: `xor` into `root`'s value ([`Acker::ack`]).
+    Ack {
+        /// The tree's root id.
+        root: u64,
+        /// The edge ids acked, XORed together.
+        xor: u64,
+    },
+    /// Storm's ACKER_FAIL ([`Acker::fail`]).
+    Fail {
+        /// The tree's root id.
+        root: u64,
+    },
+    /// Storm's ACKER_RESET_TIMEOUT ([`Acker::reset_timeout`]).
+    ResetTimeout {
+        /// The tree's root id.
+        root: u64,
+    },
+}
+
+impl Message {
+    /// The root the message is for.
+    pub fn root(&self) -> u64 {
+        match *self {
+            Message::Ack { root, .. } | Message::Fail { root } | Message::ResetTimeout { root } => {
+                root
+            }
+        }
+    }
+}
+
+impl<T: Send + 'static> Acker<T> {
+    /// Applies `messages` in order, each exactly as [`ack`](Self::ack),
+    /// [`fail`](Self::fail) or [`reset_timeout`](Self::reset_timeout) would, with the
+    /// memory of the next ones fetched ahead (module docs of `acker/messages.rs`). Returns
+    /// how many trees the acks and fails completed; their completions are delivered as one
+    /// by one (to `on_complete`, in the same order). [`apply_each`](Self::apply_each)
+    /// tells each message's result.
+    ///
+    /// Batch when messages arrive together anyway: a socket read of many frames, a queue
+    /// drained in one go, a frame of acks for one owner. With many trees pending (100k and
+    /// more, where a root's line is seldom in the cache) a batch of a few dozen messages or
+    /// more saves most of each message's wait for memory; with a few thousand pending, the
+    /// lines are in the cache and a batch saves little. A batch is not atomic: other threads'
+    /// messages, and the reaper, may act between two of its messages.
+    ///
+    /// ```
+    /// use ackwheel::{Acker, Message};
+    ///
+    /// let acker: Acker = Acker::builder().build_manual().unwrap();
+    /// acker.init(1, 0b11, 10).unwrap();
+    /// acker.init(2, 0b1, 20).unwrap();
+    /// let frame = [
+    ///     Message::Ack { root: 1, xor: 0b01 },
+    ///     Message::Ack { root: 2, xor: 0b1 }, // completes tree 2
+    ///     Message::Fail { root: 1 },          // completes tree 1, failed
+    /// ];
+    /// assert_eq!(acker.apply(&frame), 2);
+    /// assert_eq!(acker.pending(), 0);
+    /// ```
+    pub fn apply(&self, messages: &[Message]) -> usize {
+        let mut completed = 0;
+        self.apply_each(messages, |i, result| {
+            if !matches!(messages[i], Message::ResetTimeout { .. }) {
+                completed += usize::from(result);
+            }
+        });
+        completed
+    }
+
+    /// [`apply`](Self::apply), calling `each(index, result)` after the message at `index`
+    /// was applied, with what its own call returns: for an ack or a fail, whether it
+    /// completed a tree; for a reset, whether the root had an uncompleted entry.
+    ///
+    /// ```
+    /// use ackwheel::{Acker, Message};
+    ///
+    /// let acker: Acker = Acker::builder().build_manual().unwrap();
+    /// acker.init(7, 0b1, 0).unwrap();
+    /// let frame = [Message::ResetTimeout { root: 7 }, Message::Ack { root: 7, xor: 0b1 }];
+    /// let mut results = Vec::new();
+    /// acker.apply_each(&frame, |i, result| results.push((i, result)));
+    /// assert_eq!(results, [(0, true), (1, true)]);
+    /// ```
+    pub fn apply_each(&self, messages: &[Message], mut each: impl FnMut(usize, bool)) {
+        let lean = self.lean();
+        lean.prefetch(&messages[..messages.len().min(AHEAD)]);
+        for (c, chunk) in messages.chunks(AHEAD).enumerate() {
+            let first = c * AHEAD;
+            let next = messages.get(first + AHEAD..).unwrap_or(&[]);
+            lean.prefetch(&next[..next.len().min(AHEAD)]);
+            for (i, message) in chunk.iter().enumerate() {
+                let result = match *message {
+                    Message::Ack { root, xor } => lean.ack(root, xor),
+                    Message::Fail { root } => lean.fail(root),
+                    Message::ResetTimeout { root } => lean.reset_timeout(root),
+                };
+                each(first + i, result);
+            }
+        }
+    }
+}
