@@ -104,6 +104,12 @@ struct Cli {
     #[arg(long, default_value_t = 0)]
     breathe_ms: u64,
 
+    /// Acker: bolts gather their acks in frames of up to this many and send each frame
+    /// with one `Acker::apply` (full, before an order the topology relies on, and before
+    /// the bolt waits for a tuple). 0: one `ack` call per ack.
+    #[arg(long, default_value_t = 0)]
+    ack_frames: usize,
+
     /// Acker: its `max_pending` in the traffic phase. Small tables make completed trees'
     /// tombstones matter (with more threads than cores the reaper and the grace period
     /// lag); an init refused `Full` well below it is a violation.
@@ -326,6 +332,7 @@ fn main() -> ExitCode {
             replay: cli.replay,
             in_flight: cli.in_flight,
             breathe_ms: cli.breathe_ms,
+            ack_frames: cli.ack_frames,
             max_pending: cli.max_pending,
             memory_roots: cli.memory_roots,
             churn_trees: cli.churn_trees,

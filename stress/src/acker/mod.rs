@@ -72,6 +72,8 @@ pub(crate) struct Config {
     pub(crate) in_flight: usize,
     /// See `--breathe-ms`.
     pub(crate) breathe_ms: u64,
+    /// Acks per frame sent through `Acker::apply` (0: one call each).
+    pub(crate) ack_frames: usize,
     pub(crate) max_pending: usize,
     pub(crate) memory_roots: usize,
     pub(crate) churn_trees: u64,
@@ -108,6 +110,8 @@ pub(crate) struct Summary {
     pub(crate) trees_per_s: f64,
     pub(crate) acks: u64,
     pub(crate) acks_per_s: f64,
+    /// Frames of acks sent through `Acker::apply` (`--ack-frames`; 0 without).
+    pub(crate) ack_frames: u64,
     pub(crate) tuples: u64,
     pub(crate) fails_sent: u64,
     pub(crate) acks_dropped: u64,
@@ -277,6 +281,7 @@ pub(crate) fn run(cfg: &Config) -> Summary {
             init_held_rate: 0.10,
             max_trees: cfg.trees.unwrap_or(u64::MAX),
             breathe_ns: cfg.breathe_ms.saturating_mul(1_000_000),
+            ack_frames: cfg.ack_frames,
         },
         bolts: bolt_tx,
         outstanding: AtomicI64::new(0),
@@ -533,6 +538,7 @@ fn fill_from_counters(summary: &mut Summary, topo: &Topology) {
     summary.acks_duplicated = topo.sum(|c| &c.duplicated);
     summary.resets = topo.sum(|c| &c.resets);
     summary.ghost_acks = topo.sum(|c| &c.ghosts);
+    summary.ack_frames = topo.sum(|c| &c.frames);
     summary.joins = topo.sum(|c| &c.joins);
     summary.inits_held_back = topo.sum(|c| &c.inits_held);
     summary.replays_started = topo.sum(|c| &c.replays_started);
@@ -560,10 +566,19 @@ pub(crate) fn print(s: &Summary) {
         report::si(s.trees_per_s)
     );
     println!(
-        "  acks         {}: {} acks/s ({} tuples processed)",
+        "  acks         {}: {} acks/s ({} tuples processed{})",
         report::si(s.acks as f64),
         report::si(s.acks_per_s),
-        report::si(s.tuples as f64)
+        report::si(s.tuples as f64),
+        if s.ack_frames > 0 {
+            format!(
+                "; sent in {} frames through apply, {:.1} acks a frame",
+                report::si(s.ack_frames as f64),
+                s.acks as f64 / s.ack_frames as f64
+            )
+        } else {
+            String::new()
+        }
     );
     println!(
         "  injected     {} fails, {} dropped acks, {} duplicated acks, {} resets, {} ghost acks, {} joined tuples, {} held-back inits",

@@ -34,6 +34,17 @@
 //! children, at random. Bolts also call `reset_timeout` now and then on trees of any age, and
 //! send the odd *ghost* ack for a root no spout ever used, which the acker must hold as an
 //! orphan and expire silently.
+//!
+//! ## Acks in frames
+//!
+//! With `--ack-frames N` a bolt gathers its acks (duplicates and ghosts included) in a
+//! [`Frame`] and sends up to N at once through `Acker::apply`, as a bolt that writes its
+//! acks to a socket in frames would. It sends the frame when it is full, before a fail or a
+//! reset (so that its messages to a root keep their order), and before it waits for a
+//! tuple, so that no ack waits on an idle bolt. Children that their parents' acks must
+//! precede (the order the duplicate fault relies on) wait in the frame and are handed on
+//! once it has been sent. The oracle hears of each framed ack as
+//! under way from just before the frame is applied until its own message returned.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -41,7 +52,7 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering}
 use std::sync::Arc;
 use std::time::Duration;
 
-use ackwheel::{Acker, InitError};
+use ackwheel::{Acker, InitError, Message};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use crossbeam_utils::CachePadded;
 use rand::rngs::SmallRng;
@@ -70,6 +81,8 @@ pub(crate) struct Shape {
     pub(crate) max_trees: u64,
     /// Start no tree in the last quarter of every period of this many ns (0: never).
     pub(crate) breathe_ns: u64,
+    /// Acks per frame sent through `Acker::apply` (0: one `ack` call each; module docs).
+    pub(crate) ack_frames: usize,
 }
 
 /// One anchor of a tuple: the tree (its oracle slot and root) and the tuple's edge id in it.
@@ -100,6 +113,8 @@ pub(crate) struct Counters {
     pub(crate) trees: AtomicU64,
     pub(crate) tuples: AtomicU64,
     pub(crate) acks: AtomicU64,
+    /// Frames of acks sent through `apply` (`--ack-frames`).
+    pub(crate) frames: AtomicU64,
     pub(crate) fails: AtomicU64,
     pub(crate) dropped: AtomicU64,
     pub(crate) duplicated: AtomicU64,
@@ -154,6 +169,73 @@ impl Topology {
     fn ack(&self, c: &Counters, root: u64, xor: u64) {
         self.acker.ack(root, xor);
         c.acks.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Sends an ack (`logged`: its tree's oracle slot and the event logged, `Ack`, or
+    /// `AckTwice` for both copies of a duplicate; `None` for a ghost, unknown to the
+    /// oracle): at once, or into the bolt's frame (module docs).
+    fn send_ack(
+        &self,
+        c: &Counters,
+        rng: &mut SmallRng,
+        frame: &mut Frame,
+        logged: Option<(u32, Event)>,
+        root: u64,
+        xor: u64,
+    ) {
+        let copies = match logged {
+            Some((_, Event::AckTwice)) => 2,
+            _ => 1,
+        };
+        if self.shape.ack_frames == 0 {
+            if let Some((slot, _)) = logged {
+                self.oracle.calling(slot);
+            }
+            for _ in 0..copies {
+                self.ack(c, root, xor);
+            }
+            if let Some((slot, event)) = logged {
+                self.oracle.message_sent(slot, event, xor);
+            }
+            return;
+        }
+        if frame.messages.len() + copies > self.shape.ack_frames {
+            self.flush(c, rng, frame);
+        }
+        for copy in 0..copies {
+            frame.messages.push(Message::Ack { root, xor });
+            // The oracle hears of the message once, with its last copy.
+            let last = copy + 1 == copies;
+            frame.logged.push(
+                logged
+                    .filter(|_| last)
+                    .map(|(slot, event)| (slot, event, xor)),
+            );
+        }
+    }
+
+    /// Sends the frame's acks with one `apply`, then hands on the children that waited for
+    /// them (module docs).
+    fn flush(&self, c: &Counters, rng: &mut SmallRng, frame: &mut Frame) {
+        if frame.messages.is_empty() {
+            self.hand_on(rng, frame.children.drain(..));
+            return;
+        }
+        for &(slot, _, _) in frame.logged.iter().flatten() {
+            self.oracle.calling(slot);
+        }
+        let logged = &frame.logged;
+        self.acker.apply_each(&frame.messages, |i, _| {
+            if let Some((slot, event, xor)) = logged[i] {
+                self.oracle.message_sent(slot, event, xor);
+            }
+        });
+        c.acks
+            .fetch_add(frame.messages.len() as u64, Ordering::Relaxed);
+        c.frames.fetch_add(1, Ordering::Relaxed);
+        frame.messages.clear();
+        frame.logged.clear();
+        self.hand_on(rng, frame.children.drain(..));
     }
 
     // === spout ===
@@ -288,13 +370,23 @@ impl Topology {
         let c = &self.counters[counter];
         let mut rng = SmallRng::seed_from_u64(seed);
         let mut held: Option<Tuple> = None;
+        let mut frame = Frame::default();
         loop {
-            match rx.recv_timeout(Duration::from_millis(1)) {
-                Ok(tuple) => self.handle(c, &mut rng, &mut held, tuple),
+            let next = match rx.try_recv() {
+                Ok(tuple) => Ok(tuple),
+                Err(_) => {
+                    // About to wait: no ack waits with it.
+                    self.flush(c, &mut rng, &mut frame);
+                    rx.recv_timeout(Duration::from_millis(1))
+                }
+            };
+            match next {
+                Ok(tuple) => self.handle(c, &mut rng, &mut frame, &mut held, tuple),
                 Err(RecvTimeoutError::Timeout) => {
                     // Nothing to join with: process the held tuple on its own.
                     if let Some(h) = held.take() {
-                        self.process(c, &mut rng, &[h]);
+                        self.process(c, &mut rng, &mut frame, &[h]);
+                        self.flush(c, &mut rng, &mut frame);
                     }
                     if self.spouts_running.load(Ordering::SeqCst) == 0
                         && self.outstanding.load(Ordering::SeqCst) == 0
@@ -307,14 +399,23 @@ impl Topology {
         }
     }
 
-    fn handle(&self, c: &Counters, rng: &mut SmallRng, held: &mut Option<Tuple>, t: Tuple) {
+    fn handle(
+        &self,
+        c: &Counters,
+        rng: &mut SmallRng,
+        frame: &mut Frame,
+        held: &mut Option<Tuple>,
+        t: Tuple,
+    ) {
         c.tuples.fetch_add(1, Ordering::Relaxed);
         if rng.random_bool(self.shape.ghost_rate) {
             // An ack for a root nobody initialized: an orphan that must expire silently.
-            self.ack(c, id(rng), id(rng));
+            let (root, xor) = (id(rng), id(rng));
+            self.send_ack(c, rng, frame, None, root, xor);
             c.ghosts.fetch_add(1, Ordering::Relaxed);
         }
         if rng.random_bool(self.shape.fail_rate) {
+            self.flush(c, rng, frame);
             for a in t.anchors() {
                 let before = self.oracle.calling(a.slot);
                 let completed = self.acker.fail(a.root);
@@ -325,6 +426,7 @@ impl Topology {
             return;
         }
         if rng.random_bool(self.shape.reset_rate) {
+            self.flush(c, rng, frame);
             for a in t.anchors() {
                 // Old trees too: a reset racing the reaper at the old deadline either reports
                 // the tree gone or is honoured, and the oracle holds the acker to it.
@@ -356,18 +458,18 @@ impl Topology {
                     );
                     self.oracle.flag(h.anchors[0].slot, oracle::JOINED);
                     self.oracle.flag(t.anchors[0].slot, oracle::JOINED);
-                    self.process(c, rng, &[h, t]);
+                    self.process(c, rng, frame, &[h, t]);
                     return;
                 }
                 Some(h) => *held = Some(h),
             }
         }
-        self.process(c, rng, &[t]);
+        self.process(c, rng, frame, &[t]);
     }
 
     /// Processes one tuple, or two joined ones (which then get exactly one child, anchored to
     /// both): emits children, acks the inputs (with faults), hands the children on.
-    fn process(&self, c: &Counters, rng: &mut SmallRng, inputs: &[Tuple]) {
+    fn process(&self, c: &Counters, rng: &mut SmallRng, frame: &mut Frame, inputs: &[Tuple]) {
         // The children's anchors: every tree of every input (at most two).
         let mut anchors = [Anchor::default(); 2];
         let mut len = 0usize;
@@ -422,9 +524,7 @@ impl Topology {
         for &(a, xor, fault) in messages {
             match fault {
                 Fault::None => {
-                    self.oracle.calling(a.slot);
-                    self.ack(c, a.root, xor);
-                    self.oracle.message_sent(a.slot, Event::Ack, xor);
+                    self.send_ack(c, rng, frame, Some((a.slot, Event::Ack)), a.root, xor)
                 }
                 Fault::Drop => {
                     c.dropped.fetch_add(1, Ordering::Relaxed);
@@ -435,12 +535,14 @@ impl Topology {
                 Fault::Twice => {
                     c.duplicated.fetch_add(1, Ordering::Relaxed);
                     self.oracle.flag(a.slot, oracle::DUPED);
-                    self.oracle.calling(a.slot);
-                    self.ack(c, a.root, xor);
-                    self.ack(c, a.root, xor);
-                    self.oracle.message_sent(a.slot, Event::AckTwice, xor);
+                    self.send_ack(c, rng, frame, Some((a.slot, Event::AckTwice)), a.root, xor);
                 }
             }
+        }
+        if ack_first && self.shape.ack_frames > 0 {
+            // The children must not overtake these acks: they wait in the frame with them
+            // (module docs).
+            frame.children.append(&mut children);
         }
         self.hand_on(rng, children.drain(..));
         self.finish(inputs);
@@ -464,6 +566,17 @@ impl Topology {
         self.outstanding
             .fetch_sub(inputs.len() as i64, Ordering::SeqCst);
     }
+}
+
+/// A bolt's acks not yet sent (module docs, "Acks in frames"), and for each what the
+/// oracle logs once it has been applied.
+#[derive(Debug, Default)]
+pub(crate) struct Frame {
+    messages: Vec<Message>,
+    logged: Vec<Option<(u32, Event, u64)>>,
+    /// Children whose parents' acks are in the frame and must reach the acker first:
+    /// handed on once the frame is sent.
+    children: Vec<Tuple>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
