@@ -6,6 +6,9 @@
 //!   `AckObject`s, rotated by a ticker thread every timeout / 2 ([`peers::storm`]);
 //! * `dashmap` — `DashMap<u64, Entry>` with one `entry()` per operation and a sweeper
 //!   thread ([`peers::dash`]);
+//! * `dashmap+wheel` — the peer a user builds when that sweep costs too much: the same map
+//!   with a per-shard `Mutex<TimerWheel>` (schedule at the first message, cancel at
+//!   completion, advanced by a ticker thread every millisecond: [`peers::dash_wheel`]);
 //! * `scc` — `scc::HashMap<u64, Entry>` (one array of small bucket-locked hash tables, no
 //!   shards) with the same one `entry_sync()` per operation and sweeper ([`peers::scc_map`]);
 //! * `moka` — `moka::sync::Cache` with `time_to_live`, an eviction listener and
@@ -87,6 +90,7 @@ use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 
 use peers::dash::DashTracker;
+use peers::dash_wheel::DashWheelTracker;
 use peers::moka_cache::MokaTracker;
 use peers::scc_map::SccTracker;
 use peers::semantics::check_semantics;
@@ -386,6 +390,7 @@ fn semantics(_: &mut Criterion) {
     check_semantics::<Acker<u32>>("ackwheel");
     check_semantics::<StormAcker>("storm_port");
     check_semantics::<DashTracker>("dashmap");
+    check_semantics::<DashWheelTracker>("dashmap+wheel");
     check_semantics::<SccTracker>("scc");
     check_semantics::<MokaTracker>("moka");
 }
@@ -432,6 +437,7 @@ fn lifecycle_1t_1k(c: &mut Criterion) {
     one_thread::<Acker<u32>>(&mut group, "ackwheel", 0);
     one_thread::<StormAcker>(&mut group, "storm_port", 0);
     one_thread::<DashTracker>(&mut group, "dashmap", 0);
+    one_thread::<DashWheelTracker>(&mut group, "dashmap+wheel", 0);
     one_thread::<SccTracker>(&mut group, "scc", 0);
     one_thread::<MokaTracker>(&mut group, "moka", 0);
     group.finish();
@@ -443,6 +449,7 @@ fn lifecycle_1t_1m(c: &mut Criterion) {
     one_thread::<Acker<u32>>(&mut group, "ackwheel", BACKGROUND);
     one_thread::<StormAcker>(&mut group, "storm_port", BACKGROUND);
     one_thread::<DashTracker>(&mut group, "dashmap", BACKGROUND);
+    one_thread::<DashWheelTracker>(&mut group, "dashmap+wheel", BACKGROUND);
     one_thread::<SccTracker>(&mut group, "scc", BACKGROUND);
     one_thread::<MokaTracker>(&mut group, "moka", BACKGROUND);
     group.finish();
@@ -531,6 +538,7 @@ fn lifecycle_2t_1k(c: &mut Criterion) {
     two_threads::<Acker<u32>>(&mut group, "ackwheel");
     two_threads::<StormAcker>(&mut group, "storm_port");
     two_threads::<DashTracker>(&mut group, "dashmap");
+    two_threads::<DashWheelTracker>(&mut group, "dashmap+wheel");
     two_threads::<SccTracker>(&mut group, "scc");
     two_threads::<MokaTracker>(&mut group, "moka");
     group.finish();
@@ -658,6 +666,7 @@ fn ack_group(c: &mut Criterion, name: &str, pending: u64) {
     ack_only_batched(&mut group, pending);
     ack_only::<StormAcker>(&mut group, "storm_port", pending);
     ack_only::<DashTracker>(&mut group, "dashmap", pending);
+    ack_only::<DashWheelTracker>(&mut group, "dashmap+wheel", pending);
     ack_only::<SccTracker>(&mut group, "scc", pending);
     ack_only::<MokaTracker>(&mut group, "moka", pending);
     group.finish();

@@ -13,7 +13,7 @@ OPS_PER_TREE = 5  # init + 4 acks
 GROUPS = ["lifecycle/1t/1k-inflight", "lifecycle/1t/1M-pending", "lifecycle/2t/1k-inflight"]
 ACK_GROUPS = ["ack/1t/64k-pending", "ack/1t/1M-pending"]
 EXPIRY_GROUP, EXPIRY_BATCH = "reaper/expire", 50_000  # EXPIRY_BATCH in acker.rs
-CONTENDERS = ["ackwheel", "ackwheel-batched", "storm_port", "dashmap", "scc", "moka"]
+CONTENDERS = ["ackwheel", "ackwheel-batched", "storm_port", "dashmap", "dashmap+wheel", "scc", "moka"]
 # The Acker's cores: each gets a ratio column, peer time / its time. "ackwheel-batched"
 # (the ack groups only) applies its acks in frames of 64 through `Acker::apply`.
 OURS = ["ackwheel", "ackwheel-batched"]

@@ -22,6 +22,7 @@
 //! about the structures, not about the hash function.
 
 pub(crate) mod dash;
+pub(crate) mod dash_wheel;
 pub(crate) mod entry_map;
 pub(crate) mod moka_cache;
 pub(crate) mod scc_map;
