@@ -317,7 +317,81 @@ impl Lifecycle {
         self.drain(tracker, edges);
         took
     }
+
+    /// `n` steps (at most [`FRAME_STEPS`]) with their acks in one frame through
+    /// `Acker::apply_each`, then their inits. The trees acked are [`LAG`] or more steps
+    /// older than any of the frame's inits, so the frame acks exactly what the steps would.
+    fn frame(&mut self, acker: &Acker<u32>, edges: &Edges, n: u64, frame: &mut Vec<Message>) {
+        let first = self.next;
+        // What each message is: (the tree's last edge).
+        let mut last = [false; 4 * FRAME_STEPS as usize];
+        frame.clear();
+        for i in first..first + n {
+            for k in 0..4 {
+                let lag = (k + 1) * LAG;
+                if i < self.base + lag {
+                    continue; // before the window (prefill)
+                }
+                let tree = i - lag;
+                let root = self.ring[(tree % WINDOW) as usize];
+                if root == REFUSED {
+                    continue;
+                }
+                last[frame.len()] = k == 3;
+                frame.push(Message::Ack {
+                    root,
+                    xor: edges.edge(tree, k),
+                });
+            }
+        }
+        let (completed, errors) = (&mut self.completed, &mut self.errors);
+        let mut expected = 0;
+        acker.apply_each(frame, |m, done| {
+            if last[m] {
+                *completed += u64::from(done);
+                expected += 1;
+            } else {
+                *errors += u64::from(done);
+            }
+        });
+        self.expected += expected;
+        for i in first..first + n {
+            let root = mix(self.seed.wrapping_add(i));
+            self.ring[(i % WINDOW) as usize] = match acker.init(root, edges.init(i), i as u32) {
+                Ok(()) => root,
+                Err(InitError::Full(_)) => {
+                    self.full += 1;
+                    REFUSED
+                }
+                Err(_) => {
+                    self.errors += 1;
+                    REFUSED
+                }
+            };
+        }
+        self.next = first + n;
+    }
+
+    /// [`sample`](Self::sample) with the timed steps in frames ([`frame`](Self::frame)).
+    fn sample_batched(&mut self, acker: &Acker<u32>, edges: &Edges, iters: u64) -> Duration {
+        self.prefill(acker, edges);
+        let mut frame = Vec::with_capacity(4 * FRAME_STEPS as usize);
+        let start = Instant::now();
+        let mut done = 0;
+        while done < iters {
+            let n = (iters - done).min(FRAME_STEPS);
+            self.frame(acker, edges, n, &mut frame);
+            done += n;
+        }
+        let took = start.elapsed();
+        self.drain(acker, edges);
+        took
+    }
 }
+
+/// Steps per frame of the lifecycle's `ackwheel-batched`: 64 acks, then 16 inits.
+const FRAME_STEPS: u64 = 16;
+const _: () = assert!(FRAME_STEPS < LAG);
 
 /// Full refusals the Acker's contract calls rare ("an init can also be refused slightly
 /// before max_pending when the root's bucket is full"): at most 1 in 10^4 inits, with every
@@ -399,6 +473,16 @@ fn semantics(_: &mut Criterion) {
 
 /// One thread drives the window; `background` roots are initialized first and stay pending.
 fn one_thread<T: Tracker>(group: &mut BenchmarkGroup<'_, WallTime>, name: &str, background: u64) {
+    one_thread_with::<T>(group, name, background, Lifecycle::sample);
+}
+
+/// [`one_thread`], with `sample` timing each sample.
+fn one_thread_with<T: Tracker>(
+    group: &mut BenchmarkGroup<'_, WallTime>,
+    name: &str,
+    background: u64,
+    sample: fn(&mut Lifecycle, &T, &Edges, u64) -> Duration,
+) {
     let timeout = if background == 0 || T::PER_TREE_TIMEOUT {
         TIMEOUT
     } else {
@@ -420,7 +504,7 @@ fn one_thread<T: Tracker>(group: &mut BenchmarkGroup<'_, WallTime>, name: &str, 
     let delivered_before = acked_here();
     let mut lc = Lifecycle::new(0);
     group.bench_function(name, |b| {
-        b.iter_custom(|iters| lc.sample(&tracker, edges, iters))
+        b.iter_custom(|iters| sample(&mut lc, &tracker, edges, iters))
     });
     lc.check(name, acked_here() - delivered_before);
     assert_eq!(
@@ -435,6 +519,7 @@ fn lifecycle_1t_1k(c: &mut Criterion) {
     let mut group = c.benchmark_group("lifecycle/1t/1k-inflight");
     group.throughput(Throughput::Elements(1));
     one_thread::<Acker<u32>>(&mut group, "ackwheel", 0);
+    one_thread_with(&mut group, "ackwheel-batched", 0, Lifecycle::sample_batched);
     one_thread::<StormAcker>(&mut group, "storm_port", 0);
     one_thread::<DashTracker>(&mut group, "dashmap", 0);
     one_thread::<DashWheelTracker>(&mut group, "dashmap+wheel", 0);
@@ -447,6 +532,12 @@ fn lifecycle_1t_1m(c: &mut Criterion) {
     let mut group = c.benchmark_group("lifecycle/1t/1M-pending");
     group.throughput(Throughput::Elements(1));
     one_thread::<Acker<u32>>(&mut group, "ackwheel", BACKGROUND);
+    one_thread_with(
+        &mut group,
+        "ackwheel-batched",
+        BACKGROUND,
+        Lifecycle::sample_batched,
+    );
     one_thread::<StormAcker>(&mut group, "storm_port", BACKGROUND);
     one_thread::<DashTracker>(&mut group, "dashmap", BACKGROUND);
     one_thread::<DashWheelTracker>(&mut group, "dashmap+wheel", BACKGROUND);

@@ -5,21 +5,26 @@
 //! One message costs little once its root's table line is in the cache (a hash, a load and
 //! one 128-bit CAS); with many roots pending the line is nearly always in memory, and a
 //! message waits ~100 ns for it, during which one-message-at-a-time code can do nothing
-//! else. A batch knows its next messages: before applying a chunk of [`AHEAD`] messages it
-//! asks the CPU for the home lines of the chunk after it (a prefetch: a hint that never
-//! faults and never waits), so that the misses of a whole chunk overlap with one another
-//! and with the work of the chunk before. A root that lives outside its home group, or a
-//! table that moved to a successor in the meantime, costs what it costs one at a time:
-//! the prefetch is a hint, and each message is applied by the same code as
-//! [`Acker::ack`], [`Acker::fail`] and [`Acker::reset_timeout`]. So batched and
-//! one-by-one application deliver the same completions, with the same payloads, in the
-//! same order, and count the same statistics.
+//! else. A batch knows its next messages. It places the roots of a chunk of [`AHEAD`]
+//! messages (their tables and keys) and asks the CPU for their home lines (a prefetch: a
+//! hint that never faults and never waits) while it applies the chunk before, so that the
+//! misses of a whole chunk overlap with one another and with the work of the chunk
+//! before; and it applies a chunk inside one acker operation (`batches/`: one entry and
+//! one thread-local lookup for eight messages). A root that lives outside its home group,
+//! or a table that moved to a successor in the meantime, costs what it costs one at a
+//! time: the prefetch is a hint, and each message is applied by the same code as
+//! [`Acker::ack`], [`Acker::fail`] and [`Acker::reset_timeout`] (`lean/`'s `message_in`
+//! and `reset_in`). So batched and one-by-one application deliver the same completions,
+//! with the same payloads, in the same order, and count the same statistics. The
+//! caller's `each` of [`Acker::apply_each`] runs once a chunk is done, outside its
+//! operation, as a callback would.
 
 use super::Acker;
 
-/// Messages whose home lines a batch asks for before applying the chunk before them: about
-/// as many misses as one core keeps in flight (10-12 line fill buffers on current x86
-/// cores), so a prefetch runs 8 to 16 messages ahead of its message.
+/// Messages a batch applies in one operation, having asked for their home lines while it
+/// applied the chunk before: about as many misses as one core keeps in flight (10-12 line
+/// fill buffers on current x86 cores), so a prefetch runs 8 to 16 messages ahead of its
+/// message.
 pub(super) const AHEAD: usize = 8;
 
 /// One message of a batch ([`Acker::apply`]).
@@ -94,9 +99,11 @@ impl<T: Send + 'static> Acker<T> {
         completed
     }
 
-    /// [`apply`](Self::apply), calling `each(index, result)` after the message at `index`
-    /// was applied, with what its own call returns: for an ack or a fail, whether it
-    /// completed a tree; for a reset, whether the root had an uncompleted entry.
+    /// [`apply`](Self::apply), calling `each(index, result)` once the message at `index`
+    /// has been applied (with at most 7 of the next ones: a chunk of 8 is applied at once), with what its own
+    /// call returns: for an ack or a fail, whether it completed a tree; for a reset,
+    /// whether the root had an uncompleted entry. Every call of `each` comes after every
+    /// `on_complete` call of the messages it reports.
     ///
     /// ```
     /// use ackwheel::{Acker, Message};
@@ -109,20 +116,6 @@ impl<T: Send + 'static> Acker<T> {
     /// assert_eq!(results, [(0, true), (1, true)]);
     /// ```
     pub fn apply_each(&self, messages: &[Message], mut each: impl FnMut(usize, bool)) {
-        let lean = self.lean();
-        lean.prefetch(&messages[..messages.len().min(AHEAD)]);
-        for (c, chunk) in messages.chunks(AHEAD).enumerate() {
-            let first = c * AHEAD;
-            let next = messages.get(first + AHEAD..).unwrap_or(&[]);
-            lean.prefetch(&next[..next.len().min(AHEAD)]);
-            for (i, message) in chunk.iter().enumerate() {
-                let result = match *message {
-                    Message::Ack { root, xor } => lean.ack(root, xor),
-                    Message::Fail { root } => lean.fail(root),
-                    Message::ResetTimeout { root } => lean.reset_timeout(root),
-                };
-                each(first + i, result);
-            }
-        }
+        self.lean().apply_each(messages, &mut each);
     }
 }

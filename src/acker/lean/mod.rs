@@ -96,12 +96,13 @@ use std::time::Duration;
 
 use crossbeam_utils::CachePadded;
 
-use super::batches::{Batches, Entry, Pushed};
+use super::batches::{Active, Batches, Entry, Pushed};
 use super::credits::Credits;
 use super::fences::Fences;
+use super::messages::{Message as PublicMessage, AHEAD};
 use super::roots::{reached, Applied, Done, Message, Refused, Roots, Tick};
 use super::roots::{GEN_TAG_BITS, GROUP_SLOTS, TAG_CHECK_MASK};
-use super::word::KEY_SHIFT;
+use super::word::{Key, KEY_SHIFT};
 use super::{AckerStats, Callback, Counters, InitError};
 use crate::clock::Clock;
 use crate::sync::{Arc, AtomicBool, AtomicU64, AtomicUsize, Mutex, Ordering};
@@ -399,21 +400,6 @@ impl<T: Send + 'static> Lean<T> {
         }
     }
 
-    /// Asks for the home lines of `messages`' roots in their tables' current generations
-    /// (`acker/messages.rs`).
-    pub(super) fn prefetch(&self, messages: &[crate::acker::Message]) {
-        if messages.is_empty() {
-            return;
-        }
-        let _active = self.batches.enter();
-        for message in messages {
-            let (table, key) = self.layout.place(message.root());
-            // Safety: inside the operation `_active` marks (the prefetch reads nothing).
-            let roots = unsafe { self.tables[table].current() };
-            roots.prefetch(key);
-        }
-    }
-
     pub(super) fn ack(&self, root: u64, xor: u64) -> bool {
         self.message(root, Message::Ack(xor))
     }
@@ -428,13 +414,20 @@ impl<T: Send + 'static> Lean<T> {
     #[inline]
     fn message(&self, root: u64, message: Message) -> bool {
         let active = self.batches.enter();
+        let (table, key) = self.layout.place(root);
+        self.message_in(&active, table, key, message)
+    }
+
+    /// [`message`](Self::message) for the root `layout` placed at `key` in `table`, inside
+    /// the operation `active` marks, where it holds nothing of the tables.
+    #[inline]
+    fn message_in(&self, active: &Active, table: usize, key: Key, message: Message) -> bool {
         if !active.open && self.stopping() {
             // Shut down: nothing is pending, and nothing may be held (`take_back_all`).
             // (A thread without a batch, an exiting one, finds the callback closed too,
             // and its messages still count before shutdown.)
             return false;
         }
-        let (table, key) = self.layout.place(root);
         // The common case first: no migration, and the entry exists (`apply_found`).
         // Safety: inside the operation `active` marks.
         let roots = unsafe { self.tables[table].current() };
@@ -482,8 +475,14 @@ impl<T: Send + 'static> Lean<T> {
     }
 
     pub(super) fn reset_timeout(&self, root: u64) -> bool {
-        let active = self.batches.enter();
+        let _active = self.batches.enter();
         let (table, key) = self.layout.place(root);
+        self.reset_in(table, key)
+    }
+
+    /// [`reset_timeout`](Self::reset_timeout) for the root `layout` placed at `key` in
+    /// `table`, inside an operation, where it holds nothing of the tables.
+    fn reset_in(&self, table: usize, key: Key) -> bool {
         let now = self.write_tick() as Tick;
         // Safety: inside the operation `active` marks.
         let roots = unsafe { self.tables[table].current() };
@@ -492,11 +491,65 @@ impl<T: Send + 'static> Lean<T> {
         // migration the old table's entry first (`reset` waits for one being moved), then
         // the successor's.
         // Every generation's entry, not just the first found (no short circuit).
-        let reset = chain(roots)
+        chain(roots)
             .map(|roots| roots.reset(key, now))
-            .fold(false, |any, reset| any | reset);
-        drop(active);
-        reset
+            .fold(false, |any, reset| any | reset)
+    }
+
+    /// Applies `messages` in order (`acker/messages.rs`): a chunk of [`AHEAD`] at a time in
+    /// one operation, with the home lines of the next chunk's roots prefetched first;
+    /// `each(index, result)` for a chunk's messages once the chunk is applied, outside the
+    /// operation (it is the caller's code, like a callback).
+    pub(super) fn apply_each(&self, messages: &[PublicMessage], each: &mut dyn FnMut(usize, bool)) {
+        let mut placed = [(0, Key::new(0)); AHEAD];
+        let mut next = [(0, Key::new(0)); AHEAD];
+        self.place_ahead(
+            messages.get(..AHEAD.min(messages.len())).unwrap_or(&[]),
+            &mut next,
+        );
+        for (c, chunk) in messages.chunks(AHEAD).enumerate() {
+            std::mem::swap(&mut placed, &mut next);
+            let first = c * AHEAD;
+            let mut results = [false; AHEAD];
+            {
+                let active = self.batches.enter();
+                let after = messages.get(first + AHEAD..).unwrap_or(&[]);
+                self.place_ahead(&after[..after.len().min(AHEAD)], &mut next);
+                for ((message, &(table, key)), result) in
+                    chunk.iter().zip(&placed).zip(&mut results)
+                {
+                    *result = match *message {
+                        PublicMessage::Ack { xor, .. } => {
+                            self.message_in(&active, table, key, Message::Ack(xor))
+                        }
+                        PublicMessage::Fail { .. } => {
+                            self.message_in(&active, table, key, Message::Fail)
+                        }
+                        PublicMessage::ResetTimeout { .. } => self.reset_in(table, key),
+                    };
+                }
+            }
+            for (i, &result) in results[..chunk.len()].iter().enumerate() {
+                each(first + i, result);
+            }
+        }
+    }
+
+    /// Places `messages`' roots into `placed` and prefetches their home lines in their
+    /// tables' current generations.
+    #[inline]
+    fn place_ahead(&self, messages: &[PublicMessage], placed: &mut [(usize, Key); AHEAD]) {
+        if messages.is_empty() {
+            return;
+        }
+        let _active = self.batches.enter();
+        for (message, place) in messages.iter().zip(placed.iter_mut()) {
+            let (table, key) = self.layout.place(message.root());
+            // Safety: inside the operation `_active` marks (the prefetch reads nothing).
+            let roots = unsafe { self.tables[table].current() };
+            roots.prefetch(key);
+            *place = (table, key);
+        }
     }
 
     pub(super) fn pending(&self) -> usize {
