@@ -381,6 +381,18 @@ impl<T: Send + 'static> AsyncAcker<T> {
         self.acker.fail(root)
     }
 
+    /// [`Acker::apply`]: acks, fails and resets in order, with the memory of the next ones
+    /// fetched ahead; how many trees the acks and fails completed (their completions go to
+    /// their futures and the stream as one by one). Never waits.
+    pub fn apply(&self, messages: &[crate::Message]) -> usize {
+        self.acker.apply(messages)
+    }
+
+    /// [`Acker::apply_each`]: [`apply`](Self::apply), with each message's result.
+    pub fn apply_each(&self, messages: &[crate::Message], each: impl FnMut(usize, bool)) {
+        self.acker.apply_each(messages, each)
+    }
+
     /// [`Acker::reset_timeout`]: `true` iff the root has an uncompleted entry.
     pub fn reset_timeout(&self, root: u64) -> bool {
         self.acker.reset_timeout(root)

@@ -51,6 +51,35 @@ async fn track_resolves_acked_on_the_last_ack() {
 }
 
 #[::tokio::test]
+async fn apply_completes_tracked_and_streamed_trees_as_one_by_one() {
+    let (acker, mut completions) = build::<u32>(8);
+    let tracked = acker.track(1, 0b11, 10).unwrap();
+    acker.init(2, 0b1, 20).await.unwrap();
+    let frame = [
+        crate::Message::Ack { root: 1, xor: 0b01 },
+        crate::Message::ResetTimeout { root: 1 },
+        crate::Message::Fail { root: 2 },
+        crate::Message::Ack { root: 1, xor: 0b10 },
+    ];
+    let mut results = Vec::new();
+    acker.apply_each(&frame, |i, result| results.push((i, result)));
+    assert_eq!(results, [(0, false), (1, true), (2, true), (3, true)]);
+    let done = timeout(BOUND, tracked).await.unwrap().unwrap();
+    assert_eq!(
+        (done.root, done.payload, done.outcome),
+        (1, 10, Outcome::Acked)
+    );
+    let done = next(&mut completions).await.unwrap();
+    assert_eq!(
+        (done.root, done.payload, done.outcome),
+        (2, 20, Outcome::Failed)
+    );
+    assert_eq!(acker.apply(&[crate::Message::Ack { root: 3, xor: 1 }]), 0);
+    assert_eq!(acker.pending(), 1, "an orphan");
+    acker.shutdown().await;
+}
+
+#[::tokio::test]
 async fn a_lost_edge_resolves_timed_out() {
     let (acker, _completions) = Acker::<u32>::builder()
         .timeout(Duration::from_millis(30))
