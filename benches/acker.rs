@@ -319,7 +319,7 @@ impl Lifecycle {
     }
 
     /// `n` steps (at most [`FRAME_STEPS`]) with their acks in one frame through
-    /// `Acker::apply_each`, then their inits. The trees acked are [`LAG`] or more steps
+    /// `Acker::apply_each`, then their inits through `Acker::init_each`. The trees acked are [`LAG`] or more steps
     /// older than any of the frame's inits, so the frame acks exactly what the steps would.
     fn frame(&mut self, acker: &Acker<u32>, edges: &Edges, n: u64, frame: &mut Vec<Message>) {
         let first = self.next;
@@ -355,20 +355,24 @@ impl Lifecycle {
             }
         });
         self.expected += expected;
-        for i in first..first + n {
-            let root = mix(self.seed.wrapping_add(i));
-            self.ring[(i % WINDOW) as usize] = match acker.init(root, edges.init(i), i as u32) {
-                Ok(()) => root,
+        let seed = self.seed;
+        let trees =
+            (first..first + n).map(|i| (mix(seed.wrapping_add(i)), edges.init(i), i as u32));
+        let (ring, full, errors) = (&mut self.ring, &mut self.full, &mut self.errors);
+        acker.init_each(trees, |j, result| {
+            let i = first + j as u64;
+            ring[(i % WINDOW) as usize] = match result {
+                Ok(()) => mix(seed.wrapping_add(i)),
                 Err(InitError::Full(_)) => {
-                    self.full += 1;
+                    *full += 1;
                     REFUSED
                 }
                 Err(_) => {
-                    self.errors += 1;
+                    *errors += 1;
                     REFUSED
                 }
             };
-        }
+        });
         self.next = first + n;
     }
 
@@ -389,7 +393,8 @@ impl Lifecycle {
     }
 }
 
-/// Steps per frame of the lifecycle's `ackwheel-batched`: 64 acks, then 16 inits.
+/// Steps per frame of the lifecycle's `ackwheel-batched`: 64 acks, then 16 inits, each
+/// kind in one batch.
 const FRAME_STEPS: u64 = 16;
 const _: () = assert!(FRAME_STEPS < LAG);
 

@@ -19,7 +19,7 @@
 //! caller's `each` of [`Acker::apply_each`] runs once a chunk is done, outside its
 //! operation, as a callback would.
 
-use super::Acker;
+use super::{Acker, InitError};
 
 /// Messages a batch applies in one operation, having asked for their home lines while it
 /// applied the chunk before: about as many misses as one core keeps in flight (10-12 line
@@ -117,5 +117,54 @@ impl<T: Send + 'static> Acker<T> {
     /// ```
     pub fn apply_each(&self, messages: &[Message], mut each: impl FnMut(usize, bool)) {
         self.lean().apply_each(messages, &mut each);
+    }
+
+    /// Inits the trees `trees` yields, `(root, xor, payload)`, in order, each exactly as
+    /// [`init`](Self::init) would, with the home lines of the next ones fetched ahead (up
+    /// to 16 are taken from the iterator ahead of the one being inited). `each(index,
+    /// result)` gets every init's result, a refused init's payload included: nothing is
+    /// lost. With many trees pending, an init's claim is a trip to memory that a batch
+    /// overlaps with the next ones'.
+    ///
+    /// ```
+    /// use ackwheel::{Acker, InitError};
+    ///
+    /// let acker: Acker<&str> = Acker::builder().max_pending(2).build_manual().unwrap();
+    /// let mut refused = Vec::new();
+    /// acker.init_each([(1, 0b1, "a"), (2, 0b1, "b"), (3, 0b1, "c")], |i, result| {
+    ///     if let Err(e) = result {
+    ///         refused.push((i, e.into_payload()));
+    ///     }
+    /// });
+    /// assert_eq!(refused, [(2, "c")]); // max_pending 2: the third is handed back
+    /// assert_eq!(acker.pending(), 2);
+    /// ```
+    pub fn init_each<I>(&self, trees: I, mut each: impl FnMut(usize, Result<(), InitError<T>>))
+    where
+        I: IntoIterator<Item = (u64, u64, T)>,
+    {
+        let lean = self.lean();
+        let mut trees = trees.into_iter();
+        // Two chunks: the one being inited, and the next, whose lines are on their way.
+        let mut now: Vec<(u64, u64, T)> = Vec::with_capacity(AHEAD);
+        let mut next: Vec<(u64, u64, T)> = Vec::with_capacity(AHEAD);
+        let mut roots = [0u64; AHEAD];
+        let mut fill = |chunk: &mut Vec<(u64, u64, T)>, trees: &mut I::IntoIter| {
+            chunk.extend(trees.by_ref().take(AHEAD));
+            for (root, tree) in roots.iter_mut().zip(chunk.iter()) {
+                *root = tree.0;
+            }
+            lean.prefetch_roots(&roots[..chunk.len()]);
+        };
+        fill(&mut next, &mut trees);
+        let mut index = 0;
+        while !next.is_empty() {
+            std::mem::swap(&mut now, &mut next);
+            fill(&mut next, &mut trees);
+            for (root, xor, payload) in now.drain(..) {
+                each(index, lean.init(root, xor, payload, None));
+                index += 1;
+            }
+        }
     }
 }

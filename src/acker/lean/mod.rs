@@ -535,6 +535,21 @@ impl<T: Send + 'static> Lean<T> {
         }
     }
 
+    /// Prefetches the home lines of `roots` in their tables' current generations
+    /// (`Acker::init_each`).
+    pub(super) fn prefetch_roots(&self, roots: &[u64]) {
+        if roots.is_empty() {
+            return;
+        }
+        let _active = self.batches.enter();
+        for &root in roots {
+            let (table, key) = self.layout.place(root);
+            // Safety: inside the operation `_active` marks (the prefetch reads nothing).
+            let roots = unsafe { self.tables[table].current() };
+            roots.prefetch(key);
+        }
+    }
+
     /// Places `messages`' roots into `placed` and prefetches their home lines in their
     /// tables' current generations.
     #[inline]

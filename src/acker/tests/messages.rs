@@ -1,4 +1,5 @@
-//! Batched application (`Acker::apply_each`) against the same messages one by one: on
+//! Batched application (`Acker::apply_each`, `Acker::init_each`) against the same messages
+//! one by one: on
 //! random streams over a few roots (so that acks complete trees, overtake inits, meet
 //! fails, resets and timeouts), every message's result, every completion (root, payload,
 //! outcome, in order) and every counter must match.
@@ -44,14 +45,26 @@ fn a_batch_does_exactly_what_its_messages_do_one_by_one() {
         for step in 0..steps {
             match rng.random_range(0..10) {
                 0..=2 => {
-                    let root = rng.random_range(0..ROOTS);
-                    let xor = rng.random_range(1..16);
-                    let payload = rng.random();
-                    assert_eq!(
-                        batched.init(root, xor, payload).is_ok(),
-                        single.init(root, xor, payload).is_ok(),
-                        "seed {seed} step {step}: init of {root}"
-                    );
+                    // Inits: through init_each on one acker, one by one on the other; a
+                    // refused init's payload must come back either way.
+                    let len = rng.random_range(1..2 * super::super::messages::AHEAD + 3);
+                    let trees: Vec<(u64, u64, u32)> = (0..len)
+                        .map(|_| {
+                            (
+                                rng.random_range(0..ROOTS),
+                                rng.random_range(1..16),
+                                rng.random(),
+                            )
+                        })
+                        .collect();
+                    let mut results = Vec::new();
+                    batched.init_each(trees.clone(), |i, result| results.push((i, result)));
+                    let expected: Vec<_> = trees
+                        .iter()
+                        .enumerate()
+                        .map(|(i, &(root, xor, payload))| (i, single.init(root, xor, payload)))
+                        .collect();
+                    assert_eq!(results, expected, "seed {seed} step {step}: {trees:?}");
                 }
                 3 => {
                     clock.advance(Duration::from_millis(rng.random_range(0..6_000)));
