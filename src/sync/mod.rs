@@ -161,23 +161,3 @@ pub(crate) fn give_back_free_memory() {
         }
     }
 }
-
-/// Asks the CPU to bring the two cache lines from `at` (a table line's pair) towards its
-/// caches, without waiting: a hint that reads nothing the program sees. Nothing where there
-/// is no such instruction in stable Rust (other architectures), nor under Miri or loom.
-#[inline(always)]
-pub(crate) fn prefetch_pair(at: *const u8) {
-    #[cfg(all(target_arch = "x86_64", not(miri), not(loom)))]
-    // `_mm_prefetch` is a safe function where SSE is enabled on newer compilers (it always
-    // is on x86_64), an unsafe one on the minimum supported version.
-    #[allow(unused_unsafe)]
-    // Safety: a prefetch never faults, whatever the address (even unmapped or dangling),
-    // and changes no memory; SSE, which it needs, is part of x86_64.
-    unsafe {
-        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-        _mm_prefetch::<_MM_HINT_T0>(at.cast());
-        _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(64).cast());
-    }
-    #[cfg(not(all(target_arch = "x86_64", not(miri), not(loom))))]
-    let _ = at;
-}

@@ -451,15 +451,6 @@ impl<T> Roots<T> {
         self.merged.load(Ordering::Relaxed) // Relaxed: a statistic.
     }
 
-    /// Asks for `key`'s home line (its group's words and, beside them, their payloads and
-    /// times) to be brought towards the caches, without waiting (`Acker::apply`).
-    #[inline]
-    pub fn prefetch(&self, key: Key) {
-        if let Some(line) = self.lines.get(self.home(key)) {
-            crate::sync::prefetch_pair((line as *const lines::Line<T>).cast());
-        }
-    }
-
     /// The key's home group: its top bits scaled to the group count (multiply and shift;
     /// with a power of two of groups, exactly the key's top bits).
     #[inline]

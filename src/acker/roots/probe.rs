@@ -78,7 +78,7 @@ impl<T> Roots<T> {
     #[inline]
     pub(super) fn search(&self, key: Key, skip: Option<usize>) -> Search {
         let home = self.home(key);
-        self.prefetch_home(home);
+        self.prefetch_home(home, false);
         let mut vacancy = None;
         for (d, group) in self.walk(home) {
             let words = self.group(group).load();
@@ -129,21 +129,43 @@ impl<T> Roots<T> {
     /// entry reads it next) and the slots' side data (a claim reserves its slot's times
     /// and writes its timeout and payload there). In a large table each is a miss of its
     /// own: started with the words' load, they overlap it instead of following it (the
-    /// side data's prefetch took 5 % off a tree at 1M pending).
+    /// side data's prefetch took 5 % off a tree at 1M pending). With `words`, the group's
+    /// words too: a batch asks for a later message's lines long before it loads them
+    /// (`Acker::apply`).
     #[inline(always)]
-    fn prefetch_home(&self, group: usize) {
+    fn prefetch_home(&self, group: usize, words: bool) {
         #[cfg(all(target_arch = "x86_64", not(loom), not(miri)))]
         if let (Some(count), Some(line)) = (self.overflow.get(group), self.lines.get(group)) {
             use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
             // Safety: a prefetch only hints the cache; it reads nothing the program sees
-            // and cannot fault, and both addresses are inside elements of their slices.
+            // and cannot fault, and every address is inside an element of its slice.
             unsafe {
                 _mm_prefetch::<_MM_HINT_T0>(std::ptr::from_ref(count).cast());
                 _mm_prefetch::<_MM_HINT_T0>(std::ptr::from_ref(&line.sides).cast());
+                if words {
+                    _mm_prefetch::<_MM_HINT_T0>(std::ptr::from_ref(&line.group).cast());
+                }
             }
         }
         #[cfg(not(all(target_arch = "x86_64", not(loom), not(miri))))]
-        let _ = group;
+        let _ = (group, words);
+    }
+
+    /// Asks for everything a message for `key` reads first (its home group's words, its
+    /// overflow count and side data, and the next group's words, where a root displaced
+    /// from home most often lives and where a new root's search goes on when home is
+    /// full) to be brought towards the caches, without waiting (`Acker::apply`,
+    /// `Acker::init_each`).
+    #[inline]
+    pub fn prefetch(&self, key: Key) {
+        let home = self.home(key);
+        self.prefetch_home(home, true);
+        #[cfg(all(target_arch = "x86_64", not(loom), not(miri)))]
+        if let Some(next) = self.lines.get(self.wrap(home + 1)) {
+            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+            // Safety: as in `prefetch_home`.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(std::ptr::from_ref(&next.group).cast()) };
+        }
     }
 
     /// Entries of `key`'s root in probe order, but for `skip`: the first, with its word.
