@@ -9,22 +9,22 @@
 //! messages (their tables and keys) and asks the CPU for their home lines (a prefetch: a
 //! hint that never faults and never waits) while it applies the chunk before, so that the
 //! misses of a whole chunk overlap with one another and with the work of the chunk
-//! before; and it applies a chunk inside one acker operation (`batches/`: one entry and
-//! one thread-local lookup for eight messages). A root that lives outside its home group,
+//! before. Each message is then applied in an acker operation of its own, as one at a time
+//! (one operation for a whole chunk lost acks under table migrations: `lean/`'s
+//! `apply_each`). A root that lives outside its home group,
 //! or a table that moved to a successor in the meantime, costs what it costs one at a
 //! time: the prefetch is a hint, and each message is applied by the same code as
 //! [`Acker::ack`], [`Acker::fail`] and [`Acker::reset_timeout`] (`lean/`'s `message_in`
 //! and `reset_in`). So batched and one-by-one application deliver the same completions,
 //! with the same payloads, in the same order, and count the same statistics. The
-//! caller's `each` of [`Acker::apply_each`] runs once a chunk is done, outside its
+//! caller's `each` of [`Acker::apply_each`] runs once a chunk is done, outside any
 //! operation, as a callback would.
 
 use super::{Acker, InitError};
 
-/// Messages a batch applies in one operation, having asked for their home lines while it
-/// applied the chunk before: about as many misses as one core keeps in flight (10-12 line
-/// fill buffers on current x86 cores), so a prefetch runs 8 to 16 messages ahead of its
-/// message.
+/// Messages a batch places and prefetches at once, while it applies the chunk before:
+/// about as many misses as one core keeps in flight (10-12 line fill buffers on current
+/// x86 cores), so a prefetch runs 8 to 16 messages ahead of its message.
 pub(super) const AHEAD: usize = 8;
 
 /// One message of a batch ([`Acker::apply`]).
