@@ -9,15 +9,14 @@
 //! messages (their tables and keys) and asks the CPU for their home lines (a prefetch: a
 //! hint that never faults and never waits) while it applies the chunk before, so that the
 //! misses of a whole chunk overlap with one another and with the work of the chunk
-//! before. Each message is then applied in an acker operation of its own, as one at a time
-//! (one operation for a whole chunk lost acks under table migrations: `lean/`'s
-//! `apply_each`). A root that lives outside its home group,
-//! or a table that moved to a successor in the meantime, costs what it costs one at a
-//! time: the prefetch is a hint, and each message is applied by the same code as
-//! [`Acker::ack`], [`Acker::fail`] and [`Acker::reset_timeout`] (`lean/`'s `message_in`
-//! and `reset_in`). So batched and one-by-one application deliver the same completions,
-//! with the same payloads, in the same order, and count the same statistics. The
-//! caller's `each` of [`Acker::apply_each`] runs once a chunk is done, outside any
+//! before. Each message is then applied in an acker operation of its own, as one at a time,
+//! so a batch delays a grace period no longer than one message does. A root that lives
+//! outside its home group, or a table that moved to a successor in the meantime, costs
+//! what it costs one at a time: the prefetch is a hint, and each message is applied by the
+//! same code as [`Acker::ack`], [`Acker::fail`] and [`Acker::reset_timeout`] (`lean/`'s
+//! `message_in` and `reset_in`). So batched and one-by-one application deliver the same
+//! completions, with the same payloads, in the same order, and count the same statistics.
+//! The caller's `each` of [`Acker::apply_each`] runs once a chunk is done, outside any
 //! operation, as a callback would.
 
 use super::{Acker, InitError};

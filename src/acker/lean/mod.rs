@@ -498,12 +498,10 @@ impl<T: Send + 'static> Lean<T> {
 
     /// Applies `messages` in order (`acker/messages.rs`): a chunk of [`AHEAD`] at a time,
     /// with the roots of the next chunk placed and their home lines prefetched first, each
-    /// message in an operation of its own, as one at a time (one operation for a whole
-    /// chunk lost acks under table migrations in the stress harness: `--ack-frames 32
-    /// --breathe-ms 2000 --in-flight 60000`, 996 trees in 120 s timed out with every ack
-    /// returned; not explained yet, and an operation per message, nested or not, lost
-    /// none); `each(index, result)` for a chunk's messages once the chunk is applied,
-    /// outside any operation (it is the caller's code, like a callback).
+    /// message in an operation of its own, as one at a time, so that a batch holds back a
+    /// grace period (a migration's hand-over, a retired generation's release) no longer
+    /// than one message does; `each(index, result)` for a chunk's messages once the chunk
+    /// is applied, outside any operation (it is the caller's code, like a callback).
     pub(super) fn apply_each(&self, messages: &[PublicMessage], each: &mut dyn FnMut(usize, bool)) {
         let mut placed = [(0, Key::new(0)); AHEAD];
         let mut next = [(0, Key::new(0)); AHEAD];

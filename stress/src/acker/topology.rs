@@ -43,7 +43,8 @@
 //! reset (so that its messages to a root keep their order), and before it waits for a
 //! tuple, so that no ack waits on an idle bolt. Children that their parents' acks must
 //! precede (the order the duplicate fault relies on) wait in the frame and are handed on
-//! once it has been sent. The oracle hears of each framed ack as
+//! once it has been sent, and a tuple whose acks are in the frame is released only then
+//! (its tree's record must not be judged without them). The oracle hears of each framed ack as
 //! under way from just before the frame is applied until its own message returned.
 
 use std::cmp::Reverse;
@@ -219,6 +220,8 @@ impl Topology {
     fn flush(&self, c: &Counters, rng: &mut SmallRng, frame: &mut Frame) {
         if frame.messages.is_empty() {
             self.hand_on(rng, frame.children.drain(..));
+            self.finish(&frame.finished);
+            frame.finished.clear();
             return;
         }
         for &(slot, _, _) in frame.logged.iter().flatten() {
@@ -236,6 +239,8 @@ impl Topology {
         frame.messages.clear();
         frame.logged.clear();
         self.hand_on(rng, frame.children.drain(..));
+        self.finish(&frame.finished);
+        frame.finished.clear();
     }
 
     // === spout ===
@@ -545,7 +550,12 @@ impl Topology {
             frame.children.append(&mut children);
         }
         self.hand_on(rng, children.drain(..));
-        self.finish(inputs);
+        if self.shape.ack_frames > 0 {
+            // Released once their acks are sent (`Frame::finished`).
+            frame.finished.extend_from_slice(inputs);
+        } else {
+            self.finish(inputs);
+        }
     }
 
     fn hand_on(&self, rng: &mut SmallRng, children: impl Iterator<Item = Tuple>) {
@@ -577,6 +587,11 @@ pub(crate) struct Frame {
     /// Children whose parents' acks are in the frame and must reach the acker first:
     /// handed on once the frame is sent.
     children: Vec<Tuple>,
+    /// Tuples whose acks are in the frame: released (`finish`) once it is sent, as a bolt
+    /// that acks one at a time releases a tuple after its acks. Released earlier, a tree's
+    /// last reference could go with its completion (a timeout) while its acks still waited
+    /// here, and the oracle would judge it without them.
+    finished: Vec<Tuple>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
