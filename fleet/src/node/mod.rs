@@ -1,0 +1,633 @@
+//! One node process: an origin of trees, a worker of sub-tasks and the owner of one
+//! partition of the fleet's roots.
+//!
+//! * **Origin.** Pulls work items from the run's durable consumer (shared by every node, so
+//!   each item goes to one node at a time). For an item it picks a random root and
+//!   `fanout` random edge ids, sends the init (root, XOR of the edges, its own index) to the
+//!   root's owner and one sub-task per edge to the other nodes, and keeps the JetStream
+//!   message's ack handle under the root. On `Acked` it appends the item to the run's
+//!   completed stream and, once JetStream confirmed that, acks the work message; on `Failed`
+//!   or `TimedOut` it asks for redelivery at once (a nak); when no completion comes within
+//!   the tracker's timeout plus [`SILENCE_BUDGET`] (the owner died, or a frame was lost with
+//!   a server) it naks too. The replay is a new tree under a new root, so no late message of
+//!   the old one can touch it (`docs/scaling.md`).
+//! * **Worker.** Acks each sub-task's edge to the root's owner, or, as injected faults,
+//!   fails it, drops the ack or sends it twice.
+//! * **Owner.** Applies the frames for its partition to its tracker (`tracker.rs`): inits
+//!   one by one, acks and fails with [`ackwheel::Acker::apply`]. A frame that does not
+//!   decode, or a record whose root this partition does not own, is counted and dropped.
+//!
+//! Everything a node sends to another goes through its [`outbox::Outbox`], flushed every
+//! millisecond. A restarted node starts empty; what it owned times out at the origins and
+//! is replayed, and what it originated is redelivered by JetStream after the consumer's ack
+//! wait. A node exits when its standard input closes (the run that started it is gone), and
+//! with an error when it has had no NATS connection for `--nats-limit` seconds (at start,
+//! where it retries with backoff, or later, where the client fails over and reconnects).
+
+mod outbox;
+mod tracker;
+
+use crate::wire::{self, Completed, Done, PartMessage, Task};
+use crate::{connect, Credentials, TrackerKind};
+use ackwheel::{Message, Outcome};
+use async_nats::jetstream::{self, message::Acker as JsAcker, AckKind};
+use futures::StreamExt;
+use outbox::Outbox;
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tracker::{AckerTracker, DashMapTracker, Tracker};
+
+/// How long past the tracker's timeout an origin waits for a completion before it takes the
+/// owner for lost and asks for the item again.
+pub const SILENCE_BUDGET: Duration = Duration::from_millis(1500);
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct NodeArgs {
+    /// This node's index, 0..nodes: its partition and its subjects.
+    #[arg(long)]
+    pub index: usize,
+    #[arg(long)]
+    pub nodes: usize,
+    /// NATS URLs, comma-separated.
+    #[arg(long, value_delimiter = ',')]
+    pub servers: Vec<String>,
+    /// The run's subject prefix; also names its streams.
+    #[arg(long)]
+    pub run: String,
+    #[arg(long, value_enum)]
+    pub tracker: TrackerKind,
+    #[arg(long)]
+    pub fanout: usize,
+    #[arg(long)]
+    pub timeout_ms: u64,
+    #[arg(long)]
+    pub fail_rate: f64,
+    #[arg(long)]
+    pub drop_rate: f64,
+    #[arg(long)]
+    pub dup_rate: f64,
+    /// Seconds without a NATS connection (at start or later) before the node gives up.
+    #[arg(long, default_value_t = 30)]
+    pub nats_limit: u64,
+}
+
+/// What a node reports every half second on `<run>.stats` (cumulative since it started).
+#[derive(Serialize, Deserialize, Debug, Clone, Default)]
+pub struct NodeStats {
+    pub index: usize,
+    pub pid: u32,
+    /// Items pulled and started as trees.
+    pub started: u64,
+    /// Inits, acks and fails applied by this node's tracker.
+    pub inits_applied: u64,
+    pub acks_applied: u64,
+    pub fails_applied: u64,
+    pub part_frames: u64,
+    /// Completions seen by this node as an origin.
+    pub acked: u64,
+    pub failed: u64,
+    pub timed_out: u64,
+    /// Items asked for again because no completion came (owner lost).
+    pub silent: u64,
+    pub recorded: u64,
+    pub malformed: u64,
+    pub misrouted: u64,
+    pub refused_inits: u64,
+    pub unknown_completions: u64,
+    pub pending: u64,
+    pub rss: u64,
+    pub nats_disconnects: u64,
+    /// Time spent inside the tracker (inits, acks and fails applied), nanoseconds.
+    pub tracker_ns: u64,
+    /// This process's CPU time (user and system), milliseconds.
+    pub cpu_ms: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    started: AtomicU64,
+    inits_applied: AtomicU64,
+    acks_applied: AtomicU64,
+    fails_applied: AtomicU64,
+    part_frames: AtomicU64,
+    acked: AtomicU64,
+    failed: AtomicU64,
+    timed_out: AtomicU64,
+    silent: AtomicU64,
+    recorded: AtomicU64,
+    malformed: AtomicU64,
+    misrouted: AtomicU64,
+    refused_inits: AtomicU64,
+    unknown_completions: AtomicU64,
+    nats_disconnects: AtomicU64,
+    tracker_ns: AtomicU64,
+}
+
+fn add(counter: &AtomicU64, n: u64) {
+    // Relaxed: statistics, read only for reports.
+    counter.fetch_add(n, Ordering::Relaxed);
+}
+
+/// A work item this node originated, waiting for its tree's completion.
+struct Pending {
+    item: u64,
+    delivery: u32,
+    pulled: Instant,
+    handle: JsAcker,
+}
+
+struct Node {
+    args: NodeArgs,
+    client: async_nats::Client,
+    js: jetstream::Context,
+    outbox: Arc<Outbox>,
+    tracker: Box<dyn Tracker>,
+    pending: Mutex<HashMap<u64, Pending>>,
+    /// Items acked by their trees, waiting to be recorded and acked to JetStream.
+    records: Mutex<Vec<(Completed, JsAcker)>>,
+    counters: Counters,
+}
+
+pub fn main(args: NodeArgs) -> Result<(), String> {
+    if args.index >= args.nodes || args.nodes == 0 || args.fanout == 0 {
+        return Err(format!(
+            "node {} of {} with fanout {}: need index < nodes and fanout >= 1",
+            args.index, args.nodes, args.fanout
+        ));
+    }
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    runtime.block_on(run(args))
+}
+
+async fn run(args: NodeArgs) -> Result<(), String> {
+    let credentials = Credentials::from_env();
+    let (events_tx, mut events) = tokio::sync::mpsc::unbounded_channel();
+    let name = format!("fleet-node-{}", args.index);
+    let nats_limit = Duration::from_secs(args.nats_limit);
+    let client = connect(
+        &args.servers,
+        &credentials,
+        &name,
+        nats_limit,
+        Some(events_tx),
+    )
+    .await
+    .map_err(|e| format!("node {}: {e}", args.index))?;
+    let js = jetstream::new(client.clone());
+    let outbox = Arc::new(Outbox::new(args.nodes));
+    let timeout = Duration::from_millis(args.timeout_ms);
+    let tracker: Box<dyn Tracker> = match args.tracker {
+        TrackerKind::Acker => Box::new(AckerTracker::new(outbox.clone(), timeout)?),
+        TrackerKind::Dashmap => Box::new(DashMapTracker::new(outbox.clone(), timeout)),
+    };
+    let node = Arc::new(Node {
+        args,
+        client,
+        js,
+        outbox,
+        tracker,
+        pending: Mutex::new(HashMap::new()),
+        records: Mutex::new(Vec::new()),
+        counters: Counters::default(),
+    });
+    let run = &node.args.run;
+    let index = node.args.index;
+    let subscribe = |what: &str| {
+        let subject = format!("{run}.{what}.{index}");
+        let client = node.client.clone();
+        async move {
+            client
+                .subscribe(subject.clone())
+                .await
+                .map_err(|e| format!("subscribe {subject}: {e}"))
+        }
+    };
+    let parts = subscribe("part").await?;
+    let tasks = subscribe("task").await?;
+    let dones = subscribe("done").await?;
+    // Subscriptions must reach the server before anyone sends to them.
+    node.client
+        .flush()
+        .await
+        .map_err(|e| format!("flush: {e}"))?;
+    let consumer: jetstream::consumer::PullConsumer = node
+        .js
+        .get_stream(format!("WORK_{run}"))
+        .await
+        .map_err(|e| format!("work stream: {e}"))?
+        .get_consumer("nodes")
+        .await
+        .map_err(|e| format!("work consumer: {e}"))?;
+
+    tokio::spawn(owner_loop(node.clone(), parts));
+    tokio::spawn(worker_loop(node.clone(), tasks));
+    tokio::spawn(completion_loop(node.clone(), dones));
+    tokio::spawn(flush_loop(node.clone()));
+    tokio::spawn(record_loop(node.clone()));
+    tokio::spawn(silence_loop(node.clone()));
+    tokio::spawn(stats_loop(node.clone()));
+    tokio::spawn(origin_loop(node.clone(), consumer));
+
+    let mut stdin_closed = Box::pin(stdin_closed());
+    let mut disconnected_since: Option<Instant> = None;
+    let mut check = tokio::time::interval(Duration::from_millis(500));
+    loop {
+        tokio::select! {
+            _ = &mut stdin_closed => return Ok(()),
+            Some(event) = events.recv() => match event {
+                async_nats::Event::Disconnected => {
+                    add(&node.counters.nats_disconnects, 1);
+                    disconnected_since.get_or_insert_with(Instant::now);
+                }
+                async_nats::Event::Connected => disconnected_since = None,
+                _ => {}
+            },
+            _ = check.tick() => {
+                if let Some(since) = disconnected_since {
+                    if since.elapsed() > nats_limit {
+                        return Err(format!(
+                            "node {index}: no NATS connection for {:?}, giving up",
+                            since.elapsed()
+                        ));
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Resolves when standard input reaches its end: the run that started this node is gone.
+async fn stdin_closed() {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    std::thread::spawn(move || {
+        let mut sink = [0u8; 64];
+        use std::io::Read;
+        let mut stdin = std::io::stdin();
+        while matches!(stdin.read(&mut sink), Ok(n) if n > 0) {}
+        let _ = tx.send(());
+    });
+    let _ = rx.await;
+}
+
+fn random_id(rng: &mut SmallRng) -> u64 {
+    // 0 is not a valid edge (it would ack nothing) nor a useful root.
+    rng.random_range(1..=u64::MAX)
+}
+
+async fn origin_loop(node: Arc<Node>, consumer: jetstream::consumer::PullConsumer) {
+    let mut rng = SmallRng::from_os_rng();
+    let nodes = node.args.nodes;
+    let index = node.args.index;
+    loop {
+        let mut messages = match consumer
+            .stream()
+            .max_messages_per_batch(256)
+            .messages()
+            .await
+        {
+            Ok(messages) => messages,
+            Err(_) => {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                continue;
+            }
+        };
+        while let Some(message) = messages.next().await {
+            let Ok(message) = message else {
+                // A server went away under the pull; the stream ends and is made again.
+                break;
+            };
+            let delivery = message.info().map(|i| i.delivered).unwrap_or(1) as u32;
+            let (message, handle) = message.split();
+            let item = match wire::decode_item(&message.payload) {
+                Ok(item) => item,
+                Err(_) => {
+                    add(&node.counters.malformed, 1);
+                    // Not ours to judge twice: terminate it so it is not redelivered forever.
+                    let _ = handle.ack_with(AckKind::Term).await;
+                    continue;
+                }
+            };
+            let root = random_id(&mut rng);
+            let mut xor = 0;
+            let fanout = node.args.fanout;
+            let tasks: Vec<(usize, Task)> = (0..fanout)
+                .map(|_| {
+                    let edge = random_id(&mut rng);
+                    xor ^= edge;
+                    // Sub-tasks go to the other nodes (to itself only when alone).
+                    let to = if nodes > 1 {
+                        (index + rng.random_range(1..nodes)) % nodes
+                    } else {
+                        index
+                    };
+                    (to, Task { root, edge })
+                })
+                .collect();
+            node.pending
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(
+                    root,
+                    Pending {
+                        item,
+                        delivery,
+                        pulled: Instant::now(),
+                        handle,
+                    },
+                );
+            node.outbox.part(
+                wire::owner(root, nodes),
+                PartMessage::Init {
+                    root,
+                    xor,
+                    origin: index as u32,
+                },
+            );
+            node.outbox.tasks(tasks);
+            add(&node.counters.started, 1);
+        }
+    }
+}
+
+async fn owner_loop(node: Arc<Node>, mut frames: async_nats::Subscriber) {
+    let (index, nodes) = (node.args.index, node.args.nodes);
+    let mut batch: Vec<Message> = Vec::new();
+    while let Some(frame) = frames.next().await {
+        let Ok(records) = PartMessage::decode_frame(&frame.payload) else {
+            add(&node.counters.malformed, 1);
+            continue;
+        };
+        add(&node.counters.part_frames, 1);
+        let (mut acks, mut fails, mut inits, mut misrouted) = (0, 0, 0, 0);
+        for record in records {
+            if wire::owner(record.root(), nodes) != index {
+                misrouted += 1;
+                continue;
+            }
+            match record {
+                PartMessage::Init { root, xor, origin } => {
+                    // Messages before it in the frame go first: their order is the frame's.
+                    let timer = Instant::now();
+                    node.tracker.apply(&batch);
+                    batch.clear();
+                    inits += 1;
+                    let refused =
+                        (origin as usize) < nodes && !node.tracker.init(root, xor, origin);
+                    add(&node.counters.tracker_ns, timer.elapsed().as_nanos() as u64);
+                    if (origin as usize) >= nodes {
+                        misrouted += 1;
+                    } else if refused {
+                        add(&node.counters.refused_inits, 1);
+                        node.outbox.done(
+                            origin as usize,
+                            Done {
+                                root,
+                                outcome: Outcome::Failed,
+                            },
+                        );
+                    }
+                }
+                PartMessage::Ack { root, xor } => {
+                    acks += 1;
+                    batch.push(Message::Ack { root, xor });
+                }
+                PartMessage::Fail { root } => {
+                    fails += 1;
+                    batch.push(Message::Fail { root });
+                }
+            }
+        }
+        let timer = Instant::now();
+        node.tracker.apply(&batch);
+        add(&node.counters.tracker_ns, timer.elapsed().as_nanos() as u64);
+        batch.clear();
+        add(&node.counters.acks_applied, acks);
+        add(&node.counters.fails_applied, fails);
+        add(&node.counters.inits_applied, inits);
+        add(&node.counters.misrouted, misrouted);
+    }
+}
+
+async fn worker_loop(node: Arc<Node>, mut frames: async_nats::Subscriber) {
+    let mut rng = SmallRng::from_os_rng();
+    let nodes = node.args.nodes;
+    let (fail, drop, dup) = (node.args.fail_rate, node.args.drop_rate, node.args.dup_rate);
+    let mut out = Vec::new();
+    while let Some(frame) = frames.next().await {
+        let Ok(tasks) = Task::decode_frame(&frame.payload) else {
+            add(&node.counters.malformed, 1);
+            continue;
+        };
+        for Task { root, edge } in tasks {
+            let owner = wire::owner(root, nodes);
+            let roll: f64 = rng.random();
+            if roll < fail {
+                out.push((owner, PartMessage::Fail { root }));
+            } else if roll < fail + drop {
+                // The ack is lost: the tree times out and its item is replayed.
+            } else {
+                out.push((owner, PartMessage::Ack { root, xor: edge }));
+                if roll < fail + drop + dup {
+                    out.push((owner, PartMessage::Ack { root, xor: edge }));
+                }
+            }
+        }
+        node.outbox.parts(out.drain(..));
+    }
+}
+
+async fn completion_loop(node: Arc<Node>, mut frames: async_nats::Subscriber) {
+    let index = node.args.index as u32;
+    while let Some(frame) = frames.next().await {
+        let Ok(dones) = Done::decode_frame(&frame.payload) else {
+            add(&node.counters.malformed, 1);
+            continue;
+        };
+        let mut naks = Vec::new();
+        {
+            let mut pending = node.pending.lock().unwrap_or_else(|p| p.into_inner());
+            let mut records = node.records.lock().unwrap_or_else(|p| p.into_inner());
+            for Done { root, outcome } in dones {
+                let Some(p) = pending.remove(&root) else {
+                    // Already judged silent and asked for again, or a stranger's root.
+                    add(&node.counters.unknown_completions, 1);
+                    continue;
+                };
+                match outcome {
+                    Outcome::Acked => {
+                        add(&node.counters.acked, 1);
+                        let record = Completed {
+                            item: p.item,
+                            node: index,
+                            delivery: p.delivery,
+                            latency_us: p.pulled.elapsed().as_micros() as u64,
+                        };
+                        records.push((record, p.handle));
+                    }
+                    Outcome::Failed => {
+                        add(&node.counters.failed, 1);
+                        naks.push(p.handle);
+                    }
+                    _ => {
+                        add(&node.counters.timed_out, 1);
+                        naks.push(p.handle);
+                    }
+                }
+            }
+        }
+        for handle in naks {
+            let _ = handle.ack_with(AckKind::Nak(None)).await;
+        }
+    }
+}
+
+/// Appends acked items to the completed stream, a batch per JetStream message, and acks
+/// their work messages only once JetStream has confirmed the batch: an item is never acked
+/// before it is on record.
+async fn record_loop(node: Arc<Node>) {
+    let subject = format!("{}.completed", node.args.run);
+    // Each batch carries an id unique to this process and batch, so that a publish retried
+    // after a lost confirmation is stored once (JetStream's duplicate window).
+    let mut batches = 0u64;
+    let pid = std::process::id();
+    loop {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        let batch = std::mem::take(&mut *node.records.lock().unwrap_or_else(|p| p.into_inner()));
+        if batch.is_empty() {
+            continue;
+        }
+        for chunk in batch.chunks(4096) {
+            let mut bytes = Vec::with_capacity(chunk.len() * Completed::SIZE);
+            for (record, _) in chunk {
+                record.encode(&mut bytes);
+            }
+            batches += 1;
+            let mut headers = async_nats::HeaderMap::new();
+            let id = format!("{}-{}-{pid}-{batches}", node.args.run, node.args.index);
+            headers.insert("Nats-Msg-Id", id.as_str());
+            let mut backoff = Duration::from_millis(50);
+            loop {
+                let published = node
+                    .js
+                    .publish_with_headers(subject.clone(), headers.clone(), bytes.clone().into())
+                    .await;
+                let confirmed = match published {
+                    Ok(ack) => ack.await.is_ok(),
+                    Err(_) => false,
+                };
+                if confirmed {
+                    break;
+                }
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(1));
+            }
+            add(&node.counters.recorded, chunk.len() as u64);
+            for (_, handle) in chunk {
+                let _ = handle.ack().await;
+            }
+        }
+    }
+}
+
+/// Asks again for items whose completion never came.
+async fn silence_loop(node: Arc<Node>) {
+    let limit = Duration::from_millis(node.args.timeout_ms) + SILENCE_BUDGET;
+    loop {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let silent: Vec<Pending> = {
+            let mut pending = node.pending.lock().unwrap_or_else(|p| p.into_inner());
+            let roots: Vec<u64> = pending
+                .iter()
+                .filter(|(_, p)| p.pulled.elapsed() > limit)
+                .map(|(&root, _)| root)
+                .collect();
+            roots.iter().filter_map(|r| pending.remove(r)).collect()
+        };
+        add(&node.counters.silent, silent.len() as u64);
+        for p in silent {
+            let _ = p.handle.ack_with(AckKind::Nak(None)).await;
+        }
+    }
+}
+
+async fn flush_loop(node: Arc<Node>) {
+    let run = node.args.run.clone();
+    let mut tick = tokio::time::interval(Duration::from_millis(1));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        for frame in node.outbox.take(&run) {
+            // Core NATS is at most once: a frame lost with a server is a tree that times
+            // out and is replayed.
+            let _ = node.client.publish(frame.subject, frame.bytes.into()).await;
+        }
+    }
+}
+
+async fn stats_loop(node: Arc<Node>) {
+    let subject = format!("{}.stats", node.args.run);
+    loop {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let c = &node.counters;
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let stats = NodeStats {
+            index: node.args.index,
+            pid: std::process::id(),
+            started: get(&c.started),
+            inits_applied: get(&c.inits_applied),
+            acks_applied: get(&c.acks_applied),
+            fails_applied: get(&c.fails_applied),
+            part_frames: get(&c.part_frames),
+            acked: get(&c.acked),
+            failed: get(&c.failed),
+            timed_out: get(&c.timed_out),
+            silent: get(&c.silent),
+            recorded: get(&c.recorded),
+            malformed: get(&c.malformed),
+            misrouted: get(&c.misrouted),
+            refused_inits: get(&c.refused_inits),
+            unknown_completions: get(&c.unknown_completions),
+            pending: node.tracker.pending() as u64,
+            rss: rss_of(std::process::id()).unwrap_or(0),
+            nats_disconnects: get(&c.nats_disconnects),
+            tracker_ns: get(&c.tracker_ns),
+            cpu_ms: cpu_ms_of(std::process::id()).unwrap_or(0),
+        };
+        if let Ok(json) = serde_json::to_vec(&stats) {
+            let _ = node.client.publish(subject.clone(), json.into()).await;
+        }
+    }
+}
+
+/// Resident set size of process `pid`, bytes (Linux `/proc`).
+pub fn rss_of(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let kib: u64 = line["VmRSS:".len()..]
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    Some(kib * 1024)
+}
+
+/// CPU time (user and system) of process `pid` so far, milliseconds (Linux `/proc`, whose
+/// clock ticks are 1/100 s on every architecture Linux reports them for as USER_HZ).
+pub fn cpu_ms_of(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may hold spaces; the fields after it follow its ')'.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of the whole line, 12 and 13 after the name.
+    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    Some(ticks * 10)
+}
