@@ -227,14 +227,17 @@ async fn run(args: NodeArgs) -> Result<(), String> {
         .await
         .map_err(|e| format!("work consumer: {e}"))?;
 
-    tokio::spawn(owner_loop(node.clone(), parts));
-    tokio::spawn(worker_loop(node.clone(), tasks));
-    tokio::spawn(completion_loop(node.clone(), dones));
-    tokio::spawn(flush_loop(node.clone()));
-    tokio::spawn(record_loop(node.clone()));
-    tokio::spawn(silence_loop(node.clone()));
-    tokio::spawn(stats_loop(node.clone()));
-    tokio::spawn(origin_loop(node.clone(), consumer));
+    // Each loop runs for the node's life; one that ends (a subscription closed) or panics
+    // ends the node with an error rather than leaving it half working.
+    let mut loops = tokio::task::JoinSet::new();
+    loops.spawn(owner_loop(node.clone(), parts));
+    loops.spawn(worker_loop(node.clone(), tasks));
+    loops.spawn(completion_loop(node.clone(), dones));
+    loops.spawn(flush_loop(node.clone()));
+    loops.spawn(record_loop(node.clone()));
+    loops.spawn(silence_loop(node.clone()));
+    loops.spawn(stats_loop(node.clone()));
+    loops.spawn(origin_loop(node.clone(), consumer));
 
     let mut stdin_closed = Box::pin(stdin_closed());
     let mut disconnected_since: Option<Instant> = None;
@@ -242,6 +245,9 @@ async fn run(args: NodeArgs) -> Result<(), String> {
     loop {
         tokio::select! {
             _ = &mut stdin_closed => return Ok(()),
+            ended = loops.join_next() => {
+                return Err(format!("node {index}: a loop of the node ended: {ended:?}"));
+            }
             Some(event) = events.recv() => match event {
                 async_nats::Event::Disconnected => {
                     add(&node.counters.nats_disconnects, 1);
@@ -287,9 +293,13 @@ async fn origin_loop(node: Arc<Node>, consumer: jetstream::consumer::PullConsume
     let nodes = node.args.nodes;
     let index = node.args.index;
     loop {
+        // Heartbeats and short pulls: a pull request waits on the consumer's leader only,
+        // so after a server is killed a node must notice and ask again within seconds.
         let mut messages = match consumer
             .stream()
             .max_messages_per_batch(256)
+            .heartbeat(Duration::from_secs(1))
+            .expires(Duration::from_secs(5))
             .messages()
             .await
         {
@@ -301,8 +311,9 @@ async fn origin_loop(node: Arc<Node>, consumer: jetstream::consumer::PullConsume
         };
         while let Some(message) = messages.next().await {
             let Ok(message) = message else {
-                // A server went away under the pull; the stream ends and is made again.
-                break;
+                // Missed heartbeats, a server gone under the pull: the stream asks again
+                // by itself, or ends (and is made again above).
+                continue;
             };
             let delivery = message.info().map(|i| i.delivered).unwrap_or(1) as u32;
             let (message, handle) = message.split();
@@ -310,7 +321,8 @@ async fn origin_loop(node: Arc<Node>, consumer: jetstream::consumer::PullConsume
                 Ok(item) => item,
                 Err(_) => {
                     add(&node.counters.malformed, 1);
-                    // Not ours to judge twice: terminate it so it is not redelivered forever.
+                    // Terminated, so that it is not redelivered forever (if this is lost,
+                    // it comes back once more and is counted again).
                     let _ = handle.ack_with(AckKind::Term).await;
                     continue;
                 }
@@ -497,7 +509,9 @@ async fn record_loop(node: Arc<Node>) {
     // Each batch carries an id unique to this process and batch, so that a publish retried
     // after a lost confirmation is stored once (JetStream's duplicate window).
     let mut batches = 0u64;
-    let pid = std::process::id();
+    // Random, not the pid: a restarted node may get its killed predecessor's pid, and a
+    // batch id the dead process used would be taken for a duplicate and not stored.
+    let incarnation: u64 = rand::random();
     loop {
         tokio::time::sleep(Duration::from_millis(5)).await;
         let batch = std::mem::take(&mut *node.records.lock().unwrap_or_else(|p| p.into_inner()));
@@ -511,7 +525,10 @@ async fn record_loop(node: Arc<Node>) {
             }
             batches += 1;
             let mut headers = async_nats::HeaderMap::new();
-            let id = format!("{}-{}-{pid}-{batches}", node.args.run, node.args.index);
+            let id = format!(
+                "{}-{}-{incarnation:x}-{batches}",
+                node.args.run, node.args.index
+            );
             headers.insert("Nats-Msg-Id", id.as_str());
             let mut backoff = Duration::from_millis(50);
             loop {

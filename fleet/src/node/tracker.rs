@@ -128,22 +128,17 @@ impl DashMapTracker {
 
     /// Applies `change` to `root`'s entry (made if absent) and completes it if it is done.
     fn update(&self, root: u64, change: impl FnOnce(&mut Entry) -> bool) -> bool {
-        let mut done = None;
-        let applied = {
-            let mut entry = self.map.entry(root).or_insert_with(|| self.new_entry());
-            let applied = change(&mut entry);
-            if let Some(origin) = entry.origin {
-                if entry.failed {
-                    done = Some((origin, Outcome::Failed));
-                } else if entry.value == 0 {
-                    done = Some((origin, Outcome::Acked));
-                }
-            }
-            applied
-        };
-        if let Some((origin, outcome)) = done {
-            self.map.remove(&root);
-            complete(&self.outbox, origin, root, outcome);
+        let applied = change(&mut self.map.entry(root).or_insert_with(|| self.new_entry()));
+        // Removed (and reported) only by whoever takes it out of the map, under its shard's
+        // lock: the sweeper's `retain` may time it out in between, and then it is not ours.
+        let done = |e: &Entry| e.origin.is_some() && (e.failed || e.value == 0);
+        if let Some((_, e)) = self.map.remove_if(&root, |_, e| done(e)) {
+            let outcome = if e.failed {
+                Outcome::Failed
+            } else {
+                Outcome::Acked
+            };
+            complete(&self.outbox, e.origin.unwrap_or(0), root, outcome);
         }
         applied
     }
