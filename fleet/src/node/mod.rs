@@ -311,9 +311,9 @@ async fn origin_loop(node: Arc<Node>, consumer: jetstream::consumer::PullConsume
         };
         while let Some(message) = messages.next().await {
             let Ok(message) = message else {
-                // Missed heartbeats, a server gone under the pull: the stream asks again
-                // by itself, or ends (and is made again above).
-                continue;
+                // Missed heartbeats, a server gone under the pull: a new pull stream, whose
+                // requests reach the consumer's leader as it is now.
+                break;
             };
             let delivery = message.info().map(|i| i.delivered).unwrap_or(1) as u32;
             let (message, handle) = message.split();
