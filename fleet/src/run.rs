@@ -275,6 +275,8 @@ struct Report {
     latencies_us: Vec<u64>,
     nodes: Vec<NodeStats>,
     max_rss: u64,
+    /// Each node's RSS when the run stopped it.
+    final_rss: Vec<Option<u64>>,
     kills: Vec<Fault>,
     /// Malformed and misrouted inputs injected, which the nodes must have counted.
     injected: (u64, u64),
@@ -402,8 +404,14 @@ impl Report {
             self.run_cpu_ms as f64 / 1000.0,
             self.seconds,
         );
+        let each: Vec<String> = self
+            .final_rss
+            .iter()
+            .map(|r| r.map_or("?".into(), |b| format!("{:.1}", b as f64 / 1048576.0)))
+            .collect();
         println!(
-            "  memory     largest node RSS {:.1} MiB",
+            "  memory     node RSS at the end {} MiB; the largest seen {:.1} MiB",
+            each.join(" | "),
             self.max_rss as f64 / 1048576.0
         );
         let mut causes: Vec<_> = self.duplicates.iter().collect();
@@ -759,15 +767,15 @@ async fn phase(
     watcher.abort();
     // One more report from every node, then stop them.
     tokio::time::sleep(Duration::from_millis(700)).await;
-    let max_rss = {
+    // Each node's RSS at the end, read before it is stopped (node 0 first).
+    let final_rss: Vec<Option<u64>> = {
         let nodes = nodes.lock().expect("nodes");
         nodes
             .iter()
-            .flatten()
-            .filter_map(|p| rss_of(p.child.id()))
-            .max()
-            .unwrap_or(0)
+            .map(|p| p.as_ref().and_then(|p| rss_of(p.child.id())))
+            .collect()
     };
+    let max_rss = final_rss.iter().flatten().copied().max().unwrap_or(0);
     nodes.lock().expect("nodes").clear();
 
     // Audit: read the whole completed record.
@@ -889,6 +897,7 @@ async fn phase(
         latencies_us,
         nodes,
         max_rss,
+        final_rss,
         kills,
         injected,
         unconfirmed,
