@@ -17,8 +17,10 @@
 //! with a sweeper (`node/tracker.rs`), so the difference the Acker makes is measured in the
 //! same run.
 
+mod audit;
 mod cluster;
 mod node;
+mod report;
 mod run;
 mod wire;
 

@@ -1,5 +1,6 @@
-//! The run: servers, streams, node processes, load, kills, drain, audit and figures, once
-//! per tracker, each on fresh streams of the same cluster.
+//! The run: servers, streams, node processes, load, kills and drain, once per tracker, each
+//! on fresh streams of the same cluster; then the audit (`audit.rs`) and the report
+//! (`report.rs`).
 //!
 //! **Load.** The run publishes numbered items into `WORK_<run>` (3 replicas) as fast as the
 //! nodes take them (the consumer's backlog is kept under `--backlog`); each publish carries
@@ -10,13 +11,13 @@
 //! later, empty; at 60 % one NATS server is killed with SIGKILL and restarted three seconds
 //! later. The sub-tasks' failed, dropped and duplicated acks run all along (`node/`).
 //!
-//! **Audit.** When the load stops, the run waits until the consumer has nothing pending and
-//! nothing unacknowledged, then reads the whole completed stream: every published item must
-//! be on record at least once. Items on record twice (done again after a replay) are
-//! counted with their cause.
+//! **Audit** (`audit.rs`). When the load stops, the run waits until the consumer has
+//! nothing pending and nothing unacknowledged, then reads the whole completed stream.
 
+use crate::audit;
 use crate::cluster::Cluster;
 use crate::node::{cpu_ms_of, rss_of, NodeStats, SILENCE_BUDGET};
+use crate::report::{compare, Report};
 use crate::wire::{self, Completed};
 use crate::{connect, Credentials, TrackerKind};
 use async_nats::jetstream::{self, consumer, stream};
@@ -179,38 +180,6 @@ async fn run(args: RunArgs) -> Result<(), String> {
     }
 }
 
-/// The Acker's runs against the hand-written tracker's, medians over the runs of each (pass
-/// `--trackers acker,dashmap,acker,dashmap` to alternate them on a noisy machine).
-fn compare(reports: &[Report]) {
-    let median = |tracker: TrackerKind, f: &dyn Fn(&Report) -> f64| -> Option<f64> {
-        let mut v: Vec<f64> = reports
-            .iter()
-            .filter(|r| r.tracker == tracker)
-            .map(f)
-            .collect();
-        v.sort_by(f64::total_cmp);
-        (!v.is_empty()).then(|| v[v.len() / 2])
-    };
-    type Figure<'a> = (&'a str, &'a dyn Fn(&Report) -> f64);
-    let figures: [Figure; 4] = [
-        ("items/s", &|r| r.items_per_s()),
-        ("acks/s", &|r| r.acks_per_s()),
-        ("tracker ns an ack", &|r| r.tracker_ns_per_message()),
-        ("p50 latency ms", &|r| r.latency_ms(0.5)),
-    ];
-    for (name, f) in figures {
-        if let (Some(a), Some(d)) = (
-            median(TrackerKind::Acker, f),
-            median(TrackerKind::Dashmap, f),
-        ) {
-            println!(
-                "acker against dashmap, {name}: {a:.1} against {d:.1} ({:.2}x)",
-                a / d.max(1e-9)
-            );
-        }
-    }
-}
-
 /// A node process and the pipe whose end tells it to exit.
 struct NodeProcess {
     child: Child,
@@ -250,187 +219,6 @@ fn spawn_node(
         .spawn()
         .map_err(|e| format!("cannot start node {index}: {e}"))?;
     Ok(NodeProcess { child })
-}
-
-/// A kill and the completion rate around it (from the run's 100 ms timeline).
-struct Fault {
-    what: String,
-    at: f64,
-    /// Items completed per second over the 2 s before the kill.
-    before: f64,
-    /// The lowest rate of a 1 s window starting within the 4 s after it.
-    lowest: f64,
-    /// Seconds until a 0.5 s window is back to 80 % of `before`.
-    recovered: Option<f64>,
-}
-
-struct Report {
-    tracker: TrackerKind,
-    seconds: f64,
-    drain_seconds: f64,
-    published: u64,
-    records: usize,
-    missing: Vec<u64>,
-    duplicates: HashMap<&'static str, u64>,
-    latencies_us: Vec<u64>,
-    nodes: Vec<NodeStats>,
-    max_rss: u64,
-    /// Each node's RSS when the run stopped it.
-    final_rss: Vec<Option<u64>>,
-    kills: Vec<Fault>,
-    /// Malformed and misrouted inputs injected, which the nodes must have counted.
-    injected: (u64, u64),
-    /// Items whose publish JetStream never confirmed (they may be stored, unchecked).
-    unconfirmed: u64,
-    /// CPU time of the NATS servers over the load and drain (when the run started them).
-    server_cpu_ms: Option<u64>,
-    /// CPU time of this process (the publisher and the audit's bookkeeping).
-    run_cpu_ms: u64,
-}
-
-impl Report {
-    /// The malformed and misrouted inputs the nodes counted, when they are not the ones
-    /// injected.
-    fn wire_mismatch(&self) -> Option<String> {
-        let counted = (
-            self.nodes.iter().map(|n| n.malformed).sum::<u64>(),
-            self.nodes.iter().map(|n| n.misrouted).sum::<u64>(),
-        );
-        // A malformed work item is terminated with a plain ack; if that is lost, it comes
-        // back and is counted once more, so more is fine. Fewer is not.
-        let ok = counted.0 >= self.injected.0 && counted.1 == self.injected.1;
-        (!ok).then(|| {
-            format!(
-                "the nodes counted {} malformed and {} misrouted inputs; {} and {} were injected",
-                counted.0, counted.1, self.injected.0, self.injected.1
-            )
-        })
-    }
-
-    fn tracker_ns_per_message(&self) -> f64 {
-        let n: u64 = self
-            .nodes
-            .iter()
-            .map(|n| n.acks_applied + n.inits_applied + n.fails_applied)
-            .sum();
-        self.nodes.iter().map(|n| n.tracker_ns).sum::<u64>() as f64 / n.max(1) as f64
-    }
-
-    fn items_per_s(&self) -> f64 {
-        (self.published as f64 - self.missing.len() as f64) / self.seconds
-    }
-
-    fn acks_per_s(&self) -> f64 {
-        self.nodes.iter().map(|n| n.acks_applied).sum::<u64>() as f64 / self.seconds
-    }
-
-    fn latency_ms(&self, q: f64) -> f64 {
-        if self.latencies_us.is_empty() {
-            return 0.0;
-        }
-        let i = ((self.latencies_us.len() - 1) as f64 * q).round() as usize;
-        self.latencies_us[i] as f64 / 1000.0
-    }
-
-    fn print(&self) {
-        let sum = |f: fn(&NodeStats) -> u64| self.nodes.iter().map(f).sum::<u64>();
-        println!(
-            "== tracker {}: {:.1} s of load and drain ({:.1} s drain)",
-            self.tracker, self.seconds, self.drain_seconds
-        );
-        println!(
-            "  items      {} published, {} completed: {:.0} items/s",
-            self.published,
-            self.published - self.missing.len() as u64,
-            self.items_per_s()
-        );
-        println!(
-            "  acks       {} applied by the owners in {} frames: {:.0} acks/s ({} inits, {} fails)",
-            sum(|n| n.acks_applied),
-            sum(|n| n.part_frames),
-            self.acks_per_s(),
-            sum(|n| n.inits_applied),
-            sum(|n| n.fails_applied),
-        );
-        println!(
-            "  latency    pull to completion: p50 {:.1} ms  p99 {:.1} ms  p99.9 {:.1} ms  max {:.1} ms (n = {})",
-            self.latency_ms(0.5),
-            self.latency_ms(0.99),
-            self.latency_ms(0.999),
-            self.latency_ms(1.0),
-            self.latencies_us.len()
-        );
-        println!(
-            "  replays    {} failed, {} timed out, {} owner silent (asked again by their origin); {} completions for roots no longer waited for",
-            sum(|n| n.failed),
-            sum(|n| n.timed_out),
-            sum(|n| n.silent),
-            sum(|n| n.unknown_completions),
-        );
-        println!(
-            "  wire       {} malformed inputs and {} misrouted records counted and dropped ({} and {} injected), {} refused inits, {} NATS disconnections",
-            sum(|n| n.malformed),
-            sum(|n| n.misrouted),
-            self.injected.0,
-            self.injected.1,
-            sum(|n| n.refused_inits),
-            sum(|n| n.nats_disconnects),
-        );
-        for f in &self.kills {
-            let back = match f.recovered {
-                Some(r) => format!("back to 80 % of it within {r:.1} s"),
-                None => "not back to 80 % of it before the load stopped".into(),
-            };
-            println!(
-                "  fault      {} at {:.1} s: {:.0} items/s completed in the 2 s before, the slowest second of the 4 after {:.0} ({:.0} %), {back}",
-                f.what,
-                f.at,
-                f.before,
-                f.lowest,
-                100.0 * f.lowest / f.before.max(1e-9),
-            );
-        }
-        let node_cpu = sum(|n| n.cpu_ms) as f64 / 1000.0;
-        let tracker = sum(|n| n.tracker_ns) as f64 / 1e9;
-        let per_message = self.tracker_ns_per_message();
-        let servers = self
-            .server_cpu_ms
-            .map_or("not measured (servers not ours)".to_string(), |ms| {
-                format!("{:.1} s", ms as f64 / 1000.0)
-            });
-        println!(
-            "  cpu        NATS servers {servers}, nodes {node_cpu:.1} s (of which the owners' tracker {tracker:.2} s: {:.1} ns an ack or init), publisher {:.1} s; {:.1} s of wall time",
-            per_message,
-            self.run_cpu_ms as f64 / 1000.0,
-            self.seconds,
-        );
-        let each: Vec<String> = self
-            .final_rss
-            .iter()
-            .map(|r| r.map_or("?".into(), |b| format!("{:.1}", b as f64 / 1048576.0)))
-            .collect();
-        println!(
-            "  memory     node RSS at the end {} MiB; the largest seen {:.1} MiB",
-            each.join(" | "),
-            self.max_rss as f64 / 1048576.0
-        );
-        let mut causes: Vec<_> = self.duplicates.iter().collect();
-        causes.sort();
-        let total: u64 = self.duplicates.values().sum();
-        println!(
-            "  audit      {} records; {} items missing; {} items done more than once",
-            self.records,
-            self.missing.len(),
-            total
-        );
-        for (cause, n) in causes {
-            println!("             {n} done again: {cause}");
-        }
-        if !self.missing.is_empty() {
-            let shown: Vec<_> = self.missing.iter().take(20).collect();
-            println!("  MISSING    {shown:?}");
-        }
-    }
 }
 
 /// Bad input on the wire, counted by the nodes and checked by the audit: per node a
@@ -481,6 +269,73 @@ async fn inject_bad_input(
         .await
         .map_err(|e| format!("publish a malformed work item: {e}"))?;
     Ok((4 * nodes as u64 + 1, misrouted))
+}
+
+/// The load: numbered items published until `end` while the consumer's `backlog` is under
+/// `most`, each until JetStream confirms it, with an id (`Nats-Msg-Id`) so that a publish
+/// retried after a lost confirmation is stored once. Returns the confirmed items and how
+/// many were still unconfirmed 30 s after `end`.
+async fn publish(
+    js: &jetstream::Context,
+    run: &str,
+    work_subject: &str,
+    backlog: &AtomicU64,
+    most: u64,
+    end: Instant,
+) -> (HashSet<u64>, u64) {
+    let mut confirmed: HashSet<u64> = HashSet::new();
+    let mut retries: VecDeque<u64> = VecDeque::new();
+    let mut in_flight = FuturesUnordered::new();
+    let mut next = 0u64;
+    let mut unconfirmed = 0u64;
+    let give_up = end + Duration::from_secs(30);
+    loop {
+        let loading = Instant::now() < end;
+        if !loading && retries.is_empty() && in_flight.is_empty() {
+            break;
+        }
+        if Instant::now() > give_up {
+            unconfirmed = (retries.len() + in_flight.len()) as u64;
+            eprintln!("fleet: {unconfirmed} items never confirmed by JetStream");
+            break;
+        }
+        while in_flight.len() < 256 {
+            let item = if let Some(item) = retries.pop_front() {
+                item
+            } else if loading && backlog.load(Ordering::Relaxed) < most {
+                next += 1;
+                next - 1
+            } else {
+                break;
+            };
+            let (js, subject) = (js.clone(), work_subject.to_string());
+            let mut headers = async_nats::HeaderMap::new();
+            headers.insert("Nats-Msg-Id", format!("{run}-{item}").as_str());
+            in_flight.push(async move {
+                let stored = match js
+                    .publish_with_headers(subject, headers, wire::encode_item(item).into())
+                    .await
+                {
+                    Ok(ack) => ack.await.is_ok(),
+                    Err(_) => false,
+                };
+                (item, stored)
+            });
+        }
+        tokio::select! {
+            Some((item, stored)) = in_flight.next() => {
+                if stored {
+                    confirmed.insert(item);
+                } else {
+                    retries.push_back(item);
+                    // A server may be down: no busy loop while it is.
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }
+            _ = tokio::time::sleep(Duration::from_millis(5)) => {}
+        }
+    }
+    (confirmed, unconfirmed)
 }
 
 async fn retry<T, E: std::fmt::Display, F, Fut>(
@@ -674,59 +529,15 @@ async fn phase(
         })
     };
 
-    // Load: every item until confirmed, with its id so a retried publish is stored once.
-    let mut confirmed: HashSet<u64> = HashSet::new();
-    let mut retries: VecDeque<u64> = VecDeque::new();
-    let mut in_flight = FuturesUnordered::new();
-    let mut next = 0u64;
-    let mut unconfirmed = 0u64;
-    let give_up = start + load + Duration::from_secs(30);
-    loop {
-        let loading = Instant::now() < start + load;
-        if !loading && retries.is_empty() && in_flight.is_empty() {
-            break;
-        }
-        if Instant::now() > give_up {
-            unconfirmed = (retries.len() + in_flight.len()) as u64;
-            eprintln!("fleet: {unconfirmed} items never confirmed by JetStream");
-            break;
-        }
-        while in_flight.len() < 256 {
-            let item = if let Some(item) = retries.pop_front() {
-                item
-            } else if loading && backlog.load(Ordering::Relaxed) < args.backlog {
-                next += 1;
-                next - 1
-            } else {
-                break;
-            };
-            let (js, subject) = (js.clone(), work_subject.clone());
-            let mut headers = async_nats::HeaderMap::new();
-            headers.insert("Nats-Msg-Id", format!("{run}-{item}").as_str());
-            in_flight.push(async move {
-                let stored = match js
-                    .publish_with_headers(subject, headers, wire::encode_item(item).into())
-                    .await
-                {
-                    Ok(ack) => ack.await.is_ok(),
-                    Err(_) => false,
-                };
-                (item, stored)
-            });
-        }
-        tokio::select! {
-            Some((item, stored)) = in_flight.next() => {
-                if stored {
-                    confirmed.insert(item);
-                } else {
-                    retries.push_back(item);
-                    // A server may be down: no busy loop while it is.
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                }
-            }
-            _ = tokio::time::sleep(Duration::from_millis(5)) => {}
-        }
-    }
+    let (confirmed, unconfirmed) = publish(
+        &js,
+        &run,
+        &work_subject,
+        &backlog,
+        args.backlog,
+        start + load,
+    )
+    .await;
     let loaded = start.elapsed();
     if let Some(f) = faults {
         let _ = f.await;
@@ -778,112 +589,19 @@ async fn phase(
     let max_rss = final_rss.iter().flatten().copied().max().unwrap_or(0);
     nodes.lock().expect("nodes").clear();
 
-    // Audit: read the whole completed record.
-    let mut done_stream = done_stream;
-    let expected = done_stream
-        .info()
-        .await
-        .map_err(|e| format!("completed stream: {e}"))?
-        .state
-        .messages;
-    let reader: consumer::PullConsumer = done_stream
-        .create_consumer(consumer::pull::Config {
-            ack_policy: consumer::AckPolicy::None,
-            ..Default::default()
-        })
-        .await
-        .map_err(|e| format!("completed stream reader: {e}"))?;
-    let mut records: Vec<Completed> = Vec::new();
-    let mut read = 0u64;
-    let audit_start = Instant::now();
-    while read < expected {
-        if audit_start.elapsed() > Duration::from_secs(60) {
-            return Err(format!(
-                "read {read} of {expected} completed batches in 60 s"
-            ));
-        }
-        let mut batch = reader
-            .fetch()
-            .max_messages(1000)
-            .expires(Duration::from_secs(1))
-            .messages()
-            .await
-            .map_err(|e| format!("read the completed stream: {e}"))?;
-        while let Some(m) = batch.next().await {
-            let m = m.map_err(|e| format!("read the completed stream: {e}"))?;
-            read += 1;
-            records.extend(Completed::decode_frame(&m.payload).map_err(|e| e.to_string())?);
-        }
-    }
+    // Audit: read the whole completed record and judge it.
+    let records = audit::read_record(done_stream).await?;
     let _ = js.delete_stream(format!("WORK_{run}")).await;
     let _ = js.delete_stream(format!("DONE_{run}")).await;
-
-    let mut seen: HashMap<u64, Completed> = HashMap::new();
-    let mut duplicates: HashMap<&'static str, u64> = HashMap::new();
-    let victim = args.nodes as u32 - 1;
-    let mut latencies_us = Vec::with_capacity(records.len());
-    for r in &records {
-        match seen.get(&r.item) {
-            None => {
-                seen.insert(r.item, *r);
-                latencies_us.push(r.latency_us);
-            }
-            Some(first) => {
-                let cause = if r.delivery <= first.delivery && r.node == first.node {
-                    "recorded twice by one origin (a completed-stream publish retried after a lost confirmation)"
-                } else if first.node == victim && !args.no_kills {
-                    "its first origin was killed after recording it, before its work ack reached JetStream (redelivered)"
-                } else {
-                    "its work ack was lost or late (a server killed, or the ack wait passed on a starved origin), so JetStream redelivered it"
-                };
-                *duplicates.entry(cause).or_default() += 1;
-            }
-        }
-    }
-    latencies_us.sort_unstable();
-    let mut missing: Vec<u64> = confirmed
-        .iter()
-        .copied()
-        .filter(|i| !seen.contains_key(i))
-        .collect();
-    missing.sort_unstable();
-
-    // Recovery after each kill, from the completion timeline (100 ms buckets).
-    let rate = |from: usize, to: usize| -> f64 {
-        let n = to.saturating_sub(from).max(1);
-        (from..to)
-            .map(|b| buckets.get(b).map_or(0, |c| c.load(Ordering::Relaxed)))
-            .sum::<u64>() as f64
-            / n as f64
-    };
-    let end_bucket = ((start + loaded).duration_since(timeline_start).as_millis() / 100) as usize;
-    let kills = kills
-        .lock()
-        .expect("kills")
-        .iter()
-        .map(|(what, at)| {
-            let k = (at.duration_since(timeline_start).as_millis() / 100) as usize;
-            let before = rate(k.saturating_sub(20), k);
-            let (lowest_at, lowest) = (k..(k + 40).min(end_bucket.saturating_sub(10)))
-                .map(|b| (b, rate(b, b + 10)))
-                .fold(
-                    (k, f64::INFINITY),
-                    |low, (b, r)| if r < low.1 { (b, r) } else { low },
-                );
-            // Counted from the kill, searched from the bottom of the dip (the first windows
-            // after a kill still hold completions of trees it did not touch).
-            let recovered = (lowest_at..end_bucket.saturating_sub(5))
-                .find(|&b| rate(b, b + 5) >= 0.8 * before)
-                .map(|b| (b - k) as f64 / 10.0);
-            Fault {
-                what: what.clone(),
-                at: at.duration_since(start).as_secs_f64(),
-                before: before * 10.0,
-                lowest: lowest * 10.0,
-                recovered,
-            }
-        })
-        .collect();
+    let victim = (!args.no_kills).then_some(args.nodes as u32 - 1);
+    let judged = audit::judge(&records, &confirmed, victim);
+    let kills = audit::recoveries(
+        &buckets,
+        timeline_start,
+        start,
+        start + loaded,
+        &kills.lock().expect("kills"),
+    );
     let nodes: Vec<NodeStats> = stats.lock().expect("stats").values().cloned().collect();
     let max_rss = nodes.iter().map(|n| n.rss).max().unwrap_or(0).max(max_rss);
     Ok(Report {
@@ -892,9 +610,9 @@ async fn phase(
         drain_seconds: (drained - loaded).as_secs_f64(),
         published: confirmed.len() as u64,
         records: records.len(),
-        missing,
-        duplicates,
-        latencies_us,
+        missing: judged.missing,
+        duplicates: judged.duplicates,
+        latencies_us: judged.latencies_us,
         nodes,
         max_rss,
         final_rss,
