@@ -79,6 +79,7 @@
 //! and handed back with the rest.
 
 mod anchor;
+mod batched;
 mod deliver;
 mod driver;
 mod growth;
@@ -99,7 +100,6 @@ use crossbeam_utils::CachePadded;
 use super::batches::{Active, Batches, Entry, Pushed};
 use super::credits::Credits;
 use super::fences::Fences;
-use super::messages::{Message as PublicMessage, AHEAD};
 use super::roots::{reached, Applied, Done, Message, Refused, Roots, Tick};
 use super::roots::{GEN_TAG_BITS, GROUP_SLOTS, TAG_CHECK_MASK};
 use super::word::{Key, KEY_SHIFT};
@@ -494,75 +494,6 @@ impl<T: Send + 'static> Lean<T> {
         chain(roots)
             .map(|roots| roots.reset(key, now))
             .fold(false, |any, reset| any | reset)
-    }
-
-    /// Applies `messages` in order (`acker/messages.rs`): a chunk of [`AHEAD`] at a time,
-    /// with the roots of the next chunk placed and their home lines prefetched first, each
-    /// message in an operation of its own, as one at a time, so that a batch holds back a
-    /// grace period (a migration's hand-over, a retired generation's release) no longer
-    /// than one message does; `each(index, result)` for a chunk's messages once the chunk
-    /// is applied, outside any operation (it is the caller's code, like a callback).
-    pub(super) fn apply_each(&self, messages: &[PublicMessage], each: &mut dyn FnMut(usize, bool)) {
-        let mut placed = [(0, Key::new(0)); AHEAD];
-        let mut next = [(0, Key::new(0)); AHEAD];
-        self.place_ahead(
-            messages.get(..AHEAD.min(messages.len())).unwrap_or(&[]),
-            &mut next,
-        );
-        for (c, chunk) in messages.chunks(AHEAD).enumerate() {
-            std::mem::swap(&mut placed, &mut next);
-            let first = c * AHEAD;
-            let mut results = [false; AHEAD];
-            let after = messages.get(first + AHEAD..).unwrap_or(&[]);
-            self.place_ahead(&after[..after.len().min(AHEAD)], &mut next);
-            for ((message, &(table, key)), result) in chunk.iter().zip(&placed).zip(&mut results) {
-                let active = self.batches.enter();
-                *result = match *message {
-                    PublicMessage::Ack { xor, .. } => {
-                        self.message_in(&active, table, key, Message::Ack(xor))
-                    }
-                    PublicMessage::Fail { .. } => {
-                        self.message_in(&active, table, key, Message::Fail)
-                    }
-                    PublicMessage::ResetTimeout { .. } => self.reset_in(table, key),
-                };
-            }
-            for (i, &result) in results[..chunk.len()].iter().enumerate() {
-                each(first + i, result);
-            }
-        }
-    }
-
-    /// Prefetches the home lines of `roots` in their tables' current generations
-    /// (`Acker::init_each`).
-    pub(super) fn prefetch_roots(&self, roots: &[u64]) {
-        if roots.is_empty() {
-            return;
-        }
-        let _active = self.batches.enter();
-        for &root in roots {
-            let (table, key) = self.layout.place(root);
-            // Safety: inside the operation `_active` marks (the prefetch reads nothing).
-            let roots = unsafe { self.tables[table].current() };
-            roots.prefetch(key);
-        }
-    }
-
-    /// Places `messages`' roots into `placed` and prefetches their home lines in their
-    /// tables' current generations.
-    #[inline]
-    fn place_ahead(&self, messages: &[PublicMessage], placed: &mut [(usize, Key); AHEAD]) {
-        if messages.is_empty() {
-            return;
-        }
-        let _active = self.batches.enter();
-        for (message, place) in messages.iter().zip(placed.iter_mut()) {
-            let (table, key) = self.layout.place(message.root());
-            // Safety: inside the operation `_active` marks (the prefetch reads nothing).
-            let roots = unsafe { self.tables[table].current() };
-            roots.prefetch(key);
-            *place = (table, key);
-        }
     }
 
     pub(super) fn pending(&self) -> usize {
