@@ -40,6 +40,7 @@ mod expiry_queue;
 mod rotating;
 #[allow(dead_code)]
 mod sync;
+mod zeroed;
 
 pub use acker::{Acker, AckerBuilder, AckerStats, Completion, InitError, Message, Outcome};
 /// The Acker's table and slot word, for the `roots` loom models and the
@@ -69,6 +70,12 @@ pub use expiry_queue::{ExpiryQueue, MAX_TIMEOUT};
 /// Async use on tokio (the `tokio` feature, off by default).
 #[cfg(feature = "tokio")]
 pub mod future;
+/// The async acker's slab, for the `slab` loom models, and the `waiter` module's
+/// `super::slab` under loom.
+#[cfg(loom)]
+#[doc(hidden)]
+#[path = "future/slab.rs"]
+pub mod slab;
 /// A tracked tree's waiter cell, for the `waiter` loom models only.
 #[cfg(loom)]
 #[doc(hidden)]

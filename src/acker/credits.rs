@@ -139,7 +139,7 @@ pub(super) fn set_stripe_index(index: usize) {
 /// first take or give back, so the first threads each get a stripe of their own.
 #[cfg(not(loom))]
 #[inline]
-pub(super) fn stripe_index() -> usize {
+pub(crate) fn stripe_index() -> usize {
     use std::sync::atomic::AtomicUsize as StdAtomicUsize;
 
     static NEXT: StdAtomicUsize = StdAtomicUsize::new(0);
@@ -159,7 +159,7 @@ pub(super) fn stripe_index() -> usize {
 /// Under loom: the model thread's number, which is the same in every execution (loom's
 /// `ThreadId` hashes an execution id too, and shows only the number).
 #[cfg(loom)]
-pub(super) fn stripe_index() -> usize {
+pub(crate) fn stripe_index() -> usize {
     let id = format!("{:?}", crate::sync::thread::current().id());
     id.trim_start_matches("ThreadId(")
         .trim_end_matches(')')

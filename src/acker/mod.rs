@@ -42,6 +42,8 @@
 pub(crate) mod batches;
 mod buckets;
 mod credits;
+#[cfg_attr(not(feature = "tokio"), allow(unused_imports))]
+pub(crate) use credits::stripe_index;
 mod driven;
 pub(crate) mod fences;
 mod lean;

@@ -2,11 +2,12 @@
 //!
 //! ## Delivery
 //!
-//! The inner [`Acker`] carries each tree's payload in a [`Held`]: for a tree started with
-//! `track`, a pointer to the tree's waiter cell (`waiter.rs`), which holds the payload; for
-//! a tree whose completion goes to the stream, the payload itself. Either is 16 B in the
-//! table for a `u32` payload, the size of the table's side data for any payload of 5 to
-//! 16 B. Its `on_complete` runs on whichever thread completed the tree (an acking thread,
+//! The inner [`Acker`] carries each tree as a [`Held`]: the 4-byte number of the cell that
+//! holds what the tree carries, in one of two slabs (`slab.rs`): for a tree started with
+//! `track`, its waiter cell (`waiter.rs`), which holds the payload and the awaiting task's
+//! waker; for a tree whose completion goes to the stream, the payload alone. A payload of
+//! 4 B keeps the table's side data at 16 B a slot, the plain acker's for a `u32` (anything
+//! from 5 to 16 B would make it 32). Its `on_complete` runs on whichever thread completed the tree (an acking thread,
 //! or the reaper for a timeout) and must not block or await, so it only ever does two
 //! non-blocking things: complete its tree's waiter (waking the task that awaits it), or
 //! push the completion onto the unbounded queue behind [`Completions`].
@@ -33,7 +34,9 @@
 //! back every pending tree (their `TreeCompletion`s resolve to [`Closed`]) and drops the
 //! inner callback, which holds the queue's only sender: the stream ends once drained.
 //! Dropping every handle without `shutdown` ends things the same way, except that the
-//! pending payloads are dropped.
+//! pending payloads are dropped: the last handle's drop shuts the inner acker down and
+//! drops what it hands back (the table holds only numbers, which own nothing), then closes
+//! the slabs, whose last pages go with the last cells.
 
 use std::fmt;
 use std::future::Future;
@@ -44,7 +47,8 @@ use std::time::Duration;
 
 use ::tokio::sync::{mpsc, Semaphore, SemaphorePermit, TryAcquireError};
 
-use super::waiter::{self, Waiter};
+use super::slab::{Slab, Slot, Spot};
+use super::waiter::{self, Cells, Receiver, Waiter};
 
 use crate::{Acker, AckerBuilder, AckerStats, Completion, ConfigError, InitError};
 
@@ -56,24 +60,78 @@ use crate::{Acker, AckerBuilder, AckerStats, Completion, ConfigError, InitError}
 /// 2^20 ns, 0.47-0.66 ms at 2^18 ns, tokio 0.92-1.02 ms in the same runs.
 const ASYNC_RESOLUTION: Duration = Duration::from_nanos(1 << 18);
 
-/// A tree's payload inside the inner acker, with where its completion goes.
-enum Held<T> {
-    /// A tree started with `track`: its completion goes to its own future, through the
-    /// waiter cell that holds the payload.
-    Tracked(Waiter<T>),
-    /// A tree whose completion goes to the stream; its permit stays taken (module docs,
-    /// "The buffer").
-    Streamed(T),
+/// A tree's payload inside the inner acker: the number of the cell that holds what the tree
+/// carries (module docs), with [`STREAMED`] set for a stream tree's slot, clear for a
+/// tracked tree's waiter. Owns nothing itself: the acker delivers or hands back each one
+/// exactly once, and whoever gets it ends its cell ([`Stores::end`]).
+struct Held(u32);
+
+/// [`Held`]'s bit for a stream tree; the slabs' numbers have 31 bits.
+const STREAMED: u32 = 1 << 31;
+const _: () = assert!(super::slab::NUMBER_BITS == 31);
+
+/// The cells of the trees in the inner acker: tracked trees' waiters, and stream trees'
+/// payloads.
+struct Stores<T> {
+    waiters: Arc<Cells<T>>,
+    streamed: Arc<Slab<Slot<T>>>,
 }
 
-impl<T> Held<T> {
-    /// The payload, for an init refused or a tree handed back: a tracked tree's future
-    /// then resolves to [`Closed`].
-    fn into_payload(self) -> T {
-        match self {
-            Held::Tracked(waiter) => waiter.into_payload(),
-            Held::Streamed(payload) => payload,
+impl<T> Clone for Stores<T> {
+    fn clone(&self) -> Self {
+        Stores {
+            waiters: Arc::clone(&self.waiters),
+            streamed: Arc::clone(&self.streamed),
         }
+    }
+}
+
+impl<T> Stores<T> {
+    /// A stream tree's slot holding `payload`; the payload back when every number is in
+    /// use.
+    fn put_streamed(&self, payload: T) -> Result<Spot<Slot<T>>, T> {
+        let Some(spot) = self.streamed.insert() else {
+            return Err(payload);
+        };
+        // Safety: a cell just inserted is ours.
+        unsafe { spot.cell().0.with_mut(|p| (*p).write(payload)) };
+        Ok(spot)
+    }
+
+    /// A stream tree's payload, and its slot given back.
+    ///
+    /// # Safety
+    ///
+    /// `spot` holds a payload (`put_streamed`), and is not used again.
+    unsafe fn take_streamed(spot: Spot<Slot<T>>) -> T {
+        // Safety: the caller's contract.
+        let payload = unsafe { spot.cell().0.with_mut(|p| (*p).assume_init_read()) };
+        // Safety: emptied above, not used again.
+        unsafe { Slab::remove(spot) };
+        payload
+    }
+
+    /// Ends the cell of a tree that ends without a completion (handed back by `shutdown`):
+    /// its payload; a tracked tree's future resolves to [`Closed`].
+    ///
+    /// # Safety
+    ///
+    /// `held` came from the inner acker, which hands each tree's payload out once.
+    unsafe fn end(&self, held: Held) -> T {
+        if held.0 & STREAMED != 0 {
+            // Safety: the acker held the number of a live slot (the caller's contract).
+            unsafe { Self::take_streamed(self.streamed.spot(held.0 & !STREAMED)) }
+        } else {
+            // Safety: the acker held the number of a live waiter cell, and made no other
+            // `Waiter` of it.
+            unsafe { Waiter::at(&self.waiters, held.0) }.into_payload()
+        }
+    }
+
+    /// The slabs keep no empty page for later (the last handle is going).
+    fn close(&self) {
+        self.waiters.close();
+        self.streamed.close();
     }
 }
 
@@ -159,34 +217,42 @@ impl<T: Send + 'static> AckerBuilder<T> {
         let (queue, rx) = mpsc::unbounded_channel::<Queued<T>>();
         let permits = Arc::new(Semaphore::new(buffer));
         let for_queue = Arc::clone(&permits);
-        let deliver = move |done: Completion<Held<T>>| {
+        let stores = Stores {
+            waiters: Arc::new(Cells::new()),
+            streamed: Arc::new(Slab::new()),
+        };
+        let cells = stores.clone();
+        let deliver = move |done: Completion<Held>| {
             let Completion {
                 root,
                 payload: held,
                 outcome,
                 elapsed,
             } = done;
-            match held {
+            if held.0 & STREAMED == 0 {
                 // A TreeCompletion dropped before its tree completed: the waiter drops the
                 // payload, and the stream's consumer did not ask for it (`track`).
-                Held::Tracked(waiter) => waiter.complete(outcome, elapsed),
-                Held::Streamed(payload) => {
-                    let queued = Queued {
-                        completion: Some(Completion {
-                            root,
-                            payload,
-                            outcome,
-                            elapsed,
-                        }),
-                        permits: Arc::clone(&for_queue),
-                    };
-                    // An error means the Completions was dropped: the completion is
-                    // dropped with it, giving its permit back.
-                    let _ = queue.send(queued);
-                }
+                // Safety: the acker delivers each tree once, with the number of its live
+                // waiter cell.
+                unsafe { Waiter::at(&cells.waiters, held.0) }.complete(outcome, elapsed);
+                return;
             }
+            // Safety: as above, the number of a live slot.
+            let payload = unsafe { Stores::take_streamed(cells.streamed.spot(held.0 & !STREAMED)) };
+            let queued = Queued {
+                completion: Some(Completion {
+                    root,
+                    payload,
+                    outcome,
+                    elapsed,
+                }),
+                permits: Arc::clone(&for_queue),
+            };
+            // An error means the Completions was dropped: the completion is dropped with
+            // it, giving its permit back.
+            let _ = queue.send(queued);
         };
-        let inner = AckerBuilder::<Held<T>> {
+        let inner = AckerBuilder::<Held> {
             timeout: self.timeout,
             resolution: Some(self.resolution.unwrap_or(ASYNC_RESOLUTION)),
             shards: self.shards,
@@ -195,9 +261,12 @@ impl<T: Send + 'static> AckerBuilder<T> {
             on_complete: Some(Box::new(deliver)),
         };
         let acker = AsyncAcker {
-            acker: inner.build()?,
-            permits,
-            buffer,
+            shared: Arc::new(Shared {
+                acker: inner.build()?,
+                permits,
+                buffer,
+                stores,
+            }),
         };
         Ok((acker, Completions { rx, ended: false }))
     }
@@ -267,17 +336,35 @@ impl<T: Send + 'static> AckerBuilder<T> {
 /// });
 /// ```
 pub struct AsyncAcker<T: Send + 'static> {
-    acker: Acker<Held<T>>,
+    shared: Arc<Shared<T>>,
+}
+
+/// What every handle shares; its drop, with the last handle, ends the trees still pending.
+struct Shared<T: Send + 'static> {
+    acker: Acker<Held>,
     permits: Arc<Semaphore>,
     buffer: usize,
+    stores: Stores<T>,
+}
+
+impl<T: Send + 'static> Drop for Shared<T> {
+    /// Every handle is gone: the pending trees end as `shutdown` would end them, their
+    /// payloads dropped (the table's numbers own nothing, so this is the only place they
+    /// go), and the slabs keep nothing for later.
+    fn drop(&mut self) {
+        self.permits.close();
+        for (_, held) in self.acker.shutdown() {
+            // Safety: handed back by the acker, once.
+            drop(unsafe { self.stores.end(held) });
+        }
+        self.stores.close();
+    }
 }
 
 impl<T: Send + 'static> Clone for AsyncAcker<T> {
     fn clone(&self) -> Self {
         AsyncAcker {
-            acker: self.acker.clone(),
-            permits: Arc::clone(&self.permits),
-            buffer: self.buffer,
+            shared: Arc::clone(&self.shared),
         }
     }
 }
@@ -285,8 +372,8 @@ impl<T: Send + 'static> Clone for AsyncAcker<T> {
 impl<T: Send + 'static> fmt::Debug for AsyncAcker<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("AsyncAcker")
-            .field("acker", &self.acker)
-            .field("buffer", &self.buffer)
+            .field("acker", &self.shared.acker)
+            .field("buffer", &self.shared.buffer)
             .field("room", &self.room())
             .finish()
     }
@@ -373,51 +460,51 @@ impl<T: Send + 'static> AsyncAcker<T> {
 
     /// [`Acker::ack`]: `true` iff this call completed the tree (Acked).
     pub fn ack(&self, root: u64, xor: u64) -> bool {
-        self.acker.ack(root, xor)
+        self.shared.acker.ack(root, xor)
     }
 
     /// [`Acker::fail`]: `true` iff this call completed the tree (Failed).
     pub fn fail(&self, root: u64) -> bool {
-        self.acker.fail(root)
+        self.shared.acker.fail(root)
     }
 
     /// [`Acker::apply`]: acks, fails and resets in order, with the memory of the next ones
     /// fetched ahead; how many trees the acks and fails completed (their completions go to
     /// their futures and the stream as one by one). Never waits.
     pub fn apply(&self, messages: &[crate::Message]) -> usize {
-        self.acker.apply(messages)
+        self.shared.acker.apply(messages)
     }
 
     /// [`Acker::apply_each`]: [`apply`](Self::apply), with each message's result.
     pub fn apply_each(&self, messages: &[crate::Message], each: impl FnMut(usize, bool)) {
-        self.acker.apply_each(messages, each)
+        self.shared.acker.apply_each(messages, each)
     }
 
     /// [`Acker::reset_timeout`]: `true` iff the root has an uncompleted entry.
     pub fn reset_timeout(&self, root: u64) -> bool {
-        self.acker.reset_timeout(root)
+        self.shared.acker.reset_timeout(root)
     }
 
     /// [`Acker::pending`]: entries held now, initialized or not.
     pub fn pending(&self) -> usize {
-        self.acker.pending()
+        self.shared.acker.pending()
     }
 
     /// [`Acker::stats`]: counters since the acker was built.
     pub fn stats(&self) -> AckerStats {
-        self.acker.stats()
+        self.shared.acker.stats()
     }
 
     /// The inner acker, for the stress harness's memory figures (`covered_roots`,
     /// `memory_parts`): not API.
     #[doc(hidden)]
     pub fn inner(&self) -> &Acker<impl Send + 'static> {
-        &self.acker
+        &self.shared.acker
     }
 
     /// Free buffer permits now: how many `init`s would not wait (`max_pending` aside).
     pub fn room(&self) -> usize {
-        self.permits.available_permits()
+        self.shared.permits.available_permits()
     }
 
     /// Stops the acker and hands back every initialized, uncompleted tree's payload, as
@@ -430,7 +517,7 @@ impl<T: Send + 'static> AsyncAcker<T> {
     /// tokio's blocking pool, so the task's worker thread is not blocked meanwhile. Called
     /// outside a tokio runtime, or on one that is shutting down, it runs in place.
     pub async fn shutdown(&self) -> Vec<(u64, T)> {
-        self.permits.close();
+        self.shared.permits.close();
         if let Ok(runtime) = ::tokio::runtime::Handle::try_current() {
             let this = self.clone();
             if let Ok(handed_back) = runtime
@@ -450,18 +537,20 @@ impl<T: Send + 'static> AsyncAcker<T> {
     pub fn shutdown_blocking(&self) -> Vec<(u64, T)> {
         // First, so that no init takes a permit it would then hold in a tree shutdown has
         // already missed: the inner acker refuses those with `Shutdown` anyway.
-        self.permits.close();
+        self.shared.permits.close();
         let mut streamed = 0;
         let handed_back = self
+            .shared
             .acker
             .shutdown()
             .into_iter()
             .map(|(root, held)| {
-                streamed += usize::from(matches!(held, Held::Streamed(_)));
-                (root, held.into_payload())
+                streamed += usize::from(held.0 & STREAMED != 0);
+                // Safety: handed back by the acker, once.
+                (root, unsafe { self.shared.stores.end(held) })
             })
             .collect();
-        self.permits.add_permits(streamed);
+        self.shared.permits.add_permits(streamed);
         handed_back
     }
 
@@ -472,7 +561,7 @@ impl<T: Send + 'static> AsyncAcker<T> {
         payload: T,
         timeout: Option<Duration>,
     ) -> Result<(), InitError<T>> {
-        match self.permits.acquire().await {
+        match self.shared.permits.acquire().await {
             Ok(permit) => self.init_streamed(permit, root, xor, payload, timeout),
             Err(_closed) => Err(InitError::Shutdown(payload)),
         }
@@ -485,7 +574,7 @@ impl<T: Send + 'static> AsyncAcker<T> {
         payload: T,
         timeout: Option<Duration>,
     ) -> Result<(), InitError<T>> {
-        match self.permits.try_acquire() {
+        match self.shared.permits.try_acquire() {
             Ok(permit) => self.init_streamed(permit, root, xor, payload, timeout),
             Err(TryAcquireError::NoPermits) => Err(InitError::Full(payload)),
             Err(TryAcquireError::Closed) => Err(InitError::Shutdown(payload)),
@@ -499,9 +588,16 @@ impl<T: Send + 'static> AsyncAcker<T> {
         payload: T,
         timeout: Option<Duration>,
     ) -> Result<TreeCompletion<T>, InitError<T>> {
-        let (waiter, rx) = waiter::pair(payload);
-        self.init_inner(root, xor, Held::Tracked(waiter), timeout)?;
-        Ok(TreeCompletion { root, rx })
+        let spot = waiter::start(&self.shared.stores.waiters, payload).map_err(InitError::Full)?;
+        match self.init_inner(root, xor, Held(spot.number()), timeout) {
+            Ok(()) => Ok(TreeCompletion {
+                root,
+                rx: Receiver::new(spot),
+            }),
+            // Safety: refused, so the acker does not hold the number, and no receiver was
+            // made.
+            Err(refused) => Err(map_payload(refused, |_| unsafe { waiter::reclaim(spot) })),
+        }
     }
 
     /// A stream tree's init with its permit: kept taken (forgotten) once the tree is in,
@@ -514,29 +610,47 @@ impl<T: Send + 'static> AsyncAcker<T> {
         payload: T,
         timeout: Option<Duration>,
     ) -> Result<(), InitError<T>> {
-        self.init_inner(root, xor, Held::Streamed(payload), timeout)?;
-        permit.forget();
-        Ok(())
+        let spot = self
+            .shared
+            .stores
+            .put_streamed(payload)
+            .map_err(InitError::Full)?;
+        match self.init_inner(root, xor, Held(spot.number() | STREAMED), timeout) {
+            Ok(()) => {
+                permit.forget();
+                Ok(())
+            }
+            // Safety: refused, so the acker does not hold the number.
+            Err(refused) => Err(map_payload(refused, |_| unsafe {
+                Stores::take_streamed(spot)
+            })),
+        }
     }
 
-    /// The init itself. A refused init hands the payload back (a tracked tree's waiter is
-    /// closed, and freed with its `TreeCompletion`, which the caller never sees).
+    /// The init itself.
     fn init_inner(
         &self,
         root: u64,
         xor: u64,
-        held: Held<T>,
+        held: Held,
         timeout: Option<Duration>,
-    ) -> Result<(), InitError<T>> {
-        let refused = match timeout {
-            None => self.acker.init(root, xor, held),
-            Some(timeout) => self.acker.init_with_timeout(root, xor, held, timeout),
-        };
-        refused.map_err(|e| match e {
-            InitError::Full(h) => InitError::Full(h.into_payload()),
-            InitError::Duplicate(h) => InitError::Duplicate(h.into_payload()),
-            InitError::Shutdown(h) => InitError::Shutdown(h.into_payload()),
-        })
+    ) -> Result<(), InitError<Held>> {
+        match timeout {
+            None => self.shared.acker.init(root, xor, held),
+            Some(timeout) => self
+                .shared
+                .acker
+                .init_with_timeout(root, xor, held, timeout),
+        }
+    }
+}
+
+/// `refused` with its payload turned into the caller's by `payload`.
+fn map_payload<T>(refused: InitError<Held>, payload: impl FnOnce(Held) -> T) -> InitError<T> {
+    match refused {
+        InitError::Full(h) => InitError::Full(payload(h)),
+        InitError::Duplicate(h) => InitError::Duplicate(payload(h)),
+        InitError::Shutdown(h) => InitError::Shutdown(payload(h)),
     }
 }
 
@@ -567,7 +681,7 @@ impl<T: Send + 'static> AsyncAcker<T> {
 /// ```
 pub struct TreeCompletion<T> {
     root: u64,
-    rx: waiter::Receiver<T>,
+    rx: Receiver<T>,
 }
 
 impl<T> TreeCompletion<T> {

@@ -28,4 +28,5 @@ mod completions;
 pub use completions::{AsyncAcker, Closed, Completions, TreeCompletion};
 mod expiry;
 pub use expiry::*;
+mod slab;
 mod waiter;

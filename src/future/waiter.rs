@@ -1,14 +1,14 @@
-//! A tracked tree's waiter: one small allocation shared by the tree's entry in the acker
-//! (the [`Waiter`], inside the payload the table holds) and the caller's [`Receiver`]
-//! (inside `TreeCompletion`), through which the tree's completion reaches the task that
-//! awaits it.
+//! A tracked tree's waiter: one cell of the async acker's slab (`slab.rs`), shared by the
+//! tree's entry in the acker (the [`Waiter`], whose number is the payload the table holds)
+//! and the caller's [`Receiver`] (inside `TreeCompletion`), through which the tree's
+//! completion reaches the task that awaits it.
 //!
-//! It stands where a tokio oneshot channel would, for a third of the memory: a completion
-//! here is a payload, an outcome and an elapsed time, and the root is the receiver's own,
-//! so the cell holds the payload from `track` on, the elapsed nanoseconds, the awaiting
-//! task's waker and one state word: 32 B for a `u32` payload (a 48-byte block from glibc),
-//! where a oneshot of a `Completion<u32>` is a 112-byte block and its sender a pointer
-//! beside the payload in the table.
+//! It stands where a tokio oneshot channel would, for a quarter of the memory: a
+//! completion here is a payload, an outcome and an elapsed time, and the root is the
+//! receiver's own, so the cell holds the payload from `track` on, the elapsed nanoseconds,
+//! the awaiting task's waker and one state word: 32 B for a `u32` payload, where a oneshot
+//! of a `Completion<u32>` is a 112-byte block and its sender a pointer beside the payload
+//! in the table.
 //!
 //! ## The state word
 //!
@@ -33,7 +33,7 @@
 //!   registration is under way, it leaves the slot alone, and the receiver, which finds
 //!   `DONE` or `CLOSED` when it clears `REGISTERING`, returns ready without waiting. A
 //!   waker still in the slot when the cell is freed is dropped with it.
-//! * **The cell** is freed by whichever side lets go last: a side that finds the other's
+//! * **The cell** is given back to the slab by whichever side lets go last: a side that finds the other's
 //!   bit already clear (with an Acquire load or RMW, which sees the other side's clearing
 //!   AcqRel RMW) frees it without clearing its own, so the freeing side's accesses come
 //!   after everything the other side did. A tree that completes before its future is first
@@ -42,13 +42,12 @@
 //! Neither side ever waits for the other: the waiter's two RMWs and the receiver's
 //! registration are each a bounded number of steps.
 
-use std::marker::PhantomData;
 use std::mem::{ManuallyDrop, MaybeUninit};
-use std::ptr::NonNull;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-use crate::sync::{AtomicU32, Ordering, UnsafeCell};
+use super::slab::{Fresh, Slab, Spot};
+use crate::sync::{Arc, AtomicU32, Ordering, UnsafeCell};
 use crate::Outcome;
 
 const WAITER: u32 = 1;
@@ -77,7 +76,8 @@ fn outcome_of(state: u32) -> Outcome {
     }
 }
 
-struct Cell<T> {
+/// A waiter cell; in the slab, a free cell is [`Fresh`] (state 0, nothing written).
+pub(crate) struct Cell<T> {
     state: AtomicU32,
     payload: UnsafeCell<MaybeUninit<T>>,
     /// Nanoseconds from the tree's first message to its completion (module docs); a life
@@ -86,51 +86,90 @@ struct Cell<T> {
     waker: UnsafeCell<MaybeUninit<Waker>>,
 }
 
-/// Frees the cell; `state` is its last word, which says whether a waker is left in it.
-/// The payload has already been taken or dropped.
-///
-/// # Safety
-///
-/// `cell` came from [`pair`], and the caller cleared the last of `WAITER` and `RECEIVER`
-/// with an AcqRel RMW (so it is the only one left to touch the cell).
-unsafe fn free<T>(cell: NonNull<Cell<T>>, state: u32) {
-    // Safety: the caller's contract: `cell` is a leaked box no one else can reach.
-    let cell = unsafe { Box::from_raw(cell.as_ptr()) };
-    if state & WAKER != 0 {
-        // Safety: WAKER says the slot holds an initialized waker, and no side took it.
-        cell.waker
-            .with_mut(|w| unsafe { std::ptr::drop_in_place((*w).as_mut_ptr()) });
+// Safety: all zero is a state of 0 (no side holds the cell), an elapsed time of 0 and an
+// uninitialized payload and waker.
+unsafe impl<T> Fresh for Cell<T> {
+    fn fresh() -> Self {
+        Cell {
+            state: AtomicU32::new(0),
+            payload: UnsafeCell::new(MaybeUninit::uninit()),
+            elapsed: UnsafeCell::new(0),
+            waker: UnsafeCell::new(MaybeUninit::uninit()),
+        }
     }
 }
 
-/// A new cell holding `payload`: its two ends.
+/// The waiter cells of one async acker.
+pub(crate) type Cells<T> = Slab<Cell<T>>;
+
+/// Gives the cell back to the slab; `state` is its last word, which says whether a waker
+/// is left in it. The payload has already been taken or dropped.
+///
+/// # Safety
+///
+/// The caller cleared the last of `WAITER` and `RECEIVER` with an AcqRel RMW, or saw the
+/// other cleared with Acquire (so it is the only one left to touch the cell).
+unsafe fn free<T>(spot: Spot<Cell<T>>, state: u32) {
+    if state & WAKER != 0 {
+        // Safety: WAKER says the slot holds an initialized waker, and no side took it; the
+        // cell is ours alone (the caller's contract).
+        unsafe {
+            spot.cell()
+                .waker
+                .with_mut(|w| std::ptr::drop_in_place((*w).as_mut_ptr()))
+        };
+    }
+    // Safety: ours alone, and not touched again.
+    unsafe { Slab::remove(spot) };
+}
+
+/// A new cell holding `payload`, with both ends held: its spot, from which the waiter's
+/// number and, once the tree is in, the [`Receiver`] are made. The payload back when every
+/// number is in use.
+pub(crate) fn start<T>(cells: &Arc<Cells<T>>, payload: T) -> Result<Spot<Cell<T>>, T> {
+    let Some(spot) = cells.insert() else {
+        return Err(payload);
+    };
+    // Safety: a cell just inserted is ours.
+    let cell = unsafe { spot.cell() };
+    // Safety: as above.
+    cell.payload.with_mut(|p| unsafe { (*p).write(payload) });
+    // Relaxed: the cell reaches the other side only through the acker's init (its number
+    // in a payload the table publishes with a Release CAS) or the caller's own future.
+    cell.state.store(WAITER | RECEIVER, Ordering::Relaxed);
+    Ok(spot)
+}
+
+/// The payload of a cell whose receiver was never made (its tree's init was refused), and
+/// the cell given back.
+///
+/// # Safety
+///
+/// `spot` came from [`start`], no [`Receiver`] or [`Waiter`] was made of it, and it is not
+/// used again.
+pub(crate) unsafe fn reclaim<T>(spot: Spot<Cell<T>>) -> T {
+    // Safety: nobody else knows the cell (the caller's contract); `start` wrote the payload.
+    let payload = unsafe { spot.cell().payload.with_mut(|p| (*p).assume_init_read()) };
+    // Safety: as above; no waker was ever registered.
+    unsafe { Slab::remove(spot) };
+    payload
+}
+
+/// A new cell holding `payload`: its two ends. (For the loom models: a slab of its own,
+/// closed so that it goes with the cell.)
+#[cfg(any(loom, test))]
 pub fn pair<T>(payload: T) -> (Waiter<T>, Receiver<T>) {
-    let cell = Box::new(Cell {
-        state: AtomicU32::new(WAITER | RECEIVER),
-        payload: UnsafeCell::new(MaybeUninit::new(payload)),
-        elapsed: UnsafeCell::new(0),
-        waker: UnsafeCell::new(MaybeUninit::uninit()),
-    });
-    let cell = NonNull::from(Box::leak(cell));
-    (
-        Waiter {
-            cell,
-            _owns: PhantomData,
-        },
-        Receiver {
-            cell,
-            ended: false,
-            _owns: PhantomData,
-        },
-    )
+    let cells = Arc::new(Cells::new());
+    let spot = start(&cells, payload).unwrap_or_else(|_| unreachable!("an empty slab"));
+    cells.close();
+    (Waiter { spot }, Receiver::new(spot))
 }
 
 /// The tree's end of a cell: it completes the tree ([`complete`](Self::complete)), or
 /// closes it, handing the payload back ([`into_payload`](Self::into_payload)) or dropping
 /// it (`Drop`).
 pub struct Waiter<T> {
-    cell: NonNull<Cell<T>>,
-    _owns: PhantomData<T>,
+    spot: Spot<Cell<T>>,
 }
 
 impl<T> std::fmt::Debug for Waiter<T> {
@@ -147,9 +186,21 @@ unsafe impl<T: Send> Send for Waiter<T> {}
 unsafe impl<T: Send> Sync for Waiter<T> {}
 
 impl<T> Waiter<T> {
+    /// The waiter of cell `number` of `cells`.
+    ///
+    /// # Safety
+    ///
+    /// `number` is a cell's from [`start`] that holds `WAITER`, and no other `Waiter` of it
+    /// is made.
+    pub(crate) unsafe fn at(cells: &Cells<T>, number: u32) -> Self {
+        // Safety: a live cell (the caller's contract).
+        let spot = unsafe { cells.spot(number) };
+        Waiter { spot }
+    }
+
     fn cell(&self) -> &Cell<T> {
         // Safety: the cell lives while WAITER is set, which this waiter clears last thing.
-        unsafe { self.cell.as_ref() }
+        unsafe { self.spot.cell() }
     }
 
     /// Completes the tree: the receiver resolves to the payload, `outcome` and `elapsed`.
@@ -192,7 +243,7 @@ impl<T> Waiter<T> {
                 }
                 // Safety: RECEIVER is clear, seen with Acquire: no one else touches the
                 // cell again.
-                unsafe { free(self.cell, state) };
+                unsafe { free(self.spot, state) };
                 return;
             }
             if state & (WAKER | REGISTERING) != 0 {
@@ -224,7 +275,7 @@ impl<T> Waiter<T> {
                     .with_mut(|p| unsafe { std::ptr::drop_in_place((*p).as_mut_ptr()) });
             }
             // Safety: RECEIVER is clear, seen by an AcqRel RMW: the cell is ours alone.
-            unsafe { free(self.cell, before) };
+            unsafe { free(self.spot, before) };
             return;
         }
         let waker = (before & (WAKER | REGISTERING) == WAKER).then(|| {
@@ -238,7 +289,7 @@ impl<T> Waiter<T> {
         let after = cell.state.fetch_and(!(WAITER | taken), Ordering::AcqRel) & !(WAITER | taken);
         if after & RECEIVER == 0 {
             // Safety: this RMW cleared the last of WAITER and RECEIVER.
-            unsafe { free(self.cell, after) };
+            unsafe { free(self.spot, after) };
         }
         if let Some(waker) = waker {
             waker.wake();
@@ -263,10 +314,9 @@ pub type Resolved<T> = Result<(T, Outcome, Duration), ()>;
 
 /// The caller's end of a cell, polled by `TreeCompletion`.
 pub struct Receiver<T> {
-    cell: NonNull<Cell<T>>,
+    spot: Spot<Cell<T>>,
     /// Resolved already: the payload (if any) was taken; later polls return `Err`.
     ended: bool,
-    _owns: PhantomData<T>,
 }
 
 // Safety: the receiver takes a `T` out of the cell on whichever thread polls it, and
@@ -287,11 +337,17 @@ impl<T> std::fmt::Debug for Receiver<T> {
 impl<T> Unpin for Receiver<T> {}
 
 impl<T> Receiver<T> {
+    /// The caller's end of the cell at `spot`, from [`start`]; made once, after the tree's
+    /// init succeeded.
+    pub(crate) fn new(spot: Spot<Cell<T>>) -> Self {
+        Receiver { spot, ended: false }
+    }
+
     /// The cell, borrowed apart from `self` (so that `ended` can be set meanwhile).
     fn cell<'a>(&self) -> &'a Cell<T> {
         // Safety: the cell lives while RECEIVER is set, which this receiver clears last
         // thing (in `drop`, after its last use of this reference).
-        unsafe { self.cell.as_ref() }
+        unsafe { self.spot.cell() }
     }
 
     /// The completion, once the waiter has ended the tree; until then registers the task's
@@ -379,7 +435,7 @@ impl<T> Drop for Receiver<T> {
                 // The waiter let go (WAITER never comes back): the cell is ours alone.
                 // Safety: WAITER is clear, seen with Acquire; this receiver is the other
                 // holder and is going.
-                unsafe { free(self.cell, state) };
+                unsafe { free(self.spot, state) };
                 return;
             }
             // AcqRel: Release orders our accesses before the waiter, which frees the cell

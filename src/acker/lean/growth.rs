@@ -13,6 +13,9 @@ use crate::acker::batches::Grace;
 use crate::acker::roots::{Done, Roots, Tick, GROUP_SLOTS};
 use crate::sync::Ordering;
 
+/// Groups a reaper pass moves between two finishes of a migration round (`housekeeping`).
+const MOVE_PART: usize = 256;
+
 /// How many ticks a table's load must stay under 1/8 before the reaper shrinks it (to 2/3 of its groups).
 const SHRINK_AFTER: Tick = 256;
 
@@ -241,11 +244,19 @@ impl<T: Send + 'static> Lean<T> {
                 worked |= self.start_migration(index, roots, groups, false) == Some(true);
             }
             for migrating in chain(roots).filter(|g| g.successor().is_some()) {
-                let mut done = Done::stamped(stamp);
-                migrating.move_round(&mut done);
-                // A move can complete a tree (a twin's contents carried to it): delivered
-                // through the callback when the pass found it open, as any completion.
-                self.finish(index, roots, &mut done, open);
+                // In parts, each finished before the next: the timers a part files are
+                // collected in its `Done`, whose vectors a whole round of a large table
+                // would grow to hundreds of KiB on the reaper's heap, which glibc then
+                // keeps (`zeroed.rs`).
+                let groups = migrating.groups();
+                for from in (0..groups).step_by(MOVE_PART) {
+                    let mut done = Done::stamped(stamp);
+                    migrating.move_groups(from..(from + MOVE_PART).min(groups), &mut done);
+                    // A move can complete a tree (a twin's contents carried to it):
+                    // delivered through the callback when the pass found it open, as any
+                    // completion.
+                    self.finish(index, roots, &mut done, open);
+                }
                 worked = true;
             }
             self.promote_moved(index);

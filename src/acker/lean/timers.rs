@@ -51,6 +51,7 @@
 use std::mem;
 
 use crate::acker::buckets::WheelEntry;
+use crate::zeroed::Zeroed;
 
 /// A wheel entry: a group of a table generation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -97,10 +98,50 @@ pub(super) struct GroupAt {
 }
 
 /// The filed ticks of one table generation's groups.
-#[derive(Debug)]
 struct Generation {
     gen: u32,
-    ticks: Vec<u32>,
+    /// One `u32` per group, zeroed memory of its own (`zeroed.rs`): the pages of groups
+    /// never filed are never touched, and a large table's go back to the system with it
+    /// rather than stay in the reaper's heap.
+    ticks: Zeroed,
+    groups: usize,
+}
+
+impl std::fmt::Debug for Generation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Generation")
+            .field("gen", &self.gen)
+            .field("groups", &self.groups)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Tick records this large or larger are mapped (those of tables from 16k groups).
+const MAP_TICKS_AT: usize = 64 << 10;
+
+impl Generation {
+    fn new(gen: u32, groups: usize) -> Self {
+        Generation {
+            gen,
+            ticks: Zeroed::new(
+                groups.max(1) * mem::size_of::<u32>(),
+                mem::align_of::<u32>(),
+                MAP_TICKS_AT,
+            ),
+            groups,
+        }
+    }
+
+    fn read(&self) -> &[u32] {
+        // Safety: as in `ticks`, shared.
+        unsafe { std::slice::from_raw_parts(self.ticks.as_ptr().cast(), self.groups) }
+    }
+
+    fn ticks(&mut self) -> &mut [u32] {
+        // Safety: the block holds `groups` `u32`s, aligned, zero or written since (any bits
+        // are a `u32`), and `&mut self` makes the borrow unique.
+        unsafe { std::slice::from_raw_parts_mut(self.ticks.as_ptr().cast(), self.groups) }
+    }
 }
 
 /// The filed tick of every group the reaper has timers for, per table and generation.
@@ -129,15 +170,11 @@ impl Filed {
         let i = match gens.iter().position(|g| g.gen == gen) {
             Some(i) => i,
             None => {
-                // Zeroed memory: the pages of groups never filed are never touched.
-                gens.push(Generation {
-                    gen,
-                    ticks: vec![0; groups],
-                });
+                gens.push(Generation::new(gen, groups));
                 gens.len() - 1
             }
         };
-        &mut gens[i].ticks
+        gens[i].ticks()
     }
 
     /// The group's filed tick, near `now` (`full` turns 32 bits into a tick).
@@ -200,7 +237,7 @@ impl Filed {
             .get_mut(table)
             .and_then(|gens| gens.iter_mut().find(|g| g.gen == gen))
         {
-            if let Some(stored) = g.ticks.get_mut(group) {
+            if let Some(stored) = g.ticks().get_mut(group) {
                 *stored = 0;
             }
         }
@@ -215,7 +252,7 @@ impl Filed {
         full: impl Fn(u32) -> u64,
     ) -> Option<u64> {
         let g = self.tables.get(table)?.iter().find(|g| g.gen == gen)?;
-        Self::get(*g.ticks.get(group)?, full)
+        Self::get(*g.read().get(group)?, full)
     }
 
     /// Drops the ticks of `table`'s generations that `keep` says have left its chain.
@@ -232,7 +269,7 @@ impl Filed {
                 gens.capacity() * mem::size_of::<Generation>()
                     + gens
                         .iter()
-                        .map(|g| g.ticks.capacity() * mem::size_of::<u32>())
+                        .map(|g| g.groups.max(1) * mem::size_of::<u32>())
                         .sum::<usize>()
             })
             .sum::<usize>()

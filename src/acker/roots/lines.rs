@@ -9,15 +9,16 @@
 //!
 //! The memory comes zeroed from the system: every part's all-zero value is its empty state
 //! (an EMPTY word, free times, no own timeout, an uninitialized payload), so a page costs
-//! memory only once a slot on it is used. Large tables are mapped and unmapped directly, so
-//! that a retired generation's memory goes back to the system at once (the allocator would
-//! keep freed blocks below its mmap threshold, which rises as freed blocks grow).
+//! memory only once a slot on it is used. Large tables are mapped and unmapped directly
+//! ([`Zeroed`](crate::zeroed::Zeroed)), so that a retired generation's memory goes back to
+//! the system at once.
 
 use std::mem::MaybeUninit;
-use std::ptr::NonNull;
 
 use super::{SlotWord, GROUP_SLOTS};
 use crate::sync::{AtomicU32, AtomicU64, UnsafeCell};
+#[cfg(not(loom))]
+use crate::zeroed::Zeroed;
 
 /// A slot's payload cell: written by the init that claimed or joined the slot, read once by
 /// the thread whose CAS completed the tree (see `Roots`' `Sync` impl).
@@ -49,64 +50,8 @@ pub(super) struct Line<T> {
 /// smallest a full acker makes (`lean/`'s `MIN_TABLE_SLOTS`: 64 KiB of lines for a `u32`
 /// payload), so that building an acker touches none of them (calloc wrote 1 MiB for the
 /// default 16 tables) and each goes back to the system when it is dropped.
-#[cfg(all(target_os = "linux", not(miri), not(loom)))]
+#[cfg(not(loom))]
 const MAP_AT: usize = 64 << 10;
-
-/// Mappings this large are aligned to a huge page and ask for transparent huge pages: a
-/// lookup lands on a random line, and with 4 KiB pages nearly every lookup in a large
-/// table also misses the TLB (the ack at 1M pending: 147 ns without, see `map`).
-#[cfg(all(target_os = "linux", not(miri), not(loom)))]
-const HUGE: usize = 2 << 20;
-
-/// A private anonymous mapping of at least `bytes` (zero pages, page-aligned, so
-/// line-aligned): its base and length, or `None` if the kernel has none to give. One of
-/// [`HUGE`] bytes or more starts on a huge-page boundary and asks for huge pages (advice:
-/// where the kernel has none, it has 4 KiB pages).
-#[cfg(all(target_os = "linux", not(miri), not(loom)))]
-fn map(bytes: usize) -> Option<(*mut u8, usize)> {
-    const PAGE: usize = 4096;
-    let len = bytes.checked_next_multiple_of(PAGE)?;
-    let huge = len >= HUGE;
-    // Room to slide to the next huge-page boundary, trimmed after.
-    let span = if huge { len.checked_add(HUGE)? } else { len };
-    // Safety: an anonymous private mapping of `span` bytes, no file, no fixed address: the
-    // kernel hands back zero pages, page-aligned, or MAP_FAILED.
-    let raw = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            span,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        )
-    };
-    if raw == libc::MAP_FAILED {
-        return None;
-    }
-    let raw = raw.cast::<u8>();
-    if !huge {
-        return Some((raw, len));
-    }
-    let head = raw.align_offset(HUGE);
-    let tail = span - head - len;
-    // Safety: both ranges are page-aligned parts of the mapping just made (`head` and `len`
-    // are page multiples), outside the `len` bytes kept; each unmapped once.
-    unsafe {
-        if head > 0 {
-            libc::munmap(raw.cast(), head);
-        }
-        if tail > 0 {
-            libc::munmap(raw.add(head + len).cast(), tail);
-        }
-    }
-    // Safety: `head` bytes into the mapping, inside it (head < HUGE <= span - len).
-    let base = unsafe { raw.add(head) };
-    // Safety: advice on the part of the mapping kept, of its own length; it cannot fail
-    // in a way that matters (the pages are then 4 KiB ones).
-    unsafe { libc::madvise(base.cast(), len, libc::MADV_HUGEPAGE) };
-    Some((base, len))
-}
 
 /// The alignment of the first line: two cache lines, the adjacent-line prefetcher's unit.
 #[cfg(not(loom))]
@@ -115,26 +60,16 @@ const LINE_ALIGN: usize = 128;
 /// `n` lines, all zero. Dereferences to the slice.
 pub(super) struct Lines<T> {
     #[cfg(not(loom))]
-    lines: NonNull<Line<T>>,
+    block: Zeroed,
     #[cfg(not(loom))]
     len: usize,
-    /// Where the memory came from, to give it back.
     #[cfg(not(loom))]
-    source: Source,
+    _lines: std::marker::PhantomData<Line<T>>,
     /// Under loom, whose atomics are not plain memory, lines built one by one.
     #[cfg(loom)]
     boxed: Box<[Line<T>]>,
     #[cfg(loom)]
-    _never: std::marker::PhantomData<NonNull<()>>,
-}
-
-#[cfg(not(loom))]
-enum Source {
-    /// From the global allocator: the block and its layout.
-    Heap(*mut u8, std::alloc::Layout),
-    /// Mapped: the mapping and its length.
-    #[cfg(all(target_os = "linux", not(miri)))]
-    Mapped(*mut u8, usize),
+    _never: std::marker::PhantomData<std::ptr::NonNull<()>>,
 }
 
 // Safety: `Lines` owns its lines like a `Box<[Line<T>]>`, which is Send and Sync exactly
@@ -151,34 +86,10 @@ impl<T> Lines<T> {
         let bytes = std::mem::size_of::<Line<T>>()
             .checked_mul(n)
             .expect("table size overflows");
-        #[cfg(all(target_os = "linux", not(miri)))]
-        if bytes >= MAP_AT {
-            if let Some((base, mapped)) = map(bytes) {
-                return Lines {
-                    lines: NonNull::new(base.cast()).expect("mmap returned null"),
-                    len: n,
-                    source: Source::Mapped(base, mapped),
-                };
-            }
-            // Out of mappings: the allocator may still manage.
-        }
-        // The allocator's zeroed memory (calloc: fresh pages are not written) is only
-        // 16-byte aligned; asking for more makes it write the zeros. So: slack, and the
-        // first line-aligned address in it.
-        let layout = std::alloc::Layout::from_size_align(bytes + LINE_ALIGN, 16)
-            .expect("table size overflows");
-        // Safety: the layout has a non-zero size.
-        let base = unsafe { std::alloc::alloc_zeroed(layout) };
-        if base.is_null() {
-            std::alloc::handle_alloc_error(layout);
-        }
-        let offset = base.align_offset(LINE_ALIGN);
-        debug_assert!(offset < LINE_ALIGN);
         Lines {
-            // Safety: `offset < LINE_ALIGN`, so the `bytes` from there are in the block.
-            lines: NonNull::new(unsafe { base.add(offset) }.cast()).expect("non-null block"),
+            block: Zeroed::new(bytes, LINE_ALIGN, MAP_AT),
             len: n,
-            source: Source::Heap(base, layout),
+            _lines: std::marker::PhantomData,
         }
     }
 
@@ -212,26 +123,7 @@ impl<T> std::ops::Deref for Lines<T> {
             // All zero is a valid `Line<T>`: EMPTY words, zero atomics, uninitialized
             // payload cells; and its parts are atomics and cells, so shared access is sound.
             // Safety: `lines` points at `len` such lines, line-aligned, owned by `self`.
-            unsafe { std::slice::from_raw_parts(self.lines.as_ptr(), self.len) }
-        }
-    }
-}
-
-#[cfg(not(loom))]
-impl<T> Drop for Lines<T> {
-    fn drop(&mut self) {
-        // The parts need no drop of their own (atomics, and payload cells whose values
-        // `Roots` drops or moves out before): the memory goes back as it came.
-        match self.source {
-            // Safety: the block `alloc_zeroed` gave for this very layout, freed once.
-            Source::Heap(base, layout) => unsafe { std::alloc::dealloc(base, layout) },
-            #[cfg(all(target_os = "linux", not(miri)))]
-            Source::Mapped(base, bytes) => {
-                // Safety: the mapping `mmap` made of this length, unmapped once; nothing
-                // refers into it any more (`&mut self`).
-                let rc = unsafe { libc::munmap(base.cast(), bytes) };
-                debug_assert_eq!(rc, 0, "munmap failed");
-            }
+            unsafe { std::slice::from_raw_parts(self.block.as_ptr().cast(), self.len) }
         }
     }
 }
@@ -248,8 +140,12 @@ mod tests {
             assert_eq!(lines.len(), n);
             assert_eq!(lines.as_ptr() as usize % LINE_ALIGN, 0);
             #[cfg(all(target_os = "linux", not(miri)))]
-            if n * std::mem::size_of::<Line<u32>>() >= HUGE {
-                assert_eq!(lines.as_ptr() as usize % HUGE, 0, "huge-page aligned");
+            if n * std::mem::size_of::<Line<u32>>() >= crate::zeroed::HUGE {
+                assert_eq!(
+                    lines.as_ptr() as usize % crate::zeroed::HUGE,
+                    0,
+                    "huge-page aligned"
+                );
             }
             for line in lines.iter() {
                 assert!(line.group.0.iter().all(|w| w.load().to_bits() == 0));

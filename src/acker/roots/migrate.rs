@@ -110,11 +110,18 @@ impl<T> Roots<T> {
     /// Moves every group that is not clean yet, once each. `true` when this call made the
     /// last one clean.
     pub fn move_round(&self, done: &mut Done<'_>) -> bool {
+        self.move_groups(0..self.groups(), done)
+    }
+
+    /// [`move_round`](Self::move_round) over `groups` only: a round in parts, each
+    /// finished (its timers filed) before the next, keeps what an operation collects
+    /// small.
+    pub fn move_groups(&self, groups: std::ops::Range<usize>, done: &mut Done<'_>) -> bool {
         let Some(next) = self.successor() else {
             return false;
         };
         let mut finished = false;
-        for group in 0..self.groups() {
+        for group in groups {
             finished |= self.move_group(group, next, done);
         }
         finished

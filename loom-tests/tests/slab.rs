@@ -1,0 +1,85 @@
+//! Loom models of the async acker's slab (`src/future/slab.rs`): cells inserted and removed
+//! from two threads at once, on one page and across shards, while pages are made, kept as
+//! spares, freed and made again, and `close` racing a remove that empties a page.
+//!
+//! Under loom a page holds 2 cells and there are 2 shards (one per model thread), so a
+//! few operations make and free pages. Every cell's contents go through a loom
+//! `UnsafeCell`, so two holders of one cell at once are reported; the models check that a
+//! number finds its own cell from any thread, and that once every cell is removed and the
+//! slab closed no page is left (each page holds an `Arc` of the slab, so the owner's is
+//! then the only one).
+#![cfg(loom)]
+
+use ackwheel::slab::{Slab, Slot, Spot};
+use loom::sync::Arc;
+use loom::thread;
+
+type Cells = Slab<Slot<usize>>;
+
+/// A cell inserted and written with `value`.
+fn put(slab: &Arc<Cells>, value: usize) -> Spot<Slot<usize>> {
+    let spot = slab.insert().expect("room");
+    // Safety: a cell just inserted is ours.
+    unsafe { spot.cell().0.with_mut(|p| (*p).write(value)) };
+    spot
+}
+
+/// Reads the cell found from `number` alone, checks it holds `value`, and removes it.
+fn take(slab: &Cells, number: u32, value: usize) {
+    // Safety: a live number, whose cell the caller owns.
+    let spot = unsafe { slab.spot(number) };
+    assert_eq!(spot.number(), number);
+    // Safety: as above; written by `put`.
+    let got = unsafe { spot.cell().0.with(|p| (*p).assume_init_read()) };
+    assert_eq!(got, value, "number {number} found another cell");
+    // Safety: ours, emptied, not used again.
+    unsafe { Slab::remove(spot) };
+}
+
+/// Two threads each remove a cell of one page (which empties it) and insert another, one
+/// into the same shard and one into its own: no cell is handed out twice, each number finds
+/// its cell, and nothing is left once all are removed and the slab closed.
+#[test]
+fn inserts_and_removes_race_on_one_page_and_across_shards() {
+    loom::model(|| {
+        let slab = Arc::new(Cells::new());
+        let a = put(&slab, 1);
+        let b = put(&slab, 2);
+        let (an, bn) = (a.number(), b.number());
+        assert_ne!(an, bn);
+        let other = thread::spawn({
+            let slab = Arc::clone(&slab);
+            move || {
+                take(&slab, an, 1);
+                let c = put(&slab, 3);
+                c.number()
+            }
+        });
+        take(&slab, bn, 2);
+        let d = put(&slab, 4);
+        let cn = other.join().unwrap();
+        assert_ne!(cn, d.number());
+        take(&slab, cn, 3);
+        take(&slab, d.number(), 4);
+        slab.close();
+        assert_eq!(Arc::strong_count(&slab), 1, "a page outlived its cells");
+    });
+}
+
+/// A remove that empties a page (which would keep it as its shard's spare while the slab is
+/// open) races `close`: either way the page is freed, not kept forever.
+#[test]
+fn close_vs_a_remove_that_empties_a_page() {
+    loom::model(|| {
+        let slab = Arc::new(Cells::new());
+        let a = put(&slab, 7);
+        let an = a.number();
+        let remover = thread::spawn({
+            let slab = Arc::clone(&slab);
+            move || take(&slab, an, 7)
+        });
+        slab.close();
+        remover.join().unwrap();
+        assert_eq!(Arc::strong_count(&slab), 1, "a spare page survived close");
+    });
+}

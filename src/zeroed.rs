@@ -1,0 +1,179 @@
+//! Blocks of zeroed memory that go back to the system when dropped: the acker's tables, the
+//! reaper's per-table tick records and the async acker's slab pages.
+//!
+//! A block at least `map_at` bytes long is a private anonymous mapping of its own (on
+//! Linux): zero pages that cost memory only once written, unmapped at once on drop. Blocks
+//! from the allocator would stay with it after a burst: glibc keeps freed blocks below its
+//! mmap threshold, which rises as large blocks are freed (to 32 MiB), and trims a heap only
+//! from its top, so a few live blocks above the freed ones hold them all. Smaller blocks,
+//! and every block under Miri or off Linux, come from the allocator's zeroed memory.
+
+use std::ptr::NonNull;
+
+/// Mappings this large are aligned to a huge page and ask for transparent huge pages: a
+/// lookup lands on a random line, and with 4 KiB pages nearly every lookup in a large
+/// table also misses the TLB (the ack at 1M pending: 147 ns without).
+#[cfg(all(target_os = "linux", not(miri)))]
+pub(crate) const HUGE: usize = 2 << 20;
+
+/// A private anonymous mapping of at least `bytes` (zero pages, page-aligned): its base and
+/// length, or `None` if the kernel has none to give. One of [`HUGE`] bytes or more starts
+/// on a huge-page boundary and asks for huge pages (advice: where the kernel has none, it
+/// has 4 KiB pages).
+#[cfg(all(target_os = "linux", not(miri)))]
+fn map(bytes: usize) -> Option<(*mut u8, usize)> {
+    const PAGE: usize = 4096;
+    let len = bytes.checked_next_multiple_of(PAGE)?;
+    let huge = len >= HUGE;
+    // Room to slide to the next huge-page boundary, trimmed after.
+    let span = if huge { len.checked_add(HUGE)? } else { len };
+    // Safety: an anonymous private mapping of `span` bytes, no file, no fixed address: the
+    // kernel hands back zero pages, page-aligned, or MAP_FAILED.
+    let raw = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            span,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if raw == libc::MAP_FAILED {
+        return None;
+    }
+    let raw = raw.cast::<u8>();
+    if !huge {
+        return Some((raw, len));
+    }
+    let head = raw.align_offset(HUGE);
+    let tail = span - head - len;
+    // Safety: both ranges are page-aligned parts of the mapping just made (`head` and `len`
+    // are page multiples), outside the `len` bytes kept; each unmapped once.
+    unsafe {
+        if head > 0 {
+            libc::munmap(raw.cast(), head);
+        }
+        if tail > 0 {
+            libc::munmap(raw.add(head + len).cast(), tail);
+        }
+    }
+    // Safety: `head` bytes into the mapping, inside it (head < HUGE <= span - len).
+    let base = unsafe { raw.add(head) };
+    // Safety: advice on the part of the mapping kept, of its own length; it cannot fail
+    // in a way that matters (the pages are then 4 KiB ones).
+    unsafe { libc::madvise(base.cast(), len, libc::MADV_HUGEPAGE) };
+    Some((base, len))
+}
+
+/// Where a block came from, to give it back.
+enum Source {
+    /// From the global allocator: the block and its layout.
+    Heap(*mut u8, std::alloc::Layout),
+    /// Mapped: the mapping and its length.
+    #[cfg(all(target_os = "linux", not(miri)))]
+    Mapped(*mut u8, usize),
+}
+
+/// A block of zeroed bytes, owned (module docs).
+pub(crate) struct Zeroed {
+    base: NonNull<u8>,
+    source: Source,
+}
+
+// Safety: a `Zeroed` owns its bytes like a `Box<[u8]>` (the raw pointers only say where
+// they are); what lives in them is its owner's business.
+unsafe impl Send for Zeroed {}
+// Safety: as above; `&Zeroed` gives only the address.
+unsafe impl Sync for Zeroed {}
+
+impl Zeroed {
+    /// `bytes` (at least 1) zero bytes aligned to `align` (a power of two, at most 4096),
+    /// mapped if `bytes >= map_at` (module docs).
+    pub(crate) fn new(bytes: usize, align: usize, map_at: usize) -> Self {
+        assert!(bytes > 0 && align.is_power_of_two() && align <= 4096);
+        #[cfg(all(target_os = "linux", not(miri)))]
+        if bytes >= map_at {
+            if let Some((base, mapped)) = map(bytes) {
+                return Zeroed {
+                    base: NonNull::new(base).expect("mmap returned null"),
+                    source: Source::Mapped(base, mapped),
+                };
+            }
+            // Out of mappings: the allocator may still manage.
+        }
+        #[cfg(not(all(target_os = "linux", not(miri))))]
+        let _ = map_at;
+        // The allocator's zeroed memory (calloc: fresh pages are not written) is only
+        // 16-byte aligned; asking for more makes it write the zeros. So: slack, and the
+        // first aligned address in it.
+        let slack = if align > 16 { align } else { 0 };
+        let layout = std::alloc::Layout::from_size_align(
+            bytes.checked_add(slack).expect("block size overflows"),
+            16,
+        )
+        .expect("block size overflows");
+        // Safety: the layout has a non-zero size.
+        let block = unsafe { std::alloc::alloc_zeroed(layout) };
+        if block.is_null() {
+            std::alloc::handle_alloc_error(layout);
+        }
+        let offset = block.align_offset(align);
+        debug_assert!(offset <= slack);
+        Zeroed {
+            // Safety: `offset <= slack`, so the `bytes` from there are in the block.
+            base: NonNull::new(unsafe { block.add(offset) }).expect("non-null block"),
+            source: Source::Heap(block, layout),
+        }
+    }
+
+    /// The first byte.
+    #[inline]
+    pub(crate) fn as_ptr(&self) -> *mut u8 {
+        self.base.as_ptr()
+    }
+}
+
+impl Drop for Zeroed {
+    fn drop(&mut self) {
+        match self.source {
+            // Safety: the block `alloc_zeroed` gave for this very layout, freed once.
+            Source::Heap(block, layout) => unsafe { std::alloc::dealloc(block, layout) },
+            #[cfg(all(target_os = "linux", not(miri)))]
+            Source::Mapped(base, bytes) => {
+                // Safety: the mapping `mmap` made of this length, unmapped once; nothing
+                // refers into it any more (`&mut self`).
+                let rc = unsafe { libc::munmap(base.cast(), bytes) };
+                debug_assert_eq!(rc, 0, "munmap failed");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn blocks_are_zero_and_aligned_from_either_source() {
+        for (bytes, align, map_at) in [
+            (1, 1, 64),
+            (100, 128, 1 << 20),
+            (5000, 4096, 4096),
+            (3 << 20, 128, 64 << 10),
+        ] {
+            if cfg!(miri) && bytes > 1 << 16 {
+                continue;
+            }
+            let block = Zeroed::new(bytes, align, map_at);
+            assert_eq!(block.as_ptr() as usize % align, 0);
+            // Safety: `bytes` bytes from the base are the block's, initialized (zero).
+            let all = unsafe { std::slice::from_raw_parts(block.as_ptr(), bytes) };
+            assert!(all.iter().all(|&b| b == 0));
+            #[cfg(all(target_os = "linux", not(miri)))]
+            if bytes >= HUGE {
+                assert_eq!(block.as_ptr() as usize % HUGE, 0, "huge-page aligned");
+            }
+        }
+    }
+}
