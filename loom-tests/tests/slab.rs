@@ -18,7 +18,7 @@ type Cells = Slab<Slot<usize>>;
 
 /// A cell inserted and written with `value`.
 fn put(slab: &Arc<Cells>, value: usize) -> Spot<Slot<usize>> {
-    let spot = slab.insert().expect("room");
+    let spot = Slab::insert(slab).expect("room");
     // Safety: a cell just inserted is ours.
     unsafe { spot.cell().0.with_mut(|p| (*p).write(value)) };
     spot

@@ -90,7 +90,7 @@ impl<T> Stores<T> {
     /// A stream tree's slot holding `payload`; the payload back when every number is in
     /// use.
     fn put_streamed(&self, payload: T) -> Result<Spot<Slot<T>>, T> {
-        let Some(spot) = self.streamed.insert() else {
+        let Some(spot) = Slab::insert(&self.streamed) else {
             return Err(payload);
         };
         // Safety: a cell just inserted is ours.

@@ -355,15 +355,16 @@ impl<C: Fresh> Slab<C> {
     }
 
     /// A free cell, now the caller's; `None` when every number is in use.
-    pub fn insert(self: &Arc<Self>) -> Option<Spot<C>> {
-        let index = crate::acker::stripe_index() & (self.shards.len() - 1);
-        let mut shard = self.shard(index);
+    pub fn insert(slab: &Arc<Self>) -> Option<Spot<C>> {
+        let this = &**slab;
+        let index = crate::acker::stripe_index() & (this.shards.len() - 1);
+        let mut shard = this.shard(index);
         let page = match shard.partial.last() {
             Some(&page) => page,
             None => {
                 let page = match shard.spare.take() {
                     Some(page) => page,
-                    None => self.new_page(index)?,
+                    None => Self::new_page(slab, index)?,
                 };
                 list(&mut shard, page);
                 page
@@ -385,7 +386,7 @@ impl<C: Fresh> Slab<C> {
         }
         drop(shard);
         // Safety: live, as above (it holds a live cell now).
-        let number = unsafe { page.as_ref().number } << self.bits | offset as u32;
+        let number = unsafe { page.as_ref().number } << this.bits | offset as u32;
         Some(Spot {
             page,
             offset,
@@ -395,26 +396,27 @@ impl<C: Fresh> Slab<C> {
 
     /// A new page for shard `index`, installed in the directory; `None` when every page
     /// number is in use.
-    fn new_page(self: &Arc<Self>, index: usize) -> Option<NonNull<Page<C>>> {
-        let cells = 1usize << self.bits;
-        let mut numbers = self.numbers();
+    fn new_page(slab: &Arc<Self>, index: usize) -> Option<NonNull<Page<C>>> {
+        let this = &**slab;
+        let cells = 1usize << this.bits;
+        let mut numbers = this.numbers();
         let number = match numbers.free.pop() {
             Some(number) => number,
-            None if numbers.next < 1 << (NUMBER_BITS - self.bits) => {
+            None if numbers.next < 1 << (NUMBER_BITS - this.bits) => {
                 numbers.next += 1;
                 numbers.next - 1
             }
             None => return None,
         };
         let page = Box::new(Page {
-            slab: Arc::clone(self),
+            slab: Arc::clone(slab),
             number,
             shard: index,
             book: UnsafeCell::new(Book::new(cells)),
             cells: Cells::new(cells),
         });
         let page = NonNull::from(Box::leak(page));
-        let chunk = &self.directory[(number >> CHUNK_BITS) as usize];
+        let chunk = &this.directory[(number >> CHUNK_BITS) as usize];
         // Relaxed: chunks are installed under the numbers' lock, which we hold.
         let mut entries = chunk.load(Ordering::Relaxed);
         if entries.is_null() {
@@ -607,7 +609,7 @@ mod tests {
     #[test]
     fn numbers_are_distinct_and_find_their_cells() {
         let slab = Arc::new(Slab::<Byte>::new());
-        let spots: Vec<_> = (0..5000).map(|_| slab.insert().unwrap()).collect();
+        let spots: Vec<_> = (0..5000).map(|_| Slab::insert(&slab).unwrap()).collect();
         let numbers: HashSet<u32> = spots.iter().map(|s| s.number()).collect();
         assert_eq!(numbers.len(), spots.len());
         for (i, spot) in spots.iter().enumerate() {
@@ -632,7 +634,9 @@ mod tests {
     fn empty_pages_go_back_but_one_per_shard_while_open() {
         let slab = Arc::new(Slab::<Byte>::new());
         let per_page = 1usize << slab.bits;
-        let spots: Vec<_> = (0..per_page * 10).map(|_| slab.insert().unwrap()).collect();
+        let spots: Vec<_> = (0..per_page * 10)
+            .map(|_| Slab::insert(&slab).unwrap())
+            .collect();
         assert_eq!(pages(&slab), 10);
         // Every other cell of every page: no page empties.
         let (odd, even): (Vec<_>, Vec<_>) =
@@ -643,7 +647,9 @@ mod tests {
         }
         assert_eq!(pages(&slab), 10);
         // Reused before a new page is made.
-        let again: Vec<_> = (0..per_page * 5).map(|_| slab.insert().unwrap()).collect();
+        let again: Vec<_> = (0..per_page * 5)
+            .map(|_| Slab::insert(&slab).unwrap())
+            .collect();
         assert_eq!(pages(&slab), 10);
         for spot in again.into_iter().chain(even.into_iter().map(|(_, s)| s)) {
             // Safety: a live cell of ours (handed over whole, if by another thread).
@@ -668,7 +674,7 @@ mod tests {
     fn a_cell_outlives_the_owners_handle_and_frees_the_slab_last() {
         let slab = Arc::new(Slab::<Byte>::new());
         let weak = Arc::downgrade(&slab);
-        let spot = slab.insert().unwrap();
+        let spot = Slab::insert(&slab).unwrap();
         slab.close();
         drop(slab);
         assert!(
@@ -697,7 +703,7 @@ mod tests {
         });
         let mut mine = Vec::new();
         for i in 0..rounds {
-            let spot = slab.insert().unwrap();
+            let spot = Slab::insert(&slab).unwrap();
             // Safety: a live cell of ours (handed over whole, if by another thread).
             unsafe { spot.cell().0.with_mut(|b| *b = spot.number() as u8) };
             if i % 3 == 0 {

@@ -127,7 +127,7 @@ unsafe fn free<T>(spot: Spot<Cell<T>>, state: u32) {
 /// number and, once the tree is in, the [`Receiver`] are made. The payload back when every
 /// number is in use.
 pub(crate) fn start<T>(cells: &Arc<Cells<T>>, payload: T) -> Result<Spot<Cell<T>>, T> {
-    let Some(spot) = cells.insert() else {
+    let Some(spot) = Slab::insert(cells) else {
         return Err(payload);
     };
     // Safety: a cell just inserted is ours.
