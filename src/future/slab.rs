@@ -593,11 +593,13 @@ mod tests {
     use super::*;
     use std::collections::HashSet;
 
-    struct Byte(UnsafeCell<u8>);
+    /// A cell of 256 B: 64 to a page, so that the tests make many pages quickly (under
+    /// Miri too).
+    struct Byte(UnsafeCell<[u8; 256]>);
     // Safety: a zero byte is a fresh cell.
     unsafe impl Fresh for Byte {
         fn fresh() -> Self {
-            Byte(UnsafeCell::new(0))
+            Byte(UnsafeCell::new([0; 256]))
         }
     }
 
@@ -614,14 +616,14 @@ mod tests {
         assert_eq!(numbers.len(), spots.len());
         for (i, spot) in spots.iter().enumerate() {
             // Safety: live cells, each ours.
-            unsafe { spot.cell().0.with_mut(|b| *b = i as u8) };
+            unsafe { spot.cell().0.with_mut(|b| (*b)[0] = i as u8) };
         }
         for (i, spot) in spots.iter().enumerate() {
             // Safety: as above.
             let found = unsafe { slab.spot(spot.number()) };
             assert_eq!(found.number(), spot.number());
             // Safety: a live cell of ours (handed over whole, if by another thread).
-            assert_eq!(unsafe { found.cell().0.with(|b| *b) }, i as u8);
+            assert_eq!(unsafe { found.cell().0.with(|b| (*b)[0]) }, i as u8);
         }
         for spot in spots {
             // Safety: ours, not touched again.
@@ -695,8 +697,8 @@ mod tests {
             for spot in from_me {
                 // Safety: handed over whole by the inserting thread.
                 unsafe {
-                    assert_eq!(spot.cell().0.with(|b| *b), spot.number() as u8);
-                    spot.cell().0.with_mut(|b| *b = 0);
+                    assert_eq!(spot.cell().0.with(|b| (*b)[0]), spot.number() as u8);
+                    spot.cell().0.with_mut(|b| (*b)[0] = 0);
                     Slab::remove(spot);
                 }
             }
@@ -705,7 +707,7 @@ mod tests {
         for i in 0..rounds {
             let spot = Slab::insert(&slab).unwrap();
             // Safety: a live cell of ours (handed over whole, if by another thread).
-            unsafe { spot.cell().0.with_mut(|b| *b = spot.number() as u8) };
+            unsafe { spot.cell().0.with_mut(|b| (*b)[0] = spot.number() as u8) };
             if i % 3 == 0 {
                 mine.push(spot);
             } else {

@@ -438,3 +438,45 @@ fn handles_are_send_sync_and_the_futures_unpin() {
     send_unpin::<Completions<String>>();
     send_unpin::<TreeCompletion<String>>();
 }
+
+/// Every payload goes back to the caller with a refused init or track, or is dropped once
+/// when the last handle goes with trees still pending (the table holds only cell numbers,
+/// so nothing else would drop them).
+#[::tokio::test]
+async fn refused_and_abandoned_payloads_go_back_or_are_dropped_once() {
+    let witness = Arc::new(());
+    let (acker, _completions) = Acker::<Arc<()>>::builder()
+        .timeout(Duration::from_secs(30))
+        .max_pending(3)
+        .build_async(4)
+        .unwrap();
+    let tracked = acker.track(1, 1, Arc::clone(&witness)).unwrap();
+    acker.try_init(2, 1, Arc::clone(&witness)).unwrap();
+    let refused = [
+        acker.track(1, 1, Arc::clone(&witness)).map(drop),
+        acker.try_init(2, 1, Arc::clone(&witness)),
+    ];
+    for refused in refused {
+        let Err(InitError::Duplicate(payload)) = refused else {
+            panic!("a second init of a pending root is a duplicate");
+        };
+        assert!(Arc::ptr_eq(&payload, &witness));
+    }
+    let _pending = acker.track(3, 1, Arc::clone(&witness)).unwrap();
+    assert!(matches!(
+        acker.track(4, 1, Arc::clone(&witness)),
+        Err(InitError::Full(_))
+    ));
+    assert!(matches!(
+        acker.try_init(5, 1, Arc::clone(&witness)),
+        Err(InitError::Full(_))
+    ));
+    assert_eq!(Arc::strong_count(&witness), 4, "three pending, and ours");
+    drop(acker);
+    assert_eq!(
+        Arc::strong_count(&witness),
+        1,
+        "the pending payloads dropped once"
+    );
+    assert_eq!(timeout(BOUND, tracked).await.unwrap().unwrap_err(), Closed);
+}
