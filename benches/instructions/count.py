@@ -6,6 +6,12 @@ else the machine is doing, unlike the benches' times.
     cargo build --release --example lifecycle_instructions
     python3 benches/instructions/count.py [acker batched dashmap]
 
+and a tracked request of the async acker (examples/track_instructions.rs, 1k in flight, 4
+inline acks each):
+
+    cargo build --release --features tokio --example track_instructions
+    python3 benches/instructions/count.py track
+
 Each kind runs twice (100k and 300k trees); the difference over 200k trees is the cost of
 a tree, setup excluded. Locked instructions are the `lock`-prefixed ones and `xchg` with a
 memory operand (an `xchg` between registers, as around `cmpxchg16b`, is not locked). All
@@ -17,12 +23,20 @@ import subprocess
 import sys
 import tempfile
 
-BINARY = os.path.join(os.environ.get("CARGO_TARGET_DIR", "target"), "release/examples/lifecycle_instructions")
+EXAMPLES = os.path.join(os.environ.get("CARGO_TARGET_DIR", "target"), "release/examples")
+
+
+def binary(kind):
+    """The program that runs `kind`: `track` is a tracked request (its own example, built
+    with `--features tokio`), the rest the lifecycle's contenders."""
+    if kind == "track":
+        return os.path.join(EXAMPLES, "track_instructions"), []
+    return os.path.join(EXAMPLES, "lifecycle_instructions"), [kind]
 SMALL, LARGE = 100_000, 300_000
 
 
-def locked_addresses():
-    dis = subprocess.run(["objdump", "-d", "--no-show-raw-insn", BINARY],
+def locked_addresses(program):
+    dis = subprocess.run(["objdump", "-d", "--no-show-raw-insn", program],
                          capture_output=True, text=True, check=True).stdout
     locked = set()
     for line in dis.splitlines():
@@ -37,10 +51,11 @@ def locked_addresses():
 
 def profile(kind, trees, locked):
     """(instructions, locked, per function, locked per function) of one run."""
+    program, args = binary(kind)
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "cg.out")
         subprocess.run(["valgrind", "--tool=callgrind", "--dump-instr=yes", "--compress-pos=no",
-                        "--compress-strings=no", f"--callgrind-out-file={out}", BINARY, kind,
+                        "--compress-strings=no", f"--callgrind-out-file={out}", program, *args,
                         str(trees)], check=True, capture_output=True)
         total = lock = 0
         by_fn, lock_by_fn = collections.Counter(), collections.Counter()
@@ -66,9 +81,9 @@ def profile(kind, trees, locked):
 
 def main():
     kinds = sys.argv[1:] or ["acker", "batched", "dashmap"]
-    locked = locked_addresses()
     n = LARGE - SMALL
     for kind in kinds:
+        locked = locked_addresses(binary(kind)[0])
         small, large = profile(kind, SMALL, locked), profile(kind, LARGE, locked)
         print(f"{kind}: {(large[0] - small[0]) / n:.0f} instructions a tree, "
               f"{(large[1] - small[1]) / n:.2f} locked a tree")

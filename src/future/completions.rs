@@ -301,9 +301,12 @@ impl<T: Send + 'static> AckerBuilder<T> {
 ///
 /// Beyond the [`Acker`]'s: per stream tree one semaphore acquire and release (an atomic
 /// each when the semaphore is not contended) and a push and pop of the stream's queue (a
-/// small allocation per block of 32); a tracked tree allocates its waiter instead (32 B for
-/// a `u32` payload: the payload, the awaiting task's waker, the elapsed time and a state
-/// word).
+/// small allocation per block of 32) and a cell holding the payload; a tracked tree has its
+/// waiter instead (32 B for a `u32` payload: the payload, the awaiting task's waker, the
+/// elapsed time and a state word). Either cell comes from the acker's own slab (a lock of
+/// the thread's shard to take one, of the cell's shard to give it back), whose pages go
+/// back to the system once empty; the inner table holds only the cell's 4-byte number, so
+/// it costs what a plain `Acker<u32>`'s does.
 ///
 /// ```
 /// use ackwheel::{Acker, InitError, Outcome};
@@ -429,9 +432,9 @@ impl<T: Send + 'static> AsyncAcker<T> {
     /// its tree completes does not cancel the tree: the completion is dropped when it comes
     /// (payload included), silently, and the stream never sees it.
     ///
-    /// An extra cost: one allocation of 32 B for a `u32` payload (the tree's waiter, which
-    /// holds the payload and the awaiting task's waker), freed when both the tree and the
-    /// `TreeCompletion` are done.
+    /// An extra cost: one cell of 32 B for a `u32` payload (the tree's waiter, which holds
+    /// the payload and the awaiting task's waker) from the acker's own slab, given back
+    /// when both the tree and the `TreeCompletion` are done.
     ///
     /// # Errors
     ///
