@@ -13,7 +13,8 @@
 use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::pin;
-use std::task::{Context, Poll, Waker};
+use std::sync::Arc;
+use std::task::{Context, Poll, Wake, Waker};
 use std::time::Duration;
 
 use ackwheel::future::TreeCompletion;
@@ -26,6 +27,13 @@ fn mix(mut z: u64) -> u64 {
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
     z ^ (z >> 31)
+}
+
+/// The requests' futures are polled only once they are ready: nothing to wake.
+struct Noop;
+
+impl Wake for Noop {
+    fn wake(self: Arc<Self>) {}
 }
 
 fn edge(request: u64, k: u64) -> u64 {
@@ -41,7 +49,8 @@ fn main() {
         .timeout(Duration::from_secs(600))
         .build_async(16)
         .expect("a valid configuration");
-    let mut cx = Context::from_waker(Waker::noop());
+    let waker = Waker::from(Arc::new(Noop));
+    let mut cx = Context::from_waker(&waker);
     let mut in_flight: VecDeque<(u64, TreeCompletion<u32>)> = VecDeque::new();
     for i in 0..requests + IN_FLIGHT {
         if i >= IN_FLIGHT {
