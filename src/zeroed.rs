@@ -16,12 +16,17 @@ use std::ptr::NonNull;
 #[cfg(all(target_os = "linux", not(miri)))]
 pub(crate) const HUGE: usize = 2 << 20;
 
+/// `madvise`'s advice to fault a range in writable at once (Linux 5.14; older kernels
+/// refuse it, and the pages then come one fault at a time). Not every `libc` names it.
+#[cfg(all(target_os = "linux", not(miri)))]
+const MADV_POPULATE_WRITE: libc::c_int = 23;
+
 /// A private anonymous mapping of at least `bytes` (zero pages, page-aligned): its base and
 /// length, or `None` if the kernel has none to give. One of [`HUGE`] bytes or more starts
 /// on a huge-page boundary and asks for huge pages (advice: where the kernel has none, it
-/// has 4 KiB pages).
+/// has 4 KiB pages). With `populate`, every page is faulted in writable before it returns.
 #[cfg(all(target_os = "linux", not(miri)))]
-fn map(bytes: usize) -> Option<(*mut u8, usize)> {
+fn map(bytes: usize, populate: bool) -> Option<(*mut u8, usize)> {
     const PAGE: usize = 4096;
     let len = bytes.checked_next_multiple_of(PAGE)?;
     let huge = len >= HUGE;
@@ -44,6 +49,9 @@ fn map(bytes: usize) -> Option<(*mut u8, usize)> {
     }
     let raw = raw.cast::<u8>();
     if !huge {
+        if populate {
+            populate_write(raw, len);
+        }
         return Some((raw, len));
     }
     let head = raw.align_offset(HUGE);
@@ -63,7 +71,19 @@ fn map(bytes: usize) -> Option<(*mut u8, usize)> {
     // Safety: advice on the part of the mapping kept, of its own length; it cannot fail
     // in a way that matters (the pages are then 4 KiB ones).
     unsafe { libc::madvise(base.cast(), len, libc::MADV_HUGEPAGE) };
+    if populate {
+        populate_write(base, len);
+    }
     Some((base, len))
+}
+
+/// Faults in the `len` bytes mapped at `base` writable, in one call (module docs, "Pages
+/// written at once"); a kernel without the advice leaves them to fault one by one.
+#[cfg(all(target_os = "linux", not(miri)))]
+fn populate_write(base: *mut u8, len: usize) {
+    // Safety: advice on a range of a mapping this module just made; it changes no byte
+    // (the pages stay zero) and its failure leaves the pages as they were.
+    unsafe { libc::madvise(base.cast(), len, MADV_POPULATE_WRITE) };
 }
 
 /// Where a block came from, to give it back.
@@ -89,12 +109,13 @@ unsafe impl Sync for Zeroed {}
 
 impl Zeroed {
     /// `bytes` (at least 1) zero bytes aligned to `align` (a power of two, at most 4096),
-    /// mapped if `bytes >= map_at` (module docs).
-    pub(crate) fn new(bytes: usize, align: usize, map_at: usize) -> Self {
+    /// mapped if `bytes >= map_at` (module docs); with `populate`, a mapping's pages are
+    /// faulted in at once ("Pages written at once").
+    pub(crate) fn new(bytes: usize, align: usize, map_at: usize, populate: bool) -> Self {
         assert!(bytes > 0 && align.is_power_of_two() && align <= 4096);
         #[cfg(all(target_os = "linux", not(miri)))]
         if bytes >= map_at {
-            if let Some((base, mapped)) = map(bytes) {
+            if let Some((base, mapped)) = map(bytes, populate) {
                 return Zeroed {
                     base: NonNull::new(base).expect("mmap returned null"),
                     source: Source::Mapped(base, mapped),
@@ -103,7 +124,7 @@ impl Zeroed {
             // Out of mappings: the allocator may still manage.
         }
         #[cfg(not(all(target_os = "linux", not(miri))))]
-        let _ = map_at;
+        let _ = (map_at, populate);
         // The allocator's zeroed memory (calloc: fresh pages are not written) is only
         // 16-byte aligned; asking for more makes it write the zeros. So: slack, and the
         // first aligned address in it.
@@ -165,7 +186,7 @@ mod tests {
             if cfg!(miri) && bytes > 1 << 16 {
                 continue;
             }
-            let block = Zeroed::new(bytes, align, map_at);
+            let block = Zeroed::new(bytes, align, map_at, map_at == 4096);
             assert_eq!(block.as_ptr() as usize % align, 0);
             // Safety: `bytes` bytes from the base are the block's, initialized (zero).
             let all = unsafe { std::slice::from_raw_parts(block.as_ptr(), bytes) };

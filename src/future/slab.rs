@@ -142,7 +142,7 @@ impl<C: Fresh> Cells<C> {
         let bytes = std::mem::size_of::<C>().max(1) * len;
         Cells {
             // Mapped: a page goes back to the system once empty (module docs).
-            block: Zeroed::new(bytes, std::mem::align_of::<C>().min(4096), 0),
+            block: Zeroed::new(bytes, std::mem::align_of::<C>().min(4096), 0, false),
             len,
             _cells: std::marker::PhantomData,
         }

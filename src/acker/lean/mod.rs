@@ -275,7 +275,7 @@ impl<T: Send + 'static> Lean<T> {
                 .map(|_| {
                     let credits = Some(Arc::clone(&credits));
                     let slots = MIN_TABLE_SLOTS.next_power_of_two();
-                    Table::new(Roots::bounded(slots / GROUP_SLOTS, credits, timeout))
+                    Table::new(Roots::bounded(slots / GROUP_SLOTS, credits, timeout, false))
                 })
                 .collect(),
             layout: Layout {

@@ -127,6 +127,7 @@ impl Generation {
                 groups.max(1) * mem::size_of::<u32>(),
                 mem::align_of::<u32>(),
                 MAP_TICKS_AT,
+                false,
             ),
             groups,
         }

@@ -79,15 +79,17 @@ unsafe impl<T> Send for Lines<T> where Line<T>: Send {}
 unsafe impl<T> Sync for Lines<T> where Line<T>: Sync {}
 
 impl<T> Lines<T> {
-    /// `n` (at least 1) lines, each all zero: every word EMPTY, every side free.
+    /// `n` (at least 1) lines, each all zero: every word EMPTY, every side free. With
+    /// `populate`, a mapped table's pages are faulted in at once (`zeroed.rs`, "Pages
+    /// written at once").
     #[cfg(not(loom))]
-    pub(super) fn zeroed(n: usize) -> Self {
+    pub(super) fn zeroed(n: usize, populate: bool) -> Self {
         assert!(n > 0, "a table has lines");
         let bytes = std::mem::size_of::<Line<T>>()
             .checked_mul(n)
             .expect("table size overflows");
         Lines {
-            block: Zeroed::new(bytes, LINE_ALIGN, MAP_AT),
+            block: Zeroed::new(bytes, LINE_ALIGN, MAP_AT, populate),
             len: n,
             _lines: std::marker::PhantomData,
         }
@@ -95,7 +97,7 @@ impl<T> Lines<T> {
 
     /// Under loom: `n` lines built by their constructors.
     #[cfg(loom)]
-    pub(super) fn zeroed(n: usize) -> Self {
+    pub(super) fn zeroed(n: usize, _populate: bool) -> Self {
         let line = || Line {
             group: Group(std::array::from_fn(|_| SlotWord::new())),
             sides: std::array::from_fn(|_| Side {
@@ -136,7 +138,7 @@ mod tests {
     fn lines_are_zero_and_line_aligned_from_either_source() {
         // Heap, mapped, and mapped on a huge-page boundary (natively; Miri has no mmap).
         for n in [1, 3, 4096, if cfg!(miri) { 5 } else { 20_000 }] {
-            let lines = Lines::<u32>::zeroed(n);
+            let lines = Lines::<u32>::zeroed(n, n % 2 == 0);
             assert_eq!(lines.len(), n);
             assert_eq!(lines.as_ptr() as usize % LINE_ALIGN, 0);
             #[cfg(all(target_os = "linux", not(miri)))]

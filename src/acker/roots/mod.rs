@@ -340,7 +340,7 @@ impl<T> Roots<T> {
     /// A table of `groups` groups (at least 2), without a bound.
     /// Its default timeout is 0 ticks: a deadline is its base.
     pub fn new(groups: usize) -> Self {
-        Self::bounded(groups, None, 0)
+        Self::bounded(groups, None, 0, false)
     }
 
     /// A table of `groups` groups whose entries each hold one of `credits`.
@@ -348,18 +348,21 @@ impl<T> Roots<T> {
     /// Every part starts all zero (EMPTY words, free times, zero counts), so the memory
     /// comes from `alloc_zeroed`: the allocator maps zeroed pages, and a page costs memory
     /// only once a slot on it is used.
-    /// The timeout of trees whose init gives none is `default_timeout` ticks.
+    /// The timeout of trees whose init gives none is `default_timeout` ticks. With
+    /// `populate`, the lines' pages are faulted in at once (a growing table's successor,
+    /// whose every page the moves reach: `zeroed.rs`, "Pages written at once").
     pub(super) fn bounded(
         groups: usize,
         credits: Option<Arc<Credits>>,
         default_timeout: Tick,
+        populate: bool,
     ) -> Self {
         assert!(groups >= 2, "{groups} groups");
         // Safety: for each `zeroed`, an all-zero `AtomicU32` and `AtomicU64` is a valid
         // value equal to what its `make` builds.
         unsafe {
             Roots {
-                lines: Lines::zeroed(groups),
+                lines: Lines::zeroed(groups, populate),
                 overflow: zeroed(groups, || AtomicU16::new(0)),
                 clean: zeroed(groups.div_ceil(64), || AtomicU64::new(0)),
                 groups,
@@ -421,9 +424,12 @@ impl<T> Roots<T> {
     }
 
     /// A table to move this one's entries to: `groups` groups, the next generation, the
-    /// same credits and default timeout.
+    /// same credits and default timeout. A larger one has its pages faulted in at once:
+    /// the moves reach every one of them (`zeroed.rs`, "Pages written at once"); a smaller
+    /// one, which a drained table shrinks into, is left to fault as its few entries need.
     pub fn successor_of(&self, groups: usize) -> Self {
-        let mut next = Self::bounded(groups, self.credits.clone(), self.default_timeout);
+        let grows = groups > self.groups;
+        let mut next = Self::bounded(groups, self.credits.clone(), self.default_timeout, grows);
         next.gen = self.gen.wrapping_add(1);
         next
     }

@@ -608,7 +608,7 @@ fn a_claim_stamps_the_times_and_emptying_the_slot_frees_them() {
 
 #[test]
 fn an_init_with_its_own_timeout_counts_from_the_first_message() {
-    let roots = Roots::<u32>::bounded(2, None, 30);
+    let roots = Roots::<u32>::bounded(2, None, 30, false);
     let key = key_in(2, 0, 1);
     let mut early = Done::stamped(Stamp::new(10, 10));
     roots.ack(key, 0b01, &mut early); // the orphan: first message at tick 10
@@ -654,7 +654,7 @@ fn a_reset_never_brings_a_deadline_earlier() {
 
 #[test]
 fn a_shorter_own_timeout_asks_for_another_timer_and_a_reset_before_init_counts() {
-    let roots = Roots::<u32>::bounded(2, None, 30);
+    let roots = Roots::<u32>::bounded(2, None, 30, false);
     let key = key_in(2, 0, 1);
     let mut early = Done::stamped(Stamp::new(10, 10));
     roots.ack(key, 0b01, &mut early);

@@ -37,7 +37,7 @@ fn begin(roots: &Roots<u32>, groups: usize) -> Next {
 
 #[test]
 fn a_migration_moves_every_entry_with_its_times_timeout_and_payload() {
-    let old = Roots::<u32>::bounded(4, None, 30);
+    let old = Roots::<u32>::bounded(4, None, 30, false);
     let keys: Vec<Key> = (0..12).map(|i| key_in(4, i % 4, 100 + i as u64)).collect();
     for (i, &key) in keys.iter().enumerate() {
         let mut done = Done::stamped(Stamp::new(10 + i as u32, 10 + i as u32));
@@ -175,7 +175,7 @@ fn a_successor_without_room_leaves_the_entry_where_it_was() {
 
 #[test]
 fn a_reset_that_waits_out_a_move_put_back_for_want_of_room_still_moves_the_base() {
-    let roots = Arc::new(Roots::<u32>::bounded(4, None, 30));
+    let roots = Arc::new(Roots::<u32>::bounded(4, None, 30, false));
     let key = key_in(4, 1, 5);
     let mut done = Done::stamped(Stamp::new(10, 10));
     roots.init(key, 0b1, 7, &mut done).unwrap();
@@ -240,7 +240,7 @@ fn tables_of_any_group_count_find_every_entry_and_migrate_between_sizes() {
 /// (shutdown), its credit is back and nothing of it is left.
 #[test]
 fn a_stranded_entry_is_held_and_init_never_joins_it() {
-    let old = Roots::<u32>::bounded(4, None, 30);
+    let old = Roots::<u32>::bounded(4, None, 30, false);
     // A successor of two groups (the fewest), full: no room in any window.
     let next = begin(&old, 2);
     for i in 0..2 * GROUP_SLOTS as u64 {
