@@ -108,13 +108,13 @@ unsafe impl Send for Zeroed {}
 unsafe impl Sync for Zeroed {}
 
 impl Zeroed {
-    /// `bytes` (at least 1) zero bytes aligned to `align` (a power of two, at most 4096),
-    /// mapped if `bytes >= map_at` (module docs); with `populate`, a mapping's pages are
-    /// faulted in at once ("Pages written at once").
+    /// `bytes` (at least 1) zero bytes aligned to `align` (a power of two), mapped if
+    /// `bytes >= map_at` and `align` is at most a page (module docs); with `populate`, a
+    /// mapping's pages are faulted in at once ("Pages written at once").
     pub(crate) fn new(bytes: usize, align: usize, map_at: usize, populate: bool) -> Self {
-        assert!(bytes > 0 && align.is_power_of_two() && align <= 4096);
+        assert!(bytes > 0 && align.is_power_of_two());
         #[cfg(all(target_os = "linux", not(miri)))]
-        if bytes >= map_at {
+        if bytes >= map_at && align <= 4096 {
             if let Some((base, mapped)) = map(bytes, populate) {
                 return Zeroed {
                     base: NonNull::new(base).expect("mmap returned null"),

@@ -356,11 +356,14 @@ impl<T: Send + 'static> Drop for Shared<T> {
     /// go), and the slabs keep nothing for later.
     fn drop(&mut self) {
         self.permits.close();
-        for (_, held) in self.acker.shutdown() {
+        // Every cell ended and the slabs closed before any payload is dropped: a payload
+        // whose drop panics must not leave a cell, and with it a page and a slab, behind.
+        let payloads: Vec<T> = (self.acker.shutdown().into_iter())
             // Safety: handed back by the acker, once.
-            drop(unsafe { self.stores.end(held) });
-        }
+            .map(|(_, held)| unsafe { self.stores.end(held) })
+            .collect();
         self.stores.close();
+        drop(payloads);
     }
 }
 
@@ -498,11 +501,18 @@ impl<T: Send + 'static> AsyncAcker<T> {
         self.shared.acker.stats()
     }
 
-    /// The inner acker, for the stress harness's memory figures (`covered_roots`,
-    /// `memory_parts`): not API.
+    /// [`Acker::covered_roots`] of the inner acker, for the stress harness's memory
+    /// figures: not API. (The inner acker itself is not handed out: its payloads are cell
+    /// numbers, which only this acker may end.)
     #[doc(hidden)]
-    pub fn inner(&self) -> &Acker<impl Send + 'static> {
-        &self.shared.acker
+    pub fn covered_roots(&self) -> usize {
+        self.shared.acker.covered_roots()
+    }
+
+    /// [`Acker::memory_parts`] of the inner acker, as [`covered_roots`](Self::covered_roots).
+    #[doc(hidden)]
+    pub fn memory_parts(&self) -> [usize; 4] {
+        self.shared.acker.memory_parts()
     }
 
     /// Free buffer permits now: how many `init`s would not wait (`max_pending` aside).

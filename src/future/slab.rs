@@ -142,7 +142,7 @@ impl<C: Fresh> Cells<C> {
         let bytes = std::mem::size_of::<C>().max(1) * len;
         Cells {
             // Mapped: a page goes back to the system once empty (module docs).
-            block: Zeroed::new(bytes, std::mem::align_of::<C>().min(4096), 0, false),
+            block: Zeroed::new(bytes, std::mem::align_of::<C>(), 0, false),
             len,
             _cells: std::marker::PhantomData,
         }
@@ -449,7 +449,10 @@ impl<C: Fresh> Slab<C> {
         }
     }
 
-    /// A free cell, now the caller's; `None` when every number is in use.
+    /// A free cell, now the caller's; `None` when every number is in use. A cell of a new
+    /// page is [`Fresh`]; a reused one is as its last owner left it, and the caller writes
+    /// what it needs. What the last owner did comes before (it removed the cell under this
+    /// shard's lock, which the insert takes: a page is listed in its own shard only).
     pub fn insert(slab: &Arc<Self>) -> Option<Spot<C>> {
         let this = &**slab;
         let index = crate::acker::stripe_index() & (this.shards.len() - 1);
@@ -539,9 +542,11 @@ impl<C: Fresh> Slab<C> {
         let page = number >> self.bits;
         // Acquire: pairs with the Release stores that installed the chunk and the page.
         let chunk = self.directory[(page >> CHUNK_BITS) as usize].load(Ordering::Acquire);
+        debug_assert!(!chunk.is_null(), "cell {number} of no page");
         // Safety: the page is live (the caller's contract), so its chunk was installed.
         let entry = unsafe { &(*chunk)[(page & ((1 << CHUNK_BITS) - 1)) as usize] };
         let page = entry.load(Ordering::Acquire);
+        debug_assert!(!page.is_null(), "cell {number} of a freed page");
         Spot {
             // Safety: a live page's entry holds it.
             page: unsafe { NonNull::new_unchecked(page) },

@@ -89,7 +89,12 @@ impl<T> Lines<T> {
             .checked_mul(n)
             .expect("table size overflows");
         Lines {
-            block: Zeroed::new(bytes, LINE_ALIGN, MAP_AT, populate),
+            block: Zeroed::new(
+                bytes,
+                std::mem::align_of::<Line<T>>().max(LINE_ALIGN),
+                MAP_AT,
+                populate,
+            ),
             len: n,
             _lines: std::marker::PhantomData,
         }

@@ -480,3 +480,34 @@ async fn refused_and_abandoned_payloads_go_back_or_are_dropped_once() {
     );
     assert_eq!(timeout(BOUND, tracked).await.unwrap().unwrap_err(), Closed);
 }
+
+/// A payload whose drop panics, among those the last handle drops: every other tree still
+/// resolves `Closed` and every other payload is dropped (the cells are ended before any
+/// payload is).
+#[::tokio::test]
+async fn a_panicking_payload_drop_leaves_no_tree_behind() {
+    #[derive(Debug)]
+    struct Loud(bool, Arc<()>);
+    impl Drop for Loud {
+        fn drop(&mut self) {
+            if self.0 {
+                panic!("a payload's drop panics");
+            }
+        }
+    }
+    let witness = Arc::new(());
+    let (acker, _completions) = build::<Loud>(4);
+    let trees: Vec<_> = (0..4)
+        .map(|root| {
+            acker
+                .track(root + 1, 1, Loud(root == 1, Arc::clone(&witness)))
+                .unwrap()
+        })
+        .collect();
+    let dropped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(acker)));
+    assert!(dropped.is_err(), "the payload's panic reaches the dropping thread");
+    for tree in trees {
+        assert_eq!(timeout(BOUND, tree).await.unwrap().unwrap_err(), Closed);
+    }
+    assert_eq!(Arc::strong_count(&witness), 1, "every payload dropped");
+}

@@ -81,8 +81,39 @@ pub(crate) struct Burst {
 /// The first pending count at which the fill's curve is read.
 const CURVE_FROM: usize = 1 << 16;
 
+/// What the burst reads of an acker, plain or async.
+trait Figures {
+    fn pending(&self) -> usize;
+    fn covered_roots(&self) -> usize;
+    fn memory_parts(&self) -> [usize; 4];
+}
+
+impl<T: Send + 'static> Figures for Acker<T> {
+    fn pending(&self) -> usize {
+        Acker::pending(self)
+    }
+    fn covered_roots(&self) -> usize {
+        Acker::covered_roots(self)
+    }
+    fn memory_parts(&self) -> [usize; 4] {
+        Acker::memory_parts(self)
+    }
+}
+
+impl<T: Send + 'static> Figures for ackwheel::future::AsyncAcker<T> {
+    fn pending(&self) -> usize {
+        ackwheel::future::AsyncAcker::pending(self)
+    }
+    fn covered_roots(&self) -> usize {
+        ackwheel::future::AsyncAcker::covered_roots(self)
+    }
+    fn memory_parts(&self) -> [usize; 4] {
+        ackwheel::future::AsyncAcker::memory_parts(self)
+    }
+}
+
 /// The acker's tables (every generation) and wheel, in bytes.
-fn parts<T: Send + 'static>(acker: &Acker<T>) -> (u64, u64) {
+fn parts(acker: &impl Figures) -> (u64, u64) {
     let [current, successors, retired, wheel] = acker.memory_parts();
     ((current + successors + retired) as u64, wheel as u64)
 }
@@ -154,7 +185,7 @@ fn tree(i: usize) -> (u64, u64) {
 }
 
 /// Waits until the reaper has filed every pending tree's timer (RSS then includes them).
-fn filed<T: Send + 'static>(acker: &Acker<T>) -> Result<(), String> {
+fn filed(acker: &impl Figures) -> Result<(), String> {
     let waited = Instant::now();
     while acker.covered_roots() < acker.pending() {
         if waited.elapsed() > Duration::from_secs(30) {
@@ -295,9 +326,9 @@ fn track(roots: usize) -> Result<Option<Burst>, String> {
             *slot = Some(tree);
         }
         let fill_seconds = started.elapsed().as_secs_f64();
-        filed(acker.inner())?;
+        filed(&acker)?;
         let full = rss::current().unwrap_or(0);
-        let (tables_full, wheel_full) = parts(acker.inner());
+        let (tables_full, wheel_full) = parts(&acker);
         for i in 0..roots {
             let (root, edge) = tree(i);
             acker.ack(root, edge);
@@ -314,7 +345,7 @@ fn track(roots: usize) -> Result<Option<Burst>, String> {
             }
         }
         let (held_after_2s, back_after) = watch(baseline);
-        let (tables_after, wheel_after) = parts(acker.inner());
+        let (tables_after, wheel_after) = parts(&acker);
         acker.shutdown().await;
         Ok(Some(Burst {
             tables_full,
