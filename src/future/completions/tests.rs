@@ -487,7 +487,7 @@ async fn refused_and_abandoned_payloads_go_back_or_are_dropped_once() {
 #[::tokio::test]
 async fn a_panicking_payload_drop_leaves_no_tree_behind() {
     #[derive(Debug)]
-    struct Loud(bool, Arc<()>);
+    struct Loud(bool, #[allow(dead_code)] Arc<()>);
     impl Drop for Loud {
         fn drop(&mut self) {
             if self.0 {
@@ -505,7 +505,10 @@ async fn a_panicking_payload_drop_leaves_no_tree_behind() {
         })
         .collect();
     let dropped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(acker)));
-    assert!(dropped.is_err(), "the payload's panic reaches the dropping thread");
+    assert!(
+        dropped.is_err(),
+        "the payload's panic reaches the dropping thread"
+    );
     for tree in trees {
         assert_eq!(timeout(BOUND, tree).await.unwrap().unwrap_err(), Closed);
     }
