@@ -64,13 +64,19 @@ use crate::zeroed::Zeroed;
 /// Outside loom, all-zero bytes are a valid `Self`, the same as `fresh()`: a page's cells
 /// are zero pages from the system ([`Zeroed`]). Under loom, whose atomics are not plain
 /// memory, they are built by `fresh`.
-pub(crate) unsafe trait Fresh {
+pub unsafe trait Fresh {
     #[cfg_attr(not(loom), allow(dead_code))]
     fn fresh() -> Self;
 }
 
 /// A plain payload cell: a stream tree's payload while it is pending.
 pub struct Slot<T>(pub UnsafeCell<MaybeUninit<T>>);
+
+impl<T> std::fmt::Debug for Slot<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Slot").finish_non_exhaustive()
+    }
+}
 
 // Safety: an uninitialized payload is any bytes.
 unsafe impl<T> Fresh for Slot<T> {
@@ -369,6 +375,14 @@ pub struct Spot<C> {
     page: NonNull<Page<C>>,
     offset: usize,
     number: u32,
+}
+
+impl<C> std::fmt::Debug for Spot<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Spot")
+            .field("number", &self.number)
+            .finish_non_exhaustive()
+    }
 }
 
 impl<C> Clone for Spot<C> {
@@ -671,6 +685,21 @@ fn unlist<C>(shard: &mut Shard<C>, page: NonNull<Page<C>>) {
     shard.partial.swap_remove(at);
     if let Some(&moved) = shard.partial.get(at) {
         set_at(moved, at);
+    }
+}
+
+impl<C> std::fmt::Debug for Slab<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Slab")
+            .field("shards", &self.shards.len())
+            .field("cells_per_page", &(1usize << self.bits))
+            .finish_non_exhaustive()
+    }
+}
+
+impl<C: Fresh> Default for Slab<C> {
+    fn default() -> Self {
+        Self::new()
     }
 }
 

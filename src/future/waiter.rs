@@ -147,6 +147,7 @@ pub(crate) fn start<T>(cells: &Arc<Cells<T>>, payload: T) -> Result<Spot<Cell<T>
 ///
 /// `spot` came from [`start`], no [`Receiver`] or [`Waiter`] was made of it, and it is not
 /// used again.
+#[cfg_attr(loom, allow(dead_code))] // the models end cells through `pair`'s two ends
 pub(crate) unsafe fn reclaim<T>(spot: Spot<Cell<T>>) -> T {
     // Safety: nobody else knows the cell (the caller's contract); `start` wrote the payload.
     let payload = unsafe { spot.cell().payload.with_mut(|p| (*p).assume_init_read()) };
@@ -192,6 +193,7 @@ impl<T> Waiter<T> {
     ///
     /// `number` is a cell's from [`start`] that holds `WAITER`, and no other `Waiter` of it
     /// is made.
+    #[cfg_attr(loom, allow(dead_code))] // the models hold their waiters
     pub(crate) unsafe fn at(cells: &Cells<T>, number: u32) -> Self {
         // Safety: a live cell (the caller's contract).
         let spot = unsafe { cells.spot(number) };
