@@ -8,6 +8,9 @@
 //! from its top, so a few live blocks above the freed ones hold them all. Smaller blocks,
 //! and every block under Miri or off Linux, come from the allocator's zeroed memory.
 
+use std::marker::PhantomData;
+use std::mem;
+use std::ops::{Deref, DerefMut};
 use std::ptr::NonNull;
 
 /// Mappings this large are aligned to a huge page and ask for transparent huge pages: a
@@ -168,6 +171,61 @@ impl Drop for Zeroed {
                 debug_assert_eq!(rc, 0, "munmap failed");
             }
         }
+    }
+}
+
+/// `len` values of `T` in a [`Zeroed`] block, each all zero to begin with: a slice for
+/// types whose all-zero bytes are their empty state. The values are never dropped (every
+/// user's are atomics, plain numbers and `MaybeUninit` cells, whose owners take out what
+/// needs dropping).
+pub(crate) struct Slice<T> {
+    block: Zeroed,
+    len: usize,
+    _values: PhantomData<T>,
+}
+
+// Safety: a `Slice` owns its values like a `Box<[T]>` (the block's pointer only says where
+// they are).
+unsafe impl<T: Send> Send for Slice<T> {}
+// Safety: as above; `&Slice` gives `&[T]`.
+unsafe impl<T: Sync> Sync for Slice<T> {}
+
+impl<T> Slice<T> {
+    /// `len` zero values aligned to `align` (at least `T`'s own), from a block made as
+    /// [`Zeroed::new`] makes it.
+    ///
+    /// # Safety
+    ///
+    /// All-zero bytes are a valid `T`.
+    pub(crate) unsafe fn new(len: usize, align: usize, map_at: usize, populate: bool) -> Self {
+        let bytes = mem::size_of::<T>()
+            .checked_mul(len)
+            .expect("block size overflows")
+            .max(1);
+        Slice {
+            block: Zeroed::new(bytes, align.max(mem::align_of::<T>()), map_at, populate),
+            len,
+            _values: PhantomData,
+        }
+    }
+}
+
+impl<T> Deref for Slice<T> {
+    type Target = [T];
+
+    #[inline]
+    fn deref(&self) -> &[T] {
+        // Safety: the block holds `len` values of `T`, aligned, each valid from its zero
+        // bytes on (`new`'s contract) and owned by `self`.
+        unsafe { std::slice::from_raw_parts(self.block.as_ptr().cast(), self.len) }
+    }
+}
+
+impl<T> DerefMut for Slice<T> {
+    #[inline]
+    fn deref_mut(&mut self) -> &mut [T] {
+        // Safety: as in `deref`, and `&mut self` makes the borrow unique.
+        unsafe { std::slice::from_raw_parts_mut(self.block.as_ptr().cast(), self.len) }
     }
 }
 

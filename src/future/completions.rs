@@ -47,8 +47,8 @@ use std::time::Duration;
 
 use ::tokio::sync::{mpsc, Semaphore, SemaphorePermit, TryAcquireError};
 
-use super::slab::{Slab, Slot, Spot};
-use super::waiter::{self, Cells, Receiver, Waiter};
+use super::stores::{Held, Stores};
+use super::waiter::{self, Receiver};
 
 use crate::{Acker, AckerBuilder, AckerStats, Completion, ConfigError, InitError};
 
@@ -59,81 +59,6 @@ use crate::{Acker, AckerBuilder, AckerStats, Completion, ConfigError, InitError}
 /// runtime kept busy, p50 of the task's resumption after its deadline: 1.46-1.53 ms at
 /// 2^20 ns, 0.47-0.66 ms at 2^18 ns, tokio 0.92-1.02 ms in the same runs.
 const ASYNC_RESOLUTION: Duration = Duration::from_nanos(1 << 18);
-
-/// A tree's payload inside the inner acker: the number of the cell that holds what the tree
-/// carries (module docs), with [`STREAMED`] set for a stream tree's slot, clear for a
-/// tracked tree's waiter. Owns nothing itself: the acker delivers or hands back each one
-/// exactly once, and whoever gets it ends its cell ([`Stores::end`]).
-struct Held(u32);
-
-/// [`Held`]'s bit for a stream tree; the slabs' numbers have 31 bits.
-const STREAMED: u32 = 1 << 31;
-const _: () = assert!(super::slab::NUMBER_BITS == 31);
-
-/// The cells of the trees in the inner acker: tracked trees' waiters, and stream trees'
-/// payloads.
-struct Stores<T> {
-    waiters: Arc<Cells<T>>,
-    streamed: Arc<Slab<Slot<T>>>,
-}
-
-impl<T> Clone for Stores<T> {
-    fn clone(&self) -> Self {
-        Stores {
-            waiters: Arc::clone(&self.waiters),
-            streamed: Arc::clone(&self.streamed),
-        }
-    }
-}
-
-impl<T> Stores<T> {
-    /// A stream tree's slot holding `payload`; the payload back when every number is in
-    /// use.
-    fn put_streamed(&self, payload: T) -> Result<Spot<Slot<T>>, T> {
-        let Some(spot) = Slab::insert(&self.streamed) else {
-            return Err(payload);
-        };
-        // Safety: a cell just inserted is ours.
-        unsafe { spot.cell().0.with_mut(|p| (*p).write(payload)) };
-        Ok(spot)
-    }
-
-    /// A stream tree's payload, and its slot given back.
-    ///
-    /// # Safety
-    ///
-    /// `spot` holds a payload (`put_streamed`), and is not used again.
-    unsafe fn take_streamed(spot: Spot<Slot<T>>) -> T {
-        // Safety: the caller's contract.
-        let payload = unsafe { spot.cell().0.with_mut(|p| (*p).assume_init_read()) };
-        // Safety: emptied above, not used again.
-        unsafe { Slab::remove(spot) };
-        payload
-    }
-
-    /// Ends the cell of a tree that ends without a completion (handed back by `shutdown`):
-    /// its payload; a tracked tree's future resolves to [`Closed`].
-    ///
-    /// # Safety
-    ///
-    /// `held` came from the inner acker, which hands each tree's payload out once.
-    unsafe fn end(&self, held: Held) -> T {
-        if held.0 & STREAMED != 0 {
-            // Safety: the acker held the number of a live slot (the caller's contract).
-            unsafe { Self::take_streamed(self.streamed.spot(held.0 & !STREAMED)) }
-        } else {
-            // Safety: the acker held the number of a live waiter cell, and made no other
-            // `Waiter` of it.
-            unsafe { Waiter::at(&self.waiters, held.0) }.into_payload()
-        }
-    }
-
-    /// The slabs keep no empty page for later (the last handle is going).
-    fn close(&self) {
-        self.waiters.close();
-        self.streamed.close();
-    }
-}
 
 /// A completion waiting in the stream's queue; its tree's permit stays taken until the
 /// consumer takes it, or it is dropped.
@@ -217,10 +142,7 @@ impl<T: Send + 'static> AckerBuilder<T> {
         let (queue, rx) = mpsc::unbounded_channel::<Queued<T>>();
         let permits = Arc::new(Semaphore::new(buffer));
         let for_queue = Arc::clone(&permits);
-        let stores = Stores {
-            waiters: Arc::new(Cells::new()),
-            streamed: Arc::new(Slab::new()),
-        };
+        let stores = Stores::new();
         let cells = stores.clone();
         let deliver = move |done: Completion<Held>| {
             let Completion {
@@ -229,16 +151,13 @@ impl<T: Send + 'static> AckerBuilder<T> {
                 outcome,
                 elapsed,
             } = done;
-            if held.0 & STREAMED == 0 {
-                // A TreeCompletion dropped before its tree completed: the waiter drops the
-                // payload, and the stream's consumer did not ask for it (`track`).
-                // Safety: the acker delivers each tree once, with the number of its live
-                // waiter cell.
-                unsafe { Waiter::at(&cells.waiters, held.0) }.complete(outcome, elapsed);
+            // Safety: the acker delivers each tree once, with the number of its live cell.
+            // A tracked tree's waiter is completed there (a TreeCompletion dropped before
+            // its tree completed: the waiter drops the payload); a stream tree's payload
+            // comes back for the stream.
+            let Some(payload) = (unsafe { cells.complete(held, outcome, elapsed) }) else {
                 return;
-            }
-            // Safety: as above, the number of a live slot.
-            let payload = unsafe { Stores::take_streamed(cells.streamed.spot(held.0 & !STREAMED)) };
+            };
             let queued = Queued {
                 completion: Some(Completion {
                     root,
@@ -558,7 +477,7 @@ impl<T: Send + 'static> AsyncAcker<T> {
             .shutdown()
             .into_iter()
             .map(|(root, held)| {
-                streamed += usize::from(held.0 & STREAMED != 0);
+                streamed += usize::from(held.is_streamed());
                 // Safety: handed back by the acker, once.
                 (root, unsafe { self.shared.stores.end(held) })
             })
@@ -602,7 +521,7 @@ impl<T: Send + 'static> AsyncAcker<T> {
         timeout: Option<Duration>,
     ) -> Result<TreeCompletion<T>, InitError<T>> {
         let spot = waiter::start(&self.shared.stores.waiters, payload).map_err(InitError::Full)?;
-        match self.init_inner(root, xor, Held(spot.number()), timeout) {
+        match self.init_inner(root, xor, Held::tracked(spot), timeout) {
             Ok(()) => Ok(TreeCompletion {
                 root,
                 rx: Receiver::new(spot),
@@ -628,7 +547,7 @@ impl<T: Send + 'static> AsyncAcker<T> {
             .stores
             .put_streamed(payload)
             .map_err(InitError::Full)?;
-        match self.init_inner(root, xor, Held(spot.number() | STREAMED), timeout) {
+        match self.init_inner(root, xor, Held::streamed(spot), timeout) {
             Ok(()) => {
                 permit.forget();
                 Ok(())

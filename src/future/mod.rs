@@ -29,4 +29,5 @@ pub use completions::{AsyncAcker, Closed, Completions, TreeCompletion};
 mod expiry;
 pub use expiry::*;
 mod slab;
+mod stores;
 mod waiter;

@@ -30,7 +30,8 @@
 //!   back with [`Slab::remove`]: the slab never touches a cell's contents, only which
 //!   cells are free.
 //! * A page's **book** (which cells are free, how many are live, where it is listed) is
-//!   guarded by the lock of the page's *shard*. Each thread inserts into a shard of its own
+//!   guarded by the lock of the page's *shard* (a spin lock, `src/sync/spin.rs`: a tracked
+//!   request takes two, and its release is a plain store). Each thread inserts into a shard of its own
 //!   (its stripe, as the acker's credits are spread: the first threads each get their own),
 //!   so inserts from different threads do not contend; a remove locks the shard of the
 //!   cell's page, wherever it runs.
@@ -51,11 +52,11 @@ use std::ptr::NonNull;
 
 use crossbeam_utils::CachePadded;
 
+use crate::sync::{
+    Arc, AtomicBool, AtomicPtr, Guard, Lock, Mutex, MutexGuard, Ordering, UnsafeCell,
+};
 #[cfg(not(loom))]
-use crate::sync::Backoff;
-use crate::sync::{Arc, AtomicBool, AtomicPtr, Mutex, MutexGuard, Ordering, UnsafeCell};
-#[cfg(not(loom))]
-use crate::zeroed::Zeroed;
+use crate::zeroed::Slice;
 
 /// A cell's empty state, in every cell of a new page.
 ///
@@ -129,64 +130,24 @@ struct Page<C> {
     cells: Cells<C>,
 }
 
-/// A page's cells: zero pages from the system, or under loom cells built one by one.
+/// A page's cells: zero pages from the system, or under loom (whose atomics are not plain
+/// memory) cells built one by one.
 #[cfg(not(loom))]
-struct Cells<C> {
-    block: Zeroed,
-    len: usize,
-    _cells: std::marker::PhantomData<C>,
+type Cells<C> = Slice<C>;
+#[cfg(loom)]
+type Cells<C> = Box<[C]>;
+
+/// `len` fresh cells: a mapping of their own (a page goes back to the system once empty,
+/// module docs).
+#[cfg(not(loom))]
+fn fresh_cells<C: Fresh>(len: usize) -> Cells<C> {
+    // Safety: all-zero bytes are a fresh `C` (`Fresh`'s contract).
+    unsafe { Slice::new(len, 1, 0, false) }
 }
 
 #[cfg(loom)]
-struct Cells<C> {
-    boxed: Box<[C]>,
-}
-
-impl<C: Fresh> Cells<C> {
-    #[cfg(not(loom))]
-    fn new(len: usize) -> Self {
-        let bytes = std::mem::size_of::<C>().max(1) * len;
-        Cells {
-            // Mapped: a page goes back to the system once empty (module docs).
-            block: Zeroed::new(bytes, std::mem::align_of::<C>(), 0, false),
-            len,
-            _cells: std::marker::PhantomData,
-        }
-    }
-
-    #[cfg(loom)]
-    fn new(len: usize) -> Self {
-        Cells {
-            boxed: (0..len).map(|_| C::fresh()).collect(),
-        }
-    }
-}
-
-impl<C> Cells<C> {
-    #[cfg(not(loom))]
-    fn len(&self) -> usize {
-        self.len
-    }
-
-    #[cfg(loom)]
-    fn len(&self) -> usize {
-        self.boxed.len()
-    }
-
-    /// Cell `offset`, which is below `len`.
-    #[cfg(not(loom))]
-    fn get(&self, offset: usize) -> &C {
-        debug_assert!(offset < self.len);
-        // Safety: the block holds `len` cells of `C`, aligned, each valid from its zero
-        // bytes on (`Fresh`'s contract), and `C`'s shared accesses go through its own
-        // atomics and cells.
-        unsafe { &*self.block.as_ptr().cast::<C>().add(offset) }
-    }
-
-    #[cfg(loom)]
-    fn get(&self, offset: usize) -> &C {
-        &self.boxed[offset]
-    }
+fn fresh_cells<C: Fresh>(len: usize) -> Cells<C> {
+    (0..len).map(|_| C::fresh()).collect()
 }
 
 /// A page's bookkeeping, under its shard's lock.
@@ -246,103 +207,6 @@ struct Shard<C> {
     partial: Vec<NonNull<Page<C>>>,
     spare: Option<NonNull<Page<C>>>,
 }
-
-/// A shard's lock: a spin lock whose release is a plain store, where a `std` mutex's is a
-/// locked swap (it must learn whether to wake a sleeper). A tracked request takes it twice
-/// (its waiter's insert and remove): by callgrind (`benches/instructions/count.py track`:
-/// one thread, 1k requests in flight, 4 inline acks each) a request costs 13 locked
-/// instructions and 2,702 in all with this lock, 15 and 2,733 with the mutex, 11 and 2,644
-/// with the waiter from glibc's malloc (whose thread cache takes no lock). Each thread
-/// inserts into a shard of its own and holds the lock for a few dozen instructions, so a
-/// waiter seldom waits, and then for little: it spins, then yields, then sleeps
-/// ([`Backoff`]), so a preempted holder is never starved. Under loom, loom's mutex, so that
-/// the models see the lock.
-#[cfg(not(loom))]
-struct Lock<T> {
-    held: AtomicBool,
-    value: std::cell::UnsafeCell<T>,
-}
-
-#[cfg(not(loom))]
-impl<T> Lock<T> {
-    fn new(value: T) -> Self {
-        Lock {
-            held: AtomicBool::new(false),
-            value: std::cell::UnsafeCell::new(value),
-        }
-    }
-
-    fn lock(&self) -> Guard<'_, T> {
-        let mut backoff = Backoff::default();
-        // Acquire: the previous holder's accesses (published by its Release store) come
-        // before ours. Relaxed on failure: nothing is read.
-        while self
-            .held
-            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
-            .is_err()
-        {
-            while self.held.load(Ordering::Relaxed) {
-                backoff.wait();
-            }
-        }
-        Guard { lock: self }
-    }
-}
-
-/// A held [`Lock`].
-#[cfg(not(loom))]
-struct Guard<'a, T> {
-    lock: &'a Lock<T>,
-}
-
-#[cfg(not(loom))]
-impl<T> std::ops::Deref for Guard<'_, T> {
-    type Target = T;
-
-    fn deref(&self) -> &T {
-        // Safety: the lock is held, so the value is ours.
-        unsafe { &*self.lock.value.get() }
-    }
-}
-
-#[cfg(not(loom))]
-impl<T> std::ops::DerefMut for Guard<'_, T> {
-    fn deref_mut(&mut self) -> &mut T {
-        // Safety: as above.
-        unsafe { &mut *self.lock.value.get() }
-    }
-}
-
-#[cfg(not(loom))]
-impl<T> Drop for Guard<'_, T> {
-    fn drop(&mut self) {
-        // Release: our accesses come before the next holder's (its Acquire CAS).
-        self.lock.held.store(false, Ordering::Release);
-    }
-}
-
-#[cfg(loom)]
-struct Lock<T>(Mutex<T>);
-
-#[cfg(loom)]
-type Guard<'a, T> = MutexGuard<'a, T>;
-
-#[cfg(loom)]
-impl<T> Lock<T> {
-    fn new(value: T) -> Self {
-        Lock(Mutex::new(value))
-    }
-
-    fn lock(&self) -> Guard<'_, T> {
-        self.0
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-}
-
-// Safety: a `Lock` hands its value to one thread at a time, as a mutex does.
-#[cfg(not(loom))]
-unsafe impl<T: Send> Sync for Lock<T> {}
 
 /// The page numbers in use, and which are free to reuse.
 struct Numbers {
@@ -411,7 +275,7 @@ impl<C> Spot<C> {
     /// The cell is live (not yet removed) for as long as the reference is used.
     pub unsafe fn cell<'a>(self) -> &'a C {
         // Safety: a live cell's page lives (module docs), and its cells never move.
-        unsafe { self.page.as_ref().cells.get(self.offset) }
+        unsafe { &self.page.as_ref().cells[self.offset] }
     }
 }
 
@@ -525,7 +389,7 @@ impl<C: Fresh> Slab<C> {
             number,
             shard: index,
             book: UnsafeCell::new(Book::new(cells)),
-            cells: Cells::new(cells),
+            cells: fresh_cells(cells),
         });
         let page = NonNull::from(Box::leak(page));
         let chunk = &this.directory[(number >> CHUNK_BITS) as usize];

@@ -85,10 +85,15 @@ impl<T: ?Sized> UnsafeCell<T> {
 #[cfg(not(loom))]
 mod atomic_u128;
 mod backoff;
+/// A spin lock for short, mostly uncontended critical sections (under loom, loom's mutex).
+#[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+mod spin;
 
 #[cfg(not(loom))]
 pub(crate) use atomic_u128::AtomicU128;
 pub(crate) use backoff::Backoff;
+#[cfg_attr(not(feature = "tokio"), allow(unused_imports))]
+pub(crate) use spin::{Guard, Lock};
 
 /// Under loom, a stand-in for the 128-bit atomic, which loom does not model: a value behind
 /// a loom mutex. Every operation takes the lock, so the stand-in is linearizable, which is

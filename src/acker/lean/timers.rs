@@ -51,7 +51,7 @@
 use std::mem;
 
 use crate::acker::buckets::WheelEntry;
-use crate::zeroed::Zeroed;
+use crate::zeroed::Slice;
 
 /// A wheel entry: a group of a table generation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -103,15 +103,14 @@ struct Generation {
     /// One `u32` per group, zeroed memory of its own (`zeroed.rs`): the pages of groups
     /// never filed are never touched, and a large table's go back to the system with it
     /// rather than stay in the reaper's heap.
-    ticks: Zeroed,
-    groups: usize,
+    ticks: Slice<u32>,
 }
 
 impl std::fmt::Debug for Generation {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Generation")
             .field("gen", &self.gen)
-            .field("groups", &self.groups)
+            .field("groups", &self.ticks.len())
             .finish_non_exhaustive()
     }
 }
@@ -123,25 +122,9 @@ impl Generation {
     fn new(gen: u32, groups: usize) -> Self {
         Generation {
             gen,
-            ticks: Zeroed::new(
-                groups.max(1) * mem::size_of::<u32>(),
-                mem::align_of::<u32>(),
-                MAP_TICKS_AT,
-                false,
-            ),
-            groups,
+            // Safety: a zero `u32` is a `u32` (none filed).
+            ticks: unsafe { Slice::new(groups, 1, MAP_TICKS_AT, false) },
         }
-    }
-
-    fn read(&self) -> &[u32] {
-        // Safety: as in `ticks`, shared.
-        unsafe { std::slice::from_raw_parts(self.ticks.as_ptr().cast(), self.groups) }
-    }
-
-    fn ticks(&mut self) -> &mut [u32] {
-        // Safety: the block holds `groups` `u32`s, aligned, zero or written since (any bits
-        // are a `u32`), and `&mut self` makes the borrow unique.
-        unsafe { std::slice::from_raw_parts_mut(self.ticks.as_ptr().cast(), self.groups) }
     }
 }
 
@@ -175,7 +158,7 @@ impl Filed {
                 gens.len() - 1
             }
         };
-        gens[i].ticks()
+        &mut gens[i].ticks
     }
 
     /// The group's filed tick, near `now` (`full` turns 32 bits into a tick).
@@ -238,7 +221,7 @@ impl Filed {
             .get_mut(table)
             .and_then(|gens| gens.iter_mut().find(|g| g.gen == gen))
         {
-            if let Some(stored) = g.ticks().get_mut(group) {
+            if let Some(stored) = g.ticks.get_mut(group) {
                 *stored = 0;
             }
         }
@@ -253,7 +236,7 @@ impl Filed {
         full: impl Fn(u32) -> u64,
     ) -> Option<u64> {
         let g = self.tables.get(table)?.iter().find(|g| g.gen == gen)?;
-        Self::get(*g.read().get(group)?, full)
+        Self::get(*g.ticks.get(group)?, full)
     }
 
     /// Drops the ticks of `table`'s generations that `keep` says have left its chain.
@@ -270,7 +253,7 @@ impl Filed {
                 gens.capacity() * mem::size_of::<Generation>()
                     + gens
                         .iter()
-                        .map(|g| g.groups.max(1) * mem::size_of::<u32>())
+                        .map(|g| g.ticks.len().max(1) * mem::size_of::<u32>())
                         .sum::<usize>()
             })
             .sum::<usize>()

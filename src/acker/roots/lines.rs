@@ -10,7 +10,7 @@
 //! The memory comes zeroed from the system: every part's all-zero value is its empty state
 //! (an EMPTY word, free times, no own timeout, an uninitialized payload), so a page costs
 //! memory only once a slot on it is used. Large tables are mapped and unmapped directly
-//! ([`Zeroed`](crate::zeroed::Zeroed)), so that a retired generation's memory goes back to
+//! ([`Zeroed`](crate::zeroed::Zeroed), as a [`Slice`](crate::zeroed::Slice)), so that a retired generation's memory goes back to
 //! the system at once.
 
 use std::mem::MaybeUninit;
@@ -18,7 +18,7 @@ use std::mem::MaybeUninit;
 use super::{SlotWord, GROUP_SLOTS};
 use crate::sync::{AtomicU32, AtomicU64, UnsafeCell};
 #[cfg(not(loom))]
-use crate::zeroed::Zeroed;
+use crate::zeroed::Slice;
 
 /// A slot's payload cell: written by the init that claimed or joined the slot, read once by
 /// the thread whose CAS completed the tree (see `Roots`' `Sync` impl).
@@ -60,11 +60,7 @@ const LINE_ALIGN: usize = 128;
 /// `n` lines, all zero. Dereferences to the slice.
 pub(super) struct Lines<T> {
     #[cfg(not(loom))]
-    block: Zeroed,
-    #[cfg(not(loom))]
-    len: usize,
-    #[cfg(not(loom))]
-    _lines: std::marker::PhantomData<Line<T>>,
+    lines: Slice<Line<T>>,
     /// Under loom, whose atomics are not plain memory, lines built one by one.
     #[cfg(loom)]
     boxed: Box<[Line<T>]>,
@@ -85,19 +81,10 @@ impl<T> Lines<T> {
     #[cfg(not(loom))]
     pub(super) fn zeroed(n: usize, populate: bool) -> Self {
         assert!(n > 0, "a table has lines");
-        let bytes = std::mem::size_of::<Line<T>>()
-            .checked_mul(n)
-            .expect("table size overflows");
-        Lines {
-            block: Zeroed::new(
-                bytes,
-                std::mem::align_of::<Line<T>>().max(LINE_ALIGN),
-                MAP_AT,
-                populate,
-            ),
-            len: n,
-            _lines: std::marker::PhantomData,
-        }
+        // Safety: all zero is a valid `Line<T>`: EMPTY words, zero atomics, uninitialized
+        // payload cells.
+        let lines = unsafe { Slice::new(n, LINE_ALIGN, MAP_AT, populate) };
+        Lines { lines }
     }
 
     /// Under loom: `n` lines built by their constructors.
@@ -126,12 +113,7 @@ impl<T> std::ops::Deref for Lines<T> {
         #[cfg(loom)]
         return &self.boxed;
         #[cfg(not(loom))]
-        {
-            // All zero is a valid `Line<T>`: EMPTY words, zero atomics, uninitialized
-            // payload cells; and its parts are atomics and cells, so shared access is sound.
-            // Safety: `lines` points at `len` such lines, line-aligned, owned by `self`.
-            unsafe { std::slice::from_raw_parts(self.block.as_ptr().cast(), self.len) }
-        }
+        &self.lines
     }
 }
 
