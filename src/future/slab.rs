@@ -274,8 +274,9 @@ impl<C> Spot<C> {
     ///
     /// The cell is live (not yet removed) for as long as the reference is used.
     pub unsafe fn cell<'a>(self) -> &'a C {
-        // Safety: a live cell's page lives (module docs), and its cells never move.
-        unsafe { &self.page.as_ref().cells[self.offset] }
+        // Safety: a live cell's page lives (module docs), its cells never move, and a spot's
+        // offset is below the page's cell count (`insert` and `spot` make it so).
+        unsafe { self.page.as_ref().cells.get_unchecked(self.offset) }
     }
 }
 

@@ -67,6 +67,7 @@ impl<T> Stores<T> {
     /// # Safety
     ///
     /// `held` came from the inner acker, which delivers each tree once.
+    #[inline]
     pub(super) unsafe fn complete(
         &self,
         held: Held,
