@@ -71,10 +71,10 @@ impl Batches {
     pub fn enter(&self) -> Active {
         match self.own() {
             Some(batch) => self.enter_with(batch),
-            // The thread is exiting: it has no batch to mark, so it counts in the shared
-            // count, and (as before shutdown's close could see that count) does not call
-            // the callback.
-            None => self.enter_shared(false),
+            // The thread is exiting (a thread-local's destructor acks): it has no batch to
+            // mark, so it counts in the shared count, which shutdown's close waits for as
+            // it waits for a batch's depth. Its completions go to the callback like any.
+            None => self.enter_shared(),
         }
     }
 
@@ -122,7 +122,7 @@ impl Batches {
 impl Batches {
     /// Under loom: one shared count of operations in progress.
     pub fn enter(&self) -> Active {
-        self.enter_shared(true)
+        self.enter_shared()
     }
 
     /// Under loom nothing is per-thread.

@@ -712,7 +712,7 @@ impl Batches {
 
     /// Marks an operation of a thread without a batch: one shared count, an RMW (rare:
     /// exiting threads; every thread under loom).
-    fn enter_shared(&self, open: bool) -> Active {
+    fn enter_shared(&self) -> Active {
         loop {
             self.shared.fetch_add(1, Ordering::SeqCst);
             // The count's side of the Dekker pairs with `begin_moving` and `close` (their
@@ -732,7 +732,7 @@ impl Batches {
             shared: true,
             // SeqCst: after the count's RMW and the fence, as a batch's light fence orders
             // its depth store.
-            open: open && !self.closed.load(Ordering::SeqCst),
+            open: !self.closed.load(Ordering::SeqCst),
         }
     }
 

@@ -424,8 +424,6 @@ impl<T: Send + 'static> Lean<T> {
     fn message_in(&self, active: &Active, table: usize, key: Key, message: Message) -> bool {
         if !active.open && self.stopping() {
             // Shut down: nothing is pending, and nothing may be held (`take_back_all`).
-            // (A thread without a batch, an exiting one, finds the callback closed too,
-            // and its messages still count before shutdown.)
             return false;
         }
         // The common case first: no migration, and the entry exists (`apply_found`).

@@ -399,3 +399,45 @@ fn lean_tables_are_small_and_the_bound_exact() {
     assert!(acker.ack(0, 1));
     acker.init(8, 1, 8).unwrap();
 }
+
+/// An ack from a thread-local's destructor, after the acker's own thread-local state on
+/// that thread is gone, still delivers its completion to the callback. (It was dropped:
+/// an async tree's future then never resolved and its cell leaked.)
+#[test]
+fn an_ack_from_a_thread_local_destructor_is_delivered() {
+    struct AckOnExit(Option<(Acker<u32>, u64)>);
+    impl Drop for AckOnExit {
+        fn drop(&mut self) {
+            if let Some((acker, root)) = self.0.take() {
+                assert!(
+                    acker.ack(root, 0b10),
+                    "the exiting thread's ack completes the tree"
+                );
+            }
+        }
+    }
+    thread_local! {
+        static ON_EXIT: std::cell::RefCell<AckOnExit> =
+            const { std::cell::RefCell::new(AckOnExit(None)) };
+    }
+    let delivered: Log = Arc::default();
+    let sink = Arc::clone(&delivered);
+    let acker: Acker<u32> = Acker::builder()
+        .max_pending(1024)
+        .on_complete(move |c| sink.lock().unwrap().push((c.root, c.payload, c.outcome)))
+        .build()
+        .unwrap();
+    let sender = acker.clone();
+    std::thread::spawn(move || {
+        // Registered before the acker's thread-locals, so destroyed after them (destructors
+        // run in the reverse order of registration).
+        ON_EXIT.with(|on_exit| on_exit.borrow_mut().0 = Some((sender.clone(), 7)));
+        sender.init(7, 0b11, 70).unwrap();
+        assert!(!sender.ack(7, 0b01));
+    })
+    .join()
+    .unwrap();
+    acker.wait_delivered();
+    assert_eq!(take(&delivered), [(7, 70, Outcome::Acked)]);
+    assert_eq!((acker.pending(), acker.stats().acked), (0, 1));
+}

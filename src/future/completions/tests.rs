@@ -514,3 +514,48 @@ async fn a_panicking_payload_drop_leaves_no_tree_behind() {
     }
     assert_eq!(Arc::strong_count(&witness), 1, "every payload dropped");
 }
+
+/// Trees completed by an ack from a thread-local's destructor (a guard that acks when its
+/// thread exits) resolve their future and reach the stream, and give their permit back.
+/// (The completions were dropped there: the future never resolved and its cell leaked.)
+#[::tokio::test]
+async fn acks_from_an_exiting_thread_resolve_tracked_and_streamed_trees() {
+    struct AckOnExit(Vec<(AsyncAcker<u32>, u64)>);
+    impl Drop for AckOnExit {
+        fn drop(&mut self) {
+            for (acker, root) in self.0.drain(..) {
+                assert!(
+                    acker.ack(root, 0b10),
+                    "the exiting thread's ack completes it"
+                );
+            }
+        }
+    }
+    thread_local! {
+        static ON_EXIT: std::cell::RefCell<AckOnExit> =
+            const { std::cell::RefCell::new(AckOnExit(Vec::new())) };
+    }
+    let (acker, mut completions) = build::<u32>(4);
+    let tracked = acker.track(1, 0b11, 10).unwrap();
+    acker.init(2, 0b11, 20).await.unwrap();
+    assert_eq!(acker.room(), 3);
+    let sender = acker.clone();
+    std::thread::spawn(move || {
+        // Registered before the acker's own thread-locals: destroyed after them.
+        ON_EXIT.with(|on_exit| {
+            on_exit.borrow_mut().0 = vec![(sender.clone(), 1), (sender.clone(), 2)];
+        });
+        assert!(!sender.ack(1, 0b01) && !sender.ack(2, 0b01));
+    })
+    .join()
+    .unwrap();
+    let done = timeout(BOUND, tracked).await.unwrap().unwrap();
+    assert_eq!(
+        (done.root, done.payload, done.outcome),
+        (1, 10, Outcome::Acked)
+    );
+    let streamed = next(&mut completions).await.unwrap();
+    assert_eq!((streamed.root, streamed.payload), (2, 20));
+    assert_eq!(acker.room(), 4);
+    assert!(acker.shutdown().await.is_empty());
+}
