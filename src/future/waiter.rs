@@ -228,7 +228,9 @@ impl<T> Waiter<T> {
     }
 
     /// Sets `ending` (`DONE` with an outcome, or `CLOSED` with the payload already taken),
-    /// wakes the receiver's task, and lets go of the cell.
+    /// wakes the receiver's task, and lets go of the cell. A payload nobody will read (the
+    /// receiver is gone) is dropped after the cell is freed: a drop that panics then loses
+    /// nothing else.
     fn end(&self, ending: u32) {
         let cell = self.cell();
         // Acquire: a receiver that let go published its last accesses with its RMW.
@@ -237,15 +239,16 @@ impl<T> Waiter<T> {
             if state & RECEIVER == 0 {
                 // Nobody will read the completion, and RECEIVER never comes back: the
                 // cell is this waiter's alone.
-                if ending & DONE != 0 {
-                    // Safety: the payload is still the waiter's: it was never handed over
-                    // to a receiver, which is gone.
+                // Safety: the payload is still the waiter's: it was never handed over to a
+                // receiver, which is gone.
+                let unread = (ending & DONE != 0).then(|| {
                     cell.payload
-                        .with_mut(|p| unsafe { std::ptr::drop_in_place((*p).as_mut_ptr()) });
-                }
+                        .with_mut(|p| unsafe { (*p).assume_init_read() })
+                });
                 // Safety: RECEIVER is clear, seen with Acquire: no one else touches the
                 // cell again.
                 unsafe { free(self.spot, state) };
+                drop(unread);
                 return;
             }
             if state & (WAKER | REGISTERING) != 0 {
@@ -271,13 +274,14 @@ impl<T> Waiter<T> {
         let before = cell.state.fetch_or(ending, Ordering::AcqRel);
         if before & RECEIVER == 0 {
             // The receiver let go since the load: as at the top of the loop.
-            if ending & DONE != 0 {
-                // Safety: as at the top of the loop.
+            // Safety: as at the top of the loop.
+            let unread = (ending & DONE != 0).then(|| {
                 cell.payload
-                    .with_mut(|p| unsafe { std::ptr::drop_in_place((*p).as_mut_ptr()) });
-            }
+                    .with_mut(|p| unsafe { (*p).assume_init_read() })
+            });
             // Safety: RECEIVER is clear, seen by an AcqRel RMW: the cell is ours alone.
             unsafe { free(self.spot, before) };
+            drop(unread);
             return;
         }
         let waker = (before & (WAKER | REGISTERING) == WAKER).then(|| {
@@ -300,14 +304,18 @@ impl<T> Waiter<T> {
 }
 
 impl<T> Drop for Waiter<T> {
-    /// The tree ended without a completion (the acker dropped its entry): the payload is
-    /// dropped and the receiver resolves to `Closed`.
+    /// The tree ended without a completion (the acker dropped its entry): the receiver
+    /// resolves to `Closed`, and then the payload is dropped (a drop that panics leaves
+    /// the cell ended).
     fn drop(&mut self) {
-        // Safety: the payload is the waiter's until it sets DONE or CLOSED (module docs).
-        self.cell()
+        // Safety: the payload is the waiter's until it sets DONE or CLOSED (module docs),
+        // and `end(CLOSED)` below tells the receiver it is gone.
+        let payload = self
+            .cell()
             .payload
-            .with_mut(|p| unsafe { std::ptr::drop_in_place((*p).as_mut_ptr()) });
+            .with_mut(|p| unsafe { (*p).assume_init_read() });
         self.end(CLOSED);
+        drop(payload);
     }
 }
 
@@ -424,21 +432,25 @@ impl<T> Drop for Receiver<T> {
         // Acquire: as in `poll`; and a waiter that let go published its last accesses with
         // its RMW.
         let mut state = cell.state.load(Ordering::Acquire);
+        // A completion nobody took: the payload is ours (module docs). It is moved out
+        // before RECEIVER is cleared, since the waiter may free the cell after, and
+        // dropped once the cell is let go (a drop that panics then loses nothing else).
+        let mut unread = None;
         loop {
             if state & DONE != 0 && !self.ended {
-                // A completion nobody took: the payload is ours (module docs), dropped
-                // before RECEIVER is cleared, since the waiter may free the cell after.
                 self.ended = true;
                 // Safety: after DONE the payload is the receiver's; `ended` is now set.
-                cell.payload
-                    .with_mut(|p| unsafe { std::ptr::drop_in_place((*p).as_mut_ptr()) });
+                unread = Some(
+                    cell.payload
+                        .with_mut(|p| unsafe { (*p).assume_init_read() }),
+                );
             }
             if state & WAITER == 0 {
                 // The waiter let go (WAITER never comes back): the cell is ours alone.
                 // Safety: WAITER is clear, seen with Acquire; this receiver is the other
                 // holder and is going.
                 unsafe { free(self.spot, state) };
-                return;
+                break;
             }
             // AcqRel: Release orders our accesses before the waiter, which frees the cell
             // now; Acquire as the load. A failure (the waiter set DONE or let go
@@ -449,10 +461,11 @@ impl<T> Drop for Receiver<T> {
                 Ordering::AcqRel,
                 Ordering::Acquire,
             ) {
-                Ok(_) => return,
+                Ok(_) => break,
                 Err(actual) => state = actual,
             }
         }
+        drop(unread);
     }
 }
 
@@ -552,6 +565,62 @@ mod tests {
                 1,
                 "case {case}"
             );
+        }
+    }
+
+    /// A payload whose drop panics.
+    struct Bomb;
+    impl Drop for Bomb {
+        fn drop(&mut self) {
+            panic!("the payload's drop panics");
+        }
+    }
+
+    /// A payload whose drop panics ends its cell all the same, whichever side drops it: the
+    /// receiver resolves and the cell is freed (the last cell of a closed slab frees the
+    /// slab). The drop used to run first, and its panic left the cell live for good.
+    #[test]
+    fn a_panicking_payload_drop_still_ends_and_frees_the_cell() {
+        for case in 0..3 {
+            let cells = Arc::new(Cells::new());
+            let freed = Arc::downgrade(&cells);
+            let spot = start(&cells, Bomb).unwrap_or_else(|_| unreachable!("an empty slab"));
+            cells.close();
+            drop(cells);
+            let (waiter, mut rx) = (Waiter { spot }, Receiver::new(spot));
+            let (_, w) = waker();
+            let mut cx = Context::from_waker(&w);
+            let quietly = |f: &mut dyn FnMut()| {
+                let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+                assert!(panicked.is_err(), "case {case}: the payload's drop ran");
+            };
+            match case {
+                // Closed by the tree's side: the receiver still sees Closed.
+                0 => {
+                    let mut waiter = Some(waiter);
+                    quietly(&mut || drop(waiter.take()));
+                    assert!(matches!(rx.poll(&mut cx), Poll::Ready(Err(()))));
+                    drop(rx);
+                }
+                // Completed after the receiver went: the waiter drops what nobody reads.
+                1 => {
+                    drop(rx);
+                    let mut waiter = Some(waiter);
+                    quietly(&mut || {
+                        waiter
+                            .take()
+                            .unwrap()
+                            .complete(Outcome::Acked, Duration::ZERO)
+                    });
+                }
+                // A completion nobody polled: the receiver's drop drops it.
+                _ => {
+                    waiter.complete(Outcome::Acked, Duration::ZERO);
+                    let mut rx = Some(rx);
+                    quietly(&mut || drop(rx.take()));
+                }
+            }
+            assert!(freed.upgrade().is_none(), "case {case}: the cell was freed");
         }
     }
 
