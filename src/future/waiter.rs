@@ -239,9 +239,9 @@ impl<T> Waiter<T> {
             if state & RECEIVER == 0 {
                 // Nobody will read the completion, and RECEIVER never comes back: the
                 // cell is this waiter's alone.
-                // Safety: the payload is still the waiter's: it was never handed over to a
-                // receiver, which is gone.
                 let unread = (ending & DONE != 0).then(|| {
+                    // Safety: the payload is still the waiter's: it was never handed over
+                    // to a receiver, which is gone.
                     cell.payload
                         .with_mut(|p| unsafe { (*p).assume_init_read() })
                 });
@@ -274,8 +274,8 @@ impl<T> Waiter<T> {
         let before = cell.state.fetch_or(ending, Ordering::AcqRel);
         if before & RECEIVER == 0 {
             // The receiver let go since the load: as at the top of the loop.
-            // Safety: as at the top of the loop.
             let unread = (ending & DONE != 0).then(|| {
+                // Safety: as at the top of the loop.
                 cell.payload
                     .with_mut(|p| unsafe { (*p).assume_init_read() })
             });
