@@ -7,7 +7,7 @@
 //! |---|---|---|
 //! | [`Clock`] | — | wrapping `u64` nanoseconds; [`MonotonicClock`], [`ManualClock`] |
 //! | [`TimerWheel`] | Caffeine `TimerWheel` | single-owner hierarchical wheel: O(1) schedule / reschedule / cancel, cascading `advance` |
-//! | [`Acker`] | Storm acker + spout pending map | tracks trees of work by root: init with the XOR of the edges, ack each edge, and each tree completes once (`Acked`, `Failed`, `TimedOut`) on the thread that finished it; no lock on any message, memory that follows what is pending, one reaper thread. Edge ids from [`edge_id`] |
+//! | [`Acker`] | Storm acker + spout pending map | tracks trees of work by root: init with the XOR of the edges, ack each edge, and each tree completes once (`Acked`, `Failed`, `TimedOut`) on the thread that finished it; no lock on any message, memory that follows what is pending, one reaper thread. Edge ids from [`edge_id()`] |
 //! | [`ExpiryQueue`] | ZooKeeper `ExpiryQueue` | concurrent interval buckets keyed by `(t / I + 1) * I`, an atomic next-expiration time advanced by CAS; `update` / `touch` / `remove` / `poll` / `wait_time`, each element returned exactly once; `wait` (and `wait_async`) until a bucket is due, `close` |
 //! | [`RotatingMap`], [`TimeCacheMap`] | Storm | rotating generations of maps; `TimeCacheMap` rotates itself on a cleaner thread and calls back outside its lock |
 //!
@@ -43,22 +43,22 @@ mod sync;
 mod zeroed;
 
 pub use acker::{Acker, AckerBuilder, AckerStats, Completion, InitError, Message, Outcome};
-/// The Acker's table and slot word, for the `roots` loom models and the
-/// `roots` bench only (`--features internals`): not part of the API.
+/// The Acker's table and slot word, for the `table` loom models and the
+/// `table` bench only (`--features internals`): not part of the API.
 #[cfg(any(loom, feature = "internals"))]
 #[doc(hidden)]
-pub mod roots {
-    pub use crate::acker::roots::{
+pub mod table {
+    pub use crate::acker::table::word::{Key, Phase, Word, KEY_SHIFT};
+    pub use crate::acker::table::{
         Applied, Completed, Done, Expiry, Message, Refused, Roots, Stamp, GROUP_SLOTS, MAX_PROBE,
     };
-    pub use crate::acker::word::{Key, Phase, Word, KEY_SHIFT};
 }
 /// The lazy timer batches, for the `batches` loom models only.
 #[cfg(loom)]
 #[doc(hidden)]
 pub mod batches {
     pub use crate::acker::batches::{Batch, Batches, Entry, Pushed};
-    pub use crate::acker::fences::Fences;
+    pub use crate::sync::fences::Fences;
 }
 pub use clock::{Clock, ManualClock, MonotonicClock};
 pub use edge_id::edge_id;

@@ -12,7 +12,7 @@
 //! The acker keeps them in ticks (the resolution rounded up to a power of two), so the
 //! model gives each deadline a window: a timeout may fire from `base + timeout` on (never
 //! early, on the clock that stamped it) and must have fired at the first pass at or after
-//! `base + timeout + 2 ticks` (`base tick + timeout ticks rounded up + 1`, see the `lean/`
+//! `base + timeout + 2 ticks` (`base tick + timeout ticks rounded up + 1`, see the `engine/`
 //! module docs). A pass inside the window may go either way; the model follows the acker
 //! (trees by their completions, orphans by the drop count, earliest deadlines first).
 //!
@@ -90,7 +90,7 @@ const TIMEOUT_TICKS_MAX: u64 = (1 << 30) - 3;
 const POS_BUDGET: i128 = 1 << 62;
 const POS_FLOOR: i128 = -(1 << 61);
 /// A writer stamps no earlier than 2^30 ticks behind the acker's anchor (a clock that
-/// stepped back far stamps later: `lean/anchor.rs`); the model bounds the anchor by the
+/// stepped back far stamps later: `engine/anchor.rs`); the model bounds the anchor by the
 /// latest clock reading any call saw.
 const MOST_BEHIND_TICKS: i128 = 1 << 30;
 
@@ -336,7 +336,7 @@ impl Harness {
 
     /// The latest position the acker may stamp a message at `pos` with: the epoch's tick
     /// for a clock before the epoch, 2^30 ticks behind the anchor for a clock stepped back
-    /// further (`lean/anchor.rs`). The earliest is `pos` itself.
+    /// further (`engine/anchor.rs`). The earliest is `pos` itself.
     fn stamp_hi(&self, pos: Pos) -> Pos {
         pos.max(0).max(self.m.hw - MOST_BEHIND_TICKS * self.tick())
     }

@@ -1,4 +1,4 @@
-//! Loom models of the Acker's operations on its core (`src/acker/lean/`): who completes a
+//! Loom models of the Acker's operations on its core (`src/acker/engine/`): who completes a
 //! tree, timeouts and resets against a reaper pass, init against shutdown, and the
 //! `max_pending` credits, through the public API.
 //!
@@ -20,7 +20,7 @@
 use std::sync::Mutex as StdMutex;
 use std::time::Duration;
 
-use ackwheel::roots::KEY_SHIFT;
+use ackwheel::table::KEY_SHIFT;
 use ackwheel::{Acker, Clock, InitError, ManualClock, Outcome};
 use loom::sync::atomic::{AtomicUsize, Ordering};
 use loom::sync::Arc;
@@ -67,7 +67,7 @@ fn bounded(preemptions: usize) -> loom::model::Builder {
 }
 
 /// Loom's model checker with room for long executions: a pass looks at every slot of a
-/// due group (`lean/timers.rs`), and a model's drain and drop take several passes and a
+/// due group (`timers/groups.rs`), and a model's drain and drop take several passes and a
 /// walk of 16 tables, more than loom's default 1,000 branches on one path.
 fn builder() -> loom::model::Builder {
     let mut model = loom::model::Builder::new();
@@ -249,7 +249,7 @@ fn duplicated_ack_vs_init(held: bool) {
 /// The shape of a false `Acked` that a long soak once found: the second copy of an ack
 /// races init on the orphan the first copy left, and takes its value to 0 (`a ^ a`) around
 /// init's join. A value of 0 without init's XOR in it must never complete the tree (a HELD
-/// or JOINING word does not complete: `src/acker/word.rs`). Unbounded.
+/// or JOINING word does not complete: `src/acker/table/word.rs`). Unbounded.
 #[test]
 fn duplicated_ack_vs_init_of_a_held_orphan_never_completes() {
     model(|| duplicated_ack_vs_init(true));
@@ -305,7 +305,7 @@ fn init_vs_shutdown_hands_back_once() {
     });
 }
 
-/// The `max_pending` credits (`src/acker/credits.rs`) with one credit, in the stripe of
+/// The `max_pending` credits (`src/acker/bound.rs`) with one credit, in the stripe of
 /// the thread that completes tree 1 and then starts tree 3 while another thread starts tree
 /// 2: the credit goes to exactly one of trees 2 and 3. Both would exceed the bound; neither
 /// would mean a credit lost between stripes (tree 3's init comes after tree 1 completed,
@@ -347,7 +347,7 @@ fn max_pending_credit_goes_to_exactly_one_init() {
     });
 }
 
-/// The seed of the root mix under loom (`Lean::new`: fixed, so that a model's roots land
+/// The seed of the root mix under loom (`Engine::new`: fixed, so that a model's roots land
 /// in the same places in every execution).
 const SEED: u64 = 0x5eed;
 
@@ -356,7 +356,7 @@ const SEED: u64 = 0x5eed;
 const GROUPS: u64 = 2;
 
 /// Where `root` lives: `(table, home group)`. The mix and layout of
-/// `src/acker/lean/layout.rs` (`Mix::hash`, then `Layout::place` with 4 table bits for the
+/// `src/acker/engine/layout.rs` (`Mix::hash`, then `Layout::place` with 4 table bits for the
 /// 16 tables) and the multiply-shift of the key's top bits in `Roots::home`.
 fn home(root: u64) -> (usize, usize) {
     let z = root ^ SEED;
@@ -387,7 +387,7 @@ fn group_mates(acker: &Acker<u32>, root: u64, n: usize) -> Vec<u64> {
     mates
 }
 
-/// The reaper keeps one timer per group (`lean/timers.rs`): a pass that looks at root 1's
+/// The reaper keeps one timer per group (`timers/groups.rs`): a pass that looks at root 1's
 /// group to time it out races the init of a group mate. Whether the look sees the mate or
 /// not, the mate's registration comes later and the group stays covered: the mate times
 /// out at its own deadline, not before, and nothing is left behind. Bounded at 4

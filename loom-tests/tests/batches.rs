@@ -180,8 +180,8 @@ fn totals(ticks: &Ticks) -> Vec<u64> {
     ticks.iter().map(|c| c.with(|t| unsafe { *t })).collect()
 }
 
-/// The re-anchorer: `begin_moving`, the sweep, `end_moving`, as `Lean::reanchor` does
-/// (`lean/anchor.rs`). `begin_moving` must succeed where every thread has a batch (loom's
+/// The re-anchorer: `begin_moving`, the sweep, `end_moving`, as `Engine::reanchor` does
+/// (`engine/anchor.rs`). `begin_moving` must succeed where every thread has a batch (loom's
 /// fences are symmetric, so the heavy side cannot fail).
 fn reanchor(batches: &Batches, ticks: &Ticks) {
     assert!(

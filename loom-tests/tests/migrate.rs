@@ -1,12 +1,12 @@
 //! Loom models of the second-generation table's migration (growth) protocol
-//! (`src/acker/roots/migrate.rs`): a mover CASes a HELD or LIVE word to FROZEN, adopts the
+//! (`src/acker/table/migrate.rs`): a mover CASes a HELD or LIVE word to FROZEN, adopts the
 //! entry into the successor and CASes FROZEN to MOVED; a claim in a table whose `next` is
 //! set relocates its own new entry; init joins nothing in a migrating table; a message
 //! that meets FROZEN waits and starts again.
 //!
 //! Every model runs on one fixed pair of tables: `old` (two groups of two slots, one group
 //! of overflow under loom) and its successor `next` (four groups), and drives them as the
-//! acker (`src/acker/lean/mod.rs`) does: along the chain `old, next`, creating only in the
+//! acker (`src/acker/engine/mod.rs`) does: along the chain `old, next`, creating only in the
 //! last table, starting again from `old` on `Retry`, and finishing a completion in the
 //! table its `gen` names. Each model asserts exactly-once: the tree completes once, with
 //! its payload and the outcome its messages call for; afterwards neither table holds an
@@ -17,7 +17,7 @@
 //! (in a scratch copy of `src/`), the model fails.
 #![cfg(loom)]
 
-use ackwheel::roots::{
+use ackwheel::table::{
     Applied, Completed, Done, Expiry, Key, Message, Refused, Roots, Stamp, KEY_SHIFT,
 };
 use ackwheel::Outcome;
@@ -106,7 +106,7 @@ impl Pair {
         completions
     }
 
-    /// Lean's `message()`: along the chain, creating only in the last table; `Missing`
+    /// Engine's `message()`: along the chain, creating only in the last table; `Missing`
     /// goes on to the successor, `Retry` starts again from the first table.
     fn message(&self, key: Key, message: Message) -> Vec<(u32, Outcome)> {
         let mut completions = Vec::new();
@@ -133,7 +133,7 @@ impl Pair {
         self.message(key, Message::Ack(xor))
     }
 
-    /// Lean's `init()`: along the chain, claiming a new entry only in the last table;
+    /// Engine's `init()`: along the chain, claiming a new entry only in the last table;
     /// `Refused::Retry` starts again from the first table. Panics unless it joined.
     fn init(&self, key: Key, xor: u64, payload: u32) -> Vec<(u32, Outcome)> {
         let mut completions = Vec::new();

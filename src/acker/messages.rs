@@ -13,7 +13,7 @@
 //! so a batch delays a grace period no longer than one message does. A root that lives
 //! outside its home group, or a table that moved to a successor in the meantime, costs
 //! what it costs one at a time: the prefetch is a hint, and each message is applied by the
-//! same code as [`Acker::ack`], [`Acker::fail`] and [`Acker::reset_timeout`] (`lean/`'s
+//! same code as [`Acker::ack`], [`Acker::fail`] and [`Acker::reset_timeout`] (`engine/`'s
 //! `message_in` and `reset_in`). So batched and one-by-one application deliver the same
 //! completions, with the same payloads, in the same order, and count the same statistics.
 //! The caller's `each` of [`Acker::apply_each`] runs once a chunk is done, outside any
@@ -115,7 +115,7 @@ impl<T: Send + 'static> Acker<T> {
     /// assert_eq!(results, [(0, true), (1, true)]);
     /// ```
     pub fn apply_each(&self, messages: &[Message], mut each: impl FnMut(usize, bool)) {
-        self.lean().apply_each(messages, &mut each);
+        self.engine().apply_each(messages, &mut each);
     }
 
     /// Inits the trees `trees` yields, `(root, xor, payload)`, in order, each exactly as
@@ -142,7 +142,7 @@ impl<T: Send + 'static> Acker<T> {
     where
         I: IntoIterator<Item = (u64, u64, T)>,
     {
-        let lean = self.lean();
+        let engine = self.engine();
         let mut trees = trees.into_iter();
         // Two chunks: the one being inited, and the next, whose lines are on their way.
         let mut now: Vec<(u64, u64, T)> = Vec::with_capacity(AHEAD);
@@ -153,7 +153,7 @@ impl<T: Send + 'static> Acker<T> {
             for (root, tree) in roots.iter_mut().zip(chunk.iter()) {
                 *root = tree.0;
             }
-            lean.prefetch_roots(&roots[..chunk.len()]);
+            engine.prefetch_roots(&roots[..chunk.len()]);
         };
         fill(&mut next, &mut trees);
         let mut index = 0;
@@ -161,7 +161,7 @@ impl<T: Send + 'static> Acker<T> {
             std::mem::swap(&mut now, &mut next);
             fill(&mut next, &mut trees);
             for (root, xor, payload) in now.drain(..) {
-                each(index, lean.init(root, xor, payload, None));
+                each(index, engine.init(root, xor, payload, None));
                 index += 1;
             }
         }

@@ -4,26 +4,52 @@
 //! capacity, shutdown) and the costs are on the public [`Acker`] type's docs; this module's
 //! docs are about how it is built.
 //!
-//! ## Shape
+//! ## The rooms
 //!
-//! This file is the public API; the work is done by the core in [`lean`]:
+//! This file is the public API ([`Acker`], [`AckerBuilder`], [`Outcome`], [`Completion`]);
+//! the work is done in these rooms, each with its rules in its module docs:
 //!
-//! * `hash(root)` picks one of the tables and the root's key in it. A table ([`roots`])
-//!   holds one 16-byte word per slot, key, state and XOR value together ([`word`]), changed
-//!   only by a 128-bit CAS: an ack is a search of the root's home line and one CAS, and the
-//!   CAS that brings an initialized tree to 0 also completes it. Slots are reused at once:
-//!   no grace period, no reclamation.
-//! * Timers are lazy: a new entry goes into its creator's per-thread batch ([`batches`]),
-//!   which drops what completed within a tick or two and hands the rest to the one reaper
-//!   thread, whose wheel ([`buckets`]) re-checks each against its slot when due. The reaper
-//!   sleeps until its wheel's next deadline (a tick at a time while batches hold entries,
-//!   which a thread whose batch turns non-empty wakes it for), and not at all when nothing
-//!   is pending.
-//! * Tables start small and follow what is pending: they grow by a quarter and shrink to
-//!   2/3, entries moving to the successor one group at a time while every operation goes
-//!   on; a retired table is freed after a grace period ([`batches`], "Grace periods").
-//! * `max_pending` is kept as credits in per-thread stripes ([`credits`]): a claim takes
-//!   one, emptying the slot gives it back, and the bound stays exact.
+//! * [`engine`]: the engine every call delegates to, [`engine::Engine`]. It places a root
+//!   ([`engine::layout`]: a bijective mix picks its table and its key there), runs the
+//!   operations, grows and shrinks the tables ([`engine::growth`], [`engine::tables`]),
+//!   delivers completions ([`engine::deliver`]), runs the reaper ([`engine::reaper`]) and
+//!   shuts down ([`engine::shutdown`]); time in ticks ([`engine::ticks`],
+//!   [`engine::anchor`]) and messages in batches ([`engine::batched`]) are its too.
+//! * [`table`]: one lock-free hash table of roots, [`table::Roots`]. A slot is one 16-byte
+//!   word, key, state and XOR value together ([`table::word`]), changed only by a 128-bit
+//!   CAS: an ack is a search of the root's home line and one CAS, and the CAS that brings
+//!   an initialized tree to 0 also completes it. Slots are reused at once: no grace period,
+//!   no reclamation. Its files: the probe window, init, twin claims, a slot's times and
+//!   deadlines, taking a payload, migration to a successor, the lines in memory.
+//! * [`timers`]: what the reaper keeps: one timer per group of slots, not per tree
+//!   ([`timers::groups`]), in a compact hierarchical wheel ([`timers::wheel`]).
+//! * [`batches`]: what each thread keeps per acker: its timer hand-off (a new entry waits
+//!   in its creator's batch for a tick or two, and only one that outlives that reaches the
+//!   reaper), and the marks of its operations in progress, on which the grace periods, the
+//!   callback's closing and re-anchoring rest (asymmetric fences,
+//!   [`crate::sync::fences`]).
+//! * [`bound`]: `max_pending`, kept as credits in per-thread stripes: a claim takes one,
+//!   emptying the slot gives it back, and the bound stays exact.
+//! * [`manual`] (a manual acker's next expiration, for whoever drives its passes),
+//!   [`messages`] (the batched API's [`Message`]) and [`stats`] (the counters).
+//!
+//! ## A tree's path
+//!
+//! * **init**: [`Acker::init`] → the engine marks the operation ([`batches`]), places the
+//!   root and calls [`table::Roots`]' init: it joins an orphan's entry or claims a slot (a
+//!   credit from [`bound`]), writes the payload and settles the word. The engine then files
+//!   the entry's timer in the thread's batch.
+//! * **ack**: [`Acker::ack`] → the engine finds the root's entry in its table and XORs the
+//!   value in with one CAS. The CAS that reaches 0 claims the completion: the engine takes
+//!   the payload, frees the slot, counts, and calls `on_complete`
+//!   ([`engine::deliver`]).
+//! * **timeout**: the reaper thread ([`engine::reaper`]) collects the batches' entries
+//!   into its wheel; when a group's tick is due it asks the table about each slot of the
+//!   group ([`table::Judge`]), and a tree past its deadline completes as `TimedOut`,
+//!   delivered as an ack's completion is.
+//! * **growth**: a claim that finds its table crowded starts a successor; operations and
+//!   the reaper move its groups one at a time, and the old table is freed after a grace
+//!   period ([`batches`], "Grace periods").
 //!
 //! ## Memory per pending root
 //!
@@ -35,24 +61,20 @@
 //! 8-byte entry that carries its tick's offset in its bucket in its tag's top bits, a
 //! 4-byte offset beside it only for deadlines over 4,096 ticks away, and growth slack), and the
 //! batches a few bytes per tree in their last tick or two; what a burst left behind is
-//! given back. The stress harness's memory phase measures the total and these parts
-//! (`docs/acker-second-generation.md`).
+//! given back. The stress harness's memory phase measures the total and these parts.
 
 #[allow(dead_code)] // parts used by the loom models and the tests only
 pub(crate) mod batches;
-mod buckets;
-mod credits;
+mod bound;
 #[cfg_attr(not(feature = "tokio"), allow(unused_imports))]
-pub(crate) use credits::stripe_index;
-mod driven;
-pub(crate) mod fences;
-mod lean;
+pub(crate) use bound::stripe_index;
+mod engine;
+mod manual;
 mod messages;
-#[allow(dead_code)] // parts used by the loom models, the tests and the `roots` bench only
-pub(crate) mod roots;
 mod stats;
-#[allow(dead_code)] // parts used by the loom models and the tests only
-pub(crate) mod word;
+#[allow(dead_code)] // parts used by the loom models, the tests and the `table` bench only
+pub(crate) mod table;
+mod timers;
 
 use std::fmt;
 use std::time::Duration;
@@ -169,7 +191,7 @@ impl<T> fmt::Debug for AckerBuilder<T> {
 /// (the ticks' own bound, `lean::MAX_TIMEOUT_TICKS`, is checked at build).
 const MAX_TIMEOUT_NS: u64 = 1 << 62;
 /// Slot indices are `u32` in the timers' entries, and the largest table holds `max_pending`
-/// at a load of 2/3 (rounded to groups, `lean::Lean::room_table_slots`): 2^30 keeps every
+/// at a load of 2/3 (rounded to groups, `lean::Engine::room_table_slots`): 2^30 keeps every
 /// timer entry's table and slot within 32 bits.
 const MAX_PENDING: usize = 1 << 30;
 /// The coarsest tick, 2^43 ns (about 2.4 h): the wheels' coarsest level then spans 2^62 ns,
@@ -313,7 +335,7 @@ impl<T: Send + 'static> AckerBuilder<T> {
 
     fn build_with(self, manual: bool) -> Result<Acker<T>, ConfigError> {
         let (timeout_ns, resolution_ns, shards) = self.checked()?;
-        let max_timeout = lean::MAX_TIMEOUT_TICKS.saturating_mul(resolution_ns);
+        let max_timeout = engine::MAX_TIMEOUT_TICKS.saturating_mul(resolution_ns);
         if timeout_ns > max_timeout {
             return Err(ConfigError::TooLarge {
                 param: "timeout",
@@ -324,7 +346,7 @@ impl<T: Send + 'static> AckerBuilder<T> {
                 ),
             });
         }
-        let config = lean::Config {
+        let config = engine::Config {
             tables: shards,
             max_pending: self.max_pending,
             timeout_ns,
@@ -337,7 +359,7 @@ impl<T: Send + 'static> AckerBuilder<T> {
             manual,
         };
         Ok(Acker {
-            handle: lean::Handle::start(config)?,
+            handle: engine::Handle::start(config)?,
         })
     }
 }
@@ -349,7 +371,7 @@ impl<T: Send + 'static> AckerBuilder<T> {
 ///
 /// * **A tree is a root id and a 64-bit value**, the XOR of init's `xor` and every ack's
 ///   `xor`. Give every edge (every tuple, every sub-task) a random 64-bit id
-///   ([`edge_id`](crate::edge_id)): init with the XOR of the first edges, and have each
+///   ([`edge_id`](crate::edge_id())): init with the XOR of the first edges, and have each
 ///   edge's ack carry its own id XORed with the ids of the edges it emitted. The value is 0
 ///   exactly when every edge has been acked, except with probability 2^-64 per message
 ///   (Storm's argument). Small or sequential ids break this: `1 ^ 2 ^ 3 == 0`.
@@ -405,7 +427,7 @@ impl<T: Send + 'static> AckerBuilder<T> {
 ///
 /// * **Do not reuse a root** while a message of its earlier use may still arrive: at least
 ///   a timeout after the tree completed, longer if messages can be delayed further.
-/// * **Use a random root per tree** ([`edge_id`](crate::edge_id) gives one), not a request
+/// * **Use a random root per tree** ([`edge_id`](crate::edge_id()) gives one), not a request
 ///   id that a client's retry repeats; keep your own id in the payload.
 /// * **Watch [`AckerStats::orphans_joined`]** against the inits: merges are normal when
 ///   sub-tasks overtake their init, but a rise together with `timed_out` points at reused
@@ -477,7 +499,7 @@ impl<T: Send + 'static> AckerBuilder<T> {
 /// );
 /// ```
 pub struct Acker<T: Send + 'static = u32> {
-    handle: Arc<lean::Handle<T>>,
+    handle: Arc<engine::Handle<T>>,
 }
 
 impl<T: Send + 'static> Clone for Acker<T> {
@@ -490,7 +512,7 @@ impl<T: Send + 'static> Clone for Acker<T> {
 
 impl<T: Send + 'static> fmt::Debug for Acker<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(&self.handle.lean, f)
+        fmt::Debug::fmt(&self.handle.engine, f)
     }
 }
 
@@ -502,8 +524,8 @@ impl<T: Send + 'static> Acker<T> {
     }
 
     #[inline]
-    fn lean(&self) -> &lean::Lean<T> {
-        &self.handle.lean
+    fn engine(&self) -> &engine::Engine<T> {
+        &self.handle.engine
     }
 
     /// Storm's ACKER_INIT: XORs `xor` into the root's value and attaches the payload.
@@ -526,7 +548,7 @@ impl<T: Send + 'static> Acker<T> {
     /// assert_eq!(full.into_payload(), "no room"); // nothing is lost
     /// ```
     pub fn init(&self, root: u64, xor: u64, payload: T) -> Result<(), InitError<T>> {
-        self.lean().init(root, xor, payload, None)
+        self.engine().init(root, xor, payload, None)
     }
 
     /// [`init`](Self::init) with this tree's own timeout (also used by `reset_timeout`).
@@ -540,18 +562,18 @@ impl<T: Send + 'static> Acker<T> {
         timeout: Duration,
     ) -> Result<(), InitError<T>> {
         let timeout = duration_nanos(timeout).clamp(1, MAX_TIMEOUT_NS);
-        self.lean().init(root, xor, payload, Some(timeout))
+        self.engine().init(root, xor, payload, Some(timeout))
     }
 
     /// Storm's ACKER_ACK. `true` iff this call completed the tree (Acked). An ack for an
     /// unknown root is held as an orphan until its init arrives or its deadline passes.
     pub fn ack(&self, root: u64, xor: u64) -> bool {
-        self.lean().ack(root, xor)
+        self.engine().ack(root, xor)
     }
 
     /// Storm's ACKER_FAIL. `true` iff this call completed the tree (Failed).
     pub fn fail(&self, root: u64) -> bool {
-        self.lean().fail(root)
+        self.engine().fail(root)
     }
 
     /// Storm's ACKER_RESET_TIMEOUT: deadline = now + the tree's timeout. `true` iff the root
@@ -578,7 +600,7 @@ impl<T: Send + 'static> Acker<T> {
     /// assert!(!acker.reset_timeout(5)); // gone
     /// ```
     pub fn reset_timeout(&self, root: u64) -> bool {
-        self.lean().reset_timeout(root)
+        self.engine().reset_timeout(root)
     }
 
     /// Orphans held now: entries of acks or fails whose init has not come (nor their
@@ -601,7 +623,7 @@ impl<T: Send + 'static> Acker<T> {
     /// assert_eq!((acker.pending(), acker.orphans_held()), (1, 0));
     /// ```
     pub fn orphans_held(&self) -> usize {
-        self.lean().orphans_held()
+        self.engine().orphans_held()
     }
 
     /// Entries held now: initialized trees not yet completed, and orphans (acks or fails
@@ -611,7 +633,7 @@ impl<T: Send + 'static> Acker<T> {
     /// delivered, call [`wait_delivered`](Self::wait_delivered) after seeing 0. After
     /// [`shutdown`](Self::shutdown) has returned it is 0.
     pub fn pending(&self) -> usize {
-        self.lean().pending()
+        self.engine().pending()
     }
 
     /// Returns once every completion decided before the call has been delivered: each of
@@ -650,7 +672,7 @@ impl<T: Send + 'static> Acker<T> {
     /// # for w in workers { w.join().unwrap(); }
     /// ```
     pub fn wait_delivered(&self) {
-        self.lean().wait_delivered()
+        self.engine().wait_delivered()
     }
 
     /// Counters since the acker was built, and what is pending now. Sums a few per-thread
@@ -667,7 +689,7 @@ impl<T: Send + 'static> Acker<T> {
     /// println!("{stats}"); // pending 0, acked 1, failed 0, ...
     /// ```
     pub fn stats(&self) -> AckerStats {
-        self.lean().stats()
+        self.engine().stats()
     }
 
     /// Manual mode: one reaper pass at `clock.now()`; returns the timeouts it delivered
@@ -678,7 +700,7 @@ impl<T: Send + 'static> Acker<T> {
     /// moves growing tables on; call it at least once per `resolution` tick to keep
     /// timeouts punctual (see the crate's `tokio` feature for a task that sleeps exactly).
     pub fn expire(&self) -> usize {
-        self.lean().expire()
+        self.engine().expire()
     }
 
     /// Reaper wake-ups that found nothing to do, since build: what an idle acker costs.
@@ -687,7 +709,7 @@ impl<T: Send + 'static> Acker<T> {
     /// so on an idle acker this stays flat; a count that climbs while nothing is due is a
     /// bug worth reporting. (Manual ackers have no reaper: always 0.)
     pub fn idle_wakeups(&self) -> u64 {
-        self.lean().idle_wakeups()
+        self.engine().idle_wakeups()
     }
 
     /// Times the acker re-anchored its clock since build: once after each stall (a
@@ -696,27 +718,27 @@ impl<T: Send + 'static> Acker<T> {
     /// 6 days at the default 1 ms, 9 minutes at 1 µs). A healthy acker whose reaper runs
     /// never needs one.
     pub fn reanchorings(&self) -> u64 {
-        self.lean().reanchored()
+        self.engine().reanchored()
     }
 
     /// Panics caught in the reaper's passes (a clock that panicked) and reaper threads lost
     /// to one.
     #[doc(hidden)]
     pub fn reaper_panics(&self) -> u64 {
-        self.lean().reaper_panics()
+        self.engine().reaper_panics()
     }
 
     /// Slots the acker's tables hold now (they follow what is pending): for tests and the
     /// stress harness's memory report.
     #[doc(hidden)]
     pub fn table_slots(&self) -> usize {
-        self.lean().slots()
+        self.engine().slots()
     }
 
     /// Table migrations started so far, to grow and to shrink.
     #[doc(hidden)]
     pub fn table_migrations(&self) -> (u64, u64) {
-        self.lean().migrations()
+        self.engine().migrations()
     }
 
     /// Whether operations mark themselves with asymmetric fences (`membarrier`) rather than
@@ -724,7 +746,7 @@ impl<T: Send + 'static> Acker<T> {
     #[doc(hidden)]
     #[cfg(not(loom))]
     pub fn asymmetric_fences(&self) -> bool {
-        fences::Fences::detect() == fences::Fences::Asymmetric
+        crate::sync::fences::Fences::detect() == crate::sync::fences::Fences::Asymmetric
     }
 
     /// Process-wide memory barriers (Linux `membarrier`) that failed, since build.
@@ -737,21 +759,21 @@ impl<T: Send + 'static> Acker<T> {
     /// for example): memory is freed later than it could be. Always 0 where the acker uses
     /// plain fences instead (no `membarrier`).
     pub fn grace_barrier_failures(&self) -> u64 {
-        self.lean().barrier_failures()
+        self.engine().barrier_failures()
     }
 
     /// Bytes held by the tables' current generations, their successors, retired generations
     /// and the reaper's wheel: the stress harness's memory breakdown.
     #[doc(hidden)]
     pub fn memory_parts(&self) -> [usize; 4] {
-        self.lean().memory_parts()
+        self.engine().memory_parts()
     }
 
     /// Entries in the reaper's wheel (one per group of slots with roots it must look at):
     /// lets tests check that the wheel stays bounded.
     #[doc(hidden)]
     pub fn scheduled_timers(&self) -> usize {
-        self.lean().scheduled_timers()
+        self.engine().scheduled_timers()
     }
 
     /// Roots in the tables (pending, or a copy being moved) whose group's filed timer is due
@@ -760,14 +782,14 @@ impl<T: Send + 'static> Acker<T> {
     /// that no timer is lost. A walk of every table.
     #[doc(hidden)]
     pub fn covered_roots(&self) -> usize {
-        self.lean().covered_roots()
+        self.engine().covered_roots()
     }
 
     /// The `(table, 0)` a root lives in: lets the loom models pick roots that share a
     /// table (its group is not fixed: tables grow).
     #[doc(hidden)]
     pub fn placement(&self, root: u64) -> (usize, usize) {
-        self.lean().placement(root)
+        self.engine().placement(root)
     }
 
     /// Stops and joins the reaper, then hands back every initialized, uncompleted tree as

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use crossbeam_utils::CachePadded;
 
-use super::credits;
+use crate::acker::bound;
 use crate::sync::{AtomicU64, Ordering};
 
 /// Counters since the acker was built, from [`Acker::stats`](crate::Acker::stats): what an operator charts.
@@ -101,7 +101,7 @@ impl fmt::Display for Readable {
 /// Counters, summed by `stats()`. One set per credit stripe, each thread counting in its
 /// own (as it takes and gives credits), so that threads completing trees in the same shards
 /// do not pass one cache line back and forth (per shard, two threads did).
-/// [`Counters::of`] picks the calling thread's.
+/// [`own_stripe`](crate::acker::bound::own_stripe) picks the calling thread's.
 #[derive(Debug, Default)]
 pub(super) struct Counters {
     pub(super) acked: AtomicU64,
@@ -120,7 +120,7 @@ impl Counters {
     /// The calling thread's set among `all` (its credit stripe's).
     #[inline]
     pub(super) fn own(all: &[CachePadded<Counters>]) -> &Counters {
-        let own: &CachePadded<Counters> = credits::own_stripe(all);
+        let own: &CachePadded<Counters> = bound::own_stripe(all);
         own
     }
 

@@ -1,11 +1,11 @@
-//! [`MonotonicClock`](super::MonotonicClock) readings bounded from the CPU's time-stamp
+//! [`MonotonicClock`] readings bounded from the CPU's time-stamp
 //! counter, for callers that only need to know which tick of a coarse timeline they are in
 //! (the Acker's callers: one stamp when a root is created, one `elapsed` when it completes).
 //!
 //! `clock_gettime` costs 23-36 ns on the development VM, `rdtsc` about 9. Each thread keeps
 //! an *anchor*: the counter and the clock's reading taken together at its last real read.
 //! A later call reads only the counter and turns the cycles since the anchor into a range
-//! of nanoseconds, with the counter's rate known to within [`MARGIN`]: `bounds` returns
+//! of nanoseconds, with the counter's rate known to within 1/64 ([`MARGIN_SHIFT`]): `bounds` returns
 //! `(lo, hi)` with the true reading at most `hi`. When both ends fall in one tick, that
 //! tick is the caller's; when they straddle a boundary the caller reads the clock for real
 //! (and so anchors again), about once a tick per thread.

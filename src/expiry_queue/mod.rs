@@ -111,7 +111,7 @@ type BucketShard<E> = CachePadded<Mutex<HashMap<u64, HashSet<E, RandomState>, Ra
 ///   moving next-expiration on by one interval: after a pause, call it until
 ///   [`wait_time`](Self::wait_time) is non-zero (or use [`wait`](Self::wait)). Two pollers
 ///   never take one bucket; each element comes out once.
-/// * **Time** is `u64` nanoseconds of the queue's [`Clock`](crate::Clock) on a wrapping
+/// * **Time** is `u64` nanoseconds of the queue's [`Clock`] on a wrapping
 ///   timeline: any origin works; timeouts above [`MAX_TIMEOUT`] are clamped to it.
 ///
 /// # Costs

@@ -63,7 +63,7 @@ use crate::zeroed::Slice;
 /// # Safety
 ///
 /// Outside loom, all-zero bytes are a valid `Self`, the same as `fresh()`: a page's cells
-/// are zero pages from the system ([`Zeroed`]). Under loom, whose atomics are not plain
+/// are zero pages from the system ([`Zeroed`](crate::zeroed::Zeroed)). Under loom, whose atomics are not plain
 /// memory, they are built by `fresh`.
 pub unsafe trait Fresh {
     #[cfg_attr(not(loom), allow(dead_code))]
@@ -99,7 +99,7 @@ const CHUNK_BITS: u32 = 12;
 #[cfg(loom)]
 const CHUNK_BITS: u32 = 2;
 
-/// The bytes of cells a page holds: each page is a mapping of its own ([`Zeroed`]), one
+/// The bytes of cells a page holds: each page is a mapping of its own ([`Zeroed`](crate::zeroed::Zeroed)), one
 /// `mmap` and `munmap` per this many bytes of cells (512 of 32 B).
 const PAGE_BYTES: usize = 16 << 10;
 

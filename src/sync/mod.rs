@@ -85,6 +85,7 @@ impl<T: ?Sized> UnsafeCell<T> {
 #[cfg(not(loom))]
 mod atomic_u128;
 mod backoff;
+pub(crate) mod fences;
 /// A spin lock for short, mostly uncontended critical sections (under loom, loom's mutex).
 #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
 mod spin;

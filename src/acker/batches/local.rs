@@ -9,7 +9,7 @@ use std::cell::{Cell, RefCell};
 #[cfg(not(loom))]
 use super::Batch;
 use super::{Active, Batches, Entry, Pushed};
-use crate::acker::roots::Tick;
+use crate::acker::table::Tick;
 #[cfg(not(loom))]
 use crate::sync::{Arc, Ordering};
 

@@ -20,7 +20,7 @@
 //! never reaches the reaper, which does no work for it (it used to get every tree older
 //! than one tick, and a lifecycle of a millisecond then cost the reaper's reads of lines
 //! the workers were writing). The reaper reads its line only when a long-lived group mate
-//! comes due (`lean/timers.rs`).
+//! comes due (`timers/groups.rs`).
 //!
 //! ## A thread that goes quiet
 //!
@@ -57,7 +57,7 @@
 //!
 //! ## Grace periods
 //!
-//! The same marks retire tables (`lean/tables.rs`): after a promotion makes an old table
+//! The same marks retire tables (`engine/tables.rs`): after a promotion makes an old table
 //! unreachable, [`Batches::grace`] runs the heavy fence and notes every thread inside an
 //! operation, with the count of outermost operations it has begun; the old table is freed
 //! once each of those threads was seen outside that operation (its depth 0, or its count
@@ -67,7 +67,7 @@
 //!
 //! ## Re-anchoring
 //!
-//! The acker's stored ticks are `u32`s read against a published anchor (`lean/anchor.rs`);
+//! The acker's stored ticks are `u32`s read against a published anchor (`engine/anchor.rs`);
 //! after a stall the anchor must move and the stored ticks with it, while no operation
 //! reads or writes them. The re-anchoring thread stores `moving`, runs the heavy fence and
 //! waits until every other thread is *quiescent*: outside any operation, or inside the
@@ -88,12 +88,12 @@
 //! one sees the other: no entry waits for a reaper that sleeps forever. That fence is paid
 //! once per tick per busy thread, not per tree.
 
-use super::fences::Fences;
+use crate::sync::fences::Fences;
 use crate::sync::{
     fence, Arc, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Mutex, Ordering, UnsafeCell,
 };
 
-use super::roots::{reached, Tick};
+use crate::acker::table::{reached, Tick};
 
 /// A new entry, for the reaper to find again: its slot (across the acker's tables) and a
 /// tag: its table's generation and 18 bits of its root's key, which tell nearly every
@@ -644,7 +644,7 @@ impl Batches {
     }
 
     /// Begins a grace period, after the caller made something unreachable for operations
-    /// that begin from now on (a retired table, `lean/`): notes the threads inside an
+    /// that begin from now on (a retired table, `engine/`): notes the threads inside an
     /// operation now. Once [`grace_over`](Self::grace_over), every operation that could
     /// have reached it has ended.
     ///

@@ -124,11 +124,11 @@ fn an_adjust_word_follows_its_open_word_on_another_threads_lane() {
         let root = 40 + orphan_lane as u64;
         std::thread::scope(|s| {
             s.spawn(|| {
-                credits::set_stripe_index(orphan_lane);
+                bound::set_stripe_index(orphan_lane);
                 assert!(!acker.ack(root, 0b01)); // held, due in 30 s
             });
         });
-        credits::set_stripe_index(init_lane);
+        bound::set_stripe_index(init_lane);
         acker
             .init_with_timeout(root, 0b11, 7, Duration::from_secs(1))
             .unwrap();
@@ -202,7 +202,7 @@ fn timeouts_are_never_early_and_reset_moves_the_deadline() {
 
 /// Deadlines in the levels of the reaper's wheel a timeout reaches: levels 1 and 2, whose
 /// entries carry their tick offsets in their own bits, and levels 3 and 4, which keep them
-/// beside the entries (`buckets.rs`, "Memory"). Each tree times out at its deadline's tick, not two
+/// beside the entries (`timers/wheel.rs`, "Memory"). Each tree times out at its deadline's tick, not two
 /// ticks before, and not later, with passes run on the way (cascading each entry).
 #[test]
 fn deadlines_in_every_level_of_the_wheel_time_out_on_their_tick() {
@@ -637,7 +637,7 @@ fn model_test_against_a_sequential_reference() {
                     clock.set(origin.wrapping_add(now));
                     let delivered = acker.expire();
                     // Deadlines are a tick later than the model's: a first message's tick
-                    // may be up to one tick old (`lean/`).
+                    // may be up to one tick old (`engine/`).
                     let late = TICK;
                     let due: Vec<u64> = model
                         .iter()

@@ -314,7 +314,7 @@ fn a_window_full_of_live_trees_is_refused_without_waiting() {
 
 /// Random roots fill a table to `max_pending` without one refusal: tables at a load of 4/5
 /// at the brim, probe windows of 64 groups of 4 slots, and growth for room up to a load of
-/// 2/3 absorb the clustering of a table filled to the brim (`lean/`, "The bound, and
+/// 2/3 absorb the clustering of a table filled to the brim (`engine/`, "The bound, and
 /// growth").
 #[test]
 fn random_roots_fill_max_pending_without_a_refusal() {

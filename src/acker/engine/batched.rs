@@ -1,0 +1,84 @@
+//! Messages in batches (`Acker::apply`, `Acker::init_each`): the next chunk's roots placed
+//! and their home lines prefetched while the current chunk is applied, each message by the
+//! same code as one at a time (`message_in`, `reset_in`) in an operation of its own, so
+//! that a batch holds back a grace period (a migration's hand-over, a retired generation's
+//! release) no longer than one message does.
+
+use super::{Engine, Message};
+use crate::acker::messages::{Message as PublicMessage, AHEAD};
+use crate::acker::table::word::Key;
+
+impl<T: Send + 'static> Engine<T> {
+    /// Applies `messages` in order, a chunk of [`AHEAD`] at a time, with the next chunk
+    /// placed and prefetched first; `each(index, result)` for a chunk's messages once the
+    /// chunk is applied, outside any operation (it is the caller's code, like a callback).
+    pub(in crate::acker) fn apply_each(
+        &self,
+        messages: &[PublicMessage],
+        each: &mut dyn FnMut(usize, bool),
+    ) {
+        let mut placed = [(0, Key::new(0)); AHEAD];
+        let mut next = [(0, Key::new(0)); AHEAD];
+        self.place_ahead(
+            messages.get(..AHEAD.min(messages.len())).unwrap_or(&[]),
+            &mut next,
+        );
+        for (c, chunk) in messages.chunks(AHEAD).enumerate() {
+            std::mem::swap(&mut placed, &mut next);
+            let first = c * AHEAD;
+            let mut results = [false; AHEAD];
+            let after = messages.get(first + AHEAD..).unwrap_or(&[]);
+            self.place_ahead(&after[..after.len().min(AHEAD)], &mut next);
+            for ((message, &(table, key)), result) in chunk.iter().zip(&placed).zip(&mut results) {
+                let active = self.batches.enter();
+                *result = match *message {
+                    PublicMessage::Ack { xor, .. } => {
+                        self.message_in(&active, table, key, Message::Ack(xor))
+                    }
+                    PublicMessage::Fail { .. } => {
+                        self.message_in(&active, table, key, Message::Fail)
+                    }
+                    PublicMessage::ResetTimeout { .. } => self.reset_in(table, key),
+                };
+            }
+            for (i, &result) in results[..chunk.len()].iter().enumerate() {
+                each(first + i, result);
+            }
+        }
+    }
+
+    /// Prefetches the home lines of `roots` in their tables' current generations
+    /// (`Acker::init_each`).
+    pub(in crate::acker) fn prefetch_roots(&self, roots: &[u64]) {
+        self.prefetch_homes(roots.iter().copied(), |_, _| {});
+    }
+
+    /// Places `messages`' roots into `placed` and prefetches their home lines.
+    #[inline]
+    fn place_ahead(&self, messages: &[PublicMessage], placed: &mut [(usize, Key); AHEAD]) {
+        self.prefetch_homes(messages.iter().map(PublicMessage::root), |i, place| {
+            placed[i] = place;
+        });
+    }
+
+    /// Places each of `roots`, prefetches its home line in its table's current generation
+    /// and hands `placed(index, (table, key))` the placement.
+    #[inline]
+    fn prefetch_homes(
+        &self,
+        roots: impl ExactSizeIterator<Item = u64>,
+        mut placed: impl FnMut(usize, (usize, Key)),
+    ) {
+        if roots.len() == 0 {
+            return;
+        }
+        let _active = self.batches.enter();
+        for (i, root) in roots.enumerate() {
+            let (table, key) = self.layout.place(root);
+            // Safety: inside the operation `_active` marks (the prefetch reads nothing).
+            let roots = unsafe { self.tables[table].current() };
+            roots.prefetch(key);
+            placed(i, (table, key));
+        }
+    }
+}

@@ -1,0 +1,165 @@
+//! A completion's last steps, on the thread whose CAS completed the tree (or the reaper's,
+//! for a timeout): the payload is taken and the slot freed before anything that can panic
+//! (the clock, the callback), so a panic loses no completion and leaks no slot; then the
+//! statistics, and the callback if the calling operation found it open. A completion is
+//! always counted before its callback runs; the reaper counts a pass's timeouts all at once,
+//! before the first.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use super::Engine;
+use crate::acker::table::{full_near, Completed, Roots};
+use crate::acker::{Completion, Outcome};
+use crate::sync::Ordering;
+
+impl<T: Send + 'static> Engine<T> {
+    /// Finishes a completion claimed in `roots` (a generation of `table`): takes the
+    /// payload, frees the slot, counts and delivers. `now` is the reaper's tick for a
+    /// timeout (it has it), else the clock is read. `open`: the calling operation's
+    /// [`Active::open`](crate::acker::batches::Active::open): it may call the callback.
+    #[inline]
+    pub(super) fn deliver(
+        &self,
+        table: usize,
+        roots: &Roots<T>,
+        completed: Completed,
+        now: Option<u64>,
+        open: bool,
+    ) {
+        self.finish_completion(table, roots, completed, now, open, true);
+    }
+
+    /// The timeouts of one reaper pass at full tick `now`: counted first, all at once (three
+    /// statistics' RMWs a pass rather than a tree: locked operations that would each stall
+    /// the pass's cache misses behind them), then delivered one by one. Counted before the
+    /// first callback, as [`deliver`](Self::deliver) counts before its own.
+    pub(super) fn deliver_timeouts(
+        &self,
+        timed_out: Vec<(usize, &Roots<T>, Completed)>,
+        now: u64,
+        open: bool,
+    ) {
+        if timed_out.is_empty() {
+            return;
+        }
+        let (mut late_max, mut late_total) = (0, 0);
+        for (_, roots, completed) in &timed_out {
+            let late = lateness(roots, completed.slot, self.anchor(), now);
+            late_max = late_max.max(late);
+            late_total += late;
+        }
+        let counters = self.counters();
+        // Relaxed (all three): statistics.
+        counters.lateness_max.fetch_max(late_max, Ordering::Relaxed);
+        counters
+            .lateness_total
+            .fetch_add(late_total, Ordering::Relaxed);
+        counters
+            .timed_out
+            .fetch_add(timed_out.len() as u64, Ordering::Relaxed);
+        for (table, roots, completed) in timed_out {
+            self.finish_completion(table, roots, completed, Some(now), open, false);
+        }
+    }
+
+    /// [`deliver`](Self::deliver), counting the completion unless `count` is false (its
+    /// caller counted it).
+    #[inline]
+    fn finish_completion(
+        &self,
+        table: usize,
+        roots: &Roots<T>,
+        completed: Completed,
+        now: Option<u64>,
+        open: bool,
+        count: bool,
+    ) {
+        let Completed {
+            slot, key, outcome, ..
+        } = completed;
+        let stamp = roots.times(slot);
+        let own_timeout = roots.timeout_of(slot);
+        // Safety: `completed` is a completion this acker's call claimed, finished once here.
+        let payload = unsafe { roots.take(slot) };
+        // Safety: the same completion, freed once, after its take.
+        unsafe { roots.free(slot, key) };
+        // The tree is complete and its slot free: a clock that panics now must not lose the
+        // completion. It is delivered (elapsed 0), and then the panic goes on to the caller.
+        let (now, clock_panic) = match now {
+            Some(now) => (Some(now), None),
+            // The counter's path reads `MonotonicClock`, which does not panic.
+            None if self.tsc_ticks => (Some(self.caller_full()), None),
+            None => match catch_unwind(AssertUnwindSafe(|| self.clock.now())) {
+                Ok(ns) => (Some(self.ticks.full(ns)), None),
+                Err(panic) => (None, Some(panic)),
+            },
+        };
+        // From the start in full ticks (`times.rs`: it never aliases, whatever the tree's
+        // life); a clock that stepped back below the start gives 0.
+        let ticks = match (stamp, now) {
+            (Some(stamp), Some(now)) => stamp.age(self.anchor(), now),
+            _ => 0,
+        };
+        let mut elapsed = self.ticks.nanos(ticks);
+        if outcome == Outcome::TimedOut {
+            // Never less than the timeout (the deadline was reached: this only undoes the
+            // rounding of ticks).
+            let timeout = self
+                .ticks
+                .nanos(u64::from(own_timeout.unwrap_or(self.timeout) - 1));
+            elapsed = elapsed.max(timeout);
+        }
+        if count {
+            let counters = self.counters();
+            // Relaxed (all of them): statistics.
+            match outcome {
+                Outcome::Acked => counters.acked.fetch_add(1, Ordering::Relaxed),
+                Outcome::Failed => counters.failed.fetch_add(1, Ordering::Relaxed),
+                Outcome::TimedOut => {
+                    let anchor = self.anchor();
+                    let late = now.map_or(0, |now| lateness(roots, slot, anchor, now));
+                    counters.lateness_max.fetch_max(late, Ordering::Relaxed);
+                    counters.lateness_total.fetch_add(late, Ordering::Relaxed);
+                    counters.timed_out.fetch_add(1, Ordering::Relaxed)
+                }
+            };
+        }
+        let completion = Completion {
+            root: self.layout.root(table, key),
+            payload,
+            outcome,
+            elapsed,
+        };
+        // Caught: a panicking callback, or payload drop when there is none, must not unwind
+        // through an acker operation (or end the reaper).
+        let callback = if open {
+            // Safety: the calling operation found the callback open, so shutdown drops it
+            // only after this operation ends (`batches.rs`, "Closing the callback").
+            unsafe { &*self.on_complete.get() }.as_ref()
+        } else {
+            None
+        };
+        let delivered = catch_unwind(AssertUnwindSafe(|| match callback {
+            Some(f) => f(completion),
+            None => drop(completion),
+        }));
+        if delivered.is_err() {
+            // Relaxed: a statistic.
+            self.counters()
+                .callback_panics
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        if let Some(panic) = clock_panic {
+            std::panic::resume_unwind(panic);
+        }
+    }
+}
+
+/// How many ticks after its deadline's tick `slot`'s timeout at full tick `now` came, its
+/// deadline decoded at `anchor`. (A completed slot keeps its times until it is freed; none
+/// reads as on time.)
+fn lateness<T>(roots: &Roots<T>, slot: usize, anchor: u64, now: u64) -> u64 {
+    roots.deadline(slot).map_or(0, |deadline| {
+        now.saturating_sub(full_near(anchor, deadline))
+    })
+}

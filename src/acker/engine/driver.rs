@@ -1,0 +1,109 @@
+//! A manual acker's passes run by a driver in place of the reaper thread (`src/acker/manual.rs`,
+//! and the tokio feature's `spawn_expiry`): when the next pass has work, as the thread's
+//! sleep decision (`reaper::next_wait`) makes it, the pass itself, and the hook that wakes
+//! a sleeping driver where the thread would be unparked.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::time::Duration;
+
+use super::reaper::{self, Wait};
+use super::Engine;
+use crate::sync::Ordering;
+
+impl<T: Send + 'static> Engine<T> {
+    /// Manual mode: when a pass next has work, as [`reaper::next_wait`] decides it after a
+    /// pass (and with its idle mark: a driver unidles when it wakes, [`Engine::unidle`]).
+    /// `Next::Never` on an acker with a reaper thread, which serves it, and the decision is
+    /// then not made here (marking its reaper idle would only add wake-ups).
+    pub(in crate::acker) fn next_pass(&self) -> Next {
+        if !self.manual {
+            return Next::Never;
+        }
+        if self.stopping() {
+            return Next::Stop;
+        }
+        match reaper::next_wait(self) {
+            Wait::Again => Next::Now,
+            Wait::Tick { from } => Next::At(self.tick_start(from.wrapping_add(1))),
+            // At least a tick, as the thread sleeps: each pass moves the wheel to the
+            // clock's tick, so a driver that sleeps until this never spins.
+            Wait::Ticks { ticks, from } => {
+                Next::At(self.tick_start(from.wrapping_add(ticks.max(1))))
+            }
+            Wait::Forever => Next::Never,
+            Wait::Stop => Next::Stop,
+        }
+    }
+
+    /// The clock time at which full tick `tick` begins (`Ticks::full` of it is `tick`).
+    pub(in crate::acker) fn tick_start(&self, tick: u64) -> u64 {
+        // Bits shifted out wrap, as the clock's timeline does.
+        self.ticks
+            .epoch
+            .wrapping_add(tick.wrapping_sub(1) << self.ticks.shift)
+    }
+
+    /// The clock's reading.
+    pub(in crate::acker) fn now(&self) -> u64 {
+        self.clock.now()
+    }
+
+    /// One tick of the resolution.
+    pub(in crate::acker) fn tick(&self) -> Duration {
+        Duration::from_nanos(1 << self.ticks.shift)
+    }
+
+    /// Manual mode, a driver's pass: the reaper thread's (batches taken once quiet, so
+    /// that trees completing within the hand-off age never reach the wheel, and a push
+    /// wakes the driver at most once a tick per busy thread), counted as the thread's are.
+    /// `false` when it panicked (counted): the driver then waits a tick, as the thread
+    /// does, rather than spin on a clock that keeps panicking.
+    pub(in crate::acker) fn driven_pass(&self) -> bool {
+        match catch_unwind(AssertUnwindSafe(|| reaper::run_once(self, false))) {
+            Ok(pass) => {
+                if !pass.worked {
+                    self.idle_wakeups.fetch_add(1, Ordering::Relaxed); // a statistic
+                }
+                true
+            }
+            Err(_) => {
+                self.reaper_panics.fetch_add(1, Ordering::SeqCst);
+                false
+            }
+        }
+    }
+
+    /// A driver woke (`reaper.rs`, [`reaper::Wait`]).
+    pub(in crate::acker) fn unidle(&self) {
+        self.batches.unidle();
+    }
+
+    /// Manual mode: sets the hook [`Engine::wake_reaper`] calls. `false` when one is set
+    /// already, or the acker has a reaper thread.
+    pub(in crate::acker) fn set_expiry_waker(&self, wake: ExpiryWaker) -> bool {
+        self.manual && self.expiry_waker.set(wake).is_ok()
+    }
+
+    /// Shutdown: a driver asleep must see it.
+    pub(in crate::acker) fn wake_driver(&self) {
+        if let Some(wake) = self.expiry_waker.get() {
+            wake();
+        }
+    }
+}
+
+/// The hook that wakes a task driving a manual acker's passes.
+pub(in crate::acker) type ExpiryWaker = Box<dyn Fn() + Send + Sync>;
+
+/// When a manual acker's next pass has work ([`Engine::next_pass`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(in crate::acker) enum Next {
+    /// Now: entries arrived as the pass finished.
+    Now,
+    /// At this clock time (on the clock's wrapping timeline); earlier when woken.
+    At(u64),
+    /// Nothing pending anywhere (or a reaper thread serves the acker): until woken.
+    Never,
+    /// Shut down: no more passes.
+    Stop,
+}

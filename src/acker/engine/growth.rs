@@ -1,0 +1,400 @@
+//! Growth and shrink as the acker drives them: operations help the oldest migration of
+//! their table's chain, grow the chain's last generation when a claim finds it crowded and
+//! the load calls for it (or unconditionally when it had no room), and move the entries
+//! they stranded; reaper passes finish migrations, promote what has moved, halve tables
+//! whose load stayed low, and free retired generations after their grace period. The
+//! protocol itself is `table/migrate.rs`; the generations' ownership is `tables.rs`.
+
+use std::ptr::NonNull;
+
+use super::tables::chain;
+use super::{Engine, MIN_TABLE_SLOTS};
+use crate::acker::batches::Grace;
+use crate::acker::table::{Done, Roots, Tick, GROUP_SLOTS};
+use crate::sync::Ordering;
+
+/// Groups a reaper pass moves between two finishes of a migration round (`housekeeping`).
+const MOVE_PART: usize = 256;
+
+/// How many ticks a table's load must stay under 1/8 before the reaper shrinks it (to 2/3 of its groups).
+const SHRINK_AFTER: Tick = 256;
+
+/// How often, in nanoseconds, the reaper looks at the load of tables larger than the
+/// smallest while none is low yet: acks and fails that empty a table do not wake the
+/// reaper (that would cost every completion a check), so a reaper asleep until a far
+/// deadline (a 600 s timeout) would keep a burst's tables that long. Ten looks a second
+/// while the tables are large, none once they are back to their smallest.
+const LOOK_AT_LOAD_NS: u64 = 100_000_000;
+
+/// The fewest roots pending at a peak for whose fall the allocator is asked to give memory
+/// back ([`Engine::give_back_memory`]): below it, what a burst leaves is under a few MiB.
+const GIVE_BACK_FROM: usize = 1 << 16;
+
+/// Heap bytes the reaper's structures release (sweeps, trimmed scratch vectors, pruned
+/// filed ticks) before the allocator is asked to give memory back
+/// ([`Engine::give_back_memory`]): a growing acker releases about a fifth of its wheel's
+/// size at each growth.
+const GIVE_BACK_RELEASED: usize = 1 << 18;
+
+/// A generation retired by a promotion, freed (dropped) once its grace period is over.
+pub(super) struct Retired<T> {
+    roots: NonNull<Roots<T>>,
+    pub(super) grace: Grace,
+}
+
+// Safety: a retired generation is owned by this value alone (the table handed it over in
+// its promotion CAS), and a `Roots<T>` may move between threads when `T: Send`.
+unsafe impl<T: Send> Send for Retired<T> {}
+
+impl<T> Drop for Retired<T> {
+    fn drop(&mut self) {
+        // Safety: the table's `Box` of this generation, handed over once by `promote` and
+        // freed once here, after its grace period (or with the acker): no operation holds
+        // a reference into it any more.
+        drop(unsafe { Box::from_raw(self.roots.as_ptr()) });
+    }
+}
+
+impl<T: Send + 'static> Engine<T> {
+    /// The groups a table of `roots`' size grows to: a quarter again as many, up to
+    /// `max_slots`. Growth starts at 3/4 load, so a table that has just grown is 3/5 full:
+    /// 53 B of table per root with a `u32` payload at worst, which keeps a root's memory
+    /// under 64 B at any pending count (half again left 2/4 full tables, 64 B a root
+    /// before any timer). A fill moves each root about four times rather than twice.
+    fn grown(&self, roots: &Roots<T>, max_slots: usize) -> usize {
+        (roots.groups() + roots.groups().div_ceil(4)).min(max_slots / GROUP_SLOTS)
+    }
+
+    /// Groups in every table generation that may hold roots (each chain's current one and
+    /// its successors): a bound on the reaper's live group timers.
+    pub(super) fn groups_in_use(&self) -> usize {
+        let _active = self.batches.enter();
+        let mut groups = 0;
+        for table in self.tables.iter() {
+            // Safety: inside the operation `_active` marks.
+            let current = unsafe { table.current() };
+            groups += chain(current).map(Roots::groups).sum::<usize>();
+        }
+        groups
+    }
+
+    /// Helps the oldest migration in `roots`'s chain (`roots` is `table`'s current
+    /// generation, or was): moves one group, and promotes what has moved entirely.
+    #[inline]
+    pub(super) fn help(&self, table: usize, roots: &Roots<T>, done: &mut Done<'_>) {
+        if roots.successor().is_none() {
+            return;
+        }
+        if let Some(migrating) = chain(roots).find(|g| g.successor().is_some() && !g.moved_all()) {
+            migrating.help_move(done);
+        }
+        self.promote_moved(table);
+    }
+
+    /// Promotes the current generation of `table` while it has moved entirely (a chain
+    /// may hold several such), retiring each.
+    pub(super) fn promote_moved(&self, table: usize) {
+        loop {
+            // Safety: called inside an acker operation.
+            let current = unsafe { self.tables[table].current() };
+            if current.successor().is_none() || !current.moved_all() {
+                return;
+            }
+            if let Some(old) = self.tables[table].promote(current) {
+                let grace = self.batches.grace();
+                let mut retired = self.retired.lock().unwrap_or_else(|e| e.into_inner());
+                // Generations retired earlier are most likely past their grace by now (a
+                // table grows step by step): freed here rather than at the next reaper
+                // pass, so that a table that grows fast does not hold all its past sizes.
+                retired.retain_mut(|r| !self.batches.grace_over(&mut r.grace));
+                retired.push(Retired { roots: old, grace });
+            }
+        }
+    }
+
+    /// After a claim found its table crowded: starts growth of the chain's last generation
+    /// when the pending count per table is over 3/4 of its slots.
+    #[cold]
+    pub(super) fn grow_if_loaded(&self, table: usize, roots: &Roots<T>) {
+        let Some(last) = chain(roots).last() else {
+            return;
+        };
+        let per_table = self.pending() / self.tables.len();
+        if per_table * 4 > last.slots() * 3 && last.slots() < self.max_table_slots {
+            let groups = self.grown(last, self.max_table_slots);
+            self.start_migration(table, last, groups, false);
+        }
+    }
+
+    /// [`Table::start_migration`](super::tables::Table::start_migration), counted.
+    pub(super) fn start_migration(
+        &self,
+        table: usize,
+        from: &Roots<T>,
+        groups: usize,
+        wait: bool,
+    ) -> Option<bool> {
+        let started = self.tables[table].start_migration(from, groups, wait, || self.stopping());
+        if started == Some(true) {
+            let shrink = usize::from(groups < from.groups());
+            self.migrations[shrink].fetch_add(1, Ordering::Relaxed); // a statistic
+        }
+        started
+    }
+
+    /// Migrations started so far: to grow, and to shrink.
+    pub(in crate::acker) fn migrations(&self) -> (u64, u64) {
+        // Relaxed: statistics.
+        let [grown, shrunk] = &self.migrations;
+        (
+            grown.load(Ordering::Relaxed),
+            shrunk.load(Ordering::Relaxed),
+        )
+    }
+
+    /// An operation found no room for its root in the last generation of `roots`'s chain:
+    /// that generation gets a successor a quarter larger, up to `room_table_slots` (past
+    /// the size load alone grows a table to: a root whose probe window is full in a table
+    /// that is not must not be refused below `max_pending`). `false` when it is that large
+    /// (the operation is refused) or the acker is shutting down.
+    #[cold]
+    pub(super) fn make_room(&self, table: usize, roots: &Roots<T>) -> bool {
+        let Some(last) = chain(roots).last() else {
+            return false;
+        };
+        // Past the size load grows a table to, a table is near the brim by design: a
+        // step of an eighth makes room for the clustered window without the quarter.
+        let groups = if last.slots() < self.max_table_slots {
+            self.grown(last, self.max_table_slots)
+        } else {
+            (last.groups() + last.groups().div_ceil(8)).min(self.room_table_slots / GROUP_SLOTS)
+        };
+        last.slots() < self.room_table_slots
+            && self.start_migration(table, last, groups, true).is_some()
+    }
+
+    /// An entry this operation created in `from` while it migrates, with no room in the
+    /// successor (`migrate.rs`): grows the chain and moves it, until it is moved. Only
+    /// shutdown stops that: the entry, which `from` may hold out of its scan's sight (a
+    /// retired generation), is then given up here (module docs, "Shutdown").
+    #[cold]
+    pub(super) fn unstrand(&self, table: usize, from: &Roots<T>, slot: usize, done: &mut Done<'_>) {
+        let mut backoff = crate::sync::Backoff::default();
+        while !from.relocate_stranded(slot, done) {
+            if !self.make_room(table, from) {
+                if self.stopping() {
+                    self.give_up_stranded(table, from, slot);
+                    return;
+                }
+                // As large as a table grows: room comes as trees complete, on threads that
+                // a re-anchoring may hold at their entry: quiescent while it waits (the
+                // stranded entry's times are rewritten in place, and read when it moves).
+                let _paused = self.batches.pause();
+                backoff.wait();
+            }
+        }
+    }
+
+    /// Shutdown came while `slot` of `from` waited for room: a stranded entry is HELD (a
+    /// claim in a migrating table is unjoined before it moves, and no init joins an entry
+    /// of a table with a successor: `migrate.rs`), so it is dropped, giving its credit
+    /// back; were it ever LIVE, its tree is taken back for shutdown to hand back.
+    fn give_up_stranded(&self, table: usize, from: &Roots<T>, slot: usize) {
+        let Some(key) = from.key_in(slot) else {
+            return; // completed, or moved meanwhile
+        };
+        if let Some(payload) = from.take_back(slot, key) {
+            debug_assert!(false, "a stranded entry was LIVE");
+            let root = self.layout.root(table, key);
+            let mut late = self
+                .late_handed_back
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            late.push((root, payload));
+        } else if from.discard(slot, key) {
+            // Relaxed: a statistic.
+            self.counters()
+                .orphans_expired
+                .fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Reaper passes: helps every migration under way (and promotes those that finish),
+    /// shrinks tables whose load stayed low, and frees retired generations whose grace
+    /// period is over. Called inside an acker operation (the pass's), whose `open` says
+    /// whether completions may go to the callback (a move can complete a tree).
+    pub(super) fn housekeeping(&self, now: u64, open: bool) -> bool {
+        // A move may create an entry (a stranded twin's): stamped with the pass's tick,
+        // which is at the anchor (`anchor.rs`).
+        let stamp = self.stamp_at(now);
+        let now = now as Tick;
+        let per_table = self.pending() / self.tables.len();
+        let mut worked = false;
+        for (index, table) in self.tables.iter().enumerate() {
+            // Safety: the caller's contract.
+            let roots = unsafe { table.current() };
+            // Only a load that stayed low for SHRINK_AFTER ticks: a shrink while what is
+            // pending rises again fills the smaller table before its migration ends.
+            if table.low_for(self.shrinkable(roots, per_table), now) >= SHRINK_AFTER {
+                // To 2/3, or straight to a load of 1/4 when what is pending fell further
+                // (a drained acker gives its memory back in one migration, not twenty).
+                let groups = (roots.groups() * 2 / 3)
+                    .min(per_table.div_ceil(GROUP_SLOTS) * 4)
+                    .max(MIN_TABLE_SLOTS / GROUP_SLOTS);
+                worked |= self.start_migration(index, roots, groups, false) == Some(true);
+            }
+            for migrating in chain(roots).filter(|g| g.successor().is_some()) {
+                // In parts, each finished before the next: the timers a part files are
+                // collected in its `Done`, whose vectors a whole round of a large table
+                // would grow to hundreds of KiB on the reaper's heap, which glibc then
+                // keeps (`zeroed.rs`).
+                let groups = migrating.groups();
+                for from in (0..groups).step_by(MOVE_PART) {
+                    let mut done = Done::stamped(stamp);
+                    migrating.move_groups(from..(from + MOVE_PART).min(groups), &mut done);
+                    // A move can complete a tree (a twin's contents carried to it):
+                    // delivered through the callback when the pass found it open, as any
+                    // completion.
+                    self.finish(index, roots, &mut done, open);
+                }
+                worked = true;
+            }
+            self.promote_moved(index);
+        }
+        self.free_retired();
+        worked
+    }
+
+    /// Whether `roots` (a table's current generation) is large for `per_table` entries:
+    /// under 1/8 full, and larger than the smallest table, with no migration under way.
+    fn shrinkable(&self, roots: &Roots<T>, per_table: usize) -> bool {
+        roots.successor().is_none()
+            && roots.slots() > MIN_TABLE_SLOTS
+            && per_table * 8 < roots.slots()
+    }
+
+    /// Frees the retired generations whose grace period is over.
+    pub(super) fn free_retired(&self) {
+        let mut retired = self.retired.lock().unwrap_or_else(|e| e.into_inner());
+        retired.retain_mut(|r| !self.batches.grace_over(&mut r.grace));
+    }
+
+    /// In how many ticks from `now` housekeeping has work: 1 while a migration is under
+    /// way or a generation waits to be freed; the rest of a low table's SHRINK_AFTER ticks
+    /// when one waits to shrink; [`LOOK_AT_LOAD_NS`] while a table is larger than the
+    /// smallest (its load may fall without the reaper hearing of it); `None` when nothing
+    /// does. The reaper sleeps that long, so waiting for a shrink costs no wake-up per tick.
+    pub(super) fn housekeeping_due(&self, now: Tick) -> Option<Tick> {
+        let _active = self.batches.enter();
+        if !(self.retired.lock().unwrap_or_else(|e| e.into_inner())).is_empty() {
+            return Some(1);
+        }
+        let per_table = self.pending() / self.tables.len();
+        let mut due: Option<Tick> = None;
+        for table in self.tables.iter() {
+            // Safety: inside the operation `_active` marks.
+            let roots = unsafe { table.current() };
+            if roots.successor().is_some() {
+                return Some(1);
+            }
+            let left = if self.shrinkable(roots, per_table) {
+                SHRINK_AFTER.saturating_sub(table.low_ticks(now)).max(1)
+            } else if roots.slots() > MIN_TABLE_SLOTS {
+                self.look_at_load()
+            } else {
+                continue;
+            };
+            due = Some(due.map_or(left, |d| d.min(left)));
+        }
+        due
+    }
+
+    /// After a pass: asks the allocator to give its free memory back to the system once
+    /// what is pending has fallen to under a quarter of its peak (of at least
+    /// [`GIVE_BACK_FROM`] roots) and the tables have settled (no migration, no generation
+    /// waiting to be freed, none waiting to shrink), or once the reaper's own structures
+    /// have released [`GIVE_BACK_RELEASED`] bytes since the last time (`released` is this
+    /// pass's share). Returns the released bytes not yet given back.
+    ///
+    /// The tables are mapped directly and go back when freed, but what a burst of trees
+    /// allocated on the heap (the reaper's wheel and filed ticks, the threads' batches, the
+    /// payloads' own allocations, an async caller's waiters) goes back to glibc's arenas,
+    /// which keep it: a small block left near the top of an arena holds every free page
+    /// below it, and once a large block has been freed glibc serves blocks of that size
+    /// from its arenas rather than from mappings of their own. So the burst's memory stays
+    /// in the process's RSS for as long as it runs (measured: 2-6 MiB after a million plain
+    /// trees, 100 MiB after a million tracked ones), and a growing acker's replaced wheel
+    /// vectors add a few bytes to every root's RSS while the tables grow. `malloc_trim`
+    /// returns the free pages of every arena. It runs on the reaper's thread, at most once
+    /// a pass, and costs a walk of the arenas' free lists (well under a millisecond here).
+    /// Other allocators, and other systems, have no such call: nothing.
+    pub(super) fn give_back_memory(&self, now: Tick, released: usize) -> usize {
+        let pending = self.pending();
+        // Relaxed (both): only passes, which the reaper's lock serializes, touch it.
+        let peak = self.peak_pending.load(Ordering::Relaxed).max(pending);
+        let settled = || match self.housekeeping_due(now) {
+            None => true,
+            Some(due) => due == self.look_at_load() && due > 1,
+        };
+        if peak >= GIVE_BACK_FROM && pending < peak / 4 && settled() {
+            self.peak_pending.store(pending, Ordering::Relaxed);
+            crate::sync::give_back_free_memory();
+            0
+        } else if released >= GIVE_BACK_RELEASED {
+            self.peak_pending.store(peak, Ordering::Relaxed);
+            crate::sync::give_back_free_memory();
+            0
+        } else {
+            self.peak_pending.store(peak, Ordering::Relaxed);
+            released
+        }
+    }
+
+    /// [`LOOK_AT_LOAD_NS`] in ticks (at least 1).
+    fn look_at_load(&self) -> Tick {
+        (LOOK_AT_LOAD_NS >> self.ticks.shift).clamp(1, Tick::MAX as u64) as Tick
+    }
+
+    /// Bytes held now by the tables' current generations, by their successors (a
+    /// migration under way), and by retired generations waiting for their grace period.
+    pub(in crate::acker) fn table_bytes(&self) -> [usize; 3] {
+        let _active = self.batches.enter();
+        let mut bytes = [0; 3];
+        for table in self.tables.iter() {
+            // Safety: inside the operation `_active` marks.
+            let current = unsafe { table.current() };
+            bytes[0] += current.bytes();
+            bytes[1] += chain(current).skip(1).map(Roots::bytes).sum::<usize>();
+        }
+        let retired = self.retired.lock().unwrap_or_else(|e| e.into_inner());
+        bytes[2] = retired
+            .iter()
+            .map(|r| {
+                // Safety: a retired generation is freed only by dropping its `Retired`,
+                // under this lock.
+                unsafe { r.roots.as_ref() }.bytes()
+            })
+            .sum();
+        bytes
+    }
+
+    /// Entries held now that no init has joined (orphans): a scan of every generation's
+    /// words. A moving entry is counted once (FROZEN words are not HELD).
+    pub(in crate::acker) fn orphans_held(&self) -> usize {
+        let _active = self.batches.enter();
+        let mut held = 0;
+        for table in self.tables.iter() {
+            // Safety: inside the operation `_active` marks.
+            let current = unsafe { table.current() };
+            held += chain(current).map(Roots::held).sum::<usize>();
+        }
+        held
+    }
+
+    /// Slots in every table's generations now (current and successor).
+    pub(in crate::acker) fn slots(&self) -> usize {
+        let _active = self.batches.enter();
+        // Safety: inside the operation `_active` marks.
+        self.tables.iter().map(|t| unsafe { t.slots() }).sum()
+    }
+}

@@ -1,0 +1,145 @@
+//! Where a root lives: a bijective mix of its id picks its table and its key there, and a
+//! completion or shutdown turns them back into the id.
+
+use crate::acker::table::word::{Key, KEY_SHIFT};
+
+/// A bijective mix of root ids, so that the tables can store hashes and still name roots.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Mix {
+    pub(super) seed: u64,
+}
+
+/// An odd multiplier (splitmix64's first).
+const M1: u64 = 0xbf58_476d_1ce4_e5b9;
+
+/// The inverse of an odd `m` modulo 2^64 (Newton's iteration doubles the correct bits).
+const fn inverse(m: u64) -> u64 {
+    let mut x = m; // correct to 3 bits for odd m
+    let mut i = 0;
+    while i < 5 {
+        x = x.wrapping_mul(2u64.wrapping_sub(m.wrapping_mul(x)));
+        i += 1;
+    }
+    x
+}
+
+impl Mix {
+    /// Fold, multiply, fold: each step a bijection. The multiply carries every bit of the
+    /// folded id into the top bits, which pick the table and the home line; the last fold
+    /// carries the top bits into the low ones, which are the key's tag (`Key::tag`), so
+    /// that ids that differ only in their high half do not share one. Two multiplies and
+    /// three shifts (splitmix64's finalizer) cost an ack 2 ns more on the path to its
+    /// line, for nothing the tables need: the seed makes the layout differ per acker, not
+    /// unpredictable (Storm's ids are random).
+    #[inline]
+    fn hash(self, root: u64) -> u64 {
+        let z = root ^ self.seed;
+        let z = (z ^ (z >> 32)).wrapping_mul(M1);
+        z ^ (z >> 32)
+    }
+
+    fn root(self, hash: u64) -> u64 {
+        // Each fold by 32 is its own inverse.
+        let z = (hash ^ (hash >> 32)).wrapping_mul(const { inverse(M1) });
+        z ^ (z >> 32) ^ self.seed
+    }
+}
+
+/// Where a root lives: its table and its key there.
+///
+/// The table is the hash's top `table_bits`; the key is the hash rotated left by
+/// `table_bits` (so the bits just below the table's become the key's top bits, which pick
+/// its home line) without its low [`KEY_SHIFT`] bits, which are the table index's low bits.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Layout {
+    pub(super) mix: Mix,
+    pub(super) table_bits: u32,
+}
+
+impl Layout {
+    #[inline]
+    pub(super) fn place(self, root: u64) -> (usize, Key) {
+        let h = self.mix.hash(root);
+        let table = (h >> (64 - self.table_bits)) as usize;
+        (table, Key::new(h.rotate_left(self.table_bits) >> KEY_SHIFT))
+    }
+
+    pub(super) fn root(self, table: usize, key: Key) -> u64 {
+        let low = table as u64 & ((1 << KEY_SHIFT) - 1);
+        let rotated = key.bits() << KEY_SHIFT | low;
+        self.mix.root(rotated.rotate_right(self.table_bits))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_mix_and_the_layout_are_bijections() {
+        let mix = Mix {
+            seed: 0x1234_5678_9abc_def0,
+        };
+        for table_bits in [4, 5, 8, 16] {
+            let layout = Layout { mix, table_bits };
+            for root in [0, 1, 2, 7, u64::MAX, 1 << 63, 0xdead_beef_cafe_f00d] {
+                assert_eq!(mix.root(mix.hash(root)), root);
+                let (table, key) = layout.place(root);
+                assert!(table < 1 << table_bits);
+                assert_eq!(
+                    layout.root(table, key),
+                    root,
+                    "{table_bits} bits, root {root:#x}"
+                );
+            }
+        }
+    }
+
+    /// Ids with a pattern (counters, strides, one half fixed) spread over the tables and
+    /// the home lines as random ones would, and keep distinct tags.
+    #[test]
+    fn patterned_roots_spread_over_tables_homes_and_tags() {
+        const N: u64 = 1 << 16;
+        const HOMES: usize = 1024; // a table's home lines: the key's top 10 bits
+        let layout = Layout {
+            mix: Mix {
+                seed: 0x1234_5678_9abc_def0,
+            },
+            table_bits: 4,
+        };
+        type Pattern = (&'static str, fn(u64) -> u64);
+        let patterns: [Pattern; 6] = [
+            ("a counter", |i| i),
+            ("a stride of 2^20", |i| i << 20),
+            ("a stride of 2^40", |i| i << 40),
+            ("the high half", |i| i << 32 | 7),
+            ("both halves equal", |i| i << 32 | i),
+            ("random", |i| {
+                let z = (i ^ (i >> 31)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+                z ^ (z >> 29)
+            }),
+        ];
+        for (name, root) in patterns {
+            let mut tables = [0u32; 16];
+            let mut homes = vec![0u32; 16 * HOMES];
+            let mut tags = std::collections::HashSet::new();
+            for i in 0..N {
+                let (table, key) = layout.place(root(i));
+                tables[table] += 1;
+                homes[table * HOMES + (key.bits() >> (60 - 10)) as usize] += 1;
+                tags.insert(key.tag());
+            }
+            // 4096 a table: a binomial's deviation is 62.
+            let (least, most) = (tables.iter().min(), tables.iter().max());
+            assert!(
+                *least.unwrap() > 3700 && *most.unwrap() < 4500,
+                "{name}: tables from {least:?} to {most:?}"
+            );
+            // 4 a home line: the largest of 16k Poisson(4) counts is about 14.
+            let crowded = homes.iter().max().unwrap();
+            assert!(*crowded <= 20, "{name}: a home line of {crowded}");
+            // 2^16 random tags of 32 bits share about one pair.
+            assert!(tags.len() as u64 >= N - 8, "{name}: {} tags", tags.len());
+        }
+    }
+}

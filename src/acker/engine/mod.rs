@@ -1,0 +1,749 @@
+//! The Acker's core (its second generation, which replaced a ledger with grace periods,
+//! inbox and retired rings: `docs/acker-second-generation.md`): lock-free tables of 16-byte
+//! root words, lazy timers, one reaper. `acker/mod.rs` is the public API over it.
+//!
+//! ## A tree's path
+//!
+//! `hash(root)` (a bijection, so a completion can name its root) picks a table (`table/`)
+//! and the root's key there. An ack is a search of the root's home line and one 128-bit CAS
+//! on it (`table/word.rs`: key, state and XOR change together, so no grace period and no false
+//! `Acked`); the ack that brings an initialized tree's value to 0 completes it in that CAS,
+//! takes the payload and frees the slot. A tree that completes within the hand-off age
+//! ([`HAND_OFF_AGE`] ticks) costs its own slot's lines and its creator's batch
+//! (`batches.rs`), no reaper work (the reaper reads its line only when a long-lived root
+//! of the same group comes due, `timers.rs`).
+//!
+//! ## Times
+//!
+//! Times are ticks of the resolution (a power of two of nanoseconds), counted from the
+//! clock's reading at build (plus one, so that tick 0 is never used). A slot keeps its
+//! base (the first message's tick, or the last reset's) as a `u32` and its start beside it
+//! (`table/times.rs`), and both are read against the *anchor* (`anchor.rs`), a full tick
+//! that every stored tick stays within 2^31 ticks of, whatever the gap between passes: a
+//! writer re-anchors first when its clock is far past it, and a re-anchoring rewrites what
+//! a stall left behind. The start is a gap from the base while a tree is young and a coarse
+//! full tick once it is old, kept decodable by the reaper's looks, so `elapsed` never
+//! aliases either. A writer reads its tick once per operation round, where it holds
+//! nothing of the tables ([`Engine::write_tick`]); with the default clock that read is of the
+//! time-stamp counter where the CPU and kernel allow it ([`Engine::caller_full`],
+//! `clock/tsc.rs`): the clock's tick or the next one, never an earlier one; the reaper
+//! reads the clock itself. A tree's deadline is its base plus its timeout in ticks, rounded
+//! up, plus one: a tick read at the first message may be up to one tick old, so the
+//! deadline is never early. The reaper judges it in full ticks against the clock's own
+//! reading, so a clock that stepped back times nothing out before its deadline on that
+//! clock. A `TimedOut` completion reports at least its timeout. Timeouts are at most
+//! [`MAX_TIMEOUT_TICKS`] ticks.
+//!
+//! ## Timers
+//!
+//! A created entry is filed in its creator's batch; those that outlive the hand-off age go
+//! to the reaper (`batches.rs`), which keeps one timer per group of slots rather than per
+//! root (`timers.rs`): the group's entry in its wheel (`timers/wheel.rs`) is due by the
+//! earliest deadline of the roots registered in it. When a group comes due the reaper
+//! asks the table about each of its slots (`Roots::expire`): gone (completed, reused) is
+//! dropped, an initialized tree whose deadline has come times out, an orphan is dropped,
+//! and the earliest deadline left files the group again. See `reaper.rs`.
+//!
+//! ## The bound, and growth
+//!
+//! `max_pending` credits (`bound.rs`): a claim takes one and emptying the slot gives it
+//! back, inside the table, so the bound is exact. Tables start at [`MIN_TABLE_SLOTS`] and
+//! follow what is pending (`growth.rs`, `tables.rs`, `table/migrate.rs`): a claim that
+//! lands far from its home, or finds no room, reports its table crowded, and when the
+//! pending count per table is over 3/4 of its slots (or there was no room at all) the
+//! table starts moving to one a quarter larger (not twice, nor half again: a table that
+//! has just grown sits at 3/5 load rather than 3/8 or 1/2, and a root's memory pays for
+//! that load, at most 53 B of table per root with a `u32` payload); every operation on it
+//! moves a group before its own work, and the reaper finishes what is left. The reaper
+//! also shrinks a table to 2/3 of its groups once its load stayed under 1/8, and frees
+//! retired generations after their grace period. Load grows a table up to its share of
+//! `max_pending` at a load of 4/5; a root that finds no room at all grows it further, up
+//! to a load of 2/3, so that only the credits refuse below `max_pending`.
+//!
+//! ## Shutdown
+//!
+//! Shutdown stops and joins the reaper, takes back every LIVE tree (an init that settles
+//! after the scan sees the flag and takes back its own: one CAS decides), and then drops
+//! `on_complete` once no operation can call it (`batches.rs`, "Closing the callback").
+//! The scan walks each table's chain of generations, holding the table's migration lock so
+//! that no migration starts under it (one under way only moves entries forward, into a
+//! generation scanned later). Once the callback is closed no operation is under way and
+//! every later message finds it closed and changes nothing, so a last walk drops the
+//! orphans left (and takes back any tree, though none is expected): `pending()` is 0 when
+//! shutdown returns. An entry *stranded* by a migration whose successor had no room
+//! (`table/migrate.rs`) may sit in a retired generation that no walk sees; the operation
+//! that stranded it waits for room, and when shutdown stops it, it gives the entry up
+//! itself (`growth.rs`, `give_up_stranded`). Such an entry is always HELD (a claim in a
+//! migrating table is unjoined before it moves, and no init joins an entry of a table
+//! with a successor), so no payload is ever in one; were one LIVE, it would be taken back
+//! and handed back with the rest.
+
+pub(super) mod anchor;
+pub(super) mod batched;
+pub(super) mod deliver;
+pub(super) mod driver;
+pub(super) mod growth;
+pub(super) mod layout;
+pub(super) mod reaper;
+pub(super) mod shutdown;
+pub(super) mod tables;
+pub(super) mod ticks;
+
+pub(super) use driver::{ExpiryWaker, Next};
+pub(super) use shutdown::Handle;
+
+use std::time::Duration;
+
+use crossbeam_utils::CachePadded;
+
+use super::batches::{Active, Batches, Entry, Pushed};
+use super::{AckerStats, Callback, Counters, InitError};
+use crate::acker::bound::Credits;
+use crate::acker::table::word::{Key, KEY_SHIFT};
+use crate::acker::table::{reached, Applied, Done, Message, Refused, Roots, Tick};
+use crate::acker::table::{GEN_TAG_BITS, GROUP_SLOTS, TAG_CHECK_MASK};
+use crate::acker::timers::groups::{Filed, GroupAt, GroupTimer};
+use crate::clock::Clock;
+use crate::sync::fences::Fences;
+use crate::sync::{Arc, AtomicBool, AtomicU64, AtomicUsize, Mutex, Ordering};
+use growth::Retired;
+use layout::{Layout, Mix};
+use tables::{chain, Table};
+use ticks::Ticks;
+// The reaper is a std thread even under loom: the models check the table and batch
+// protocols on their own, not this core's thread.
+use std::thread;
+
+/// The longest timeout, in ticks: a deadline is at most this far past its base, which
+/// keeps every stored deadline within 2^31 ticks of the anchor (`anchor.rs`).
+pub(super) const MAX_TIMEOUT_TICKS: u64 = (1 << 30) - 2;
+
+/// The most ticks a new entry stays with its creator (`batches.rs`): trees that complete
+/// within it (64 ms at the default resolution) never reach the reaper. Longer would make a
+/// thread's per-tick filter of its batch longer; shorter sends the reaper trees that live a
+/// few milliseconds, whose lines it then reads while workers write them.
+const HAND_OFF_AGE: Tick = 64;
+
+/// The fewest tables: a key drops the top [`KEY_SHIFT`] bits of the root's hash, which
+/// the table's index must carry.
+const MIN_TABLES: usize = 1 << KEY_SHIFT;
+
+/// The fewest slots per table: 512 groups, 64 KiB of lines for a `u32` payload, 1 MiB of
+/// mapped memory for the default 16 tables (untouched until used: `table/lines.rs`). A few
+/// thousand roots in flight then sit at a load of an eighth or less: few are displaced
+/// from their home group (the ack's short path), and two threads' roots seldom share a
+/// line. Sharing is what two threads pay most for: with 1k trees in flight each, their
+/// roots in tables of their own ran 1.6x faster than in shared tables of 128 groups, where
+/// about 4 roots in 10 had the other thread's on their line. Memory per root matters at
+/// scale, where tables grow past this anyway. (Under loom, one probe window: models stay
+/// small; under Miri, which interprets every slot, 32 groups.)
+const MIN_TABLE_SLOTS: usize = if cfg!(loom) {
+    (crate::acker::table::MAX_PROBE + 1) * GROUP_SLOTS
+} else if cfg!(miri) {
+    32 * GROUP_SLOTS
+} else {
+    512 * GROUP_SLOTS
+};
+
+/// What the builder settled, for [`Engine::new`].
+pub(super) struct Config<T> {
+    pub tables: usize,
+    pub max_pending: usize,
+    pub timeout_ns: u64,
+    pub resolution_ns: u64,
+    pub clock: Box<dyn Clock>,
+    /// `clock` is [`MonotonicClock`](crate::MonotonicClock) and callers may take their
+    /// ticks from the time-stamp counter (`clock/tsc.rs`).
+    pub tsc_ticks: bool,
+    pub on_complete: Option<Callback<T>>,
+    pub manual: bool,
+}
+
+/// The second-generation core. See the module docs.
+pub(super) struct Engine<T> {
+    tables: Box<[Table<T>]>,
+    layout: Layout,
+    /// The most slots a table grows to as its load rises: its share of `max_pending` at a
+    /// load of 4/5, in whole groups (any group count works: the home is a multiply-shift).
+    /// A power of two here left the tables of a full acker at a load of 0.48 (1M pending:
+    /// 64 B of table per root; now 49.5). Even so, 2 of 2^20 random roots found their
+    /// probe window full at the brim: `make_room` grows a table past this.
+    max_table_slots: usize,
+    /// The most slots a table grows to for want of room (`make_room`): its share of
+    /// `max_pending` at a load of 2/3. The bound is exact (credits); a full probe window
+    /// in a table at `max_table_slots` is no reason to refuse.
+    room_table_slots: usize,
+    /// Bits of a timer entry's slot number that hold the slot (the rest, above, the
+    /// table): enough for `room_table_slots`. Tables times 2^slot_bits stays within `u32`:
+    /// 2 x max_pending (at most 2^31) rounded up to a power of two per table.
+    slot_bits: u32,
+    /// Generations retired, waiting for their grace period (freed by reaper passes).
+    retired: Mutex<Vec<Retired<T>>>,
+    /// Trees taken back by an operation that shutdown stopped (`growth.rs`,
+    /// `give_up_stranded`), for shutdown to hand back with the rest.
+    late_handed_back: Mutex<Vec<(u64, T)>>,
+    credits: Arc<Credits>,
+    counters: Box<[CachePadded<Counters>]>,
+    batches: Batches,
+    clock: Box<dyn Clock>,
+    /// [`Config::tsc_ticks`].
+    tsc_ticks: bool,
+    ticks: Ticks,
+    /// The full tick every stored `u32` tick is read against (`anchor.rs`).
+    anchor: CachePadded<AtomicU64>,
+    /// One re-anchoring at a time (`anchor.rs`).
+    reanchoring: anchor::Reanchoring,
+    /// Re-anchorings done (a statistic, for tests and the stress harness).
+    reanchored: AtomicU64,
+    /// The most roots pending at a pass since the allocator was last asked to give memory
+    /// back (`growth.rs`, `give_back_memory`).
+    peak_pending: AtomicUsize,
+    /// The default timeout in ticks ([`Ticks::timeout`]).
+    timeout: Tick,
+    /// How long a new entry stays in its creator's batch before the reaper gets it (unless
+    /// its deadline is sooner): [`HAND_OFF_AGE`] ticks, or a quarter of the default
+    /// timeout if that is shorter.
+    hand_off_age: Tick,
+    /// Dropped by shutdown once no operation can call it (`batches.rs`, "Closing the
+    /// callback"), which breaks the cycle of a callback that holds a handle of its acker.
+    on_complete: std::cell::UnsafeCell<Option<Callback<T>>>,
+    shutdown: AtomicBool,
+    manual: bool,
+    /// The reaper's wheel and scratch, owned by whoever runs a pass.
+    reaper: Mutex<reaper::Wheel>,
+    reaper_thread: std::sync::OnceLock<thread::Thread>,
+    /// Manual mode: what wakes a task that runs the passes in place of the reaper thread
+    /// (`manual.rs`), called where the thread would be unparked. Set once, by that task.
+    expiry_waker: std::sync::OnceLock<ExpiryWaker>,
+    /// Reaper wake-ups that found nothing to do.
+    idle_wakeups: AtomicU64,
+    /// Panics caught in reaper passes (a clock, a payload's drop).
+    reaper_panics: AtomicU64,
+    /// Migrations started: to grow, to shrink.
+    migrations: [AtomicU64; 2],
+}
+
+// Safety: `on_complete` is the only part that is not `Sync` by itself: it is read only by
+// operations that found it open and taken only by shutdown after all of those have ended
+// (`drop_callback`); the callback itself is `Send + Sync`. The tables need `T: Send`.
+unsafe impl<T: Send> Sync for Engine<T> {}
+
+impl<T> std::fmt::Debug for Engine<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("tables", &self.tables.len())
+            .field("max_table_slots", &self.max_table_slots)
+            .field("pending", &self.credits.held())
+            .field("manual", &self.manual)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<T: Send + 'static> Engine<T> {
+    pub(super) fn new(config: Config<T>) -> Self {
+        let tables = config.tables.max(MIN_TABLES).next_power_of_two();
+        // About 4/5 full at max_pending (a full acker's memory is its tables: 2/3 cost 5 B
+        // more per root at 1M), and at least the smallest table.
+        let share = config.max_pending.div_ceil(tables);
+        let max_table_slots = (share * 5)
+            .div_ceil(4)
+            .max(MIN_TABLE_SLOTS)
+            .next_multiple_of(GROUP_SLOTS);
+        let room_table_slots = (share * 3)
+            .div_ceil(2)
+            .max(max_table_slots)
+            .next_multiple_of(GROUP_SLOTS);
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let stripes = Credits::stripes_for(cores);
+        let credits = Arc::new(Credits::new(config.max_pending, stripes));
+        let now = config.clock.now();
+        let ticks = Ticks {
+            epoch: now,
+            shift: config.resolution_ns.trailing_zeros(),
+        };
+        let seed = if cfg!(loom) {
+            0x5eed
+        } else {
+            use std::hash::{BuildHasher, Hasher};
+            let mut h = crate::sync::RandomState::default().build_hasher();
+            h.write_u64(now);
+            h.finish()
+        };
+        let timeout = ticks.timeout(config.timeout_ns);
+        Engine {
+            tables: (0..tables)
+                .map(|_| {
+                    let credits = Some(Arc::clone(&credits));
+                    let slots = MIN_TABLE_SLOTS.next_power_of_two();
+                    Table::new(Roots::bounded(slots / GROUP_SLOTS, credits, timeout, false))
+                })
+                .collect(),
+            layout: Layout {
+                mix: Mix { seed },
+                table_bits: tables.trailing_zeros(),
+            },
+            max_table_slots,
+            room_table_slots,
+            slot_bits: room_table_slots.next_power_of_two().trailing_zeros(),
+            retired: Mutex::new(Vec::new()),
+            late_handed_back: Mutex::new(Vec::new()),
+            credits,
+            counters: (0..stripes)
+                .map(|_| CachePadded::new(Counters::default()))
+                .collect(),
+            batches: Batches::new(if cfg!(loom) {
+                Fences::Symmetric
+            } else {
+                Fences::detect()
+            }),
+            timeout,
+            hand_off_age: (timeout / 4).clamp(1, HAND_OFF_AGE),
+            reaper: Mutex::new(reaper::Wheel::new(ticks.full(now))),
+            anchor: CachePadded::new(AtomicU64::new(ticks.full(now))),
+            reanchoring: anchor::Reanchoring::default(),
+            reanchored: AtomicU64::new(0),
+            peak_pending: AtomicUsize::new(0),
+            ticks,
+            clock: config.clock,
+            tsc_ticks: config.tsc_ticks,
+            on_complete: std::cell::UnsafeCell::new(config.on_complete),
+            shutdown: AtomicBool::new(false),
+            manual: config.manual,
+            reaper_thread: std::sync::OnceLock::new(),
+            expiry_waker: std::sync::OnceLock::new(),
+            idle_wakeups: AtomicU64::new(0),
+            reaper_panics: AtomicU64::new(0),
+            migrations: [AtomicU64::new(0), AtomicU64::new(0)],
+        }
+    }
+
+    #[inline]
+    fn counters(&self) -> &Counters {
+        Counters::own(&self.counters)
+    }
+
+    pub(super) fn init(
+        &self,
+        root: u64,
+        xor: u64,
+        payload: T,
+        timeout_ns: Option<u64>,
+    ) -> Result<(), InitError<T>> {
+        // Entered before the shutdown check: an init that shutdown's close did not wait for
+        // finds the callback closed, and must not create a tree that could complete with no
+        // callback to deliver it (`drop_callback`).
+        let active = self.batches.enter();
+        if !active.open || self.shutdown.load(Ordering::SeqCst) {
+            return Err(InitError::Shutdown(payload));
+        }
+        let (table, key) = self.layout.place(root);
+        let timeout = timeout_ns.map(|ns| self.ticks.timeout(ns));
+        let mut payload = payload;
+        loop {
+            // Read here, where the operation holds nothing of the tables (`anchor.rs`): the
+            // first message is this call.
+            let stamp = self.stamp_at(self.write_tick());
+            // Safety: inside the operation `active` marks.
+            let roots = unsafe { self.tables[table].current() };
+            let mut done = Done::stamped(stamp);
+            self.help(table, roots, &mut done);
+            // Along the chain (one table but during a migration): create only in the last.
+            let mut at = roots;
+            let result = loop {
+                let last = at.successor().is_none();
+                match at.init_or(key, xor, payload, timeout, last, &mut done) {
+                    Err(Refused::Missing(p)) if !last => {
+                        payload = p;
+                        at = at.successor().unwrap_or(at);
+                    }
+                    result => break result,
+                }
+            };
+            let settled = result.is_ok() && done.is_none();
+            if done.joined() {
+                // Relaxed: a statistic.
+                self.counters()
+                    .orphans_joined
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+            let crowded = self.finish(table, roots, &mut done, active.open);
+            return match result {
+                Ok(()) => {
+                    if crowded {
+                        self.grow_if_loaded(table, roots);
+                    }
+                    // Shutdown may have scanned past our slot before we settled: then this
+                    // init takes its own tree back (one CAS decides between it and the scan).
+                    if settled && self.shutdown.load(Ordering::SeqCst) {
+                        if let Some(payload) = self.take_back_root(table, key) {
+                            return Err(InitError::Shutdown(payload));
+                        }
+                    }
+                    Ok(())
+                }
+                Err(Refused::Duplicate(payload)) => Err(InitError::Duplicate(payload)),
+                Err(Refused::Retry(p) | Refused::Missing(p)) => {
+                    payload = p;
+                    continue;
+                }
+                Err(Refused::Full(p)) => {
+                    if crowded && self.make_room(table, roots) {
+                        payload = p;
+                        continue;
+                    }
+                    self.counters()
+                        .rejected_full
+                        .fetch_add(1, Ordering::Relaxed); // a statistic
+                    Err(InitError::Full(p))
+                }
+            };
+        }
+    }
+
+    pub(super) fn ack(&self, root: u64, xor: u64) -> bool {
+        self.message(root, Message::Ack(xor))
+    }
+
+    pub(super) fn fail(&self, root: u64) -> bool {
+        self.message(root, Message::Fail)
+    }
+
+    /// An ack or a fail: applies it to the root's table (during a migration, to its entry
+    /// in the old table or else in the successor), files the timer of an entry it created,
+    /// delivers what it completed. `true` when it completed a tree.
+    #[inline]
+    fn message(&self, root: u64, message: Message) -> bool {
+        let active = self.batches.enter();
+        let (table, key) = self.layout.place(root);
+        self.message_in(&active, table, key, message)
+    }
+
+    /// [`message`](Self::message) for the root `layout` placed at `key` in `table`, inside
+    /// the operation `active` marks, where it holds nothing of the tables.
+    #[inline]
+    fn message_in(&self, active: &Active, table: usize, key: Key, message: Message) -> bool {
+        if !active.open && self.stopping() {
+            // Shut down: nothing is pending, and nothing may be held (`take_back_all`).
+            return false;
+        }
+        // The common case first: no migration, and the entry exists (`apply_found`).
+        // Safety: inside the operation `active` marks.
+        let roots = unsafe { self.tables[table].current() };
+        if roots.successor().is_none() {
+            if let Some(completed) = roots.apply_found(key, message) {
+                let Some(completed) = completed else {
+                    return false;
+                };
+                self.deliver(table, roots, completed, None, active.open);
+                return true;
+            }
+        }
+        let mut completed = false;
+        loop {
+            // Read here, where the operation holds nothing of the tables (`anchor.rs`).
+            let stamp = self.stamp_at(self.write_tick());
+            // Safety: inside the operation `active` marks.
+            let roots = unsafe { self.tables[table].current() };
+            let mut done = Done::stamped(stamp);
+            self.help(table, roots, &mut done);
+            // Along the chain (one table but during a migration): create only in the last.
+            let mut at = roots;
+            let applied = loop {
+                let last = at.successor().is_none();
+                match at.apply(key, message, last, &mut done) {
+                    Applied::Missing if !last => at = at.successor().unwrap_or(at),
+                    applied => break applied,
+                }
+            };
+            completed |= !done.is_none();
+            let crowded = self.finish(table, roots, &mut done, active.open);
+            match applied {
+                Applied::Retry | Applied::Missing => continue,
+                Applied::Full if crowded && self.make_room(table, roots) => continue,
+                Applied::Full => {
+                    self.counters()
+                        .rejected_full
+                        .fetch_add(1, Ordering::Relaxed); // a statistic
+                }
+                Applied::Created if crowded => self.grow_if_loaded(table, roots),
+                Applied::Created | Applied::Changed => {}
+            }
+            return completed;
+        }
+    }
+
+    pub(super) fn reset_timeout(&self, root: u64) -> bool {
+        let _active = self.batches.enter();
+        let (table, key) = self.layout.place(root);
+        self.reset_in(table, key)
+    }
+
+    /// [`reset_timeout`](Self::reset_timeout) for the root `layout` placed at `key` in
+    /// `table`, inside an operation, where it holds nothing of the tables.
+    fn reset_in(&self, table: usize, key: Key) -> bool {
+        let now = self.write_tick() as Tick;
+        // Safety: inside the operation `active` marks.
+        let roots = unsafe { self.tables[table].current() };
+        // The entry's timer is in a batch or the reaper's wheel since its creation; the
+        // reaper files it again when the old deadline comes (R, or `NotDue`). During a
+        // migration the old table's entry first (`reset` waits for one being moved), then
+        // the successor's.
+        // Every generation's entry, not just the first found (no short circuit).
+        chain(roots)
+            .map(|roots| roots.reset(key, now))
+            .fold(false, |any, reset| any | reset)
+    }
+
+    pub(super) fn pending(&self) -> usize {
+        self.credits.held()
+    }
+
+    pub(super) fn stats(&self) -> AckerStats {
+        let shift = self.ticks.shift;
+        Counters::sum(&self.counters, self.pending(), |ticks| {
+            Duration::from_nanos(ticks.saturating_mul(1 << shift))
+        })
+    }
+
+    /// Re-anchorings done (`anchor.rs`).
+    pub(super) fn reanchored(&self) -> u64 {
+        self.reanchored.load(Ordering::Relaxed) // Relaxed: a statistic
+    }
+
+    pub(super) fn idle_wakeups(&self) -> u64 {
+        self.idle_wakeups.load(Ordering::SeqCst)
+    }
+
+    /// Where the acker's memory is, in bytes: tables (current, successors, retired) and
+    /// the reaper's wheel. (The batches are their owners' and not counted.)
+    pub(super) fn memory_parts(&self) -> [usize; 4] {
+        let [current, successors, retired] = self.table_bytes();
+        let wheel = self
+            .reaper
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .heap_bytes();
+        [current, successors, retired, wheel]
+    }
+
+    /// Entries in the reaper's wheel (for tests).
+    pub(super) fn scheduled_timers(&self) -> usize {
+        self.reaper.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    /// Roots the reaper's timers cover: in a group whose filed tick is at or before their
+    /// deadline (`timers.rs`). For tests: right after a manual pass, every pending root.
+    pub(super) fn covered_roots(&self) -> usize {
+        let active = self.batches.enter();
+        let wheel = self.reaper.lock().unwrap_or_else(|e| e.into_inner());
+        let mut covered = 0;
+        for (table, t) in self.tables.iter().enumerate() {
+            // Safety: inside the operation `active` marks.
+            for roots in chain(unsafe { t.current() }) {
+                for slot in 0..roots.slots() {
+                    let (Some(_), Some(deadline)) = (roots.key_in(slot), roots.deadline(slot))
+                    else {
+                        continue;
+                    };
+                    let filed = wheel.filed(table, roots.gen(), slot / GROUP_SLOTS);
+                    if filed.is_some_and(|filed| reached(filed as Tick, deadline)) {
+                        covered += 1;
+                    }
+                }
+            }
+        }
+        drop(wheel);
+        drop(active);
+        covered
+    }
+
+    /// After an operation's table calls on `roots` (and its successors): files the timers
+    /// and delivers the completions `done` reports. Whether a claim found the table
+    /// crowded.
+    #[inline]
+    fn finish(&self, table: usize, roots: &Roots<T>, done: &mut Done<'_>, open: bool) -> bool {
+        let crowded = done.crowded();
+        loop {
+            self.file_timers(table, roots, done);
+            while let Some(completed) = done.take() {
+                let in_gen = generation(roots, completed.gen);
+                self.deliver(table, in_gen, completed, None, open);
+            }
+            let Some((gen, slot)) = done.take_stranded() else {
+                return crowded;
+            };
+            self.unstrand(table, generation(roots, gen), slot, done);
+        }
+    }
+
+    /// Files the entries `done` reports created in `roots` or its successors in this
+    /// thread's batch, and wakes the reaper if it may be asleep with no deadline.
+    #[inline]
+    fn file_timers(&self, table: usize, roots: &Roots<T>, done: &mut Done<'_>) {
+        while let Some((gen, slot)) = done.take_to_file() {
+            let roots = generation(roots, gen);
+            let Some(stamp) = roots.times(slot) else {
+                continue; // completed and freed already
+            };
+            let deadline = roots.deadline_from(slot, stamp);
+            let key = roots.word(slot).load().key();
+            let entry = Entry {
+                slot: (table << self.slot_bits | slot) as u32,
+                tag: tag_of(key.tag(), gen),
+            };
+            // To the reaper after the hand-off age, or a tick before the deadline.
+            let (aged, last) = (
+                stamp.start().wrapping_add(self.hand_off_age),
+                deadline.wrapping_sub(1),
+            );
+            let hand_off = if reached(aged, last) { aged } else { last };
+            let pushed = self
+                .batches
+                .push(entry, hand_off, stamp.start(), |e| self.entry_live(e));
+            if pushed == Pushed::WakeReaper {
+                self.wake_reaper();
+            }
+        }
+    }
+
+    /// Whether a batch entry's slot still holds an uncompleted (or moving) root of its
+    /// tag. Called inside an acker operation.
+    #[inline]
+    fn entry_live(&self, entry: &Entry) -> bool {
+        self.locate(entry)
+            .is_some_and(|(_, roots, slot)| self.holds_entry(roots, slot, entry))
+    }
+
+    /// Whether `slot` of `roots` (where [`locate`](Self::locate) put `entry`) still holds
+    /// the entry's root.
+    #[inline]
+    fn holds_entry(&self, roots: &Roots<T>, slot: usize, entry: &Entry) -> bool {
+        roots
+            .key_in(slot)
+            .is_some_and(|key| tag_of(key.tag(), roots.gen()) == entry.tag)
+    }
+
+    /// A group timer's group, and whether any slot of it holds a root (or one being
+    /// moved); `None` for an older generation's. Called inside an acker operation.
+    fn group_state(&self, timer: &GroupTimer) -> Option<(GroupAt, bool)> {
+        let entry = Entry {
+            slot: timer.first,
+            tag: timer.gen,
+        };
+        let (table, roots, first) = self.locate(&entry)?;
+        let live = (first..first + GROUP_SLOTS).any(|slot| roots.key_in(slot).is_some());
+        let at = GroupAt {
+            table,
+            gen: roots.gen(),
+            groups: roots.groups(),
+            group: first / GROUP_SLOTS,
+        };
+        Some((at, live))
+    }
+
+    /// Drops the reaper's filed ticks of `table`'s generations that left its chain. Called
+    /// inside an acker operation.
+    fn prune_filed(&self, table: usize, filed: &mut Filed) {
+        if let Some(t) = self.tables.get(table) {
+            // Safety: the caller's contract.
+            let current = unsafe { t.current() };
+            filed.prune(table, |gen| chain(current).any(|g| g.gen() == gen));
+        }
+    }
+
+    /// A timer entry's table generation and slot: the table is the slot number's top bits
+    /// (a shift and a mask: the batch filter does this per entry), the generation the
+    /// tag's low bits, which must be the current one's or its successor's. `None` for an
+    /// entry of an older generation: its root was moved, with a timer of its own.
+    /// Called inside an acker operation, and the result used only within it.
+    #[inline]
+    fn locate(&self, entry: &Entry) -> Option<(usize, &Roots<T>, usize)> {
+        let (table, slot) = (
+            entry.slot as usize >> self.slot_bits,
+            entry.slot as usize & ((1 << self.slot_bits) - 1),
+        );
+        let gen = entry.tag & GEN_MASK;
+        // Safety: the caller's contract.
+        let current = unsafe { self.tables[table].current() };
+        let roots = chain(current).find(|g| g.gen() & GEN_MASK == gen)?;
+        (slot < roots.slots()).then_some((table, roots, slot))
+    }
+
+    fn wake_reaper(&self) {
+        if let Some(thread) = self.reaper_thread.get() {
+            thread.unpark();
+        } else if let Some(wake) = self.expiry_waker.get() {
+            wake();
+        }
+    }
+
+    /// Manual mode: one reaper pass now, with every batch's entries. Completions delivered.
+    pub(super) fn expire(&self) -> usize {
+        if !self.manual {
+            return 0;
+        }
+        reaper::run_once(self, true).delivered
+    }
+
+    /// The `(table, 0)` a root lives in: its group is not fixed (tables grow), so the loom
+    /// models pick roots that share a table.
+    pub(super) fn placement(&self, root: u64) -> (usize, usize) {
+        (self.layout.place(root).0, 0)
+    }
+
+    /// The reaper thread ended with a panic its loop did not catch: counted.
+    fn reaper_died(&self) {
+        self.reaper_panics.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// Panics caught in reaper passes, and reaper threads lost to one.
+    pub(super) fn barrier_failures(&self) -> u64 {
+        self.batches.barrier_failures()
+    }
+
+    pub(super) fn reaper_panics(&self) -> u64 {
+        self.reaper_panics.load(Ordering::SeqCst)
+    }
+
+    pub(super) fn set_reaper_thread(&self, thread: thread::Thread) {
+        let _ = self.reaper_thread.set(thread);
+    }
+
+    pub(super) fn stopping(&self) -> bool {
+        self.shutdown.load(Ordering::SeqCst)
+    }
+
+    pub(super) fn stop_flag(&self) {
+        self.shutdown.store(true, Ordering::SeqCst);
+    }
+}
+
+/// `roots` or the successor of the generation `gen` (an operation's table calls start at
+/// `roots` and only ever move forward).
+#[inline]
+fn generation<T>(roots: &Roots<T>, gen: u32) -> &Roots<T> {
+    let mut at = roots;
+    while at.gen() != gen {
+        match at.successor() {
+            Some(next) => at = next,
+            None => {
+                debug_assert!(false, "generation {gen} is not {} or after it", roots.gen());
+                return roots;
+            }
+        }
+    }
+    at
+}
+
+/// A batch entry's tag: the key's tag's check bits, with the generation in the low bits
+/// and the bits above zero.
+#[inline]
+fn tag_of(key_tag: u32, gen: u32) -> u32 {
+    key_tag & TAG_CHECK_MASK & !GEN_MASK | gen & GEN_MASK
+}
+
+/// The generation bits of a timer entry's tag.
+const GEN_MASK: u32 = (1 << GEN_TAG_BITS) - 1;
+
+#[cfg(all(test, not(loom)))]
+mod tests;

@@ -1,0 +1,674 @@
+//! Growth, through the Acker's API: tables follow what is pending, and
+//! no tree is lost, doubled or mistimed across a migration.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use super::tables::chain;
+use super::{reached, Engine, Ticks, MAX_TIMEOUT_TICKS};
+use crate::{Acker, Clock, Completion, ManualClock, Outcome};
+
+type Log = Arc<Mutex<Vec<(u64, u32, Outcome)>>>;
+
+/// Trees per test: enough to grow 16 tables of 2,048 slots (32,768 in all) to almost twice
+/// that (Miri interprets every slot of every generation, so fewer there, where tables start
+/// at 128 slots, but still past the first growth: over 3/4 of 2,048 slots).
+const TREES: u64 = if cfg!(miri) { 2_000 } else { 60_000 };
+
+/// A manual acker of 16 tables whose completions go to the log.
+fn manual(clock: &ManualClock, max_pending: usize) -> (Acker<u32>, Log) {
+    let log: Log = Arc::default();
+    let sink = Arc::clone(&log);
+    let acker = Acker::builder()
+        .timeout(Duration::from_secs(30))
+        .resolution(Duration::from_millis(1))
+        .clock(clock.clone())
+        .shards(16)
+        .max_pending(max_pending)
+        .on_complete(move |c: Completion<u32>| {
+            sink.lock().unwrap().push((c.root, c.payload, c.outcome))
+        })
+        .build_manual()
+        .unwrap();
+    (acker, log)
+}
+
+/// The slots of 16 tables at their smallest.
+const SMALLEST: usize = 16 * super::MIN_TABLE_SLOTS;
+
+/// Runs the reaper's passes a second apart until the tables stop changing (a shrink waits
+/// for the load to stay low for a while, takes one halving per pass, and the freeing of
+/// what it retired one more).
+fn settle(acker: &Acker<u32>, clock: &ManualClock) {
+    let mut last = 0;
+    for _ in 0..64 {
+        clock.advance(Duration::from_secs(1));
+        acker.expire();
+        let slots = acker.table_slots();
+        if slots == last && acker.engine().housekeeping_due(0).is_none() {
+            return;
+        }
+        last = slots;
+    }
+    panic!("housekeeping never settled");
+}
+
+#[test]
+fn tables_grow_with_pending_and_shrink_after_it_falls() {
+    let clock = ManualClock::new(0);
+    let (acker, log) = manual(&clock, 1 << 20);
+    assert_eq!(
+        acker.table_slots(),
+        SMALLEST,
+        "nothing sized for max_pending"
+    );
+    let root = |i: u64| i.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    for i in 0..TREES {
+        acker.init(root(i), 0b11, i as u32).unwrap();
+    }
+    assert_eq!(acker.pending(), TREES as usize);
+    let grown = acker.table_slots();
+    assert!(
+        grown as u64 >= TREES && grown as u64 <= TREES * 4,
+        "{grown} slots for {TREES} trees"
+    );
+    assert_eq!(acker.stats().rejected_full, 0);
+    // Natively every table grows several times; Miri's 2,000 trees grow some tables once.
+    let each = if cfg!(miri) { 1 } else { 16 };
+    assert!(acker.table_migrations().0 >= each, "the tables grew");
+    for i in 0..TREES {
+        assert!(!acker.ack(root(i), 0b01));
+        assert!(
+            acker.ack(root(i), 0b10),
+            "tree {i} completes on its last ack"
+        );
+    }
+    let mut log = std::mem::take(&mut *log.lock().unwrap());
+    log.sort_unstable_by_key(|&(_, payload, _)| payload);
+    assert_eq!(log.len(), TREES as usize);
+    for (i, &(r, payload, outcome)) in log.iter().enumerate() {
+        assert_eq!(
+            (r, payload, outcome),
+            (root(i as u64), i as u32, Outcome::Acked)
+        );
+    }
+    assert_eq!(acker.pending(), 0);
+    // The first pass sees the load low; the reaper then sleeps until the shrink is due
+    // rather than waking every tick to look again.
+    acker.expire();
+    let due = acker.engine().housekeeping_due(acker.engine().tick_now());
+    assert!(
+        due.is_some_and(|ticks| ticks > 1),
+        "a shrink SHRINK_AFTER ticks away: {due:?}"
+    );
+    settle(&acker, &clock);
+    assert_eq!(acker.table_slots(), SMALLEST, "memory given back");
+    let shrunk = acker.table_migrations().1;
+    assert!(shrunk >= each, "the tables shrank");
+    // Straight to the size what is pending needs: one migration per table, not one per
+    // step of 2/3 (about ten each from here).
+    assert!(shrunk <= 16, "{shrunk} migrations to shrink 16 tables");
+}
+
+#[test]
+fn trees_pending_across_growth_time_out_once_and_resets_move_with_them() {
+    let clock = ManualClock::new(0);
+    let (acker, log) = manual(&clock, 1 << 20);
+    // Ten trees that never complete, and one reset halfway.
+    let stuck: Vec<u64> = (0..10).map(|i| 0xdead_0000 + i).collect();
+    for &r in &stuck {
+        acker.init(r, 0b1, r as u32).unwrap();
+    }
+    clock.advance(Duration::from_secs(20));
+    // Growth under them: many more trees, created and completed, which also move the
+    // stuck ones through several generations; the reaper's passes file their timers.
+    // As many as the smallest tables have slots: more than they can hold at their load.
+    let many = if cfg!(miri) { TREES } else { SMALLEST as u64 };
+    for i in 0..many {
+        acker.init(i, 0b1, 0).unwrap();
+        acker.expire();
+    }
+    assert!(acker.table_slots() > SMALLEST);
+    assert!(acker.reset_timeout(stuck[0]));
+    for i in 0..many {
+        assert!(acker.ack(i, 0b1));
+    }
+    log.lock().unwrap().clear();
+    // 31 s after their init the nine are due, the reset one is not.
+    clock.advance(Duration::from_secs(11));
+    acker.expire();
+    let mut timed_out: Vec<u64> = take_roots(&log, Outcome::TimedOut);
+    timed_out.sort_unstable();
+    assert_eq!(timed_out, stuck[1..]);
+    clock.advance(Duration::from_secs(20));
+    acker.expire();
+    assert_eq!(take_roots(&log, Outcome::TimedOut), [stuck[0]]);
+    clock.advance(Duration::from_secs(60));
+    acker.expire();
+    assert!(log.lock().unwrap().is_empty(), "nothing twice");
+    assert_eq!(acker.pending(), 0);
+}
+
+fn take_roots(log: &Log, outcome: Outcome) -> Vec<u64> {
+    let log = std::mem::take(&mut *log.lock().unwrap());
+    assert!(log.iter().all(|&(_, _, o)| o == outcome), "{log:?}");
+    log.into_iter().map(|(root, _, _)| root).collect()
+}
+
+#[test]
+fn shutdown_hands_back_every_tree_across_generations() {
+    let clock = ManualClock::new(0);
+    let (acker, _log) = manual(&clock, 1 << 20);
+    let trees = if cfg!(miri) { TREES } else { SMALLEST as u64 };
+    for i in 0..trees {
+        acker.init(i, 0b1, i as u32).unwrap();
+    }
+    assert!(acker.table_slots() > SMALLEST, "spread over grown tables");
+    let mut back = acker.shutdown();
+    back.sort_unstable();
+    assert_eq!(back.len(), trees as usize);
+    assert!(back
+        .iter()
+        .enumerate()
+        .all(|(i, &(r, p))| r == i as u64 && p == i as u32));
+}
+
+/// Threads grow the tables together and then empty them: every tree completes exactly
+/// once, with its own payload, while entries move under them.
+#[test]
+fn concurrent_growth_and_shrink_lose_and_double_nothing() {
+    // Under Miri, which runs threads slowly, two threads, fewer trees (still past the
+    // first doubling of 16 tables of 64 slots) and no reaper thread (manual mode: the
+    // operations grow the tables and free what they retire).
+    const THREADS: u64 = if cfg!(miri) { 2 } else { 4 };
+    let per_thread = if cfg!(miri) { 500 } else { TREES / THREADS };
+    type Seen = HashMap<u64, (u32, Outcome, usize)>;
+    let seen: Arc<Mutex<Seen>> = Arc::default();
+    let sink = Arc::clone(&seen);
+    let builder = Acker::builder()
+        .timeout(Duration::from_secs(60))
+        .shards(16)
+        .max_pending(1 << 20)
+        .on_complete(move |c: Completion<u32>| {
+            let mut seen = sink.lock().unwrap();
+            let entry = seen.entry(c.root).or_insert((c.payload, c.outcome, 0));
+            entry.2 += 1;
+        });
+    let acker = if cfg!(miri) {
+        builder.build_manual()
+    } else {
+        builder.build()
+    }
+    .unwrap();
+    let finished = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let (acker, finished) = (&acker, &finished);
+        s.spawn(move || {
+            for _ in 0..100 {
+                std::thread::sleep(Duration::from_millis(100));
+                if finished.load(std::sync::atomic::Ordering::SeqCst) {
+                    return;
+                }
+            }
+            eprintln!("STUCK\n{}", acker.engine().describe_tables());
+        });
+        let mut workers = Vec::new();
+        for t in 0..THREADS {
+            workers.push(s.spawn(move || {
+                let mut rng = StdRng::seed_from_u64(t);
+                let roots: Vec<u64> = (0..per_thread).map(|i| t << 48 | i).collect();
+                let edges: Vec<(u64, u64)> =
+                    roots.iter().map(|_| (rng.random(), rng.random())).collect();
+                // Half the trees get their first ack before init (orphans that move too).
+                for (&r, &(a, b)) in roots.iter().zip(&edges) {
+                    if r % 2 == 0 {
+                        acker.ack(r, a);
+                    }
+                    acker.init(r, a ^ b, r as u32).unwrap();
+                }
+                for (&r, &(a, b)) in roots.iter().zip(&edges) {
+                    if r % 2 == 1 {
+                        acker.ack(r, a);
+                    }
+                    acker.ack(r, b);
+                }
+            }));
+        }
+        for worker in workers {
+            worker.join().unwrap();
+        }
+        finished.store(true, std::sync::atomic::Ordering::SeqCst);
+    });
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.len() as u64, THREADS * per_thread);
+    for (&root, &(payload, outcome, times)) in seen.iter() {
+        assert_eq!(
+            (payload, outcome, times),
+            (root as u32, Outcome::Acked, 1),
+            "root {root:#x}"
+        );
+    }
+    assert_eq!(acker.pending(), 0);
+    assert_eq!(acker.stats().rejected_full, 0);
+    assert!(
+        acker.table_migrations().0 >= 16,
+        "the tables grew under the threads"
+    );
+}
+
+#[test]
+fn ticks_round_timeouts_up_and_never_go_before_the_epoch() {
+    let ticks = Ticks {
+        epoch: 1_000,
+        shift: 10,
+    };
+    assert_eq!(ticks.full(1_000), 1);
+    assert_eq!(ticks.full(1_000 + 1023), 1);
+    assert_eq!(ticks.full(1_000 + 1024), 2);
+    assert_eq!(ticks.full(999), 1, "a clock before the epoch is tick 1");
+    assert_eq!(ticks.timeout(1), 2);
+    assert_eq!(ticks.timeout(1024), 2);
+    assert_eq!(ticks.timeout(1025), 3);
+    assert_eq!(u64::from(ticks.timeout(u64::MAX)), MAX_TIMEOUT_TICKS);
+}
+
+/// A reaper pass's move can complete a tree: the entry it moves meets a HELD twin in the
+/// successor (an orphan of the same root created there), and the merge carries the last
+/// edge in. That completion must reach the callback like any other (the pass passed its
+/// operation's `open` on; it passed `false`, and the payload was dropped unseen).
+#[test]
+fn a_tree_completed_by_a_reaper_move_reaches_the_callback() {
+    use crate::acker::table::{Applied, Done, Message};
+    let clock = ManualClock::new(0);
+    let (acker, log) = manual(&clock, 1 << 20);
+    let engine = acker.engine();
+    let root = 77;
+    acker.init(root, 0b11, 5).unwrap();
+    assert!(!acker.ack(root, 0b01));
+    let (table, key) = engine.layout.place(root);
+    {
+        let active = engine.batches.enter();
+        // Safety: inside the operation `active` marks.
+        let roots = unsafe { engine.tables[table].current() };
+        let groups = roots.groups() + roots.groups() / 2;
+        assert_eq!(
+            engine.start_migration(table, roots, groups, false),
+            Some(true)
+        );
+        let next = roots.successor().expect("migrating");
+        let mut done = Done::stamped(engine.stamp_at(engine.write_tick()));
+        let twin = next.apply(key, Message::Ack(0b10), true, &mut done);
+        assert_eq!(twin, Applied::Created, "the twin holds the last edge");
+        assert!(!engine.finish(table, roots, &mut done, active.open));
+    }
+    assert!(log.lock().unwrap().is_empty());
+    for _ in 0..64 {
+        acker.expire();
+        if !log.lock().unwrap().is_empty() {
+            break;
+        }
+    }
+    assert_eq!(*log.lock().unwrap(), [(root, 5, Outcome::Acked)]);
+    assert_eq!(acker.pending(), 0);
+}
+
+/// Debugging aids for these tests' messages.
+impl<T: Send + 'static> Engine<T> {
+    /// A root's entry as the table has it: its word and times (for tests' messages).
+    #[cfg(test)]
+    #[allow(dead_code)] // a debugging aid for the Acker's tests
+    pub(in crate::acker) fn describe(&self, root: u64) -> String {
+        let _active = self.batches.enter();
+        let (table, key) = self.layout.place(root);
+        // Safety: inside the operation `_active` marks.
+        let roots = unsafe { self.tables[table].current() };
+        match roots.find(key) {
+            Some((slot, word)) => format!(
+                "table {table} slot {slot} {word:?} times {:?} own timeout {:?}",
+                roots.times(slot),
+                roots.timeout_of(slot)
+            ),
+            None => "no entry".into(),
+        }
+    }
+
+    /// Every table's generations, with their words counted by state (for tests' messages).
+    #[cfg(test)]
+    pub(in crate::acker) fn describe_tables(&self) -> String {
+        let _active = self.batches.enter();
+        let mut out = format!("pending {}\n", self.pending());
+        for (index, table) in self.tables.iter().enumerate() {
+            // Safety: inside the operation `_active` marks.
+            let roots = unsafe { table.current() };
+            for roots in chain(roots) {
+                let mut states = std::collections::BTreeMap::new();
+                for slot in 0..roots.slots() {
+                    let state = format!("{:?}", roots.word(slot).load().state());
+                    *states.entry(state).or_insert(0) += 1;
+                }
+                out += &format!(
+                    "table {index} gen {} slots {} migrating {} moved all {} {states:?}\n",
+                    roots.gen(),
+                    roots.slots(),
+                    roots.successor().is_some(),
+                    roots.moved_all(),
+                );
+            }
+        }
+        out
+    }
+}
+
+/// A caller's tick (from the time-stamp counter where `clock/tsc.rs` allows it) is the
+/// clock's tick at that moment, or the next one: never behind, which would make a deadline
+/// early. Read between two real readings, at a resolution of 16 µs so that boundaries
+/// come often, across sleeps that let the thread's anchor age.
+#[test]
+fn a_callers_tick_is_never_behind_the_clock_and_at_most_one_ahead() {
+    let acker: Acker<u32> = Acker::builder()
+        .resolution(Duration::from_micros(16))
+        .clock(crate::MonotonicClock::new())
+        .build_manual()
+        .unwrap();
+    let engine = acker.engine();
+    assert_eq!(engine.tsc_ticks, crate::clock::tsc::available());
+    let iterations = if cfg!(miri) { 100 } else { 300_000 };
+    for i in 0..iterations {
+        if i % 20_000 == 0 {
+            std::thread::sleep(Duration::from_micros(700));
+        }
+        let before = engine.tick_now();
+        let tick = engine.caller_tick();
+        let after = engine.tick_now();
+        assert!(
+            reached(before, tick) && reached(tick, after.wrapping_add(1)),
+            "caller's tick {tick} outside {before}..={after} + 1"
+        );
+    }
+}
+
+/// Where `root` lives: its table and slot in the table's current generation.
+fn slot_of(acker: &Acker<u32>, root: u64) -> Option<(usize, usize)> {
+    let engine = acker.engine();
+    let (table, key) = engine.layout.place(root);
+    // Safety: a manual acker with no other thread: nothing retires a generation under us.
+    let roots = unsafe { engine.tables[table].current() };
+    (0..roots.slots())
+        .find(|&slot| roots.key_in(slot) == Some(key))
+        .map(|slot| (table, slot))
+}
+
+/// A group timer filed at a tick whose low 32 bits are all ones reads as none
+/// (`timers.rs`): a mate registered later, due later, names its own entry. A sweep must
+/// keep the earlier entry, or the first root times out at its mate's deadline.
+#[test]
+fn a_group_timer_at_a_tick_that_reads_as_none_survives_a_sweep() {
+    use super::GROUP_SLOTS;
+    let clock = ManualClock::new(0);
+    let (acker, log) = manual(&clock, 1 << 16);
+    let ticks = &acker.engine().ticks;
+    let (own, mates) = (Duration::from_secs(10), Duration::from_secs(20));
+    // The clock where a root with timeout `own` is due at tick 2^32 - 1.
+    let due = u64::from(u32::MAX);
+    let start = due - u64::from(ticks.timeout(own.as_nanos() as u64));
+    let at = |tick: u64| ticks.epoch + ((tick - 1) << ticks.shift);
+    clock.set(at(start));
+    assert_eq!(ticks.full(clock.now()), start);
+    // Dead entries enough for a sweep (more than 2 x pending + 4096) once these complete.
+    let fillers: Vec<u64> = (0..12_000u64).map(|i| 1 << 50 | i).collect();
+    for &r in &fillers {
+        acker.init(r, 0b1, 0).unwrap();
+    }
+    acker.expire();
+    acker.expire();
+    // `a` must share its group with a free slot, or no mate can ever join it: a root
+    // whose group the fillers have filled is given back and another one tried.
+    let (a, table, slot) = (7u64..)
+        .take(1 << 16)
+        .find_map(|r| {
+            acker.init_with_timeout(r, 0b1, 1, own).unwrap();
+            let (table, slot) = slot_of(&acker, r).unwrap();
+            // Safety: as in `slot_of`.
+            let roots = unsafe { acker.engine().tables[table].current() };
+            let group = slot / GROUP_SLOTS * GROUP_SLOTS;
+            if (group..group + GROUP_SLOTS).any(|s| roots.key_in(s).is_none()) {
+                return Some((r, table, slot));
+            }
+            assert!(acker.ack(r, 0b1));
+            None
+        })
+        .expect("every group the candidates landed in is full");
+    // Safety: as in `slot_of`.
+    let roots = unsafe { acker.engine().tables[table].current() };
+    assert_eq!(
+        roots.deadline(slot),
+        Some(u32::MAX),
+        "not due at the odd tick"
+    );
+    acker.expire(); // registers `a`: its group's filed tick reads as none
+                    // A mate of `a`'s group, due later, registered after it.
+    let b = (1u64 << 40..)
+        .take(1 << 24)
+        .find(|&r| {
+            acker.init_with_timeout(r, 0b1, 2, mates).unwrap();
+            let mate = slot_of(&acker, r)
+                .is_some_and(|(t, s)| t == table && s / GROUP_SLOTS == slot / GROUP_SLOTS);
+            if !mate {
+                assert!(acker.ack(r, 0b1));
+            }
+            mate
+        })
+        .expect("no root landed in `a`'s group");
+    acker.expire();
+    for &r in &fillers {
+        assert!(acker.ack(r, 0b1));
+    }
+    acker.expire(); // the sweep
+    assert!(
+        acker.scheduled_timers() < 100,
+        "no sweep: {}",
+        acker.scheduled_timers()
+    );
+    take_roots(&log, Outcome::Acked);
+    clock.set(at(due + 2));
+    acker.expire();
+    assert_eq!(take_roots(&log, Outcome::TimedOut), [a], "`a` late or lost");
+    clock.set(at(due + 20_000));
+    acker.expire();
+    assert_eq!(take_roots(&log, Outcome::TimedOut), [b]);
+}
+
+/// Shutdown and an entry *stranded* out of its scan's sight (`table/migrate.rs`): an orphan
+/// claimed in a migrating table after its group was clean, whose successor is at the most
+/// a table grows to and full in the root's window, is left behind when the old table is
+/// retired; the operation that waits for room gives it up once shutdown stops it (its
+/// credit back), so that `pending()` is 0 after shutdown and every tree in the successor is
+/// handed back. (Before, the waiting operation just returned: the orphan held its credit
+/// in the retired table, and `pending()` stayed 1.)
+#[test]
+fn shutdown_frees_an_entry_stranded_in_a_retired_table() {
+    use crate::acker::table::word::{Key, KEY_SHIFT};
+    use crate::acker::table::{Done, Stamp};
+    let clock = ManualClock::new(0);
+    // 16 tables of the smallest size, which is as large as this bound lets one grow.
+    let (acker, _log) = manual(&clock, 4096);
+    let engine = acker.engine();
+    let groups = super::MIN_TABLE_SLOTS / super::GROUP_SLOTS;
+    // A key of table 0 whose home is `home` in a table of `groups` groups.
+    let key = |home: usize, low: u64| {
+        let shift = 64 - KEY_SHIFT - groups.trailing_zeros();
+        Key::new((home as u64) << shift | low)
+    };
+    let active = engine.batches.enter();
+    // Safety: inside the operation `active` marks.
+    let old = unsafe { engine.tables[0].current() };
+    assert_eq!(
+        (old.groups(), engine.room_table_slots),
+        (groups, groups * 4)
+    );
+    assert_eq!(engine.start_migration(0, old, groups, true), Some(true));
+    let next = old.successor().unwrap();
+    // Fill the successor in the window of home 100 (and a little beyond): LIVE trees.
+    let window = crate::acker::table::MAX_PROBE + 1;
+    let mut live = 0;
+    for home in 100..100 + window + 1 {
+        for low in 0..super::GROUP_SLOTS as u64 {
+            let mut done = Done::stamped(Stamp::new(1, 1));
+            next.init(key(home, low), 0b1, live, &mut done).unwrap();
+            live += 1;
+        }
+    }
+    let mut done = Done::default();
+    assert!(old.move_round(&mut done), "an empty table is clean at once");
+    // An orphan claimed in the old table now: no room in the successor, stranded.
+    let mut done = Done::stamped(Stamp::new(1, 1));
+    old.ack(key(100, 99), 0b1, &mut done);
+    let stranded = done.take_stranded().expect("stranded");
+    done.strand(stranded.0, stranded.1);
+    engine.promote_moved(0);
+    // Safety: inside the operation `active` marks.
+    let current = unsafe { engine.tables[0].current() };
+    assert!(std::ptr::eq(current, next), "retired");
+    assert_eq!(engine.pending(), live as usize + 1);
+    // Shutdown stops the wait for room: the entry is given up.
+    engine.stop_flag();
+    engine.finish(0, old, &mut done, active.open);
+    assert_eq!(
+        engine.pending(),
+        live as usize,
+        "the stranded orphan's credit is back"
+    );
+    drop(active);
+    let handed_back = acker.shutdown();
+    assert_eq!(handed_back.len(), live as usize);
+    assert_eq!(acker.pending(), 0);
+}
+
+/// A burst's tables go back to their smallest soon after every tree completed, though the
+/// only deadlines are 600 s away and no completion wakes the reaper: it looks at the load
+/// while a table is larger than the smallest. (Before it did, it slept until the first
+/// deadline and the tables stayed grown for the whole timeout.)
+#[test]
+fn a_burst_gives_its_tables_back_long_before_its_deadlines() {
+    let acker: Acker<u32> = Acker::builder()
+        .timeout(Duration::from_secs(600))
+        .shards(16)
+        .max_pending(1 << 17)
+        .build()
+        .unwrap();
+    let root = |i: u64| (i + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    for i in 0..TREES {
+        acker.init(root(i), 1, i as u32).unwrap();
+    }
+    assert!(acker.table_slots() > SMALLEST, "the burst grew the tables");
+    // Every root filed with the reaper, through the tables' growth (which files each moved
+    // root again in its successor): the sweeps keep the wheel within about an entry per
+    // pending root.
+    let filling = std::time::Instant::now();
+    while acker.covered_roots() < acker.pending() {
+        assert!(filling.elapsed() < Duration::from_secs(10), "never covered");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    std::thread::sleep(Duration::from_millis(20)); // a few passes
+    let timers = acker.scheduled_timers();
+    assert!(
+        timers <= TREES as usize + 4096,
+        "{timers} timers for {TREES} roots"
+    );
+    for i in 0..TREES {
+        assert!(acker.ack(root(i), 1));
+    }
+    let completed = std::time::Instant::now();
+    let settled = |parts: [usize; 4]| {
+        // The wheel's fixed buckets and a little room: its vectors and the large
+        // generations' filed ticks are gone.
+        parts[2] == 0 && parts[3] < 64 << 10
+    };
+    while acker.table_slots() > SMALLEST || !settled(acker.memory_parts()) {
+        assert!(
+            completed.elapsed() < Duration::from_secs(10),
+            "{} slots, {:?} B (tables, successors, retired, wheel) 10 s after the burst completed",
+            acker.table_slots(),
+            acker.memory_parts()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    acker.shutdown();
+}
+
+/// A count of ticks as a duration is exact on both sides of the `u64` fast path's bound.
+#[test]
+fn ticks_as_durations_are_exact_past_u64_nanoseconds() {
+    for shift in [0, 10, 20, 30] {
+        let ticks = Ticks { epoch: 0, shift };
+        let bound = u64::MAX >> shift;
+        for count in [
+            0,
+            1,
+            1_000_003,
+            bound - 1,
+            bound,
+            bound.saturating_add(1),
+            u64::MAX,
+        ] {
+            let nanos = u128::from(count) << shift;
+            let expected = match u64::try_from(nanos / 1_000_000_000) {
+                Ok(secs) => Duration::new(secs, (nanos % 1_000_000_000) as u32),
+                Err(_) => Duration::MAX,
+            };
+            assert_eq!(
+                ticks.nanos(count),
+                expected,
+                "{count} ticks of 2^{shift} ns"
+            );
+        }
+    }
+}
+
+/// Memory follows a growing fill: wherever no migration is under way, the tables hold at
+/// most 54 B and the reaper's wheel (its vectors' room and the groups' filed ticks) at most
+/// 8 B per pending root with a `u32` payload, once 64k roots are pending. A table grows by a
+/// quarter at 3/4 load (so it is at least 3/5 full after), and the dead entries of the
+/// groups a growth moved are swept before their vectors keep the room.
+#[test]
+fn memory_per_root_stays_bounded_while_the_tables_grow() {
+    let clock = ManualClock::new(0);
+    let (acker, _log) = manual(&clock, 1 << 20);
+    let roots: u64 = if cfg!(miri) { 3_000 } else { 400_000 };
+    let from = if cfg!(miri) { 1_000 } else { 1 << 16 };
+    let mut checked = 0;
+    for i in 0..roots {
+        acker
+            .init(i.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1, 1, 0)
+            .unwrap();
+        if (i + 1) % 4_096 != 0 {
+            continue;
+        }
+        // Past the hand-off age, so the pass files every root's group with the reaper.
+        clock.advance(Duration::from_millis(100));
+        acker.expire();
+        let pending = acker.pending();
+        let [current, successors, retired, wheel] = acker.memory_parts();
+        if pending < from || successors > 0 || retired > 0 {
+            continue;
+        }
+        let per = |bytes: usize| bytes as f64 / pending as f64;
+        assert!(
+            per(current) <= 55.0,
+            "{:.1} B of tables per root at {pending} pending",
+            per(current)
+        );
+        assert!(
+            per(wheel) <= 8.0,
+            "{:.1} B of wheel per root at {pending} pending",
+            per(wheel)
+        );
+        checked += 1;
+    }
+    assert!(checked > 10, "only {checked} checks without a migration");
+    acker.shutdown();
+}

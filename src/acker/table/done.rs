@@ -1,0 +1,188 @@
+//! What a table operation reports to its caller: the completions its CASes claimed, and
+//! the slots whose entries need a timer filed; and what it is given: the stamp for an
+//! entry it creates.
+
+use super::times::Stamp;
+use super::Key;
+use crate::acker::Outcome;
+
+/// A completion this call's CAS claimed: it emptied `slot`'s word (the slot stays reserved),
+/// and the caller completes
+/// the tree with `outcome` (unsafe [`Roots::take`](super::Roots::take) of the payload, then
+/// [`Roots::free`](super::Roots::free) of the slot, once each).
+#[derive(Debug, PartialEq, Eq)]
+pub struct Completed {
+    /// The slot whose tree the call completed.
+    pub slot: usize,
+    /// The root's key.
+    pub key: Key,
+    /// What the tree completed as.
+    pub outcome: Outcome,
+    /// The generation of the table the slot is in ([`Roots::gen`](super::Roots::gen)):
+    /// an operation may complete a tree in its table's successor during growth.
+    pub gen: u32,
+}
+
+/// Almost always none or one value: the first without an allocation, any more in a `Vec`.
+#[derive(Debug)]
+struct Few<T> {
+    first: Option<T>,
+    more: Vec<T>,
+}
+
+impl<T> Default for Few<T> {
+    fn default() -> Self {
+        Few {
+            first: None,
+            more: Vec::new(),
+        }
+    }
+}
+
+impl<T> Few<T> {
+    #[inline]
+    fn push(&mut self, value: T) {
+        if self.first.is_none() {
+            self.first = Some(value);
+        } else {
+            self.more.push(value);
+        }
+    }
+
+    #[inline]
+    fn take(&mut self) -> Option<T> {
+        self.more.pop().or_else(|| self.first.take())
+    }
+
+    #[inline]
+    fn is_empty(&self) -> bool {
+        self.first.is_none() && self.more.is_empty()
+    }
+}
+
+/// The completions an operation claimed, for its caller to finish.
+///
+/// Almost always none or one. More only when carrying a twin's contents completed a tree
+/// and the operation's own message then completed a new tree of the same root (a duplicate
+/// init racing a twin claim), so the second one costs nothing unless it happens.
+///
+/// It also carries the operation's [`Stamp`] in (the times a claimer writes into a new
+/// entry: see `times.rs`) and, out, the slots whose entries need a timer filed: those it
+/// created, and those whose deadline it moved earlier.
+#[derive(Default)]
+pub struct Done<'a> {
+    completed: Few<Completed>,
+    stamp: Stamp,
+    /// Makes the stamp when a claim needs one (the acker reads its clock only then).
+    stamper: Option<&'a dyn Fn() -> Stamp>,
+    to_file: Few<(u32, usize)>,
+    /// A claim found the root's window full, or had to go far from home: the table
+    /// should grow (`engine/`).
+    crowded: bool,
+    /// Entries this operation created in a table being migrated that it could not move to
+    /// the successor for want of room (`migrate.rs`): the caller makes room and moves them.
+    stranded: Few<(u32, usize)>,
+    /// An init joined an entry of messages held for its root (`orphans_joined`).
+    joined: bool,
+}
+
+impl std::fmt::Debug for Done<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Done")
+            .field("completed", &self.completed)
+            .field("to_file", &self.to_file)
+            .field("stranded", &self.stranded)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'a> Done<'a> {
+    /// An operation whose new entries, if it creates any, get `stamp`.
+    #[inline]
+    pub fn stamped(stamp: Stamp) -> Done<'a> {
+        Done {
+            stamp,
+            ..Done::default()
+        }
+    }
+
+    /// An operation whose new entries get the stamp `stamper` makes at their claim.
+    #[inline]
+    pub fn stamped_by(stamper: &'a dyn Fn() -> Stamp) -> Done<'a> {
+        Done {
+            stamper: Some(stamper),
+            ..Done::default()
+        }
+    }
+
+    #[inline]
+    pub(super) fn stamp(&self) -> Stamp {
+        self.stamper.map_or(self.stamp, |make| make())
+    }
+
+    /// Takes one slot, with its table's generation, whose entry needs a timer filed, if
+    /// any is left: an entry the operation created (an orphan, init's new claim, a twin's
+    /// contents carried to a new entry, an entry moved by growth), or one whose deadline
+    /// its init moved earlier than the timers already filed.
+    #[inline]
+    pub fn take_to_file(&mut self) -> Option<(u32, usize)> {
+        self.to_file.take()
+    }
+
+    #[inline]
+    pub(super) fn file_later(&mut self, gen: u32, slot: usize) {
+        self.to_file.push((gen, slot));
+    }
+
+    /// A claim of this operation found its table crowded (see the field).
+    #[inline]
+    pub fn crowded(&self) -> bool {
+        self.crowded
+    }
+
+    /// An init of this operation joined messages held for its root.
+    #[inline]
+    pub fn joined(&self) -> bool {
+        self.joined
+    }
+
+    #[inline]
+    pub(super) fn set_joined(&mut self) {
+        self.joined = true;
+    }
+
+    #[inline]
+    pub(super) fn set_crowded(&mut self) {
+        self.crowded = true;
+    }
+
+    /// Takes one stranded entry (see the field) as its table's generation and slot.
+    #[inline]
+    pub fn take_stranded(&mut self) -> Option<(u32, usize)> {
+        self.stranded.take()
+    }
+
+    /// Records a stranded entry (see the field).
+    #[inline]
+    pub fn strand(&mut self, gen: u32, slot: usize) {
+        self.crowded = true;
+        self.stranded.push((gen, slot));
+    }
+
+    /// Takes one claimed completion, if any is left.
+    #[inline]
+    pub fn take(&mut self) -> Option<Completed> {
+        self.completed.take()
+    }
+
+    /// Nothing (left) to finish.
+    #[inline]
+    pub fn is_none(&self) -> bool {
+        self.completed.is_empty()
+    }
+
+    #[inline]
+    pub(super) fn push(&mut self, completed: Completed) {
+        self.completed.push(completed);
+    }
+}

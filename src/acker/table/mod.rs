@@ -1,0 +1,667 @@
+//! The Acker's table: a lock-free hash table of root words.
+//!
+//! One table holds the roots whose mixed hash falls in its range (the acker keeps at least
+//! `1 << KEY_SHIFT` tables, so a [`Key`] names its root within one). Each slot is one
+//! 16-byte [`SlotWord`] (key, state and XOR value: see `table/word.rs`) and, apart, the payload
+//! cell its init writes. Four words fill a cache line, a *group*; a root's *home* group is
+//! its key's top bits, so an ack is a hash, a load of one line and one 128-bit CAS on it.
+//!
+//! ## Finding a root
+//!
+//! A root lives in its home group or, when that was full, in one of the next
+//! [`MAX_PROBE`] groups. A claimer `d` groups past home first adds one to the *overflow
+//! count* of each of the `d` groups it passes, then CASes its word into an EMPTY slot; a
+//! slot emptied again (freed, dropped, merged) takes them off. A search walks on past a
+//! group only while its count is non-zero, so an entry that exists when a search starts is
+//! always reached. Because counts, not tombstones, keep the probe sequences whole, a freed
+//! slot is EMPTY at once and the next claimer may take it.
+//!
+//! ## No grace period
+//!
+//! A slot's word is only ever changed by a CAS that expects the whole word, key included.
+//! An operation that found root A's word and is about to CAS it cannot, after A's slot was
+//! freed and reused by root B, change B's word: the CAS fails, and the operation looks for
+//! A again. Nothing a thread holds across operations points into the table, so slots are
+//! reused without waiting for anyone. (Growth retires whole tables, `migrate.rs`: that is
+//! the only place a pin is needed.)
+//!
+//! ## Twin claims
+//!
+//! Two threads that find no entry for a new root may both claim a slot for it, when a
+//! slot that one of them passed was freed in between: two *twin* entries. Every claimer
+//! therefore searches again after its claim (every access SeqCst: of two claimers, at
+//! least one sees the other's word, since each wrote its counts and its word before
+//! reading) and the twins are merged lock-free: the *loser* is CASed to EMPTY by whoever
+//! sees the pair first (either claimer), and its contents (value and held fail) are applied
+//! to the winner as an ack and a fail would be. The CAS on the loser decides who carries
+//! them, so they are applied once; an ack that was about to XOR into the loser finds its CAS
+//! failing and goes to the winner. The winner is the entry init has joined (JOINING or
+//! LIVE) if there is one, else the first in probe order.
+//!
+//! Init claims a new root JOINING with its XOR in and writes its payload only after the
+//! search that follows the claim finds no twin; when it finds one, it takes its XOR back
+//! out (JOINING to HELD) and joins whatever the merge leaves, again only after a search
+//! that finds no twin (`init.rs`). So a payload is never in a loser, and two joined entries
+//! of one root are never both kept. A merger's judgement can therefore be stale: a new
+//! claim that it saw JOINING may unjoin and then lose by probe order to the very entry
+//! judged against it, and both words go EMPTY. So a loser's slot stays reserved (times,
+//! counts, credit) until its contents land, and holds them again if the root has no entry
+//! left: a carry never needs room or a credit, and nothing it holds is dropped (`twins.rs`).
+//!
+//! A merge moves a root's contents from one slot to another, possibly one earlier in
+//! probe order, so a search that walks the slots once can pass the winner before the
+//! contents land and reach the loser after it went EMPTY. Searches that create (an ack, an
+//! init) then claim a twin, which is merged in turn; a reset, which creates nothing, would
+//! report a pending root missing and lose its new deadline. The table therefore counts
+//! merges started and merges whose contents landed ([`InFlight`]), and a reset that found
+//! nothing looks again if a merge overlapped its walk (`deadlines.rs`).
+
+// This file: the slot word, a table's layout and the message path (ack and fail). Beside
+// it: `probe.rs` (search, claim, empty: the probe window and its overflow counts),
+// `init.rs` (init's join and settle), `twins.rs` (merging twin claims), `deadlines.rs`
+// (the reaper's expiry and resets), `taking.rs` (a completion's payload and free,
+// shutdown's take-back), `migrate.rs` (growth), `lines.rs` (memory), `times.rs` (a slot's
+// ticks), `done.rs` (what an operation reports).
+mod deadlines;
+pub use deadlines::Judge;
+mod done;
+mod init;
+mod lines;
+mod migrate;
+mod probe;
+mod taking;
+mod times;
+mod twins;
+#[allow(dead_code)] // parts used by the loom models and the tests only
+pub(crate) mod word;
+pub use done::{Completed, Done};
+use probe::{Search, Unclaimed, Vacancy};
+pub use times::{full_near, reached, Stamp, Tick};
+use twins::InFlight;
+
+use super::Outcome;
+use crate::acker::bound::Credits;
+use crate::acker::table::word::{Key, Phase, Step, Word, KEY_SHIFT};
+use crate::sync::{
+    Arc, AtomicPtr, AtomicU128, AtomicU16, AtomicU32, AtomicU64, AtomicUsize, Ordering,
+};
+use lines::{Group, Lines, Payload, Side};
+
+/// Words per group: four 16-byte words fill a 64-byte line.
+#[cfg(not(loom))]
+pub const GROUP_SLOTS: usize = 4;
+/// Under loom two, so models reach full groups and overflow in a few steps.
+#[cfg(loom)]
+pub const GROUP_SLOTS: usize = 2;
+
+/// How many groups past its home a root may live. A full acker's tables sit at a load of
+/// 4/5 (`engine/`), where linear probing's clusters run to a couple of hundred slots: with 31
+/// groups, roots whose clustered window was full grew the tables past that load (1M
+/// pending: 46 B of table per root; with 63, 41). A search still stops at the first group
+/// whose overflow count is 0, so a longer window costs only the roots that use it.
+#[cfg(not(loom))]
+pub const MAX_PROBE: usize = 63;
+// A group's overflow count (a `u16`) holds the entries of the groups before it, plus one
+// claim under way per thread.
+const _: () = assert!(MAX_PROBE * GROUP_SLOTS <= 1 << 10);
+/// A claim this many groups past home reports its table crowded (`Done::crowded`).
+const CROWDED_DISTANCE: usize = 2;
+/// The low bits of a batch entry's tag (and of a group timer) that carry its table's
+/// generation (`engine/`): a tag compares only the bits above.
+pub const GEN_TAG_BITS: u32 = 2;
+/// A batch entry's tag names its root by the bits of its key's tag from [`GEN_TAG_BITS`]
+/// up to this one (18 bits; a later root that matches costs the reaper one look, never a
+/// wrong timeout); the bits above are zero.
+pub const TAG_CHECK_BITS: u32 = 20;
+/// The bits of a batch entry's tag below [`TAG_CHECK_BITS`].
+pub const TAG_CHECK_MASK: u32 = (1 << TAG_CHECK_BITS) - 1;
+/// Under loom one, so models overflow in a few steps.
+#[cfg(loom)]
+pub const MAX_PROBE: usize = 1;
+
+/// One slot's word: a [`Word`] in a 128-bit atomic.
+///
+/// Every access is SeqCst. On x86_64 that costs nothing over acquire/release (a 128-bit CAS
+/// is a locked instruction either way, and a load is a plain `vmovdqa`), the twin search
+/// needs it (a claimer writes its word, then reads the others'), and it is what the loom
+/// stand-in, a value behind a lock, gives: the models check exactly this.
+#[derive(Debug)]
+#[repr(transparent)]
+pub(crate) struct SlotWord(AtomicU128);
+
+impl SlotWord {
+    fn new() -> Self {
+        SlotWord(AtomicU128::new(0))
+    }
+
+    #[inline]
+    pub fn load(&self) -> Word {
+        Word::from_bits(self.0.load(Ordering::SeqCst))
+    }
+
+    /// `Ok(())` when the word was `current` and is now `new`; else the word it is.
+    #[inline]
+    pub fn cas(&self, current: Word, new: Word) -> Result<(), Word> {
+        self.0
+            .compare_exchange(
+                current.to_bits(),
+                new.to_bits(),
+                Ordering::SeqCst,
+                Ordering::SeqCst,
+            )
+            .map(|_| ())
+            .map_err(Word::from_bits)
+    }
+}
+
+impl Group {
+    /// Each word of the group, loaded one after the other (SeqCst each; not a snapshot).
+    #[inline]
+    fn load(&self) -> [Word; GROUP_SLOTS] {
+        // Safety: `SlotWord` is a `repr(transparent)` `AtomicU128`, so the arrays have one
+        // layout.
+        let words = unsafe {
+            &*(&self.0 as *const [SlotWord; GROUP_SLOTS]).cast::<[AtomicU128; GROUP_SLOTS]>()
+        };
+        AtomicU128::load_each(words, Ordering::SeqCst).map(Word::from_bits)
+    }
+
+    /// The first of the group's words whose key is `key`'s: [`Match::Holds`] with its
+    /// index and word when it is an uncompleted entry of the root, [`Match::Odd`] when it
+    /// is not (FROZEN, MOVED, or an EMPTY word when the key is 0: the full search sorts
+    /// those out), [`Match::Absent`] when no word has the key.
+    ///
+    /// The common ack's match. Word 0 is tried with a branch: a claim takes the first EMPTY
+    /// word of its group, so below the brim most entries are there and the branch is
+    /// predicted. The other three are compared without a branch a word: which of them
+    /// holds a root is random, and a mispredicted branch on a word whose load missed the
+    /// cache costs the miss a second time (an ack at 64k pending in a table at its bound's
+    /// load: 47 ns with a branch a word, 39 without).
+    #[inline]
+    fn find(&self, key: Key) -> Match {
+        let words = self.load();
+        let of = |i: usize, word: Word| {
+            if word.holds(key) {
+                Match::Holds(i, word)
+            } else {
+                Match::Odd
+            }
+        };
+        if words[0].key() == key {
+            return of(0, words[0]);
+        }
+        let hits =
+            (1..GROUP_SLOTS).fold(0u32, |hits, i| hits | u32::from(words[i].key() == key) << i);
+        if hits == 0 {
+            return Match::Absent;
+        }
+        let i = hits.trailing_zeros() as usize;
+        // Chosen with masks, not an index into the array: an index sends the words
+        // through the stack, and the loads that read them back wait on the stores.
+        let word = (2..GROUP_SLOTS).fold(words[1].to_bits(), |word, j| {
+            let take = 0u128.wrapping_sub(u128::from(i == j));
+            word ^ ((word ^ words[j].to_bits()) & take)
+        });
+        of(i, Word::from_bits(word))
+    }
+}
+
+/// What [`Group::find`] found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Match {
+    /// The group's first word of the key, an uncompleted entry: its index and word.
+    Holds(usize, Word),
+    /// The group's first word of the key is not an entry to change.
+    Odd,
+    /// No word of the key.
+    Absent,
+}
+
+/// What an operation did to its root's entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Applied {
+    /// Applied to the root's entry (or completed it: see [`Completed`]).
+    Changed,
+    /// No entry: a new one (HELD) holds the message.
+    Created,
+    /// No entry, and no EMPTY slot in the root's window (or no credit).
+    Full,
+    /// No entry, and the caller asked not to create one (growth: look in the successor).
+    Missing,
+    /// The root's entry is being moved, or was moved, to the successor: start again from
+    /// the acker's current table (`migrate.rs`). The message was not applied.
+    Retry,
+}
+
+/// What [`Roots::expire`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Expiry {
+    /// The root's entry is no longer in the slot: nothing to do.
+    Gone,
+    /// A HELD orphan was dropped silently; its slot is EMPTY.
+    Dropped,
+    /// A LIVE tree timed out; the completion is in `done`.
+    TimedOut,
+    /// Init is joining: look again shortly.
+    Joining,
+    /// The deadline the slot holds now is later than the reaper's tick: file it again.
+    NotDue(Tick),
+}
+
+/// What [`Roots::init`] could not do; the payload comes back.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Refused<T> {
+    /// The root is already initialized (or being initialized).
+    Duplicate(T),
+    /// No entry, and no EMPTY slot in the root's window (or no credit).
+    Full(T),
+    /// No entry, and the caller asked not to create one.
+    Missing(T),
+    /// The root's entry is moving to the successor: start again (see [`Applied::Retry`]).
+    Retry(T),
+}
+
+/// A message applied to a root's entry, or held in a new one.
+#[derive(Clone, Copy, Debug)]
+pub enum Message {
+    /// An ack's XOR.
+    Ack(u64),
+    /// A fail.
+    Fail,
+    /// A twin's contents, carried to the entry that absorbs it, and its base tick (a
+    /// reset that landed on the twin moved it: the absorbing entry's base moves too).
+    Twin(Word, Tick),
+}
+
+impl Message {
+    #[inline]
+    fn step(self, word: Word) -> Option<Step> {
+        match self {
+            Message::Ack(xor) => word.acked(xor),
+            Message::Fail => word.failed(),
+            Message::Twin(twin, _) => word.absorbed(twin),
+        }
+    }
+
+    #[inline]
+    fn held(self, key: Key) -> Word {
+        match self {
+            Message::Ack(xor) => Word::held_ack(key, xor),
+            Message::Fail => Word::held_fail(key),
+            Message::Twin(twin, _) => twin,
+        }
+    }
+}
+
+/// One table of root words. See the module docs.
+pub struct Roots<T> {
+    /// Per group, its words and its slots' side data: times (and the slot's reservation,
+    /// `times.rs`), the tree's own timeout in ticks (0 for the acker's default; written by
+    /// the claimer, 0, before its claim publishes it, and by a joining init) and the
+    /// payload (`lines.rs`).
+    lines: Lines<T>,
+    /// Per group, the entries living past it (module docs): at most [`MAX_PROBE`] groups of
+    /// entries, plus claims under way, so 16 bits are ample.
+    overflow: Box<[AtomicU16]>,
+    /// Groups in the table: any number from 2 (a home is a multiply and a shift, so
+    /// growth need not double).
+    groups: usize,
+    /// Twin entries merged, ever (rare: counted here, not on the hot path's lines).
+    merged: AtomicU64,
+    /// Merges whose contents are in flight, for a reset that finds nothing (module docs).
+    in_flight: InFlight,
+    /// The acker's `max_pending` credits: a claim takes one, emptying its slot gives it
+    /// back, so an entry holds one exactly while its slot is reserved (an entry moved by
+    /// growth keeps its credit). `None`: unbounded.
+    credits: Option<Arc<Credits>>,
+    /// The timeout, in ticks, of a tree whose init gave none (and of orphans).
+    default_timeout: Tick,
+    /// This table's generation: its predecessor's plus one (timer entries name it).
+    gen: u32,
+    /// The successor entries move to once growth (or shrink) began; null before. Set
+    /// once; it owns nothing (`engine/` owns every generation).
+    next: AtomicPtr<Roots<T>>,
+    /// Migration: the next group to move (a hint that spreads helpers over the groups).
+    cursor: AtomicUsize,
+    /// Migration: a bit per group, set once it holds only EMPTY and MOVED words.
+    clean: Box<[AtomicU64]>,
+    /// Migration: groups clean.
+    clean_groups: AtomicUsize,
+}
+
+// Safety: the payload cells are the only non-Sync parts. A cell is written only by the
+// thread whose claim or join CAS made the slot JOINING and read only by the thread whose CAS
+// completed the tree, after the settle CAS that published the write, and before that
+// thread's free ends the slot's reservation (see `init`, `take` and `free`), so no two
+// threads touch one at once. `T: Send` because payloads move between threads.
+unsafe impl<T: Send> Sync for Roots<T> {}
+// Safety: as above; the table owns its payloads.
+unsafe impl<T: Send> Send for Roots<T> {}
+
+impl<T> Roots<T> {
+    /// A table of `groups` groups (at least 2), without a bound.
+    /// Its default timeout is 0 ticks: a deadline is its base.
+    pub fn new(groups: usize) -> Self {
+        Self::bounded(groups, None, 0, false)
+    }
+
+    /// A table of `groups` groups whose entries each hold one of `credits`.
+    ///
+    /// Every part starts all zero (EMPTY words, free times, zero counts), so the memory
+    /// comes from `alloc_zeroed`: the allocator maps zeroed pages, and a page costs memory
+    /// only once a slot on it is used.
+    /// The timeout of trees whose init gives none is `default_timeout` ticks. With
+    /// `populate`, the lines' pages are faulted in at once (a growing table's successor,
+    /// whose every page the moves reach: `zeroed.rs`, "Pages written at once").
+    pub(super) fn bounded(
+        groups: usize,
+        credits: Option<Arc<Credits>>,
+        default_timeout: Tick,
+        populate: bool,
+    ) -> Self {
+        assert!(groups >= 2, "{groups} groups");
+        // Safety: for each `zeroed`, an all-zero `AtomicU32` and `AtomicU64` is a valid
+        // value equal to what its `make` builds.
+        unsafe {
+            Roots {
+                lines: Lines::zeroed(groups, populate),
+                overflow: zeroed(groups, || AtomicU16::new(0)),
+                clean: zeroed(groups.div_ceil(64), || AtomicU64::new(0)),
+                groups,
+                merged: AtomicU64::new(0),
+                in_flight: InFlight::default(),
+                credits,
+                default_timeout,
+                gen: 0,
+                next: AtomicPtr::new(std::ptr::null_mut()),
+                cursor: AtomicUsize::new(0),
+                clean_groups: AtomicUsize::new(0),
+            }
+        }
+    }
+
+    /// Bytes the table holds (its lines and overflow counts).
+    pub fn bytes(&self) -> usize {
+        self.lines.len() * std::mem::size_of::<lines::Line<T>>()
+            + self.overflow.len() * std::mem::size_of::<AtomicU16>()
+    }
+
+    /// Slots in the table.
+    pub fn slots(&self) -> usize {
+        self.lines.len() * GROUP_SLOTS
+    }
+
+    /// A slot's side data.
+    #[inline]
+    fn side(&self, slot: usize) -> &Side<T> {
+        &self.lines[slot / GROUP_SLOTS].sides[slot % GROUP_SLOTS]
+    }
+
+    /// A slot's times (`times.rs`).
+    #[inline]
+    fn times_of(&self, slot: usize) -> &AtomicU64 {
+        &self.side(slot).times
+    }
+
+    /// A slot's own timeout cell.
+    #[inline]
+    fn timeout_cell(&self, slot: usize) -> &AtomicU32 {
+        &self.side(slot).timeout
+    }
+
+    /// A slot's payload cell.
+    #[inline]
+    fn payload(&self, slot: usize) -> &Payload<T> {
+        &self.side(slot).payload
+    }
+
+    /// Groups in the table.
+    pub fn groups(&self) -> usize {
+        self.groups
+    }
+
+    /// This table's generation (see the field).
+    pub fn gen(&self) -> u32 {
+        self.gen
+    }
+
+    /// A table to move this one's entries to: `groups` groups, the next generation, the
+    /// same credits and default timeout. A larger one has its pages faulted in at once:
+    /// the moves reach every one of them (`zeroed.rs`, "Pages written at once"); a smaller
+    /// one, which a drained table shrinks into, is left to fault as its few entries need.
+    pub fn successor_of(&self, groups: usize) -> Self {
+        let grows = groups > self.groups;
+        let mut next = Self::bounded(groups, self.credits.clone(), self.default_timeout, grows);
+        next.gen = self.gen.wrapping_add(1);
+        next
+    }
+
+    #[inline]
+    fn claimed(&self, done: &mut Done, slot: usize, key: Key, outcome: Outcome) {
+        done.push(Completed {
+            slot,
+            key,
+            outcome,
+            gen: self.gen,
+        });
+    }
+
+    /// Every slot EMPTY and every overflow count 0: nothing is left behind (for tests and
+    /// models; it reads the whole table).
+    pub fn is_clear(&self) -> bool {
+        (0..self.slots()).all(|slot| self.word(slot).load() == Word::EMPTY)
+            && (0..self.slots()).all(|slot| self.times_of(slot).load(Ordering::SeqCst) == 0)
+            && self.overflow.iter().all(|c| c.load(Ordering::SeqCst) == 0)
+    }
+
+    /// Twin entries merged since the table was built.
+    pub fn merged(&self) -> u64 {
+        self.merged.load(Ordering::Relaxed) // Relaxed: a statistic.
+    }
+
+    /// The key's home group: its top bits scaled to the group count (multiply and shift;
+    /// with a power of two of groups, exactly the key's top bits).
+    #[inline]
+    fn home(&self, key: Key) -> usize {
+        let top = u128::from(key.bits() << KEY_SHIFT);
+        ((top * self.groups as u128) >> 64) as usize
+    }
+
+    /// `group`, which is less than twice the group count, wrapped around the table.
+    #[inline]
+    fn wrap(&self, group: usize) -> usize {
+        if group >= self.groups {
+            group - self.groups
+        } else {
+            group
+        }
+    }
+
+    /// A slot's word.
+    #[inline]
+    pub(crate) fn word(&self, slot: usize) -> &SlotWord {
+        &self.lines[slot / GROUP_SLOTS].group.0[slot % GROUP_SLOTS]
+    }
+
+    /// A group of words.
+    #[inline]
+    fn group(&self, group: usize) -> &Group {
+        &self.lines[group].group
+    }
+
+    /// An ack: XORs `xor` into the root's value, or holds it in a new entry.
+    pub fn ack(&self, key: Key, xor: u64, done: &mut Done<'_>) -> Applied {
+        self.apply(key, Message::Ack(xor), true, done)
+    }
+
+    /// A fail: completes an initialized tree `Failed`, or is held until init.
+    pub fn fail(&self, key: Key, done: &mut Done<'_>) -> Applied {
+        self.apply(key, Message::Fail, true, done)
+    }
+
+    /// The common case of [`apply`](Self::apply): the root's entry exists and one CAS
+    /// applies `message`. `None` when anything else is needed (no entry, a CAS lost, a
+    /// frozen entry, a twin's contents): the caller then calls `apply`, which starts again
+    /// from the search, so nothing was changed.
+    ///
+    /// It is `apply`'s own first step, the same walk of the window and the same CAS,
+    /// without the general path's frame (its `Done`, a migration's help, the timer
+    /// filing): an entry displaced from its home group (a quarter to a third of them in a
+    /// table near its brim) takes this path too, not only one at home.
+    #[inline]
+    pub fn apply_found(&self, key: Key, message: Message) -> Option<Option<Completed>> {
+        if let Message::Twin(..) = message {
+            return None; // a twin's reset moves the base first
+        }
+        // The home group inline (most entries are there), the rest of the window out of
+        // line; either way the first word of the key in probe order, if it is an entry.
+        let home = self.home(key);
+        let group = self.group(home);
+        let (slot, cell, word) = match group.find(key) {
+            Match::Holds(i, word) => (home * GROUP_SLOTS + i, &group.0[i], word),
+            Match::Odd => return None,
+            Match::Absent => {
+                let (slot, word) = self.find_displaced(key, home)?;
+                (slot, self.word(slot), word)
+            }
+        };
+        let step = message.step(word)?;
+        cell.cas(word, step.word()).ok()?;
+        Some(match step {
+            Step::To(_) => None,
+            Step::Complete(_, outcome) => Some(Completed {
+                slot,
+                key,
+                outcome,
+                gen: self.gen,
+            }),
+        })
+    }
+
+    /// [`apply_found`](Self::apply_found)'s entry outside its home group, whose words hold
+    /// none of the key: the groups after `home` that `search` would visit (while the last
+    /// one passed has a non-zero overflow count), matched as the home group was. Out of
+    /// line, and without `search`'s vacancy and FROZEN bookkeeping, which an ack that
+    /// finds its entry never needs (a group whose first word of the key is not an entry
+    /// sends the ack to `apply`, as at home).
+    #[inline(never)]
+    fn find_displaced(&self, key: Key, home: usize) -> Option<(usize, Word)> {
+        // `walk(home).skip(1)` written out: the iterator's state made the ack at 64k
+        // pending 3-4 % slower (33.3 -> 34.5 ns, three alternating pairs).
+        let mut group = home;
+        for _ in 0..self.window() {
+            if self.overflow[group].load(Ordering::SeqCst) == 0 {
+                return None;
+            }
+            group = self.wrap(group + 1);
+            match self.group(group).find(key) {
+                Match::Holds(i, word) => return Some((group * GROUP_SLOTS + i, word)),
+                Match::Odd => return None,
+                Match::Absent => {}
+            }
+        }
+        None
+    }
+
+    /// Applies `message` to the root's entry with the word's transition, CASing until it
+    /// lands; with no entry, holds it in a new one (unless not `create`) and merges any
+    /// twin. A new entry in a table whose migration has begun moves to the successor at
+    /// once (`migrate.rs`); a FROZEN entry is waited for, then [`Applied::Retry`].
+    pub fn apply(&self, key: Key, message: Message, create: bool, done: &mut Done<'_>) -> Applied {
+        loop {
+            let (slot, mut word) = match self.search(key, None) {
+                Search::Found(slot, word) => (slot, word),
+                Search::Frozen(slot, word) => {
+                    self.await_moved(slot, word);
+                    return Applied::Retry;
+                }
+                Search::Missing(_) if !create => return Applied::Missing,
+                Search::Missing(vacancy) => {
+                    match self.claim(key, message.held(key), vacancy, done) {
+                        Ok(slot) => {
+                            self.created(key, slot, done);
+                            return Applied::Created;
+                        }
+                        Err(Unclaimed::Raced) => continue,
+                        Err(_) => return Applied::Full,
+                    }
+                }
+            };
+            while let Some(step) = message.step(word) {
+                if let Message::Twin(twin, base) = message {
+                    if twin.state().reset() {
+                        // The twin's reset is the tree's: its base first, as a reset's.
+                        self.move_base(slot, |b| if reached(base, b) { b } else { base });
+                    }
+                }
+                match self.word(slot).cas(word, step.word()) {
+                    Ok(()) => {
+                        if let Step::Complete(_, outcome) = step {
+                            self.claimed(done, slot, key, outcome);
+                        }
+                        return Applied::Changed;
+                    }
+                    // Another message changed the value or state: apply ours to that.
+                    Err(now) if now.holds(key) => word = now,
+                    Err(now) if now.frozen_for(key) => {
+                        self.await_moved(slot, now);
+                        return Applied::Retry;
+                    }
+                    // Completed, freed, merged away: look for the root again.
+                    Err(_) => break,
+                }
+            }
+        }
+    }
+}
+
+/// `n` values of `T`, allocated zeroed (or, under loom, whose atomics are not plain
+/// memory, made by `make`).
+///
+/// # Safety
+/// An all-zero `T` is a valid `T` equal to `make()`.
+#[allow(unused_variables)]
+unsafe fn zeroed<T>(n: usize, make: impl Fn() -> T) -> Box<[T]> {
+    #[cfg(not(loom))]
+    if std::mem::size_of::<T>() > 0 && n > 0 {
+        let layout = std::alloc::Layout::array::<T>(n).expect("table size overflows");
+        // Safety: the layout has a non-zero size (checked above).
+        let ptr = unsafe { std::alloc::alloc_zeroed(layout) }.cast::<T>();
+        if ptr.is_null() {
+            std::alloc::handle_alloc_error(layout);
+        }
+        // Safety: `ptr` is a fresh allocation of `n` `T`s with `Box<[T]>`'s layout (the
+        // global allocator, `Layout::array`), each zero, which the caller says is valid.
+        return unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(ptr, n)) };
+    }
+    (0..n).map(|_| make()).collect()
+}
+
+impl<T> Drop for Roots<T> {
+    fn drop(&mut self) {
+        for slot in 0..self.slots() {
+            let word = self.word(slot).load();
+            let joined = matches!(word.state().phase(), Some(Phase::Joining | Phase::Live));
+            if joined {
+                self.payload(slot).0.with_mut(|cell| {
+                    // Safety: a JOINING or LIVE word's payload is written (a JOINING one only
+                    // between the claim or join and the settle, which `&mut self` rules out)
+                    // and not taken; we have exclusive access.
+                    unsafe { (*cell).assume_init_drop() }
+                });
+            }
+        }
+    }
+}
+
+impl<T> std::fmt::Debug for Roots<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Roots")
+            .field("slots", &self.slots())
+            .field("merged", &self.merged())
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests;

@@ -1,0 +1,307 @@
+//! A root's probe window: [`Roots::search`] walks from the root's home group while the
+//! groups it passes have a non-zero overflow count, [`Roots::claim`] reserves an EMPTY
+//! slot, counts itself into the groups it passed and CASes its word in, and
+//! [`Roots::empty`] undoes both (module docs of `table/`, "Finding a root").
+
+use super::{Done, Key, Roots, Stamp, Word, CROWDED_DISTANCE, GROUP_SLOTS, MAX_PROBE};
+use crate::sync::{store_raced, Ordering};
+
+/// Why [`Roots::claim`] claimed nothing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Unclaimed {
+    /// The slot's word had changed: look again.
+    Raced,
+    /// No EMPTY slot in the root's window could be reserved.
+    NoRoom,
+    /// `max_pending` entries are held.
+    NoCredit,
+}
+
+/// An EMPTY slot `d` groups past a root's home.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Vacancy {
+    pub(super) slot: usize,
+    pub(super) d: usize,
+}
+
+/// What [`Roots::search`] found.
+pub(super) enum Search {
+    Found(usize, Word),
+    /// The root's entry is FROZEN: a mover is copying it to the successor.
+    Frozen(usize, Word),
+    /// No entry; the first EMPTY slot the search passed, if any.
+    Missing(Option<Vacancy>),
+}
+
+impl<T> Roots<T> {
+    /// How many groups past `key`'s home `slot` is.
+    pub(super) fn distance(&self, key: Key, slot: usize) -> usize {
+        self.wrap(slot / GROUP_SLOTS + self.groups - self.home(key))
+    }
+
+    pub(super) fn window(&self) -> usize {
+        MAX_PROBE.min(self.groups - 1)
+    }
+
+    /// The groups of a walk of `home`'s window, each with its distance from `home`: `home`
+    /// first, then the next one while the group just visited has a non-zero overflow
+    /// count, at most [`window`](Self::window) groups past `home`. The count is read when
+    /// the walk is asked for the next group, so after the caller has read the words of the
+    /// one it visited: a search that sees a word can reach it (module docs of `table/`).
+    #[inline]
+    pub(super) fn walk(&self, home: usize) -> impl Iterator<Item = (usize, usize)> + '_ {
+        let mut at: Option<(usize, usize)> = None;
+        std::iter::from_fn(move || {
+            let next = match at {
+                None => (0, home),
+                Some((d, group)) => {
+                    if d == self.window() || self.overflow[group].load(Ordering::SeqCst) == 0 {
+                        return None;
+                    }
+                    (d + 1, self.wrap(group + 1))
+                }
+            };
+            at = Some(next);
+            Some(next)
+        })
+    }
+
+    /// Adds `delta` (1 or -1) to the overflow counts of the `d` groups from `home` on.
+    fn count_overflow(&self, home: usize, d: usize, delta: i32) {
+        for group in (0..d).map(|j| self.wrap(home + j)) {
+            self.overflow[group].fetch_add(delta as u16, Ordering::SeqCst);
+        }
+    }
+
+    /// Looks for `key`'s entry (the first in probe order, but for `skip`) and, on the way,
+    /// for the first EMPTY slot, where a new entry could go.
+    #[inline]
+    pub(super) fn search(&self, key: Key, skip: Option<usize>) -> Search {
+        let home = self.home(key);
+        self.prefetch_home(home, false);
+        let mut vacancy = None;
+        for (d, group) in self.walk(home) {
+            let words = self.group(group).load();
+            // Masks of the group's words of the key (any state) and of its EMPTY words:
+            // most groups hold no word of the key, and then only the first EMPTY matters.
+            let (mut mine, mut empty) = (0u32, 0u32);
+            for (i, w) in words.iter().enumerate() {
+                mine |= u32::from(w.key() == key) << i;
+                empty |= u32::from(*w == Word::EMPTY) << i;
+            }
+            while mine != 0 {
+                let i = mine.trailing_zeros() as usize;
+                mine &= mine - 1;
+                let (slot, w) = (group * GROUP_SLOTS + i, words[i]);
+                if w.holds(key) && Some(slot) != skip {
+                    return Search::Found(slot, w);
+                }
+                if w.frozen_for(key) {
+                    return Search::Frozen(slot, w);
+                }
+            }
+            if vacancy.is_none() && empty != 0 {
+                let slot = group * GROUP_SLOTS + empty.trailing_zeros() as usize;
+                vacancy = Some(Vacancy { slot, d });
+            }
+        }
+        Search::Missing(vacancy)
+    }
+
+    /// Whether `key`'s root has an entry other than `mine` (an uncompleted or FROZEN word
+    /// of its key): what `search(key, Some(mine))` finds or not, for a claimer's twin
+    /// check, through the same groups and the same loads in the same order, without the
+    /// vacancy's bookkeeping or a `Search` to return (a claim's twin check is on every new
+    /// tree's path).
+    #[inline]
+    pub(super) fn has_twin(&self, key: Key, mine: usize) -> bool {
+        self.walk(self.home(key)).any(|(_, group)| {
+            let words = self.group(group).load();
+            (0..GROUP_SLOTS).any(|i| {
+                let w = words[i];
+                group * GROUP_SLOTS + i != mine && (w.holds(key) || w.frozen_for(key))
+            })
+        })
+    }
+
+    /// Starts loading into the cache what a search from home `group` reads, or its caller
+    /// writes, after the group's words: the group's overflow count (a search that finds no
+    /// entry reads it next) and the slots' side data (a claim reserves its slot's times
+    /// and writes its timeout and payload there). In a large table each is a miss of its
+    /// own: started with the words' load, they overlap it instead of following it (the
+    /// side data's prefetch took 5 % off a tree at 1M pending). With `words`, the group's
+    /// words too: a batch asks for a later message's lines long before it loads them
+    /// (`Acker::apply`).
+    #[inline(always)]
+    fn prefetch_home(&self, group: usize, words: bool) {
+        #[cfg(all(target_arch = "x86_64", not(loom), not(miri)))]
+        if let (Some(count), Some(line)) = (self.overflow.get(group), self.lines.get(group)) {
+            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+            // Safety: a prefetch only hints the cache; it reads nothing the program sees
+            // and cannot fault, and every address is inside an element of its slice.
+            unsafe {
+                _mm_prefetch::<_MM_HINT_T0>(std::ptr::from_ref(count).cast());
+                _mm_prefetch::<_MM_HINT_T0>(std::ptr::from_ref(&line.sides).cast());
+                if words {
+                    _mm_prefetch::<_MM_HINT_T0>(std::ptr::from_ref(&line.group).cast());
+                }
+            }
+        }
+        #[cfg(not(all(target_arch = "x86_64", not(loom), not(miri))))]
+        let _ = (group, words);
+    }
+
+    /// Asks for everything a message for `key` reads first (its home group's words, its
+    /// overflow count and side data, and the next group's words, where a root displaced
+    /// from home most often lives and where a new root's search goes on when home is
+    /// full) to be brought towards the caches, without waiting (`Acker::apply`,
+    /// `Acker::init_each`).
+    #[inline]
+    pub fn prefetch(&self, key: Key) {
+        let home = self.home(key);
+        self.prefetch_home(home, true);
+        #[cfg(all(target_arch = "x86_64", not(loom), not(miri)))]
+        if let Some(next) = self.lines.get(self.wrap(home + 1)) {
+            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+            // Safety: as in `prefetch_home`.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(std::ptr::from_ref(&next.group).cast()) };
+        }
+    }
+
+    /// Entries of `key`'s root in probe order, but for `skip`: the first, with its word.
+    /// (A FROZEN entry is not one: its mover merges it with any twin in the successor.)
+    pub(super) fn find_other(&self, key: Key, skip: Option<usize>) -> Option<(usize, Word)> {
+        match self.search(key, skip) {
+            Search::Found(slot, word) => Some((slot, word)),
+            Search::Missing(_) | Search::Frozen(..) => None,
+        }
+    }
+
+    /// The root's entry (the first in probe order), with its word.
+    #[inline]
+    pub fn find(&self, key: Key) -> Option<(usize, Word)> {
+        self.find_other(key, None)
+    }
+
+    /// Reserves `vacancy`, the EMPTY slot a search just saw, or else the first EMPTY slot
+    /// of `key`'s window that it can reserve, stamping its times with `stamp` (`times.rs`),
+    /// takes a credit, and CASes `word` in. A claim far from home (or none for want of
+    /// room) marks `done` crowded.
+    pub(super) fn claim(
+        &self,
+        key: Key,
+        word: Word,
+        vacancy: Option<Vacancy>,
+        done: &mut Done<'_>,
+    ) -> Result<usize, Unclaimed> {
+        // First, before anything is taken: making the stamp may read a clock that panics.
+        let stamp = done.stamp();
+        let claimed = self.claim_with(key, word, vacancy, stamp, true, |slot| {
+            // Relaxed: published by the claim CAS, before which no one reads it.
+            self.timeout_cell(slot).store(0, Ordering::Relaxed);
+        });
+        match claimed {
+            Ok((_, d)) if d < CROWDED_DISTANCE => {}
+            Ok(_) | Err(Unclaimed::NoRoom) => done.set_crowded(),
+            Err(_) => {}
+        }
+        claimed.map(|(slot, _)| slot)
+    }
+
+    /// [`claim`](Self::claim)'s work: reserves a slot with `stamp`, takes a credit if
+    /// `credit`, runs `fill` on the slot (its timeout, a moved entry's payload), then CASes
+    /// `word` in. The slot and its distance from home.
+    pub(super) fn claim_with(
+        &self,
+        key: Key,
+        word: Word,
+        vacancy: Option<Vacancy>,
+        stamp: Stamp,
+        credit: bool,
+        fill: impl FnOnce(usize),
+    ) -> Result<(usize, usize), Unclaimed> {
+        let home = self.home(key);
+        let reserve = |slot: usize| {
+            self.times_of(slot)
+                .compare_exchange(0, stamp.bits(), Ordering::SeqCst, Ordering::SeqCst)
+                .is_ok()
+        };
+        if let Some(credits) = self.credits.as_ref().filter(|_| credit) {
+            if !credits.take() {
+                return Err(Unclaimed::NoCredit); // max_pending entries held
+            }
+        }
+        let give_credit = || {
+            if credit {
+                self.give_credit();
+            }
+        };
+        let Some(Vacancy { slot, d }) = vacancy
+            .filter(|v| reserve(v.slot))
+            .or_else(|| self.vacancy(home, reserve))
+        else {
+            give_credit();
+            return Err(Unclaimed::NoRoom);
+        };
+        fill(slot);
+        // The counts first: a search that sees the word must be able to reach it.
+        self.count_overflow(home, d, 1);
+        match self.word(slot).cas(Word::EMPTY, word) {
+            Ok(()) => Ok((slot, d)),
+            Err(_) => {
+                // Cannot happen: times are 0 only while the word is EMPTY and unreserved
+                // (a claim reserves before its word leaves EMPTY, `empty` resets the times
+                // after its word is EMPTY), and no one changes an EMPTY word unreserved.
+                // Were it to, the reservation goes back and the caller looks again.
+                debug_assert!(false, "a reserved slot's word left EMPTY");
+                self.count_overflow(home, d, -1);
+                // Release: as in `empty`.
+                store_raced(self.times_of(slot), 0, Ordering::Release);
+                give_credit();
+                Err(Unclaimed::Raced)
+            }
+        }
+    }
+
+    /// The first EMPTY slot in the window of the roots whose home is `home` that `reserve`
+    /// reserves.
+    fn vacancy(&self, home: usize, reserve: impl Fn(usize) -> bool) -> Option<Vacancy> {
+        (0..=self.window()).find_map(|d| {
+            let group = self.wrap(home + d);
+            let words = self.group(group).load();
+            let i = (0..GROUP_SLOTS)
+                .find(|&i| words[i] == Word::EMPTY && reserve(group * GROUP_SLOTS + i))?;
+            Some(Vacancy {
+                slot: group * GROUP_SLOTS + i,
+                d,
+            })
+        })
+    }
+
+    /// Empties a slot whose word was `word` (an orphan dropped, a twin merged, a tree freed)
+    /// and takes its overflow counts off. `Err(now)` when the word moved.
+    pub(super) fn empty(&self, slot: usize, word: Word) -> Result<(), Word> {
+        self.word(slot).cas(word, Word::EMPTY)?;
+        self.release(slot, word.key());
+        Ok(())
+    }
+
+    /// The end of an emptied entry of `key` in `slot`: its overflow counts come off, then
+    /// its reservation ends and its credit goes back.
+    pub(super) fn release(&self, slot: usize, key: Key) {
+        self.count_overflow(self.home(key), self.distance(key, slot), -1);
+        // Last: the slot's reservation ends (`times.rs`), and its credit goes back.
+        // Release: a claimer whose reservation CAS reads this 0 then sees the EMPTY word
+        // and the counts above; nothing here is a store-then-load pair, so no SeqCst (a
+        // plain store, not a locked exchange, on x86).
+        store_raced(self.times_of(slot), 0, Ordering::Release);
+        self.give_credit();
+    }
+
+    #[inline]
+    fn give_credit(&self) {
+        if let Some(credits) = &self.credits {
+            credits.give();
+        }
+    }
+}

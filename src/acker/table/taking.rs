@@ -1,0 +1,84 @@
+//! The end of a tree's entry: its payload taken by the thread whose CAS completed it, its
+//! slot freed, and shutdown's take-back of a LIVE tree.
+
+use super::Roots;
+use crate::acker::table::word::Key;
+
+impl<T> Roots<T> {
+    /// Shutdown: takes back the initialized tree of `key` in `slot` (LIVE to completed, its
+    /// payload taken, its slot freed). `None` when the slot holds no LIVE tree of `key`
+    /// (completed by someone, not initialized, or taken back already: one CAS decides).
+    pub fn take_back(&self, slot: usize, key: Key) -> Option<T> {
+        let mut word = self.word(slot).load();
+        loop {
+            if word.frozen_for(key) {
+                word = self.await_moved(slot, word); // then it is the successor's to take
+                continue;
+            }
+            if !word.holds(key) {
+                return None;
+            }
+            let done = word.taken_back()?;
+            match self.word(slot).cas(word, done) {
+                // Safety: our CAS completed the tree from LIVE: the completion is ours,
+                // taken and freed once, here.
+                Ok(()) => unsafe {
+                    let payload = self.take(slot);
+                    self.free(slot, key);
+                    return Some(payload);
+                },
+                Err(now) => word = now,
+            }
+        }
+    }
+
+    /// Shutdown, after the callback closed: drops `slot`'s HELD entry of `key` (messages
+    /// whose init never came). `false` when the slot holds no HELD entry of `key`.
+    pub fn discard(&self, slot: usize, key: Key) -> bool {
+        let mut word = self.word(slot).load();
+        loop {
+            if word.frozen_for(key) {
+                word = self.await_moved(slot, word); // then it is the successor's
+                continue;
+            }
+            if !word.holds(key) || word.state().phase() != Some(super::Phase::Held) {
+                return false;
+            }
+            match self.empty(slot, word) {
+                Ok(()) => return true,
+                Err(now) => word = now,
+            }
+        }
+    }
+
+    /// Moves the payload out of a slot whose completion this thread claimed.
+    ///
+    /// # Safety
+    /// `slot` is the slot of a [`Completed`](super::Completed) this thread's call claimed, and its payload
+    /// has not been taken: once per completion.
+    pub unsafe fn take(&self, slot: usize) -> T {
+        // The caller's CAS completed the tree from LIVE or JOINING, which only the settle
+        // CAS after the payload write enters (the caller's CAS read from it, SeqCst).
+        self.payload(slot).0.with(|cell| {
+            // Safety: the cell is written (above), and the slot stays reserved until the
+            // caller frees it, so the caller is its only reader, once (the contract).
+            unsafe { (*cell).assume_init_read() }
+        })
+    }
+
+    /// Ends the reservation of a slot whose completion this thread claimed (its word is
+    /// EMPTY since that CAS, `table/word.rs`): takes the root's overflow counts off, frees the
+    /// slot for claims and gives its credit back.
+    ///
+    /// # Safety
+    /// `slot` and `key` are those of a [`Completed`](super::Completed) this thread's call claimed, its payload
+    /// has been taken ([`take`](Self::take)), and it is freed once: after this the slot may
+    /// hold another root, whose payload a second `take` would steal.
+    pub unsafe fn free(&self, slot: usize, key: Key) {
+        debug_assert!(
+            !self.word(slot).load().holds(key),
+            "freeing a slot that still holds its root"
+        );
+        self.release(slot, key);
+    }
+}
