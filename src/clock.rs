@@ -43,14 +43,15 @@ pub(crate) fn duration_nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
-/// The real clock: the system's monotonic clock (the one [`Instant`](std::time::Instant) reads) in nanoseconds.
+/// The real clock: the system's monotonic clock (the one [`Instant`](std::time::Instant)
+/// reads) in nanoseconds.
 ///
-/// All `MonotonicClock`s in a process share one origin, so their readings are comparable. On
-/// Linux the reading is `CLOCK_MONOTONIC` itself, taken with one `clock_gettime` call rather
-/// than through `Instant` and a subtraction (27 rather than 34 ns a reading on the
+/// All `MonotonicClock`s in a process share one origin, so their readings are comparable.
+/// On Linux the reading is `CLOCK_MONOTONIC` itself, taken with one `clock_gettime` call
+/// rather than through `Instant` and a subtraction (27 rather than 34 ns a reading on the
 /// development machine). The Acker's callers need only the tick they are in, and take it
-/// from the CPU's time-stamp counter where that is safe (`clock/tsc.rs`). Elsewhere, and under
-/// Miri, it is the time since a process-wide `Instant` taken on first use.
+/// from the CPU's time-stamp counter where that is safe. Elsewhere, and under Miri, it is
+/// the time since a process-wide `Instant` taken on first use.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct MonotonicClock;
 
@@ -145,8 +146,8 @@ impl Clock for MonotonicClock {
 
 /// A clock that moves only when told to; clones share one time.
 ///
-/// For deterministic tests and simulation. It deliberately uses std's atomic even under loom:
-/// its reading is an input to the protocols being modelled, not part of them.
+/// For deterministic tests and simulation. It deliberately uses std's atomic even under
+/// loom: its reading is an input to the protocols being modelled, not part of them.
 /// `ManualClock::default()` starts at 0.
 #[derive(Clone, Debug, Default)]
 pub struct ManualClock {
@@ -212,9 +213,9 @@ mod tests {
 
     #[test]
     fn monotonic_clock_runs_at_the_rate_of_instant() {
-        // Read inside a pair of `Instant` readings: the clock's interval lies within theirs,
-        // and covers the sleep. A clock in other units, or on another source that runs
-        // faster than the system's monotonic clock, fails the first bound.
+        // Read inside a pair of `Instant` readings: the clock's interval lies within
+        // theirs, and covers the sleep. A clock in other units, or on another source that
+        // runs faster than the system's monotonic clock, fails the first bound.
         let c = MonotonicClock::new();
         let outer = std::time::Instant::now();
         let start = c.now();

@@ -1,4 +1,4 @@
-//! Loom models of the second-generation table's migration (growth) protocol
+//! Loom models of the table's migration (growth) protocol
 //! (`src/acker/table/migrate.rs`): a mover CASes a HELD or LIVE word to FROZEN, adopts the
 //! entry into the successor and CASes FROZEN to MOVED; a claim in a table whose `next` is
 //! set relocates its own new entry; init joins nothing in a migrating table; a message
@@ -6,8 +6,8 @@
 //!
 //! Every model runs on one fixed pair of tables: `old` (two groups of two slots, one group
 //! of overflow under loom) and its successor `next` (four groups), and drives them as the
-//! acker (`src/acker/engine/mod.rs`) does: along the chain `old, next`, creating only in the
-//! last table, starting again from `old` on `Retry`, and finishing a completion in the
+//! acker (`src/acker/engine/mod.rs`) does: along the chain `old, next`, creating only in
+//! the last table, starting again from `old` on `Retry`, and finishing a completion in the
 //! table its `gen` names. Each model asserts exactly-once: the tree completes once, with
 //! its payload and the outcome its messages call for; afterwards neither table holds an
 //! entry of the root, and `old`, once `moved_all()`, holds no HELD, LIVE or FROZEN word.

@@ -1,11 +1,11 @@
-//! Loom models of the second-generation ledger's table (`src/acker/table/`): one 128-bit
+//! Loom models of the Acker's table (`src/acker/table/`): one 128-bit
 //! word per slot (a linearizable lock-based stand-in under loom), twin claims merged
 //! lock-free, slots reused without a grace period.
 //!
 //! Each model asserts exactly-once: every initialized tree is completed by one call, with
 //! the outcome its messages call for, and the table ends with no entry for it. The table is
-//! tiny (two groups of two slots, one group of overflow under loom), so full groups, overflow
-//! and reuse are a few steps away.
+//! tiny (two groups of two slots, one group of overflow under loom), so full groups,
+//! overflow and reuse are a few steps away.
 #![cfg(loom)]
 
 use ackwheel::table::{Applied, Completed, Done, Expiry, Key, Refused, Roots, KEY_SHIFT};

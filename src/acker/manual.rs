@@ -2,9 +2,10 @@
 //! whoever runs its passes (a task, `ackwheel::future::spawn_expiry`) can sleep exactly,
 //! and the hook that wakes it when a new entry makes that time earlier.
 //!
-//! The decision is the reaper thread's own (`engine/reaper.rs`, `next_wait`), with its idle
-//! mark: a push that makes an empty batch non-empty after the mark calls the hook where it
-//! would unpark the thread (`batches.rs`, "Waking the reaper"), so no entry waits for a
+//! The decision is the reaper thread's own ([`reaper`](crate::acker::engine::reaper),
+//! `next_wait`), with its idle mark: a push that makes an empty batch non-empty after the
+//! mark calls the hook where it would unpark the thread
+//! ([`batches`](crate::acker::batches), "Waking the reaper"), so no entry waits for a
 //! driver asleep until a later deadline, or with none.
 
 use std::ops::ControlFlow;

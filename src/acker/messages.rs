@@ -8,16 +8,16 @@
 //! else. A batch knows its next messages. It places the roots of a chunk of [`AHEAD`]
 //! messages (their tables and keys) and asks the CPU for their home lines (a prefetch: a
 //! hint that never faults and never waits) while it applies the chunk before, so that the
-//! misses of a whole chunk overlap with one another and with the work of the chunk
-//! before. Each message is then applied in an acker operation of its own, as one at a time,
-//! so a batch delays a grace period no longer than one message does. A root that lives
-//! outside its home group, or a table that moved to a successor in the meantime, costs
-//! what it costs one at a time: the prefetch is a hint, and each message is applied by the
-//! same code as [`Acker::ack`], [`Acker::fail`] and [`Acker::reset_timeout`] (`engine/`'s
-//! `message_in` and `reset_in`). So batched and one-by-one application deliver the same
-//! completions, with the same payloads, in the same order, and count the same statistics.
-//! The caller's `each` of [`Acker::apply_each`] runs once a chunk is done, outside any
-//! operation, as a callback would.
+//! misses of a whole chunk overlap with one another and with the work of the chunk before.
+//! Each message is then applied in an acker operation of its own, as one at a time, so a
+//! batch delays a grace period no longer than one message does. A root that lives outside
+//! its home group, or a table that moved to a successor in the meantime, costs what it
+//! costs one at a time: the prefetch is a hint, and each message is applied by the same
+//! code as [`Acker::ack`], [`Acker::fail`] and [`Acker::reset_timeout`]
+//! ([`engine`](crate::acker::engine)'s `message_in` and `reset_in`). So batched and
+//! one-by-one application deliver the same completions, with the same payloads, in the same
+//! order, and count the same statistics. The caller's `each` of [`Acker::apply_each`] runs
+//! once a chunk is done, outside any operation, as a callback would.
 
 use super::{Acker, InitError};
 
@@ -62,7 +62,7 @@ impl Message {
 impl<T: Send + 'static> Acker<T> {
     /// Applies `messages` in order, each exactly as [`ack`](Self::ack),
     /// [`fail`](Self::fail) or [`reset_timeout`](Self::reset_timeout) would, with the
-    /// memory of the next ones fetched ahead (module docs of `acker/messages.rs`). Returns
+    /// memory of the next ones fetched ahead (as [`Message`] says). Returns
     /// how many trees the acks and fails completed; their completions are delivered as one
     /// by one (to `on_complete`, in the same order). [`apply_each`](Self::apply_each)
     /// tells each message's result.
@@ -71,8 +71,8 @@ impl<T: Send + 'static> Acker<T> {
     /// drained in one go, a frame of acks for one owner. With many trees pending (100k and
     /// more, where a root's line is seldom in the cache) a batch of a few dozen messages or
     /// more saves most of each message's wait for memory; with a few thousand pending, the
-    /// lines are in the cache and a batch saves little. A batch is not atomic: other threads'
-    /// messages, and the reaper, may act between two of its messages.
+    /// lines are in the cache and a batch saves little. A batch is not atomic: other
+    /// threads' messages, and the reaper, may act between two of its messages.
     ///
     /// ```
     /// use ackwheel::{Acker, Message};
@@ -99,10 +99,10 @@ impl<T: Send + 'static> Acker<T> {
     }
 
     /// [`apply`](Self::apply), calling `each(index, result)` once the message at `index`
-    /// has been applied (with at most 7 of the next ones: a chunk of 8 is applied at once), with what its own
-    /// call returns: for an ack or a fail, whether it completed a tree; for a reset,
-    /// whether the root had an uncompleted entry. Every call of `each` comes after every
-    /// `on_complete` call of the messages it reports.
+    /// has been applied (with at most 7 of the next ones: a chunk of 8 is applied at once),
+    /// with what its own call returns: for an ack or a fail, whether it completed a tree;
+    /// for a reset, whether the root had an uncompleted entry. Every call of `each` comes
+    /// after every `on_complete` call of the messages it reports.
     ///
     /// ```
     /// use ackwheel::{Acker, Message};

@@ -59,8 +59,8 @@
 //! grow, 4/5 in a full acker: 44-66 B of table per pending root with a `u32` payload, 41 B
 //! at the brim. The reaper's wheel adds 8-12 B per tree that outlives the hand-off age (an
 //! 8-byte entry that carries its tick's offset in its bucket in its tag's top bits, a
-//! 4-byte offset beside it only for deadlines over 4,096 ticks away, and growth slack), and the
-//! batches a few bytes per tree in their last tick or two; what a burst left behind is
+//! 4-byte offset beside it only for deadlines over 4,096 ticks away, and growth slack), and
+//! the batches a few bytes per tree in their last tick or two; what a burst left behind is
 //! given back. The stress harness's memory phase measures the total and these parts.
 
 #[allow(dead_code)] // parts used by the loom models and the tests only
@@ -257,7 +257,7 @@ impl<T: Send + 'static> AckerBuilder<T> {
     /// The time source; [`MonotonicClock`] unless set.
     pub fn clock<C: Clock>(mut self, clock: C) -> Self {
         // The default clock named explicitly is the default: callers' ticks then come from
-        // the time-stamp counter where that is safe (`clock/tsc.rs`).
+        // the time-stamp counter where that is safe ([`tsc`](crate::clock::tsc)).
         self.clock = (std::any::TypeId::of::<C>() != std::any::TypeId::of::<MonotonicClock>())
             .then(|| Box::new(clock) as Box<dyn Clock>);
         self
@@ -266,8 +266,8 @@ impl<T: Send + 'static> AckerBuilder<T> {
     /// Called exactly once per initialized root, on the completing thread. It may call back
     /// into the acker. A panic in it is caught and counted.
     ///
-    /// A callback that owns an `Acker` handle keeps the acker alive (and its reaper running)
-    /// until [`Acker::shutdown`] is called.
+    /// A callback that owns an `Acker` handle keeps the acker alive (and its reaper
+    /// running) until [`Acker::shutdown`] is called.
     pub fn on_complete(mut self, f: impl Fn(Completion<T>) + Send + Sync + 'static) -> Self {
         self.on_complete = Some(Box::new(f));
         self
@@ -427,8 +427,8 @@ impl<T: Send + 'static> AckerBuilder<T> {
 ///
 /// * **Do not reuse a root** while a message of its earlier use may still arrive: at least
 ///   a timeout after the tree completed, longer if messages can be delayed further.
-/// * **Use a random root per tree** ([`edge_id`](crate::edge_id()) gives one), not a request
-///   id that a client's retry repeats; keep your own id in the payload.
+/// * **Use a random root per tree** ([`edge_id`](crate::edge_id()) gives one), not a
+///   request id that a client's retry repeats; keep your own id in the payload.
 /// * **Watch [`AckerStats::orphans_joined`]** against the inits: merges are normal when
 ///   sub-tasks overtake their init, but a rise together with `timed_out` points at reused
 ///   roots.
@@ -576,9 +576,9 @@ impl<T: Send + 'static> Acker<T> {
         self.engine().fail(root)
     }
 
-    /// Storm's ACKER_RESET_TIMEOUT: deadline = now + the tree's timeout. `true` iff the root
-    /// has an uncompleted entry (initialized or not); then the new deadline holds: the tree
-    /// does not time out before it, even if the old one was passing at that moment.
+    /// Storm's ACKER_RESET_TIMEOUT: deadline = now + the tree's timeout. `true` iff the
+    /// root has an uncompleted entry (initialized or not); then the new deadline holds: the
+    /// tree does not time out before it, even if the old one was passing at that moment.
     ///
     /// ```
     /// use ackwheel::{Acker, ManualClock};
@@ -742,7 +742,7 @@ impl<T: Send + 'static> Acker<T> {
     }
 
     /// Whether operations mark themselves with asymmetric fences (`membarrier`) rather than
-    /// a SeqCst fence each (`batches.rs`, "Grace periods").
+    /// a SeqCst fence each ([`batches`](crate::acker::batches), "Grace periods").
     #[doc(hidden)]
     #[cfg(not(loom))]
     pub fn asymmetric_fences(&self) -> bool {
@@ -776,10 +776,10 @@ impl<T: Send + 'static> Acker<T> {
         self.engine().scheduled_timers()
     }
 
-    /// Roots in the tables (pending, or a copy being moved) whose group's filed timer is due
-    /// by their deadline. Right after a manual pass every pending root is covered (young
-    /// ones too, if a mate's timer covers them). Lets tests and the stress harness check
-    /// that no timer is lost. A walk of every table.
+    /// Roots in the tables (pending, or a copy being moved) whose group's filed timer is
+    /// due by their deadline. Right after a manual pass every pending root is covered
+    /// (young ones too, if a mate's timer covers them). Lets tests and the stress harness
+    /// check that no timer is lost. A walk of every table.
     #[doc(hidden)]
     pub fn covered_roots(&self) -> usize {
         self.engine().covered_roots()
@@ -793,16 +793,15 @@ impl<T: Send + 'static> Acker<T> {
     }
 
     /// Stops and joins the reaper, then hands back every initialized, uncompleted tree as
-    /// `(root, payload)`. Later inits fail with [`InitError::Shutdown`]. Acks and fails that
-    /// race it are applied (a tree one completes is delivered rather than handed back);
-    /// once it has returned they change nothing and return `false`, the orphans it found
-    /// are dropped (counted in [`AckerStats::orphans_expired`]), and
+    /// `(root, payload)`. Later inits fail with [`InitError::Shutdown`]. Acks and fails
+    /// that race it are applied (a tree one completes is delivered rather than handed
+    /// back); once it has returned they change nothing and return `false`, the orphans it
+    /// found are dropped (counted in [`AckerStats::orphans_expired`]), and
     /// [`pending`](Self::pending) is 0. (Called from inside `on_complete`, it cannot wait
-    /// for the call it is in: it hands back what it found, and what that call does after
-    /// is not covered.)
-    /// Every concurrent `shutdown` returns only after the reaper has stopped. It also
-    /// drops `on_complete` once no call can reach it, so a callback that holds a clone of
-    /// its own acker does not keep it alive.
+    /// for the call it is in: it hands back what it found, and what that call does after is
+    /// not covered.) Every concurrent `shutdown` returns only after the reaper has stopped.
+    /// It also drops `on_complete` once no call can reach it, so a callback that holds a
+    /// clone of its own acker does not keep it alive.
     ///
     /// ```
     /// use ackwheel::Acker;

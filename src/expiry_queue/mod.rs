@@ -3,11 +3,11 @@
 //! # Algorithm
 //!
 //! Time is cut into buckets of one `interval` (`I`). An element updated at `now` with a
-//! `timeout` is filed under the deadline `round_to_next_interval(now + timeout)`, ZooKeeper's
-//! `(t / I + 1) * I`: the first bucket boundary strictly after `t`. An atomic
+//! `timeout` is filed under the deadline `round_to_next_interval(now + timeout)`,
+//! ZooKeeper's `(t / I + 1) * I`: the first bucket boundary strictly after `t`. An atomic
 //! *next-expiration* time names the oldest bucket not yet taken; a poller whose clock has
-//! reached it claims that bucket by moving next-expiration on by one interval with a CAS, then
-//! takes the bucket's elements. Two pollers never both win the CAS for one bucket.
+//! reached it claims that bucket by moving next-expiration on by one interval with a CAS,
+//! then takes the bucket's elements. Two pollers never both win the CAS for one bucket.
 //!
 //! Two maps hold the state, each sharded over `crate::sync::Mutex`es (so loom models every
 //! lock):
@@ -19,33 +19,35 @@
 //! # The wrapping timeline
 //!
 //! Deadlines lie on a grid `anchor + k * I` (mod 2^64). The anchor is any value
-//! next-expiration has ever held: it starts at `round_to_next_interval(first clock reading)`
-//! and only ever moves by `+I`, so every value it takes lies on the same grid. Rounding is
-//! done relative to it with a *signed* offset, `d = t - (t - anchor).rem_euclid(I) + I`,
-//! which is ZooKeeper's `(t / I + 1) * I` wherever `t` and the first reading lie on the same
-//! side of the wrap, and continues the grid uniformly (every bucket exactly `I` apart, so
-//! the poller's `+I` steps meet every one) when the clock wraps past `u64::MAX`. A plain
-//! `(t / I + 1) * I` would not: `2^64` is rarely a multiple of `I`, so buckets after the
-//! wrap would fall between the poller's steps and never be taken. Timeouts are clamped to
-//! [`MAX_TIMEOUT`] and intervals limited to it so that all offsets stay far inside `±2^63`.
+//! next-expiration has ever held: it starts at `round_to_next_interval(first clock
+//! reading)` and only ever moves by `+I`, so every value it takes lies on the same grid.
+//! Rounding is done relative to it with a *signed* offset, `d = t - (t -
+//! anchor).rem_euclid(I) + I`, which is ZooKeeper's `(t / I + 1) * I` wherever `t` and the
+//! first reading lie on the same side of the wrap, and continues the grid uniformly (every
+//! bucket exactly `I` apart, so the poller's `+I` steps meet every one) when the clock
+//! wraps past `u64::MAX`. A plain `(t / I + 1) * I` would not: `2^64` is rarely a multiple
+//! of `I`, so buckets after the wrap would fall between the poller's steps and never be
+//! taken. Timeouts are clamped to [`MAX_TIMEOUT`] and intervals limited to it so that all
+//! offsets stay far inside `±2^63`.
 //!
 //! # Invariants
 //!
 //! 1. *Lock order.* An element-map shard lock may be held while a bucket-map shard lock is
 //!    taken, never the reverse, and at most one lock of each kind is held at once.
-//! 2. *Claimed buckets stay empty.* A bucket `d` is *claimed* once next-expiration has moved
-//!    past it. `update` reads next-expiration while holding `d`'s bucket-shard lock and only
-//!    inserts when `d` is unclaimed; otherwise it re-files the element under the current
-//!    next-expiration (the next bucket any poll will take: the element is already due). A
-//!    poller moves next-expiration *before* locking the bucket's shard, so the mutex orders
-//!    the two: either the insert happens first and the poller's take sees it, or the
-//!    updater's read sees the claim. An element is therefore never stranded in a bucket
-//!    that was already taken, and no bucket older than next-expiration outlives its poll.
+//! 2. *Claimed buckets stay empty.* A bucket `d` is *claimed* once next-expiration has
+//!    moved past it. `update` reads next-expiration while holding `d`'s bucket-shard lock
+//!    and only inserts when `d` is unclaimed; otherwise it re-files the element under the
+//!    current next-expiration (the next bucket any poll will take: the element is already
+//!    due). A poller moves next-expiration *before* locking the bucket's shard, so the
+//!    mutex orders the two: either the insert happens first and the poller's take sees it,
+//!    or the updater's read sees the claim. An element is therefore never stranded in a
+//!    bucket that was already taken, and no bucket older than next-expiration outlives its
+//!    poll.
 //! 3. *Compare-and-remove.* A poll that took bucket `b` returns an element only if, under
 //!    the element's shard lock, its entry still says `b`; it removes that entry in the same
 //!    critical section. `update`, `touch` and `remove` change an element's entry under the
-//!    same lock, so each poll/update race has exactly one linearization: the poll first (the
-//!    element is returned and leaves; a later `touch` finds nothing, a later `update`
+//!    same lock, so each poll/update race has exactly one linearization: the poll first
+//!    (the element is returned and leaves; a later `touch` finds nothing, a later `update`
 //!    re-inserts it) or the update first (the entry says the new bucket; the poll skips it,
 //!    and the element stays at its new deadline). An element is never returned twice for
 //!    one deadline and never lost.
@@ -54,7 +56,7 @@
 //!    distinct deadline of an element in the queue (plus, transiently, one set per poll in
 //!    flight) — unlike ZooKeeper's, where empty sets pile up until their time comes.
 //!
-//! Waiting (`wait`, `wait_async`, `close`) and its wake-up protocol live in `wait.rs`.
+//! Waiting (`wait`, `wait_async`, `close`) and its wake-up protocol live in [`wait`].
 //!
 //! Catch-up is one bucket per `poll`: after a long pause the owner calls `poll` repeatedly,
 //! and each call moves next-expiration by exactly one interval, as in ZooKeeper.
@@ -94,10 +96,10 @@ type BucketShard<E> = CachePadded<Mutex<HashMap<u64, HashSet<E, RandomState>, Ra
 
 /// Concurrent interval-bucket expiry queue with an atomic next-expiration time.
 ///
-/// ZooKeeper's `ExpiryQueue` semantics, with stronger guarantees: a polled element leaves the
-/// queue, an element moved to a later bucket before the poll took it is not returned, no
-/// element is returned twice for one deadline and none is lost. Every method takes `&self`
-/// and may be called from any number of threads.
+/// ZooKeeper's `ExpiryQueue` semantics, with stronger guarantees: a polled element leaves
+/// the queue, an element moved to a later bucket before the poll took it is not returned,
+/// no element is returned twice for one deadline and none is lost. Every method takes
+/// `&self` and may be called from any number of threads.
 ///
 /// # The rules
 ///
@@ -154,7 +156,7 @@ pub struct ExpiryQueue<E> {
     elems: Box<[ElemShard<E>]>,
     buckets: Box<[BucketShard<E>]>,
     clock: Box<dyn Clock>,
-    /// Closed flag and sleeping waiters (`wait.rs`).
+    /// Closed flag and sleeping waiters ([`wait`]).
     waiters: Waiters,
 }
 
@@ -279,8 +281,8 @@ impl<E: Eq + Hash + Clone + Send + Sync + 'static> ExpiryQueue<E> {
     /// poller's), the element goes into the next bucket to be polled instead, and that
     /// deadline is returned.
     ///
-    /// An insertion (the element was absent) wakes the waiters sleeping on an empty queue in
-    /// [`wait`](Self::wait) or `wait_async`: one atomic load, plus a mutex and a notify
+    /// An insertion (the element was absent) wakes the waiters sleeping on an empty queue
+    /// in [`wait`](Self::wait) or `wait_async`: one atomic load, plus a mutex and a notify
     /// only when such a waiter exists.
     pub fn update(&self, elem: E, timeout: Duration) -> Option<u64> {
         let shard = &self.elems[self.elem_shard(&elem)];
@@ -291,7 +293,8 @@ impl<E: Eq + Hash + Clone + Send + Sync + 'static> ExpiryQueue<E> {
             return None;
         }
         let filed = self.file(&elem, deadline);
-        // `file` may have re-filed it under the bucket it is already in: a set holds it once.
+        // `file` may have re-filed it under the bucket it is already in: a set holds it
+        // once.
         if previous == Some(filed) {
             return None;
         }
@@ -349,8 +352,8 @@ impl<E: Eq + Hash + Clone + Send + Sync + 'static> ExpiryQueue<E> {
     /// Empty before `next_expiration()`; otherwise claims exactly one bucket (the one at
     /// `next_expiration()`), moves `next_expiration()` on by one interval and returns the
     /// elements whose deadline is still that bucket, removing them from the queue. When
-    /// another poller claims the bucket first, this one retries with the next bucket if that
-    /// is due too, so an empty result means nothing was due.
+    /// another poller claims the bucket first, this one retries with the next bucket if
+    /// that is due too, so an empty result means nothing was due.
     pub fn poll(&self) -> Vec<E> {
         let now = self.clock.now();
         // Relaxed: only a guess for the CAS below, which validates it.
@@ -446,8 +449,8 @@ impl<E: Eq + Hash + Clone + Send + Sync + 'static> ExpiryQueue<E> {
     fn deadline_for(&self, timeout: Duration) -> u64 {
         let timeout = duration_nanos(timeout.min(MAX_TIMEOUT));
         let t = self.clock.now().wrapping_add(timeout);
-        // Relaxed: any value next-expiration ever held is a grid point, so a stale one is as
-        // good an anchor as the latest.
+        // Relaxed: any value next-expiration ever held is a grid point, so a stale one is
+        // as good an anchor as the latest.
         let anchor = self.next_expiration.load(Ordering::Relaxed);
         round_to_next_interval(t, anchor, self.interval)
     }
@@ -458,9 +461,9 @@ impl<E: Eq + Hash + Clone + Send + Sync + 'static> ExpiryQueue<E> {
     fn file(&self, elem: &E, mut deadline: u64) -> u64 {
         loop {
             let mut buckets = lock(&self.buckets[self.bucket_shard(deadline)]);
-            // Acquire: pairs with the AcqRel claim in `poll`. Correctness rests on the shard
-            // mutex: a poller that claimed `deadline` and then took this lock before us has
-            // its claim ordered before this load, so we see it (invariant 2).
+            // Acquire: pairs with the AcqRel claim in `poll`. Correctness rests on the
+            // shard mutex: a poller that claimed `deadline` and then took this lock before
+            // us has its claim ordered before this load, so we see it (invariant 2).
             let next = self.next_expiration.load(Ordering::Acquire);
             if !is_claimed(deadline, next) {
                 buckets.entry(deadline).or_default().insert(elem.clone());
@@ -471,9 +474,9 @@ impl<E: Eq + Hash + Clone + Send + Sync + 'static> ExpiryQueue<E> {
         }
     }
 
-    /// Removes `elem` from bucket `deadline` if it is there (a poll may have taken the set),
-    /// deleting the set if that leaves it empty (invariant 4). The caller holds `elem`'s
-    /// element-shard lock.
+    /// Removes `elem` from bucket `deadline` if it is there (a poll may have taken the
+    /// set), deleting the set if that leaves it empty (invariant 4). The caller holds
+    /// `elem`'s element-shard lock.
     fn unfile(&self, elem: &E, deadline: u64) {
         let mut buckets = lock(&self.buckets[self.bucket_shard(deadline)]);
         if let Some(set) = buckets.get_mut(&deadline) {

@@ -3,14 +3,15 @@
 //! ## Delivery
 //!
 //! The inner [`Acker`] carries each tree as a [`Held`]: the 4-byte number of the cell that
-//! holds what the tree carries, in one of two slabs (`slab.rs`): for a tree started with
-//! `track`, its waiter cell (`waiter.rs`), which holds the payload and the awaiting task's
-//! waker; for a tree whose completion goes to the stream, the payload alone. A payload of
-//! 4 B keeps the table's side data at 16 B a slot, the plain acker's for a `u32` (anything
-//! from 5 to 16 B would make it 32). Its `on_complete` runs on whichever thread completed the tree (an acking thread,
-//! or the reaper for a timeout) and must not block or await, so it only ever does two
-//! non-blocking things: complete its tree's waiter (waking the task that awaits it), or
-//! push the completion onto the unbounded queue behind [`Completions`].
+//! holds what the tree carries, in one of two slabs ([`slab`](crate::future::slab)): for a
+//! tree started with `track`, its waiter cell ([`waiter`]), which holds the payload and the
+//! awaiting task's waker; for a tree whose completion goes to the stream, the payload
+//! alone. A payload of 4 B keeps the table's side data at 16 B a slot, the plain acker's
+//! for a `u32` (anything from 5 to 16 B would make it 32). Its `on_complete` runs on
+//! whichever thread completed the tree (an acking thread, or the reaper for a timeout) and
+//! must not block or await, so it only ever does two non-blocking things: complete its
+//! tree's waiter (waking the task that awaits it), or push the completion onto the
+//! unbounded queue behind [`Completions`].
 //!
 //! ## The buffer, and why it loses nothing
 //!
@@ -191,13 +192,13 @@ impl<T: Send + 'static> AckerBuilder<T> {
     }
 }
 
-/// An [`Acker`] for tokio, built by [`AckerBuilder::build_async`]: each tree's completion is
-/// delivered to the [`Completions`] stream, or, for a tree started with
+/// An [`Acker`] for tokio, built by [`AckerBuilder::build_async`]: each tree's completion
+/// is delivered to the [`Completions`] stream, or, for a tree started with
 /// [`track`](Self::track), to that tree's own [`TreeCompletion`] future. Clone is a cheap
 /// shared handle; Send + Sync.
 ///
-/// `track`, `ack`, `fail` and `reset_timeout` never wait; only `init`, whose completion goes
-/// to the stream, is async, to wait for buffer room.
+/// `track`, `ack`, `fail` and `reset_timeout` never wait; only `init`, whose completion
+/// goes to the stream, is async, to wait for buffer room.
 ///
 /// # Buffer
 ///
@@ -428,7 +429,8 @@ impl<T: Send + 'static> AsyncAcker<T> {
         self.shared.acker.covered_roots()
     }
 
-    /// [`Acker::memory_parts`] of the inner acker, as [`covered_roots`](Self::covered_roots).
+    /// [`Acker::memory_parts`] of the inner acker, as
+    /// [`covered_roots`](Self::covered_roots).
     #[doc(hidden)]
     pub fn memory_parts(&self) -> [usize; 4] {
         self.shared.acker.memory_parts()

@@ -1,6 +1,7 @@
-//! Async use on tokio (the `tokio` feature): awaiting one tree ([`AsyncAcker::track`](crate::future::AsyncAcker::track)), the
-//! completions of the others as a stream ([`Completions`](crate::future::Completions)), and expiry driven by a task on
-//! the caller's runtime ([`spawn_expiry`](crate::future::spawn_expiry)).
+//! Async use on tokio (the `tokio` feature): awaiting one tree
+//! ([`AsyncAcker::track`](crate::future::AsyncAcker::track)), the completions of the others
+//! as a stream ([`Completions`](crate::future::Completions)), and expiry driven by a task
+//! on the caller's runtime ([`spawn_expiry`](crate::future::spawn_expiry)).
 //!
 //! The module is named for what it holds, as `moka::future` is, and not for the runtime:
 //! a glob import of the crate must leave `tokio` naming the tokio crate.
@@ -28,6 +29,6 @@ mod completions;
 pub use completions::{AsyncAcker, Closed, Completions, TreeCompletion};
 mod expiry;
 pub use expiry::*;
-mod slab;
+pub(crate) mod slab;
 mod stores;
 mod waiter;

@@ -30,11 +30,11 @@
 //!   back with [`Slab::remove`]: the slab never touches a cell's contents, only which
 //!   cells are free.
 //! * A page's **book** (which cells are free, how many are live, where it is listed) is
-//!   guarded by the lock of the page's *shard* (a spin lock, `src/sync/spin.rs`: a tracked
-//!   request takes two, and its release is a plain store). Each thread inserts into a shard of its own
-//!   (its stripe, as the acker's credits are spread: the first threads each get their own),
-//!   so inserts from different threads do not contend; a remove locks the shard of the
-//!   cell's page, wherever it runs.
+//!   guarded by the lock of the page's *shard* (a spin lock, [`spin`](crate::sync::spin): a
+//!   tracked request takes two, and its release is a plain store). Each thread inserts into
+//!   a shard of its own (its stripe, as the acker's credits are spread: the first threads
+//!   each get their own), so inserts from different threads do not contend; a remove locks
+//!   the shard of the cell's page, wherever it runs.
 //! * A **page** lives while any of its cells is live, and a page with no live cell is freed
 //!   at once, except one empty page per shard kept while the slab is open (so that a light
 //!   load does not map and unmap a page per request). [`Slab::close`] frees those.
@@ -63,8 +63,8 @@ use crate::zeroed::Slice;
 /// # Safety
 ///
 /// Outside loom, all-zero bytes are a valid `Self`, the same as `fresh()`: a page's cells
-/// are zero pages from the system ([`Zeroed`](crate::zeroed::Zeroed)). Under loom, whose atomics are not plain
-/// memory, they are built by `fresh`.
+/// are zero pages from the system ([`Zeroed`](crate::zeroed::Zeroed)). Under loom, whose
+/// atomics are not plain memory, they are built by `fresh`.
 pub unsafe trait Fresh {
     #[cfg_attr(not(loom), allow(dead_code))]
     fn fresh() -> Self;
@@ -99,8 +99,9 @@ const CHUNK_BITS: u32 = 12;
 #[cfg(loom)]
 const CHUNK_BITS: u32 = 2;
 
-/// The bytes of cells a page holds: each page is a mapping of its own ([`Zeroed`](crate::zeroed::Zeroed)), one
-/// `mmap` and `munmap` per this many bytes of cells (512 of 32 B).
+/// The bytes of cells a page holds: each page is a mapping of its own
+/// ([`Zeroed`](crate::zeroed::Zeroed)), one `mmap` and `munmap` per this many bytes of
+/// cells (512 of 32 B).
 const PAGE_BYTES: usize = 16 << 10;
 
 /// Cells of `size` bytes per page, as a power of two: [`PAGE_BYTES`] of them, 16 to 4096.
@@ -274,8 +275,8 @@ impl<C> Spot<C> {
     ///
     /// The cell is live (not yet removed) for as long as the reference is used.
     pub unsafe fn cell<'a>(self) -> &'a C {
-        // Safety: a live cell's page lives (module docs), its cells never move, and a spot's
-        // offset is below the page's cell count (`insert` and `spot` make it so).
+        // Safety: a live cell's page lives (module docs), its cells never move, and a
+        // spot's offset is below the page's cell count (`insert` and `spot` make it so).
         unsafe { self.page.as_ref().cells.get_unchecked(self.offset) }
     }
 }

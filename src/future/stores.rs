@@ -1,6 +1,7 @@
 //! What the async acker's inner [`Acker`](crate::Acker) holds for each tree, and where that
-//! points: a [`Held`] cell number, into one of two slabs (`slab.rs`), tracked trees' waiter
-//! cells (`waiter.rs`) and stream trees' payloads.
+//! points: a [`Held`] cell number, into one of two slabs ([`slab`](crate::future::slab)),
+//! tracked trees' waiter cells ([`waiter`](crate::future::waiter)) and stream trees'
+//! payloads.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,9 +11,10 @@ use super::waiter::{Cell, Cells, Waiter};
 use crate::Outcome;
 
 /// A tree's payload inside the inner acker: the number of the cell that holds what the tree
-/// carries (`completions.rs`, "Delivery"), with [`STREAMED`] set for a stream tree's slot, clear for a
-/// tracked tree's waiter. Owns nothing itself: the acker delivers or hands back each one
-/// exactly once, and whoever gets it ends its cell ([`Stores::end`]).
+/// carries ([`completions`](crate::future::completions), "Delivery"), with [`STREAMED`] set
+/// for a stream tree's slot, clear for a tracked tree's waiter. Owns nothing itself: the
+/// acker delivers or hands back each one exactly once, and whoever gets it ends its cell
+/// ([`Stores::end`]).
 pub(super) struct Held(u32);
 
 /// [`Held`]'s bit for a stream tree; the slabs' numbers have 31 bits.

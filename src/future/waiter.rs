@@ -1,7 +1,8 @@
-//! A tracked tree's waiter: one cell of the async acker's slab (`slab.rs`), shared by the
-//! tree's entry in the acker (the [`Waiter`], whose number is the payload the table holds)
-//! and the caller's [`Receiver`] (inside `TreeCompletion`), through which the tree's
-//! completion reaches the task that awaits it.
+//! A tracked tree's waiter: one cell of the async acker's slab
+//! ([`slab`](crate::future::slab)), shared by the tree's entry in the acker (the
+//! [`Waiter`], whose number is the payload the table holds) and the caller's [`Receiver`]
+//! (inside `TreeCompletion`), through which the tree's completion reaches the task that
+//! awaits it.
 //!
 //! It stands where a tokio oneshot channel would, for a quarter of the memory: a
 //! completion here is a payload, an outcome and an elapsed time, and the root is the
@@ -33,11 +34,11 @@
 //!   registration is under way, it leaves the slot alone, and the receiver, which finds
 //!   `DONE` or `CLOSED` when it clears `REGISTERING`, returns ready without waiting. A
 //!   waker still in the slot when the cell is freed is dropped with it.
-//! * **The cell** is given back to the slab by whichever side lets go last: a side that finds the other's
-//!   bit already clear (with an Acquire load or RMW, which sees the other side's clearing
-//!   AcqRel RMW) frees it without clearing its own, so the freeing side's accesses come
-//!   after everything the other side did. A tree that completes before its future is first
-//!   polled costs one RMW on the tree's side and none on the caller's.
+//! * **The cell** is given back to the slab by whichever side lets go last: a side that
+//!   finds the other's bit already clear (with an Acquire load or RMW, which sees the other
+//!   side's clearing AcqRel RMW) frees it without clearing its own, so the freeing side's
+//!   accesses come after everything the other side did. A tree that completes before its
+//!   future is first polled costs one RMW on the tree's side and none on the caller's.
 //!
 //! Neither side ever waits for the other: the waiter's two RMWs and the receiver's
 //! registration are each a bounded number of steps.
@@ -149,7 +150,8 @@ pub(crate) fn start<T>(cells: &Arc<Cells<T>>, payload: T) -> Result<Spot<Cell<T>
 /// used again.
 #[cfg_attr(loom, allow(dead_code))] // the models end cells through `pair`'s two ends
 pub(crate) unsafe fn reclaim<T>(spot: Spot<Cell<T>>) -> T {
-    // Safety: nobody else knows the cell (the caller's contract); `start` wrote the payload.
+    // Safety: nobody else knows the cell (the caller's contract); `start` wrote the
+    // payload.
     let payload = unsafe { spot.cell().payload.with_mut(|p| (*p).assume_init_read()) };
     // Safety: as above; no waker was ever registered.
     unsafe { Slab::remove(spot) };

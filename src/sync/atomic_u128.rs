@@ -27,8 +27,8 @@
 //! run), every operation also holds one of a few striped locks around portable-atomic's:
 //! TSan then sees what each CAS publishes (a payload written before a settle CAS, read
 //! after a completing one). Slower, and still linearizable; never in a normal build. As
-//! with the loom stand-in (`sync/mod.rs`), a load then synchronizes like a lock, so TSan
-//! cannot catch data that only a load would publish; the table never relies on that.
+//! with the loom stand-in ([`sync`](crate::sync)), a load then synchronizes like a lock, so
+//! TSan cannot catch data that only a load would publish; the table never relies on that.
 
 use std::sync::atomic::Ordering;
 

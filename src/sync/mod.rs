@@ -88,7 +88,7 @@ mod backoff;
 pub(crate) mod fences;
 /// A spin lock for short, mostly uncontended critical sections (under loom, loom's mutex).
 #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
-mod spin;
+pub(crate) mod spin;
 
 #[cfg(not(loom))]
 pub(crate) use atomic_u128::AtomicU128;
@@ -102,8 +102,8 @@ pub(crate) use spin::{Guard, Lock};
 ///
 /// It is stronger than the real word in one way: a load takes the lock too, so it
 /// synchronizes like an acquire *and* a release, and a model cannot catch data that is
-/// published only by a load. The table never relies on that (a payload is read only after
-/// a CAS to DONE that read from the settle CAS). A stand-in of interned values behind a loom
+/// published only by a load. The table never relies on that (a payload is read only after a
+/// CAS to DONE that read from the settle CAS). A stand-in of interned values behind a loom
 /// `AtomicUsize` would be exact, but loom models SeqCst as acquire/release, so the twin
 /// search's store-then-load argument would fail spuriously in it.
 #[cfg(loom)]

@@ -1,5 +1,5 @@
 //! A lock for short critical sections on uncontended data: the async acker's slab shards
-//! (`src/future/slab.rs`), where each thread mostly takes a lock of its own.
+//! ([`slab`](crate::future::slab)), where each thread mostly takes a lock of its own.
 
 #[cfg(not(loom))]
 use super::Backoff;

@@ -17,16 +17,16 @@
 //! them up to the hand-off age's 64 times.) Survivors wait in hand-off order; one filed
 //! with an earlier hand-off than those before it (a tree with a short timeout of its own)
 //! goes to the reaper at its first filter. A tree that completes within the hand-off age
-//! never reaches the reaper, which does no work for it (it used to get every tree older
-//! than one tick, and a lifecycle of a millisecond then cost the reaper's reads of lines
-//! the workers were writing). The reaper reads its line only when a long-lived group mate
-//! comes due (`timers/groups.rs`).
+//! never reaches the reaper, which does no work for it (handing it every tree older than
+//! one tick would make a lifecycle of a millisecond cost the reaper's reads of lines the
+//! workers are writing). The reaper reads its line only when a long-lived group mate
+//! comes due ([`groups`](crate::acker::timers::groups)).
 //!
 //! ## A thread that goes quiet
 //!
 //! A thread that stops pushing would strand its batch, so the reaper takes over batches
 //! whose entries are older than its tick. Owner and reaper meet in a Dekker pair through
-//! asymmetric fences (`fences.rs`):
+//! asymmetric fences ([`fences`](crate::sync::fences)):
 //!
 //! ```text
 //!   owner (every push)                     reaper (a quiet batch, rarely)
@@ -57,36 +57,38 @@
 //!
 //! ## Grace periods
 //!
-//! The same marks retire tables (`engine/tables.rs`): after a promotion makes an old table
-//! unreachable, [`Batches::grace`] runs the heavy fence and notes every thread inside an
-//! operation, with the count of outermost operations it has begun; the old table is freed
-//! once each of those threads was seen outside that operation (its depth 0, or its count
-//! moved on). A thread stores its depth before it loads a table, so one seen at depth 0
-//! after the fence loads the new table. Threads without a batch (exiting ones) count in a
-//! shared counter with an RMW, and a grace period waits for it to read 0.
+//! The same marks retire tables ([`tables`](crate::acker::engine::tables)): after a
+//! promotion makes an old table unreachable, [`Batches::grace`] runs the heavy fence and
+//! notes every thread inside an operation, with the count of outermost operations it has
+//! begun; the old table is freed once each of those threads was seen outside that operation
+//! (its depth 0, or its count moved on). A thread stores its depth before it loads a table,
+//! so one seen at depth 0 after the fence loads the new table. Threads without a batch
+//! (exiting ones) count in a shared counter with an RMW, and a grace period waits for it to
+//! read 0.
 //!
 //! ## Re-anchoring
 //!
-//! The acker's stored ticks are `u32`s read against a published anchor (`engine/anchor.rs`);
-//! after a stall the anchor must move and the stored ticks with it, while no operation
-//! reads or writes them. The re-anchoring thread stores `moving`, runs the heavy fence and
-//! waits until every other thread is *quiescent*: outside any operation, or inside the
-//! callback of one ([`Batches::pause`]: its depth stored in `paused`), holding nothing of
-//! the tables. Each step that leaves quiescence (an operation's entry, nested or not, and
-//! a callback's return) stores its depth (or clears `paused`), runs the light fence and
-//! reads `moving`; if it is set, it undoes its store and waits until it is clear. The same
-//! Dekker pair again: the re-anchorer sees the thread busy and waits for it, or the thread
-//! sees `moving` and waits for the re-anchorer. Waiting only ever for threads inside the
-//! acker's own code, which finish without waiting on anyone (but a stranded entry's wait
-//! for room, which pauses too), it cannot deadlock with a callback that calls the acker.
+//! The acker's stored ticks are `u32`s read against a published anchor
+//! ([`anchor`](crate::acker::engine::anchor)); after a stall the anchor must move and the
+//! stored ticks with it, while no operation reads or writes them. The re-anchoring thread
+//! stores `moving`, runs the heavy fence and waits until every other thread is *quiescent*:
+//! outside any operation, or inside the callback of one ([`Batches::pause`]: its depth
+//! stored in `paused`), holding nothing of the tables. Each step that leaves quiescence (an
+//! operation's entry, nested or not, and a callback's return) stores its depth (or clears
+//! `paused`), runs the light fence and reads `moving`; if it is set, it undoes its store
+//! and waits until it is clear. The same Dekker pair again: the re-anchorer sees the thread
+//! busy and waits for it, or the thread sees `moving` and waits for the re-anchorer.
+//! Waiting only ever for threads inside the acker's own code, which finish without waiting
+//! on anyone (but a stranded entry's wait for room, which pauses too), it cannot deadlock
+//! with a callback that calls the acker.
 //!
 //! ## Waking the reaper
 //!
 //! The reaper parks with no deadline only when nothing is pending anywhere. A push that
 //! makes an empty batch non-empty stores the batch's length, fences, and reads `idle`; the
-//! reaper stores `idle`, fences, and reads every batch's length before it parks. Of the two,
-//! one sees the other: no entry waits for a reaper that sleeps forever. That fence is paid
-//! once per tick per busy thread, not per tree.
+//! reaper stores `idle`, fences, and reads every batch's length before it parks. Of the
+//! two, one sees the other: no entry waits for a reaper that sleeps forever. That fence is
+//! paid once per tick per busy thread, not per tree.
 
 use crate::sync::fences::Fences;
 use crate::sync::{
@@ -348,7 +350,8 @@ impl Batches {
         // Relaxed: ordered before the `taken` load by the light fence (module docs).
         batch.pin.store(true, Ordering::Relaxed);
         self.fences.light();
-        // Acquire: reads the reaper's release of `taken`, so the entries it emptied are seen.
+        // Acquire: reads the reaper's release of `taken`, so the entries it emptied are
+        // seen.
         if batch.taken.load(Ordering::Acquire) {
             batch.pin.store(false, Ordering::Release); // Release: as at the end below.
             self.hand_off(std::iter::once(entry));
@@ -459,8 +462,9 @@ impl Batches {
             }
             let fenced = self.heavy();
             for batch in all.iter().filter(|b| b.taken.load(Ordering::Relaxed)) {
-                // Acquire: reads the owner's last unpin, after its entries' writes. (Without
-                // the barrier a pin may not be visible yet: the batch stays with its owner.)
+                // Acquire: reads the owner's last unpin, after its entries' writes.
+                // (Without the barrier a pin may not be visible yet: the batch stays with
+                // its owner.)
                 if fenced && !batch.pin.load(Ordering::Acquire) {
                     batch.entries.with_mut(|entries| {
                         // Safety: `taken` was set before the heavy fence and the owner is
@@ -637,16 +641,17 @@ impl Batches {
         if !self.heavy() || caller_active {
             return false; // without the barrier, a depth read as 0 proves nothing
         }
-        // Acquire: reads each thread's release of its depth, so its callback happened before.
+        // Acquire: reads each thread's release of its depth, so its callback happened
+        // before.
         let others =
             (self.all.lock().unwrap().iter()).any(|b| b.active.load(Ordering::Acquire) > 0);
         !others && self.shared.load(Ordering::SeqCst) == 0
     }
 
     /// Begins a grace period, after the caller made something unreachable for operations
-    /// that begin from now on (a retired table, `engine/`): notes the threads inside an
-    /// operation now. Once [`grace_over`](Self::grace_over), every operation that could
-    /// have reached it has ended.
+    /// that begin from now on (a retired table, [`engine`](crate::acker::engine)): notes
+    /// the threads inside an operation now. Once [`grace_over`](Self::grace_over), every
+    /// operation that could have reached it has ended.
     ///
     /// The same Dekker pair as the callback's close ("Closing the callback"): an operation
     /// stores its depth, runs the light fence and then loads the tables; the caller's

@@ -23,24 +23,26 @@
 //! * **Re-anchoring rewrites what a jump left behind.** After a stall (a stopped process, a
 //!   paused VM, a manual clock moved far ahead) or a long idle spell, the thread that finds
 //!   the clock 2^29 ticks or more past the anchor moves it there ([`Engine::reanchor`]):
-//!   while every other thread is kept out of the tables (`batches.rs`, "Re-anchoring"), it
-//!   decodes every stored base at the old anchor, raises those more than 2^30 ticks behind
-//!   the new one to that floor (their deadlines had passed and still have: the next pass
-//!   times them out, late by the stall and never early), puts every start in a form
-//!   decodable at the new anchor (`table/times.rs`), takes every batch's entries into the
-//!   reaper's wheel (full ticks) and forgets the wheel's filed `u32` ticks; then publishes
-//!   the new anchor. It costs a walk of every table, once per stall.
+//!   while every other thread is kept out of the tables
+//!   ([`batches`](crate::acker::batches), "Re-anchoring"), it decodes every stored base at
+//!   the old anchor, raises those more than 2^30 ticks behind the new one to that floor
+//!   (their deadlines had passed and still have: the next pass times them out, late by the
+//!   stall and never early), puts every start in a form decodable at the new anchor
+//!   ([`times`](crate::acker::table::times)), takes every batch's entries into the reaper's
+//!   wheel (full ticks) and forgets the wheel's filed `u32` ticks; then publishes the new
+//!   anchor. It costs a walk of every table, once per stall.
 //!
 //! Readers then decode against the anchor, not against their own clock: `elapsed` is
 //! right whatever the clock reads now, and the reaper judges each deadline in full ticks
 //! against its clock, so a tree is never timed out before its deadline on the clock that
 //! stamped it, whatever the clock did in between.
 //!
-//! One corner stays: a re-anchoring needs every thread's marks (`batches.rs`); if the
-//! heavy fence cannot run, or a thread without a batch (one whose thread-locals are gone)
-//! is inside an operation, it gives up, and the writer stamps at most 2^30 ticks past the
-//! old anchor (its deadline then comes early by the rest of the jump). Neither happens on a
-//! Linux machine with `membarrier` and threads that are not exiting.
+//! One corner stays: a re-anchoring needs every thread's marks
+//! ([`batches`](crate::acker::batches)); if the heavy fence cannot run, or a thread without
+//! a batch (one whose thread-locals are gone) is inside an operation, it gives up, and the
+//! writer stamps at most 2^30 ticks past the old anchor (its deadline then comes early by
+//! the rest of the jump). Neither happens on a Linux machine with `membarrier` and threads
+//! that are not exiting.
 
 use std::sync::{Mutex as StdMutex, TryLockError};
 
@@ -92,7 +94,8 @@ impl<T: Send + 'static> Engine<T> {
 
     /// Raises the anchor to the full tick `now` of a pass: at once when it is less than
     /// [`REANCHOR_AFTER`] ahead (what is pending then is within reach of both), by a
-    /// re-anchoring otherwise. Called inside the pass's operation, before it locks the wheel.
+    /// re-anchoring otherwise. Called inside the pass's operation, before it locks the
+    /// wheel.
     pub(super) fn advance_anchor(&self, now: u64) {
         let anchor = self.anchor();
         if now >= anchor.saturating_add(REANCHOR_AFTER) {

@@ -2,8 +2,8 @@
 //! for a timeout): the payload is taken and the slot freed before anything that can panic
 //! (the clock, the callback), so a panic loses no completion and leaks no slot; then the
 //! statistics, and the callback if the calling operation found it open. A completion is
-//! always counted before its callback runs; the reaper counts a pass's timeouts all at once,
-//! before the first.
+//! always counted before its callback runs; the reaper counts a pass's timeouts all at
+//! once, before the first.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
@@ -29,10 +29,10 @@ impl<T: Send + 'static> Engine<T> {
         self.finish_completion(table, roots, completed, now, open, true);
     }
 
-    /// The timeouts of one reaper pass at full tick `now`: counted first, all at once (three
-    /// statistics' RMWs a pass rather than a tree: locked operations that would each stall
-    /// the pass's cache misses behind them), then delivered one by one. Counted before the
-    /// first callback, as [`deliver`](Self::deliver) counts before its own.
+    /// The timeouts of one reaper pass at full tick `now`: counted first, all at once
+    /// (three statistics' RMWs a pass rather than a tree: locked operations that would each
+    /// stall the pass's cache misses behind them), then delivered one by one. Counted
+    /// before the first callback, as [`deliver`](Self::deliver) counts before its own.
     pub(super) fn deliver_timeouts(
         &self,
         timed_out: Vec<(usize, &Roots<T>, Completed)>,
@@ -79,12 +79,14 @@ impl<T: Send + 'static> Engine<T> {
         } = completed;
         let stamp = roots.times(slot);
         let own_timeout = roots.timeout_of(slot);
-        // Safety: `completed` is a completion this acker's call claimed, finished once here.
+        // Safety: `completed` is a completion this acker's call claimed, finished once
+        // here.
         let payload = unsafe { roots.take(slot) };
         // Safety: the same completion, freed once, after its take.
         unsafe { roots.free(slot, key) };
         // The tree is complete and its slot free: a clock that panics now must not lose the
-        // completion. It is delivered (elapsed 0), and then the panic goes on to the caller.
+        // completion. It is delivered (elapsed 0), and then the panic goes on to the
+        // caller.
         let (now, clock_panic) = match now {
             Some(now) => (Some(now), None),
             // The counter's path reads `MonotonicClock`, which does not panic.
@@ -94,8 +96,9 @@ impl<T: Send + 'static> Engine<T> {
                 Err(panic) => (None, Some(panic)),
             },
         };
-        // From the start in full ticks (`times.rs`: it never aliases, whatever the tree's
-        // life); a clock that stepped back below the start gives 0.
+        // From the start in full ticks ([`times`](crate::acker::table::times): it never
+        // aliases, whatever the tree's life); a clock that stepped back below the start
+        // gives 0.
         let ticks = match (stamp, now) {
             (Some(stamp), Some(now)) => stamp.age(self.anchor(), now),
             _ => 0,
@@ -134,7 +137,8 @@ impl<T: Send + 'static> Engine<T> {
         // through an acker operation (or end the reaper).
         let callback = if open {
             // Safety: the calling operation found the callback open, so shutdown drops it
-            // only after this operation ends (`batches.rs`, "Closing the callback").
+            // only after this operation ends ([`batches`](crate::acker::batches), "Closing
+            // the callback").
             unsafe { &*self.on_complete.get() }.as_ref()
         } else {
             None

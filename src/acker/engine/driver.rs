@@ -1,7 +1,8 @@
-//! A manual acker's passes run by a driver in place of the reaper thread (`src/acker/manual.rs`,
-//! and the tokio feature's `spawn_expiry`): when the next pass has work, as the thread's
-//! sleep decision (`reaper::next_wait`) makes it, the pass itself, and the hook that wakes
-//! a sleeping driver where the thread would be unparked.
+//! A manual acker's passes run by a driver in place of the reaper thread
+//! ([`manual`](crate::acker::manual), and the tokio feature's `spawn_expiry`): when the
+//! next pass has work, as the thread's sleep decision (`reaper::next_wait`) makes it, the
+//! pass itself, and the hook that wakes a sleeping driver where the thread would be
+//! unparked.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Duration;
@@ -73,7 +74,7 @@ impl<T: Send + 'static> Engine<T> {
         }
     }
 
-    /// A driver woke (`reaper.rs`, [`reaper::Wait`]).
+    /// A driver woke ([`reaper`], [`reaper::Wait`]).
     pub(in crate::acker) fn unidle(&self) {
         self.batches.unidle();
     }

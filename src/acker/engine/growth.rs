@@ -3,7 +3,8 @@
 //! the load calls for it (or unconditionally when it had no room), and move the entries
 //! they stranded; reaper passes finish migrations, promote what has moved, halve tables
 //! whose load stayed low, and free retired generations after their grace period. The
-//! protocol itself is `table/migrate.rs`; the generations' ownership is `tables.rs`.
+//! protocol itself is [`migrate`](crate::acker::table::migrate); the generations' ownership
+//! is [`tables`](crate::acker::engine::tables).
 
 use std::ptr::NonNull;
 
@@ -16,7 +17,8 @@ use crate::sync::Ordering;
 /// Groups a reaper pass moves between two finishes of a migration round (`housekeeping`).
 const MOVE_PART: usize = 256;
 
-/// How many ticks a table's load must stay under 1/8 before the reaper shrinks it (to 2/3 of its groups).
+/// How many ticks a table's load must stay under 1/8 before the reaper shrinks it (to 2/3
+/// of its groups).
 const SHRINK_AFTER: Tick = 256;
 
 /// How often, in nanoseconds, the reaper looks at the load of tables larger than the
@@ -174,9 +176,10 @@ impl<T: Send + 'static> Engine<T> {
     }
 
     /// An entry this operation created in `from` while it migrates, with no room in the
-    /// successor (`migrate.rs`): grows the chain and moves it, until it is moved. Only
-    /// shutdown stops that: the entry, which `from` may hold out of its scan's sight (a
-    /// retired generation), is then given up here (module docs, "Shutdown").
+    /// successor ([`migrate`](crate::acker::table::migrate)): grows the chain and moves it,
+    /// until it is moved. Only shutdown stops that: the entry, which `from` may hold out of
+    /// its scan's sight (a retired generation), is then given up here (module docs,
+    /// "Shutdown").
     #[cold]
     pub(super) fn unstrand(&self, table: usize, from: &Roots<T>, slot: usize, done: &mut Done<'_>) {
         let mut backoff = crate::sync::Backoff::default();
@@ -197,8 +200,9 @@ impl<T: Send + 'static> Engine<T> {
 
     /// Shutdown came while `slot` of `from` waited for room: a stranded entry is HELD (a
     /// claim in a migrating table is unjoined before it moves, and no init joins an entry
-    /// of a table with a successor: `migrate.rs`), so it is dropped, giving its credit
-    /// back; were it ever LIVE, its tree is taken back for shutdown to hand back.
+    /// of a table with a successor: [`migrate`](crate::acker::table::migrate)), so it is
+    /// dropped, giving its credit back; were it ever LIVE, its tree is taken back for
+    /// shutdown to hand back.
     fn give_up_stranded(&self, table: usize, from: &Roots<T>, slot: usize) {
         let Some(key) = from.key_in(slot) else {
             return; // completed, or moved meanwhile
@@ -225,7 +229,7 @@ impl<T: Send + 'static> Engine<T> {
     /// whether completions may go to the callback (a move can complete a tree).
     pub(super) fn housekeeping(&self, now: u64, open: bool) -> bool {
         // A move may create an entry (a stranded twin's): stamped with the pass's tick,
-        // which is at the anchor (`anchor.rs`).
+        // which is at the anchor ([`anchor`](crate::acker::engine::anchor)).
         let stamp = self.stamp_at(now);
         let now = now as Tick;
         let per_table = self.pending() / self.tables.len();
@@ -247,7 +251,7 @@ impl<T: Send + 'static> Engine<T> {
                 // In parts, each finished before the next: the timers a part files are
                 // collected in its `Done`, whose vectors a whole round of a large table
                 // would grow to hundreds of KiB on the reaper's heap, which glibc then
-                // keeps (`zeroed.rs`).
+                // keeps ([`zeroed`](crate::zeroed)).
                 let groups = migrating.groups();
                 for from in (0..groups).step_by(MOVE_PART) {
                     let mut done = Done::stamped(stamp);
@@ -279,11 +283,11 @@ impl<T: Send + 'static> Engine<T> {
         retired.retain_mut(|r| !self.batches.grace_over(&mut r.grace));
     }
 
-    /// In how many ticks from `now` housekeeping has work: 1 while a migration is under
-    /// way or a generation waits to be freed; the rest of a low table's SHRINK_AFTER ticks
-    /// when one waits to shrink; [`LOOK_AT_LOAD_NS`] while a table is larger than the
-    /// smallest (its load may fall without the reaper hearing of it); `None` when nothing
-    /// does. The reaper sleeps that long, so waiting for a shrink costs no wake-up per tick.
+    /// In how many ticks from `now` housekeeping has work: 1 while a migration is under way
+    /// or a generation waits to be freed; the rest of a low table's SHRINK_AFTER ticks when
+    /// one waits to shrink; [`LOOK_AT_LOAD_NS`] while a table is larger than the smallest
+    /// (its load may fall without the reaper hearing of it); `None` when nothing does. The
+    /// reaper sleeps that long, so waiting for a shrink costs no wake-up per tick.
     pub(super) fn housekeeping_due(&self, now: Tick) -> Option<Tick> {
         let _active = self.batches.enter();
         if !(self.retired.lock().unwrap_or_else(|e| e.into_inner())).is_empty() {

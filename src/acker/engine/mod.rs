@@ -1,82 +1,84 @@
-//! The Acker's core (its second generation, which replaced a ledger with grace periods,
-//! inbox and retired rings: `docs/acker-second-generation.md`): lock-free tables of 16-byte
-//! root words, lazy timers, one reaper. `acker/mod.rs` is the public API over it.
+//! The Acker's engine: lock-free tables of 16-byte root words, lazy timers, one reaper.
+//! [`Acker`](crate::Acker) is the public API over it.
 //!
 //! ## A tree's path
 //!
-//! `hash(root)` (a bijection, so a completion can name its root) picks a table (`table/`)
-//! and the root's key there. An ack is a search of the root's home line and one 128-bit CAS
-//! on it (`table/word.rs`: key, state and XOR change together, so no grace period and no false
-//! `Acked`); the ack that brings an initialized tree's value to 0 completes it in that CAS,
-//! takes the payload and frees the slot. A tree that completes within the hand-off age
-//! ([`HAND_OFF_AGE`] ticks) costs its own slot's lines and its creator's batch
-//! (`batches.rs`), no reaper work (the reaper reads its line only when a long-lived root
-//! of the same group comes due, `timers.rs`).
+//! `hash(root)` (a bijection, so a completion can name its root) picks a table
+//! ([`table`](crate::acker::table)) and the root's key there. An ack is a search of the
+//! root's home line and one 128-bit CAS on it ([`word`](crate::acker::table::word): key,
+//! state and XOR change together, so no grace period and no false `Acked`); the ack that
+//! brings an initialized tree's value to 0 completes it in that CAS, takes the payload and
+//! frees the slot. A tree that completes within the hand-off age ([`HAND_OFF_AGE`] ticks)
+//! costs its own slot's lines and its creator's batch ([`batches`](crate::acker::batches)),
+//! no reaper work (the reaper reads its line only when a long-lived root of the same group
+//! comes due, [`groups`](crate::acker::timers::groups)).
 //!
 //! ## Times
 //!
 //! Times are ticks of the resolution (a power of two of nanoseconds), counted from the
-//! clock's reading at build (plus one, so that tick 0 is never used). A slot keeps its
-//! base (the first message's tick, or the last reset's) as a `u32` and its start beside it
-//! (`table/times.rs`), and both are read against the *anchor* (`anchor.rs`), a full tick
-//! that every stored tick stays within 2^31 ticks of, whatever the gap between passes: a
-//! writer re-anchors first when its clock is far past it, and a re-anchoring rewrites what
-//! a stall left behind. The start is a gap from the base while a tree is young and a coarse
-//! full tick once it is old, kept decodable by the reaper's looks, so `elapsed` never
-//! aliases either. A writer reads its tick once per operation round, where it holds
-//! nothing of the tables ([`Engine::write_tick`]); with the default clock that read is of the
-//! time-stamp counter where the CPU and kernel allow it ([`Engine::caller_full`],
-//! `clock/tsc.rs`): the clock's tick or the next one, never an earlier one; the reaper
-//! reads the clock itself. A tree's deadline is its base plus its timeout in ticks, rounded
-//! up, plus one: a tick read at the first message may be up to one tick old, so the
-//! deadline is never early. The reaper judges it in full ticks against the clock's own
-//! reading, so a clock that stepped back times nothing out before its deadline on that
-//! clock. A `TimedOut` completion reports at least its timeout. Timeouts are at most
-//! [`MAX_TIMEOUT_TICKS`] ticks.
+//! clock's reading at build (plus one, so that tick 0 is never used). A slot keeps its base
+//! (the first message's tick, or the last reset's) as a `u32` and its start beside it
+//! ([`times`](crate::acker::table::times)), and both are read against the *anchor*
+//! ([`anchor`]), a full tick that every stored tick stays within 2^31 ticks of, whatever
+//! the gap between passes: a writer re-anchors first when its clock is far past it, and a
+//! re-anchoring rewrites what a stall left behind. The start is a gap from the base while a
+//! tree is young and a coarse full tick once it is old, kept decodable by the reaper's
+//! looks, so `elapsed` never aliases either. A writer reads its tick once per operation
+//! round, where it holds nothing of the tables ([`Engine::write_tick`]); with the default
+//! clock that read is of the time-stamp counter where the CPU and kernel allow it
+//! ([`Engine::caller_full`], [`tsc`](crate::clock::tsc)): the clock's tick or the next one,
+//! never an earlier one; the reaper reads the clock itself. A tree's deadline is its base
+//! plus its timeout in ticks, rounded up, plus one: a tick read at the first message may be
+//! up to one tick old, so the deadline is never early. The reaper judges it in full ticks
+//! against the clock's own reading, so a clock that stepped back times nothing out before
+//! its deadline on that clock. A `TimedOut` completion reports at least its timeout.
+//! Timeouts are at most [`MAX_TIMEOUT_TICKS`] ticks.
 //!
 //! ## Timers
 //!
 //! A created entry is filed in its creator's batch; those that outlive the hand-off age go
-//! to the reaper (`batches.rs`), which keeps one timer per group of slots rather than per
-//! root (`timers.rs`): the group's entry in its wheel (`timers/wheel.rs`) is due by the
-//! earliest deadline of the roots registered in it. When a group comes due the reaper
-//! asks the table about each of its slots (`Roots::expire`): gone (completed, reused) is
-//! dropped, an initialized tree whose deadline has come times out, an orphan is dropped,
-//! and the earliest deadline left files the group again. See `reaper.rs`.
+//! to the reaper ([`batches`](crate::acker::batches)), which keeps one timer per group of
+//! slots rather than per root ([`groups`](crate::acker::timers::groups)): the group's entry
+//! in its wheel ([`wheel`](crate::acker::timers::wheel)) is due by the earliest deadline of
+//! the roots registered in it. When a group comes due the reaper asks the table about each
+//! of its slots (`Roots::expire`): gone (completed, reused) is dropped, an initialized tree
+//! whose deadline has come times out, an orphan is dropped, and the earliest deadline left
+//! files the group again. See [`reaper`].
 //!
 //! ## The bound, and growth
 //!
-//! `max_pending` credits (`bound.rs`): a claim takes one and emptying the slot gives it
-//! back, inside the table, so the bound is exact. Tables start at [`MIN_TABLE_SLOTS`] and
-//! follow what is pending (`growth.rs`, `tables.rs`, `table/migrate.rs`): a claim that
-//! lands far from its home, or finds no room, reports its table crowded, and when the
-//! pending count per table is over 3/4 of its slots (or there was no room at all) the
-//! table starts moving to one a quarter larger (not twice, nor half again: a table that
-//! has just grown sits at 3/5 load rather than 3/8 or 1/2, and a root's memory pays for
-//! that load, at most 53 B of table per root with a `u32` payload); every operation on it
-//! moves a group before its own work, and the reaper finishes what is left. The reaper
-//! also shrinks a table to 2/3 of its groups once its load stayed under 1/8, and frees
-//! retired generations after their grace period. Load grows a table up to its share of
-//! `max_pending` at a load of 4/5; a root that finds no room at all grows it further, up
-//! to a load of 2/3, so that only the credits refuse below `max_pending`.
+//! `max_pending` credits ([`bound`](crate::acker::bound)): a claim takes one and emptying
+//! the slot gives it back, inside the table, so the bound is exact. Tables start at
+//! [`MIN_TABLE_SLOTS`] and follow what is pending ([`growth`], [`tables`],
+//! [`migrate`](crate::acker::table::migrate)): a claim that lands far from its home, or
+//! finds no room, reports its table crowded, and when the pending count per table is over
+//! 3/4 of its slots (or there was no room at all) the table starts moving to one a quarter
+//! larger (not twice, nor half again: a table that has just grown sits at 3/5 load rather
+//! than 3/8 or 1/2, and a root's memory pays for that load, at most 53 B of table per root
+//! with a `u32` payload); every operation on it moves a group before its own work, and the
+//! reaper finishes what is left. The reaper also shrinks a table to 2/3 of its groups once
+//! its load stayed under 1/8, and frees retired generations after their grace period. Load
+//! grows a table up to its share of `max_pending` at a load of 4/5; a root that finds no
+//! room at all grows it further, up to a load of 2/3, so that only the credits refuse below
+//! `max_pending`.
 //!
 //! ## Shutdown
 //!
 //! Shutdown stops and joins the reaper, takes back every LIVE tree (an init that settles
 //! after the scan sees the flag and takes back its own: one CAS decides), and then drops
-//! `on_complete` once no operation can call it (`batches.rs`, "Closing the callback").
-//! The scan walks each table's chain of generations, holding the table's migration lock so
-//! that no migration starts under it (one under way only moves entries forward, into a
-//! generation scanned later). Once the callback is closed no operation is under way and
-//! every later message finds it closed and changes nothing, so a last walk drops the
-//! orphans left (and takes back any tree, though none is expected): `pending()` is 0 when
-//! shutdown returns. An entry *stranded* by a migration whose successor had no room
-//! (`table/migrate.rs`) may sit in a retired generation that no walk sees; the operation
-//! that stranded it waits for room, and when shutdown stops it, it gives the entry up
-//! itself (`growth.rs`, `give_up_stranded`). Such an entry is always HELD (a claim in a
-//! migrating table is unjoined before it moves, and no init joins an entry of a table
-//! with a successor), so no payload is ever in one; were one LIVE, it would be taken back
-//! and handed back with the rest.
+//! `on_complete` once no operation can call it ([`batches`](crate::acker::batches),
+//! "Closing the callback"). The scan walks each table's chain of generations, holding the
+//! table's migration lock so that no migration starts under it (one under way only moves
+//! entries forward, into a generation scanned later). Once the callback is closed no
+//! operation is under way and every later message finds it closed and changes nothing, so a
+//! last walk drops the orphans left (and takes back any tree, though none is expected):
+//! `pending()` is 0 when shutdown returns. An entry *stranded* by a migration whose
+//! successor had no room ([`migrate`](crate::acker::table::migrate)) may sit in a retired
+//! generation that no walk sees; the operation that stranded it waits for room, and when
+//! shutdown stops it, it gives the entry up itself ([`growth`], `give_up_stranded`). Such
+//! an entry is always HELD (a claim in a migrating table is unjoined before it moves, and
+//! no init joins an entry of a table with a successor), so no payload is ever in one; were
+//! one LIVE, it would be taken back and handed back with the rest.
 
 pub(super) mod anchor;
 pub(super) mod batched;
@@ -115,13 +117,14 @@ use ticks::Ticks;
 use std::thread;
 
 /// The longest timeout, in ticks: a deadline is at most this far past its base, which
-/// keeps every stored deadline within 2^31 ticks of the anchor (`anchor.rs`).
+/// keeps every stored deadline within 2^31 ticks of the anchor ([`anchor`]).
 pub(super) const MAX_TIMEOUT_TICKS: u64 = (1 << 30) - 2;
 
-/// The most ticks a new entry stays with its creator (`batches.rs`): trees that complete
-/// within it (64 ms at the default resolution) never reach the reaper. Longer would make a
-/// thread's per-tick filter of its batch longer; shorter sends the reaper trees that live a
-/// few milliseconds, whose lines it then reads while workers write them.
+/// The most ticks a new entry stays with its creator ([`batches`](crate::acker::batches)):
+/// trees that complete within it (64 ms at the default resolution) never reach the reaper.
+/// Longer would make a thread's per-tick filter of its batch longer; shorter sends the
+/// reaper trees that live a few milliseconds, whose lines it then reads while workers write
+/// them.
 const HAND_OFF_AGE: Tick = 64;
 
 /// The fewest tables: a key drops the top [`KEY_SHIFT`] bits of the root's hash, which
@@ -129,14 +132,15 @@ const HAND_OFF_AGE: Tick = 64;
 const MIN_TABLES: usize = 1 << KEY_SHIFT;
 
 /// The fewest slots per table: 512 groups, 64 KiB of lines for a `u32` payload, 1 MiB of
-/// mapped memory for the default 16 tables (untouched until used: `table/lines.rs`). A few
-/// thousand roots in flight then sit at a load of an eighth or less: few are displaced
-/// from their home group (the ack's short path), and two threads' roots seldom share a
-/// line. Sharing is what two threads pay most for: with 1k trees in flight each, their
-/// roots in tables of their own ran 1.6x faster than in shared tables of 128 groups, where
-/// about 4 roots in 10 had the other thread's on their line. Memory per root matters at
-/// scale, where tables grow past this anyway. (Under loom, one probe window: models stay
-/// small; under Miri, which interprets every slot, 32 groups.)
+/// mapped memory for the default 16 tables (untouched until used:
+/// [`lines`](crate::acker::table::lines)). A few thousand roots in flight then sit at a
+/// load of an eighth or less: few are displaced from their home group (the ack's short
+/// path), and two threads' roots seldom share a line. Sharing is what two threads pay most
+/// for: with 1k trees in flight each, their roots in tables of their own ran 1.6x faster
+/// than in shared tables of 128 groups, where about 4 roots in 10 had the other thread's on
+/// their line. Memory per root matters at scale, where tables grow past this anyway. (Under
+/// loom, one probe window: models stay small; under Miri, which interprets every slot, 32
+/// groups.)
 const MIN_TABLE_SLOTS: usize = if cfg!(loom) {
     (crate::acker::table::MAX_PROBE + 1) * GROUP_SLOTS
 } else if cfg!(miri) {
@@ -153,13 +157,13 @@ pub(super) struct Config<T> {
     pub resolution_ns: u64,
     pub clock: Box<dyn Clock>,
     /// `clock` is [`MonotonicClock`](crate::MonotonicClock) and callers may take their
-    /// ticks from the time-stamp counter (`clock/tsc.rs`).
+    /// ticks from the time-stamp counter ([`tsc`](crate::clock::tsc)).
     pub tsc_ticks: bool,
     pub on_complete: Option<Callback<T>>,
     pub manual: bool,
 }
 
-/// The second-generation core. See the module docs.
+/// The engine every [`Acker`](crate::Acker) call delegates to. See the module docs.
 pub(super) struct Engine<T> {
     tables: Box<[Table<T>]>,
     layout: Layout,
@@ -179,7 +183,7 @@ pub(super) struct Engine<T> {
     slot_bits: u32,
     /// Generations retired, waiting for their grace period (freed by reaper passes).
     retired: Mutex<Vec<Retired<T>>>,
-    /// Trees taken back by an operation that shutdown stopped (`growth.rs`,
+    /// Trees taken back by an operation that shutdown stopped ([`growth`],
     /// `give_up_stranded`), for shutdown to hand back with the rest.
     late_handed_back: Mutex<Vec<(u64, T)>>,
     credits: Arc<Credits>,
@@ -189,14 +193,14 @@ pub(super) struct Engine<T> {
     /// [`Config::tsc_ticks`].
     tsc_ticks: bool,
     ticks: Ticks,
-    /// The full tick every stored `u32` tick is read against (`anchor.rs`).
+    /// The full tick every stored `u32` tick is read against ([`anchor`]).
     anchor: CachePadded<AtomicU64>,
-    /// One re-anchoring at a time (`anchor.rs`).
+    /// One re-anchoring at a time ([`anchor`]).
     reanchoring: anchor::Reanchoring,
     /// Re-anchorings done (a statistic, for tests and the stress harness).
     reanchored: AtomicU64,
     /// The most roots pending at a pass since the allocator was last asked to give memory
-    /// back (`growth.rs`, `give_back_memory`).
+    /// back ([`growth`], `give_back_memory`).
     peak_pending: AtomicUsize,
     /// The default timeout in ticks ([`Ticks::timeout`]).
     timeout: Tick,
@@ -204,8 +208,9 @@ pub(super) struct Engine<T> {
     /// its deadline is sooner): [`HAND_OFF_AGE`] ticks, or a quarter of the default
     /// timeout if that is shorter.
     hand_off_age: Tick,
-    /// Dropped by shutdown once no operation can call it (`batches.rs`, "Closing the
-    /// callback"), which breaks the cycle of a callback that holds a handle of its acker.
+    /// Dropped by shutdown once no operation can call it
+    /// ([`batches`](crate::acker::batches), "Closing the callback"), which breaks the cycle
+    /// of a callback that holds a handle of its acker.
     on_complete: std::cell::UnsafeCell<Option<Callback<T>>>,
     shutdown: AtomicBool,
     manual: bool,
@@ -213,7 +218,8 @@ pub(super) struct Engine<T> {
     reaper: Mutex<reaper::Wheel>,
     reaper_thread: std::sync::OnceLock<thread::Thread>,
     /// Manual mode: what wakes a task that runs the passes in place of the reaper thread
-    /// (`manual.rs`), called where the thread would be unparked. Set once, by that task.
+    /// ([`manual`](crate::acker::manual)), called where the thread would be unparked. Set
+    /// once, by that task.
     expiry_waker: std::sync::OnceLock<ExpiryWaker>,
     /// Reaper wake-ups that found nothing to do.
     idle_wakeups: AtomicU64,
@@ -340,8 +346,8 @@ impl<T: Send + 'static> Engine<T> {
         let timeout = timeout_ns.map(|ns| self.ticks.timeout(ns));
         let mut payload = payload;
         loop {
-            // Read here, where the operation holds nothing of the tables (`anchor.rs`): the
-            // first message is this call.
+            // Read here, where the operation holds nothing of the tables
+            // ([`anchor`](crate::acker::engine::anchor)): the first message is this call.
             let stamp = self.stamp_at(self.write_tick());
             // Safety: inside the operation `active` marks.
             let roots = unsafe { self.tables[table].current() };
@@ -373,7 +379,8 @@ impl<T: Send + 'static> Engine<T> {
                         self.grow_if_loaded(table, roots);
                     }
                     // Shutdown may have scanned past our slot before we settled: then this
-                    // init takes its own tree back (one CAS decides between it and the scan).
+                    // init takes its own tree back (one CAS decides between it and the
+                    // scan).
                     if settled && self.shutdown.load(Ordering::SeqCst) {
                         if let Some(payload) = self.take_back_root(table, key) {
                             return Err(InitError::Shutdown(payload));
@@ -440,7 +447,8 @@ impl<T: Send + 'static> Engine<T> {
         }
         let mut completed = false;
         loop {
-            // Read here, where the operation holds nothing of the tables (`anchor.rs`).
+            // Read here, where the operation holds nothing of the tables
+            // ([`anchor`](crate::acker::engine::anchor)).
             let stamp = self.stamp_at(self.write_tick());
             // Safety: inside the operation `active` marks.
             let roots = unsafe { self.tables[table].current() };
@@ -505,7 +513,7 @@ impl<T: Send + 'static> Engine<T> {
         })
     }
 
-    /// Re-anchorings done (`anchor.rs`).
+    /// Re-anchorings done ([`anchor`]).
     pub(super) fn reanchored(&self) -> u64 {
         self.reanchored.load(Ordering::Relaxed) // Relaxed: a statistic
     }
@@ -532,7 +540,8 @@ impl<T: Send + 'static> Engine<T> {
     }
 
     /// Roots the reaper's timers cover: in a group whose filed tick is at or before their
-    /// deadline (`timers.rs`). For tests: right after a manual pass, every pending root.
+    /// deadline ([`groups`](crate::acker::timers::groups)). For tests: right after a manual
+    /// pass, every pending root.
     pub(super) fn covered_roots(&self) -> usize {
         let active = self.batches.enter();
         let wheel = self.reaper.lock().unwrap_or_else(|e| e.into_inner());

@@ -2,11 +2,13 @@
 //!
 //! ## A pass
 //!
-//! 1. Collect the batches' entries (`batches.rs`): those handed off by their owners, and
-//!    those of batches quiet since an earlier tick (in manual mode, every batch's).
-//! 2. Register each root (`timers.rs`): its group of slots gets a wheel entry at the root's
-//!    deadline, unless one filed at or before it covers it already; an entry whose slot no
-//!    longer holds an uncompleted root of its tag is dropped.
+//! 1. Collect the batches' entries ([`batches`](crate::acker::batches)): those handed off
+//!    by their owners, and those of batches quiet since an earlier tick (in manual mode,
+//!    every batch's).
+//! 2. Register each root ([`groups`](crate::acker::timers::groups)): its group of slots
+//!    gets a wheel entry at the root's deadline, unless one filed at or before it covers it
+//!    already; an entry whose slot no longer holds an uncompleted root of its tag is
+//!    dropped.
 //! 3. Advance the wheel to now, and for each due group look at every slot of it
 //!    (`Roots::expire`): `TimedOut` is delivered here, after the wheel's lock is released;
 //!    `Dropped` counts an orphan; `NotDue(deadline)` (a reset, a joining init, or a root
@@ -17,26 +19,28 @@
 //!
 //! An entry whose group's trees all completed stays in the wheel until it comes due
 //! (nothing cancels it: the completer never touches the reaper's structures), and so does
-//! the later entry of a group that a registration filed earlier (`timers.rs`, *stale*).
-//! The live entries are at most one per group in use (a group of the tables' current
-//! generations or their successors) and one per pending root. When the wheel holds half
-//! again that bound (plus [`SWEEP_SLACK`]) the pass sweeps it, keeping each group's named
-//! entry (and earlier ones) while the group has a root, and giving back the room of
-//! buckets it leaves mostly empty. A sweep thus comes only after dead entries number half
-//! the bound on live ones: each costs O(1) amortized, and the wheel stays within about 1.5
-//! entries per group in use (a table's growth, which files every moved group again in its
-//! successor, leaves a dead entry per group it moves).
+//! the later entry of a group that a registration filed earlier
+//! ([`groups`](crate::acker::timers::groups), *stale*). The live entries are at most one
+//! per group in use (a group of the tables' current generations or their successors) and
+//! one per pending root. When the wheel holds half again that bound (plus [`SWEEP_SLACK`])
+//! the pass sweeps it, keeping each group's named entry (and earlier ones) while the group
+//! has a root, and giving back the room of buckets it leaves mostly empty. A sweep thus
+//! comes only after dead entries number half the bound on live ones: each costs O(1)
+//! amortized, and the wheel stays within about 1.5 entries per group in use (a table's
+//! growth, which files every moved group again in its successor, leaves a dead entry per
+//! group it moves).
 //!
 //! ## Sleeping
 //!
 //! While entries wait in batches the reaper wakes every tick to collect them; otherwise it
 //! sleeps until the wheel's next due tick begins on the clock ([`sleep_until`]), or, with
-//! nothing anywhere, parks with no deadline. Before any sleep longer than a tick it marks itself idle in the batches and
-//! checks them once more: a push that makes a batch non-empty wakes an idle reaper, so no
-//! entry waits for a reaper asleep for longer than a tick (`batches.rs`, "Waking the
-//! reaper"). With nothing pending it sleeps without wake-ups. [`next_wait`] makes this
-//! decision, for the thread and for a task that runs a manual acker's passes in its place
-//! (`src/acker/manual.rs`), which the same pushes wake through a hook (`Engine::wake_reaper`).
+//! nothing anywhere, parks with no deadline. Before any sleep longer than a tick it marks
+//! itself idle in the batches and checks them once more: a push that makes a batch
+//! non-empty wakes an idle reaper, so no entry waits for a reaper asleep for longer than a
+//! tick ([`batches`](crate::acker::batches), "Waking the reaper"). With nothing pending it
+//! sleeps without wake-ups. [`next_wait`] makes this decision, for the thread and for a
+//! task that runs a manual acker's passes in its place ([`manual`](crate::acker::manual)),
+//! which the same pushes wake through a hook (`Engine::wake_reaper`).
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Duration;
@@ -97,15 +101,16 @@ impl Wheel {
     }
 
     /// The full tick of a `u32` tick near the wheel's time (within 2^31 ticks: the wheel's
-    /// time is the anchor during a pass, `anchor.rs`).
+    /// time is the anchor during a pass, [`anchor`](crate::acker::engine::anchor)).
     fn full(&self, tick: Tick) -> u64 {
         full_near(self.now, tick)
     }
 
-    /// A re-anchoring to `to` (`anchor.rs`): the wheel's time moves there (its buckets
-    /// follow at the next advance), and the groups' filed `u32` ticks are forgotten, as
-    /// they would not decode. A group whose entry waits in the buckets may then get a
-    /// second one: a stale entry, as `timers.rs` has them.
+    /// A re-anchoring to `to` ([`anchor`](crate::acker::engine::anchor)): the wheel's time
+    /// moves there (its buckets follow at the next advance), and the groups' filed `u32`
+    /// ticks are forgotten, as they would not decode. A group whose entry waits in the
+    /// buckets may then get a second one: a stale entry, as
+    /// [`groups`](crate::acker::timers::groups) has them.
     pub(super) fn reanchored(&mut self, to: u64) {
         self.filed = Filed::default();
         self.now = self.now.max(to);
@@ -134,9 +139,9 @@ impl Wheel {
         let now = self.now;
         let Wheel { buckets, filed, .. } = self;
         buckets.retain_filed(|tick, timer| match engine.group_state(timer) {
-            // Entries after the group's named one are covered by it (`timers.rs`);
-            // earlier ones, one waiting for the next advance, or any when nothing reads as
-            // named, are kept.
+            // Entries after the group's named one are covered by it
+            // ([`groups`](crate::acker::timers::groups)); earlier ones, one waiting for the
+            // next advance, or any when nothing reads as named, are kept.
             Some((at, true)) => {
                 match (
                     tick,
@@ -180,8 +185,8 @@ pub(super) fn run_once<T: Send + 'static>(engine: &Engine<T>, everything: bool) 
     // anchor's), which files and advances the group timers, never goes back. (While the
     // clock is behind it, a group it judges not yet due is looked at again each pass.)
     let clock = engine.ticks.full(engine.clock.now());
-    // The anchor first (`anchor.rs`), outside the wheel's lock: after a stall, a
-    // re-anchoring.
+    // The anchor first ([`anchor`](crate::acker::engine::anchor)), outside the wheel's
+    // lock: after a stall, a re-anchoring.
     engine.advance_anchor(clock);
     // The sweep's bound (module docs), read outside the wheel's lock.
     let groups_in_use = engine.groups_in_use();
@@ -275,8 +280,9 @@ pub(super) fn run_once<T: Send + 'static>(engine: &Engine<T>, everything: bool) 
 
     // Outside the lock: `on_complete` may call back into the acker, even `expire`.
     let now = engine.reaper.lock().unwrap_or_else(|e| e.into_inner()).now;
-    // Migrations, shrinking, retired generations (`tables.rs`); outside the wheel's lock,
-    // as moving entries files timers and may complete trees.
+    // Migrations, shrinking, retired generations
+    // ([`tables`](crate::acker::engine::tables)); outside the wheel's lock, as moving
+    // entries files timers and may complete trees.
     pass.worked |= engine.housekeeping(now, active.open);
     // The filed ticks of generations that left their tables' chains, this pass's
     // promotions included: the pass that shrinks a burst's tables may be the last for a
@@ -308,9 +314,9 @@ pub(super) fn run_once<T: Send + 'static>(engine: &Engine<T>, everything: bool) 
     pass
 }
 
-/// Registers `entry`'s root with the reaper: its group gets a timer at its deadline
-/// unless one at or before it is filed already (`timers.rs`). Nothing when its slot no
-/// longer holds its root.
+/// Registers `entry`'s root with the reaper: its group gets a timer at its deadline unless
+/// one at or before it is filed already ([`groups`](crate::acker::timers::groups)). Nothing
+/// when its slot no longer holds its root.
 pub(super) fn file<T: Send + 'static>(engine: &Engine<T>, wheel: &mut Wheel, entry: Entry) {
     let Some((table, roots, slot)) = engine.locate(&entry) else {
         return;
@@ -352,9 +358,10 @@ pub(super) fn spawn<T: Send + 'static>(
 
 /// What to do after a pass: the reaper thread's sleep decision, which a task that drives a
 /// manual acker's passes makes the same way (`Engine::next_pass`). Every variant but
-/// [`Wait::Tick`] and [`Wait::Again`] has marked the reaper idle (`batches.rs`, "Waking the
-/// reaper"): whoever sleeps on it must call `batches.unidle()` when it wakes, and must be
-/// woken by `Engine::wake_reaper`, or a push made while it sleeps waits for its deadline.
+/// [`Wait::Tick`] and [`Wait::Again`] has marked the reaper idle
+/// ([`batches`](crate::acker::batches), "Waking the reaper"): whoever sleeps on it must
+/// call `batches.unidle()` when it wakes, and must be woken by `Engine::wake_reaper`, or a
+/// push made while it sleeps waits for its deadline.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Wait {
     /// Entries wait in batches: one tick after `from` (the last pass's tick), not idle.
@@ -402,8 +409,9 @@ pub(super) fn next_wait<T: Send + 'static>(engine: &Engine<T>) -> Wait {
     };
     match wait {
         None => Wait::Forever,
-        // At most half the anchor's reach while anything is pending (`anchor.rs`), so that
-        // passes keep the anchor near what is stored and no re-anchoring is ever needed.
+        // At most half the anchor's reach while anything is pending
+        // ([`anchor`](crate::acker::engine::anchor)), so that passes keep the anchor near
+        // what is stored and no re-anchoring is ever needed.
         Some(ticks) => Wait::Ticks {
             ticks: ticks.min(REANCHOR_AFTER / 2),
             from: now,

@@ -1,7 +1,7 @@
 //! Shutdown, and the handle users share: stop and join the reaper, take back every
 //! initialized tree across each table's generations, then drop `on_complete` once no
-//! operation can call it (`batches.rs`, "Closing the callback"). The module docs of
-//! `engine/` say what the scan can miss.
+//! operation can call it ([`batches`](crate::acker::batches), "Closing the callback"). The
+//! module docs of [`engine`](crate::acker::engine) say what the scan can miss.
 
 use std::thread;
 
@@ -164,7 +164,8 @@ impl<T: Send + 'static> Handle<T> {
         let mut guard = self.reaper.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(handle) = guard.take() {
             handle.thread().unpark();
-            // The loop catches panics (`reaper.rs`); a join error is one it could not.
+            // The loop catches panics ([`reaper`](crate::acker::engine::reaper)); a join
+            // error is one it could not.
             if handle.join().is_err() {
                 self.engine.reaper_died();
             }

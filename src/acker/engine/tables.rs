@@ -1,16 +1,18 @@
 //! The generations of one table: the current [`Roots`], its successor while entries move
-//! (`table/migrate.rs`), and the retired ones waiting for their grace period.
+//! ([`migrate`](crate::acker::table::migrate)), and the retired ones waiting for their
+//! grace period.
 //!
 //! ## Ownership
 //!
 //! A [`Table`] owns its current generation and the *chain* of successors from it: while a
-//! migration is under way the successor is `current.successor()`, and a successor that
-//! runs out of room while it is still being filled gets a successor of its own (so no
-//! migration ever waits for room that only it could make). Promotion makes the successor
-//! current once every group of the current one has moved, and hands the old generation to
-//! the caller, which retires it: it stays readable (its words MOVED or EMPTY, its `next`
-//! still leading on) until every operation that could have loaded it has ended
-//! (`batches.rs`, [`Batches::grace`](super::Batches::grace)), and is freed then.
+//! migration is under way the successor is `current.successor()`, and a successor that runs
+//! out of room while it is still being filled gets a successor of its own (so no migration
+//! ever waits for room that only it could make). Promotion makes the successor current once
+//! every group of the current one has moved, and hands the old generation to the caller,
+//! which retires it: it stays readable (its words MOVED or EMPTY, its `next` still leading
+//! on) until every operation that could have loaded it has ended
+//! ([`batches`](crate::acker::batches), [`Batches::grace`](super::Batches::grace)), and is
+//! freed then.
 //!
 //! Operations load `current` only inside an acker operation (`Batches::enter`), so the
 //! reference they get lives as long as the operation.
@@ -49,8 +51,9 @@ impl<T> Table<T> {
     /// within it: a retired generation is freed only after every such operation ended.
     #[inline]
     pub(super) unsafe fn current(&self) -> &Roots<T> {
-        // SeqCst: the grace period's Dekker pair with the promotion's store (`batches.rs`).
-        // Safety: never null; freed only as the caller's contract says.
+        // SeqCst: the grace period's Dekker pair with the promotion's store
+        // ([`batches`](crate::acker::batches)). Safety: never null; freed only as the
+        // caller's contract says.
         unsafe { &*self.current.load(Ordering::SeqCst) }
     }
 

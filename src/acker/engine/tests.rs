@@ -363,10 +363,10 @@ impl<T: Send + 'static> Engine<T> {
     }
 }
 
-/// A caller's tick (from the time-stamp counter where `clock/tsc.rs` allows it) is the
-/// clock's tick at that moment, or the next one: never behind, which would make a deadline
-/// early. Read between two real readings, at a resolution of 16 µs so that boundaries
-/// come often, across sleeps that let the thread's anchor age.
+/// A caller's tick (from the time-stamp counter where [`tsc`](crate::clock::tsc) allows it)
+/// is the clock's tick at that moment, or the next one: never behind, which would make a
+/// deadline early. Read between two real readings, at a resolution of 16 µs so that
+/// boundaries come often, across sleeps that let the thread's anchor age.
 #[test]
 fn a_callers_tick_is_never_behind_the_clock_and_at_most_one_ahead() {
     let acker: Acker<u32> = Acker::builder()
@@ -403,8 +403,9 @@ fn slot_of(acker: &Acker<u32>, root: u64) -> Option<(usize, usize)> {
 }
 
 /// A group timer filed at a tick whose low 32 bits are all ones reads as none
-/// (`timers.rs`): a mate registered later, due later, names its own entry. A sweep must
-/// keep the earlier entry, or the first root times out at its mate's deadline.
+/// ([`groups`](crate::acker::timers::groups)): a mate registered later, due later, names
+/// its own entry. A sweep must keep the earlier entry, or the first root times out at its
+/// mate's deadline.
 #[test]
 fn a_group_timer_at_a_tick_that_reads_as_none_survives_a_sweep() {
     use super::GROUP_SLOTS;
@@ -482,13 +483,14 @@ fn a_group_timer_at_a_tick_that_reads_as_none_survives_a_sweep() {
     assert_eq!(take_roots(&log, Outcome::TimedOut), [b]);
 }
 
-/// Shutdown and an entry *stranded* out of its scan's sight (`table/migrate.rs`): an orphan
-/// claimed in a migrating table after its group was clean, whose successor is at the most
-/// a table grows to and full in the root's window, is left behind when the old table is
-/// retired; the operation that waits for room gives it up once shutdown stops it (its
-/// credit back), so that `pending()` is 0 after shutdown and every tree in the successor is
-/// handed back. (Before, the waiting operation just returned: the orphan held its credit
-/// in the retired table, and `pending()` stayed 1.)
+/// Shutdown and an entry *stranded* out of its scan's sight
+/// ([`migrate`](crate::acker::table::migrate)): an orphan claimed in a migrating table
+/// after its group was clean, whose successor is at the most a table grows to and full in
+/// the root's window, is left behind when the old table is retired; the operation that
+/// waits for room gives it up once shutdown stops it (its credit back), so that `pending()`
+/// is 0 after shutdown and every tree in the successor is handed back. (Before, the waiting
+/// operation just returned: the orphan held its credit in the retired table, and
+/// `pending()` stayed 1.)
 #[test]
 fn shutdown_frees_an_entry_stranded_in_a_retired_table() {
     use crate::acker::table::word::{Key, KEY_SHIFT};
@@ -631,8 +633,8 @@ fn ticks_as_durations_are_exact_past_u64_nanoseconds() {
 
 /// Memory follows a growing fill: wherever no migration is under way, the tables hold at
 /// most 54 B and the reaper's wheel (its vectors' room and the groups' filed ticks) at most
-/// 8 B per pending root with a `u32` payload, once 64k roots are pending. A table grows by a
-/// quarter at 3/4 load (so it is at least 3/5 full after), and the dead entries of the
+/// 8 B per pending root with a `u32` payload, once 64k roots are pending. A table grows by
+/// a quarter at 3/4 load (so it is at least 3/5 full after), and the dead entries of the
 /// groups a growth moved are swept before their vectors keep the room.
 #[test]
 fn memory_per_root_stays_bounded_while_the_tables_grow() {

@@ -1,7 +1,8 @@
 //! Time in ticks: the clock's reading at build is the epoch, a tick is a power of two of
-//! nanoseconds (the resolution), and tick 0 is never used (module docs of `engine/`,
-//! "Times"). Callers read the tick through [`Engine::caller_full`](super::Engine::caller_full), which takes it from the
-//! time-stamp counter where it can be trusted; the reaper reads the clock itself.
+//! nanoseconds (the resolution), and tick 0 is never used (module docs of
+//! [`engine`](crate::acker::engine), "Times"). Callers read the tick through
+//! [`Engine::caller_full`](super::Engine::caller_full), which takes it from the time-stamp
+//! counter where it can be trusted; the reaper reads the clock itself.
 
 use std::time::Duration;
 
@@ -84,8 +85,8 @@ impl<T: Send + 'static> Engine<T> {
         self.ticks.full(self.clock.now())
     }
 
-    /// The stamp a new entry gets at full tick `tick` (a writer's, `anchor.rs`): its start
-    /// and its base.
+    /// The stamp a new entry gets at full tick `tick` (a writer's,
+    /// [`anchor`](crate::acker::engine::anchor)): its start and its base.
     #[inline]
     pub(super) fn stamp_at(&self, tick: u64) -> Stamp {
         Stamp::new(tick as Tick, tick as Tick)

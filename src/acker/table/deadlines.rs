@@ -1,6 +1,7 @@
 //! A slot's times as the reaper and `reset_timeout` use them: the reaper's check of an
-//! entry at its deadline, a reset's move of the base, and the deadline's parts (the base
-//! in `times.rs`, plus the tree's own or the table's default timeout).
+//! entry at its deadline, a reset's move of the base, and the deadline's parts (the base in
+//! [`times`](crate::acker::table::times), plus the tree's own or the table's default
+//! timeout).
 
 use super::{
     full_near, reached, Done, Expiry, Key, Roots, Stamp, Step, Tick, GEN_TAG_BITS, GROUP_SLOTS,
@@ -9,7 +10,7 @@ use super::{
 use crate::sync::{Backoff, Ordering};
 
 /// What the reaper judges a deadline with: the anchor its `u32` ticks decode at
-/// (`engine/anchor.rs`), and the clock's full tick now.
+/// ([`anchor`](crate::acker::engine::anchor)), and the clock's full tick now.
 #[derive(Clone, Copy, Debug)]
 pub struct Judge {
     pub anchor: u64,
@@ -17,15 +18,16 @@ pub struct Judge {
 }
 
 impl<T> Roots<T> {
-    /// The reaper, looking at `slot` of a group whose timer came due (`timers/groups.rs`): a
-    /// LIVE tree whose deadline has come times out (into `done`), a HELD orphan's is dropped.
-    /// Nothing happens when the entry is gone (completed, freed, reused) or still JOINING,
-    /// and a deadline after `now` comes back as [`Expiry::NotDue`].
+    /// The reaper, looking at `slot` of a group whose timer came due
+    /// ([`groups`](crate::acker::timers::groups)): a LIVE tree whose deadline has come
+    /// times out (into `done`), a HELD orphan's is dropped. Nothing happens when the entry
+    /// is gone (completed, freed, reused) or still JOINING, and a deadline after `now`
+    /// comes back as [`Expiry::NotDue`].
     ///
     /// The deadline is read from the slot after its word, and the timeout CAS expects that
-    /// word, so a deadline moved meanwhile (a join, a reset) makes it fail (`times.rs`). A
-    /// reset's R is cleared first, and then the deadline read: a reset after that clear
-    /// sets R again and fails our CAS.
+    /// word, so a deadline moved meanwhile (a join, a reset) makes it fail
+    /// ([`times`](crate::acker::table::times)). A reset's R is cleared first, and then the
+    /// deadline read: a reset after that clear sets R again and fails our CAS.
     ///
     /// The root is named by bits of its key's [`tag`](Key::tag) (`TAG_CHECK_BITS`; the
     /// reaper passes the tag of the key it has just read in the slot): a later root whose
@@ -102,8 +104,8 @@ impl<T> Roots<T> {
 
     /// `reset_timeout`: on each of the root's entries (a twin's too, so that a merge
     /// carries it) moves the base to `now` (the deadline to `now` plus the tree's timeout),
-    /// then sets R, so that a reaper about to time the tree out on the old deadline fails its
-    /// CAS and reads the new one. `false` when the root has no entry.
+    /// then sets R, so that a reaper about to time the tree out on the old deadline fails
+    /// its CAS and reads the new one. `false` when the root has no entry.
     ///
     /// A walk that finds nothing while a merge was under way may have missed contents in
     /// flight between two slots (module docs, "Twin claims"): it walks again.
@@ -133,9 +135,9 @@ impl<T> Roots<T> {
                 let mut word = slot_word.load();
                 loop {
                     if word.frozen_for(key) {
-                        // Moving: the caller resets the successor's entry after this table's,
-                        // so the reset must not return before the copy is there. (Or the
-                        // move found no room and the entry is back: reset it here.)
+                        // Moving: the caller resets the successor's entry after this
+                        // table's, so the reset must not return before the copy is there.
+                        // (Or the move found no room and the entry is back: reset it here.)
                         word = self.await_moved(slot, word);
                         continue;
                     }
@@ -185,9 +187,9 @@ impl<T> Roots<T> {
         }
     }
 
-    /// A re-anchoring from `from` to `to` (`engine/anchor.rs`), every other thread
-    /// quiescent: the slot's times as [`Stamp::rebased`] puts them, if it holds any (a
-    /// CAS all the same).
+    /// A re-anchoring from `from` to `to` ([`anchor`](crate::acker::engine::anchor)), every
+    /// other thread quiescent: the slot's times as [`Stamp::rebased`] puts them, if it
+    /// holds any (a CAS all the same).
     pub fn rebase(&self, slot: usize, from: u64, to: u64) {
         let mut seen = self.times_of(slot).load(Ordering::SeqCst);
         while let Some(next) = Stamp::from_bits(seen).and_then(|s| s.rebased(from, to)) {

@@ -6,9 +6,9 @@ use super::times::Stamp;
 use super::Key;
 use crate::acker::Outcome;
 
-/// A completion this call's CAS claimed: it emptied `slot`'s word (the slot stays reserved),
-/// and the caller completes
-/// the tree with `outcome` (unsafe [`Roots::take`](super::Roots::take) of the payload, then
+/// A completion this call's CAS claimed: it emptied `slot`'s word (the slot stays
+/// reserved), and the caller completes the tree with `outcome` (unsafe
+/// [`Roots::take`](super::Roots::take) of the payload, then
 /// [`Roots::free`](super::Roots::free) of the slot, once each).
 #[derive(Debug, PartialEq, Eq)]
 pub struct Completed {
@@ -67,8 +67,8 @@ impl<T> Few<T> {
 /// init racing a twin claim), so the second one costs nothing unless it happens.
 ///
 /// It also carries the operation's [`Stamp`] in (the times a claimer writes into a new
-/// entry: see `times.rs`) and, out, the slots whose entries need a timer filed: those it
-/// created, and those whose deadline it moved earlier.
+/// entry: see [`times`](crate::acker::table::times)) and, out, the slots whose entries need
+/// a timer filed: those it created, and those whose deadline it moved earlier.
 #[derive(Default)]
 pub struct Done<'a> {
     completed: Few<Completed>,
@@ -77,10 +77,11 @@ pub struct Done<'a> {
     stamper: Option<&'a dyn Fn() -> Stamp>,
     to_file: Few<(u32, usize)>,
     /// A claim found the root's window full, or had to go far from home: the table
-    /// should grow (`engine/`).
+    /// should grow ([`engine`](crate::acker::engine)).
     crowded: bool,
     /// Entries this operation created in a table being migrated that it could not move to
-    /// the successor for want of room (`migrate.rs`): the caller makes room and moves them.
+    /// the successor for want of room ([`migrate`](crate::acker::table::migrate)): the
+    /// caller makes room and moves them.
     stranded: Few<(u32, usize)>,
     /// An init joined an entry of messages held for its root (`orphans_joined`).
     joined: bool,

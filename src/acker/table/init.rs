@@ -1,6 +1,7 @@
 //! Storm's init on one table: init joins the root's HELD entry (an orphan's), or claims a
 //! new one JOINING with its XOR in; writes the payload and settles the word LIVE, or
-//! completes the tree at once when held acks cancel its XOR (Acked wins) or a fail was held.
+//! completes the tree at once when held acks cancel its XOR (Acked wins) or a fail was
+//! held.
 //!
 //! An entry is joined only after a search finds no twin of it (the parent module's "Twin
 //! claims"), so a payload never lands in an entry that loses a merge, and a second init of
@@ -28,9 +29,9 @@ enum Claimed {
 }
 
 impl<T> Roots<T> {
-    /// Storm's init: joins the root's HELD entry (an orphan's), or claims a new one JOINING,
-    /// writes the payload, and settles: LIVE, or completed at once (into `done`) when held
-    /// acks cancel `xor` (Acked wins) or a fail was held.
+    /// Storm's init: joins the root's HELD entry (an orphan's), or claims a new one
+    /// JOINING, writes the payload, and settles: LIVE, or completed at once (into `done`)
+    /// when held acks cancel `xor` (Acked wins) or a fail was held.
     ///
     /// It joins an entry only after a search finds no twin of it; a twin claimed after that
     /// search is found by its claimer's search (of two, one sees the other), and a joined
@@ -48,7 +49,8 @@ impl<T> Roots<T> {
     }
 
     /// [`init`](Self::init) with the tree's own timeout in ticks: the deadline becomes the
-    /// base (the first message, or the last reset) plus `timeout` (`times.rs`).
+    /// base (the first message, or the last reset) plus `timeout`
+    /// ([`times`](crate::acker::table::times)).
     pub fn init_with(
         &self,
         key: Key,
@@ -63,7 +65,8 @@ impl<T> Roots<T> {
     /// [`init_with`](Self::init_with), claiming no new entry unless `create`
     /// ([`Refused::Missing`]). In a table whose migration has begun init joins nothing: it
     /// moves the root's HELD entry to the successor and reports [`Refused::Retry`], so that
-    /// a joined entry in a table never has a twin in its successor (`migrate.rs`).
+    /// a joined entry in a table never has a twin in its successor
+    /// ([`migrate`](crate::acker::table::migrate)).
     pub fn init_or(
         &self,
         key: Key,
@@ -96,8 +99,8 @@ impl<T> Roots<T> {
                 return Err(Refused::Duplicate(payload));
             };
             // Checked after the search that found the entry, before the join: a creator in
-            // the successor searched here after `next` was set, so it saw this entry, and no
-            // twin of it can be there (`migrate.rs`).
+            // the successor searched here after `next` was set, so it saw this entry, and
+            // no twin of it can be there ([`migrate`](crate::acker::table::migrate)).
             if let Some(next) = self.successor() {
                 self.relocate(slot, next, done);
                 return Err(Refused::Retry(payload));
@@ -156,8 +159,8 @@ impl<T> Roots<T> {
 
     /// Claims a new entry for `key` JOINING with init's `xor`, in `vacancy` or the first
     /// EMPTY slot, and searches for twins (module docs). Alone: the slot, for init to write
-    /// and settle. With a twin, or when a migration has begun, it unjoins first: the entry is
-    /// then an ordinary HELD one, merged with its twin or moved to the successor.
+    /// and settle. With a twin, or when a migration has begun, it unjoins first: the entry
+    /// is then an ordinary HELD one, merged with its twin or moved to the successor.
     fn claim_joined(
         &self,
         key: Key,
@@ -168,9 +171,9 @@ impl<T> Roots<T> {
         match self.claim(key, Word::joining(key, xor), vacancy, done) {
             // `next` is checked after the claim, as a joiner checks it before its join: a
             // claim that finds it unset came before it was stored, so a creator in the
-            // successor, which searched here after that, saw this entry (`migrate.rs`). One
-            // that finds it set moves its entry: HELD first (JOINING words are not moved),
-            // then as any new entry.
+            // successor, which searched here after that, saw this entry
+            // ([`migrate`](crate::acker::table::migrate)). One that finds it set moves its
+            // entry: HELD first (JOINING words are not moved), then as any new entry.
             Ok(slot) if self.successor().is_some() => {
                 self.unjoin(slot, xor);
                 self.created(key, slot, done);

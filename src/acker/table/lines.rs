@@ -26,7 +26,7 @@ pub(super) struct Payload<T>(pub(super) UnsafeCell<MaybeUninit<T>>);
 
 /// A slot's side data.
 pub(super) struct Side<T> {
-    /// The times and the slot's reservation (`times.rs`).
+    /// The times and the slot's reservation ([`times`](crate::acker::table::times)).
     pub(super) times: AtomicU64,
     /// The tree's own timeout in ticks, 0 for the acker's default.
     pub(super) timeout: AtomicU32,
@@ -47,9 +47,10 @@ pub(super) struct Line<T> {
 }
 
 /// Lines this large or larger are mapped directly (module docs): every table from the
-/// smallest a full acker makes (`engine/`'s `MIN_TABLE_SLOTS`: 64 KiB of lines for a `u32`
-/// payload), so that building an acker touches none of them (calloc wrote 1 MiB for the
-/// default 16 tables) and each goes back to the system when it is dropped.
+/// smallest a full acker makes ([`engine`](crate::acker::engine)'s `MIN_TABLE_SLOTS`: 64
+/// KiB of lines for a `u32` payload), so that building an acker touches none of them
+/// (calloc wrote 1 MiB for the default 16 tables) and each goes back to the system when it
+/// is dropped.
 #[cfg(not(loom))]
 const MAP_AT: usize = 64 << 10;
 
@@ -76,8 +77,8 @@ unsafe impl<T> Sync for Lines<T> where Line<T>: Sync {}
 
 impl<T> Lines<T> {
     /// `n` (at least 1) lines, each all zero: every word EMPTY, every side free. With
-    /// `populate`, a mapped table's pages are faulted in at once (`zeroed.rs`, "Pages
-    /// written at once").
+    /// `populate`, a mapped table's pages are faulted in at once
+    /// ([`zeroed`](crate::zeroed), "Pages written at once").
     #[cfg(not(loom))]
     pub(super) fn zeroed(n: usize, populate: bool) -> Self {
         assert!(n > 0, "a table has lines");

@@ -3,8 +3,9 @@
 //!
 //! ## Migration
 //!
-//! The acker (`engine/`) starts a migration by allocating a successor (more groups to
-//! grow, fewer to shrink) and storing it in the table's `next`. From then on:
+//! The acker ([`engine`](crate::acker::engine)) starts a migration by allocating a
+//! successor (more groups to grow, fewer to shrink) and storing it in the table's `next`.
+//! From then on:
 //!
 //! * an operation that finds `next` set looks in the old table first and then in the
 //!   successor, and creates only in the successor (`create: false` here, then `true`
@@ -20,7 +21,7 @@
 //!   whose completer has not freed it yet is clean too: its tree is over, and the completer
 //!   works inside its operation, so the retired table outlives it), and the call that
 //!   makes the last group clean tells its caller, which makes the successor current and
-//!   retires the old table (freed after a grace period, `engine/`).
+//!   retires the old table (freed after a grace period, [`engine`](crate::acker::engine)).
 //!
 //! ## Why nothing is left behind
 //!
@@ -65,9 +66,10 @@ impl<T> Roots<T> {
     pub fn successor(&self) -> Option<&Roots<T>> {
         // SeqCst: the claim-then-check pair with the grower's store (module docs).
         let next = self.next.load(Ordering::SeqCst);
-        // Safety: a successor, once set, is freed only after this table is retired and
-        // then only after every operation that could reach this table has ended (the
-        // acker's grace period, `engine/`): any `&self` we were given outlives the result.
+        // Safety: a successor, once set, is freed only after this table is retired and then
+        // only after every operation that could reach this table has ended (the acker's
+        // grace period, [`engine`](crate::acker::engine)): any `&self` we were given
+        // outlives the result.
         unsafe { next.as_ref() }
     }
 
@@ -77,8 +79,9 @@ impl<T> Roots<T> {
         self.next.load(Ordering::SeqCst)
     }
 
-    /// Starts a migration to `next`: a fresh table (from [`successor_of`](Self::successor_of))
-    /// that the caller owns and keeps alive as long as this one is reachable.
+    /// Starts a migration to `next`: a fresh table (from
+    /// [`successor_of`](Self::successor_of)) that the caller owns and keeps alive as long
+    /// as this one is reachable.
     ///
     /// # Safety
     /// `next` is valid until this table is freed, and this is called once per table.
@@ -192,8 +195,9 @@ impl<T> Roots<T> {
         let payload = live.then(|| {
             self.payload(slot).0.with(|cell| {
                 // Safety: a LIVE word's payload is written (by the settle that made it
-                // LIVE, which our FROZEN CAS read from) and not taken (no completion CAS from it succeeded),
-                // and the FROZEN word keeps every other thread off it until we CAS it on.
+                // LIVE, which our FROZEN CAS read from) and not taken (no completion CAS
+                // from it succeeded), and the FROZEN word keeps every other thread off it
+                // until we CAS it on.
                 unsafe { (*cell).assume_init_read() }
             })
         });

@@ -2,7 +2,7 @@
 //!
 //! One table holds the roots whose mixed hash falls in its range (the acker keeps at least
 //! `1 << KEY_SHIFT` tables, so a [`Key`] names its root within one). Each slot is one
-//! 16-byte [`SlotWord`] (key, state and XOR value: see `table/word.rs`) and, apart, the payload
+//! 16-byte [`SlotWord`] (key, state and XOR value: see [`word`]) and, apart, the payload
 //! cell its init writes. Four words fill a cache line, a *group*; a root's *home* group is
 //! its key's top bits, so an ack is a hash, a load of one line and one 128-bit CAS on it.
 //!
@@ -22,31 +22,31 @@
 //! An operation that found root A's word and is about to CAS it cannot, after A's slot was
 //! freed and reused by root B, change B's word: the CAS fails, and the operation looks for
 //! A again. Nothing a thread holds across operations points into the table, so slots are
-//! reused without waiting for anyone. (Growth retires whole tables, `migrate.rs`: that is
+//! reused without waiting for anyone. (Growth retires whole tables, [`migrate`]: that is
 //! the only place a pin is needed.)
 //!
 //! ## Twin claims
 //!
-//! Two threads that find no entry for a new root may both claim a slot for it, when a
-//! slot that one of them passed was freed in between: two *twin* entries. Every claimer
-//! therefore searches again after its claim (every access SeqCst: of two claimers, at
-//! least one sees the other's word, since each wrote its counts and its word before
-//! reading) and the twins are merged lock-free: the *loser* is CASed to EMPTY by whoever
-//! sees the pair first (either claimer), and its contents (value and held fail) are applied
-//! to the winner as an ack and a fail would be. The CAS on the loser decides who carries
-//! them, so they are applied once; an ack that was about to XOR into the loser finds its CAS
-//! failing and goes to the winner. The winner is the entry init has joined (JOINING or
-//! LIVE) if there is one, else the first in probe order.
+//! Two threads that find no entry for a new root may both claim a slot for it, when a slot
+//! that one of them passed was freed in between: two *twin* entries. Every claimer
+//! therefore searches again after its claim (every access SeqCst: of two claimers, at least
+//! one sees the other's word, since each wrote its counts and its word before reading) and
+//! the twins are merged lock-free: the *loser* is CASed to EMPTY by whoever sees the pair
+//! first (either claimer), and its contents (value and held fail) are applied to the winner
+//! as an ack and a fail would be. The CAS on the loser decides who carries them, so they
+//! are applied once; an ack that was about to XOR into the loser finds its CAS failing and
+//! goes to the winner. The winner is the entry init has joined (JOINING or LIVE) if there
+//! is one, else the first in probe order.
 //!
 //! Init claims a new root JOINING with its XOR in and writes its payload only after the
 //! search that follows the claim finds no twin; when it finds one, it takes its XOR back
 //! out (JOINING to HELD) and joins whatever the merge leaves, again only after a search
-//! that finds no twin (`init.rs`). So a payload is never in a loser, and two joined entries
+//! that finds no twin ([`init`]). So a payload is never in a loser, and two joined entries
 //! of one root are never both kept. A merger's judgement can therefore be stale: a new
 //! claim that it saw JOINING may unjoin and then lose by probe order to the very entry
 //! judged against it, and both words go EMPTY. So a loser's slot stays reserved (times,
 //! counts, credit) until its contents land, and holds them again if the root has no entry
-//! left: a carry never needs room or a credit, and nothing it holds is dropped (`twins.rs`).
+//! left: a carry never needs room or a credit, and nothing it holds is dropped ([`twins`]).
 //!
 //! A merge moves a root's contents from one slot to another, possibly one earlier in
 //! probe order, so a search that walks the slots once can pass the winner before the
@@ -54,23 +54,26 @@
 //! init) then claim a twin, which is merged in turn; a reset, which creates nothing, would
 //! report a pending root missing and lose its new deadline. The table therefore counts
 //! merges started and merges whose contents landed ([`InFlight`]), and a reset that found
-//! nothing looks again if a merge overlapped its walk (`deadlines.rs`).
+//! nothing looks again if a merge overlapped its walk ([`deadlines`]).
 
 // This file: the slot word, a table's layout and the message path (ack and fail). Beside
-// it: `probe.rs` (search, claim, empty: the probe window and its overflow counts),
-// `init.rs` (init's join and settle), `twins.rs` (merging twin claims), `deadlines.rs`
-// (the reaper's expiry and resets), `taking.rs` (a completion's payload and free,
-// shutdown's take-back), `migrate.rs` (growth), `lines.rs` (memory), `times.rs` (a slot's
-// ticks), `done.rs` (what an operation reports).
+// it: [`probe`](crate::acker::table::probe) (search, claim, empty: the probe window and its
+// overflow counts), [`init`](crate::acker::table::init) (init's join and settle),
+// [`twins`](crate::acker::table::twins) (merging twin claims),
+// [`deadlines`](crate::acker::table::deadlines) (the reaper's expiry and resets),
+// [`taking`](crate::acker::table::taking) (a completion's payload and free, shutdown's
+// take-back), [`migrate`](crate::acker::table::migrate) (growth),
+// [`lines`](crate::acker::table::lines) (memory), [`times`](crate::acker::table::times) (a
+// slot's ticks), [`done`](crate::acker::table::done) (what an operation reports).
 mod deadlines;
 pub use deadlines::Judge;
 mod done;
 mod init;
-mod lines;
-mod migrate;
+pub(in crate::acker) mod lines;
+pub(in crate::acker) mod migrate;
 mod probe;
 mod taking;
-mod times;
+pub(in crate::acker) mod times;
 mod twins;
 #[allow(dead_code)] // parts used by the loom models and the tests only
 pub(crate) mod word;
@@ -95,10 +98,11 @@ pub const GROUP_SLOTS: usize = 4;
 pub const GROUP_SLOTS: usize = 2;
 
 /// How many groups past its home a root may live. A full acker's tables sit at a load of
-/// 4/5 (`engine/`), where linear probing's clusters run to a couple of hundred slots: with 31
-/// groups, roots whose clustered window was full grew the tables past that load (1M
-/// pending: 46 B of table per root; with 63, 41). A search still stops at the first group
-/// whose overflow count is 0, so a longer window costs only the roots that use it.
+/// 4/5 ([`engine`](crate::acker::engine)), where linear probing's clusters run to a couple
+/// of hundred slots: with 31 groups, roots whose clustered window was full grew the tables
+/// past that load (1M pending: 46 B of table per root; with 63, 41). A search still stops
+/// at the first group whose overflow count is 0, so a longer window costs only the roots
+/// that use it.
 #[cfg(not(loom))]
 pub const MAX_PROBE: usize = 63;
 // A group's overflow count (a `u16`) holds the entries of the groups before it, plus one
@@ -107,7 +111,7 @@ const _: () = assert!(MAX_PROBE * GROUP_SLOTS <= 1 << 10);
 /// A claim this many groups past home reports its table crowded (`Done::crowded`).
 const CROWDED_DISTANCE: usize = 2;
 /// The low bits of a batch entry's tag (and of a group timer) that carry its table's
-/// generation (`engine/`): a tag compares only the bits above.
+/// generation ([`engine`](crate::acker::engine)): a tag compares only the bits above.
 pub const GEN_TAG_BITS: u32 = 2;
 /// A batch entry's tag names its root by the bits of its key's tag from [`GEN_TAG_BITS`]
 /// up to this one (18 bits; a later root that matches costs the reaper one look, never a
@@ -229,7 +233,7 @@ pub enum Applied {
     /// No entry, and the caller asked not to create one (growth: look in the successor).
     Missing,
     /// The root's entry is being moved, or was moved, to the successor: start again from
-    /// the acker's current table (`migrate.rs`). The message was not applied.
+    /// the acker's current table ([`migrate`]). The message was not applied.
     Retry,
 }
 
@@ -296,9 +300,9 @@ impl Message {
 /// One table of root words. See the module docs.
 pub struct Roots<T> {
     /// Per group, its words and its slots' side data: times (and the slot's reservation,
-    /// `times.rs`), the tree's own timeout in ticks (0 for the acker's default; written by
+    /// [`times`]), the tree's own timeout in ticks (0 for the acker's default; written by
     /// the claimer, 0, before its claim publishes it, and by a joining init) and the
-    /// payload (`lines.rs`).
+    /// payload ([`lines`]).
     lines: Lines<T>,
     /// Per group, the entries living past it (module docs): at most [`MAX_PROBE`] groups of
     /// entries, plus claims under way, so 16 bits are ample.
@@ -319,7 +323,7 @@ pub struct Roots<T> {
     /// This table's generation: its predecessor's plus one (timer entries name it).
     gen: u32,
     /// The successor entries move to once growth (or shrink) began; null before. Set
-    /// once; it owns nothing (`engine/` owns every generation).
+    /// once; it owns nothing ([`engine`](crate::acker::engine) owns every generation).
     next: AtomicPtr<Roots<T>>,
     /// Migration: the next group to move (a hint that spreads helpers over the groups).
     cursor: AtomicUsize,
@@ -330,8 +334,8 @@ pub struct Roots<T> {
 }
 
 // Safety: the payload cells are the only non-Sync parts. A cell is written only by the
-// thread whose claim or join CAS made the slot JOINING and read only by the thread whose CAS
-// completed the tree, after the settle CAS that published the write, and before that
+// thread whose claim or join CAS made the slot JOINING and read only by the thread whose
+// CAS completed the tree, after the settle CAS that published the write, and before that
 // thread's free ends the slot's reservation (see `init`, `take` and `free`), so no two
 // threads touch one at once. `T: Send` because payloads move between threads.
 unsafe impl<T: Send> Sync for Roots<T> {}
@@ -349,10 +353,10 @@ impl<T> Roots<T> {
     ///
     /// Every part starts all zero (EMPTY words, free times, zero counts), so the memory
     /// comes from `alloc_zeroed`: the allocator maps zeroed pages, and a page costs memory
-    /// only once a slot on it is used.
-    /// The timeout of trees whose init gives none is `default_timeout` ticks. With
-    /// `populate`, the lines' pages are faulted in at once (a growing table's successor,
-    /// whose every page the moves reach: `zeroed.rs`, "Pages written at once").
+    /// only once a slot on it is used. The timeout of trees whose init gives none is
+    /// `default_timeout` ticks. With `populate`, the lines' pages are faulted in at once (a
+    /// growing table's successor, whose every page the moves reach:
+    /// [`zeroed`](crate::zeroed), "Pages written at once").
     pub(super) fn bounded(
         groups: usize,
         credits: Option<Arc<Credits>>,
@@ -397,7 +401,7 @@ impl<T> Roots<T> {
         &self.lines[slot / GROUP_SLOTS].sides[slot % GROUP_SLOTS]
     }
 
-    /// A slot's times (`times.rs`).
+    /// A slot's times ([`times`]).
     #[inline]
     fn times_of(&self, slot: usize) -> &AtomicU64 {
         &self.side(slot).times
@@ -426,9 +430,10 @@ impl<T> Roots<T> {
     }
 
     /// A table to move this one's entries to: `groups` groups, the next generation, the
-    /// same credits and default timeout. A larger one has its pages faulted in at once:
-    /// the moves reach every one of them (`zeroed.rs`, "Pages written at once"); a smaller
-    /// one, which a drained table shrinks into, is left to fault as its few entries need.
+    /// same credits and default timeout. A larger one has its pages faulted in at once: the
+    /// moves reach every one of them ([`zeroed`](crate::zeroed), "Pages written at once");
+    /// a smaller one, which a drained table shrinks into, is left to fault as its few
+    /// entries need.
     pub fn successor_of(&self, groups: usize) -> Self {
         let grows = groups > self.groups;
         let mut next = Self::bounded(groups, self.credits.clone(), self.default_timeout, grows);
@@ -566,7 +571,7 @@ impl<T> Roots<T> {
     /// Applies `message` to the root's entry with the word's transition, CASing until it
     /// lands; with no entry, holds it in a new one (unless not `create`) and merges any
     /// twin. A new entry in a table whose migration has begun moves to the successor at
-    /// once (`migrate.rs`); a FROZEN entry is waited for, then [`Applied::Retry`].
+    /// once ([`migrate`]); a FROZEN entry is waited for, then [`Applied::Retry`].
     pub fn apply(&self, key: Key, message: Message, create: bool, done: &mut Done<'_>) -> Applied {
         loop {
             let (slot, mut word) = match self.search(key, None) {
@@ -644,9 +649,9 @@ impl<T> Drop for Roots<T> {
             let joined = matches!(word.state().phase(), Some(Phase::Joining | Phase::Live));
             if joined {
                 self.payload(slot).0.with_mut(|cell| {
-                    // Safety: a JOINING or LIVE word's payload is written (a JOINING one only
-                    // between the claim or join and the settle, which `&mut self` rules out)
-                    // and not taken; we have exclusive access.
+                    // Safety: a JOINING or LIVE word's payload is written (a JOINING one
+                    // only between the claim or join and the settle, which `&mut self`
+                    // rules out) and not taken; we have exclusive access.
                     unsafe { (*cell).assume_init_drop() }
                 });
             }

@@ -1,7 +1,8 @@
 //! A root's probe window: [`Roots::search`] walks from the root's home group while the
 //! groups it passes have a non-zero overflow count, [`Roots::claim`] reserves an EMPTY
 //! slot, counts itself into the groups it passed and CASes its word in, and
-//! [`Roots::empty`] undoes both (module docs of `table/`, "Finding a root").
+//! [`Roots::empty`] undoes both (module docs of [`table`](crate::acker::table), "Finding a
+//! root").
 
 use super::{Done, Key, Roots, Stamp, Word, CROWDED_DISTANCE, GROUP_SLOTS, MAX_PROBE};
 use crate::sync::{store_raced, Ordering};
@@ -44,10 +45,11 @@ impl<T> Roots<T> {
     }
 
     /// The groups of a walk of `home`'s window, each with its distance from `home`: `home`
-    /// first, then the next one while the group just visited has a non-zero overflow
-    /// count, at most [`window`](Self::window) groups past `home`. The count is read when
-    /// the walk is asked for the next group, so after the caller has read the words of the
-    /// one it visited: a search that sees a word can reach it (module docs of `table/`).
+    /// first, then the next one while the group just visited has a non-zero overflow count,
+    /// at most [`window`](Self::window) groups past `home`. The count is read when the walk
+    /// is asked for the next group, so after the caller has read the words of the one it
+    /// visited: a search that sees a word can reach it (module docs of
+    /// [`table`](crate::acker::table)).
     #[inline]
     pub(super) fn walk(&self, home: usize) -> impl Iterator<Item = (usize, usize)> + '_ {
         let mut at: Option<(usize, usize)> = None;
@@ -184,9 +186,9 @@ impl<T> Roots<T> {
     }
 
     /// Reserves `vacancy`, the EMPTY slot a search just saw, or else the first EMPTY slot
-    /// of `key`'s window that it can reserve, stamping its times with `stamp` (`times.rs`),
-    /// takes a credit, and CASes `word` in. A claim far from home (or none for want of
-    /// room) marks `done` crowded.
+    /// of `key`'s window that it can reserve, stamping its times with `stamp`
+    /// ([`times`](crate::acker::table::times)), takes a credit, and CASes `word` in. A
+    /// claim far from home (or none for want of room) marks `done` crowded.
     pub(super) fn claim(
         &self,
         key: Key,
@@ -278,8 +280,8 @@ impl<T> Roots<T> {
         })
     }
 
-    /// Empties a slot whose word was `word` (an orphan dropped, a twin merged, a tree freed)
-    /// and takes its overflow counts off. `Err(now)` when the word moved.
+    /// Empties a slot whose word was `word` (an orphan dropped, a twin merged, a tree
+    /// freed) and takes its overflow counts off. `Err(now)` when the word moved.
     pub(super) fn empty(&self, slot: usize, word: Word) -> Result<(), Word> {
         self.word(slot).cas(word, Word::EMPTY)?;
         self.release(slot, word.key());
@@ -290,10 +292,10 @@ impl<T> Roots<T> {
     /// its reservation ends and its credit goes back.
     pub(super) fn release(&self, slot: usize, key: Key) {
         self.count_overflow(self.home(key), self.distance(key, slot), -1);
-        // Last: the slot's reservation ends (`times.rs`), and its credit goes back.
-        // Release: a claimer whose reservation CAS reads this 0 then sees the EMPTY word
-        // and the counts above; nothing here is a store-then-load pair, so no SeqCst (a
-        // plain store, not a locked exchange, on x86).
+        // Last: the slot's reservation ends ([`times`](crate::acker::table::times)), and
+        // its credit goes back. Release: a claimer whose reservation CAS reads this 0 then
+        // sees the EMPTY word and the counts above; nothing here is a store-then-load pair,
+        // so no SeqCst (a plain store, not a locked exchange, on x86).
         store_raced(self.times_of(slot), 0, Ordering::Release);
         self.give_credit();
     }

@@ -53,9 +53,8 @@ impl<T> Roots<T> {
 
     /// Moves the payload out of a slot whose completion this thread claimed.
     ///
-    /// # Safety
-    /// `slot` is the slot of a [`Completed`](super::Completed) this thread's call claimed, and its payload
-    /// has not been taken: once per completion.
+    /// # Safety `slot` is the slot of a [`Completed`](super::Completed) this thread's call
+    /// claimed, and its payload has not been taken: once per completion.
     pub unsafe fn take(&self, slot: usize) -> T {
         // The caller's CAS completed the tree from LIVE or JOINING, which only the settle
         // CAS after the payload write enters (the caller's CAS read from it, SeqCst).
@@ -67,13 +66,13 @@ impl<T> Roots<T> {
     }
 
     /// Ends the reservation of a slot whose completion this thread claimed (its word is
-    /// EMPTY since that CAS, `table/word.rs`): takes the root's overflow counts off, frees the
-    /// slot for claims and gives its credit back.
+    /// EMPTY since that CAS, [`word`](crate::acker::table::word)): takes the root's
+    /// overflow counts off, frees the slot for claims and gives its credit back.
     ///
-    /// # Safety
-    /// `slot` and `key` are those of a [`Completed`](super::Completed) this thread's call claimed, its payload
-    /// has been taken ([`take`](Self::take)), and it is freed once: after this the slot may
-    /// hold another root, whose payload a second `take` would steal.
+    /// # Safety `slot` and `key` are those of a [`Completed`](super::Completed) this
+    /// thread's call claimed, its payload has been taken ([`take`](Self::take)), and it is
+    /// freed once: after this the slot may hold another root, whose payload a second `take`
+    /// would steal.
     pub unsafe fn free(&self, slot: usize, key: Key) {
         debug_assert!(
             !self.word(slot).load().holds(key),

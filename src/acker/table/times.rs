@@ -2,16 +2,16 @@
 //!
 //! Each slot has one `AtomicU64`: the tick of the root's first message (high half) and its
 //! *base* (low half), the tick its timeout counts from: the first message, or the last
-//! reset. Both are `u32` ticks that wrap (2^32 ticks are 49.7 days at 1 ms); readers compare
-//! them wrapping, against a full tick they know. The deadline is the base plus the tree's
-//! timeout (its own, in the slot's timeout cell, or the acker's default), computed where it
-//! is read: a reset moves the base (the later of the two), an init with a timeout of its own
-//! stores the timeout, and neither needs the other's value, so the two cannot race into a
-//! deadline counted with the wrong timeout (the first version stored deadlines, and a reset
-//! that read the orphan's default timeout just before init stored its own lost to it). Zero means *free*: the
-//! times are also the slot's **reservation**. A claimer first CASes the times from 0 to its
-//! stamp and only then CASes its word into the EMPTY slot, and whoever empties a slot stores
-//! 0 only after the word is EMPTY. So:
+//! reset. Both are `u32` ticks that wrap (2^32 ticks are 49.7 days at 1 ms); readers
+//! compare them wrapping, against a full tick they know. The deadline is the base plus the
+//! tree's timeout (its own, in the slot's timeout cell, or the acker's default), computed
+//! where it is read: a reset moves the base (the later of the two), an init with a timeout
+//! of its own stores the timeout, and neither needs the other's value, so the two cannot
+//! race into a deadline counted with the wrong timeout (a stored deadline could: a reset
+//! that read an orphan's default timeout just before init stored its own would overwrite
+//! it). Zero means *free*: the times are also the slot's **reservation**. A claimer first
+//! CASes the times from 0 to its stamp and only then CASes its word into the EMPTY slot,
+//! and whoever empties a slot stores 0 only after the word is EMPTY. So:
 //!
 //! * a slot's times are written before any other thread can see its root (the claim CAS
 //!   publishes them), and by no one who could be late: a claimer that lost its race for a
@@ -51,14 +51,15 @@ pub fn full_near(near: u64, tick: Tick) -> u64 {
 ///
 /// A tree that lives long cannot keep its start as a gap below 2^31, nor as any `u32` tick
 /// (at 1 µs resolution 2^32 ticks are 72 minutes), so the reaper, which looks at every
-/// long-lived tree at least once per timeout (at most `engine/`'s `MAX_TIMEOUT_TICKS`, under 2^30 ticks), turns
-/// a gap of [`COARSE_AT`] ticks or more into the coarse form, and a coarse start whose age
-/// reaches 2^(24+k) into a coarser one ([`Stamp::kept`]). Between two looks a tree ages by
-/// at most a timeout, so a gap never reaches 2^31 and a coarse start is never decoded more
-/// than 2^(25+k) ticks away: the start never aliases, whatever the tree's life. The
-/// rounding is down (the start reads early), so `elapsed` may read long, never short: by
-/// less than 2^k ticks, where the tree has lived 2^(23+k) ticks or more (one part in 2^23).
-/// Exact below [`COARSE_AT`] ticks of life.
+/// long-lived tree at least once per timeout (at most [`engine`](crate::acker::engine)'s
+/// `MAX_TIMEOUT_TICKS`, under 2^30 ticks), turns a gap of [`COARSE_AT`] ticks or more into
+/// the coarse form, and a coarse start whose age reaches 2^(24+k) into a coarser one
+/// ([`Stamp::kept`]). Between two looks a tree ages by at most a timeout, so a gap never
+/// reaches 2^31 and a coarse start is never decoded more than 2^(25+k) ticks away: the
+/// start never aliases, whatever the tree's life. The rounding is down (the start reads
+/// early), so `elapsed` may read long, never short: by less than 2^k ticks, where the tree
+/// has lived 2^(23+k) ticks or more (one part in 2^23). Exact below [`COARSE_AT`] ticks of
+/// life.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Stamp {
     bits: u64,
@@ -140,8 +141,9 @@ impl Stamp {
         }
     }
 
-    /// The base's full tick, given the acker's anchor (`engine/anchor.rs`: every stored
-    /// tick is within 2^31 ticks of it).
+    /// The base's full tick, given the acker's anchor
+    /// ([`anchor`](crate::acker::engine::anchor): every stored tick is within 2^31 ticks of
+    /// it).
     #[inline]
     pub fn base_full(self, anchor: u64) -> u64 {
         full_near(anchor, self.base())
@@ -196,10 +198,10 @@ impl Stamp {
         }
     }
 
-    /// The stamp for a new anchor `to` (`engine/anchor.rs`), decoded at the old one `from`:
-    /// a base more than 2^30 ticks before `to` moves up to `to - 2^30` (its deadline, at
-    /// most 2^30 ticks after it, had passed by `to` and still has), and the start is put in
-    /// the form decodable at `to`. `None` when this one will do.
+    /// The stamp for a new anchor `to` ([`anchor`](crate::acker::engine::anchor)), decoded
+    /// at the old one `from`: a base more than 2^30 ticks before `to` moves up to `to -
+    /// 2^30` (its deadline, at most 2^30 ticks after it, had passed by `to` and still has),
+    /// and the start is put in the form decodable at `to`. `None` when this one will do.
     pub fn rebased(self, from: u64, to: u64) -> Option<Stamp> {
         let (start, base) = (self.start_full(from), self.base_full(from));
         let floor = to.saturating_sub(1 << 30);

@@ -75,8 +75,8 @@ impl<T> Roots<T> {
                 // entry another init joined, or another new claim. An init joins only an
                 // entry it found twinless, and a claimer searches after its claim, so the
                 // claimer (or, of two claimers, at least one) sees the pair and unjoins
-                // (`init.rs`); its payload is not written yet. Leave the pair to it. (Two
-                // LIVE entries of one root would be a bug.)
+                // ([`init`](crate::acker::table::init)); its payload is not written yet.
+                // Leave the pair to it. (Two LIVE entries of one root would be a bug.)
                 debug_assert!(
                     ours.state().phase() == Some(Phase::Joining)
                         || theirs.state().phase() == Some(Phase::Joining),
@@ -98,8 +98,9 @@ impl<T> Roots<T> {
             }
             // Relaxed: a statistic.
             self.merged.fetch_add(1, Ordering::Relaxed);
-            // An empty twin (init's unjoined claim, or acks that cancelled) carries nothing;
-            // carrying it to a tree that has completed meanwhile would leave an empty orphan.
+            // An empty twin (init's unjoined claim, or acks that cancelled) carries
+            // nothing; carrying it to a tree that has completed meanwhile would leave an
+            // empty orphan.
             let empty = lost.value() == 0 && !lost.state().failed() && !lost.state().reset();
             if empty || self.carry(key, Message::Twin(lost, base), done) {
                 self.in_flight.land();
@@ -110,8 +111,9 @@ impl<T> Roots<T> {
                 // entry this merge judged against its JOINING word). The contents go back
                 // where they were, which was kept for them: a carry is never refused for
                 // room or credit, and a twin's acks are never dropped. Then it is an entry
-                // like any new one: moved if a migration has begun, else merged with any twin
-                // claimed meanwhile (searched again after the restore, as after a claim).
+                // like any new one: moved if a migration has begun, else merged with any
+                // twin claimed meanwhile (searched again after the restore, as after a
+                // claim).
                 if self.word(loser).cas(Word::EMPTY, lost).is_err() {
                     // Cannot happen: a reserved slot's EMPTY word changes only by its
                     // reserver (`claim_with`). Were it to, the contents go as a new entry.

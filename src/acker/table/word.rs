@@ -40,28 +40,30 @@
 //! * **JOINING**: an init joined a HELD entry, or claimed a new root's slot with its XOR in
 //!   at once, and owns the slot's payload cell and times until it settles. Acks XOR in and
 //!   a fail sets F, but nothing completes: the payload is not written yet. An init whose
-//!   new claim has a twin (two threads that both found no entry, see `table/`) *unjoins* it
-//!   before anything else: its XOR comes back out and the word is HELD, so twins are only
-//!   ever merged as HELD words, which carry no payload.
-//! * **LIVE**: initialized. An ack that brings the value to 0 completes the tree (`Acked`), a
-//!   fail completes it (`Failed`), the reaper times it out (`TimedOut`).
+//!   new claim has a twin (two threads that both found no entry, see
+//!   [`table`](crate::acker::table)) *unjoins* it before anything else: its XOR comes back
+//!   out and the word is HELD, so twins are only ever merged as HELD words, which carry no
+//!   payload.
+//! * **LIVE**: initialized. An ack that brings the value to 0 completes the tree (`Acked`),
+//!   a fail completes it (`Failed`), the reaper times it out (`TimedOut`).
 //! * **Completed**: the CAS that completes a tree (an ack to 0, a fail, a settle, a
 //!   timeout, a take-back) empties the word in the same step. The slot stays *reserved*
-//!   (its times are not 0, `table/times.rs`) until that one thread has taken the payload
-//!   and freed it, so no claim can take the slot meanwhile; lookups find no entry: the tree
-//!   is over.
+//!   (its times are not 0, [`times`](crate::acker::table::times)) until that one thread has
+//!   taken the payload and freed it, so no claim can take the slot meanwhile; lookups find
+//!   no entry: the tree is over.
 //! * R (RESET): `reset_timeout` moved the deadline; the reaper clears R before it reads the
 //!   deadline, so its timeout CAS fails if another reset lands in between.
-//! * **FROZEN** and **MOVED**: growth (`table/migrate.rs`) moving a HELD or LIVE entry to
-//!   the table's successor. The mover CASes the word to FROZEN (key and value kept, so a
-//!   search still recognizes the root), copies the entry into the successor, then CASes
-//!   FROZEN to MOVED. No other transition leaves either: a message or a reaper that meets
-//!   FROZEN waits for MOVED and then looks in the successor; MOVED is dead until the old
-//!   table is freed. JOINING words are not moved (their owner leaves them in nanoseconds;
-//!   the mover comes back).
+//! * **FROZEN** and **MOVED**: growth ([`migrate`](crate::acker::table::migrate)) moving a
+//!   HELD or LIVE entry to the table's successor. The mover CASes the word to FROZEN (key
+//!   and value kept, so a search still recognizes the root), copies the entry into the
+//!   successor, then CASes FROZEN to MOVED. No other transition leaves either: a message or
+//!   a reaper that meets FROZEN waits for MOVED and then looks in the successor; MOVED is
+//!   dead until the old table is freed. JOINING words are not moved (their owner leaves
+//!   them in nanoseconds; the mover comes back).
 //!
-//! Every transition is a method of [`Word`] that returns the word to CAS in (or why not), so
-//! the protocol lives in this file; `table/` only finds slots and retries CASes.
+//! Every transition is a method of [`Word`] that returns the word to CAS in (or why not),
+//! so the protocol lives in this file; [`table`](crate::acker::table) only finds slots and
+//! retries CASes.
 
 use crate::acker::Outcome;
 
@@ -167,8 +169,9 @@ impl std::fmt::Debug for State {
 /// Bits of a word's low half below the key.
 const STATE_BITS: u32 = 4;
 /// How many top bits of a root's mixed hash the key drops: they are implied by the table
-/// the root hashes to, which is chosen by at least these bits (`table/` keeps at least
-/// `1 << KEY_SHIFT` tables), so a key names its root within its table.
+/// the root hashes to, which is chosen by at least these bits
+/// ([`table`](crate::acker::table) keeps at least `1 << KEY_SHIFT` tables), so a key names
+/// its root within its table.
 pub const KEY_SHIFT: u32 = STATE_BITS;
 
 /// A root's key in its table: the low `64 - KEY_SHIFT` bits of its mixed hash.
@@ -377,10 +380,10 @@ impl Word {
         self.rephased(Phase::Held, Phase::Joining, xor)
     }
 
-    /// Init's settle, after it wrote the payload: JOINING to LIVE, or completed at once when
-    /// the held acks already cancel init's XOR (`Acked` wins) or a fail was held. `None`
-    /// unless the word is JOINING (only the joining init calls this, and only it leaves
-    /// JOINING, so that would be a bug).
+    /// Init's settle, after it wrote the payload: JOINING to LIVE, or completed at once
+    /// when the held acks already cancel init's XOR (`Acked` wins) or a fail was held.
+    /// `None` unless the word is JOINING (only the joining init calls this, and only it
+    /// leaves JOINING, so that would be a bug).
     #[inline]
     pub fn settled(self) -> Option<Step> {
         let state = self.state();
@@ -414,9 +417,9 @@ impl Word {
     }
 
     /// The reaper, at the deadline, from a word without R: a LIVE tree times out, a HELD
-    /// orphan is dropped (both EMPTY; the orphan has no payload to take). `None` for JOINING
-    /// (init is about to make it LIVE; look again later), with R set, or for no uncompleted
-    /// tree.
+    /// orphan is dropped (both EMPTY; the orphan has no payload to take). `None` for
+    /// JOINING (init is about to make it LIVE; look again later), with R set, or for no
+    /// uncompleted tree.
     #[inline]
     pub fn expired(self) -> Option<Step> {
         let state = self.state();
@@ -430,7 +433,8 @@ impl Word {
         }
     }
 
-    /// `shutdown` taking an initialized tree back: LIVE to completed (no outcome is delivered).
+    /// `shutdown` taking an initialized tree back: LIVE to completed (no outcome is
+    /// delivered).
     #[inline]
     pub fn taken_back(self) -> Option<Word> {
         (self.state().phase()? == Phase::Live).then(|| self.done())

@@ -202,8 +202,9 @@ fn timeouts_are_never_early_and_reset_moves_the_deadline() {
 
 /// Deadlines in the levels of the reaper's wheel a timeout reaches: levels 1 and 2, whose
 /// entries carry their tick offsets in their own bits, and levels 3 and 4, which keep them
-/// beside the entries (`timers/wheel.rs`, "Memory"). Each tree times out at its deadline's tick, not two
-/// ticks before, and not later, with passes run on the way (cascading each entry).
+/// beside the entries ([`wheel`](crate::acker::timers::wheel), "Memory"). Each tree times
+/// out at its deadline's tick, not two ticks before, and not later, with passes run on the
+/// way (cascading each entry).
 #[test]
 fn deadlines_in_every_level_of_the_wheel_time_out_on_their_tick() {
     let tick = Duration::from_millis(1);
@@ -499,8 +500,9 @@ struct Tree {
 #[test]
 fn model_test_against_a_sequential_reference() {
     const TICK: u64 = 1 << 20; // the wheel tick of a 1 ms resolution
-                               // Large enough that completed slots awaiting their epoch grace period never fill a
-                               // bucket (capacity refusals have their own test): this test is about the semantics.
+                               // Large enough that completed slots awaiting their epoch
+                               // grace period never fill a bucket (capacity refusals have
+                               // their own test): this test is about the semantics.
     const CAP: usize = 4096;
     let default_timeout = 48 * TICK;
     let steps = if cfg!(miri) { 200 } else { 20_000 };
@@ -637,7 +639,7 @@ fn model_test_against_a_sequential_reference() {
                     clock.set(origin.wrapping_add(now));
                     let delivered = acker.expire();
                     // Deadlines are a tick later than the model's: a first message's tick
-                    // may be up to one tick old (`engine/`).
+                    // may be up to one tick old ([`engine`](crate::acker::engine)).
                     let late = TICK;
                     let due: Vec<u64> = model
                         .iter()

@@ -164,8 +164,9 @@ fn init_below_max_pending(acker: &Acker<u32>, root: u64, xor: u64) {
 
 /// Completed trees free their slots long before their (30 s) deadline: a small acker runs
 /// many times its table's size of lifecycles back to back, and no init is refused. (On the
-/// first core, whose reaper freed tombstones after a grace period, inits were refused `Full`
-/// after about two tables' worth of completions until they learned to wait for room.)
+/// first core, whose reaper freed tombstones after a grace period, inits were refused
+/// `Full` after about two tables' worth of completions until they learned to wait for
+/// room.)
 #[test]
 fn completed_slots_are_recycled_without_waiting_for_a_deadline() {
     let acker: Acker<u32> = Acker::builder()
@@ -314,8 +315,8 @@ fn a_window_full_of_live_trees_is_refused_without_waiting() {
 
 /// Random roots fill a table to `max_pending` without one refusal: tables at a load of 4/5
 /// at the brim, probe windows of 64 groups of 4 slots, and growth for room up to a load of
-/// 2/3 absorb the clustering of a table filled to the brim (`engine/`, "The bound, and
-/// growth").
+/// 2/3 absorb the clustering of a table filled to the brim
+/// ([`engine`](crate::acker::engine), "The bound, and growth").
 #[test]
 fn random_roots_fill_max_pending_without_a_refusal() {
     const N: u64 = 1 << 20;

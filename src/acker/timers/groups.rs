@@ -2,12 +2,12 @@
 //! per root.
 //!
 //! A root that outlives its hand-off age is *registered* with the reaper (its batch entry,
-//! `batches.rs`), which must then look at it by its deadline. Rather than a wheel entry per
-//! root, the reaper files one per group: when it comes due, the reaper looks at every slot
-//! of the group (one line), times out what is due, and files the group again at the
-//! earliest deadline left. A full acker's groups hold about three roots each, so the wheel
-//! holds about a third as many entries, plus one filed tick per group here (at 1M pending:
-//! 2.5 + 1.25 B per root, against 8 B for an entry per root).
+//! [`batches`](crate::acker::batches)), which must then look at it by its deadline. Rather
+//! than a wheel entry per root, the reaper files one per group: when it comes due, the
+//! reaper looks at every slot of the group (one line), times out what is due, and files the
+//! group again at the earliest deadline left. A full acker's groups hold about three roots
+//! each, so the wheel holds about a third as many entries, plus one filed tick per group
+//! here (at 1M pending: 2.5 + 1.25 B per root, against 8 B for an entry per root).
 //!
 //! ## Filed ticks
 //!
@@ -44,9 +44,9 @@
 //! all ones (once in 2^32 ticks) reads as none: a stale entry that comes due is then taken
 //! for the named one, or a registration files an entry of its own, later than the one at
 //! that tick, and names it; the sweep keeps the earlier one (above). Either costs a spare
-//! look, never a missed one (the tests' coverage count, `Engine::covered_roots`, misses such
-//! a root until its group is filed again). A generation's ticks are dropped once it leaves
-//! its table's chain.
+//! look, never a missed one (the tests' coverage count, `Engine::covered_roots`, misses
+//! such a root until its group is filed again). A generation's ticks are dropped once it
+//! leaves its table's chain.
 
 use std::mem;
 
@@ -66,7 +66,7 @@ pub(in crate::acker) struct GroupTimer {
 const GEN_BITS: u32 = crate::acker::table::GEN_TAG_BITS;
 
 // Every level of the wheel keeps its offsets in the entry (a level-5 bucket spans 2^30
-// ticks, `timers/wheel.rs`): no `u32` beside it.
+// ticks, [`wheel`](crate::acker::timers::wheel)): no `u32` beside it.
 const _: () = assert!(u32::BITS - GEN_BITS >= 30);
 
 impl WheelEntry for GroupTimer {
@@ -100,9 +100,9 @@ pub(in crate::acker) struct GroupAt {
 /// The filed ticks of one table generation's groups.
 struct Generation {
     gen: u32,
-    /// One `u32` per group, zeroed memory of its own (`zeroed.rs`): the pages of groups
-    /// never filed are never touched, and a large table's go back to the system with it
-    /// rather than stay in the reaper's heap.
+    /// One `u32` per group, zeroed memory of its own ([`zeroed`](crate::zeroed)): the pages
+    /// of groups never filed are never touched, and a large table's go back to the system
+    /// with it rather than stay in the reaper's heap.
     ticks: Slice<u32>,
 }
 
@@ -339,7 +339,8 @@ mod tests {
         let mut filed = Filed::default();
         filed.cover(AT, 100, full);
         filed.cover(AT, 40, full); // the entry at 100 is stale now
-                                   // The named entry at 40, with roots left due at 70 and later.
+                                   // The named entry at 40, with roots left due at 70 and
+                                   // later.
         assert_eq!(filed.refile(AT, 40, Some(70), full), File::At(70));
         // A stale entry comes due at 60 (say, a reset moved a root): the named one, at 70,
         // is still ahead, and files only a root it would come too late for.

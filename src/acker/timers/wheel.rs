@@ -1,33 +1,33 @@
 //! The reaper's compact wheel: entries filed under a tick, collected once the tick is due.
 //!
-//! The reaper keeps small `Copy` entries (the Acker's: a group of slots, `timers/groups.rs`)
-//! filed under the tick they are due at. Entries are never
-//! cancelled: when one comes due the reaper re-checks it against the table and drops or
-//! re-files it. So this wheel offers only `push` and `advance`, and holds entries in plain
-//! `Vec`s — no node, link or handle per entry.
+//! The reaper keeps small `Copy` entries (the Acker's: a group of slots,
+//! [`groups`](crate::acker::timers::groups)) filed under the tick they are due at. Entries
+//! are never cancelled: when one comes due the reaper re-checks it against the table and
+//! drops or re-files it. So this wheel offers only `push` and `advance`, and holds entries
+//! in plain `Vec`s — no node, link or handle per entry.
 //!
 //! ## Algorithm
 //!
 //! A hierarchical timing wheel (Kafka's, Caffeine's) of [`LEVELS`] levels of 64 buckets:
 //! level `k`'s buckets span 64^k ticks, so its 64 buckets span one bucket of level `k + 1`.
-//! An entry for tick `t` after the wheel's time `T` goes to the level of the highest base-64
-//! digit in which `t` and `T` differ, into the bucket of `t`'s digit there. The two agree on
-//! every higher digit and `t > T`, so `t`'s digit is the larger: a bucket is always *after*
-//! the one `T` is in. Ticks that differ from `T` at bit [`HORIZON_BITS`] or above (2^36
-//! ticks: 2.2 years of 1 ms ticks) wait in an unsorted *overflow* vector; ticks at or before
-//! `T` wait in *ready* for the next `advance`.
+//! An entry for tick `t` after the wheel's time `T` goes to the level of the highest
+//! base-64 digit in which `t` and `T` differ, into the bucket of `t`'s digit there. The two
+//! agree on every higher digit and `t > T`, so `t`'s digit is the larger: a bucket is
+//! always *after* the one `T` is in. Ticks that differ from `T` at bit [`HORIZON_BITS`] or
+//! above (2^36 ticks: 2.2 years of 1 ms ticks) wait in an unsorted *overflow* vector; ticks
+//! at or before `T` wait in *ready* for the next `advance`.
 //!
 //! `advance(now)` repeatedly takes the earliest occupied bucket, found with one
 //! `trailing_zeros` per level: every entry of level `k` lies inside `T`'s level-`k + 1`
 //! bucket and every entry of level `k + 1` after it, so the first occupied bucket of the
-//! lowest occupied level is the earliest. If that bucket starts after `now`, nothing more is
-//! due and `T` becomes `now`. Otherwise `T` moves to `min(now, the bucket's last tick)` and
-//! the bucket is emptied: due entries go out, the rest *cascade* into finer levels (they
-//! share `T`'s digit at the bucket's level now, so they land lower). The overflow is taken
-//! the same way, as one bucket spanning the 2^36-tick span of its earliest tick. Every step
-//! moves at least one entry and no step visits an empty bucket, so a jump over any idle gap
-//! costs the entries moved, not the ticks passed, and an entry moves at most once per level
-//! (the overflow excepted, see below).
+//! lowest occupied level is the earliest. If that bucket starts after `now`, nothing more
+//! is due and `T` becomes `now`. Otherwise `T` moves to `min(now, the bucket's last tick)`
+//! and the bucket is emptied: due entries go out, the rest *cascade* into finer levels
+//! (they share `T`'s digit at the bucket's level now, so they land lower). The overflow is
+//! taken the same way, as one bucket spanning the 2^36-tick span of its earliest tick.
+//! Every step moves at least one entry and no step visits an empty bucket, so a jump over
+//! any idle gap costs the entries moved, not the ticks passed, and an entry moves at most
+//! once per level (the overflow excepted, see below).
 //!
 //! ## Invariants
 //!
@@ -178,8 +178,9 @@ enum Earliest {
     Overflow { start: u64 },
 }
 
-/// A hierarchical wheel of `Vec` buckets: `push` an entry under a tick, `advance` to collect
-/// every entry whose tick has come. Ticks are `u64` and the wheel's time only moves forward.
+/// A hierarchical wheel of `Vec` buckets: `push` an entry under a tick, `advance` to
+/// collect every entry whose tick has come. Ticks are `u64` and the wheel's time only moves
+/// forward.
 pub(crate) struct CompactWheel<E: WheelEntry> {
     /// The wheel's time: every entry filed at a tick up to it has been returned, or waits
     /// in `ready`.
@@ -272,11 +273,11 @@ impl<E: WheelEntry> CompactWheel<E> {
         })
     }
 
-    /// Keeps only the entries `keep` says to keep, wherever they wait, frees the vectors
-    /// it empties and shrinks those left mostly empty. `keep` is given each entry's tick too (`None` for an entry filed
-    /// at or before the wheel's time, which waits for the next `advance`). O(entries +
-    /// buckets): for a caller that sweeps out dead entries once they outnumber the live
-    /// ones, so that each costs O(1) amortized.
+    /// Keeps only the entries `keep` says to keep, wherever they wait, frees the vectors it
+    /// empties and shrinks those left mostly empty. `keep` is given each entry's tick too
+    /// (`None` for an entry filed at or before the wheel's time, which waits for the next
+    /// `advance`). O(entries + buckets): for a caller that sweeps out dead entries once
+    /// they outnumber the live ones, so that each costs O(1) amortized.
     pub(crate) fn retain_filed(&mut self, mut keep: impl FnMut(Option<u64>, &E) -> bool) {
         let time = self.time;
         for level in 0..LEVELS {
@@ -362,7 +363,8 @@ impl<E: WheelEntry> CompactWheel<E> {
         let bucket = &mut self.buckets[level * BUCKETS + b];
         let mut entry = entry;
         if level > 0 {
-            // Below 2^30: the bucket spans at most that many ticks (checked at compile time).
+            // Below 2^30: the bucket spans at most that many ticks (checked at compile
+            // time).
             let offset = (tick & low_mask(level)) as u32;
             if bucket.entries.is_empty() || offset < bucket.min_offset {
                 bucket.min_offset = offset;
@@ -441,9 +443,9 @@ impl<E: WheelEntry> CompactWheel<E> {
         }
     }
 
-    /// Takes the overflow as one bucket spanning the 2^36 ticks from `start` <= `now`: moves
-    /// the time into that span, sends due entries to `due`, files the rest of the span in
-    /// the levels, and keeps entries of later spans.
+    /// Takes the overflow as one bucket spanning the 2^36 ticks from `start` <= `now`:
+    /// moves the time into that span, sends due entries to `due`, files the rest of the
+    /// span in the levels, and keeps entries of later spans.
     fn refile_overflow(&mut self, start: u64, now: u64, due: &mut Vec<E>) {
         self.time = now.min(start | ((1u64 << HORIZON_BITS) - 1));
         let mut far = mem::take(&mut self.overflow);

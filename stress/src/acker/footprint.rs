@@ -7,14 +7,14 @@
 //!   [`BUILD_SAMPLES`] processes that build one acker each, and then one process that
 //!   builds `--ackers-at-once` of them (10 by default), one after another, all alive at the
 //!   end (total RSS growth and total time of the `build()` calls).
-//! - **Churn**: an acker with `max_pending(1 << 20)` (otherwise default: reaper thread, real
-//!   `MonotonicClock`, 30 s timeout) through which `--churn-trees` trees (2M by default)
-//!   pass, about [`CHURN_IN_FLIGHT`] at a time: each is initialized, acked once halfway
-//!   along the window (the root tuple's ack, anchoring one child) and acked again at its end
-//!   (the child's ack, which completes it). The figure is the peak RSS (`VmHWM`) over the
-//!   baseline before the build: what a server with a generous `max_pending` and little
-//!   traffic pays. The RSS right after the build is reported beside it: what is there
-//!   before the first tree, which must not depend on `max_pending`.
+//! - **Churn**: an acker with `max_pending(1 << 20)` (otherwise default: reaper thread,
+//!   real `MonotonicClock`, 30 s timeout) through which `--churn-trees` trees (2M by
+//!   default) pass, about [`CHURN_IN_FLIGHT`] at a time: each is initialized, acked once
+//!   halfway along the window (the root tuple's ack, anchoring one child) and acked again
+//!   at its end (the child's ack, which completes it). The figure is the peak RSS (`VmHWM`)
+//!   over the baseline before the build: what a server with a generous `max_pending` and
+//!   little traffic pays. The RSS right after the build is reported beside it: what is
+//!   there before the first tree, which must not depend on `max_pending`.
 //!
 //! Each of these is measured in a fresh child process (this binary, with [`FOOTPRINT_ENV`]
 //! set), like the threaded fill of [`memory`](super::memory): by the time they run, this
@@ -48,7 +48,7 @@ pub(crate) const CHURN_MAX_PENDING: usize = 1 << 20;
 /// Trees in flight during the churn (a power of two: the window is indexed by masking).
 pub(crate) const CHURN_IN_FLIGHT: usize = 1 << 10;
 
-/// Targets of the second generation (issue 20), reported, not enforced.
+/// The build and churn targets (`DESIGN.md`'s memory targets), reported, not enforced.
 pub(crate) const BUILD_TARGET_RSS: u64 = 2 << 20;
 pub(crate) const BUILD_TARGET_SECONDS: f64 = 0.002;
 pub(crate) const CHURN_TARGET_RSS: u64 = 4 << 20;
