@@ -19,10 +19,10 @@
 //!
 //! ## Time
 //!
-//! Time everywhere is `u64` nanoseconds on a **wrapping** timeline with an arbitrary origin.
-//! "`d` is due at `now`" means `(now.wrapping_sub(d) as i64) >= 0`. Every type behaves the
-//! same whatever the origin, including clocks that start near 2^63 or `u64::MAX` and wrap
-//! while running.
+//! Time everywhere is `u64` nanoseconds on a **wrapping** timeline with an arbitrary
+//! origin. "`d` is due at `now`" means `(now.wrapping_sub(d) as i64) >= 0`. Every type
+//! behaves the same whatever the origin, including clocks that start near 2^63 or
+//! `u64::MAX` and wrap while running.
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs, missing_debug_implementations)]
@@ -53,11 +53,12 @@ pub mod table {
         Applied, Completed, Done, Expiry, Message, Refused, Roots, Stamp, GROUP_SLOTS, MAX_PROBE,
     };
 }
-/// The lazy timer batches, for the `batches` loom models only.
+/// The per-thread records (timer hand-off, operation marks), for the `threads` loom
+/// models only.
 #[cfg(loom)]
 #[doc(hidden)]
-pub mod batches {
-    pub use crate::acker::batches::{Batch, Batches, Entry, Pushed};
+pub mod threads {
+    pub use crate::acker::threads::{Batch, Batches, Entry, Pushed};
     pub use crate::sync::fences::Fences;
 }
 pub use clock::{Clock, ManualClock, MonotonicClock};

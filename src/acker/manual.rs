@@ -5,7 +5,7 @@
 //! The decision is the reaper thread's own ([`reaper`](crate::acker::engine::reaper),
 //! `next_wait`), with its idle mark: a push that makes an empty batch non-empty after the
 //! mark calls the hook where it would unpark the thread
-//! ([`batches`](crate::acker::batches), "Waking the reaper"), so no entry waits for a
+//! ([`wake`](crate::acker::threads::wake), "Waking the reaper"), so no entry waits for a
 //! driver asleep until a later deadline, or with none.
 
 use std::ops::ControlFlow;

@@ -23,11 +23,11 @@
 //!   deadlines, taking a payload, migration to a successor, the lines in memory.
 //! * [`timers`]: what the reaper keeps: one timer per group of slots, not per tree
 //!   ([`timers::groups`]), in a compact hierarchical wheel ([`timers::wheel`]).
-//! * [`batches`]: what each thread keeps per acker: its timer hand-off (a new entry waits
+//! * [`threads`]: what each thread keeps per acker: its timer hand-off (a new entry waits
 //!   in its creator's batch for a tick or two, and only one that outlives that reaches the
-//!   reaper), and the marks of its operations in progress, on which the grace periods, the
-//!   callback's closing and re-anchoring rest (asymmetric fences,
-//!   [`crate::sync::fences`]).
+//!   reaper, [`threads::handoff`]), and the marks of its operations in progress, on which
+//!   the grace periods, the callback's closing and re-anchoring rest ([`threads::marks`])
+//!   (asymmetric fences, [`crate::sync::fences`]).
 //! * [`bound`]: `max_pending`, kept as credits in per-thread stripes: a claim takes one,
 //!   emptying the slot gives it back, and the bound stays exact.
 //! * [`manual`] (a manual acker's next expiration, for whoever drives its passes),
@@ -35,10 +35,10 @@
 //!
 //! ## A tree's path
 //!
-//! * **init**: [`Acker::init`] → the engine marks the operation ([`batches`]), places the
-//!   root and calls [`table::Roots`]' init: it joins an orphan's entry or claims a slot (a
-//!   credit from [`bound`]), writes the payload and settles the word. The engine then files
-//!   the entry's timer in the thread's batch.
+//! * **init**: [`Acker::init`] → the engine marks the operation ([`threads::marks`]),
+//!   places the root and calls [`table::Roots`]' init: it joins an orphan's entry or claims
+//!   a slot (a credit from [`bound`]), writes the payload and settles the word. The engine
+//!   then files the entry's timer in the thread's batch.
 //! * **ack**: [`Acker::ack`] → the engine finds the root's entry in its table and XORs the
 //!   value in with one CAS. The CAS that reaches 0 claims the completion: the engine takes
 //!   the payload, frees the slot, counts, and calls `on_complete`
@@ -49,7 +49,7 @@
 //!   delivered as an ack's completion is.
 //! * **growth**: a claim that finds its table crowded starts a successor; operations and
 //!   the reaper move its groups one at a time, and the old table is freed after a grace
-//!   period ([`batches`], "Grace periods").
+//!   period ([`threads::marks`], "Grace periods").
 //!
 //! ## Memory per pending root
 //!
@@ -63,9 +63,9 @@
 //! the batches a few bytes per tree in their last tick or two; what a burst left behind is
 //! given back. The stress harness's memory phase measures the total and these parts.
 
-#[allow(dead_code)] // parts used by the loom models and the tests only
-pub(crate) mod batches;
 mod bound;
+#[allow(dead_code)] // parts used by the loom models and the tests only
+pub(crate) mod threads;
 #[cfg_attr(not(feature = "tokio"), allow(unused_imports))]
 pub(crate) use bound::stripe_index;
 mod engine;
@@ -742,7 +742,7 @@ impl<T: Send + 'static> Acker<T> {
     }
 
     /// Whether operations mark themselves with asymmetric fences (`membarrier`) rather than
-    /// a SeqCst fence each ([`batches`](crate::acker::batches), "Grace periods").
+    /// a SeqCst fence each ([`marks`](crate::acker::threads::marks), "Grace periods").
     #[doc(hidden)]
     #[cfg(not(loom))]
     pub fn asymmetric_fences(&self) -> bool {

@@ -9,7 +9,7 @@
 //! the rare side's read, or the frequent side's read comes after the barrier and sees the
 //! rare side's store. Where the kernel has no such barrier (and under loom and Miri) both
 //! sides use a SeqCst fence. Used by the timer batches and the grace periods that retire
-//! old tables ([`batches`](crate::acker::batches)).
+//! old tables ([`threads`](crate::acker::threads)).
 
 use crate::sync::{fence, Ordering};
 

@@ -24,10 +24,10 @@
 //!   paused VM, a manual clock moved far ahead) or a long idle spell, the thread that finds
 //!   the clock 2^29 ticks or more past the anchor moves it there ([`Engine::reanchor`]):
 //!   while every other thread is kept out of the tables
-//!   ([`batches`](crate::acker::batches), "Re-anchoring"), it decodes every stored base at
-//!   the old anchor, raises those more than 2^30 ticks behind the new one to that floor
-//!   (their deadlines had passed and still have: the next pass times them out, late by the
-//!   stall and never early), puts every start in a form decodable at the new anchor
+//!   ([`marks`](crate::acker::threads::marks), "Re-anchoring"), it decodes every stored
+//!   base at the old anchor, raises those more than 2^30 ticks behind the new one to that
+//!   floor (their deadlines had passed and still have: the next pass times them out, late
+//!   by the stall and never early), puts every start in a form decodable at the new anchor
 //!   ([`times`](crate::acker::table::times)), takes every batch's entries into the reaper's
 //!   wheel (full ticks) and forgets the wheel's filed `u32` ticks; then publishes the new
 //!   anchor. It costs a walk of every table, once per stall.
@@ -38,11 +38,11 @@
 //! stamped it, whatever the clock did in between.
 //!
 //! One corner stays: a re-anchoring needs every thread's marks
-//! ([`batches`](crate::acker::batches)); if the heavy fence cannot run, or a thread without
-//! a batch (one whose thread-locals are gone) is inside an operation, it gives up, and the
-//! writer stamps at most 2^30 ticks past the old anchor (its deadline then comes early by
-//! the rest of the jump). Neither happens on a Linux machine with `membarrier` and threads
-//! that are not exiting.
+//! ([`marks`](crate::acker::threads::marks)); if the heavy fence cannot run, or a thread
+//! without a batch (one whose thread-locals are gone) is inside an operation, it gives up,
+//! and the writer stamps at most 2^30 ticks past the old anchor (its deadline then comes
+//! early by the rest of the jump). Neither happens on a Linux machine with `membarrier` and
+//! threads that are not exiting.
 
 use std::sync::{Mutex as StdMutex, TryLockError};
 

@@ -16,7 +16,7 @@ impl<T: Send + 'static> Engine<T> {
     /// Finishes a completion claimed in `roots` (a generation of `table`): takes the
     /// payload, frees the slot, counts and delivers. `now` is the reaper's tick for a
     /// timeout (it has it), else the clock is read. `open`: the calling operation's
-    /// [`Active::open`](crate::acker::batches::Active::open): it may call the callback.
+    /// [`Active::open`](crate::acker::threads::Active::open): it may call the callback.
     #[inline]
     pub(super) fn deliver(
         &self,
@@ -137,8 +137,8 @@ impl<T: Send + 'static> Engine<T> {
         // through an acker operation (or end the reaper).
         let callback = if open {
             // Safety: the calling operation found the callback open, so shutdown drops it
-            // only after this operation ends ([`batches`](crate::acker::batches), "Closing
-            // the callback").
+            // only after this operation ends ([`marks`](crate::acker::threads::marks),
+            // "Closing the callback").
             unsafe { &*self.on_complete.get() }.as_ref()
         } else {
             None

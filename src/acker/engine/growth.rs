@@ -10,8 +10,8 @@ use std::ptr::NonNull;
 
 use super::tables::chain;
 use super::{Engine, MIN_TABLE_SLOTS};
-use crate::acker::batches::Grace;
 use crate::acker::table::{Done, Roots, Tick, GROUP_SLOTS};
+use crate::acker::threads::Grace;
 use crate::sync::Ordering;
 
 /// Groups a reaper pass moves between two finishes of a migration round (`housekeeping`).

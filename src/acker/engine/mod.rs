@@ -9,9 +9,10 @@
 //! state and XOR change together, so no grace period and no false `Acked`); the ack that
 //! brings an initialized tree's value to 0 completes it in that CAS, takes the payload and
 //! frees the slot. A tree that completes within the hand-off age ([`HAND_OFF_AGE`] ticks)
-//! costs its own slot's lines and its creator's batch ([`batches`](crate::acker::batches)),
-//! no reaper work (the reaper reads its line only when a long-lived root of the same group
-//! comes due, [`groups`](crate::acker::timers::groups)).
+//! costs its own slot's lines and its creator's batch
+//! ([`handoff`](crate::acker::threads::handoff)), no reaper work (the reaper reads its line
+//! only when a long-lived root of the same group comes due,
+//! [`groups`](crate::acker::timers::groups)).
 //!
 //! ## Times
 //!
@@ -37,13 +38,13 @@
 //! ## Timers
 //!
 //! A created entry is filed in its creator's batch; those that outlive the hand-off age go
-//! to the reaper ([`batches`](crate::acker::batches)), which keeps one timer per group of
-//! slots rather than per root ([`groups`](crate::acker::timers::groups)): the group's entry
-//! in its wheel ([`wheel`](crate::acker::timers::wheel)) is due by the earliest deadline of
-//! the roots registered in it. When a group comes due the reaper asks the table about each
-//! of its slots (`Roots::expire`): gone (completed, reused) is dropped, an initialized tree
-//! whose deadline has come times out, an orphan is dropped, and the earliest deadline left
-//! files the group again. See [`reaper`].
+//! to the reaper ([`handoff`](crate::acker::threads::handoff)), which keeps one timer per
+//! group of slots rather than per root ([`groups`](crate::acker::timers::groups)): the
+//! group's entry in its wheel ([`wheel`](crate::acker::timers::wheel)) is due by the
+//! earliest deadline of the roots registered in it. When a group comes due the reaper asks
+//! the table about each of its slots (`Roots::expire`): gone (completed, reused) is
+//! dropped, an initialized tree whose deadline has come times out, an orphan is dropped,
+//! and the earliest deadline left files the group again. See [`reaper`].
 //!
 //! ## The bound, and growth
 //!
@@ -66,7 +67,7 @@
 //!
 //! Shutdown stops and joins the reaper, takes back every LIVE tree (an init that settles
 //! after the scan sees the flag and takes back its own: one CAS decides), and then drops
-//! `on_complete` once no operation can call it ([`batches`](crate::acker::batches),
+//! `on_complete` once no operation can call it ([`marks`](crate::acker::threads::marks),
 //! "Closing the callback"). The scan walks each table's chain of generations, holding the
 //! table's migration lock so that no migration starts under it (one under way only moves
 //! entries forward, into a generation scanned later). Once the callback is closed no
@@ -98,7 +99,7 @@ use std::time::Duration;
 
 use crossbeam_utils::CachePadded;
 
-use super::batches::{Active, Batches, Entry, Pushed};
+use super::threads::{Active, Batches, Entry, Pushed};
 use super::{AckerStats, Callback, Counters, InitError};
 use crate::acker::bound::Credits;
 use crate::acker::table::word::{Key, KEY_SHIFT};
@@ -120,11 +121,11 @@ use std::thread;
 /// keeps every stored deadline within 2^31 ticks of the anchor ([`anchor`]).
 pub(super) const MAX_TIMEOUT_TICKS: u64 = (1 << 30) - 2;
 
-/// The most ticks a new entry stays with its creator ([`batches`](crate::acker::batches)):
-/// trees that complete within it (64 ms at the default resolution) never reach the reaper.
-/// Longer would make a thread's per-tick filter of its batch longer; shorter sends the
-/// reaper trees that live a few milliseconds, whose lines it then reads while workers write
-/// them.
+/// The most ticks a new entry stays with its creator
+/// ([`handoff`](crate::acker::threads::handoff)): trees that complete within it (64 ms at
+/// the default resolution) never reach the reaper. Longer would make a thread's per-tick
+/// filter of its batch longer; shorter sends the reaper trees that live a few milliseconds,
+/// whose lines it then reads while workers write them.
 const HAND_OFF_AGE: Tick = 64;
 
 /// The fewest tables: a key drops the top [`KEY_SHIFT`] bits of the root's hash, which
@@ -209,8 +210,8 @@ pub(super) struct Engine<T> {
     /// timeout if that is shorter.
     hand_off_age: Tick,
     /// Dropped by shutdown once no operation can call it
-    /// ([`batches`](crate::acker::batches), "Closing the callback"), which breaks the cycle
-    /// of a callback that holds a handle of its acker.
+    /// ([`marks`](crate::acker::threads::marks), "Closing the callback"), which breaks the
+    /// cycle of a callback that holds a handle of its acker.
     on_complete: std::cell::UnsafeCell<Option<Callback<T>>>,
     shutdown: AtomicBool,
     manual: bool,

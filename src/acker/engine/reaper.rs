@@ -2,9 +2,9 @@
 //!
 //! ## A pass
 //!
-//! 1. Collect the batches' entries ([`batches`](crate::acker::batches)): those handed off
-//!    by their owners, and those of batches quiet since an earlier tick (in manual mode,
-//!    every batch's).
+//! 1. Collect the batches' entries ([`handoff`](crate::acker::threads::handoff)): those
+//!    handed off by their owners, and those of batches quiet since an earlier tick (in
+//!    manual mode, every batch's).
 //! 2. Register each root ([`groups`](crate::acker::timers::groups)): its group of slots
 //!    gets a wheel entry at the root's deadline, unless one filed at or before it covers it
 //!    already; an entry whose slot no longer holds an uncompleted root of its tag is
@@ -37,8 +37,8 @@
 //! nothing anywhere, parks with no deadline. Before any sleep longer than a tick it marks
 //! itself idle in the batches and checks them once more: a push that makes a batch
 //! non-empty wakes an idle reaper, so no entry waits for a reaper asleep for longer than a
-//! tick ([`batches`](crate::acker::batches), "Waking the reaper"). With nothing pending it
-//! sleeps without wake-ups. [`next_wait`] makes this decision, for the thread and for a
+//! tick ([`wake`](crate::acker::threads::wake), "Waking the reaper"). With nothing pending
+//! it sleeps without wake-ups. [`next_wait`] makes this decision, for the thread and for a
 //! task that runs a manual acker's passes in its place ([`manual`](crate::acker::manual)),
 //! which the same pushes wake through a hook (`Engine::wake_reaper`).
 
@@ -47,8 +47,8 @@ use std::time::Duration;
 
 use super::anchor::REANCHOR_AFTER;
 use super::{tag_of, Engine, GEN_MASK};
-use crate::acker::batches::{trim, Entry};
 use crate::acker::table::{full_near, Done, Expiry, Judge, Tick, GROUP_SLOTS};
+use crate::acker::threads::{trim, Entry};
 use crate::acker::timers::groups::{File, Filed, GroupAt, GroupTimer};
 use crate::acker::timers::wheel::CompactWheel;
 use crate::sync::Ordering;
@@ -359,7 +359,7 @@ pub(super) fn spawn<T: Send + 'static>(
 /// What to do after a pass: the reaper thread's sleep decision, which a task that drives a
 /// manual acker's passes makes the same way (`Engine::next_pass`). Every variant but
 /// [`Wait::Tick`] and [`Wait::Again`] has marked the reaper idle
-/// ([`batches`](crate::acker::batches), "Waking the reaper"): whoever sleeps on it must
+/// ([`wake`](crate::acker::threads::wake), "Waking the reaper"): whoever sleeps on it must
 /// call `batches.unidle()` when it wakes, and must be woken by `Engine::wake_reaper`, or a
 /// push made while it sleeps waits for its deadline.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

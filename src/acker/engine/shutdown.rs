@@ -1,7 +1,7 @@
 //! Shutdown, and the handle users share: stop and join the reaper, take back every
 //! initialized tree across each table's generations, then drop `on_complete` once no
-//! operation can call it ([`batches`](crate::acker::batches), "Closing the callback"). The
-//! module docs of [`engine`](crate::acker::engine) say what the scan can miss.
+//! operation can call it ([`marks`](crate::acker::threads::marks), "Closing the callback").
+//! The module docs of [`engine`](crate::acker::engine) say what the scan can miss.
 
 use std::thread;
 

@@ -11,8 +11,8 @@
 //! every group of the current one has moved, and hands the old generation to the caller,
 //! which retires it: it stays readable (its words MOVED or EMPTY, its `next` still leading
 //! on) until every operation that could have loaded it has ended
-//! ([`batches`](crate::acker::batches), [`Batches::grace`](super::Batches::grace)), and is
-//! freed then.
+//! ([`marks`](crate::acker::threads::marks), [`Batches::grace`](super::Batches::grace)),
+//! and is freed then.
 //!
 //! Operations load `current` only inside an acker operation (`Batches::enter`), so the
 //! reference they get lives as long as the operation.
@@ -52,7 +52,7 @@ impl<T> Table<T> {
     #[inline]
     pub(super) unsafe fn current(&self) -> &Roots<T> {
         // SeqCst: the grace period's Dekker pair with the promotion's store
-        // ([`batches`](crate::acker::batches)). Safety: never null; freed only as the
+        // ([`marks`](crate::acker::threads::marks)). Safety: never null; freed only as the
         // caller's contract says.
         unsafe { &*self.current.load(Ordering::SeqCst) }
     }

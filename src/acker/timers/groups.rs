@@ -2,12 +2,13 @@
 //! per root.
 //!
 //! A root that outlives its hand-off age is *registered* with the reaper (its batch entry,
-//! [`batches`](crate::acker::batches)), which must then look at it by its deadline. Rather
-//! than a wheel entry per root, the reaper files one per group: when it comes due, the
-//! reaper looks at every slot of the group (one line), times out what is due, and files the
-//! group again at the earliest deadline left. A full acker's groups hold about three roots
-//! each, so the wheel holds about a third as many entries, plus one filed tick per group
-//! here (at 1M pending: 2.5 + 1.25 B per root, against 8 B for an entry per root).
+//! [`handoff`](crate::acker::threads::handoff)), which must then look at it by its
+//! deadline. Rather than a wheel entry per root, the reaper files one per group: when it
+//! comes due, the reaper looks at every slot of the group (one line), times out what is
+//! due, and files the group again at the earliest deadline left. A full acker's groups hold
+//! about three roots each, so the wheel holds about a third as many entries, plus one filed
+//! tick per group here (at 1M pending: 2.5 + 1.25 B per root, against 8 B for an entry per
+//! root).
 //!
 //! ## Filed ticks
 //!

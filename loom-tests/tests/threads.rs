@@ -1,8 +1,9 @@
-//! Loom models of the lazy timer batches (`src/acker/batches/mod.rs`): an owner filing entries
-//! in its batch while the reaper takes quiet batches over, and the reaper's idle check
-//! against a push that makes a batch non-empty, and re-anchoring's exclusion of operations
+//! Loom models of what each thread keeps per acker (`src/acker/threads/`): an owner filing
+//! entries in its batch while the reaper takes quiet batches over (`handoff.rs`), the
+//! reaper's idle check against a push that makes a batch non-empty (`wake.rs`), and
+//! re-anchoring's exclusion of operations (`marks.rs`:
 //! (an operation, a callback's pause and a nested call, an operation of a thread without a
-//! batch, against `begin_moving`).
+//! batch, against `begin_moving`)).
 //!
 //! The batch's entries live in a loom `UnsafeCell`, so an owner and a reaper inside the
 //! batch at once is reported as a causality violation; the models also check that every
@@ -11,7 +12,7 @@
 //! the module docs.
 #![cfg(loom)]
 
-use ackwheel::batches::{Batches, Entry, Fences, Pushed};
+use ackwheel::threads::{Batches, Entry, Fences, Pushed};
 use loom::sync::Arc;
 use loom::thread;
 
@@ -81,8 +82,8 @@ fn batches_an_open_callback_is_never_dropped_under_an_operation() {
                     let active = batches.enter_with(&batch);
                     if active.open {
                         callback.with(|c| {
-                            // Safety: (of the model) the protocol under test orders this read
-                            // before the drop below; loom reports it if it does not.
+                            // Safety: (of the model) the protocol under test orders this
+                            // read before the drop below; loom reports it if it does not.
                             let value = unsafe { *c };
                             assert_eq!(value, 1);
                         });
@@ -193,9 +194,9 @@ fn reanchor(batches: &Batches, ticks: &Ticks) {
 }
 
 /// Re-anchoring (`batches/mod.rs`, "Re-anchoring") against two threads' operations: one
-/// thread's operation reads and rewrites its stored ticks (a loom cell) between `enter_with`
-/// and the drop of its `Active`, then starts a second thread, which does so twice
-/// (quiescent in between, so the sweep may fall between its two operations); the
+/// thread's operation reads and rewrites its stored ticks (a loom cell) between
+/// `enter_with` and the drop of its `Active`, then starts a second thread, which does so
+/// twice (quiescent in between, so the sweep may fall between its two operations); the
 /// re-anchorer rewrites every thread's ticks between `begin_moving` and `end_moving`. Each
 /// thread registers its own batch, so the re-anchorer's snapshot of the batches holds none,
 /// one or both of them. Loom reports any two accesses not ordered by the protocol, and the

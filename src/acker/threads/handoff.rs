@@ -1,0 +1,250 @@
+//! Lazy timer registration: each thread files the entries it creates in its own batch,
+//! and only the entries that outlive a hand-off age ever reach the reaper.
+//!
+//! Most trees complete soon after their first message. Registering a timer for each at
+//! creation (a ring cell, a wheel node, a lock) costs every tree the reaper's attention and
+//! lines shared with the reaper's core. Instead a thread that creates an entry (a new
+//! root's claim, an orphan, a carried twin) appends `(slot, tag)` and the tick by
+//! which the reaper must have it (its *hand-off* tick: the acker's hand-off age after the
+//! first message, or the tick before the deadline if that is sooner) to its batch for this
+//! acker, with plain stores. When its tick moves on (seen at its next push) the owner
+//! filters the batch: it drops the entries filed in the tick before whose slot no longer
+//! holds their root (they completed; their lines are most likely still in this core's
+//! cache), and hands those whose hand-off tick has come to the reaper's inbox under one
+//! lock, once a tick per busy thread. Each entry is looked at twice at most: in its first
+//! filter (most trees are gone by then), and when its hand-off tick comes. (Looking at
+//! every entry every tick made a thread that creates long-lived trees fast check each of
+//! them up to the hand-off age's 64 times.) Survivors wait in hand-off order; one filed
+//! with an earlier hand-off than those before it (a tree with a short timeout of its own)
+//! goes to the reaper at its first filter. A tree that completes within the hand-off age
+//! never reaches the reaper, which does no work for it (handing it every tree older than
+//! one tick would make a lifecycle of a millisecond cost the reaper's reads of lines the
+//! workers are writing). The reaper reads its line only when a long-lived group mate
+//! comes due ([`groups`](crate::acker::timers::groups)).
+//!
+//! ## A thread that goes quiet
+//!
+//! A thread that stops pushing would strand its batch, so the reaper takes over batches
+//! whose entries are older than its tick. Owner and reaper meet in a Dekker pair through
+//! asymmetric fences ([`fences`](crate::sync::fences)):
+//!
+//! ```text
+//!   owner (every push)                     reaper (a quiet batch, rarely)
+//!   pin = true          (plain store)      taken = true
+//!   light fence         (compiler fence)   heavy fence (membarrier)
+//!   if taken: hand the entry to the inbox  if pin: taken = false, leave it (owner active)
+//!   else: touch the batch                  else: take the entries, taken = false
+//!   pin = false         (release store)
+//! ```
+//!
+//! Either the owner sees `taken` and keeps off its batch, or the reaper sees the pin and
+//! keeps off it: never both in it at once. The reaper's load of an unset pin reads the
+//! owner's last `pin = false` (release), so the entries the owner wrote before it are
+//! visible to the reaper; the owner's load of an unset `taken` reads the reaper's
+//! `taken = false` (release) if the reaper was ever there, so the owner sees the batch the
+//! reaper emptied. The owner's cost per push: two plain stores, a compiler fence, a load.
+//!
+
+use super::{trim, Batch, Batches, KEEP_ROOM};
+use crate::acker::table::{reached, Tick};
+use crate::sync::{Arc, Ordering};
+
+/// A new entry, for the reaper to find again: its slot (across the acker's tables) and a
+/// tag: its table's generation and 18 bits of its root's key, which tell nearly every
+/// stale entry apart cheaply (the reaper re-reads the slot's word and times anyway, so a
+/// tag that matches a later root costs a look, never a wrong timeout). The tag's top bits
+/// are zero, and lent to the reaper's wheel while the entry waits there.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Entry {
+    /// The slot, numbered across the acker's tables.
+    pub slot: u32,
+    /// Bits of the root's key (`Key::tag`, below `TAG_CHECK_BITS`) with the generation in
+    /// the lowest; the rest zero.
+    pub tag: u32,
+}
+
+/// An entry in a batch, with the tick by which it must reach the reaper.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Held {
+    entry: Entry,
+    hand_off: Tick,
+}
+
+/// A batch's entries: those filed since the last filter, and the survivors of their first
+/// filter, in hand-off order.
+#[derive(Debug, Default)]
+pub(super) struct Entries {
+    pub(super) fresh: Vec<Held>,
+    pub(super) aged: std::collections::VecDeque<Held>,
+}
+
+impl Entries {
+    fn len(&self) -> usize {
+        self.fresh.len() + self.aged.len()
+    }
+
+    fn drain(&mut self) -> impl Iterator<Item = Held> + '_ {
+        self.aged.drain(..).chain(self.fresh.drain(..))
+    }
+
+    /// Gives back the room of a burst (a thread that filed a million entries in a tick
+    /// keeps 12 MiB otherwise): each part keeps twice its length, at least [`KEEP_ROOM`].
+    fn trim(&mut self) {
+        let keep = |len: usize| (2 * len).max(KEEP_ROOM);
+        if self.fresh.capacity() > 2 * keep(self.fresh.len()) {
+            self.fresh.shrink_to(keep(self.fresh.len()));
+        }
+        if self.aged.capacity() > 2 * keep(self.aged.len()) {
+            self.aged.shrink_to(keep(self.aged.len()));
+        }
+    }
+}
+
+/// What a push asks of its caller.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pushed {
+    /// Nothing.
+    Filed,
+    /// The reaper may be parked with no deadline: wake it.
+    WakeReaper,
+}
+
+impl Batches {
+    /// Files `entry`, created at tick `now` and due at the reaper by tick `hand_off`, in
+    /// `batch`, which must be the calling thread's. When the batch was last filtered at an
+    /// earlier tick, first drops the entries `live` says are not live and hands those whose
+    /// hand-off tick has come to the reaper.
+    #[inline]
+    pub fn push_to(
+        &self,
+        batch: &Batch,
+        entry: Entry,
+        hand_off: Tick,
+        now: Tick,
+        live: impl FnMut(&Entry) -> bool,
+    ) -> Pushed {
+        // Relaxed: ordered before the `taken` load by the light fence (module docs).
+        batch.pin.store(true, Ordering::Relaxed);
+        self.fences.light();
+        // Acquire: reads the reaper's release of `taken`, so the entries it emptied are
+        // seen.
+        if batch.taken.load(Ordering::Acquire) {
+            batch.pin.store(false, Ordering::Release); // Release: as at the end below.
+            self.hand_off(std::iter::once(entry));
+            return Pushed::Filed;
+        }
+        let mut pushed = Pushed::Filed;
+        batch.entries.with_mut(|entries| {
+            // Safety: pinned, and `taken` was unset after the pin: the reaper keeps off the
+            // entries until we unpin (module docs).
+            let entries = unsafe { &mut *entries };
+            // Relaxed: only this thread writes `tick`; the reaper's reading it stale only
+            // delays a takeover.
+            let filed = batch.tick.load(Ordering::Relaxed);
+            if filed != now {
+                if entries.len() > 0 {
+                    self.filter(entries, now, live);
+                }
+                batch.tick.store(now, Ordering::Relaxed); // Relaxed: as above.
+            }
+            entries.fresh.push(Held { entry, hand_off });
+            // Relaxed: a hint for the reaper's checks; the fence below orders the one
+            // that matters (empty to non-empty) before the `idle` load.
+            batch.len.store(entries.len(), Ordering::Relaxed);
+            if entries.len() == 1 {
+                pushed = self.wake_check();
+            }
+        });
+        // Release: the entries written above happen before a takeover that reads this.
+        batch.pin.store(false, Ordering::Release);
+        pushed
+    }
+
+    /// The tick's filter (module docs): the fresh entries `live` says are not live are
+    /// dropped, the others join the aged ones (or go to the reaper now, if due before the
+    /// last aged one); then the aged ones whose hand-off tick has come by `now` and are
+    /// still live go to the reaper.
+    #[cold]
+    fn filter(&self, entries: &mut Entries, now: Tick, mut live: impl FnMut(&Entry) -> bool) {
+        let mut due = Vec::new();
+        for held in entries.fresh.drain(..) {
+            if !live(&held.entry) {
+                continue;
+            }
+            let in_order = entries
+                .aged
+                .back()
+                .map_or(true, |last| reached(last.hand_off, held.hand_off));
+            if in_order && !reached(held.hand_off, now) {
+                entries.aged.push_back(held);
+            } else {
+                due.push(held.entry);
+            }
+        }
+        while let Some(held) = entries.aged.front().filter(|h| reached(h.hand_off, now)) {
+            if live(&held.entry) {
+                due.push(held.entry);
+            }
+            entries.aged.pop_front();
+        }
+        if !due.is_empty() {
+            self.hand_off(due.into_iter());
+        }
+        entries.trim();
+    }
+
+    pub(super) fn hand_off(&self, entries: impl Iterator<Item = Entry>) {
+        let mut inbox = self.inbox.lock().unwrap();
+        inbox.extend(entries);
+        // Relaxed: a hint; see `wake_check` for the ordering that matters.
+        self.inbox_len.store(inbox.len(), Ordering::Relaxed);
+    }
+
+    /// The reaper: moves into `into` everything handed off, and the entries of every batch
+    /// filed before tick `now` whose owner is not inside it (all batches' entries when
+    /// `everything`: manual mode, where the caller's own batch must be seen too). Drops
+    /// abandoned, empty batches.
+    pub fn collect(&self, now: Tick, everything: bool, into: &mut Vec<Entry>) {
+        {
+            let mut inbox = self.inbox.lock().unwrap();
+            into.append(&mut inbox);
+            trim(&mut inbox);
+            self.inbox_len.store(0, Ordering::Relaxed); // Relaxed: a hint, under the lock.
+        }
+        let mut all = self.all.lock().unwrap();
+        // Relaxed (both loads): hints; the takeover below decides under the protocol.
+        // Quiet: not pushed to for a whole tick. (Its tick merely older than `now` is not
+        // enough: a reaper woken at a tick's start would take the batch of a thread busy
+        // in it, whose next push was a few nanoseconds away, and then read the lines of
+        // its trees, which mostly complete a moment later.)
+        let quiet = |b: &Arc<Batch>| {
+            b.len.load(Ordering::Relaxed) > 0
+                && (everything || reached(b.tick.load(Ordering::Relaxed).wrapping_add(2), now))
+        };
+        if all.iter().any(quiet) {
+            for batch in all.iter().filter(|b| quiet(b)) {
+                // Relaxed: ordered before the pin loads by the heavy fence below.
+                batch.taken.store(true, Ordering::Relaxed);
+            }
+            let fenced = self.heavy();
+            for batch in all.iter().filter(|b| b.taken.load(Ordering::Relaxed)) {
+                // Acquire: reads the owner's last unpin, after its entries' writes.
+                // (Without the barrier a pin may not be visible yet: the batch stays with
+                // its owner.)
+                if fenced && !batch.pin.load(Ordering::Acquire) {
+                    batch.entries.with_mut(|entries| {
+                        // Safety: `taken` was set before the heavy fence and the owner is
+                        // not pinned after it, so it keeps off until we unset `taken`.
+                        let entries = unsafe { &mut *entries };
+                        into.extend(entries.drain().map(|h| h.entry));
+                        entries.trim();
+                    });
+                    batch.len.store(0, Ordering::Relaxed); // Relaxed: a hint.
+                }
+                // Release: the owner that reads this sees the entries we emptied.
+                batch.taken.store(false, Ordering::Release);
+            }
+        }
+        all.retain(|b| !(b.abandoned.load(Ordering::SeqCst) && b.len.load(Ordering::SeqCst) == 0));
+    }
+}

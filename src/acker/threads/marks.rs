@@ -1,0 +1,320 @@
+//! The marks of each thread's acker operations in progress: a depth counter in its
+//! [`Batch`], stored with plain stores and a light fence, read by the rare side behind a
+//! heavy fence. Three protocols wait on them.
+//!
+//! ## Closing the callback
+//!
+//! Shutdown must be able to drop the acker's `on_complete` (a callback that holds a handle
+//! of its own acker otherwise keeps the acker alive in a cycle), but not while a thread
+//! may still call it. Each operation therefore marks its thread *active* in its batch for
+//! its length (a depth counter, plain stores, and a light fence), then reads `closed`; the
+//! callback may be called only by an operation that found it open. Shutdown stores
+//! `closed`, runs the heavy fence, and waits until no other thread is active: the same
+//! Dekker pair as the takeover's, so an operation either finished (or will finish) with the
+//! callback before shutdown drops it, or saw it closed.
+//!
+//! ## Grace periods
+//!
+//! The same marks retire tables ([`tables`](crate::acker::engine::tables)): after a
+//! promotion makes an old table unreachable, [`Batches::grace`] runs the heavy fence and
+//! notes every thread inside an operation, with the count of outermost operations it has
+//! begun; the old table is freed once each of those threads was seen outside that operation
+//! (its depth 0, or its count moved on). A thread stores its depth before it loads a table,
+//! so one seen at depth 0 after the fence loads the new table. Threads without a batch
+//! (exiting ones) count in a shared counter with an RMW, and a grace period waits for it to
+//! read 0.
+//!
+//! ## Re-anchoring
+//!
+//! The acker's stored ticks are `u32`s read against a published anchor
+//! ([`anchor`](crate::acker::engine::anchor)); after a stall the anchor must move and the
+//! stored ticks with it, while no operation reads or writes them. The re-anchoring thread
+//! stores `moving`, runs the heavy fence and waits until every other thread is *quiescent*:
+//! outside any operation, or inside the callback of one ([`Batches::pause`]: its depth
+//! stored in `paused`), holding nothing of the tables. Each step that leaves quiescence (an
+//! operation's entry, nested or not, and a callback's return) stores its depth (or clears
+//! `paused`), runs the light fence and reads `moving`; if it is set, it undoes its store
+//! and waits until it is clear. The same Dekker pair again: the re-anchorer sees the thread
+//! busy and waits for it, or the thread sees `moving` and waits for the re-anchorer.
+//! Waiting only ever for threads inside the acker's own code, which finish without waiting
+//! on anyone (but a stranded entry's wait for room, which pauses too), it cannot deadlock
+//! with a callback that calls the acker.
+//!
+
+use super::{Batch, Batches};
+use crate::sync::{fence, Arc, AtomicU32, Ordering};
+
+/// An acker operation in progress on the calling thread; see [`Batches::enter`].
+#[derive(Debug)]
+pub struct Active {
+    /// The thread's depth counter, or [`Batches::shared`].
+    depth: *const AtomicU32,
+    /// `depth` is the count shared by threads without a batch.
+    shared: bool,
+    /// The callback was open when the operation began: it may call it.
+    pub open: bool,
+}
+
+impl Drop for Active {
+    fn drop(&mut self) {
+        // Safety: the counter is in a batch this thread's `LOCAL` keeps alive, or in the
+        // `Batches` of the acker the operation runs on, and an `Active` lives within one
+        // operation on this thread (it is not `Send`).
+        let depth = unsafe { &*self.depth };
+        if self.shared {
+            depth.fetch_sub(1, Ordering::SeqCst);
+            return;
+        }
+        // Relaxed load: only this thread writes it. Release: the operation (its callback
+        // included) happens before a shutdown or a grace period that reads the lower depth.
+        depth.store(depth.load(Ordering::Relaxed) - 1, Ordering::Release);
+    }
+}
+
+/// The calling thread quiescent (see [`Batches::pause`]) until this drops.
+#[derive(Debug)]
+pub struct Paused<'a> {
+    batches: &'a Batches,
+    batch: Option<&'a Batch>,
+}
+
+impl Drop for Paused<'_> {
+    fn drop(&mut self) {
+        let Some(batch) = self.batch else {
+            return;
+        };
+        // Relaxed load: only this thread writes it.
+        let depth = batch.active.load(Ordering::Relaxed);
+        loop {
+            // Relaxed: ordered before the `moving` load by the light fence (module docs).
+            batch.paused.store(0, Ordering::Relaxed);
+            self.batches.fences.light();
+            // Acquire: as in `enter_with`, a sweep that ended happens before what follows.
+            if !self.batches.moving.load(Ordering::Acquire) {
+                return;
+            }
+            // Release: as in `pause`.
+            batch.paused.store(depth, Ordering::Release);
+            self.batches.wait_moved();
+        }
+    }
+}
+
+/// A grace period under way: the threads that were inside an operation when it began.
+/// See [`Batches::grace`].
+#[derive(Debug)]
+pub struct Grace {
+    busy: Vec<(Arc<Batch>, u32)>,
+    /// Threads without a batch were inside operations.
+    shared: bool,
+    /// The barrier failed: nothing is known yet; the next check snapshots again.
+    unfenced: bool,
+}
+
+impl Batches {
+    /// [`enter`](Self::enter) on `batch`, which must be the calling thread's.
+    #[inline]
+    pub fn enter_with(&self, batch: &Batch) -> Active {
+        let depth = &batch.active;
+        // Relaxed loads: only this thread writes them; Relaxed stores: ordered before the
+        // `closed` load (and the operation's loads of tables) by the light fence.
+        let outer = depth.load(Ordering::Relaxed) == 0;
+        if outer {
+            let begun = batch.begun.load(Ordering::Relaxed);
+            batch.begun.store(begun.wrapping_add(1), Ordering::Relaxed);
+        }
+        let entered = depth.load(Ordering::Relaxed);
+        loop {
+            depth.store(entered + 1, Ordering::Relaxed);
+            self.fences.light();
+            // Ordered after the depth store by the light fence (module docs). Acquire: a
+            // `false` read from `end_moving` orders the re-anchorer's sweep before this
+            // operation's reads of the tables (a Relaxed load let loom's model race them).
+            if !self.moving.load(Ordering::Acquire) {
+                break;
+            }
+            // Quiescent again (its depth as before: 0, or its callback's) while the
+            // re-anchorer works ("Re-anchoring"). Release: as when an operation ends.
+            depth.store(entered, Ordering::Release);
+            self.wait_moved();
+        }
+        Active {
+            depth: depth as *const AtomicU32,
+            shared: false,
+            // Relaxed: ordered after the depth store by the light fence (module docs).
+            open: !self.closed.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Waits (spin, yield, sleep) until no re-anchoring is under way.
+    fn wait_moved(&self) {
+        let mut backoff = crate::sync::Backoff::default();
+        // Acquire: what the re-anchorer wrote before it cleared the flag happens before
+        // this thread's next reads of the tables.
+        while self.moving.load(Ordering::Acquire) {
+            backoff.wait();
+        }
+    }
+
+    /// Marks the calling thread quiescent ("Re-anchoring") until the returned guard drops:
+    /// around a callback, and around a wait inside an operation that holds nothing the
+    /// re-anchorer rewrites. Dropping it waits for a re-anchoring under way to finish.
+    #[inline]
+    pub fn pause(&self) -> Paused<'_> {
+        self.pause_on(self.own())
+    }
+
+    /// [`pause`](Self::pause) on `batch`, which must be the calling thread's (loom's
+    /// models pass it explicitly, as to [`enter_with`](Self::enter_with)).
+    #[inline]
+    pub fn pause_with<'a>(&'a self, batch: &'a Batch) -> Paused<'a> {
+        self.pause_on(Some(batch))
+    }
+
+    #[inline]
+    fn pause_on<'a>(&'a self, batch: Option<&'a Batch>) -> Paused<'a> {
+        if let Some(batch) = batch {
+            // Relaxed load: only this thread writes it. Release: the operation's accesses
+            // so far happen before a re-anchorer that reads it (Acquire) and then sweeps.
+            let depth = batch.active.load(Ordering::Relaxed);
+            batch.paused.store(depth, Ordering::Release);
+        }
+        Paused {
+            batches: self,
+            batch,
+        }
+    }
+
+    /// Re-anchoring: makes every later operation wait at its entry (and every callback at
+    /// its return), then waits until every other thread is quiescent. `false` when a
+    /// thread without a batch (an exiting one) is inside an operation, or the barrier could
+    /// not run: then nothing is excluded (call [`end_moving`](Self::end_moving) and give
+    /// up, or try again).
+    pub fn begin_moving(&self) -> bool {
+        self.moving.store(true, Ordering::Relaxed); // Relaxed: ordered by the heavy fence
+        if !self.heavy() {
+            return false;
+        }
+        let own = self.own().map(|b| b as *const Batch);
+        let busy: Vec<Arc<Batch>> = (self.all.lock().unwrap().iter())
+            .filter(|b| Some(Arc::as_ptr(b)) != own)
+            .cloned()
+            .collect();
+        let mut backoff = crate::sync::Backoff::default();
+        // Acquire (both): reads the owner's release of its depth or pause, so what its
+        // operation did happens before the re-anchorer's sweep.
+        let quiescent = |b: &Arc<Batch>| {
+            let depth = b.active.load(Ordering::Acquire);
+            depth == 0 || b.paused.load(Ordering::Acquire) == depth
+        };
+        for batch in &busy {
+            while !quiescent(batch) {
+                if self.shared.load(Ordering::SeqCst) > 0 {
+                    return false;
+                }
+                backoff.wait();
+            }
+        }
+        // Threads without a batch cannot pause: any inside an operation is busy.
+        self.shared.load(Ordering::SeqCst) == 0
+    }
+
+    /// Ends a re-anchoring: operations waiting at their entry go on.
+    pub fn end_moving(&self) {
+        // Release: the sweep's writes happen before the waiting threads' reads (Acquire in
+        // `wait_moved`).
+        self.moving.store(false, Ordering::Release);
+    }
+
+    /// Shutdown: closes the callback, then reports whether it may be dropped: `true` once
+    /// no other thread is in an operation that found it open. `false` while one is (call
+    /// again), or when the calling thread is itself in an operation (shutdown from inside
+    /// the callback: it must not be dropped under its own feet).
+    pub fn close(&self, caller_active: bool) -> bool {
+        self.closed.store(true, Ordering::Relaxed); // Relaxed: ordered by the heavy fence
+        if !self.heavy() || caller_active {
+            return false; // without the barrier, a depth read as 0 proves nothing
+        }
+        // Acquire: reads each thread's release of its depth, so its callback happened
+        // before.
+        let others =
+            (self.all.lock().unwrap().iter()).any(|b| b.active.load(Ordering::Acquire) > 0);
+        !others && self.shared.load(Ordering::SeqCst) == 0
+    }
+
+    /// Begins a grace period, after the caller made something unreachable for operations
+    /// that begin from now on (a retired table, [`engine`](crate::acker::engine)): notes
+    /// the threads inside an operation now. Once [`grace_over`](Self::grace_over), every
+    /// operation that could have reached it has ended.
+    ///
+    /// The same Dekker pair as the callback's close ("Closing the callback"): an operation
+    /// stores its depth, runs the light fence and then loads the tables; the caller's
+    /// store, then the heavy fence, then the depth loads. An operation whose depth this
+    /// reads as 0 loads the tables after the store.
+    pub fn grace(&self) -> Grace {
+        if !self.heavy() {
+            // Without the barrier a depth read as 0 proves nothing: the period is over
+            // only after a later snapshot, behind a barrier that ran, says so.
+            return Grace {
+                busy: Vec::new(),
+                shared: false,
+                unfenced: true,
+            };
+        }
+        // Acquire (all): reads each thread's release of its depth, so what its operation
+        // read of the old table happened before the caller frees it.
+        let busy = (self.all.lock().unwrap().iter())
+            .filter(|b| b.active.load(Ordering::Acquire) > 0)
+            .map(|b| (Arc::clone(b), b.begun.load(Ordering::Acquire)))
+            .collect();
+        Grace {
+            busy,
+            shared: self.shared.load(Ordering::SeqCst) > 0,
+            unfenced: false,
+        }
+    }
+
+    /// Whether every thread that was inside an operation when `grace` began has left it
+    /// (its depth is 0, or it began another outermost one since).
+    pub fn grace_over(&self, grace: &mut Grace) -> bool {
+        if grace.unfenced {
+            *grace = self.grace();
+            return false;
+        }
+        // Acquire (both): as in `grace`.
+        grace.busy.retain(|(b, begun)| {
+            b.active.load(Ordering::Acquire) > 0 && b.begun.load(Ordering::Acquire) == *begun
+        });
+        if grace.shared {
+            // Threads without a batch cannot be told apart: wait for none to be inside.
+            grace.shared = self.shared.load(Ordering::SeqCst) > 0;
+        }
+        grace.busy.is_empty() && !grace.shared
+    }
+
+    /// Marks an operation of a thread without a batch: one shared count, an RMW (rare:
+    /// exiting threads; every thread under loom).
+    pub(super) fn enter_shared(&self) -> Active {
+        loop {
+            self.shared.fetch_add(1, Ordering::SeqCst);
+            // The count's side of the Dekker pairs with `begin_moving` and `close` (their
+            // flag store, heavy fence, count load). A SeqCst RMW then a SeqCst load would
+            // do in the C++20 model, but loom treats SeqCst accesses as AcqRel and only
+            // fences join its total order; the fence makes the code loom checks the code
+            // that runs, and this path is rare (exiting threads).
+            fence(Ordering::SeqCst);
+            if !self.moving.load(Ordering::SeqCst) {
+                break;
+            }
+            self.shared.fetch_sub(1, Ordering::SeqCst);
+            self.wait_moved();
+        }
+        Active {
+            depth: &self.shared as *const AtomicU32,
+            shared: true,
+            // SeqCst: after the count's RMW and the fence, as a batch's light fence orders
+            // its depth store.
+            open: !self.closed.load(Ordering::SeqCst),
+        }
+    }
+}

@@ -1,0 +1,170 @@
+//! What each thread keeps per acker, and the protocols built on it.
+//!
+//! Every thread that operates on an acker has one record for it, a [`Batch`], registered
+//! in the acker's [`Batches`] and found again through a thread-local lookup ([`local`]).
+//! The record serves two purposes, each with its own rules:
+//!
+//! * the thread's timer hand-off ([`handoff`]): the entries it created wait in its batch
+//!   for a tick or two, and only those that outlive the hand-off age reach the reaper;
+//! * the marks of the thread's operations in progress ([`marks`]): shutdown's closing of
+//!   the callback, the grace periods that retire tables and re-anchoring all wait on them.
+//!
+//! The reaper's wake-up ([`wake`]) closes the loop: a push that makes a batch non-empty
+//! wakes a reaper parked with no deadline. Each protocol is a Dekker pair through
+//! asymmetric fences ([`fences`](crate::sync::fences)): the thread's side is plain stores
+//! and a compiler fence, the rare side (the reaper, shutdown, a re-anchorer) a heavy fence.
+
+use crate::sync::fences::Fences;
+use crate::sync::{
+    Arc, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Mutex, Ordering, UnsafeCell,
+};
+
+pub(super) mod handoff;
+pub(super) mod local;
+pub(super) mod marks;
+pub(super) mod wake;
+
+use handoff::Entries;
+pub use handoff::{Entry, Pushed};
+pub use marks::{Active, Grace};
+
+/// One thread's batch for one acker.
+#[derive(Debug)]
+pub struct Batch {
+    /// The owner is inside (module docs).
+    pin: AtomicBool,
+    /// The reaper is taking the entries over (module docs).
+    taken: AtomicBool,
+    /// The tick at which the entries were filed; the reaper reads it to spot a quiet batch.
+    tick: AtomicU32,
+    /// `entries.len()`, for the reaper's checks without entering the batch.
+    len: AtomicUsize,
+    /// Acker operations of the owner's thread in progress (nested when a callback calls
+    /// back into the acker); written only by the owner ("Closing the callback").
+    active: AtomicU32,
+    /// Outermost operations the owner has begun (wrapping): a grace period sees a thread
+    /// that was inside one leave it when this changes ("Grace periods").
+    begun: AtomicU32,
+    /// The depth of the operation whose callback the owner is in, 0 when none: the thread
+    /// is quiescent while this equals `active` ("Re-anchoring"). Written only by the owner.
+    paused: AtomicU32,
+    /// The owner's thread has ended (or dropped its handle): the reaper may drop the batch
+    /// once it is empty.
+    abandoned: AtomicBool,
+    /// Written by the owner while pinned, or by the reaper while it holds `taken` with the
+    /// owner unpinned (module docs).
+    entries: UnsafeCell<Entries>,
+}
+
+// Safety: `entries` is the only non-Sync part, and the pin protocol (module docs) gives it
+// one accessor at a time.
+unsafe impl Sync for Batch {}
+
+impl Batch {
+    fn new() -> Self {
+        Batch {
+            pin: AtomicBool::new(false),
+            taken: AtomicBool::new(false),
+            tick: AtomicU32::new(0),
+            len: AtomicUsize::new(0),
+            active: AtomicU32::new(0),
+            begun: AtomicU32::new(0),
+            paused: AtomicU32::new(0),
+            abandoned: AtomicBool::new(false),
+            entries: UnsafeCell::new(Entries::default()),
+        }
+    }
+}
+
+/// Entries a scratch or batch vector keeps room for whatever it held (about 8 KiB).
+pub(crate) const KEEP_ROOM: usize = 1024;
+
+/// Gives back the room of a vector that held far more than it holds now: it keeps twice
+/// its length, at least [`KEEP_ROOM`], so a steady flow does not reallocate.
+pub(crate) fn trim<E>(v: &mut Vec<E>) {
+    let keep = (2 * v.len()).max(KEEP_ROOM);
+    if v.capacity() > 2 * keep {
+        v.shrink_to(keep);
+    }
+}
+
+/// Every batch of one acker, and the reaper's inbox.
+#[derive(Debug)]
+pub struct Batches {
+    /// This acker among all of the process's, for the per-thread lookup.
+    id: usize,
+    fences: Fences,
+    all: Mutex<Vec<Arc<Batch>>>,
+    /// Survivors handed off by owners, and entries pushed while the reaper held a batch.
+    inbox: Mutex<Vec<Entry>>,
+    /// `inbox.len()`, for the reaper's idle check.
+    inbox_len: AtomicUsize,
+    /// The reaper is about to park, or parked, with no deadline.
+    idle: AtomicBool,
+    /// Shutdown has closed the callback ("Closing the callback").
+    closed: AtomicBool,
+    /// Time is being re-anchored ("Re-anchoring"): operations wait at their entry.
+    moving: AtomicBool,
+    /// Operations in progress on threads that have no batch (exiting threads; under loom,
+    /// every thread).
+    shared: AtomicU32,
+    /// Heavy fences whose barrier could not be run (see [`Batches::heavy`]).
+    barrier_failures: AtomicU64,
+}
+
+impl Batches {
+    /// No batches yet; `fences` for the owners' pins and the reaper's takeovers.
+    pub fn new(fences: Fences) -> Self {
+        static NEXT_ID: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(1);
+        Batches {
+            // Relaxed: a unique number; nothing is published through it.
+            id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            fences,
+            all: Mutex::new(Vec::new()),
+            inbox: Mutex::new(Vec::new()),
+            inbox_len: AtomicUsize::new(0),
+            idle: AtomicBool::new(false),
+            closed: AtomicBool::new(false),
+            moving: AtomicBool::new(false),
+            shared: AtomicU32::new(0),
+            barrier_failures: AtomicU64::new(0),
+        }
+    }
+
+    /// A new batch for a thread; its handle must be used by that thread only.
+    pub fn register(&self) -> Arc<Batch> {
+        let batch = Arc::new(Batch::new());
+        self.all.lock().unwrap().push(Arc::clone(&batch));
+        batch
+    }
+
+    /// The heavy fence; a barrier that could not be run is counted (`false`). A registered
+    /// process's `membarrier` has no documented way to fail, but if it does, the callers
+    /// wait rather than trust a depth or pin read without it.
+    fn heavy(&self) -> bool {
+        let ran = self.fences.heavy();
+        if !ran {
+            // Relaxed: a statistic.
+            self.barrier_failures.fetch_add(1, Ordering::Relaxed);
+        }
+        ran
+    }
+
+    /// Heavy fences whose barrier could not be run, since the acker was built.
+    pub fn barrier_failures(&self) -> u64 {
+        self.barrier_failures.load(Ordering::Relaxed) // Relaxed: a statistic.
+    }
+
+    /// Marks a thread's batch abandoned (the thread is done with it).
+    pub fn abandon(batch: &Batch) {
+        batch.abandoned.store(true, Ordering::SeqCst);
+    }
+
+    /// Batches registered and not yet dropped.
+    pub fn batches(&self) -> usize {
+        self.all.lock().unwrap().len()
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests;
