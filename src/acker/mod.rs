@@ -55,13 +55,14 @@
 //!
 //! Nothing is allocated for `max_pending`: a default acker costs well under 1 MiB before
 //! its first tree. A slot is 32 bytes (its word, and times, own timeout and payload beside
-//! it on the same 128-byte line of four), and tables run between 1/2 and 3/4 full as they
-//! grow, 4/5 in a full acker: 44-66 B of table per pending root with a `u32` payload, 41 B
-//! at the brim. The reaper's wheel adds 8-12 B per tree that outlives the hand-off age (an
-//! 8-byte entry that carries its tick's offset in its bucket in its tag's top bits, a
-//! 4-byte offset beside it only for deadlines over 4,096 ticks away, and growth slack), and
-//! the batches a few bytes per tree in their last tick or two; what a burst left behind is
-//! given back. The stress harness's memory phase measures the total and these parts.
+//! it on the same 128-byte line of four), and tables run between 3/5 and 3/4 full as they
+//! grow by a quarter, 4/5 in a full acker: 42-53 B of table per pending root with a `u32`
+//! payload, 41 B at the brim. The reaper's wheel adds 4.5-6 B per tree at 1M pending (one
+//! 8-byte entry per group of four slots, not per tree, [`timers::groups`]), and the batches
+//! a few bytes per tree in their last tick or two; what a burst left behind is given back.
+//! The stress harness's memory phase and its `burst` lines measure the total and these
+//! parts (`cargo run --release -p stress`: 46-48 B per tree at 1M, at most 61-65 B from 64k
+//! up).
 
 mod bound;
 #[allow(dead_code)] // parts used by the loom models and the tests only
@@ -188,10 +189,10 @@ impl<T> fmt::Debug for AckerBuilder<T> {
 }
 
 /// The longest timeout: deadlines must stay within the wrapping timeline's 2^63 ns horizon
-/// (the ticks' own bound, `lean::MAX_TIMEOUT_TICKS`, is checked at build).
+/// (the ticks' own bound, [`engine::MAX_TIMEOUT_TICKS`], is checked at build).
 const MAX_TIMEOUT_NS: u64 = 1 << 62;
 /// Slot indices are `u32` in the timers' entries, and the largest table holds `max_pending`
-/// at a load of 2/3 (rounded to groups, `lean::Engine::room_table_slots`): 2^30 keeps every
+/// at a load of 2/3 (rounded to groups, `Engine::room_table_slots` in [`engine`]): 2^30 keeps every
 /// timer entry's table and slot within 32 bits.
 const MAX_PENDING: usize = 1 << 30;
 /// The coarsest tick, 2^43 ns (about 2.4 h): the wheels' coarsest level then spans 2^62 ns,

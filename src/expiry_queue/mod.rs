@@ -60,6 +60,18 @@
 //!
 //! Catch-up is one bucket per `poll`: after a long pause the owner calls `poll` repeatedly,
 //! and each call moves next-expiration by exactly one interval, as in ZooKeeper.
+//!
+//! ## Why not `dashmap`
+//!
+//! The invariants above are arguments about the queue's own locks (an element shard's lock
+//! held while a bucket shard's is taken; next-expiration read under a bucket shard's lock;
+//! a waiter's check of every element shard), and loom checks them because every lock is a
+//! [`crate::sync::Mutex`] (the models in `loom-tests/tests/expiry_queue.rs`). `DashMap`'s
+//! locks are its own, which loom cannot see. A poll also takes one element shard's lock per
+//! run of its elements in that shard, which needs the shards themselves: `DashMap` exposes
+//! them only behind its `raw-api` feature. Not measured: the two side by side
+//! (`cargo bench --bench expiry_queue` runs the queue against a `Mutex` port of
+//! ZooKeeper's only).
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;

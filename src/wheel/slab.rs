@@ -17,8 +17,8 @@
 //! `prev != NIL` (for a node past the sentinels) means the value is initialized. A live
 //! timer's `prev` is always a real index once `alloc`'s caller has linked it, and `free`
 //! sets NIL as it moves the value out. Keeping liveness in `prev` rather than in an
-//! `Option<T>` saves the option's tag: a `Node<u32>` is 24 bytes rather than 32, which is
-//! 8 bytes per pending root of the Acker.
+//! `Option<T>` saves the option's tag: a `Node<u32>` is 24 bytes rather than 32, a quarter
+//! of a wheel's memory per timer.
 //!
 //! A bitmap per level (`occupied`) mirrors which buckets are non-empty; it is kept exact on
 //! every link, unlink, splice and detach, which lets `next_expiration_delay` find the next
@@ -48,7 +48,7 @@ pub(crate) struct Node<T> {
     value: MaybeUninit<T>,
 }
 
-// The Acker keeps one node per pending root (module docs).
+// A node per timer: its size is the wheel's memory per timer (module docs).
 const _: () = assert!(std::mem::size_of::<Node<u32>>() == 24);
 
 #[derive(Debug)]

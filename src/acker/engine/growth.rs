@@ -1,8 +1,8 @@
 //! Growth and shrink as the acker drives them: operations help the oldest migration of
 //! their table's chain, grow the chain's last generation when a claim finds it crowded and
 //! the load calls for it (or unconditionally when it had no room), and move the entries
-//! they stranded; reaper passes finish migrations, promote what has moved, halve tables
-//! whose load stayed low, and free retired generations after their grace period. The
+//! they stranded; reaper passes finish migrations, promote what has moved, shrink tables
+//! whose load stayed low (to 2/3, or to a load of 1/4 at once), and free retired generations after their grace period. The
 //! protocol itself is [`migrate`](crate::acker::table::migrate); the generations' ownership
 //! is [`tables`](crate::acker::engine::tables).
 

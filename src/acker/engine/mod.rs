@@ -171,7 +171,7 @@ pub(super) struct Engine<T> {
     /// The most slots a table grows to as its load rises: its share of `max_pending` at a
     /// load of 4/5, in whole groups (any group count works: the home is a multiply-shift).
     /// A power of two here left the tables of a full acker at a load of 0.48 (1M pending:
-    /// 64 B of table per root; now 49.5). Even so, 2 of 2^20 random roots found their
+    /// 64 B of table per root, against 41-43 B now). Even so, 2 of 2^20 random roots found their
     /// probe window full at the brim: `make_room` grows a table past this.
     max_table_slots: usize,
     /// The most slots a table grows to for want of room (`make_room`): its share of

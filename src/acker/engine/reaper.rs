@@ -21,14 +21,14 @@
 //! (nothing cancels it: the completer never touches the reaper's structures), and so does
 //! the later entry of a group that a registration filed earlier
 //! ([`groups`](crate::acker::timers::groups), *stale*). The live entries are at most one
-//! per group in use (a group of the tables' current generations or their successors) and
-//! one per pending root. When the wheel holds half again that bound (plus [`SWEEP_SLACK`])
-//! the pass sweeps it, keeping each group's named entry (and earlier ones) while the group
-//! has a root, and giving back the room of buckets it leaves mostly empty. A sweep thus
-//! comes only after dead entries number half the bound on live ones: each costs O(1)
-//! amortized, and the wheel stays within about 1.5 entries per group in use (a table's
-//! growth, which files every moved group again in its successor, leaves a dead entry per
-//! group it moves).
+//! per group in use (a group of the tables' current generations or their successors) and at
+//! most one per pending root: at most the smaller of the two. When the wheel holds an eighth
+//! more than that bound (plus [`SWEEP_SLACK`]) the pass sweeps it, keeping each group's
+//! named entry (and earlier ones) while the group has a root, and giving back the room of
+//! buckets it leaves mostly empty. A sweep thus comes only after dead entries number an
+//! eighth of the bound on live ones: each costs O(1) amortized, and the wheel stays within
+//! about 9/8 entries per live one, plus the slack (a table's growth, which files every
+//! moved group again in its successor, leaves a dead entry per group it moves).
 //!
 //! ## Sleeping
 //!

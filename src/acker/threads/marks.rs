@@ -24,6 +24,21 @@
 //! (exiting ones) count in a shared counter with an RMW, and a grace period waits for it to
 //! read 0.
 //!
+//! ### Why not `crossbeam-epoch` or `seize`
+//!
+//! The marks serve three protocols, and two of them (closing the callback, re-anchoring)
+//! *wait* until no thread is inside, and re-anchoring also turns entering operations back:
+//! no reclamation crate offers that, so a crate would add a second per-thread word that
+//! every operation writes, for a rare event (a table retires once per migration). Here an
+//! operation's mark is plain stores and a compiler fence: none of a tree's 10 locked
+//! instructions (`python3 benches/instructions/count.py acker`). `crossbeam-epoch` pins with a
+//! `lock cmpxchg` and collects garbage on the pinning thread every 128 pins; when a
+//! table's retirement used it, its pin was 37 % of an in-cache ack by `perf`, and dropping
+//! it took a probe from 95 to 87 ns an operation on one thread and 72 to 66 on two (commit
+//! 1b2241d). `seize` can enter as cheaply (with `membarrier` too), but it leaves with a
+//! locked `xchg`, and the last thread to leave frees a retired batch: a worker's ack could
+//! end by unmapping a table. Not measured: `seize` itself.
+//!
 //! ## Re-anchoring
 //!
 //! The acker's stored ticks are `u32`s read against a published anchor
