@@ -21,8 +21,9 @@
 //!   an initialized tree to 0 also completes it. Slots are reused at once: no grace period,
 //!   no reclamation. Its files: the probe window, init, twin claims, a slot's times and
 //!   deadlines, taking a payload, migration to a successor, the lines in memory.
-//! * [`timers`]: what the reaper keeps: one timer per group of slots, not per tree
-//!   ([`timers::groups`]), in a compact hierarchical wheel ([`timers::wheel`]).
+//! * [`timers`]: time in `u32` ticks that wrap ([`timers::ticks`]), and what the reaper
+//!   keeps: one timer per group of slots, not per tree ([`timers::groups`]), in a compact
+//!   hierarchical wheel ([`timers::wheel`]).
 //! * [`threads`]: what each thread keeps per acker: its timer hand-off (a new entry waits
 //!   in its creator's batch for a tick or two, and only one that outlives that reaches the
 //!   reaper, [`threads::handoff`]), and the marks of its operations in progress, on which

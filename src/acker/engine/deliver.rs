@@ -8,7 +8,8 @@
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use super::Engine;
-use crate::acker::table::{full_near, Completed, Roots};
+use crate::acker::table::{Completed, Roots};
+use crate::acker::timers::ticks::full_near;
 use crate::acker::{Completion, Outcome};
 use crate::sync::Ordering;
 

@@ -10,8 +10,9 @@ use std::ptr::NonNull;
 
 use super::tables::chain;
 use super::{Engine, MIN_TABLE_SLOTS};
-use crate::acker::table::{Done, Roots, Tick, GROUP_SLOTS};
+use crate::acker::table::{Done, Roots, GROUP_SLOTS};
 use crate::acker::threads::Grace;
+use crate::acker::timers::ticks::Tick;
 use crate::sync::Ordering;
 
 /// Groups a reaper pass moves between two finishes of a migration round (`housekeeping`).

@@ -47,9 +47,10 @@ use std::time::Duration;
 
 use super::anchor::REANCHOR_AFTER;
 use super::{tag_of, Engine, GEN_MASK};
-use crate::acker::table::{full_near, Done, Expiry, Judge, Tick, GROUP_SLOTS};
+use crate::acker::table::{Done, Expiry, Judge, GROUP_SLOTS};
 use crate::acker::threads::{trim, Entry};
 use crate::acker::timers::groups::{File, Filed, GroupAt, GroupTimer};
+use crate::acker::timers::ticks::{full_near, Tick};
 use crate::acker::timers::wheel::CompactWheel;
 use crate::sync::Ordering;
 use std::sync::Arc;

@@ -21,7 +21,7 @@ use std::marker::PhantomData;
 use std::ptr::NonNull;
 
 use crate::acker::table::Roots;
-use crate::acker::table::Tick;
+use crate::acker::timers::ticks::Tick;
 use crate::sync::{AtomicPtr, AtomicU32, Mutex, Ordering};
 
 /// One table's generations.

@@ -7,7 +7,8 @@
 use std::time::Duration;
 
 use super::{Engine, MAX_TIMEOUT_TICKS};
-use crate::acker::table::{Stamp, Tick};
+use crate::acker::table::Stamp;
+use crate::acker::timers::ticks::Tick;
 use crate::clock::tsc;
 
 /// The clock in ticks.

@@ -77,9 +77,10 @@ pub(in crate::acker) mod times;
 mod twins;
 #[allow(dead_code)] // parts used by the loom models and the tests only
 pub(crate) mod word;
+pub use crate::acker::timers::ticks::{full_near, reached, Tick};
 pub use done::{Completed, Done};
 use probe::{Search, Unclaimed, Vacancy};
-pub use times::{full_near, reached, Stamp, Tick};
+pub use times::Stamp;
 use twins::InFlight;
 
 use super::Outcome;

@@ -25,21 +25,7 @@
 //! after it loaded the word and CASes from that word, so a deadline moved by a reset, or by
 //! an init's own timeout (written while JOINING), makes its CAS fail (`Roots::expire`).
 
-/// A tick: `u32`, wrapping.
-pub type Tick = u32;
-
-/// Whether `tick` is at or before `now`, for ticks less than 2^31 apart.
-#[inline]
-pub fn reached(tick: Tick, now: Tick) -> bool {
-    (now.wrapping_sub(tick) as i32) >= 0
-}
-
-/// The full tick of a `u32` tick within 2^31 ticks of the full tick `near`.
-#[inline]
-pub fn full_near(near: u64, tick: Tick) -> u64 {
-    let delta = tick.wrapping_sub(near as Tick) as i32;
-    near.wrapping_add_signed(i64::from(delta))
-}
+use crate::acker::timers::ticks::{full_near, Tick};
 
 /// What a slot's times hold: the *base* (low half), the `u32` tick its timeout counts
 /// from, and the *start* (high half), the first message's tick, in one of two forms:
@@ -253,15 +239,6 @@ mod tests {
         assert_eq!(s.with_base(2_000_000).with_base(5), s.with_base(2_000_000));
         assert_eq!(Stamp::from_bits(0), None);
         assert_eq!(s.with_base(9), s);
-    }
-
-    #[test]
-    fn reached_compares_across_the_wrap() {
-        assert!(reached(5, 5));
-        assert!(reached(5, 6));
-        assert!(!reached(6, 5));
-        assert!(reached(u32::MAX - 1, 3)); // 3 is after the wrap
-        assert!(!reached(3, u32::MAX - 1));
     }
 
     /// A tree kept alive by resets far past 2^32 ticks, looked at by the reaper once per

@@ -46,7 +46,7 @@
 //!
 
 use super::{trim, Batch, Batches, KEEP_ROOM};
-use crate::acker::table::{reached, Tick};
+use crate::acker::timers::ticks::{reached, Tick};
 use crate::sync::{Arc, Ordering};
 
 /// A new entry, for the reaper to find again: its slot (across the acker's tables) and a

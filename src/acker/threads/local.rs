@@ -9,7 +9,7 @@ use std::cell::{Cell, RefCell};
 #[cfg(not(loom))]
 use super::Batch;
 use super::{Active, Batches, Entry, Pushed};
-use crate::acker::table::Tick;
+use crate::acker::timers::ticks::Tick;
 #[cfg(not(loom))]
 use crate::sync::{Arc, Ordering};
 
