@@ -1,6 +1,7 @@
 //! Loom models of the async acker's slab (`src/future/slab.rs`): cells inserted and removed
 //! from two threads at once, on one page and across shards, while pages are made, kept as
-//! spares, freed and made again, and `close` racing a remove that empties a page.
+//! spares, freed and made again; a cell freed by one thread and reused by another; and
+//! `close` racing a remove that empties a page.
 //!
 //! Under loom a page holds 2 cells and there are 2 shards (one per model thread), so a
 //! few operations make and free pages. Every cell's contents go through a loom
@@ -81,5 +82,42 @@ fn close_vs_a_remove_that_empties_a_page() {
         slab.close();
         remover.join().unwrap();
         assert_eq!(Arc::strong_count(&slab), 1, "a spare page survived close");
+    });
+}
+
+/// A cell reused across threads: one thread writes a cell and hands its number over, the
+/// other reads it and removes it, while the first inserts again, on the same page of its
+/// own shard, and so may be handed the very cell the other is still reading or has just
+/// freed. The remover's read must happen before the reuse's write (loom reports it
+/// otherwise), and the new cell must never be one still live.
+#[test]
+fn a_cell_freed_by_one_thread_is_reused_by_another() {
+    use loom::sync::atomic::{AtomicU32, Ordering};
+    loom::model(|| {
+        let slab = Arc::new(Cells::new());
+        let handed = Arc::new(AtomicU32::new(u32::MAX));
+        let keep = put(&slab, 9); // keeps the page alive: the freed cell goes back to it
+        let reader = thread::spawn({
+            let (slab, handed) = (Arc::clone(&slab), Arc::clone(&handed));
+            move || loop {
+                // Acquire: the writer's `put` happens before this thread reads the cell.
+                let number = handed.load(Ordering::Acquire);
+                if number != u32::MAX {
+                    take(&slab, number, 5);
+                    return;
+                }
+                thread::yield_now();
+            }
+        });
+        let first = put(&slab, 5);
+        // Release: the cell's contents are published with its number.
+        handed.store(first.number(), Ordering::Release);
+        let again = put(&slab, 6);
+        assert_ne!(again.number(), keep.number());
+        reader.join().unwrap();
+        take(&slab, again.number(), 6);
+        take(&slab, keep.number(), 9);
+        slab.close();
+        assert_eq!(Arc::strong_count(&slab), 1, "a page outlived its cells");
     });
 }
