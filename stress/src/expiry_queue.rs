@@ -40,8 +40,8 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
 
-use crate::report::{self, Percentiles, Progress, Sample};
-use crate::{rss, split_seed};
+use crate::common::report::{self, Percentiles, Progress, Sample};
+use crate::common::{rss, split_seed};
 
 /// The scenario's knobs.
 #[derive(Debug, Clone, Serialize)]

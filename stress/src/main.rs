@@ -19,11 +19,9 @@
 //! [`svg`] and [`rss`] are shared helpers.
 
 mod acker;
+mod common;
 mod expiry_queue;
 mod partitioned;
-mod report;
-mod rss;
-mod svg;
 mod wheel;
 
 use std::num::NonZeroUsize;
@@ -35,6 +33,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use clap::{Parser, ValueEnum};
 use serde::Serialize;
+
+use common::{report, split_seed, svg};
 
 /// Randomized multi-core stress runs of ackwheel, checked against oracles and models.
 #[derive(Debug, Parser)]
@@ -643,13 +643,4 @@ fn run_threads(
         })
         .collect();
     (reports, start.elapsed())
-}
-
-/// Thread `index`'s seed: a SplitMix64 step of `seed` and the index, so neighbouring seeds
-/// and threads get unrelated streams.
-pub(crate) fn split_seed(seed: u64, index: u64) -> u64 {
-    let mut z = seed ^ index.wrapping_add(1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
 }

@@ -58,8 +58,8 @@ use crossbeam_channel::{bounded, unbounded, Receiver, Sender};
 use crossbeam_utils::CachePadded;
 use serde::Serialize;
 
-use crate::report;
-use crate::split_seed;
+use crate::common::report;
+use crate::common::split_seed;
 use oracle::{Judged, Oracle};
 use threads::{node, spout, Back, Msg, SpoutReport};
 

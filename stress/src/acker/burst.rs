@@ -35,7 +35,7 @@ use std::time::{Duration, Instant};
 use ackwheel::Acker;
 use serde::{Deserialize, Serialize};
 
-use crate::rss;
+use crate::common::rss;
 
 /// Set (to `path,roots`) in the child process that measures one path.
 pub(crate) const BURST_ENV: &str = "ACKWHEEL_STRESS_BURST";

@@ -35,7 +35,7 @@ use std::time::{Duration, Instant};
 use ackwheel::{Acker, InitError};
 use serde::{Deserialize, Serialize};
 
-use crate::rss;
+use crate::common::rss;
 
 /// Set in a child process to what it measures: `build,N` (N default ackers) or
 /// `churn,TREES`.

@@ -35,7 +35,7 @@ use hdrhistogram::Histogram;
 use serde::Serialize;
 
 use super::footprint::tree;
-use crate::report::{self, Percentiles};
+use crate::common::report::{self, Percentiles};
 
 /// The neighbour's trees in flight (a power of two).
 pub(crate) const IN_FLIGHT: u64 = 1 << 10;

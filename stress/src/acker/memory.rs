@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use ackwheel::{Acker, ManualClock};
 use serde::Serialize;
 
-use crate::rss;
+use crate::common::rss;
 
 /// The roots' timeout (any length: the clock is manual).
 const TIMEOUT: Duration = Duration::from_secs(30);

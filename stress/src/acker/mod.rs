@@ -47,8 +47,8 @@ use ackwheel::Acker;
 use crossbeam_utils::CachePadded;
 use serde::Serialize;
 
-use crate::report::{self, Percentiles, Progress, Sample};
-use crate::{rss, split_seed};
+use crate::common::report::{self, Percentiles, Progress, Sample};
+use crate::common::{rss, split_seed};
 use oracle::{Oracle, Tally};
 use topology::{Counters, Shape, Topology};
 

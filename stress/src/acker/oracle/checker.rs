@@ -8,7 +8,7 @@ use crossbeam_channel::{Receiver, Sender};
 use hdrhistogram::Histogram;
 
 use super::*;
-use crate::report;
+use crate::common::report;
 
 /// Outcome counts by fate: `counts[fate][outcome]`, outcome 0 = Acked, 1 = Failed,
 /// 2 = TimedOut.
