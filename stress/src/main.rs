@@ -26,15 +26,13 @@ mod wheel;
 
 use std::num::NonZeroUsize;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Barrier};
 use std::thread;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use clap::{Parser, ValueEnum};
 use serde::Serialize;
 
-use common::{report, split_seed, svg};
+use common::{report, svg};
 
 /// Randomized multi-core stress runs of ackwheel, checked against oracles and models.
 #[derive(Debug, Parser)]
@@ -220,7 +218,7 @@ struct Output {
     #[serde(skip_serializing_if = "Option::is_none")]
     expiry_queue: Option<expiry_queue::Summary>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    wheel: Option<WheelSummary>,
+    wheel: Option<wheel::Summary>,
     #[serde(skip_serializing_if = "Option::is_none")]
     partitioned: Option<partitioned::Summary>,
 }
@@ -360,7 +358,7 @@ fn main() -> ExitCode {
         out.expiry_queue = Some(summary);
     }
     if matches!(cli.scenario, Scenario::Wheel | Scenario::All) {
-        let summary = run_wheel(seed, cli.ops, threads, wheel_s);
+        let summary = wheel::run(seed, cli.ops, threads, wheel_s);
         out.violations += summary.failures.len() as u64;
         out.wheel = Some(summary);
     }
@@ -508,139 +506,4 @@ fn plot(out: &Output) -> String {
         });
     }
     svg::render(&charts)
-}
-
-// === the wheel scenario's runner ===
-
-/// What one worker thread is allowed to do, and how it learns to stop early.
-#[derive(Debug)]
-pub(crate) struct Limits {
-    /// This thread's share of `--ops`.
-    pub(crate) ops: u64,
-    /// `--duration`, as an instant.
-    pub(crate) until: Option<Instant>,
-    /// Set by the first thread that fails, so the others stop soon.
-    pub(crate) stop: Arc<AtomicBool>,
-}
-
-impl Limits {
-    /// `true` once the run should end. Cheap enough to call every few thousand operations.
-    pub(crate) fn expired(&self) -> bool {
-        // Relaxed: the flag carries no data; a failing thread's report travels by join().
-        self.stop.load(Ordering::Relaxed) || self.until.is_some_and(|t| Instant::now() >= t)
-    }
-}
-
-/// What one worker thread did.
-#[derive(Debug, Default)]
-pub(crate) struct ThreadReport {
-    /// Operations performed (every call on the structure under test counts one).
-    pub(crate) ops: u64,
-    /// Scenario-specific counters, printed after the rate (e.g. "3.1M fired, 12 wheels").
-    pub(crate) detail: String,
-    /// The first model mismatch, with what is needed to replay it.
-    pub(crate) failure: Option<String>,
-    /// This thread's own run time (set by the runner).
-    pub(crate) elapsed: Duration,
-}
-
-/// The wheel scenario's figures.
-#[derive(Debug, Default, Serialize)]
-struct WheelSummary {
-    ops: u64,
-    seconds: f64,
-    ops_per_s: f64,
-    per_thread_mops: Vec<f64>,
-    failures: Vec<String>,
-}
-
-fn run_wheel(seed: u64, ops: u64, threads: usize, seconds: f64) -> WheelSummary {
-    let until = Some(Instant::now() + Duration::from_secs_f64(seconds));
-    println!("wheel: {threads} threads, {ops} ops, at most {seconds:.1} s, seed {seed}");
-    let (reports, elapsed) = run_threads(seed, ops, threads, until);
-    let mut summary = WheelSummary {
-        seconds: elapsed.as_secs_f64(),
-        ..WheelSummary::default()
-    };
-    for (index, report) in reports.iter().enumerate() {
-        summary.ops += report.ops;
-        let mops = report.ops as f64 / report.elapsed.as_secs_f64().max(1e-9) / 1e6;
-        summary.per_thread_mops.push(mops);
-        println!(
-            "  thread {index}: {} ops, {mops:.2} M ops/s ({})",
-            report.ops, report.detail
-        );
-        if let Some(failure) = &report.failure {
-            summary.failures.push(format!("thread {index}: {failure}"));
-        }
-    }
-    summary.ops_per_s = summary.ops as f64 / summary.seconds.max(1e-9);
-    println!(
-        "  total: {} ops in {:.2} s, {:.2} M ops/s",
-        summary.ops,
-        summary.seconds,
-        summary.ops_per_s / 1e6
-    );
-    println!("  violations   {}", summary.failures.len());
-    for failure in &summary.failures {
-        println!("VIOLATION: {failure}");
-    }
-    summary
-}
-
-/// Runs `threads` wheel workers, started together, and returns their reports and the wall
-/// time from the start signal to the last join.
-fn run_threads(
-    seed: u64,
-    ops: u64,
-    threads: usize,
-    until: Option<Instant>,
-) -> (Vec<ThreadReport>, Duration) {
-    let stop = Arc::new(AtomicBool::new(false));
-    let barrier = Arc::new(Barrier::new(threads + 1));
-    let handles: Vec<_> = (0..threads)
-        .map(|index| {
-            let share = ops / threads as u64 + u64::from((index as u64) < ops % threads as u64);
-            let limits = Limits {
-                ops: share,
-                until,
-                stop: Arc::clone(&stop),
-            };
-            let barrier = Arc::clone(&barrier);
-            let thread_seed = split_seed(seed, index as u64);
-            thread::Builder::new()
-                .name(format!("stress-{index}"))
-                .spawn(move || {
-                    barrier.wait();
-                    let start = Instant::now();
-                    let mut report = wheel::run(thread_seed, &limits);
-                    report.elapsed = start.elapsed();
-                    if report.failure.is_some() {
-                        limits.stop.store(true, Ordering::Relaxed);
-                    }
-                    report
-                })
-                .expect("spawn a stress thread")
-        })
-        .collect();
-    barrier.wait();
-    let start = Instant::now();
-    let reports = handles
-        .into_iter()
-        .map(|h| {
-            h.join().unwrap_or_else(|panic| {
-                stop.store(true, Ordering::Relaxed);
-                let message = panic
-                    .downcast_ref::<String>()
-                    .map(String::as_str)
-                    .or_else(|| panic.downcast_ref::<&str>().copied())
-                    .unwrap_or("non-string panic payload");
-                ThreadReport {
-                    failure: Some(format!("panicked: {message}")),
-                    ..ThreadReport::default()
-                }
-            })
-        })
-        .collect();
-    (reports, start.elapsed())
 }

@@ -1,40 +1,14 @@
-//! The wheel scenario: one single-owner `TimerWheel` per thread, driven by random schedule /
-//! reschedule / cancel / advance and checked after every operation against a model.
-//!
-//! A thread runs a sequence of *episodes*, each a fresh wheel with its own clock origin
-//! (0, just below 2^63, just below `u64::MAX` so it wraps within the episode, or anywhere),
-//! its own resolution (1 ns to 2^43 ns) and its own population cap (64 to 100k timers).
-//!
-//! ## The model
-//!
-//! Time in the model is *unwrapped*: a `u128` that starts at 2^64 and only grows, so "due"
-//! is a plain `<=`. The wheel sees `origin + t` truncated to 64 bits. Live timers sit in a
-//! slab (`entries`, with a dense `live` list for random picks) and in a `BTreeSet` ordered
-//! by unwrapped deadline, so "is anything due left?" is one `first()`.
-//!
-//! ## What is checked
-//!
-//! * every yielded timer was scheduled, is yielded once, carries its key, deadline and
-//!   value, and is due at the advance's `now` (both unwrapped and by the API's wrapping rule
-//!   `(now - deadline) as i64 >= 0`);
-//! * an advance into a later finest tick that is drained to the end leaves no due timer
-//!   behind (the wheel's promise: at most one resolution late);
-//! * an advance backwards yields nothing and keeps the wheel's time;
-//! * `len`, `deadline`, `get`, `get_mut` agree with the model; stale keys (cancelled or
-//!   fired) are refused by `cancel`, `reschedule`, `deadline` and `get`;
-//! * `next_expiration_delay` is `None` exactly when empty, else at least 1 and never past
-//!   the end of the earliest deadline's tick;
-//! * at the end of each episode, `iter()` and `iter().rev()` list exactly the model's
-//!   timers, in mirrored order.
+//! One wheel thread's work: a sequence of episodes, each a fresh `TimerWheel` driven by
+//! random operations and checked after every one against its [`Model`].
 
-use std::collections::BTreeSet;
 use std::time::Duration;
 
 use ackwheel::{TimerKey, TimerWheel};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-use crate::{Limits, ThreadReport};
+use super::model::Model;
+use super::{Limits, ThreadReport};
 
 /// The wheel's payload: the model slot of the timer and its unique id.
 type Payload = (u32, u64);
@@ -100,101 +74,6 @@ pub(crate) fn run(seed: u64, limits: &Limits) -> ThreadReport {
         elapsed: Duration::ZERO,
     }
 }
-
-// === impl Model ===
-
-#[derive(Debug, Clone, Copy)]
-struct Entry {
-    key: TimerKey,
-    deadline: u128,
-    id: u64,
-    /// Index in `Model::live`; meaningful only while `live`.
-    pos: u32,
-    live: bool,
-}
-
-/// The reference: which timers exist, when they are due, and in deadline order.
-#[derive(Debug, Default)]
-struct Model {
-    entries: Vec<Entry>,
-    free: Vec<u32>,
-    live: Vec<u32>,
-    order: BTreeSet<(u128, u64)>,
-}
-
-impl Model {
-    fn len(&self) -> usize {
-        self.live.len()
-    }
-
-    /// The slot the next `insert` will use (known before scheduling, as it is the payload).
-    fn next_slot(&self) -> u32 {
-        self.free
-            .last()
-            .copied()
-            .unwrap_or(self.entries.len() as u32)
-    }
-
-    fn insert(&mut self, key: TimerKey, deadline: u128, id: u64) -> u32 {
-        let entry = Entry {
-            key,
-            deadline,
-            id,
-            pos: self.live.len() as u32,
-            live: true,
-        };
-        let slot = match self.free.pop() {
-            Some(slot) => {
-                self.entries[slot as usize] = entry;
-                slot
-            }
-            None => {
-                self.entries.push(entry);
-                self.entries.len() as u32 - 1
-            }
-        };
-        self.live.push(slot);
-        self.order.insert((deadline, id));
-        slot
-    }
-
-    /// The live entry in `slot` whose id is `id`, if there is one.
-    fn get(&self, slot: u32, id: u64) -> Option<&Entry> {
-        self.entries
-            .get(slot as usize)
-            .filter(|e| e.live && e.id == id)
-    }
-
-    fn remove(&mut self, slot: u32) -> Entry {
-        let entry = self.entries[slot as usize];
-        debug_assert!(entry.live);
-        self.entries[slot as usize].live = false;
-        self.live.swap_remove(entry.pos as usize);
-        if let Some(&moved) = self.live.get(entry.pos as usize) {
-            self.entries[moved as usize].pos = entry.pos;
-        }
-        self.free.push(slot);
-        self.order.remove(&(entry.deadline, entry.id));
-        entry
-    }
-
-    fn set_deadline(&mut self, slot: u32, deadline: u128) {
-        let entry = &mut self.entries[slot as usize];
-        self.order.remove(&(entry.deadline, entry.id));
-        entry.deadline = deadline;
-        self.order.insert((deadline, entry.id));
-    }
-
-    fn random_live(&self, rng: &mut SmallRng) -> Option<u32> {
-        (!self.live.is_empty()).then(|| self.live[rng.random_range(0..self.live.len())])
-    }
-
-    fn earliest(&self) -> Option<u128> {
-        self.order.first().map(|&(d, _)| d)
-    }
-}
-
-// === impl Episode ===
 
 /// One wheel and its model.
 struct Episode {
