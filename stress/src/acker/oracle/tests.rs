@@ -23,7 +23,7 @@ fn record(flags: u32, outcome: u32, completed_after: u64) -> Record {
 
 #[test]
 fn a_slot_is_about_half_a_kibibyte() {
-    // --in-flight's limit in main.rs assumes so.
+    // --in-flight's limit in cli.rs assumes so.
     assert!(
         std::mem::size_of::<Slot>() <= 512,
         "{}",
