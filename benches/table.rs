@@ -23,7 +23,7 @@ use std::hint::black_box;
 use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
-use ackwheel::table::{Completed, Done, Key, Roots, KEY_SHIFT};
+use ackwheel::table::{Completed, Effects, Key, Table, KEY_SHIFT};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use dashmap::DashMap;
 
@@ -49,7 +49,7 @@ fn key(tree: u64) -> Key {
 }
 
 /// The 128-bit-word table: init, ack, and on completion take the payload and free.
-struct Engine(Roots<u32>);
+struct Engine(Table<u32>);
 
 /// A bare concurrent map with the same XOR bookkeeping (no orphans, no state).
 struct Dash(DashMap<u64, u64>);
@@ -57,20 +57,20 @@ struct Dash(DashMap<u64, u64>);
 /// The same on scc's map: one `entry_sync` (the bucket's lock) per message.
 struct Scc(scc::HashMap<u64, u64>);
 
-trait Table: Sync {
+trait Map: Sync {
     fn init(&self, tree: u64);
     /// `true` when this ack completed the tree.
     fn ack(&self, tree: u64, xor: u64) -> bool;
 }
 
-impl Table for Engine {
+impl Map for Engine {
     fn init(&self, tree: u64) {
-        let mut done = Done::default();
+        let mut done = Effects::default();
         let _ = self.0.init(key(tree), xor_of(tree), tree as u32, &mut done);
     }
 
     fn ack(&self, tree: u64, xor: u64) -> bool {
-        let mut done = Done::default();
+        let mut done = Effects::default();
         self.0.ack(key(tree), xor, &mut done);
         match done.take() {
             Some(Completed { slot, key, .. }) => {
@@ -85,7 +85,7 @@ impl Table for Engine {
     }
 }
 
-impl Table for Dash {
+impl Map for Dash {
     fn init(&self, tree: u64) {
         *self.0.entry(mix(tree)).or_insert(0) ^= xor_of(tree);
     }
@@ -101,7 +101,7 @@ impl Table for Dash {
     }
 }
 
-impl Table for Scc {
+impl Map for Scc {
     fn init(&self, tree: u64) {
         *self.0.entry_sync(mix(tree)).or_insert(0).get_mut() ^= xor_of(tree);
     }
@@ -126,7 +126,7 @@ impl Table for Scc {
 
 /// One step of the window over trees `base + 0, base + 1, ...`: init tree `i`, ack one
 /// edge of each of four older trees (the last edge of the oldest).
-fn step(table: &impl Table, base: u64, i: u64) {
+fn step(table: &impl Map, base: u64, i: u64) {
     table.init(base + i);
     for back in 1..=4u64 {
         if let Some(tree) = i.checked_sub(back * WINDOW / 4) {
@@ -137,7 +137,7 @@ fn step(table: &impl Table, base: u64, i: u64) {
 }
 
 fn engine() -> Engine {
-    Engine(Roots::new(1024)) // 4096 slots for ~1.3k entries, as growth would keep them
+    Engine(Table::new(1024)) // 4096 slots for ~1.3k entries, as growth would keep them
 }
 
 fn dash() -> Dash {
@@ -155,7 +155,7 @@ fn one_thread(c: &mut Criterion, group: &str, held: u64) {
     fn run(
         group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
         name: &str,
-        table: &impl Table,
+        table: &impl Map,
         held: u64,
     ) {
         // Held roots are trees numbered from 2^40, inited and never acked.
@@ -177,7 +177,7 @@ fn one_thread(c: &mut Criterion, group: &str, held: u64) {
 /// A lean table with room for `held` roots beside the window, at most about half full.
 fn lean_sized(held: u64) -> Engine {
     let slots = ((held + 2 * WINDOW) * 2).next_power_of_two() as usize;
-    Engine(Roots::new((slots / 4).max(1024)))
+    Engine(Table::new((slots / 4).max(1024)))
 }
 
 fn lifecycle_1t(c: &mut Criterion) {
@@ -190,7 +190,7 @@ fn lifecycle_1m(c: &mut Criterion) {
 
 /// Two threads, each stepping its own trees (thread `k`'s trees are numbered from
 /// `k << 48`) over one shared table; the time is the wall clock for `iters` trees in all.
-fn two_threads_on(table: &impl Table, iters: u64, next: &mut [u64; 2]) -> Duration {
+fn two_threads_on(table: &impl Map, iters: u64, next: &mut [u64; 2]) -> Duration {
     let per_thread = iters.div_ceil(2);
     let barrier = Barrier::new(2);
     let start = std::thread::scope(|s| {
@@ -224,7 +224,7 @@ fn lifecycle_2t(c: &mut Criterion) {
     fn run(
         group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
         name: &str,
-        table: &impl Table,
+        table: &impl Map,
     ) {
         let mut next = [0u64; 2];
         group.bench_function(name, |b| {
@@ -241,12 +241,13 @@ fn ack_64k(c: &mut Criterion) {
     const HELD: u64 = 1 << 16;
     let mut group = c.benchmark_group("table/ack/1t/64k-pending");
     group.throughput(Throughput::Elements(1));
-    let engine = Engine(Roots::new(HELD as usize / 2)); // 2 slots per root
+    let engine = Engine(Table::new(HELD as usize / 2)); // 2 slots per root
     let dash = Dash(DashMap::new());
     let order: Vec<u64> = (0..HELD).map(|i| mix(i ^ 0x5eed) % HELD).collect();
     for tree in 0..HELD {
-        // Bit 0 of the value stays set: no ack (edges have bit 0 set, sent twice) clears it.
-        let mut done = Done::default();
+        // Bit 0 of the value stays set: no ack (edges have bit 0 set, sent twice) clears
+        // it.
+        let mut done = Effects::default();
         engine.0.init(key(tree), 1 << 63 | 1, 0, &mut done).unwrap();
         dash.0.insert(mix(tree), 1 << 63 | 1);
     }

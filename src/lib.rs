@@ -50,7 +50,7 @@ pub use acker::{Acker, AckerBuilder, AckerStats, Completion, InitError, Message,
 pub mod table {
     pub use crate::acker::table::word::{Key, Phase, Word, KEY_SHIFT};
     pub use crate::acker::table::{
-        Applied, Completed, Done, Expiry, Message, Refused, Roots, Stamp, GROUP_SLOTS, MAX_PROBE,
+        Applied, Completed, Effects, Expiry, Message, Refused, Stamp, Table, GROUP_SLOTS, MAX_PROBE,
     };
 }
 /// The per-thread records (timer hand-off, operation marks), for the `threads` loom
@@ -58,7 +58,7 @@ pub mod table {
 #[cfg(loom)]
 #[doc(hidden)]
 pub mod threads {
-    pub use crate::acker::threads::{Batch, Batches, Entry, Pushed};
+    pub use crate::acker::threads::{Entry, Pushed, Record, Threads};
     pub use crate::sync::fences::Fences;
 }
 pub use clock::{Clock, ManualClock, MonotonicClock};

@@ -2,19 +2,20 @@
 //! tree, timeouts and resets against a reaper pass, init against shutdown, and the
 //! `max_pending` credits, through the public API.
 //!
-//! Each model asserts exactly-once delivery (one `Completion` per initialized root, with the
-//! outcome the racing calls' return values agree with) and that nothing is left behind
+//! Each model asserts exactly-once delivery (one `Completion` per initialized root, with
+//! the outcome the racing calls' return values agree with) and that nothing is left behind
 //! (`pending()` back to 0 once every deadline has passed). The ackers are tiny: under loom
 //! an acker has 16 tables (`MIN_TABLES`), each of two groups of two slots (`GROUP_SLOTS` 2,
 //! `MAX_PROBE` 1), and with `max_pending` at most 4 no table grows, so full groups and
 //! overflow are a few steps away. Roots that must share a home group are computed
-//! ([`home`]). A completing call frees its slot itself, so reuse needs no reaper pass.
-//! The reaper thread is a std thread that loom cannot model: the models use manual ackers
-//! and run passes with `expire()`. Clocks use std atomics on purpose: time is an input
-//! here, not part of the protocol, and loom runs every model thread on one OS thread.
+//! ([`home`]). A completing call frees its slot itself, so reuse needs no reaper pass. The
+//! reaper thread is a std thread that loom cannot model: the models use manual ackers and
+//! run passes with `expire()`. Clocks use std atomics on purpose: time is an input here,
+//! not part of the protocol, and loom runs every model thread on one OS thread.
 //!
-//! The table's own races (twin claims, slot reuse, resets) are modelled on `Roots` in
-//! `roots.rs`, migrations in `migrate.rs`, the timer batches in `batches.rs`.
+//! The table's own races (twin claims, slot reuse, resets) are modelled on `Table` in
+//! `table.rs`, migrations in `migrate.rs`, the per-thread records (timer hand-off, marks)
+//! in `threads.rs`.
 #![cfg(loom)]
 
 use std::sync::Mutex as StdMutex;
@@ -182,7 +183,7 @@ fn ack_vs_timeout_completes_once() {
 /// `reset_timeout` races the reaper at the deadline: a reset that reports success is
 /// honoured (the tree is not timed out at the old deadline), and one that reports failure
 /// found the tree already timed out. (A reaper that read the old deadline before the reset
-/// must not time the tree out: the reset's R flag fails its CAS, `Roots::expire`.)
+/// must not time the tree out: the reset's R flag fails its CAS, `Table::expire`.)
 #[test]
 fn reset_vs_timeout_honours_a_successful_reset() {
     model(|| {
@@ -257,9 +258,9 @@ fn duplicated_ack_vs_init_of_a_held_orphan_never_completes() {
 
 /// Both copies race init of a root nobody has seen: the first creates the orphan (or
 /// meets init's new JOINING claim), the second races init's join or its settle. Bounded
-/// at 4 preemptions, as on the first core, where 4 were the fewest that reached its
-/// failing interleaving; `roots_duplicated_ack_vs_init_never_completes` in `roots.rs` is
-/// the same race on the table alone.
+/// at 4 preemptions, the fewest that reach a failing interleaving of this race when the
+/// join is wrong; `roots_duplicated_ack_vs_init_never_completes` in `table.rs` is the same
+/// race on the table alone.
 #[test]
 fn duplicated_ack_vs_init_of_a_new_root_never_completes() {
     bounded(4).check(|| duplicated_ack_vs_init(false));
@@ -356,15 +357,15 @@ const SEED: u64 = 0x5eed;
 const GROUPS: u64 = 2;
 
 /// Where `root` lives: `(table, home group)`. The mix and layout of
-/// `src/acker/engine/layout.rs` (`Mix::hash`, then `Layout::place` with 4 table bits for the
-/// 16 tables) and the multiply-shift of the key's top bits in `Roots::home`.
+/// `src/acker/engine/layout.rs` (`Mix::hash`, then `Layout::place` with 4 table bits for
+/// the 16 tables) and the multiply-shift of the key's top bits in `Table::home`.
 fn home(root: u64) -> (usize, usize) {
     let z = root ^ SEED;
     let z = (z ^ (z >> 32)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     let hash = z ^ (z >> 32);
     let table = (hash >> 60) as usize;
     // The key is the hash rotated left by the table bits, less its low `KEY_SHIFT` bits;
-    // `Roots::home` scales its top bits (`key << KEY_SHIFT`) to the group count.
+    // `Table::home` scales its top bits (`key << KEY_SHIFT`) to the group count.
     let top = hash.rotate_left(4) & !((1 << KEY_SHIFT) - 1);
     let group = (u128::from(top) * u128::from(GROUPS)) >> 64;
     (table, group as usize)

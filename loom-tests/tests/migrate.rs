@@ -11,14 +11,15 @@
 //! table its `gen` names. Each model asserts exactly-once: the tree completes once, with
 //! its payload and the outcome its messages call for; afterwards neither table holds an
 //! entry of the root, and `old`, once `moved_all()`, holds no HELD, LIVE or FROZEN word.
-//! The successor is large enough that nothing is ever stranded (asserted on every `Done`).
+//! The successor is large enough that nothing is ever stranded (asserted on every
+//! `Effects`).
 //!
 //! What each model's "Catches" names was checked: with that step of the protocol broken
 //! (in a scratch copy of `src/`), the model fails.
 #![cfg(loom)]
 
 use ackwheel::table::{
-    Applied, Completed, Done, Expiry, Key, Message, Refused, Roots, Stamp, KEY_SHIFT,
+    Applied, Completed, Effects, Expiry, Key, Message, Refused, Stamp, Table, KEY_SHIFT,
 };
 use ackwheel::Outcome;
 use loom::sync::Arc;
@@ -37,21 +38,21 @@ fn key(home: usize, low: u64) -> Key {
 const NONE: [(u32, Outcome); 0] = [];
 
 /// Every creation stamp: start and base at tick 1.
-fn stamped() -> Done<'static> {
-    Done::stamped(Stamp::new(1, 1))
+fn stamped() -> Effects<'static> {
+    Effects::stamped(Stamp::new(1, 1))
 }
 
 /// A table and its successor. The successor is owned here, so it lives as long as the old
 /// table, whose `next` points at it once [`begin`](Pair::begin) ran.
 struct Pair {
-    old: Roots<u32>,
-    next: Box<Roots<u32>>,
+    old: Table<u32>,
+    next: Box<Table<u32>>,
 }
 
 impl Pair {
     /// The pair, its migration not begun yet.
     fn new() -> Arc<Pair> {
-        let old = Roots::new(GROUPS);
+        let old = Table::new(GROUPS);
         let next = Box::new(old.successor_of(2 * GROUPS));
         assert_eq!(next.gen(), old.gen() + 1);
         Arc::new(Pair { old, next })
@@ -59,7 +60,7 @@ impl Pair {
 
     /// Starts the migration: `old.next = next`. Called once per pair.
     fn begin(&self) {
-        let next = &*self.next as *const Roots<u32> as *mut Roots<u32>;
+        let next = &*self.next as *const Table<u32> as *mut Table<u32>;
         // Safety: `next` is owned by this pair, beside `old`, so it is valid as long as
         // `old` is; the table is only read through the pointer (`successor()` makes a
         // shared reference); and every model calls this once.
@@ -67,7 +68,7 @@ impl Pair {
     }
 
     /// The table of generation `gen`.
-    fn table(&self, gen: u32) -> &Roots<u32> {
+    fn table(&self, gen: u32) -> &Table<u32> {
         if gen == self.old.gen() {
             &self.old
         } else if gen == self.next.gen() {
@@ -80,7 +81,7 @@ impl Pair {
     /// After a call on the pair: drops the timers to file, asserts nothing was stranded,
     /// and finishes each completion the call claimed in the table its `gen` names (takes
     /// the payload, frees the slot).
-    fn finish(&self, done: &mut Done<'_>) -> Vec<(u32, Outcome)> {
+    fn finish(&self, done: &mut Effects<'_>) -> Vec<(u32, Outcome)> {
         while done.take_to_file().is_some() {}
         assert_eq!(
             done.take_stranded(),

@@ -8,7 +8,7 @@
 //! overflow and reuse are a few steps away.
 #![cfg(loom)]
 
-use ackwheel::table::{Applied, Completed, Done, Expiry, Key, Refused, Roots, KEY_SHIFT};
+use ackwheel::table::{Applied, Completed, Effects, Expiry, Key, Refused, Table, KEY_SHIFT};
 use ackwheel::Outcome;
 use loom::sync::Arc;
 use loom::thread;
@@ -22,12 +22,12 @@ fn key(home: usize, low: u64) -> Key {
     Key::new((home as u64) << shift | low)
 }
 
-fn table() -> Arc<Roots<u32>> {
-    Arc::new(Roots::new(GROUPS))
+fn table() -> Arc<Table<u32>> {
+    Arc::new(Table::new(GROUPS))
 }
 
 /// Takes the payload of a completion the call claimed and frees the slot.
-fn finish(roots: &Roots<u32>, mut done: Done) -> Option<(u32, Outcome)> {
+fn finish(roots: &Table<u32>, mut done: Effects) -> Option<(u32, Outcome)> {
     let Completed {
         slot, key, outcome, ..
     } = done.take()?;
@@ -40,22 +40,22 @@ fn finish(roots: &Roots<u32>, mut done: Done) -> Option<(u32, Outcome)> {
     Some((payload, outcome))
 }
 
-fn ack(roots: &Roots<u32>, key: Key, xor: u64) -> Option<(u32, Outcome)> {
-    let mut done = Done::default();
+fn ack(roots: &Table<u32>, key: Key, xor: u64) -> Option<(u32, Outcome)> {
+    let mut done = Effects::default();
     assert_ne!(roots.ack(key, xor, &mut done), Applied::Full);
     finish(roots, done)
 }
 
-fn init(roots: &Roots<u32>, key: Key, xor: u64, payload: u32) -> Option<(u32, Outcome)> {
-    let mut done = Done::default();
+fn init(roots: &Table<u32>, key: Key, xor: u64, payload: u32) -> Option<(u32, Outcome)> {
+    let mut done = Effects::default();
     roots.init(key, xor, payload, &mut done).unwrap();
     finish(roots, done)
 }
 
 /// An init of `key` that reports `Ok(true)` when it joined and completed nothing, or how it
 /// was refused.
-fn init_alone(roots: &Roots<u32>, key: Key, xor: u64, payload: u32) -> Result<bool, Refused<u32>> {
-    let mut done = Done::default();
+fn init_alone(roots: &Table<u32>, key: Key, xor: u64, payload: u32) -> Result<bool, Refused<u32>> {
+    let mut done = Effects::default();
     roots
         .init(key, xor, payload, &mut done)
         .map(|()| done.is_none())
@@ -110,7 +110,7 @@ fn roots_ack_vs_fail_completes_once() {
         init(&roots, k, 0b1, 7);
         let other = Arc::clone(&roots);
         let t = thread::spawn(move || {
-            let mut done = Done::default();
+            let mut done = Effects::default();
             other.fail(k, &mut done);
             finish(&other, done)
         });
@@ -141,7 +141,7 @@ fn roots_duplicated_ack_vs_init_never_completes() {
         assert_eq!(t.join().unwrap(), [None, None]);
         let (slot, word) = roots.find(k).unwrap();
         assert_eq!(word.value(), 0b10);
-        let mut done = Done::default();
+        let mut done = Effects::default();
         assert_eq!(roots.expire(slot, k.tag(), 1, &mut done), Expiry::TimedOut);
         assert_eq!(finish(&roots, done), Some((7, Outcome::TimedOut)));
     });
@@ -178,7 +178,7 @@ fn roots_twin_claims_merge_and_complete_once() {
         let other = Arc::clone(&roots);
         let t = thread::spawn(move || {
             let (slot, _) = other.find(x).unwrap();
-            let mut done = Done::default();
+            let mut done = Effects::default();
             assert_eq!(other.expire(slot, x.tag(), 1, &mut done), Expiry::Dropped);
             ack(&other, k, 0b01)
         });
@@ -199,10 +199,10 @@ fn roots_init_vs_init_joins_once() {
         let k = key(1, 1);
         let other = Arc::clone(&roots);
         let t = thread::spawn(move || {
-            let mut done = Done::default();
+            let mut done = Effects::default();
             other.init(k, 0b1, 8, &mut done).map(|()| done.is_none())
         });
-        let mut done = Done::default();
+        let mut done = Effects::default();
         let mine = roots.init(k, 0b1, 7, &mut done).map(|()| done.is_none());
         let theirs = t.join().unwrap();
         let (winner, refused) = match (mine, theirs) {
@@ -286,7 +286,7 @@ fn roots_reset_vs_timeout_is_never_lost() {
         let (slot, _) = roots.find(k).unwrap();
         let other = Arc::clone(&roots);
         let t = thread::spawn(move || other.reset(k, 11));
-        let mut done = Done::default();
+        let mut done = Effects::default();
         let expiry = roots.expire(slot, k.tag(), 1, &mut done);
         let timed_out = finish(&roots, done);
         let reset = t.join().unwrap();
@@ -305,15 +305,15 @@ fn roots_reset_vs_timeout_is_never_lost() {
 /// (as the reaper drops an orphan) and then runs `then`, whose claim for `k` may land in
 /// the slot that this thread's claim passed by: a twin window.
 fn in_a_twin_window<R: Send + 'static>(
-    roots: &Arc<Roots<u32>>,
-    then: impl FnOnce(&Roots<u32>) -> R + Send + 'static,
+    roots: &Arc<Table<u32>>,
+    then: impl FnOnce(&Table<u32>) -> R + Send + 'static,
 ) -> thread::JoinHandle<R> {
     let x = key(0, 9);
     ack(roots, x, 0b1);
     let other = Arc::clone(roots);
     thread::spawn(move || {
         let (slot, _) = other.find(x).unwrap();
-        let mut done = Done::default();
+        let mut done = Effects::default();
         assert_eq!(other.expire(slot, x.tag(), 1, &mut done), Expiry::Dropped);
         then(&other)
     })
@@ -328,9 +328,9 @@ fn roots_duplicate_init_in_a_twin_window_is_refused() {
         let roots = table();
         let k = key(0, 1);
         let t = in_a_twin_window(&roots, move |roots| ack(roots, k, 0b100));
-        let mut first = Done::default();
+        let mut first = Effects::default();
         assert_eq!(roots.init(k, 0b1, 7, &mut first), Ok(()));
-        let mut second = Done::default();
+        let mut second = Effects::default();
         assert_eq!(
             roots.init(k, 0b1, 8, &mut second),
             Err(Refused::Duplicate(8))
@@ -350,7 +350,7 @@ fn roots_reset_survives_a_twin_merge() {
         let roots = table();
         let k = key(0, 1);
         let t = in_a_twin_window(&roots, move |roots| ack(roots, k, 0b100));
-        let mut done = Done::default();
+        let mut done = Effects::default();
         roots.init(k, 0b1, 7, &mut done).unwrap();
         assert!(roots.reset(k, 11), "the tree is live");
         assert_eq!(t.join().unwrap(), None);
@@ -360,10 +360,10 @@ fn roots_reset_survives_a_twin_merge() {
 
 /// `k` has one entry, of value `value`, and the reaper finds it due at tick 11 (the
 /// reset's), not at its first message's.
-fn assert_reset_to_11(roots: &Roots<u32>, k: Key, value: u64) {
+fn assert_reset_to_11(roots: &Table<u32>, k: Key, value: u64) {
     let (slot, word) = roots.find(k).unwrap();
     assert_eq!(word.value(), value);
-    let mut done = Done::default();
+    let mut done = Effects::default();
     assert_eq!(
         roots.expire(slot, k.tag(), 1, &mut done),
         Expiry::NotDue(11),
@@ -380,7 +380,7 @@ fn roots_init_vs_ack_in_a_twin_window_completes_once() {
         let roots = table();
         let k = key(0, 1);
         let t = in_a_twin_window(&roots, move |roots| ack(roots, k, 0b1));
-        let mut done = Done::default();
+        let mut done = Effects::default();
         roots.init(k, 0b1, 7, &mut done).unwrap();
         let mine = finish(&roots, done);
         let theirs = t.join().unwrap();
@@ -421,7 +421,7 @@ fn roots_reset_vs_an_unjoining_init_is_never_lost() {
             assert_eq!(ack(roots, k, 0b100), None);
             roots.reset(k, 11)
         });
-        let mut done = Done::default();
+        let mut done = Effects::default();
         roots.init(k, 0b1, 7, &mut done).unwrap();
         assert!(done.is_none());
         assert!(

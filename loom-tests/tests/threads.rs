@@ -12,7 +12,7 @@
 //! the module docs.
 #![cfg(loom)]
 
-use ackwheel::threads::{Batches, Entry, Fences, Pushed};
+use ackwheel::threads::{Entry, Fences, Pushed, Threads};
 use loom::sync::Arc;
 use loom::thread;
 
@@ -26,7 +26,7 @@ fn entry(slot: u32) -> Entry {
 #[test]
 fn batches_owner_vs_takeover_loses_and_duplicates_nothing() {
     loom::model(|| {
-        let batches = Arc::new(Batches::new(Fences::Symmetric));
+        let batches = Arc::new(Threads::new(Fences::Symmetric));
         let batch = batches.register();
         batches.push_to(&batch, entry(1), 1, 1, |_| true);
         let owner = {
@@ -50,7 +50,7 @@ fn batches_owner_vs_takeover_loses_and_duplicates_nothing() {
 #[test]
 fn batches_first_push_vs_park_check_never_strands_an_entry() {
     loom::model(|| {
-        let batches = Arc::new(Batches::new(Fences::Symmetric));
+        let batches = Arc::new(Threads::new(Fences::Symmetric));
         let batch = batches.register();
         let owner = {
             let (batches, batch) = (Arc::clone(&batches), Arc::clone(&batch));
@@ -72,7 +72,7 @@ fn batches_first_push_vs_park_check_never_strands_an_entry() {
 #[test]
 fn batches_an_open_callback_is_never_dropped_under_an_operation() {
     loom::model(|| {
-        let batches = Arc::new(Batches::new(Fences::Symmetric));
+        let batches = Arc::new(Threads::new(Fences::Symmetric));
         let callback = Arc::new(loom::cell::UnsafeCell::new(1u32));
         let op = {
             let (batches, callback) = (Arc::clone(&batches), Arc::clone(&callback));
@@ -184,7 +184,7 @@ fn totals(ticks: &Ticks) -> Vec<u64> {
 /// The re-anchorer: `begin_moving`, the sweep, `end_moving`, as `Engine::reanchor` does
 /// (`engine/anchor.rs`). `begin_moving` must succeed where every thread has a batch (loom's
 /// fences are symmetric, so the heavy side cannot fail).
-fn reanchor(batches: &Batches, ticks: &Ticks) {
+fn reanchor(batches: &Threads, ticks: &Ticks) {
     assert!(
         batches.begin_moving(),
         "no thread without a batch is inside"
@@ -215,9 +215,9 @@ fn reanchor(batches: &Batches, ticks: &Ticks) {
 fn reanchor_excludes_an_operation() {
     static SEEN: Seen = Seen::new();
     loom::model(|| {
-        let batches = Arc::new(Batches::new(Fences::Symmetric));
+        let batches = Arc::new(Threads::new(Fences::Symmetric));
         let ticks = ticks(2);
-        let op = |i: usize, times: usize, batches: &Arc<Batches>, ticks: &Ticks| {
+        let op = |i: usize, times: usize, batches: &Arc<Threads>, ticks: &Ticks| {
             let batch = batches.register();
             for _ in 0..times {
                 let _active = batches.enter_with(&batch);
@@ -264,7 +264,7 @@ fn reanchor_excludes_an_operation() {
 fn reanchor_waits_for_nothing_paused_in_a_callback() {
     static SEEN: Seen = Seen::new();
     loom::model(|| {
-        let batches = Arc::new(Batches::new(Fences::Symmetric));
+        let batches = Arc::new(Threads::new(Fences::Symmetric));
         let ticks = ticks(1);
         let op = {
             let (batches, ticks) = (Arc::clone(&batches), Arc::clone(&ticks));
@@ -293,7 +293,7 @@ fn reanchor_waits_for_nothing_paused_in_a_callback() {
     );
 }
 
-/// An operation on a thread without a batch (`Batches::enter` under loom: the shared
+/// An operation on a thread without a batch (`Threads::enter` under loom: the shared
 /// count, `enter_shared`) against `begin_moving`: the thread runs two operations, each
 /// reading and rewriting the stored ticks; either `begin_moving` reports `false` (a shared
 /// operation was inside, or may have been: the caller gives up and sweeps nothing) or no
@@ -310,7 +310,7 @@ fn reanchor_waits_for_nothing_paused_in_a_callback() {
 fn reanchor_gives_up_or_excludes_a_thread_without_a_batch() {
     static GAVE_UP: Seen = Seen::new();
     loom::model(|| {
-        let batches = Arc::new(Batches::new(Fences::Symmetric));
+        let batches = Arc::new(Threads::new(Fences::Symmetric));
         let ticks = ticks(1);
         let shared = {
             let (batches, ticks) = (Arc::clone(&batches), Arc::clone(&ticks));

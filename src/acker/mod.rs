@@ -11,11 +11,12 @@
 //!
 //! * [`engine`]: the engine every call delegates to, [`engine::Engine`]. It places a root
 //!   ([`engine::layout`]: a bijective mix picks its table and its key there), runs the
-//!   operations, grows and shrinks the tables ([`engine::growth`], [`engine::tables`]),
-//!   delivers completions ([`engine::deliver`]), runs the reaper ([`engine::reaper`]) and
-//!   shuts down ([`engine::shutdown`]); time in ticks ([`engine::ticks`],
+//!   operations, grows and shrinks the tables ([`engine::growth`],
+//!   [`engine::generations`]), delivers completions ([`engine::deliver`]), runs the reaper
+//!   ([`engine::reaper`], and its wheel of group timers, [`engine::reaper::wheel`]) and
+//!   shuts down ([`engine::shutdown`]); time in ticks ([`engine::clock`],
 //!   [`engine::anchor`]) and messages in batches ([`engine::batched`]) are its too.
-//! * [`table`]: one lock-free hash table of roots, [`table::Roots`]. A slot is one 16-byte
+//! * [`table`]: one lock-free hash table of roots, [`table::Table`]. A slot is one 16-byte
 //!   word, key, state and XOR value together ([`table::word`]), changed only by a 128-bit
 //!   CAS: an ack is a search of the root's home line and one CAS, and the CAS that brings
 //!   an initialized tree to 0 also completes it. Slots are reused at once: no grace period,
@@ -24,11 +25,12 @@
 //! * [`timers`]: time in `u32` ticks that wrap ([`timers::ticks`]), and what the reaper
 //!   keeps: one timer per group of slots, not per tree ([`timers::groups`]), in a compact
 //!   hierarchical wheel ([`timers::wheel`]).
-//! * [`threads`]: what each thread keeps per acker: its timer hand-off (a new entry waits
-//!   in its creator's batch for a tick or two, and only one that outlives that reaches the
-//!   reaper, [`threads::handoff`]), and the marks of its operations in progress, on which
-//!   the grace periods, the callback's closing and re-anchoring rest ([`threads::marks`])
-//!   (asymmetric fences, [`crate::sync::fences`]).
+//! * [`threads`]: what each thread keeps per acker, a [`threads::Record`] registered in the
+//!   acker's [`threads::Threads`]: its timer hand-off (a new entry waits in its creator's
+//!   batch for a tick or two, and only one that outlives that reaches the reaper,
+//!   [`threads::handoff`]), and the marks of its operations in progress, on which the grace
+//!   periods, the callback's closing and re-anchoring rest ([`threads::marks`]) (asymmetric
+//!   fences, [`crate::sync::fences`]).
 //! * [`bound`]: `max_pending`, kept as credits in per-thread stripes: a claim takes one,
 //!   emptying the slot gives it back, and the bound stays exact.
 //! * [`manual`] (a manual acker's next expiration, for whoever drives its passes),
@@ -37,9 +39,10 @@
 //! ## A tree's path
 //!
 //! * **init**: [`Acker::init`] → the engine marks the operation ([`threads::marks`]),
-//!   places the root and calls [`table::Roots`]' init: it joins an orphan's entry or claims
-//!   a slot (a credit from [`bound`]), writes the payload and settles the word. The engine
-//!   then files the entry's timer in the thread's batch.
+//!   places the root and calls [`table::Table`]' init: it joins an orphan's entry or claims
+//!   a slot (a credit from [`bound`]), writes the payload and settles the word, reporting
+//!   what it did in a [`table::Effects`]. The engine then files the entry's timer in the
+//!   thread's batch.
 //! * **ack**: [`Acker::ack`] → the engine finds the root's entry in its table and XORs the
 //!   value in with one CAS. The CAS that reaches 0 claims the completion: the engine takes
 //!   the payload, frees the slot, counts, and calls `on_complete`
@@ -193,8 +196,8 @@ impl<T> fmt::Debug for AckerBuilder<T> {
 /// (the ticks' own bound, [`engine::MAX_TIMEOUT_TICKS`], is checked at build).
 const MAX_TIMEOUT_NS: u64 = 1 << 62;
 /// Slot indices are `u32` in the timers' entries, and the largest table holds `max_pending`
-/// at a load of 2/3 (rounded to groups, `Engine::room_table_slots` in [`engine`]): 2^30 keeps every
-/// timer entry's table and slot within 32 bits.
+/// at a load of 2/3 (rounded to groups, `Engine::room_table_slots` in [`engine`]): 2^30
+/// keeps every timer entry's table and slot within 32 bits.
 const MAX_PENDING: usize = 1 << 30;
 /// The coarsest tick, 2^43 ns (about 2.4 h): the wheels' coarsest level then spans 2^62 ns,
 /// the most a wrapping timeline's due test can tell apart (`wheel::MAX_SHIFT`).

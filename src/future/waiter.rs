@@ -580,7 +580,7 @@ mod tests {
 
     /// A payload whose drop panics ends its cell all the same, whichever side drops it: the
     /// receiver resolves and the cell is freed (the last cell of a closed slab frees the
-    /// slab). The drop used to run first, and its panic left the cell live for good.
+    /// slab). A drop run before the cell ends would, by panicking, leave it live for good.
     #[test]
     fn a_panicking_payload_drop_still_ends_and_frees_the_cell() {
         for case in 0..3 {

@@ -46,8 +46,8 @@
 
 use std::sync::{Mutex as StdMutex, TryLockError};
 
-use super::reaper::Wheel;
-use super::tables::chain;
+use super::generations::chain;
+use super::reaper::wheel::{self, Wheel};
 use super::Engine;
 use crate::sync::Ordering;
 
@@ -117,7 +117,7 @@ impl<T: Send + 'static> Engine<T> {
                 Err(TryLockError::Poisoned(poisoned)) => break poisoned.into_inner(),
                 Err(TryLockError::WouldBlock) => {
                     // Quiescent while waiting: the one at it waits for every busy thread.
-                    let _paused = self.batches.pause();
+                    let _paused = self.threads.pause();
                     backoff.wait();
                 }
             }
@@ -126,14 +126,14 @@ impl<T: Send + 'static> Engine<T> {
         if to < from.saturating_add(REANCHOR_AFTER) {
             return; // another thread moved it meanwhile
         }
-        if self.batches.begin_moving() {
+        if self.threads.begin_moving() {
             let mut wheel = self.reaper.lock().unwrap_or_else(|e| e.into_inner());
             self.rebase(from, to, &mut wheel);
             drop(wheel);
             self.anchor.fetch_max(to, Ordering::SeqCst);
             self.reanchored.fetch_add(1, Ordering::Relaxed); // Relaxed: a statistic
         }
-        self.batches.end_moving();
+        self.threads.end_moving();
     }
 
     /// The sweep of a re-anchoring from `from` to `to`, every other thread quiescent:
@@ -152,9 +152,9 @@ impl<T: Send + 'static> Engine<T> {
         }
         wheel.reanchored(to);
         let mut collected = Vec::new();
-        self.batches.collect(to as u32, true, &mut collected);
+        self.threads.collect(to as u32, true, &mut collected);
         for entry in collected {
-            super::reaper::file(self, wheel, entry);
+            wheel::file(self, wheel, entry);
         }
     }
 }

@@ -30,7 +30,7 @@ impl<T: Send + 'static> Engine<T> {
             let after = messages.get(first + AHEAD..).unwrap_or(&[]);
             self.place_ahead(&after[..after.len().min(AHEAD)], &mut next);
             for ((message, &(table, key)), result) in chunk.iter().zip(&placed).zip(&mut results) {
-                let active = self.batches.enter();
+                let active = self.threads.enter();
                 *result = match *message {
                     PublicMessage::Ack { xor, .. } => {
                         self.message_in(&active, table, key, Message::Ack(xor))
@@ -72,7 +72,7 @@ impl<T: Send + 'static> Engine<T> {
         if roots.len() == 0 {
             return;
         }
-        let _active = self.batches.enter();
+        let _active = self.threads.enter();
         for (i, root) in roots.enumerate() {
             let (table, key) = self.layout.place(root);
             // Safety: inside the operation `_active` marks (the prefetch reads nothing).

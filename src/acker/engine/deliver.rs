@@ -8,7 +8,7 @@
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use super::Engine;
-use crate::acker::table::{Completed, Roots};
+use crate::acker::table::{Completed, Table};
 use crate::acker::timers::ticks::full_near;
 use crate::acker::{Completion, Outcome};
 use crate::sync::Ordering;
@@ -22,7 +22,7 @@ impl<T: Send + 'static> Engine<T> {
     pub(super) fn deliver(
         &self,
         table: usize,
-        roots: &Roots<T>,
+        roots: &Table<T>,
         completed: Completed,
         now: Option<u64>,
         open: bool,
@@ -36,7 +36,7 @@ impl<T: Send + 'static> Engine<T> {
     /// before the first callback, as [`deliver`](Self::deliver) counts before its own.
     pub(super) fn deliver_timeouts(
         &self,
-        timed_out: Vec<(usize, &Roots<T>, Completed)>,
+        timed_out: Vec<(usize, &Table<T>, Completed)>,
         now: u64,
         open: bool,
     ) {
@@ -69,7 +69,7 @@ impl<T: Send + 'static> Engine<T> {
     fn finish_completion(
         &self,
         table: usize,
-        roots: &Roots<T>,
+        roots: &Table<T>,
         completed: Completed,
         now: Option<u64>,
         open: bool,
@@ -163,7 +163,7 @@ impl<T: Send + 'static> Engine<T> {
 /// How many ticks after its deadline's tick `slot`'s timeout at full tick `now` came, its
 /// deadline decoded at `anchor`. (A completed slot keeps its times until it is freed; none
 /// reads as on time.)
-fn lateness<T>(roots: &Roots<T>, slot: usize, anchor: u64, now: u64) -> u64 {
+fn lateness<T>(roots: &Table<T>, slot: usize, anchor: u64, now: u64) -> u64 {
     roots.deadline(slot).map_or(0, |deadline| {
         now.saturating_sub(full_near(anchor, deadline))
     })

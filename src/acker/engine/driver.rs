@@ -76,7 +76,7 @@ impl<T: Send + 'static> Engine<T> {
 
     /// A driver woke ([`reaper`], [`reaper::Wait`]).
     pub(in crate::acker) fn unidle(&self) {
-        self.batches.unidle();
+        self.threads.unidle();
     }
 
     /// Manual mode: sets the hook [`Engine::wake_reaper`] calls. `false` when one is set

@@ -2,15 +2,16 @@
 //! their table's chain, grow the chain's last generation when a claim finds it crowded and
 //! the load calls for it (or unconditionally when it had no room), and move the entries
 //! they stranded; reaper passes finish migrations, promote what has moved, shrink tables
-//! whose load stayed low (to 2/3, or to a load of 1/4 at once), and free retired generations after their grace period. The
-//! protocol itself is [`migrate`](crate::acker::table::migrate); the generations' ownership
-//! is [`tables`](crate::acker::engine::tables).
+//! whose load stayed low (to 2/3, or to a load of 1/4 at once), and free retired
+//! generations after their grace period. The protocol itself is
+//! [`migrate`](crate::acker::table::migrate); the generations' ownership is
+//! [`generations`](crate::acker::engine::generations).
 
 use std::ptr::NonNull;
 
-use super::tables::chain;
+use super::generations::chain;
 use super::{Engine, MIN_TABLE_SLOTS};
-use crate::acker::table::{Done, Roots, GROUP_SLOTS};
+use crate::acker::table::{Effects, Table, GROUP_SLOTS};
 use crate::acker::threads::Grace;
 use crate::acker::timers::ticks::Tick;
 use crate::sync::Ordering;
@@ -41,12 +42,12 @@ const GIVE_BACK_RELEASED: usize = 1 << 18;
 
 /// A generation retired by a promotion, freed (dropped) once its grace period is over.
 pub(super) struct Retired<T> {
-    roots: NonNull<Roots<T>>,
+    roots: NonNull<Table<T>>,
     pub(super) grace: Grace,
 }
 
 // Safety: a retired generation is owned by this value alone (the table handed it over in
-// its promotion CAS), and a `Roots<T>` may move between threads when `T: Send`.
+// its promotion CAS), and a `Table<T>` may move between threads when `T: Send`.
 unsafe impl<T: Send> Send for Retired<T> {}
 
 impl<T> Drop for Retired<T> {
@@ -64,19 +65,19 @@ impl<T: Send + 'static> Engine<T> {
     /// 53 B of table per root with a `u32` payload at worst, which keeps a root's memory
     /// under 64 B at any pending count (half again left 2/4 full tables, 64 B a root
     /// before any timer). A fill moves each root about four times rather than twice.
-    fn grown(&self, roots: &Roots<T>, max_slots: usize) -> usize {
+    fn grown(&self, roots: &Table<T>, max_slots: usize) -> usize {
         (roots.groups() + roots.groups().div_ceil(4)).min(max_slots / GROUP_SLOTS)
     }
 
     /// Groups in every table generation that may hold roots (each chain's current one and
     /// its successors): a bound on the reaper's live group timers.
     pub(super) fn groups_in_use(&self) -> usize {
-        let _active = self.batches.enter();
+        let _active = self.threads.enter();
         let mut groups = 0;
         for table in self.tables.iter() {
             // Safety: inside the operation `_active` marks.
             let current = unsafe { table.current() };
-            groups += chain(current).map(Roots::groups).sum::<usize>();
+            groups += chain(current).map(Table::groups).sum::<usize>();
         }
         groups
     }
@@ -84,7 +85,7 @@ impl<T: Send + 'static> Engine<T> {
     /// Helps the oldest migration in `roots`'s chain (`roots` is `table`'s current
     /// generation, or was): moves one group, and promotes what has moved entirely.
     #[inline]
-    pub(super) fn help(&self, table: usize, roots: &Roots<T>, done: &mut Done<'_>) {
+    pub(super) fn help(&self, table: usize, roots: &Table<T>, done: &mut Effects<'_>) {
         if roots.successor().is_none() {
             return;
         }
@@ -104,12 +105,12 @@ impl<T: Send + 'static> Engine<T> {
                 return;
             }
             if let Some(old) = self.tables[table].promote(current) {
-                let grace = self.batches.grace();
+                let grace = self.threads.grace();
                 let mut retired = self.retired.lock().unwrap_or_else(|e| e.into_inner());
                 // Generations retired earlier are most likely past their grace by now (a
                 // table grows step by step): freed here rather than at the next reaper
                 // pass, so that a table that grows fast does not hold all its past sizes.
-                retired.retain_mut(|r| !self.batches.grace_over(&mut r.grace));
+                retired.retain_mut(|r| !self.threads.grace_over(&mut r.grace));
                 retired.push(Retired { roots: old, grace });
             }
         }
@@ -118,7 +119,7 @@ impl<T: Send + 'static> Engine<T> {
     /// After a claim found its table crowded: starts growth of the chain's last generation
     /// when the pending count per table is over 3/4 of its slots.
     #[cold]
-    pub(super) fn grow_if_loaded(&self, table: usize, roots: &Roots<T>) {
+    pub(super) fn grow_if_loaded(&self, table: usize, roots: &Table<T>) {
         let Some(last) = chain(roots).last() else {
             return;
         };
@@ -129,11 +130,11 @@ impl<T: Send + 'static> Engine<T> {
         }
     }
 
-    /// [`Table::start_migration`](super::tables::Table::start_migration), counted.
+    /// [`Generations::start_migration`](super::generations::Generations::start_migration), counted.
     pub(super) fn start_migration(
         &self,
         table: usize,
-        from: &Roots<T>,
+        from: &Table<T>,
         groups: usize,
         wait: bool,
     ) -> Option<bool> {
@@ -161,7 +162,7 @@ impl<T: Send + 'static> Engine<T> {
     /// that is not must not be refused below `max_pending`). `false` when it is that large
     /// (the operation is refused) or the acker is shutting down.
     #[cold]
-    pub(super) fn make_room(&self, table: usize, roots: &Roots<T>) -> bool {
+    pub(super) fn make_room(&self, table: usize, roots: &Table<T>) -> bool {
         let Some(last) = chain(roots).last() else {
             return false;
         };
@@ -182,7 +183,13 @@ impl<T: Send + 'static> Engine<T> {
     /// its scan's sight (a retired generation), is then given up here (module docs,
     /// "Shutdown").
     #[cold]
-    pub(super) fn unstrand(&self, table: usize, from: &Roots<T>, slot: usize, done: &mut Done<'_>) {
+    pub(super) fn unstrand(
+        &self,
+        table: usize,
+        from: &Table<T>,
+        slot: usize,
+        done: &mut Effects<'_>,
+    ) {
         let mut backoff = crate::sync::Backoff::default();
         while !from.relocate_stranded(slot, done) {
             if !self.make_room(table, from) {
@@ -193,7 +200,7 @@ impl<T: Send + 'static> Engine<T> {
                 // As large as a table grows: room comes as trees complete, on threads that
                 // a re-anchoring may hold at their entry: quiescent while it waits (the
                 // stranded entry's times are rewritten in place, and read when it moves).
-                let _paused = self.batches.pause();
+                let _paused = self.threads.pause();
                 backoff.wait();
             }
         }
@@ -204,7 +211,7 @@ impl<T: Send + 'static> Engine<T> {
     /// of a table with a successor: [`migrate`](crate::acker::table::migrate)), so it is
     /// dropped, giving its credit back; were it ever LIVE, its tree is taken back for
     /// shutdown to hand back.
-    fn give_up_stranded(&self, table: usize, from: &Roots<T>, slot: usize) {
+    fn give_up_stranded(&self, table: usize, from: &Table<T>, slot: usize) {
         let Some(key) = from.key_in(slot) else {
             return; // completed, or moved meanwhile
         };
@@ -250,12 +257,12 @@ impl<T: Send + 'static> Engine<T> {
             }
             for migrating in chain(roots).filter(|g| g.successor().is_some()) {
                 // In parts, each finished before the next: the timers a part files are
-                // collected in its `Done`, whose vectors a whole round of a large table
+                // collected in its `Effects`, whose vectors a whole round of a large table
                 // would grow to hundreds of KiB on the reaper's heap, which glibc then
                 // keeps ([`zeroed`](crate::zeroed)).
                 let groups = migrating.groups();
                 for from in (0..groups).step_by(MOVE_PART) {
-                    let mut done = Done::stamped(stamp);
+                    let mut done = Effects::stamped(stamp);
                     migrating.move_groups(from..(from + MOVE_PART).min(groups), &mut done);
                     // A move can complete a tree (a twin's contents carried to it):
                     // delivered through the callback when the pass found it open, as any
@@ -272,7 +279,7 @@ impl<T: Send + 'static> Engine<T> {
 
     /// Whether `roots` (a table's current generation) is large for `per_table` entries:
     /// under 1/8 full, and larger than the smallest table, with no migration under way.
-    fn shrinkable(&self, roots: &Roots<T>, per_table: usize) -> bool {
+    fn shrinkable(&self, roots: &Table<T>, per_table: usize) -> bool {
         roots.successor().is_none()
             && roots.slots() > MIN_TABLE_SLOTS
             && per_table * 8 < roots.slots()
@@ -281,7 +288,7 @@ impl<T: Send + 'static> Engine<T> {
     /// Frees the retired generations whose grace period is over.
     pub(super) fn free_retired(&self) {
         let mut retired = self.retired.lock().unwrap_or_else(|e| e.into_inner());
-        retired.retain_mut(|r| !self.batches.grace_over(&mut r.grace));
+        retired.retain_mut(|r| !self.threads.grace_over(&mut r.grace));
     }
 
     /// In how many ticks from `now` housekeeping has work: 1 while a migration is under way
@@ -290,7 +297,7 @@ impl<T: Send + 'static> Engine<T> {
     /// (its load may fall without the reaper hearing of it); `None` when nothing does. The
     /// reaper sleeps that long, so waiting for a shrink costs no wake-up per tick.
     pub(super) fn housekeeping_due(&self, now: Tick) -> Option<Tick> {
-        let _active = self.batches.enter();
+        let _active = self.threads.enter();
         if !(self.retired.lock().unwrap_or_else(|e| e.into_inner())).is_empty() {
             return Some(1);
         }
@@ -363,13 +370,13 @@ impl<T: Send + 'static> Engine<T> {
     /// Bytes held now by the tables' current generations, by their successors (a
     /// migration under way), and by retired generations waiting for their grace period.
     pub(in crate::acker) fn table_bytes(&self) -> [usize; 3] {
-        let _active = self.batches.enter();
+        let _active = self.threads.enter();
         let mut bytes = [0; 3];
         for table in self.tables.iter() {
             // Safety: inside the operation `_active` marks.
             let current = unsafe { table.current() };
             bytes[0] += current.bytes();
-            bytes[1] += chain(current).skip(1).map(Roots::bytes).sum::<usize>();
+            bytes[1] += chain(current).skip(1).map(Table::bytes).sum::<usize>();
         }
         let retired = self.retired.lock().unwrap_or_else(|e| e.into_inner());
         bytes[2] = retired
@@ -386,19 +393,19 @@ impl<T: Send + 'static> Engine<T> {
     /// Entries held now that no init has joined (orphans): a scan of every generation's
     /// words. A moving entry is counted once (FROZEN words are not HELD).
     pub(in crate::acker) fn orphans_held(&self) -> usize {
-        let _active = self.batches.enter();
+        let _active = self.threads.enter();
         let mut held = 0;
         for table in self.tables.iter() {
             // Safety: inside the operation `_active` marks.
             let current = unsafe { table.current() };
-            held += chain(current).map(Roots::held).sum::<usize>();
+            held += chain(current).map(Table::held).sum::<usize>();
         }
         held
     }
 
     /// Slots in every table's generations now (current and successor).
     pub(in crate::acker) fn slots(&self) -> usize {
-        let _active = self.batches.enter();
+        let _active = self.threads.enter();
         // Safety: inside the operation `_active` marks.
         self.tables.iter().map(|t| unsafe { t.slots() }).sum()
     }

@@ -42,7 +42,7 @@
 //! group of slots rather than per root ([`groups`](crate::acker::timers::groups)): the
 //! group's entry in its wheel ([`wheel`](crate::acker::timers::wheel)) is due by the
 //! earliest deadline of the roots registered in it. When a group comes due the reaper asks
-//! the table about each of its slots (`Roots::expire`): gone (completed, reused) is
+//! the table about each of its slots (`Table::expire`): gone (completed, reused) is
 //! dropped, an initialized tree whose deadline has come times out, an orphan is dropped,
 //! and the earliest deadline left files the group again. See [`reaper`].
 //!
@@ -50,7 +50,7 @@
 //!
 //! `max_pending` credits ([`bound`](crate::acker::bound)): a claim takes one and emptying
 //! the slot gives it back, inside the table, so the bound is exact. Tables start at
-//! [`MIN_TABLE_SLOTS`] and follow what is pending ([`growth`], [`tables`],
+//! [`MIN_TABLE_SLOTS`] and follow what is pending ([`growth`], [`generations`],
 //! [`migrate`](crate::acker::table::migrate)): a claim that lands far from its home, or
 //! finds no room, reports its table crowded, and when the pending count per table is over
 //! 3/4 of its slots (or there was no room at all) the table starts moving to one a quarter
@@ -83,14 +83,14 @@
 
 pub(super) mod anchor;
 pub(super) mod batched;
+pub(super) mod clock;
 pub(super) mod deliver;
 pub(super) mod driver;
+pub(super) mod generations;
 pub(super) mod growth;
 pub(super) mod layout;
 pub(super) mod reaper;
 pub(super) mod shutdown;
-pub(super) mod tables;
-pub(super) mod ticks;
 
 pub(super) use driver::{ExpiryWaker, Next};
 pub(super) use shutdown::Handle;
@@ -99,21 +99,21 @@ use std::time::Duration;
 
 use crossbeam_utils::CachePadded;
 
-use super::threads::{Active, Batches, Entry, Pushed};
+use super::threads::{Active, Entry, Pushed, Threads};
 use super::{AckerStats, Callback, Counters, InitError};
 use crate::acker::bound::Credits;
 use crate::acker::table::word::{Key, KEY_SHIFT};
-use crate::acker::table::{Applied, Done, Message, Refused, Roots};
+use crate::acker::table::{Applied, Effects, Message, Refused, Table};
 use crate::acker::table::{GEN_TAG_BITS, GROUP_SLOTS, TAG_CHECK_MASK};
 use crate::acker::timers::groups::{Filed, GroupAt, GroupTimer};
 use crate::acker::timers::ticks::{reached, Tick};
 use crate::clock::Clock;
 use crate::sync::fences::Fences;
 use crate::sync::{Arc, AtomicBool, AtomicU64, AtomicUsize, Mutex, Ordering};
+use clock::Ticks;
+use generations::{chain, Generations};
 use growth::Retired;
 use layout::{Layout, Mix};
-use tables::{chain, Table};
-use ticks::Ticks;
 // The reaper is a std thread even under loom: the models check the table and batch
 // protocols on their own, not this core's thread.
 use std::thread;
@@ -167,13 +167,13 @@ pub(super) struct Config<T> {
 
 /// The engine every [`Acker`](crate::Acker) call delegates to. See the module docs.
 pub(super) struct Engine<T> {
-    tables: Box<[Table<T>]>,
+    tables: Box<[Generations<T>]>,
     layout: Layout,
     /// The most slots a table grows to as its load rises: its share of `max_pending` at a
     /// load of 4/5, in whole groups (any group count works: the home is a multiply-shift).
     /// A power of two here left the tables of a full acker at a load of 0.48 (1M pending:
-    /// 64 B of table per root, against 41-43 B now). Even so, 2 of 2^20 random roots found their
-    /// probe window full at the brim: `make_room` grows a table past this.
+    /// 64 B of table per root, against 41-43 B now). Even so, 2 of 2^20 random roots found
+    /// their probe window full at the brim: `make_room` grows a table past this.
     max_table_slots: usize,
     /// The most slots a table grows to for want of room (`make_room`): its share of
     /// `max_pending` at a load of 2/3. The bound is exact (credits); a full probe window
@@ -190,7 +190,7 @@ pub(super) struct Engine<T> {
     late_handed_back: Mutex<Vec<(u64, T)>>,
     credits: Arc<Credits>,
     counters: Box<[CachePadded<Counters>]>,
-    batches: Batches,
+    threads: Threads,
     clock: Box<dyn Clock>,
     /// [`Config::tsc_ticks`].
     tsc_ticks: bool,
@@ -217,7 +217,7 @@ pub(super) struct Engine<T> {
     shutdown: AtomicBool,
     manual: bool,
     /// The reaper's wheel and scratch, owned by whoever runs a pass.
-    reaper: Mutex<reaper::Wheel>,
+    reaper: Mutex<reaper::wheel::Wheel>,
     reaper_thread: std::sync::OnceLock<thread::Thread>,
     /// Manual mode: what wakes a task that runs the passes in place of the reaper thread
     /// ([`manual`](crate::acker::manual)), called where the thread would be unparked. Set
@@ -283,7 +283,7 @@ impl<T: Send + 'static> Engine<T> {
                 .map(|_| {
                     let credits = Some(Arc::clone(&credits));
                     let slots = MIN_TABLE_SLOTS.next_power_of_two();
-                    Table::new(Roots::bounded(slots / GROUP_SLOTS, credits, timeout, false))
+                    Generations::new(Table::bounded(slots / GROUP_SLOTS, credits, timeout, false))
                 })
                 .collect(),
             layout: Layout {
@@ -299,14 +299,14 @@ impl<T: Send + 'static> Engine<T> {
             counters: (0..stripes)
                 .map(|_| CachePadded::new(Counters::default()))
                 .collect(),
-            batches: Batches::new(if cfg!(loom) {
+            threads: Threads::new(if cfg!(loom) {
                 Fences::Symmetric
             } else {
                 Fences::detect()
             }),
             timeout,
             hand_off_age: (timeout / 4).clamp(1, HAND_OFF_AGE),
-            reaper: Mutex::new(reaper::Wheel::new(ticks.full(now))),
+            reaper: Mutex::new(reaper::wheel::Wheel::new(ticks.full(now))),
             anchor: CachePadded::new(AtomicU64::new(ticks.full(now))),
             reanchoring: anchor::Reanchoring::default(),
             reanchored: AtomicU64::new(0),
@@ -340,7 +340,7 @@ impl<T: Send + 'static> Engine<T> {
         // Entered before the shutdown check: an init that shutdown's close did not wait for
         // finds the callback closed, and must not create a tree that could complete with no
         // callback to deliver it (`drop_callback`).
-        let active = self.batches.enter();
+        let active = self.threads.enter();
         if !active.open || self.shutdown.load(Ordering::SeqCst) {
             return Err(InitError::Shutdown(payload));
         }
@@ -353,7 +353,7 @@ impl<T: Send + 'static> Engine<T> {
             let stamp = self.stamp_at(self.write_tick());
             // Safety: inside the operation `active` marks.
             let roots = unsafe { self.tables[table].current() };
-            let mut done = Done::stamped(stamp);
+            let mut done = Effects::stamped(stamp);
             self.help(table, roots, &mut done);
             // Along the chain (one table but during a migration): create only in the last.
             let mut at = roots;
@@ -422,7 +422,7 @@ impl<T: Send + 'static> Engine<T> {
     /// delivers what it completed. `true` when it completed a tree.
     #[inline]
     fn message(&self, root: u64, message: Message) -> bool {
-        let active = self.batches.enter();
+        let active = self.threads.enter();
         let (table, key) = self.layout.place(root);
         self.message_in(&active, table, key, message)
     }
@@ -454,7 +454,7 @@ impl<T: Send + 'static> Engine<T> {
             let stamp = self.stamp_at(self.write_tick());
             // Safety: inside the operation `active` marks.
             let roots = unsafe { self.tables[table].current() };
-            let mut done = Done::stamped(stamp);
+            let mut done = Effects::stamped(stamp);
             self.help(table, roots, &mut done);
             // Along the chain (one table but during a migration): create only in the last.
             let mut at = roots;
@@ -483,7 +483,7 @@ impl<T: Send + 'static> Engine<T> {
     }
 
     pub(super) fn reset_timeout(&self, root: u64) -> bool {
-        let _active = self.batches.enter();
+        let _active = self.threads.enter();
         let (table, key) = self.layout.place(root);
         self.reset_in(table, key)
     }
@@ -545,7 +545,7 @@ impl<T: Send + 'static> Engine<T> {
     /// deadline ([`groups`](crate::acker::timers::groups)). For tests: right after a manual
     /// pass, every pending root.
     pub(super) fn covered_roots(&self) -> usize {
-        let active = self.batches.enter();
+        let active = self.threads.enter();
         let wheel = self.reaper.lock().unwrap_or_else(|e| e.into_inner());
         let mut covered = 0;
         for (table, t) in self.tables.iter().enumerate() {
@@ -572,7 +572,7 @@ impl<T: Send + 'static> Engine<T> {
     /// and delivers the completions `done` reports. Whether a claim found the table
     /// crowded.
     #[inline]
-    fn finish(&self, table: usize, roots: &Roots<T>, done: &mut Done<'_>, open: bool) -> bool {
+    fn finish(&self, table: usize, roots: &Table<T>, done: &mut Effects<'_>, open: bool) -> bool {
         let crowded = done.crowded();
         loop {
             self.file_timers(table, roots, done);
@@ -590,7 +590,7 @@ impl<T: Send + 'static> Engine<T> {
     /// Files the entries `done` reports created in `roots` or its successors in this
     /// thread's batch, and wakes the reaper if it may be asleep with no deadline.
     #[inline]
-    fn file_timers(&self, table: usize, roots: &Roots<T>, done: &mut Done<'_>) {
+    fn file_timers(&self, table: usize, roots: &Table<T>, done: &mut Effects<'_>) {
         while let Some((gen, slot)) = done.take_to_file() {
             let roots = generation(roots, gen);
             let Some(stamp) = roots.times(slot) else {
@@ -609,7 +609,7 @@ impl<T: Send + 'static> Engine<T> {
             );
             let hand_off = if reached(aged, last) { aged } else { last };
             let pushed = self
-                .batches
+                .threads
                 .push(entry, hand_off, stamp.start(), |e| self.entry_live(e));
             if pushed == Pushed::WakeReaper {
                 self.wake_reaper();
@@ -628,7 +628,7 @@ impl<T: Send + 'static> Engine<T> {
     /// Whether `slot` of `roots` (where [`locate`](Self::locate) put `entry`) still holds
     /// the entry's root.
     #[inline]
-    fn holds_entry(&self, roots: &Roots<T>, slot: usize, entry: &Entry) -> bool {
+    fn holds_entry(&self, roots: &Table<T>, slot: usize, entry: &Entry) -> bool {
         roots
             .key_in(slot)
             .is_some_and(|key| tag_of(key.tag(), roots.gen()) == entry.tag)
@@ -668,7 +668,7 @@ impl<T: Send + 'static> Engine<T> {
     /// entry of an older generation: its root was moved, with a timer of its own.
     /// Called inside an acker operation, and the result used only within it.
     #[inline]
-    fn locate(&self, entry: &Entry) -> Option<(usize, &Roots<T>, usize)> {
+    fn locate(&self, entry: &Entry) -> Option<(usize, &Table<T>, usize)> {
         let (table, slot) = (
             entry.slot as usize >> self.slot_bits,
             entry.slot as usize & ((1 << self.slot_bits) - 1),
@@ -709,7 +709,7 @@ impl<T: Send + 'static> Engine<T> {
 
     /// Panics caught in reaper passes, and reaper threads lost to one.
     pub(super) fn barrier_failures(&self) -> u64 {
-        self.batches.barrier_failures()
+        self.threads.barrier_failures()
     }
 
     pub(super) fn reaper_panics(&self) -> u64 {
@@ -732,7 +732,7 @@ impl<T: Send + 'static> Engine<T> {
 /// `roots` or the successor of the generation `gen` (an operation's table calls start at
 /// `roots` and only ever move forward).
 #[inline]
-fn generation<T>(roots: &Roots<T>, gen: u32) -> &Roots<T> {
+fn generation<T>(roots: &Table<T>, gen: u32) -> &Table<T> {
     let mut at = roots;
     while at.gen() != gen {
         match at.successor() {

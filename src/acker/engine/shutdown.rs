@@ -5,7 +5,7 @@
 
 use std::thread;
 
-use super::tables::chain;
+use super::generations::chain;
 use super::{reaper, Config, Engine};
 use crate::acker::table::word::Key;
 use crate::sync::Ordering;
@@ -36,7 +36,7 @@ impl<T: Send + 'static> Engine<T> {
     /// tree into `handed_back`, and with `drop_orphans` dropping each HELD entry (counted
     /// as expired).
     fn scan(&self, handed_back: &mut Vec<(u64, T)>, drop_orphans: bool) {
-        let _active = self.batches.enter();
+        let _active = self.threads.enter();
         let mut dropped = 0;
         for (index, table) in self.tables.iter().enumerate() {
             // No migration starts under the scan; one under way moves entries only
@@ -78,9 +78,9 @@ impl<T: Send + 'static> Engine<T> {
     /// that found it open. Not from inside the callback (an operation of this very thread
     /// is then under way): the callback stays, and this returns `false`.
     pub(in crate::acker) fn drop_callback(&self) -> bool {
-        let caller_active = self.batches.caller_active();
+        let caller_active = self.threads.caller_active();
         let mut backoff = crate::sync::Backoff::default();
-        while !self.batches.close(caller_active) {
+        while !self.threads.close(caller_active) {
             if caller_active {
                 return false;
             }
@@ -99,12 +99,12 @@ impl<T: Send + 'static> Engine<T> {
     /// operation delivers what it completed before it returns. From inside an operation
     /// (the callback itself) it cannot wait for its own, and returns at once.
     pub(in crate::acker) fn wait_delivered(&self) {
-        if self.batches.caller_active() {
+        if self.threads.caller_active() {
             return;
         }
-        let mut grace = self.batches.grace();
+        let mut grace = self.threads.grace();
         let mut backoff = crate::sync::Backoff::default();
-        while !self.batches.grace_over(&mut grace) {
+        while !self.threads.grace_over(&mut grace) {
             // Bounded (spin, yield, sleep): the operation waited for may be on this core.
             backoff.wait();
         }

@@ -8,7 +8,7 @@ use std::time::Duration;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use super::tables::chain;
+use super::generations::chain;
 use super::{reached, Engine, Ticks, MAX_TIMEOUT_TICKS};
 use crate::{Acker, Clock, Completion, ManualClock, Outcome};
 
@@ -282,7 +282,7 @@ fn ticks_round_timeouts_up_and_never_go_before_the_epoch() {
 /// operation's `open` on; it passed `false`, and the payload was dropped unseen).
 #[test]
 fn a_tree_completed_by_a_reaper_move_reaches_the_callback() {
-    use crate::acker::table::{Applied, Done, Message};
+    use crate::acker::table::{Applied, Effects, Message};
     let clock = ManualClock::new(0);
     let (acker, log) = manual(&clock, 1 << 20);
     let engine = acker.engine();
@@ -291,7 +291,7 @@ fn a_tree_completed_by_a_reaper_move_reaches_the_callback() {
     assert!(!acker.ack(root, 0b01));
     let (table, key) = engine.layout.place(root);
     {
-        let active = engine.batches.enter();
+        let active = engine.threads.enter();
         // Safety: inside the operation `active` marks.
         let roots = unsafe { engine.tables[table].current() };
         let groups = roots.groups() + roots.groups() / 2;
@@ -300,7 +300,7 @@ fn a_tree_completed_by_a_reaper_move_reaches_the_callback() {
             Some(true)
         );
         let next = roots.successor().expect("migrating");
-        let mut done = Done::stamped(engine.stamp_at(engine.write_tick()));
+        let mut done = Effects::stamped(engine.stamp_at(engine.write_tick()));
         let twin = next.apply(key, Message::Ack(0b10), true, &mut done);
         assert_eq!(twin, Applied::Created, "the twin holds the last edge");
         assert!(!engine.finish(table, roots, &mut done, active.open));
@@ -322,7 +322,7 @@ impl<T: Send + 'static> Engine<T> {
     #[cfg(test)]
     #[allow(dead_code)] // a debugging aid for the Acker's tests
     pub(in crate::acker) fn describe(&self, root: u64) -> String {
-        let _active = self.batches.enter();
+        let _active = self.threads.enter();
         let (table, key) = self.layout.place(root);
         // Safety: inside the operation `_active` marks.
         let roots = unsafe { self.tables[table].current() };
@@ -339,7 +339,7 @@ impl<T: Send + 'static> Engine<T> {
     /// Every table's generations, with their words counted by state (for tests' messages).
     #[cfg(test)]
     pub(in crate::acker) fn describe_tables(&self) -> String {
-        let _active = self.batches.enter();
+        let _active = self.threads.enter();
         let mut out = format!("pending {}\n", self.pending());
         for (index, table) in self.tables.iter().enumerate() {
             // Safety: inside the operation `_active` marks.
@@ -494,7 +494,7 @@ fn a_group_timer_at_a_tick_that_reads_as_none_survives_a_sweep() {
 #[test]
 fn shutdown_frees_an_entry_stranded_in_a_retired_table() {
     use crate::acker::table::word::{Key, KEY_SHIFT};
-    use crate::acker::table::{Done, Stamp};
+    use crate::acker::table::{Effects, Stamp};
     let clock = ManualClock::new(0);
     // 16 tables of the smallest size, which is as large as this bound lets one grow.
     let (acker, _log) = manual(&clock, 4096);
@@ -505,7 +505,7 @@ fn shutdown_frees_an_entry_stranded_in_a_retired_table() {
         let shift = 64 - KEY_SHIFT - groups.trailing_zeros();
         Key::new((home as u64) << shift | low)
     };
-    let active = engine.batches.enter();
+    let active = engine.threads.enter();
     // Safety: inside the operation `active` marks.
     let old = unsafe { engine.tables[0].current() };
     assert_eq!(
@@ -519,15 +519,15 @@ fn shutdown_frees_an_entry_stranded_in_a_retired_table() {
     let mut live = 0;
     for home in 100..100 + window + 1 {
         for low in 0..super::GROUP_SLOTS as u64 {
-            let mut done = Done::stamped(Stamp::new(1, 1));
+            let mut done = Effects::stamped(Stamp::new(1, 1));
             next.init(key(home, low), 0b1, live, &mut done).unwrap();
             live += 1;
         }
     }
-    let mut done = Done::default();
+    let mut done = Effects::default();
     assert!(old.move_round(&mut done), "an empty table is clean at once");
     // An orphan claimed in the old table now: no room in the successor, stranded.
-    let mut done = Done::stamped(Stamp::new(1, 1));
+    let mut done = Effects::stamped(Stamp::new(1, 1));
     old.ack(key(100, 99), 0b1, &mut done);
     let stranded = done.take_stranded().expect("stranded");
     done.strand(stranded.0, stranded.1);

@@ -4,7 +4,7 @@
 //! timeout).
 
 use super::{
-    full_near, reached, Done, Expiry, Key, Roots, Stamp, Step, Tick, GEN_TAG_BITS, GROUP_SLOTS,
+    full_near, reached, Effects, Expiry, Key, Stamp, Step, Table, Tick, GEN_TAG_BITS, GROUP_SLOTS,
     TAG_CHECK_MASK,
 };
 use crate::sync::{Backoff, Ordering};
@@ -17,7 +17,7 @@ pub struct Judge {
     pub clock: u64,
 }
 
-impl<T> Roots<T> {
+impl<T> Table<T> {
     /// The reaper, looking at `slot` of a group whose timer came due
     /// ([`groups`](crate::acker::timers::groups)): a LIVE tree whose deadline has come
     /// times out (into `done`), a HELD orphan's is dropped. Nothing happens when the entry
@@ -34,7 +34,7 @@ impl<T> Roots<T> {
     /// tag has the same bits in the slot is treated as the root, which is harmless, as its
     /// own deadline decides.
     ///
-    pub fn expire(&self, slot: usize, tag: u32, now: Tick, done: &mut Done<'_>) -> Expiry {
+    pub fn expire(&self, slot: usize, tag: u32, now: Tick, done: &mut Effects<'_>) -> Expiry {
         let now = u64::from(now);
         let judge = Judge {
             anchor: now,
@@ -54,7 +54,7 @@ impl<T> Roots<T> {
         slot: usize,
         tag: u32,
         judge: Judge,
-        done: &mut Done<'_>,
+        done: &mut Effects<'_>,
     ) -> Expiry {
         let mut word = self.word(slot).load();
         loop {

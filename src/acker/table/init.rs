@@ -12,10 +12,10 @@
 //! placeholder of its own with a twin: merge, search, join. Of two claimers, at least one
 //! sees the other, so two JOINING twins never both settle; one that sees none is alone.
 
-use super::{Done, Key, Refused, Roots, Search, Step, Tick, Unclaimed, Vacancy, Word};
+use super::{Effects, Key, Refused, Search, Step, Table, Tick, Unclaimed, Vacancy, Word};
 use crate::sync::Ordering;
 
-/// What [`Roots::claim_joined`] did.
+/// What [`Table::claim_joined`] did.
 enum Claimed {
     /// A new entry, JOINING with init's XOR, and no twin: write the payload and settle.
     Alone(usize),
@@ -28,7 +28,7 @@ enum Claimed {
     Full,
 }
 
-impl<T> Roots<T> {
+impl<T> Table<T> {
     /// Storm's init: joins the root's HELD entry (an orphan's), or claims a new one
     /// JOINING, writes the payload, and settles: LIVE, or completed at once (into `done`)
     /// when held acks cancel `xor` (Acked wins) or a fail was held.
@@ -43,7 +43,7 @@ impl<T> Roots<T> {
         key: Key,
         xor: u64,
         payload: T,
-        done: &mut Done<'_>,
+        done: &mut Effects<'_>,
     ) -> Result<(), Refused<T>> {
         self.init_with(key, xor, payload, None, done)
     }
@@ -57,7 +57,7 @@ impl<T> Roots<T> {
         xor: u64,
         payload: T,
         timeout: Option<Tick>,
-        done: &mut Done<'_>,
+        done: &mut Effects<'_>,
     ) -> Result<(), Refused<T>> {
         self.init_or(key, xor, payload, timeout, true, done)
     }
@@ -74,7 +74,7 @@ impl<T> Roots<T> {
         payload: T,
         timeout: Option<Tick>,
         create: bool,
-        done: &mut Done<'_>,
+        done: &mut Effects<'_>,
     ) -> Result<(), Refused<T>> {
         let mut search = self.search(key, None);
         let slot = loop {
@@ -166,7 +166,7 @@ impl<T> Roots<T> {
         key: Key,
         xor: u64,
         vacancy: Option<Vacancy>,
-        done: &mut Done<'_>,
+        done: &mut Effects<'_>,
     ) -> Claimed {
         match self.claim(key, Word::joining(key, xor), vacancy, done) {
             // `next` is checked after the claim, as a joiner checks it before its join: a

@@ -21,7 +21,7 @@ use crate::sync::{AtomicU32, AtomicU64, UnsafeCell};
 use crate::zeroed::Slice;
 
 /// A slot's payload cell: written by the init that claimed or joined the slot, read once by
-/// the thread whose CAS completed the tree (see `Roots`' `Sync` impl).
+/// the thread whose CAS completed the tree (see `Table`' `Sync` impl).
 pub(super) struct Payload<T>(pub(super) UnsafeCell<MaybeUninit<T>>);
 
 /// A slot's side data.

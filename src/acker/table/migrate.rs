@@ -44,7 +44,7 @@
 //! in the successor would still find it. The mover's copy into the successor merges with a
 //! HELD twin there as any claim does (`merge_twins`).
 
-use super::{Done, Key, Roots, Stamp, Unclaimed, Word, GROUP_SLOTS};
+use super::{Effects, Key, Stamp, Table, Unclaimed, Word, GROUP_SLOTS};
 use crate::acker::table::word::State;
 use crate::sync::Backoff;
 use crate::sync::Ordering;
@@ -60,10 +60,10 @@ enum Slot {
     NoRoom,
 }
 
-impl<T> Roots<T> {
+impl<T> Table<T> {
     /// The table this one's entries are moving to, once a migration began.
     #[inline]
-    pub fn successor(&self) -> Option<&Roots<T>> {
+    pub fn successor(&self) -> Option<&Table<T>> {
         // SeqCst: the claim-then-check pair with the grower's store (module docs).
         let next = self.next.load(Ordering::SeqCst);
         // Safety: a successor, once set, is freed only after this table is retired and then
@@ -75,7 +75,7 @@ impl<T> Roots<T> {
 
     /// The successor as the raw pointer `begin_move` stored (the `Box`'s own, for the
     /// owner that frees it: a pointer made from a reference may not free).
-    pub fn successor_ptr(&self) -> *mut Roots<T> {
+    pub fn successor_ptr(&self) -> *mut Table<T> {
         self.next.load(Ordering::SeqCst)
     }
 
@@ -85,7 +85,7 @@ impl<T> Roots<T> {
     ///
     /// # Safety
     /// `next` is valid until this table is freed, and this is called once per table.
-    pub unsafe fn begin_move(&self, next: *mut Roots<T>) {
+    pub unsafe fn begin_move(&self, next: *mut Table<T>) {
         debug_assert!(self.next.load(Ordering::SeqCst).is_null());
         self.next.store(next, Ordering::SeqCst);
     }
@@ -97,7 +97,7 @@ impl<T> Roots<T> {
 
     /// Helps a migration under way: moves the group the cursor gives. `true` when this
     /// call made the last group clean (the caller then promotes the successor, once).
-    pub fn help_move(&self, done: &mut Done<'_>) -> bool {
+    pub fn help_move(&self, done: &mut Effects<'_>) -> bool {
         let Some(next) = self.successor() else {
             return false;
         };
@@ -112,14 +112,14 @@ impl<T> Roots<T> {
 
     /// Moves every group that is not clean yet, once each. `true` when this call made the
     /// last one clean.
-    pub fn move_round(&self, done: &mut Done<'_>) -> bool {
+    pub fn move_round(&self, done: &mut Effects<'_>) -> bool {
         self.move_groups(0..self.groups(), done)
     }
 
     /// [`move_round`](Self::move_round) over `groups` only: a round in parts, each
     /// finished (its timers filed) before the next, keeps what an operation collects
     /// small.
-    pub fn move_groups(&self, groups: std::ops::Range<usize>, done: &mut Done<'_>) -> bool {
+    pub fn move_groups(&self, groups: std::ops::Range<usize>, done: &mut Effects<'_>) -> bool {
         let Some(next) = self.successor() else {
             return false;
         };
@@ -130,7 +130,7 @@ impl<T> Roots<T> {
         finished
     }
 
-    fn move_group(&self, group: usize, next: &Roots<T>, done: &mut Done<'_>) -> bool {
+    fn move_group(&self, group: usize, next: &Table<T>, done: &mut Effects<'_>) -> bool {
         let (word, bit) = (group / 64, 1u64 << (group % 64));
         if self.clean[word].load(Ordering::SeqCst) & bit != 0 {
             return false;
@@ -153,14 +153,14 @@ impl<T> Roots<T> {
     /// table is current or migrating; should the table be retired meanwhile (its group
     /// was clean before the claim), the entry is out of sight until moved, and any twin
     /// created meanwhile merges with it then.
-    pub(super) fn relocate(&self, slot: usize, next: &Roots<T>, done: &mut Done<'_>) {
+    pub(super) fn relocate(&self, slot: usize, next: &Table<T>, done: &mut Effects<'_>) {
         if self.move_slot(slot, next, done) == Slot::NoRoom {
             done.strand(self.gen, slot);
         }
     }
 
     /// Tries a stranded entry's move again: `false` when the successor still has no room.
-    pub fn relocate_stranded(&self, slot: usize, done: &mut Done<'_>) -> bool {
+    pub fn relocate_stranded(&self, slot: usize, done: &mut Effects<'_>) -> bool {
         let Some(next) = self.successor() else {
             debug_assert!(false, "a stranded entry in a table with no successor");
             return true;
@@ -169,7 +169,7 @@ impl<T> Roots<T> {
     }
 
     /// Moves the slot's entry to `next` if it is HELD or LIVE (module docs).
-    fn move_slot(&self, slot: usize, next: &Roots<T>, done: &mut Done<'_>) -> Slot {
+    fn move_slot(&self, slot: usize, next: &Table<T>, done: &mut Effects<'_>) -> Slot {
         let mut word = self.word(slot).load();
         let frozen = loop {
             if word == Word::EMPTY || word.state() == State::MOVED {
@@ -245,7 +245,7 @@ impl<T> Roots<T> {
         stamp: Stamp,
         timeout: u32,
         payload: Option<T>,
-        done: &mut Done<'_>,
+        done: &mut Effects<'_>,
     ) -> Result<(), Option<T>> {
         let key = word.key();
         let mut payload = payload;

@@ -64,10 +64,10 @@
 // [`taking`](crate::acker::table::taking) (a completion's payload and free, shutdown's
 // take-back), [`migrate`](crate::acker::table::migrate) (growth),
 // [`lines`](crate::acker::table::lines) (memory), [`times`](crate::acker::table::times) (a
-// slot's ticks), [`done`](crate::acker::table::done) (what an operation reports).
+// slot's ticks), [`effects`](crate::acker::table::effects) (what an operation reports).
 mod deadlines;
 pub use deadlines::Judge;
-mod done;
+mod effects;
 mod init;
 pub(in crate::acker) mod lines;
 pub(in crate::acker) mod migrate;
@@ -78,7 +78,7 @@ mod twins;
 #[allow(dead_code)] // parts used by the loom models and the tests only
 pub(crate) mod word;
 pub use crate::acker::timers::ticks::{full_near, reached, Tick};
-pub use done::{Completed, Done};
+pub use effects::{Completed, Effects};
 use probe::{Search, Unclaimed, Vacancy};
 pub use times::Stamp;
 use twins::InFlight;
@@ -109,7 +109,7 @@ pub const MAX_PROBE: usize = 63;
 // A group's overflow count (a `u16`) holds the entries of the groups before it, plus one
 // claim under way per thread.
 const _: () = assert!(MAX_PROBE * GROUP_SLOTS <= 1 << 10);
-/// A claim this many groups past home reports its table crowded (`Done::crowded`).
+/// A claim this many groups past home reports its table crowded (`Effects::crowded`).
 const CROWDED_DISTANCE: usize = 2;
 /// The low bits of a batch entry's tag (and of a group timer) that carry its table's
 /// generation ([`engine`](crate::acker::engine)): a tag compares only the bits above.
@@ -238,7 +238,7 @@ pub enum Applied {
     Retry,
 }
 
-/// What [`Roots::expire`] did.
+/// What [`Table::expire`] did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Expiry {
     /// The root's entry is no longer in the slot: nothing to do.
@@ -253,7 +253,7 @@ pub enum Expiry {
     NotDue(Tick),
 }
 
-/// What [`Roots::init`] could not do; the payload comes back.
+/// What [`Table::init`] could not do; the payload comes back.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Refused<T> {
     /// The root is already initialized (or being initialized).
@@ -299,7 +299,7 @@ impl Message {
 }
 
 /// One table of root words. See the module docs.
-pub struct Roots<T> {
+pub struct Table<T> {
     /// Per group, its words and its slots' side data: times (and the slot's reservation,
     /// [`times`]), the tree's own timeout in ticks (0 for the acker's default; written by
     /// the claimer, 0, before its claim publishes it, and by a joining init) and the
@@ -325,7 +325,7 @@ pub struct Roots<T> {
     gen: u32,
     /// The successor entries move to once growth (or shrink) began; null before. Set
     /// once; it owns nothing ([`engine`](crate::acker::engine) owns every generation).
-    next: AtomicPtr<Roots<T>>,
+    next: AtomicPtr<Table<T>>,
     /// Migration: the next group to move (a hint that spreads helpers over the groups).
     cursor: AtomicUsize,
     /// Migration: a bit per group, set once it holds only EMPTY and MOVED words.
@@ -339,11 +339,11 @@ pub struct Roots<T> {
 // CAS completed the tree, after the settle CAS that published the write, and before that
 // thread's free ends the slot's reservation (see `init`, `take` and `free`), so no two
 // threads touch one at once. `T: Send` because payloads move between threads.
-unsafe impl<T: Send> Sync for Roots<T> {}
+unsafe impl<T: Send> Sync for Table<T> {}
 // Safety: as above; the table owns its payloads.
-unsafe impl<T: Send> Send for Roots<T> {}
+unsafe impl<T: Send> Send for Table<T> {}
 
-impl<T> Roots<T> {
+impl<T> Table<T> {
     /// A table of `groups` groups (at least 2), without a bound.
     /// Its default timeout is 0 ticks: a deadline is its base.
     pub fn new(groups: usize) -> Self {
@@ -368,7 +368,7 @@ impl<T> Roots<T> {
         // Safety: for each `zeroed`, an all-zero `AtomicU32` and `AtomicU64` is a valid
         // value equal to what its `make` builds.
         unsafe {
-            Roots {
+            Table {
                 lines: Lines::zeroed(groups, populate),
                 overflow: zeroed(groups, || AtomicU16::new(0)),
                 clean: zeroed(groups.div_ceil(64), || AtomicU64::new(0)),
@@ -443,7 +443,7 @@ impl<T> Roots<T> {
     }
 
     #[inline]
-    fn claimed(&self, done: &mut Done, slot: usize, key: Key, outcome: Outcome) {
+    fn claimed(&self, done: &mut Effects, slot: usize, key: Key, outcome: Outcome) {
         done.push(Completed {
             slot,
             key,
@@ -496,12 +496,12 @@ impl<T> Roots<T> {
     }
 
     /// An ack: XORs `xor` into the root's value, or holds it in a new entry.
-    pub fn ack(&self, key: Key, xor: u64, done: &mut Done<'_>) -> Applied {
+    pub fn ack(&self, key: Key, xor: u64, done: &mut Effects<'_>) -> Applied {
         self.apply(key, Message::Ack(xor), true, done)
     }
 
     /// A fail: completes an initialized tree `Failed`, or is held until init.
-    pub fn fail(&self, key: Key, done: &mut Done<'_>) -> Applied {
+    pub fn fail(&self, key: Key, done: &mut Effects<'_>) -> Applied {
         self.apply(key, Message::Fail, true, done)
     }
 
@@ -511,7 +511,7 @@ impl<T> Roots<T> {
     /// from the search, so nothing was changed.
     ///
     /// It is `apply`'s own first step, the same walk of the window and the same CAS,
-    /// without the general path's frame (its `Done`, a migration's help, the timer
+    /// without the general path's frame (its `Effects`, a migration's help, the timer
     /// filing): an entry displaced from its home group (a quarter to a third of them in a
     /// table near its brim) takes this path too, not only one at home.
     #[inline]
@@ -573,7 +573,13 @@ impl<T> Roots<T> {
     /// lands; with no entry, holds it in a new one (unless not `create`) and merges any
     /// twin. A new entry in a table whose migration has begun moves to the successor at
     /// once ([`migrate`]); a FROZEN entry is waited for, then [`Applied::Retry`].
-    pub fn apply(&self, key: Key, message: Message, create: bool, done: &mut Done<'_>) -> Applied {
+    pub fn apply(
+        &self,
+        key: Key,
+        message: Message,
+        create: bool,
+        done: &mut Effects<'_>,
+    ) -> Applied {
         loop {
             let (slot, mut word) = match self.search(key, None) {
                 Search::Found(slot, word) => (slot, word),
@@ -643,7 +649,7 @@ unsafe fn zeroed<T>(n: usize, make: impl Fn() -> T) -> Box<[T]> {
     (0..n).map(|_| make()).collect()
 }
 
-impl<T> Drop for Roots<T> {
+impl<T> Drop for Table<T> {
     fn drop(&mut self) {
         for slot in 0..self.slots() {
             let word = self.word(slot).load();
@@ -660,9 +666,9 @@ impl<T> Drop for Roots<T> {
     }
 }
 
-impl<T> std::fmt::Debug for Roots<T> {
+impl<T> std::fmt::Debug for Table<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Roots")
+        f.debug_struct("Table")
             .field("slots", &self.slots())
             .field("merged", &self.merged())
             .finish_non_exhaustive()

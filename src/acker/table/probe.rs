@@ -1,13 +1,13 @@
-//! A root's probe window: [`Roots::search`] walks from the root's home group while the
-//! groups it passes have a non-zero overflow count, [`Roots::claim`] reserves an EMPTY
+//! A root's probe window: [`Table::search`] walks from the root's home group while the
+//! groups it passes have a non-zero overflow count, [`Table::claim`] reserves an EMPTY
 //! slot, counts itself into the groups it passed and CASes its word in, and
-//! [`Roots::empty`] undoes both (module docs of [`table`](crate::acker::table), "Finding a
+//! [`Table::empty`] undoes both (module docs of [`table`](crate::acker::table), "Finding a
 //! root").
 
-use super::{Done, Key, Roots, Stamp, Word, CROWDED_DISTANCE, GROUP_SLOTS, MAX_PROBE};
+use super::{Effects, Key, Stamp, Table, Word, CROWDED_DISTANCE, GROUP_SLOTS, MAX_PROBE};
 use crate::sync::{store_raced, Ordering};
 
-/// Why [`Roots::claim`] claimed nothing.
+/// Why [`Table::claim`] claimed nothing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Unclaimed {
     /// The slot's word had changed: look again.
@@ -25,7 +25,7 @@ pub(super) struct Vacancy {
     pub(super) d: usize,
 }
 
-/// What [`Roots::search`] found.
+/// What [`Table::search`] found.
 pub(super) enum Search {
     Found(usize, Word),
     /// The root's entry is FROZEN: a mover is copying it to the successor.
@@ -34,7 +34,7 @@ pub(super) enum Search {
     Missing(Option<Vacancy>),
 }
 
-impl<T> Roots<T> {
+impl<T> Table<T> {
     /// How many groups past `key`'s home `slot` is.
     pub(super) fn distance(&self, key: Key, slot: usize) -> usize {
         self.wrap(slot / GROUP_SLOTS + self.groups - self.home(key))
@@ -194,7 +194,7 @@ impl<T> Roots<T> {
         key: Key,
         word: Word,
         vacancy: Option<Vacancy>,
-        done: &mut Done<'_>,
+        done: &mut Effects<'_>,
     ) -> Result<usize, Unclaimed> {
         // First, before anything is taken: making the stamp may read a clock that panics.
         let stamp = done.stamp();

@@ -1,10 +1,10 @@
 //! The end of a tree's entry: its payload taken by the thread whose CAS completed it, its
 //! slot freed, and shutdown's take-back of a LIVE tree.
 
-use super::Roots;
+use super::Table;
 use crate::acker::table::word::Key;
 
-impl<T> Roots<T> {
+impl<T> Table<T> {
     /// Shutdown: takes back the initialized tree of `key` in `slot` (LIVE to completed, its
     /// payload taken, its slot freed). `None` when the slot holds no LIVE tree of `key`
     /// (completed by someone, not initialized, or taken back already: one CAS decides).

@@ -14,7 +14,7 @@ fn key_in(groups: usize, home: usize, low: u64) -> Key {
 }
 
 /// Completes a claimed tree the way the acker will: payload out, slot freed.
-fn finish(roots: &Roots<u32>, done: &mut Done) -> Option<(u32, Outcome)> {
+fn finish(roots: &Table<u32>, done: &mut Effects) -> Option<(u32, Outcome)> {
     let Completed {
         slot, key, outcome, ..
     } = done.take()?;
@@ -28,9 +28,9 @@ fn finish(roots: &Roots<u32>, done: &mut Done) -> Option<(u32, Outcome)> {
 
 #[test]
 fn the_last_ack_completes_once_and_frees_its_slot_at_once() {
-    let roots = Roots::new(4);
+    let roots = Table::new(4);
     let key = key_in(4, 1, 7);
-    let mut done = Done::default();
+    let mut done = Effects::default();
     assert_eq!(roots.init(key, 0b11, 9, &mut done), Ok(()));
     assert_eq!(roots.ack(key, 0b01, &mut done), Applied::Changed);
     assert!(done.is_none());
@@ -44,9 +44,9 @@ fn the_last_ack_completes_once_and_frees_its_slot_at_once() {
 
 #[test]
 fn a_duplicated_ack_on_a_held_orphan_never_completes_the_tree() {
-    let roots = Roots::new(4);
+    let roots = Table::new(4);
     let key = key_in(4, 0, 1);
-    let mut done = Done::default();
+    let mut done = Effects::default();
     roots.ack(key, 0xA, &mut done);
     roots.ack(key, 0xA, &mut done); // the orphan's value is 0 now
     roots.init(key, 0xB, 1, &mut done).unwrap();
@@ -69,9 +69,9 @@ fn a_duplicated_ack_on_a_held_orphan_never_completes_the_tree() {
 
 #[test]
 fn init_after_held_messages_settles_at_once() {
-    let roots = Roots::new(4);
+    let roots = Table::new(4);
     let (a, b, c) = (key_in(4, 2, 1), key_in(4, 2, 2), key_in(4, 2, 3));
-    let mut done = Done::default();
+    let mut done = Effects::default();
     roots.ack(a, 0b1, &mut done);
     roots.fail(a, &mut done);
     roots.init(a, 0b1, 10, &mut done).unwrap();
@@ -94,8 +94,8 @@ fn init_after_held_messages_settles_at_once() {
 
 #[test]
 fn overflowed_roots_are_found_and_their_counts_come_off() {
-    let roots = Roots::<u32>::new(4);
-    let mut done = Done::default();
+    let roots = Table::<u32>::new(4);
+    let mut done = Effects::default();
     let keys: Vec<Key> = (0..GROUP_SLOTS as u64 + 2)
         .map(|i| key_in(4, 3, i))
         .collect();
@@ -118,8 +118,8 @@ fn overflowed_roots_are_found_and_their_counts_come_off() {
 
 #[test]
 fn the_shortcut_applies_only_what_apply_would_and_defers_the_rest() {
-    let roots = Roots::<u32>::new(4);
-    let mut done = Done::default();
+    let roots = Table::<u32>::new(4);
+    let mut done = Effects::default();
     // Home 3 full of other roots: `far` lands in group 0.
     for i in 0..GROUP_SLOTS as u64 {
         roots.init(key_in(4, 3, i), 1 << 40, 0, &mut done).unwrap();
@@ -175,7 +175,7 @@ fn a_group_finds_the_first_word_of_its_key_wherever_it_is_and_defers_the_odd_one
     // Each position, the others holding other roots, each word with its own value: the
     // word found is the one at that position, whole.
     for at in 0..GROUP_SLOTS {
-        let roots = Roots::<u32>::new(4);
+        let roots = Table::<u32>::new(4);
         let group = roots.group(1);
         let mine = Word::joining(key, 50 + at as u64);
         for i in 0..GROUP_SLOTS {
@@ -195,7 +195,7 @@ fn a_group_finds_the_first_word_of_its_key_wherever_it_is_and_defers_the_odd_one
     }
     // The first word of the key is FROZEN: not an entry to change (`search` reports it
     // FROZEN, and `apply` waits for it to be moved), whatever follows it.
-    let roots = Roots::<u32>::new(4);
+    let roots = Table::<u32>::new(4);
     let group = roots.group(1);
     let frozen = Word::held_ack(key, 3).frozen().unwrap();
     group.0[0].cas(Word::EMPTY, other(0)).unwrap();
@@ -203,7 +203,7 @@ fn a_group_finds_the_first_word_of_its_key_wherever_it_is_and_defers_the_odd_one
     group.0[3].cas(Word::EMPTY, Word::held_ack(key, 4)).unwrap();
     assert_eq!(group.find(key), Match::Odd);
     // The same in word 0, which is tried first.
-    let roots = Roots::<u32>::new(4);
+    let roots = Table::<u32>::new(4);
     roots.group(2).0[0].cas(Word::EMPTY, frozen).unwrap();
     roots.group(2).0[1]
         .cas(Word::EMPTY, Word::held_ack(key, 4))
@@ -226,10 +226,10 @@ fn a_group_finds_the_first_word_of_its_key_wherever_it_is_and_defers_the_odd_one
 fn the_shortcut_defers_a_frozen_word_and_stops_where_search_stops() {
     let key = key_in(4, 1, 7);
     let frozen = Word::held_ack(key, 3).frozen().unwrap();
-    let put = |roots: &Roots<u32>, group: usize, i: usize, word: Word| {
+    let put = |roots: &Table<u32>, group: usize, i: usize, word: Word| {
         roots.group(group).0[i].cas(Word::EMPTY, word).unwrap();
     };
-    let fill = |roots: &Roots<u32>, group: usize| {
+    let fill = |roots: &Table<u32>, group: usize| {
         for i in 0..GROUP_SLOTS {
             put(
                 roots,
@@ -241,17 +241,17 @@ fn the_shortcut_defers_a_frozen_word_and_stops_where_search_stops() {
     };
     let twin = Word::held_ack(key, 4);
     // Deferred, with the twin in `(group, word)` left as it was.
-    let deferred = |roots: &Roots<u32>, group: usize, i: usize| {
+    let deferred = |roots: &Table<u32>, group: usize, i: usize| {
         assert_eq!(roots.apply_found(key, Message::Ack(1)), None);
         assert_eq!(roots.group(group).0[i].load(), twin);
     };
     // FROZEN at home, a HELD twin after it.
-    let roots = Roots::<u32>::new(4);
+    let roots = Table::<u32>::new(4);
     put(&roots, 1, 0, frozen);
     put(&roots, 1, 1, twin);
     deferred(&roots, 1, 1);
     // Home full of other roots, FROZEN one group past it and the twin two past.
-    let roots = Roots::<u32>::new(4);
+    let roots = Table::<u32>::new(4);
     fill(&roots, 1);
     roots.overflow[1].fetch_add(1, Ordering::SeqCst);
     roots.overflow[2].fetch_add(1, Ordering::SeqCst);
@@ -259,7 +259,7 @@ fn the_shortcut_defers_a_frozen_word_and_stops_where_search_stops() {
     put(&roots, 3, 0, twin);
     deferred(&roots, 3, 0);
     // The same twin past a group whose count is 0: not in the window, not found.
-    let roots = Roots::<u32>::new(4);
+    let roots = Table::<u32>::new(4);
     fill(&roots, 1);
     put(&roots, 2, 0, twin);
     deferred(&roots, 2, 0);
@@ -275,7 +275,7 @@ fn the_shortcut_defers_a_frozen_word_and_stops_where_search_stops() {
 #[test]
 fn a_twin_is_any_other_entry_or_frozen_word_of_the_key_in_the_window() {
     let key = key_in(4, 1, 7);
-    let roots = Roots::<u32>::new(4);
+    let roots = Table::<u32>::new(4);
     let mine = GROUP_SLOTS; // group 1, word 0
     roots.group(1).0[0]
         .cas(Word::EMPTY, Word::joining(key, 1))
@@ -307,8 +307,8 @@ fn a_twin_is_any_other_entry_or_frozen_word_of_the_key_in_the_window() {
 
 #[test]
 fn a_full_window_refuses_and_gives_the_payload_back() {
-    let roots = Roots::<u32>::new(2); // window: both groups
-    let mut done = Done::default();
+    let roots = Table::<u32>::new(2); // window: both groups
+    let mut done = Effects::default();
     for i in 0..2 * GROUP_SLOTS as u64 {
         assert_eq!(roots.ack(key_in(2, 0, i), 1, &mut done), Applied::Created);
     }
@@ -319,8 +319,8 @@ fn a_full_window_refuses_and_gives_the_payload_back() {
 
 #[test]
 fn twin_entries_merge_into_one_with_both_contents() {
-    let roots = Roots::<u32>::new(4);
-    let mut done = Done::default();
+    let roots = Table::<u32>::new(4);
+    let mut done = Effects::default();
     let (other, key) = (key_in(4, 1, 1), key_in(4, 1, 2));
     // `other` takes the home group's first slot, `key` the second.
     roots.ack(other, 1, &mut done);
@@ -330,7 +330,12 @@ fn twin_entries_merge_into_one_with_both_contents() {
     let (slot, word) = roots.find(other).unwrap();
     roots.empty(slot, word).unwrap();
     let twin = roots
-        .claim(key, Word::held_ack(key, 0b10), None, &mut Done::default())
+        .claim(
+            key,
+            Word::held_ack(key, 0b10),
+            None,
+            &mut Effects::default(),
+        )
         .unwrap();
     assert_eq!(twin, slot);
     roots.merge_twins(key, twin, &mut done);
@@ -346,15 +351,20 @@ fn twin_entries_merge_into_one_with_both_contents() {
 
 #[test]
 fn a_held_twin_merges_into_the_joined_entry() {
-    let roots = Roots::<u32>::new(4);
-    let mut done = Done::default();
+    let roots = Table::<u32>::new(4);
+    let mut done = Effects::default();
     let (other, key) = (key_in(4, 0, 1), key_in(4, 0, 2));
     roots.ack(other, 1, &mut done);
     roots.init(key, 0b11, 4, &mut done).unwrap(); // LIVE, second in probe order
     let (slot, word) = roots.find(other).unwrap();
     roots.empty(slot, word).unwrap();
     let twin = roots
-        .claim(key, Word::held_ack(key, 0b11), None, &mut Done::default())
+        .claim(
+            key,
+            Word::held_ack(key, 0b11),
+            None,
+            &mut Effects::default(),
+        )
         .unwrap();
     roots.merge_twins(key, twin, &mut done);
     assert_eq!(finish(&roots, &mut done), Some((4, Outcome::Acked)));
@@ -371,9 +381,9 @@ fn random_messages_match_a_sequential_model() {
         failed: bool,
     }
     let mut rng = StdRng::seed_from_u64(7);
-    let roots = Roots::<u32>::new(8);
+    let roots = Table::<u32>::new(8);
     let mut model: HashMap<u64, Model> = HashMap::new();
-    let mut done = Done::default();
+    let mut done = Effects::default();
     let rounds = if cfg!(miri) { 500 } else { 200_000 };
     for round in 0..rounds {
         let id = rng.random_range(0..24u64);
@@ -427,8 +437,8 @@ fn random_messages_match_a_sequential_model() {
 fn live_payloads_are_dropped_with_the_table() {
     let payload = Arc::new(());
     {
-        let roots = Roots::new(2);
-        let mut done = Done::default();
+        let roots = Table::new(2);
+        let mut done = Effects::default();
         roots
             .init(key_in(2, 0, 1), 1, Arc::clone(&payload), &mut done)
             .unwrap();
@@ -446,7 +456,7 @@ fn racing_threads_complete_every_tree_exactly_once() {
     let trees: u64 = if cfg!(miri) { 40 } else { 20_000 };
     // A small table whose roots share two home groups, so that slots are freed and
     // claimed again in every root's window all the time: twin claims happen.
-    let roots = Arc::new(Roots::<u64>::new(8));
+    let roots = Arc::new(Table::<u64>::new(8));
     // Threads meet every 8 trees, so that at most a few dozen are held at once.
     let barrier = std::sync::Barrier::new(THREADS);
     let edges =
@@ -458,7 +468,7 @@ fn racing_threads_complete_every_tree_exactly_once() {
                 let barrier = &barrier;
                 s.spawn(move || {
                     let mut mine = Vec::new();
-                    let mut done = Done::default();
+                    let mut done = Effects::default();
                     for t in 0..trees {
                         if t % 8 == 0 {
                             barrier.wait();
@@ -509,7 +519,7 @@ fn merges_conserve_every_xor_under_churn() {
     const THREADS: usize = 3;
     const KEYS: u64 = 14;
     let groups = 4;
-    let roots = Roots::<u32>::new(groups);
+    let roots = Table::<u32>::new(groups);
     let ops = if cfg!(miri) { 300 } else { 300_000 };
     let sent: Vec<Vec<u64>> = std::thread::scope(|s| {
         let workers: Vec<_> = (0..THREADS)
@@ -518,7 +528,7 @@ fn merges_conserve_every_xor_under_churn() {
                 s.spawn(move || {
                     let mut rng = StdRng::seed_from_u64(me as u64);
                     let mut sent = vec![0u64; KEYS as usize];
-                    let mut done = Done::default();
+                    let mut done = Effects::default();
                     for _ in 0..ops {
                         let id = rng.random_range(0..KEYS);
                         let key = key_in(groups, (id % 2) as usize, id);
@@ -576,9 +586,9 @@ fn merges_conserve_every_xor_under_churn() {
 
 #[test]
 fn a_claim_stamps_the_times_and_emptying_the_slot_frees_them() {
-    let roots = Roots::<u32>::new(2);
+    let roots = Table::<u32>::new(2);
     let key = key_in(2, 0, 1);
-    let mut done = Done::stamped(Stamp::new(100, 130));
+    let mut done = Effects::stamped(Stamp::new(100, 130));
     assert_eq!(roots.ack(key, 0b1, &mut done), Applied::Created);
     let slot = done
         .take_to_file()
@@ -593,7 +603,7 @@ fn a_claim_stamps_the_times_and_emptying_the_slot_frees_them() {
         "this table's default timeout is 0"
     );
     // Not due before its deadline: the reaper is told when it is.
-    let mut reaper = Done::default();
+    let mut reaper = Effects::default();
     assert_eq!(
         roots.expire(slot, key.tag(), 129, &mut reaper),
         Expiry::NotDue(130)
@@ -608,13 +618,13 @@ fn a_claim_stamps_the_times_and_emptying_the_slot_frees_them() {
 
 #[test]
 fn an_init_with_its_own_timeout_counts_from_the_first_message() {
-    let roots = Roots::<u32>::bounded(2, None, 30, false);
+    let roots = Table::<u32>::bounded(2, None, 30, false);
     let key = key_in(2, 0, 1);
-    let mut early = Done::stamped(Stamp::new(10, 10));
+    let mut early = Effects::stamped(Stamp::new(10, 10));
     roots.ack(key, 0b01, &mut early); // the orphan: first message at tick 10
     let slot = early.take_to_file().map(|(_, s)| s).unwrap();
     assert_eq!(roots.deadline(slot), Some(40), "the default timeout");
-    let mut init = Done::stamped(Stamp::new(25, 25));
+    let mut init = Effects::stamped(Stamp::new(25, 25));
     roots.init_with(key, 0b11, 7, Some(100), &mut init).unwrap();
     assert_eq!(
         init.take_to_file().map(|(_, s)| s),
@@ -627,7 +637,7 @@ fn an_init_with_its_own_timeout_counts_from_the_first_message() {
     // marks R.
     assert!(roots.reset(key, 50));
     assert_eq!(roots.deadline(slot), Some(150));
-    let mut reaper = Done::default();
+    let mut reaper = Effects::default();
     assert_eq!(
         roots.expire(slot, key.tag(), 149, &mut reaper),
         Expiry::NotDue(150)
@@ -642,9 +652,9 @@ fn an_init_with_its_own_timeout_counts_from_the_first_message() {
 
 #[test]
 fn a_reset_never_brings_a_deadline_earlier() {
-    let roots = Roots::<u32>::new(2);
+    let roots = Table::<u32>::new(2);
     let key = key_in(2, 0, 1);
-    let mut done = Done::stamped(Stamp::new(10, 1_000));
+    let mut done = Effects::stamped(Stamp::new(10, 1_000));
     roots.init(key, 0b1, 7, &mut done).unwrap();
     let slot = done.take_to_file().map(|(_, s)| s).unwrap();
     // A base of 20 would be before the stored 1000: kept.
@@ -654,13 +664,13 @@ fn a_reset_never_brings_a_deadline_earlier() {
 
 #[test]
 fn a_shorter_own_timeout_asks_for_another_timer_and_a_reset_before_init_counts() {
-    let roots = Roots::<u32>::bounded(2, None, 30, false);
+    let roots = Table::<u32>::bounded(2, None, 30, false);
     let key = key_in(2, 0, 1);
-    let mut early = Done::stamped(Stamp::new(10, 10));
+    let mut early = Effects::stamped(Stamp::new(10, 10));
     roots.ack(key, 0b01, &mut early);
     let slot = early.take_to_file().map(|(_, s)| s).unwrap();
     assert!(roots.reset(key, 20)); // before init: the timeout counts from 20
-    let mut init = Done::stamped(Stamp::new(25, 25));
+    let mut init = Effects::stamped(Stamp::new(25, 25));
     roots.init_with(key, 0b11, 7, Some(5), &mut init).unwrap();
     assert_eq!(
         init.take_to_file().map(|(_, s)| s),
@@ -676,13 +686,13 @@ fn a_shorter_own_timeout_asks_for_another_timer_and_a_reset_before_init_counts()
 
 #[test]
 fn a_reserved_slot_is_skipped_by_other_claimers() {
-    let roots = Roots::<u32>::new(2);
+    let roots = Table::<u32>::new(2);
     let (a, b) = (key_in(2, 0, 1), key_in(2, 0, 2));
     // Reserve a's home group's first slot as a claimer would before its word CAS.
     roots
         .times_of(0)
         .store(Stamp::default().bits(), crate::sync::Ordering::SeqCst);
-    let mut done = Done::default();
+    let mut done = Effects::default();
     assert_eq!(roots.ack(a, 1, &mut done), Applied::Created);
     assert_eq!(
         done.take_to_file().map(|(_, s)| s),

@@ -23,7 +23,7 @@
 //! moves the base to now unless it is later), and then sets R on the word so that a reaper
 //! about to time the tree out on the old deadline fails its CAS. The reaper reads the times
 //! after it loaded the word and CASes from that word, so a deadline moved by a reset, or by
-//! an init's own timeout (written while JOINING), makes its CAS fail (`Roots::expire`).
+//! an init's own timeout (written while JOINING), makes its CAS fail (`Table::expire`).
 
 use crate::acker::timers::ticks::{full_near, Tick};
 

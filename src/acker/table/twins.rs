@@ -3,7 +3,7 @@
 //! searches again and the pair is merged lock-free: the loser's CAS to EMPTY decides who
 //! carries its contents to the winner, so they are applied once.
 
-use super::{Applied, Done, Key, Message, Phase, Roots, Word, GROUP_SLOTS};
+use super::{Applied, Effects, Key, Message, Phase, Table, Word, GROUP_SLOTS};
 use crate::sync::{AtomicU64, Ordering};
 
 /// Merges started and merges whose contents have landed, in one table: between the two, a
@@ -43,10 +43,10 @@ impl InFlight {
     }
 }
 
-impl<T> Roots<T> {
+impl<T> Table<T> {
     /// After claiming `slot` for `key`: files its timer and merges any twin, or, when a
     /// migration has begun, moves the entry to the successor (where that happens).
-    pub(super) fn created(&self, key: Key, slot: usize, done: &mut Done<'_>) {
+    pub(super) fn created(&self, key: Key, slot: usize, done: &mut Effects<'_>) {
         if let Some(next) = self.successor() {
             self.relocate(slot, next, done);
             return;
@@ -58,7 +58,7 @@ impl<T> Roots<T> {
     /// After claiming `mine` for `key`: merges every twin entry (module docs) until `mine`
     /// is the root's only entry or has been merged into another. Carrying a twin's contents
     /// may complete the tree (into `done`).
-    pub(super) fn merge_twins(&self, key: Key, mine: usize, done: &mut Done<'_>) {
+    pub(super) fn merge_twins(&self, key: Key, mine: usize, done: &mut Effects<'_>) {
         while let Some((other, theirs)) = self.find_other(key, Some(mine)) {
             let ours = self.word(mine).load();
             if !ours.holds(key) {
@@ -135,7 +135,7 @@ impl<T> Roots<T> {
 
     /// Applies `message` to the root's entry here or in a successor; `false` when the root
     /// has none (nothing is created).
-    fn carry(&self, key: Key, message: Message, done: &mut Done<'_>) -> bool {
+    fn carry(&self, key: Key, message: Message, done: &mut Effects<'_>) -> bool {
         let mut roots = self;
         loop {
             match roots.apply(key, message, false, done) {
@@ -156,7 +156,7 @@ impl<T> Roots<T> {
 
     /// Applies `message` here or, if the root's entry moves meanwhile, in the successor,
     /// creating an entry if there is none (which room or credit may refuse).
-    fn recreate(&self, key: Key, message: Message, done: &mut Done<'_>) {
+    fn recreate(&self, key: Key, message: Message, done: &mut Effects<'_>) {
         let mut roots = self;
         while roots.apply(key, message, true, done) == Applied::Retry {
             roots = roots.successor().unwrap_or(roots);

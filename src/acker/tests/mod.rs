@@ -114,8 +114,8 @@ fn fail_on_an_initialized_tree_fails_it_now() {
 
 /// An init that shortens the deadline of an orphan another thread created (whose batch
 /// holds the orphan's timer, at the default deadline) files a timer of its own: the tree
-/// times out at the shortened deadline, not late. (On the first core the same shape lost
-/// the adjustment when it went on another thread's inbox lane.)
+/// times out at the shortened deadline, not late. (Filing the shortened deadline only where
+/// the orphan's creator filed its timer would lose it.)
 #[test]
 fn an_adjust_word_follows_its_open_word_on_another_threads_lane() {
     let clock = ManualClock::new(0);

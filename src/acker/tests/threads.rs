@@ -163,10 +163,9 @@ fn init_below_max_pending(acker: &Acker<u32>, root: u64, xor: u64) {
 }
 
 /// Completed trees free their slots long before their (30 s) deadline: a small acker runs
-/// many times its table's size of lifecycles back to back, and no init is refused. (On the
-/// first core, whose reaper freed tombstones after a grace period, inits were refused
-/// `Full` after about two tables' worth of completions until they learned to wait for
-/// room.)
+/// many times its table's size of lifecycles back to back, and no init is refused. (A
+/// table whose completed slots stayed tombstones until the reaper freed them after a grace
+/// period would refuse inits `Full` after about two tables' worth of completions.)
 #[test]
 fn completed_slots_are_recycled_without_waiting_for_a_deadline() {
     let acker: Acker<u32> = Acker::builder()
@@ -187,8 +186,8 @@ fn completed_slots_are_recycled_without_waiting_for_a_deadline() {
 
 /// More busy threads than cores (the common case for a server's worker pool), each
 /// preempted for whole time slices in the middle of operations: no init is refused below
-/// `max_pending`. (The first core's were, with an eighth of it pending, while tombstones
-/// waited for a descheduled reaper.)
+/// `max_pending`. (With tombstones that wait for a descheduled reaper, inits are refused
+/// with an eighth of it pending.)
 #[test]
 fn busy_threads_are_not_refused_below_max_pending() {
     const THREADS: u64 = 4;

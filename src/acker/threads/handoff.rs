@@ -45,7 +45,7 @@
 //! reaper emptied. The owner's cost per push: two plain stores, a compiler fence, a load.
 //!
 
-use super::{trim, Batch, Batches, KEEP_ROOM};
+use super::{trim, Record, Threads, KEEP_ROOM};
 use crate::acker::timers::ticks::{reached, Tick};
 use crate::sync::{Arc, Ordering};
 
@@ -109,7 +109,7 @@ pub enum Pushed {
     WakeReaper,
 }
 
-impl Batches {
+impl Threads {
     /// Files `entry`, created at tick `now` and due at the reaper by tick `hand_off`, in
     /// `batch`, which must be the calling thread's. When the batch was last filtered at an
     /// earlier tick, first drops the entries `live` says are not live and hands those whose
@@ -117,7 +117,7 @@ impl Batches {
     #[inline]
     pub fn push_to(
         &self,
-        batch: &Batch,
+        batch: &Record,
         entry: Entry,
         hand_off: Tick,
         now: Tick,
@@ -217,7 +217,7 @@ impl Batches {
         // enough: a reaper woken at a tick's start would take the batch of a thread busy
         // in it, whose next push was a few nanoseconds away, and then read the lines of
         // its trees, which mostly complete a moment later.)
-        let quiet = |b: &Arc<Batch>| {
+        let quiet = |b: &Arc<Record>| {
             b.len.load(Ordering::Relaxed) > 0
                 && (everything || reached(b.tick.load(Ordering::Relaxed).wrapping_add(2), now))
         };

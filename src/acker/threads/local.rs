@@ -7,8 +7,8 @@
 use std::cell::{Cell, RefCell};
 
 #[cfg(not(loom))]
-use super::Batch;
-use super::{Active, Batches, Entry, Pushed};
+use super::Record;
+use super::{Active, Entry, Pushed, Threads};
 use crate::acker::timers::ticks::Tick;
 #[cfg(not(loom))]
 use crate::sync::{Arc, Ordering};
@@ -18,7 +18,7 @@ use crate::sync::{Arc, Ordering};
 #[cfg(not(loom))]
 #[derive(Default)]
 struct Local {
-    batches: Vec<(usize, Arc<Batch>)>,
+    threads: Vec<(usize, Arc<Record>)>,
 }
 
 #[cfg(not(loom))]
@@ -27,7 +27,7 @@ impl Drop for Local {
         // `LAST` must not name a batch this drop may free (an acker id is never reused, so
         // nothing else can make it name a freed one).
         LAST.set((0, std::ptr::null()));
-        self.batches.iter().for_each(|(_, b)| Batches::abandon(b));
+        self.threads.iter().for_each(|(_, b)| Threads::abandon(b));
     }
 }
 
@@ -35,11 +35,11 @@ impl Drop for Local {
 thread_local! {
     static LOCAL: RefCell<Local> = RefCell::new(Local::default());
     /// The last lookup: an acker's id and its batch (kept alive by `LOCAL`).
-    static LAST: Cell<(usize, *const Batch)> = const { Cell::new((0, std::ptr::null())) };
+    static LAST: Cell<(usize, *const Record)> = const { Cell::new((0, std::ptr::null())) };
 }
 
 #[cfg(not(loom))]
-impl Batches {
+impl Threads {
     /// [`push_to`](Self::push_to) on the calling thread's batch for this acker (registered
     /// at its first push).
     #[inline]
@@ -52,8 +52,8 @@ impl Batches {
     ) -> Pushed {
         let (id, last) = LAST.get();
         if id == self.id {
-            // Safety: `LAST` names a batch that this thread's `LOCAL` holds an `Arc` of
-            // (it is set only from there, and `LOCAL` drops no batch while `LAST` names it).
+            // Safety: `LAST` names a batch that this thread's `LOCAL` holds an `Arc` of (it
+            // is set only from there, and `LOCAL` drops no batch while `LAST` names it).
             return self.push_to(unsafe { &*last }, entry, hand_off, now, live);
         }
         let Some(batch) = self.local() else {
@@ -87,7 +87,7 @@ impl Batches {
 
     /// The calling thread's batch (registered at its first use).
     #[inline]
-    pub(super) fn own(&self) -> Option<&Batch> {
+    pub(super) fn own(&self) -> Option<&Record> {
         let (id, last) = LAST.get();
         if id == self.id {
             // Safety: as in `push`: `LOCAL` keeps the batch `LAST` names alive, and the
@@ -101,17 +101,18 @@ impl Batches {
     }
 
     #[cold]
-    fn local(&self) -> Option<Arc<Batch>> {
+    fn local(&self) -> Option<Arc<Record>> {
         LOCAL
             .try_with(|local| {
                 let mut local = local.borrow_mut();
-                if let Some((_, batch)) = local.batches.iter().find(|(id, _)| *id == self.id) {
+                if let Some((_, batch)) = local.threads.iter().find(|(id, _)| *id == self.id) {
                     return Arc::clone(batch);
                 }
-                // Batches of ackers that are gone (only this thread still holds them) go now.
-                local.batches.retain(|(_, b)| Arc::strong_count(b) > 1);
+                // Records of ackers that are gone (only this thread still holds them) go
+                // now.
+                local.threads.retain(|(_, b)| Arc::strong_count(b) > 1);
                 let batch = self.register();
-                local.batches.push((self.id, Arc::clone(&batch)));
+                local.threads.push((self.id, Arc::clone(&batch)));
                 batch
             })
             .ok()
@@ -119,7 +120,7 @@ impl Batches {
 }
 
 #[cfg(loom)]
-impl Batches {
+impl Threads {
     /// Under loom: one shared count of operations in progress.
     pub fn enter(&self) -> Active {
         self.enter_shared()
@@ -131,7 +132,7 @@ impl Batches {
     }
 
     /// Under loom nothing is per-thread.
-    pub(super) fn own(&self) -> Option<&super::Batch> {
+    pub(super) fn own(&self) -> Option<&super::Record> {
         None
     }
 

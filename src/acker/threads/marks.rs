@@ -1,5 +1,5 @@
 //! The marks of each thread's acker operations in progress: a depth counter in its
-//! [`Batch`], stored with plain stores and a light fence, read by the rare side behind a
+//! [`Record`], stored with plain stores and a light fence, read by the rare side behind a
 //! heavy fence. Three protocols wait on them.
 //!
 //! ## Closing the callback
@@ -15,8 +15,8 @@
 //!
 //! ## Grace periods
 //!
-//! The same marks retire tables ([`tables`](crate::acker::engine::tables)): after a
-//! promotion makes an old table unreachable, [`Batches::grace`] runs the heavy fence and
+//! The same marks retire tables ([`generations`](crate::acker::engine::generations)): after
+//! a promotion makes an old table unreachable, [`Threads::grace`] runs the heavy fence and
 //! notes every thread inside an operation, with the count of outermost operations it has
 //! begun; the old table is freed once each of those threads was seen outside that operation
 //! (its depth 0, or its count moved on). A thread stores its depth before it loads a table,
@@ -31,8 +31,8 @@
 //! no reclamation crate offers that, so a crate would add a second per-thread word that
 //! every operation writes, for a rare event (a table retires once per migration). Here an
 //! operation's mark is plain stores and a compiler fence: none of a tree's 10 locked
-//! instructions (`python3 benches/instructions/count.py acker`). `crossbeam-epoch` pins with a
-//! `lock cmpxchg` and collects garbage on the pinning thread every 128 pins; when a
+//! instructions (`python3 benches/instructions/count.py acker`). `crossbeam-epoch` pins
+//! with a `lock cmpxchg` and collects garbage on the pinning thread every 128 pins; when a
 //! table's retirement used it, its pin was 37 % of an in-cache ack by `perf`, and dropping
 //! it took a probe from 95 to 87 ns an operation on one thread and 72 to 66 on two (commit
 //! 1b2241d). `seize` can enter as cheaply (with `membarrier` too), but it leaves with a
@@ -45,7 +45,7 @@
 //! ([`anchor`](crate::acker::engine::anchor)); after a stall the anchor must move and the
 //! stored ticks with it, while no operation reads or writes them. The re-anchoring thread
 //! stores `moving`, runs the heavy fence and waits until every other thread is *quiescent*:
-//! outside any operation, or inside the callback of one ([`Batches::pause`]: its depth
+//! outside any operation, or inside the callback of one ([`Threads::pause`]: its depth
 //! stored in `paused`), holding nothing of the tables. Each step that leaves quiescence (an
 //! operation's entry, nested or not, and a callback's return) stores its depth (or clears
 //! `paused`), runs the light fence and reads `moving`; if it is set, it undoes its store
@@ -56,13 +56,13 @@
 //! with a callback that calls the acker.
 //!
 
-use super::{Batch, Batches};
+use super::{Record, Threads};
 use crate::sync::{fence, Arc, AtomicU32, Ordering};
 
-/// An acker operation in progress on the calling thread; see [`Batches::enter`].
+/// An acker operation in progress on the calling thread; see [`Threads::enter`].
 #[derive(Debug)]
 pub struct Active {
-    /// The thread's depth counter, or [`Batches::shared`].
+    /// The thread's depth counter, or [`Threads::shared`].
     depth: *const AtomicU32,
     /// `depth` is the count shared by threads without a batch.
     shared: bool,
@@ -73,7 +73,7 @@ pub struct Active {
 impl Drop for Active {
     fn drop(&mut self) {
         // Safety: the counter is in a batch this thread's `LOCAL` keeps alive, or in the
-        // `Batches` of the acker the operation runs on, and an `Active` lives within one
+        // `Threads` of the acker the operation runs on, and an `Active` lives within one
         // operation on this thread (it is not `Send`).
         let depth = unsafe { &*self.depth };
         if self.shared {
@@ -86,11 +86,11 @@ impl Drop for Active {
     }
 }
 
-/// The calling thread quiescent (see [`Batches::pause`]) until this drops.
+/// The calling thread quiescent (see [`Threads::pause`]) until this drops.
 #[derive(Debug)]
 pub struct Paused<'a> {
-    batches: &'a Batches,
-    batch: Option<&'a Batch>,
+    threads: &'a Threads,
+    batch: Option<&'a Record>,
 }
 
 impl Drop for Paused<'_> {
@@ -103,33 +103,33 @@ impl Drop for Paused<'_> {
         loop {
             // Relaxed: ordered before the `moving` load by the light fence (module docs).
             batch.paused.store(0, Ordering::Relaxed);
-            self.batches.fences.light();
+            self.threads.fences.light();
             // Acquire: as in `enter_with`, a sweep that ended happens before what follows.
-            if !self.batches.moving.load(Ordering::Acquire) {
+            if !self.threads.moving.load(Ordering::Acquire) {
                 return;
             }
             // Release: as in `pause`.
             batch.paused.store(depth, Ordering::Release);
-            self.batches.wait_moved();
+            self.threads.wait_moved();
         }
     }
 }
 
 /// A grace period under way: the threads that were inside an operation when it began.
-/// See [`Batches::grace`].
+/// See [`Threads::grace`].
 #[derive(Debug)]
 pub struct Grace {
-    busy: Vec<(Arc<Batch>, u32)>,
+    busy: Vec<(Arc<Record>, u32)>,
     /// Threads without a batch were inside operations.
     shared: bool,
     /// The barrier failed: nothing is known yet; the next check snapshots again.
     unfenced: bool,
 }
 
-impl Batches {
+impl Threads {
     /// [`enter`](Self::enter) on `batch`, which must be the calling thread's.
     #[inline]
-    pub fn enter_with(&self, batch: &Batch) -> Active {
+    pub fn enter_with(&self, batch: &Record) -> Active {
         let depth = &batch.active;
         // Relaxed loads: only this thread writes them; Relaxed stores: ordered before the
         // `closed` load (and the operation's loads of tables) by the light fence.
@@ -182,12 +182,12 @@ impl Batches {
     /// [`pause`](Self::pause) on `batch`, which must be the calling thread's (loom's
     /// models pass it explicitly, as to [`enter_with`](Self::enter_with)).
     #[inline]
-    pub fn pause_with<'a>(&'a self, batch: &'a Batch) -> Paused<'a> {
+    pub fn pause_with<'a>(&'a self, batch: &'a Record) -> Paused<'a> {
         self.pause_on(Some(batch))
     }
 
     #[inline]
-    fn pause_on<'a>(&'a self, batch: Option<&'a Batch>) -> Paused<'a> {
+    fn pause_on<'a>(&'a self, batch: Option<&'a Record>) -> Paused<'a> {
         if let Some(batch) = batch {
             // Relaxed load: only this thread writes it. Release: the operation's accesses
             // so far happen before a re-anchorer that reads it (Acquire) and then sweeps.
@@ -195,7 +195,7 @@ impl Batches {
             batch.paused.store(depth, Ordering::Release);
         }
         Paused {
-            batches: self,
+            threads: self,
             batch,
         }
     }
@@ -210,15 +210,15 @@ impl Batches {
         if !self.heavy() {
             return false;
         }
-        let own = self.own().map(|b| b as *const Batch);
-        let busy: Vec<Arc<Batch>> = (self.all.lock().unwrap().iter())
+        let own = self.own().map(|b| b as *const Record);
+        let busy: Vec<Arc<Record>> = (self.all.lock().unwrap().iter())
             .filter(|b| Some(Arc::as_ptr(b)) != own)
             .cloned()
             .collect();
         let mut backoff = crate::sync::Backoff::default();
         // Acquire (both): reads the owner's release of its depth or pause, so what its
         // operation did happens before the re-anchorer's sweep.
-        let quiescent = |b: &Arc<Batch>| {
+        let quiescent = |b: &Arc<Record>| {
             let depth = b.active.load(Ordering::Acquire);
             depth == 0 || b.paused.load(Ordering::Acquire) == depth
         };

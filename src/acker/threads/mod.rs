@@ -1,7 +1,7 @@
 //! What each thread keeps per acker, and the protocols built on it.
 //!
-//! Every thread that operates on an acker has one record for it, a [`Batch`], registered
-//! in the acker's [`Batches`] and found again through a thread-local lookup ([`local`]).
+//! Every thread that operates on an acker has one record for it, a [`Record`], registered
+//! in the acker's [`Threads`] and found again through a thread-local lookup ([`local`]).
 //! The record serves two purposes, each with its own rules:
 //!
 //! * the thread's timer hand-off ([`handoff`]): the entries it created wait in its batch
@@ -30,7 +30,7 @@ pub use marks::{Active, Grace};
 
 /// One thread's batch for one acker.
 #[derive(Debug)]
-pub struct Batch {
+pub struct Record {
     /// The owner is inside (module docs).
     pin: AtomicBool,
     /// The reaper is taking the entries over (module docs).
@@ -58,11 +58,11 @@ pub struct Batch {
 
 // Safety: `entries` is the only non-Sync part, and the pin protocol (module docs) gives it
 // one accessor at a time.
-unsafe impl Sync for Batch {}
+unsafe impl Sync for Record {}
 
-impl Batch {
+impl Record {
     fn new() -> Self {
-        Batch {
+        Record {
             pin: AtomicBool::new(false),
             taken: AtomicBool::new(false),
             tick: AtomicU32::new(0),
@@ -90,11 +90,11 @@ pub(crate) fn trim<E>(v: &mut Vec<E>) {
 
 /// Every batch of one acker, and the reaper's inbox.
 #[derive(Debug)]
-pub struct Batches {
+pub struct Threads {
     /// This acker among all of the process's, for the per-thread lookup.
     id: usize,
     fences: Fences,
-    all: Mutex<Vec<Arc<Batch>>>,
+    all: Mutex<Vec<Arc<Record>>>,
     /// Survivors handed off by owners, and entries pushed while the reaper held a batch.
     inbox: Mutex<Vec<Entry>>,
     /// `inbox.len()`, for the reaper's idle check.
@@ -108,15 +108,15 @@ pub struct Batches {
     /// Operations in progress on threads that have no batch (exiting threads; under loom,
     /// every thread).
     shared: AtomicU32,
-    /// Heavy fences whose barrier could not be run (see [`Batches::heavy`]).
+    /// Heavy fences whose barrier could not be run (see [`Threads::heavy`]).
     barrier_failures: AtomicU64,
 }
 
-impl Batches {
+impl Threads {
     /// No batches yet; `fences` for the owners' pins and the reaper's takeovers.
     pub fn new(fences: Fences) -> Self {
         static NEXT_ID: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(1);
-        Batches {
+        Threads {
             // Relaxed: a unique number; nothing is published through it.
             id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             fences,
@@ -132,8 +132,8 @@ impl Batches {
     }
 
     /// A new batch for a thread; its handle must be used by that thread only.
-    pub fn register(&self) -> Arc<Batch> {
-        let batch = Arc::new(Batch::new());
+    pub fn register(&self) -> Arc<Record> {
+        let batch = Arc::new(Record::new());
         self.all.lock().unwrap().push(Arc::clone(&batch));
         batch
     }
@@ -156,11 +156,11 @@ impl Batches {
     }
 
     /// Marks a thread's batch abandoned (the thread is done with it).
-    pub fn abandon(batch: &Batch) {
+    pub fn abandon(batch: &Record) {
         batch.abandoned.store(true, Ordering::SeqCst);
     }
 
-    /// Batches registered and not yet dropped.
+    /// Records registered and not yet dropped.
     pub fn batches(&self) -> usize {
         self.all.lock().unwrap().len()
     }

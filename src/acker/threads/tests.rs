@@ -8,7 +8,7 @@ fn entry(slot: u32) -> Entry {
 
 #[test]
 fn only_entries_that_outlive_their_tick_reach_the_reaper() {
-    let batches = Batches::new(Fences::detect());
+    let batches = Threads::new(Fences::detect());
     for slot in 0..10 {
         assert_eq!(batches.push(entry(slot), 5, 5, |_| true), Pushed::Filed);
     }
@@ -35,7 +35,7 @@ fn only_entries_that_outlive_their_tick_reach_the_reaper() {
 
 #[test]
 fn the_owner_keeps_entries_until_their_hand_off_tick_and_drops_the_dead() {
-    let batches = Batches::new(Fences::detect());
+    let batches = Threads::new(Fences::detect());
     let live = std::cell::Cell::new(u32::MAX); // slots below this are live
     let is_live = |e: &Entry| e.slot < live.get();
     // Slot 1 is due at the reaper by tick 10, slot 2 by tick 20.
@@ -63,7 +63,7 @@ fn the_owner_keeps_entries_until_their_hand_off_tick_and_drops_the_dead() {
 
 #[test]
 fn manual_collection_takes_the_current_tick_too() {
-    let batches = Batches::new(Fences::detect());
+    let batches = Threads::new(Fences::detect());
     batches.push(entry(1), 5, 5, |_| true);
     let mut due = Vec::new();
     batches.collect(5, true, &mut due);
@@ -77,7 +77,7 @@ fn manual_collection_takes_the_current_tick_too() {
 
 #[test]
 fn a_pinned_owner_keeps_the_reaper_out_and_a_taken_batch_keeps_the_owner_out() {
-    let batches = Batches::new(Fences::detect());
+    let batches = Threads::new(Fences::detect());
     let batch = batches.register();
     batches.push_to(&batch, entry(1), 5, 5, |_| true);
     // The owner is inside (as if preempted mid-push): the reaper leaves the batch.
@@ -97,7 +97,7 @@ fn a_pinned_owner_keeps_the_reaper_out_and_a_taken_batch_keeps_the_owner_out() {
 
 #[test]
 fn the_first_entry_after_idle_wakes_the_reaper_and_an_idle_reaper_sees_waiting_entries() {
-    let batches = Batches::new(Fences::detect());
+    let batches = Threads::new(Fences::detect());
     assert!(!batches.park_check(), "nothing waits");
     assert_eq!(batches.push(entry(1), 1, 1, |_| true), Pushed::WakeReaper);
     batches.unidle();
@@ -109,7 +109,7 @@ fn the_first_entry_after_idle_wakes_the_reaper_and_an_idle_reaper_sees_waiting_e
 fn without_the_barrier_no_grace_ends_no_batch_is_taken_and_shutdown_waits() {
     for fences in [Fences::Failing, Fences::Symmetric] {
         let works = fences == Fences::Symmetric;
-        let batches = Batches::new(fences);
+        let batches = Threads::new(fences);
         batches.push(entry(1), 5, 5, |_| true);
         // Nobody is inside an operation: only the barrier can prove it.
         let mut grace = batches.grace();
@@ -129,9 +129,9 @@ fn without_the_barrier_no_grace_ends_no_batch_is_taken_and_shutdown_waits() {
 
 #[test]
 fn a_burst_taken_over_or_handed_off_leaves_no_room_behind() {
-    let batches = Batches::new(Fences::detect());
+    let batches = Threads::new(Fences::detect());
     let batch = batches.register();
-    let room = |batch: &Batch| {
+    let room = |batch: &Record| {
         // Safety: no owner or reaper runs on this batch now (this thread is both).
         batch
             .entries
@@ -161,7 +161,7 @@ fn a_burst_taken_over_or_handed_off_leaves_no_room_behind() {
 
 #[test]
 fn a_finished_thread_strands_nothing_and_its_batch_is_dropped() {
-    let batches = Arc::new(Batches::new(Fences::detect()));
+    let batches = Arc::new(Threads::new(Fences::detect()));
     let other = Arc::clone(&batches);
     std::thread::spawn(move || {
         other.push(entry(7), 3, 3, |_| true);
@@ -179,7 +179,7 @@ fn a_finished_thread_strands_nothing_and_its_batch_is_dropped() {
 fn owners_and_a_reaper_lose_no_entry_and_duplicate_none() {
     // Four owners push distinct entries over advancing ticks while a reaper collects
     // without `everything`; at the end everything is collected exactly once.
-    let batches = Arc::new(Batches::new(Fences::detect()));
+    let batches = Arc::new(Threads::new(Fences::detect()));
     let tick = Arc::new(AtomicU32::new(1));
     let per_thread = if cfg!(miri) { 200 } else { 50_000 };
     let stop = Arc::new(AtomicBool::new(false));

@@ -6,10 +6,10 @@
 //! two, one sees the other: no entry waits for a reaper that sleeps forever. That fence is
 //! paid once per tick per busy thread, not per tree.
 
-use super::{Batches, Pushed};
+use super::{Pushed, Threads};
 use crate::sync::{fence, Ordering};
 
-impl Batches {
+impl Threads {
     /// After a batch became non-empty: whether the reaper may be parked with no deadline.
     pub(super) fn wake_check(&self) -> Pushed {
         fence(Ordering::SeqCst); // orders the length store before the `idle` load (docs)

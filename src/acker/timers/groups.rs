@@ -91,7 +91,7 @@ impl WheelEntry for GroupTimer {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(in crate::acker) struct GroupAt {
     pub table: usize,
-    /// The generation, in full (`Roots::gen`).
+    /// The generation, in full (`Table::gen`).
     pub gen: u32,
     /// The generation's group count (the size of its filed ticks).
     pub groups: usize,

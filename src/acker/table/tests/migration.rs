@@ -6,12 +6,12 @@ use super::*;
 
 /// A successor begun by [`begin`]: freed when dropped, through the pointer the table holds
 /// (a `Box` kept here would claim it uniquely while the table still points at it).
-struct Next(*mut Roots<u32>);
+struct Next(*mut Table<u32>);
 
 impl std::ops::Deref for Next {
-    type Target = Roots<u32>;
+    type Target = Table<u32>;
 
-    fn deref(&self) -> &Roots<u32> {
+    fn deref(&self) -> &Table<u32> {
         // Safety: a live allocation from `Box::into_raw`, freed only by our `Drop`.
         unsafe { &*self.0 }
     }
@@ -27,7 +27,7 @@ impl Drop for Next {
 }
 
 /// `roots`'s successor of `groups` groups, begun.
-fn begin(roots: &Roots<u32>, groups: usize) -> Next {
+fn begin(roots: &Table<u32>, groups: usize) -> Next {
     let next = Box::into_raw(Box::new(roots.successor_of(groups)));
     // Safety: `next` stays allocated while `roots` is used (the returned value frees it at
     // the test's end), and each table begins once.
@@ -37,10 +37,10 @@ fn begin(roots: &Roots<u32>, groups: usize) -> Next {
 
 #[test]
 fn a_migration_moves_every_entry_with_its_times_timeout_and_payload() {
-    let old = Roots::<u32>::bounded(4, None, 30, false);
+    let old = Table::<u32>::bounded(4, None, 30, false);
     let keys: Vec<Key> = (0..12).map(|i| key_in(4, i % 4, 100 + i as u64)).collect();
     for (i, &key) in keys.iter().enumerate() {
-        let mut done = Done::stamped(Stamp::new(10 + i as u32, 10 + i as u32));
+        let mut done = Effects::stamped(Stamp::new(10 + i as u32, 10 + i as u32));
         match i % 3 {
             0 => assert_eq!(old.ack(key, 0b1, &mut done), Applied::Created), // an orphan
             1 => old.init(key, 0b11, i as u32, &mut done).unwrap(),
@@ -64,7 +64,7 @@ fn a_migration_moves_every_entry_with_its_times_timeout_and_payload() {
         })
         .collect();
     let next = begin(&old, 8);
-    let mut done = Done::default();
+    let mut done = Effects::default();
     assert!(old.move_round(&mut done), "every group clean in one round");
     assert!(old.moved_all());
     assert!(done.is_none());
@@ -88,7 +88,7 @@ fn a_migration_moves_every_entry_with_its_times_timeout_and_payload() {
     }
     // The moved trees complete in the successor, with their payloads.
     for (i, &key) in keys.iter().enumerate().filter(|(i, _)| i % 3 != 0) {
-        let mut done = Done::default();
+        let mut done = Effects::default();
         assert_eq!(next.ack(key, 0b11, &mut done), Applied::Changed);
         assert_eq!(finish(&next, &mut done), Some((i as u32, Outcome::Acked)));
     }
@@ -98,10 +98,10 @@ fn a_migration_moves_every_entry_with_its_times_timeout_and_payload() {
 
 #[test]
 fn an_entry_created_after_the_migration_began_moves_itself() {
-    let old = Roots::<u32>::new(4);
+    let old = Table::<u32>::new(4);
     let next = begin(&old, 8);
     let key = key_in(4, 2, 9);
-    let mut done = Done::default();
+    let mut done = Effects::default();
     // Created in the old table (as by an operation that began before `next` was set),
     // and moved at once.
     assert_eq!(old.ack(key, 0b1, &mut done), Applied::Created);
@@ -120,9 +120,9 @@ fn an_entry_created_after_the_migration_began_moves_itself() {
 
 #[test]
 fn init_joins_nothing_in_a_table_being_migrated() {
-    let old = Roots::<u32>::new(4);
+    let old = Table::<u32>::new(4);
     let key = key_in(4, 1, 3);
-    let mut done = Done::default();
+    let mut done = Effects::default();
     assert_eq!(old.ack(key, 0b01, &mut done), Applied::Created);
     let next = begin(&old, 8);
     // The orphan is found in the old table: init moves it over and starts again.
@@ -142,11 +142,11 @@ fn init_joins_nothing_in_a_table_being_migrated() {
 
 #[test]
 fn a_successor_without_room_leaves_the_entry_where_it_was() {
-    let old = Roots::<u32>::new(4);
+    let old = Table::<u32>::new(4);
     let next = begin(&old, 2);
     // Fill the successor's only window (two groups of four).
     for low in 0..8 {
-        let mut done = Done::default();
+        let mut done = Effects::default();
         assert_eq!(
             next.ack(key_in(2, 0, 1000 + low), 1, &mut done),
             Applied::Created
@@ -156,7 +156,7 @@ fn a_successor_without_room_leaves_the_entry_where_it_was() {
     // claim would have, bypassing the move-on-claim).
     let key = key_in(4, 3, 77);
     let word = Word::held_ack(key, 0b101);
-    let mut done = Done::default();
+    let mut done = Effects::default();
     old.claim_with(key, word, None, Stamp::new(1, 1), false, |_| {})
         .unwrap();
     assert!(!old.move_round(&mut done), "the entry has no room");
@@ -175,9 +175,9 @@ fn a_successor_without_room_leaves_the_entry_where_it_was() {
 
 #[test]
 fn a_reset_that_waits_out_a_move_put_back_for_want_of_room_still_moves_the_base() {
-    let roots = Arc::new(Roots::<u32>::bounded(4, None, 30, false));
+    let roots = Arc::new(Table::<u32>::bounded(4, None, 30, false));
     let key = key_in(4, 1, 5);
-    let mut done = Done::stamped(Stamp::new(10, 10));
+    let mut done = Effects::stamped(Stamp::new(10, 10));
     roots.init(key, 0b1, 7, &mut done).unwrap();
     let (slot, live) = roots.find(key).unwrap();
     assert_eq!(roots.deadline(slot), Some(40));
@@ -203,12 +203,12 @@ fn a_reset_that_waits_out_a_move_put_back_for_want_of_room_still_moves_the_base(
 fn tables_of_any_group_count_find_every_entry_and_migrate_between_sizes() {
     let mut rng = StdRng::seed_from_u64(0x9e37);
     for groups in [3, 5, 6, 24] {
-        let old = Roots::<u32>::new(groups);
+        let old = Table::<u32>::new(groups);
         let keys: Vec<Key> = (0..groups * GROUP_SLOTS / 2)
             .map(|_| Key::new(rng.random::<u64>() & Key::MAX))
             .collect();
         for (i, &key) in keys.iter().enumerate() {
-            let mut done = Done::default();
+            let mut done = Effects::default();
             assert_eq!(
                 old.init(key, 0b11, i as u32, &mut done),
                 Ok(()),
@@ -218,13 +218,13 @@ fn tables_of_any_group_count_find_every_entry_and_migrate_between_sizes() {
         }
         // Half again as many groups, as growth makes them, and back to the first size.
         let next = begin(&old, groups + groups.div_ceil(2));
-        let mut done = Done::default();
+        let mut done = Effects::default();
         assert!(
             old.move_round(&mut done),
             "{groups} groups: every group moved"
         );
         for (i, &key) in keys.iter().enumerate() {
-            let mut done = Done::default();
+            let mut done = Effects::default();
             assert_eq!(next.ack(key, 0b01, &mut done), Applied::Changed);
             assert_eq!(next.ack(key, 0b10, &mut done), Applied::Changed);
             assert_eq!(finish(&next, &mut done), Some((i as u32, Outcome::Acked)));
@@ -240,25 +240,25 @@ fn tables_of_any_group_count_find_every_entry_and_migrate_between_sizes() {
 /// dropped (shutdown), its credit is back and nothing of it is left.
 #[test]
 fn a_stranded_entry_is_held_and_init_never_joins_it() {
-    let old = Roots::<u32>::bounded(4, None, 30, false);
+    let old = Table::<u32>::bounded(4, None, 30, false);
     // A successor of two groups (the fewest), full: no room in any window.
     let next = begin(&old, 2);
     for i in 0..2 * GROUP_SLOTS as u64 {
-        let mut done = Done::stamped(Stamp::new(5, 5));
+        let mut done = Effects::stamped(Stamp::new(5, 5));
         next.init(key_in(2, i as usize % 2, 900 + i), 0b1, 0, &mut done)
             .unwrap();
     }
-    let mut done = Done::default();
+    let mut done = Effects::default();
     assert!(old.move_round(&mut done), "an empty table is clean at once");
     let key = key_in(4, 2, 42);
-    let mut done = Done::stamped(Stamp::new(10, 10));
+    let mut done = Effects::stamped(Stamp::new(10, 10));
     assert_eq!(old.ack(key, 0b110, &mut done), Applied::Created);
     let (gen, slot) = done.take_stranded().expect("no room: stranded");
     assert_eq!(gen, old.gen());
     let word = old.word(slot).load();
     assert!(word.holds(key) && word.state().phase() == Some(Phase::Held));
     // An init finds it, and moves it rather than join it: the payload comes back.
-    let mut done = Done::stamped(Stamp::new(11, 11));
+    let mut done = Effects::stamped(Stamp::new(11, 11));
     assert!(matches!(
         old.init(key, 0b110, 7, &mut done),
         Err(Refused::Retry(7))

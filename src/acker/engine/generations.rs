@@ -1,42 +1,42 @@
-//! The generations of one table: the current [`Roots`], its successor while entries move
+//! The generations of one table: the current [`Table`], its successor while entries move
 //! ([`migrate`](crate::acker::table::migrate)), and the retired ones waiting for their
 //! grace period.
 //!
 //! ## Ownership
 //!
-//! A [`Table`] owns its current generation and the *chain* of successors from it: while a
-//! migration is under way the successor is `current.successor()`, and a successor that runs
-//! out of room while it is still being filled gets a successor of its own (so no migration
-//! ever waits for room that only it could make). Promotion makes the successor current once
-//! every group of the current one has moved, and hands the old generation to the caller,
-//! which retires it: it stays readable (its words MOVED or EMPTY, its `next` still leading
-//! on) until every operation that could have loaded it has ended
-//! ([`marks`](crate::acker::threads::marks), [`Batches::grace`](super::Batches::grace)),
+//! A [`Generations`] owns its current generation and the *chain* of successors from it:
+//! while a migration is under way the successor is `current.successor()`, and a successor
+//! that runs out of room while it is still being filled gets a successor of its own (so no
+//! migration ever waits for room that only it could make). Promotion makes the successor
+//! current once every group of the current one has moved, and hands the old generation to
+//! the caller, which retires it: it stays readable (its words MOVED or EMPTY, its `next`
+//! still leading on) until every operation that could have loaded it has ended
+//! ([`marks`](crate::acker::threads::marks), [`Threads::grace`](super::Threads::grace)),
 //! and is freed then.
 //!
-//! Operations load `current` only inside an acker operation (`Batches::enter`), so the
+//! Operations load `current` only inside an acker operation (`Threads::enter`), so the
 //! reference they get lives as long as the operation.
 
 use std::marker::PhantomData;
 use std::ptr::NonNull;
 
-use crate::acker::table::Roots;
+use crate::acker::table::Table;
 use crate::acker::timers::ticks::Tick;
 use crate::sync::{AtomicPtr, AtomicU32, Mutex, Ordering};
 
 /// One table's generations.
-pub(super) struct Table<T> {
-    current: AtomicPtr<Roots<T>>,
+pub(super) struct Generations<T> {
+    current: AtomicPtr<Table<T>>,
     /// Held to start a migration, and by shutdown's scan so that none starts under it.
     migrations: Mutex<()>,
     /// The tick since which the reaper has seen the load low enough to shrink (0: not).
     low_since: AtomicU32,
-    _owns: PhantomData<Roots<T>>,
+    _owns: PhantomData<Table<T>>,
 }
 
-impl<T> Table<T> {
-    pub(super) fn new(roots: Roots<T>) -> Self {
-        Table {
+impl<T> Generations<T> {
+    pub(super) fn new(roots: Table<T>) -> Self {
+        Generations {
             current: AtomicPtr::new(Box::into_raw(Box::new(roots))),
             migrations: Mutex::new(()),
             low_since: AtomicU32::new(0),
@@ -47,10 +47,10 @@ impl<T> Table<T> {
     /// The current generation.
     ///
     /// # Safety
-    /// Called inside an acker operation (`Batches::enter`), and the result used only
+    /// Called inside an acker operation (`Threads::enter`), and the result used only
     /// within it: a retired generation is freed only after every such operation ended.
     #[inline]
-    pub(super) unsafe fn current(&self) -> &Roots<T> {
+    pub(super) unsafe fn current(&self) -> &Table<T> {
         // SeqCst: the grace period's Dekker pair with the promotion's store
         // ([`marks`](crate::acker::threads::marks)). Safety: never null; freed only as the
         // caller's contract says.
@@ -64,7 +64,7 @@ impl<T> Table<T> {
     /// anyway (another thread's) or is retired, `None` when nothing started.
     pub(super) fn start_migration(
         &self,
-        from: &Roots<T>,
+        from: &Table<T>,
         groups: usize,
         wait: bool,
         stopping: impl Fn() -> bool,
@@ -94,12 +94,12 @@ impl<T> Table<T> {
     /// After `from`'s last group moved: makes its successor current, if `from` is current.
     /// Returns `from`, now the caller's to retire and free after a grace period (a raw
     /// pointer: the caller still holds references into it, so no `Box` claims it yet).
-    pub(super) fn promote(&self, from: &Roots<T>) -> Option<NonNull<Roots<T>>> {
+    pub(super) fn promote(&self, from: &Table<T>) -> Option<NonNull<Table<T>>> {
         let next = from.successor_ptr();
         if next.is_null() {
             return None;
         }
-        let old = from as *const Roots<T> as *mut Roots<T>;
+        let old = from as *const Table<T> as *mut Table<T>;
         // The pointer handed back is the one `current` held (the `Box`'s own), not `old`,
         // which is made from a reference.
         self.current
@@ -151,11 +151,11 @@ impl<T> Table<T> {
     /// As for [`current`](Self::current).
     pub(super) unsafe fn slots(&self) -> usize {
         // Safety: the caller's.
-        chain(unsafe { self.current() }).map(Roots::slots).sum()
+        chain(unsafe { self.current() }).map(Table::slots).sum()
     }
 }
 
-impl<T> Drop for Table<T> {
+impl<T> Drop for Generations<T> {
     fn drop(&mut self) {
         let mut at = self.current.load(Ordering::SeqCst);
         // Safety: `&mut self`: no operation is under way; the table owns its current
@@ -172,6 +172,6 @@ impl<T> Drop for Table<T> {
 }
 
 /// A generation and every successor after it, oldest first.
-pub(super) fn chain<T>(first: &Roots<T>) -> impl Iterator<Item = &Roots<T>> {
+pub(super) fn chain<T>(first: &Table<T>) -> impl Iterator<Item = &Table<T>> {
     std::iter::successors(Some(first), |g| g.successor())
 }

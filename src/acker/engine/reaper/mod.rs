@@ -10,25 +10,10 @@
 //!    already; an entry whose slot no longer holds an uncompleted root of its tag is
 //!    dropped.
 //! 3. Advance the wheel to now, and for each due group look at every slot of it
-//!    (`Roots::expire`): `TimedOut` is delivered here, after the wheel's lock is released;
+//!    (`Table::expire`): `TimedOut` is delivered here, after the wheel's lock is released;
 //!    `Dropped` counts an orphan; `NotDue(deadline)` (a reset, a joining init, or a root
 //!    that is simply due later) and `Joining` (an init writing its payload, a root being
 //!    moved: the next tick) give the group's next look, filed at the earliest of them.
-//!
-//! ## Dead entries
-//!
-//! An entry whose group's trees all completed stays in the wheel until it comes due
-//! (nothing cancels it: the completer never touches the reaper's structures), and so does
-//! the later entry of a group that a registration filed earlier
-//! ([`groups`](crate::acker::timers::groups), *stale*). The live entries are at most one
-//! per group in use (a group of the tables' current generations or their successors) and at
-//! most one per pending root: at most the smaller of the two. When the wheel holds an eighth
-//! more than that bound (plus [`SWEEP_SLACK`]) the pass sweeps it, keeping each group's
-//! named entry (and earlier ones) while the group has a root, and giving back the room of
-//! buckets it leaves mostly empty. A sweep thus comes only after dead entries number an
-//! eighth of the bound on live ones: each costs O(1) amortized, and the wheel stays within
-//! about 9/8 entries per live one, plus the slack (a table's growth, which files every
-//! moved group again in its successor, leaves a dead entry per group it moves).
 //!
 //! ## Sleeping
 //!
@@ -42,130 +27,22 @@
 //! task that runs a manual acker's passes in its place ([`manual`](crate::acker::manual)),
 //! which the same pushes wake through a hook (`Engine::wake_reaper`).
 
+pub(super) mod wheel;
+
+use wheel::{file, Wheel};
+
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Duration;
 
 use super::anchor::REANCHOR_AFTER;
-use super::{tag_of, Engine, GEN_MASK};
-use crate::acker::table::{Done, Expiry, Judge, GROUP_SLOTS};
+use super::{tag_of, Engine};
+use crate::acker::table::{Effects, Expiry, Judge, GROUP_SLOTS};
 use crate::acker::threads::{trim, Entry};
-use crate::acker::timers::groups::{File, Filed, GroupAt, GroupTimer};
+use crate::acker::timers::groups::{GroupAt, GroupTimer};
 use crate::acker::timers::ticks::{full_near, Tick};
-use crate::acker::timers::wheel::CompactWheel;
 use crate::sync::Ordering;
 use std::sync::Arc;
 use std::thread;
-
-/// Entries the wheel may hold beyond its bound (module docs) before a sweep.
-const SWEEP_SLACK: usize = 4096;
-
-/// The reaper's wheel, its groups' filed ticks and its scratch vectors.
-#[derive(Debug)]
-pub(super) struct Wheel {
-    buckets: CompactWheel<GroupTimer>,
-    filed: Filed,
-    /// The last full tick a pass ran at: passes never go back.
-    now: u64,
-    /// The clock's full tick at the last pass, which judged its deadlines (it may be
-    /// behind `now`, after the clock stepped back).
-    clock: u64,
-    collected: Vec<Entry>,
-    due: Vec<GroupTimer>,
-    /// Heap bytes the sweeps and scratch trims gave back to the allocator since it was
-    /// last asked to return free memory to the system (`Engine::give_back_memory`).
-    released: usize,
-}
-
-impl Wheel {
-    pub(super) fn new(now: u64) -> Self {
-        Wheel {
-            buckets: CompactWheel::new(now),
-            filed: Filed::default(),
-            now,
-            clock: now,
-            collected: Vec::new(),
-            due: Vec::new(),
-            released: 0,
-        }
-    }
-
-    pub(super) fn len(&self) -> usize {
-        self.buckets.len()
-    }
-
-    /// Heap bytes: the wheel's buckets, the filed ticks and the pass's scratch vectors.
-    pub(super) fn heap_bytes(&self) -> usize {
-        self.buckets.heap_bytes()
-            + self.filed.heap_bytes()
-            + self.collected.capacity() * std::mem::size_of::<Entry>()
-            + self.due.capacity() * std::mem::size_of::<GroupTimer>()
-    }
-
-    /// The full tick of a `u32` tick near the wheel's time (within 2^31 ticks: the wheel's
-    /// time is the anchor during a pass, [`anchor`](crate::acker::engine::anchor)).
-    fn full(&self, tick: Tick) -> u64 {
-        full_near(self.now, tick)
-    }
-
-    /// A re-anchoring to `to` ([`anchor`](crate::acker::engine::anchor)): the wheel's time
-    /// moves there (its buckets follow at the next advance), and the groups' filed `u32`
-    /// ticks are forgotten, as they would not decode. A group whose entry waits in the
-    /// buckets may then get a second one: a stale entry, as
-    /// [`groups`](crate::acker::timers::groups) has them.
-    pub(super) fn reanchored(&mut self, to: u64) {
-        self.filed = Filed::default();
-        self.now = self.now.max(to);
-        self.clock = self.clock.max(to);
-    }
-
-    /// The group's filed tick (tests' coverage count).
-    pub(super) fn filed(&self, table: usize, gen: u32, group: usize) -> Option<u64> {
-        let now = self.now;
-        self.filed.filed(table, gen, group, |t| full_near(now, t))
-    }
-
-    /// The sweep (module docs), when the wheel holds more than `live` (a bound on its live
-    /// entries) by an eighth and [`SWEEP_SLACK`].
-    fn sweep_if_crowded<T: Send + 'static>(&mut self, engine: &Engine<T>, live: usize) {
-        if self.buckets.len() <= live + live / 8 + SWEEP_SLACK {
-            return;
-        }
-        let before = self.buckets.heap_bytes() + self.filed.heap_bytes();
-        self.sweep(engine);
-        let after = self.buckets.heap_bytes() + self.filed.heap_bytes();
-        self.released += before.saturating_sub(after);
-    }
-
-    fn sweep<T: Send + 'static>(&mut self, engine: &Engine<T>) {
-        let now = self.now;
-        let Wheel { buckets, filed, .. } = self;
-        buckets.retain_filed(|tick, timer| match engine.group_state(timer) {
-            // Entries after the group's named one are covered by it
-            // ([`groups`](crate::acker::timers::groups)); earlier ones, one waiting for the
-            // next advance, or any when nothing reads as named, are kept.
-            Some((at, true)) => {
-                match (
-                    tick,
-                    filed.filed(at.table, at.gen, at.group, |t| full_near(now, t)),
-                ) {
-                    (Some(tick), Some(named)) => tick <= named,
-                    _ => true,
-                }
-            }
-            Some((at, false)) => {
-                filed.clear(at.table, at.gen, at.group);
-                false
-            }
-            None => false, // an older generation's: its roots moved, with timers of their own
-        });
-    }
-
-    fn push(&mut self, decision: File, timer: GroupTimer) {
-        if let File::At(tick) = decision {
-            self.buckets.push(tick, timer);
-        }
-    }
-}
 
 /// What a pass did.
 #[derive(Clone, Copy, Debug, Default)]
@@ -178,7 +55,7 @@ pub(super) struct Pass {
 /// One pass at the clock's time (module docs). `everything`: take every batch's entries
 /// (manual mode, where the caller's own batch is one of them).
 pub(super) fn run_once<T: Send + 'static>(engine: &Engine<T>, everything: bool) -> Pass {
-    let active = engine.batches.enter();
+    let active = engine.threads.enter();
     let mut timed_out = Vec::new();
     let mut pass = Pass::default();
     // Deadlines are judged on the clock's own tick, so that a clock that stepped back
@@ -200,7 +77,7 @@ pub(super) fn run_once<T: Send + 'static>(engine: &Engine<T>, everything: bool) 
         wheel.clock = clock;
         let now32 = now as Tick;
         let mut collected = std::mem::take(&mut wheel.collected);
-        engine.batches.collect(now32, everything, &mut collected);
+        engine.threads.collect(now32, everything, &mut collected);
         pass.worked |= !collected.is_empty();
         // Before filing: a growth's hand-off files every moved group again, and the dead
         // entries of the generations it left are best gone before the wheel's vectors
@@ -228,7 +105,7 @@ pub(super) fn run_once<T: Send + 'static>(engine: &Engine<T>, everything: bool) 
                 let Some(key) = roots.key_in(slot) else {
                     continue;
                 };
-                let mut done = Done::default();
+                let mut done = Effects::default();
                 let tag = tag_of(key.tag(), roots.gen());
                 let judge = Judge { anchor, clock };
                 let next = match roots.expire_keeping(slot, tag, judge, &mut done) {
@@ -282,8 +159,8 @@ pub(super) fn run_once<T: Send + 'static>(engine: &Engine<T>, everything: bool) 
     // Outside the lock: `on_complete` may call back into the acker, even `expire`.
     let now = engine.reaper.lock().unwrap_or_else(|e| e.into_inner()).now;
     // Migrations, shrinking, retired generations
-    // ([`tables`](crate::acker::engine::tables)); outside the wheel's lock, as moving
-    // entries files timers and may complete trees.
+    // ([`generations`](crate::acker::engine::generations)); outside the wheel's lock, as
+    // moving entries files timers and may complete trees.
     pass.worked |= engine.housekeeping(now, active.open);
     // The filed ticks of generations that left their tables' chains, this pass's
     // promotions included: the pass that shrinks a burst's tables may be the last for a
@@ -313,37 +190,6 @@ pub(super) fn run_once<T: Send + 'static>(engine: &Engine<T>, everything: bool) 
             .released += kept;
     }
     pass
-}
-
-/// Registers `entry`'s root with the reaper: its group gets a timer at its deadline unless
-/// one at or before it is filed already ([`groups`](crate::acker::timers::groups)). Nothing
-/// when its slot no longer holds its root.
-pub(super) fn file<T: Send + 'static>(engine: &Engine<T>, wheel: &mut Wheel, entry: Entry) {
-    let Some((table, roots, slot)) = engine.locate(&entry) else {
-        return;
-    };
-    if !engine.holds_entry(roots, slot, &entry) {
-        return;
-    }
-    let Some(deadline) = roots.deadline(slot) else {
-        return;
-    };
-    let now = wheel.now;
-    // The wheel's time is the anchor (or past it, a clock gone back): decoded against it.
-    let tick = wheel.full(deadline).max(now); // due already: the next advance returns it
-    let group = slot / GROUP_SLOTS;
-    let at = GroupAt {
-        table,
-        gen: roots.gen(),
-        groups: roots.groups(),
-        group,
-    };
-    let decision = wheel.filed.cover(at, tick, |t| full_near(now, t));
-    let timer = GroupTimer {
-        first: entry.slot - (slot % GROUP_SLOTS) as u32,
-        gen: roots.gen() & GEN_MASK,
-    };
-    wheel.push(decision, timer);
 }
 
 /// Starts the reaper thread; `handle` keeps its join handle.
@@ -385,17 +231,17 @@ pub(super) fn next_wait<T: Send + 'static>(engine: &Engine<T>) -> Wait {
     let (waiting_in_batches, next_due, now) = {
         let wheel = engine.reaper.lock().unwrap_or_else(|e| e.into_inner());
         (
-            engine.batches.waiting(),
+            engine.threads.waiting(),
             wheel.buckets.next_due(),
             wheel.now,
         )
     };
     if waiting_in_batches {
-        engine.batches.unidle();
+        engine.threads.unidle();
         return Wait::Tick { from: now };
     }
     // A longer sleep: idle first, then one more look at the batches (module docs).
-    if engine.batches.park_check() {
+    if engine.threads.park_check() {
         return Wait::Again;
     }
     if engine.stopping() {
@@ -453,7 +299,7 @@ fn reaper_loop<T: Send + 'static>(engine: &Engine<T>) {
                 sleep_until(engine, from.wrapping_add(ticks), ticks, &mut aimed);
             }
         }
-        engine.batches.unidle();
+        engine.threads.unidle();
     }
 }
 

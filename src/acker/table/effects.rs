@@ -8,8 +8,8 @@ use crate::acker::Outcome;
 
 /// A completion this call's CAS claimed: it emptied `slot`'s word (the slot stays
 /// reserved), and the caller completes the tree with `outcome` (unsafe
-/// [`Roots::take`](super::Roots::take) of the payload, then
-/// [`Roots::free`](super::Roots::free) of the slot, once each).
+/// [`Table::take`](super::Table::take) of the payload, then
+/// [`Table::free`](super::Table::free) of the slot, once each).
 #[derive(Debug, PartialEq, Eq)]
 pub struct Completed {
     /// The slot whose tree the call completed.
@@ -18,7 +18,7 @@ pub struct Completed {
     pub key: Key,
     /// What the tree completed as.
     pub outcome: Outcome,
-    /// The generation of the table the slot is in ([`Roots::gen`](super::Roots::gen)):
+    /// The generation of the table the slot is in ([`Table::gen`](super::Table::gen)):
     /// an operation may complete a tree in its table's successor during growth.
     pub gen: u32,
 }
@@ -70,7 +70,7 @@ impl<T> Few<T> {
 /// entry: see [`times`](crate::acker::table::times)) and, out, the slots whose entries need
 /// a timer filed: those it created, and those whose deadline it moved earlier.
 #[derive(Default)]
-pub struct Done<'a> {
+pub struct Effects<'a> {
     completed: Few<Completed>,
     stamp: Stamp,
     /// Makes the stamp when a claim needs one (the acker reads its clock only then).
@@ -87,9 +87,9 @@ pub struct Done<'a> {
     joined: bool,
 }
 
-impl std::fmt::Debug for Done<'_> {
+impl std::fmt::Debug for Effects<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Done")
+        f.debug_struct("Effects")
             .field("completed", &self.completed)
             .field("to_file", &self.to_file)
             .field("stranded", &self.stranded)
@@ -97,22 +97,22 @@ impl std::fmt::Debug for Done<'_> {
     }
 }
 
-impl<'a> Done<'a> {
+impl<'a> Effects<'a> {
     /// An operation whose new entries, if it creates any, get `stamp`.
     #[inline]
-    pub fn stamped(stamp: Stamp) -> Done<'a> {
-        Done {
+    pub fn stamped(stamp: Stamp) -> Effects<'a> {
+        Effects {
             stamp,
-            ..Done::default()
+            ..Effects::default()
         }
     }
 
     /// An operation whose new entries get the stamp `stamper` makes at their claim.
     #[inline]
-    pub fn stamped_by(stamper: &'a dyn Fn() -> Stamp) -> Done<'a> {
-        Done {
+    pub fn stamped_by(stamper: &'a dyn Fn() -> Stamp) -> Effects<'a> {
+        Effects {
             stamper: Some(stamper),
-            ..Done::default()
+            ..Effects::default()
         }
     }
 

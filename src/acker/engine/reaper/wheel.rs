@@ -1,0 +1,176 @@
+//! The reaper's wheel: its group timers in a [`CompactWheel`], the tick each group is filed
+//! at ([`groups`](crate::acker::timers::groups)), and the pass's scratch vectors. A pass
+//! ([`reaper`](super)) files entries here ([`file()`]) and takes the due groups out.
+//!
+//! ## Dead entries
+//!
+//! An entry whose group's trees all completed stays in the wheel until it comes due
+//! (nothing cancels it: the completer never touches the reaper's structures), and so does
+//! the later entry of a group that a registration filed earlier
+//! ([`groups`](crate::acker::timers::groups), *stale*). The live entries are at most one
+//! per group in use (a group of the tables' current generations or their successors) and at
+//! most one per pending root: at most the smaller of the two. When the wheel holds an
+//! eighth more than that bound (plus [`SWEEP_SLACK`]) the pass sweeps it, keeping each
+//! group's named entry (and earlier ones) while the group has a root, and giving back the
+//! room of buckets it leaves mostly empty. A sweep thus comes only after dead entries
+//! number an eighth of the bound on live ones: each costs O(1) amortized, and the wheel
+//! stays within about 9/8 entries per live one, plus the slack (a table's growth, which
+//! files every moved group again in its successor, leaves a dead entry per group it moves).
+
+use crate::acker::engine::{Engine, GEN_MASK};
+use crate::acker::table::GROUP_SLOTS;
+use crate::acker::threads::Entry;
+use crate::acker::timers::groups::{File, Filed, GroupAt, GroupTimer};
+use crate::acker::timers::ticks::{full_near, Tick};
+use crate::acker::timers::wheel::CompactWheel;
+
+/// Entries the wheel may hold beyond its bound (module docs) before a sweep.
+const SWEEP_SLACK: usize = 4096;
+
+/// The reaper's wheel, its groups' filed ticks and its scratch vectors.
+#[derive(Debug)]
+pub(in crate::acker::engine) struct Wheel {
+    pub(super) buckets: CompactWheel<GroupTimer>,
+    pub(super) filed: Filed,
+    /// The last full tick a pass ran at: passes never go back.
+    pub(super) now: u64,
+    /// The clock's full tick at the last pass, which judged its deadlines (it may be
+    /// behind `now`, after the clock stepped back).
+    pub(super) clock: u64,
+    pub(super) collected: Vec<Entry>,
+    pub(super) due: Vec<GroupTimer>,
+    /// Heap bytes the sweeps and scratch trims gave back to the allocator since it was
+    /// last asked to return free memory to the system (`Engine::give_back_memory`).
+    pub(super) released: usize,
+}
+
+impl Wheel {
+    pub(in crate::acker::engine) fn new(now: u64) -> Self {
+        Wheel {
+            buckets: CompactWheel::new(now),
+            filed: Filed::default(),
+            now,
+            clock: now,
+            collected: Vec::new(),
+            due: Vec::new(),
+            released: 0,
+        }
+    }
+
+    pub(in crate::acker::engine) fn len(&self) -> usize {
+        self.buckets.len()
+    }
+
+    /// Heap bytes: the wheel's buckets, the filed ticks and the pass's scratch vectors.
+    pub(in crate::acker::engine) fn heap_bytes(&self) -> usize {
+        self.buckets.heap_bytes()
+            + self.filed.heap_bytes()
+            + self.collected.capacity() * std::mem::size_of::<Entry>()
+            + self.due.capacity() * std::mem::size_of::<GroupTimer>()
+    }
+
+    /// The full tick of a `u32` tick near the wheel's time (within 2^31 ticks: the wheel's
+    /// time is the anchor during a pass, [`anchor`](crate::acker::engine::anchor)).
+    pub(super) fn full(&self, tick: Tick) -> u64 {
+        full_near(self.now, tick)
+    }
+
+    /// A re-anchoring to `to` ([`anchor`](crate::acker::engine::anchor)): the wheel's time
+    /// moves there (its buckets follow at the next advance), and the groups' filed `u32`
+    /// ticks are forgotten, as they would not decode. A group whose entry waits in the
+    /// buckets may then get a second one: a stale entry, as
+    /// [`groups`](crate::acker::timers::groups) has them.
+    pub(in crate::acker::engine) fn reanchored(&mut self, to: u64) {
+        self.filed = Filed::default();
+        self.now = self.now.max(to);
+        self.clock = self.clock.max(to);
+    }
+
+    /// The group's filed tick (tests' coverage count).
+    pub(in crate::acker::engine) fn filed(
+        &self,
+        table: usize,
+        gen: u32,
+        group: usize,
+    ) -> Option<u64> {
+        let now = self.now;
+        self.filed.filed(table, gen, group, |t| full_near(now, t))
+    }
+
+    /// The sweep (module docs), when the wheel holds more than `live` (a bound on its live
+    /// entries) by an eighth and [`SWEEP_SLACK`].
+    pub(super) fn sweep_if_crowded<T: Send + 'static>(&mut self, engine: &Engine<T>, live: usize) {
+        if self.buckets.len() <= live + live / 8 + SWEEP_SLACK {
+            return;
+        }
+        let before = self.buckets.heap_bytes() + self.filed.heap_bytes();
+        self.sweep(engine);
+        let after = self.buckets.heap_bytes() + self.filed.heap_bytes();
+        self.released += before.saturating_sub(after);
+    }
+
+    fn sweep<T: Send + 'static>(&mut self, engine: &Engine<T>) {
+        let now = self.now;
+        let Wheel { buckets, filed, .. } = self;
+        buckets.retain_filed(|tick, timer| match engine.group_state(timer) {
+            // Entries after the group's named one are covered by it
+            // ([`groups`](crate::acker::timers::groups)); earlier ones, one waiting for the
+            // next advance, or any when nothing reads as named, are kept.
+            Some((at, true)) => {
+                match (
+                    tick,
+                    filed.filed(at.table, at.gen, at.group, |t| full_near(now, t)),
+                ) {
+                    (Some(tick), Some(named)) => tick <= named,
+                    _ => true,
+                }
+            }
+            Some((at, false)) => {
+                filed.clear(at.table, at.gen, at.group);
+                false
+            }
+            None => false, // an older generation's: its roots moved, with timers of their own
+        });
+    }
+
+    pub(super) fn push(&mut self, decision: File, timer: GroupTimer) {
+        if let File::At(tick) = decision {
+            self.buckets.push(tick, timer);
+        }
+    }
+}
+
+/// Registers `entry`'s root with the reaper: its group gets a timer at its deadline unless
+/// one at or before it is filed already ([`groups`](crate::acker::timers::groups)). Nothing
+/// when its slot no longer holds its root.
+pub(in crate::acker::engine) fn file<T: Send + 'static>(
+    engine: &Engine<T>,
+    wheel: &mut Wheel,
+    entry: Entry,
+) {
+    let Some((table, roots, slot)) = engine.locate(&entry) else {
+        return;
+    };
+    if !engine.holds_entry(roots, slot, &entry) {
+        return;
+    }
+    let Some(deadline) = roots.deadline(slot) else {
+        return;
+    };
+    let now = wheel.now;
+    // The wheel's time is the anchor (or past it, a clock gone back): decoded against it.
+    let tick = wheel.full(deadline).max(now); // due already: the next advance returns it
+    let group = slot / GROUP_SLOTS;
+    let at = GroupAt {
+        table,
+        gen: roots.gen(),
+        groups: roots.groups(),
+        group,
+    };
+    let decision = wheel.filed.cover(at, tick, |t| full_near(now, t));
+    let timer = GroupTimer {
+        first: entry.slot - (slot % GROUP_SLOTS) as u32,
+        gen: roots.gen() & GEN_MASK,
+    };
+    wheel.push(decision, timer);
+}
