@@ -8,9 +8,9 @@
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use super::Engine;
+use crate::acker::outcome::{Completion, Outcome};
 use crate::acker::table::{Completed, Table};
 use crate::acker::timers::ticks::full_near;
-use crate::acker::{Completion, Outcome};
 use crate::sync::Ordering;
 
 impl<T: Send + 'static> Engine<T> {

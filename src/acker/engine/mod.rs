@@ -99,8 +99,9 @@ use std::time::Duration;
 
 use crossbeam_utils::CachePadded;
 
+use super::outcome::{Callback, InitError};
+use super::stats::{AckerStats, Counters};
 use super::threads::{Active, Entry, Pushed, Threads};
-use super::{AckerStats, Callback, Counters, InitError};
 use crate::acker::bound::Credits;
 use crate::acker::table::word::{Key, KEY_SHIFT};
 use crate::acker::table::{Applied, Effects, Message, Refused, Table};

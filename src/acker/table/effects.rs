@@ -4,7 +4,7 @@
 
 use super::times::Stamp;
 use super::Key;
-use crate::acker::Outcome;
+use crate::acker::outcome::Outcome;
 
 /// A completion this call's CAS claimed: it emptied `slot`'s word (the slot stays
 /// reserved), and the caller completes the tree with `outcome` (unsafe

@@ -65,7 +65,7 @@
 //! so the protocol lives in this file; [`table`](crate::acker::table) only finds slots and
 //! retries CASes.
 
-use crate::acker::Outcome;
+use crate::acker::outcome::Outcome;
 
 /// A state code: the low four bits of a word's low half.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]

@@ -1,8 +1,9 @@
 //! Acker tests: each rule of the semantics, a random model test against a sequential
 //! reference in manual mode, and multi-threaded exactly-once checks.
 
+use super::builder::MAX_PENDING;
 use super::*;
-use crate::clock::ManualClock;
+use crate::clock::{Clock, ManualClock, MonotonicClock};
 use crate::sync::{AtomicU64, Ordering};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};

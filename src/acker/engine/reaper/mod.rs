@@ -27,7 +27,7 @@
 //! task that runs a manual acker's passes in its place ([`manual`](crate::acker::manual)),
 //! which the same pushes wake through a hook (`Engine::wake_reaper`).
 
-pub(super) mod wheel;
+pub(in crate::acker) mod wheel;
 
 use wheel::{file, Wheel};
 
