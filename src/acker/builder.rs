@@ -67,8 +67,8 @@ impl<T: Send + 'static> AckerBuilder<T> {
 
     /// The wheels' tick, rounded up to a power of two of nanoseconds. Above 2^43 ns (about
     /// 2.4 h) `build` refuses it. Unless set: 2^20 ns (~1 ms) for [`build`](Self::build)
-    /// and [`build_manual`](Self::build_manual), 2^18 ns (~262 µs) for
-    /// [`build_async`](Self::build_async).
+    /// and [`build_manual`](Self::build_manual), 2^18 ns (~262 µs) for `build_async` (the
+    /// `tokio` feature).
     ///
     /// A tree times out at the start of the first tick after its base tick plus its timeout
     /// rounded up to whole ticks, plus one (the base is read at the first message, and may

@@ -126,7 +126,7 @@ use std::sync::Arc;
 ///   plus the tree's timeout ([`init_with_timeout`](Self::init_with_timeout), else the
 ///   builder's). [`reset_timeout`](Self::reset_timeout) moves it to now plus the timeout.
 ///   Times are kept in ticks of the builder's `resolution` (about 1 ms by default; about
-///   262 µs for [`build_async`](AckerBuilder::build_async)): a tree never times
+///   262 µs for `build_async`, the `tokio` feature's): a tree never times
 ///   out before its deadline and at most a tick or two after it when the reaper is not
 ///   starved, and [`Completion::elapsed`] is accurate to a tick (a `TimedOut` tree never
 ///   reports less than its timeout; past 2^29 ticks of life it may read long by one part
@@ -252,7 +252,7 @@ impl<T: Send + 'static> fmt::Debug for Acker<T> {
 
 impl<T: Send + 'static> Acker<T> {
     /// A builder with the defaults: 30 s timeout, ~1 ms resolution (~262 µs for
-    /// [`build_async`](AckerBuilder::build_async)), 4 x cores shards, 1 << 20 pending.
+    /// `build_async`, the `tokio` feature's), 4 x cores shards, 1 << 20 pending.
     pub fn builder() -> AckerBuilder<T> {
         AckerBuilder::new()
     }
