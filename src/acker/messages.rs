@@ -18,14 +18,6 @@
 //! one-by-one application deliver the same completions, with the same payloads, in the same
 //! order, and count the same statistics. The caller's `each` of [`Acker::apply_each`] runs
 //! once a chunk is done, outside any operation, as a callback would.
-//!
-//! While the tables have not grown past their smallest size (2,048 slots, 64 KiB each,
-//! about 1 MiB for the default 16 tables), every line they have fits in a core's L2 cache
-//! (1 MiB on the machine the figures come from) or its L3, and there is no miss to hide. A
-//! batch then neither places nor prefetches ahead, which would only add about 60
-//! instructions a message (`python3 benches/instructions/count.py batched`, 1k in
-//! flight): each message goes as its own call would. It judges by the table of its first
-//! message, whose size follows the acker's load as every table's does.
 
 use super::{Acker, InitError};
 
@@ -78,10 +70,9 @@ impl<T: Send + 'static> Acker<T> {
     /// Batch when messages arrive together anyway: a socket read of many frames, a queue
     /// drained in one go, a frame of acks for one owner. With many trees pending (100k and
     /// more, where a root's line is seldom in the cache) a batch of a few dozen messages or
-    /// more saves most of each message's wait for memory; with fewer (tables that have not
-    /// grown, up to about 24k pending with the default shards), the lines are in the cache,
-    /// and a batch applies each message as its own call would, at the same cost. A batch is not atomic: other threads' messages, and
-    /// the reaper, may act between two of its messages.
+    /// more saves most of each message's wait for memory; with a few thousand pending, the
+    /// lines are in the cache and a batch saves little. A batch is not atomic: other
+    /// threads' messages, and the reaper, may act between two of its messages.
     ///
     /// ```
     /// use ackwheel::{Acker, Message};
@@ -123,8 +114,8 @@ impl<T: Send + 'static> Acker<T> {
     /// acker.apply_each(&frame, |i, result| results.push((i, result)));
     /// assert_eq!(results, [(0, true), (1, true)]);
     /// ```
-    pub fn apply_each(&self, messages: &[Message], each: impl FnMut(usize, bool)) {
-        self.engine().apply_each(messages, each);
+    pub fn apply_each(&self, messages: &[Message], mut each: impl FnMut(usize, bool)) {
+        self.engine().apply_each(messages, &mut each);
     }
 
     /// Inits the trees `trees` yields, `(root, xor, payload)`, in order, each exactly as

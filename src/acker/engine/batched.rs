@@ -7,33 +7,16 @@
 use super::{Engine, Message};
 use crate::acker::messages::{Message as PublicMessage, AHEAD};
 use crate::acker::table::word::Key;
-use crate::sync::Ordering;
 
 impl<T: Send + 'static> Engine<T> {
     /// Applies `messages` in order, a chunk of [`AHEAD`] at a time, with the next chunk
     /// placed and prefetched first; `each(index, result)` for a chunk's messages once the
     /// chunk is applied, outside any operation (it is the caller's code, like a callback).
-    /// While the first message's table is in the cache ([`in_cache`](Self::in_cache)),
-    /// there is no miss to hide: each message goes as its own call would.
     pub(in crate::acker) fn apply_each(
         &self,
         messages: &[PublicMessage],
-        mut each: impl FnMut(usize, bool),
+        each: &mut dyn FnMut(usize, bool),
     ) {
-        let Some(first) = messages.first() else {
-            return;
-        };
-        if self.in_cache(first.root()) {
-            for (i, message) in messages.iter().enumerate() {
-                let result = match *message {
-                    PublicMessage::Ack { root, xor } => self.ack(root, xor),
-                    PublicMessage::Fail { root } => self.fail(root),
-                    PublicMessage::ResetTimeout { root } => self.reset_timeout(root),
-                };
-                each(i, result);
-            }
-            return;
-        }
         let mut placed = [(0, Key::new(0)); AHEAD];
         let mut next = [(0, Key::new(0)); AHEAD];
         self.place_ahead(
@@ -62,25 +45,6 @@ impl<T: Send + 'static> Engine<T> {
                 each(first + i, result);
             }
         }
-    }
-
-    /// Whether `root`'s table has at most [`Engine::cached_slots`] slots: all of its lines,
-    /// and those of the acker's other tables, which follow the same load, are then likely
-    /// in the cache ([`messages`](crate::acker::messages)).
-    #[inline]
-    fn in_cache(&self, root: u64) -> bool {
-        let (table, _) = self.layout.place(root);
-        let _active = self.threads.enter();
-        // Safety: inside the operation `_active` marks (only the size is read).
-        let slots = unsafe { self.tables[table].current() }.slots();
-        // Relaxed: a tuning threshold, which synchronizes nothing.
-        slots <= self.cached_slots.load(Ordering::Relaxed)
-    }
-
-    /// Sets [`Engine::cached_slots`], so that a test runs the path it wants.
-    #[cfg(test)]
-    pub(in crate::acker) fn set_cached_slots(&self, slots: usize) {
-        self.cached_slots.store(slots, Ordering::Relaxed); // Relaxed: as `in_cache`
     }
 
     /// Prefetches the home lines of `roots` in their tables' current generations

@@ -230,10 +230,6 @@ pub(super) struct Engine<T> {
     reaper_panics: AtomicU64,
     /// Migrations started: to grow, to shrink.
     migrations: [AtomicU64; 2],
-    /// A batch whose first table has at most this many slots applies its messages one at a
-    /// time, without placing or prefetching ahead ([`batched`]): [`MIN_TABLE_SLOTS`], a
-    /// table that has not grown (tests set it to run either path).
-    cached_slots: AtomicUsize,
 }
 
 // Safety: `on_complete` is the only part that is not `Sync` by itself: it is read only by
@@ -327,7 +323,6 @@ impl<T: Send + 'static> Engine<T> {
             idle_wakeups: AtomicU64::new(0),
             reaper_panics: AtomicU64::new(0),
             migrations: [AtomicU64::new(0), AtomicU64::new(0)],
-            cached_slots: AtomicUsize::new(MIN_TABLE_SLOTS),
         }
     }
 
@@ -426,10 +421,7 @@ impl<T: Send + 'static> Engine<T> {
     /// An ack or a fail: applies it to the root's table (during a migration, to its entry
     /// in the old table or else in the successor), files the timer of an entry it created,
     /// delivers what it completed. `true` when it completed a tree.
-    // Always: inlined into a batch's loop beside the fail and the reset as it is into a
-    // caller's `ack` (LLVM leaves it, and the table's `apply_found` under it, out of line
-    // there otherwise: about 60 instructions a message, by callgrind).
-    #[inline(always)]
+    #[inline]
     fn message(&self, root: u64, message: Message) -> bool {
         let active = self.threads.enter();
         let (table, key) = self.layout.place(root);
@@ -438,8 +430,7 @@ impl<T: Send + 'static> Engine<T> {
 
     /// [`message`](Self::message) for the root `layout` placed at `key` in `table`, inside
     /// the operation `active` marks, where it holds nothing of the tables.
-    // Always: as `message`, and in a batch's chunk loop.
-    #[inline(always)]
+    #[inline]
     fn message_in(&self, active: &Active, table: usize, key: Key, message: Message) -> bool {
         if !active.open && self.stopping() {
             // Shut down: nothing is pending, and nothing may be held (`take_back_all`).

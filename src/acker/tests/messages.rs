@@ -5,7 +5,6 @@
 //! outcome, in order) and every counter must match.
 
 use super::*;
-use crate::acker::messages::AHEAD;
 
 /// Roots the streams draw from: few, so that messages meet.
 const ROOTS: u64 = 24;
@@ -42,18 +41,13 @@ fn a_batch_does_exactly_what_its_messages_do_one_by_one() {
         let limit = |b: AckerBuilder<u32>| b.max_pending(48).timeout(10 * SEC);
         let (batched, batched_log) = manual(&clock, limit);
         let (single, single_log) = manual(&clock, limit);
-        // Even seeds: every frame placed and prefetched ahead; odd seeds: every frame one
-        // message at a time, as with tables in the cache (`Engine::in_cache`).
-        batched
-            .engine()
-            .set_cached_slots(if seed % 2 == 0 { 0 } else { usize::MAX });
         let steps = if cfg!(miri) { 20 } else { 400 };
         for step in 0..steps {
             match rng.random_range(0..10) {
                 0..=2 => {
                     // Inits: through init_each on one acker, one by one on the other; a
                     // refused init's payload must come back either way.
-                    let len = rng.random_range(1..2 * AHEAD + 3);
+                    let len = rng.random_range(1..2 * super::super::messages::AHEAD + 3);
                     let trees: Vec<(u64, u64, u32)> = (0..len)
                         .map(|_| {
                             (
@@ -77,7 +71,7 @@ fn a_batch_does_exactly_what_its_messages_do_one_by_one() {
                     assert_eq!(batched.expire(), single.expire(), "seed {seed} step {step}");
                 }
                 _ => {
-                    let len = rng.random_range(0..3 * AHEAD + 2);
+                    let len = rng.random_range(0..3 * super::super::messages::AHEAD + 2);
                     let frame: Vec<Message> = (0..len).map(|_| random_message(&mut rng)).collect();
                     let mut results = Vec::new();
                     batched.apply_each(&frame, |i, result| results.push((i, result)));
