@@ -587,8 +587,11 @@ fn a_burst_gives_its_tables_back_long_before_its_deadlines() {
     let completed = std::time::Instant::now();
     let settled = |parts: [usize; 4]| {
         // The wheel's fixed buckets and a little room: its vectors and the large
-        // generations' filed ticks are gone.
-        parts[2] == 0 && parts[3] < 64 << 10
+        // generations' filed ticks are gone. Dead entries below the sweep's slack (4,096,
+        // [`reaper::wheel`](super::reaper::wheel)) may stay until their deadlines, with
+        // their buckets' room: when passes run between the acks (a starved reaper), 3,443
+        // of them took 56 KiB of buckets; 4,096 in a bucket each would take about 170 KiB.
+        parts[2] == 0 && parts[3] < 256 << 10
     };
     while acker.table_slots() > SMALLEST || !settled(acker.memory_parts()) {
         assert!(
