@@ -66,7 +66,7 @@ pub(super) fn run_once<T: Send + 'static>(engine: &Engine<T>, everything: bool) 
     // The anchor first ([`anchor`](crate::acker::engine::anchor)), outside the wheel's
     // lock: after a stall, a re-anchoring.
     engine.advance_anchor(clock);
-    // The sweep's bound (module docs), read outside the wheel's lock.
+    // The sweep's bound ([`wheel`], "Dead entries"), read outside the wheel's lock.
     let groups_in_use = engine.groups_in_use();
     {
         let mut wheel = engine.reaper.lock().unwrap_or_else(|e| e.into_inner());
@@ -152,7 +152,7 @@ pub(super) fn run_once<T: Send + 'static>(engine: &Engine<T>, everything: bool) 
         wheel.released += before - scratch(wheel);
         // Entries of trees completed after their hand-off, and of groups that moved to a
         // successor, wait for their deadlines; once they crowd the wheel, a sweep drops
-        // them (module docs).
+        // them ([`wheel`], "Dead entries").
         wheel.sweep_if_crowded(engine, live);
     }
 
