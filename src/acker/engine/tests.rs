@@ -586,12 +586,10 @@ fn a_burst_gives_its_tables_back_long_before_its_deadlines() {
     }
     let completed = std::time::Instant::now();
     let settled = |parts: [usize; 4]| {
-        // The wheel's fixed buckets and a little room: its vectors and the large
-        // generations' filed ticks are gone. Dead entries below the sweep's slack (4,096,
-        // [`reaper::wheel`](super::reaper::wheel)) may stay until their deadlines, with
-        // their buckets' room: when passes run between the acks (a starved reaper), 3,443
-        // of them took 56 KiB of buckets; 4,096 in a bucket each would take about 170 KiB.
-        parts[2] == 0 && parts[3] < 256 << 10
+        // The wheel's fixed buckets and a little room: its vectors, its dead entries
+        // (swept once nothing is pending, [`reaper::wheel`](super::reaper::wheel)) and the
+        // large generations' filed ticks are gone.
+        parts[2] == 0 && parts[3] < 64 << 10
     };
     while acker.table_slots() > SMALLEST || !settled(acker.memory_parts()) {
         assert!(
@@ -601,6 +599,103 @@ fn a_burst_gives_its_tables_back_long_before_its_deadlines() {
             acker.memory_parts()
         );
         std::thread::sleep(Duration::from_millis(10));
+    }
+    acker.shutdown();
+}
+
+/// Roots in the tables at their smallest, one per group at most: the reaper's wheel
+/// holds an entry for each (fewer than the sweep's slack of 4,096).
+const BELOW_SLACK: u64 = 3_000;
+
+/// Trees that complete after their groups were filed leave dead entries in the reaper's
+/// wheel, too few for the sweep's slack; the first pass that finds nothing pending sweeps
+/// them all, whatever an earlier sweep with roots pending kept.
+#[test]
+fn a_pass_with_nothing_pending_sweeps_the_wheel() {
+    let clock = ManualClock::new(0);
+    let (acker, _log) = manual(&clock, 1 << 20);
+    let root = |i: u64| (i + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    for i in 0..BELOW_SLACK {
+        acker.init(root(i), 1, i as u32).unwrap();
+    }
+    acker.expire();
+    let filed = acker.scheduled_timers();
+    assert!(filed > 1_000, "{filed} timers for {BELOW_SLACK} roots");
+    for i in 0..BELOW_SLACK {
+        assert!(acker.ack(root(i), 1));
+    }
+    acker.expire();
+    assert_eq!(acker.scheduled_timers(), 0, "dead entries kept");
+
+    // A crowded wheel's sweep with a few roots pending keeps their entries; once those
+    // complete too, the next pass sweeps them.
+    const CROWD: u64 = 12_000;
+    const LEFT: u64 = 500;
+    for i in 0..CROWD {
+        acker.init(root(i), 1, i as u32).unwrap();
+    }
+    acker.expire();
+    for i in 0..CROWD - LEFT {
+        assert!(acker.ack(root(i), 1));
+    }
+    acker.expire(); // a sweep: the wheel holds more than 4,096 dead entries
+    let kept = acker.scheduled_timers();
+    assert!((1..1_000).contains(&kept), "{kept} timers for {LEFT} roots");
+    for i in CROWD - LEFT..CROWD {
+        assert!(acker.ack(root(i), 1));
+    }
+    acker.expire();
+    assert_eq!(
+        acker.scheduled_timers(),
+        0,
+        "the entries a sweep kept, dead now"
+    );
+
+    // Entries filed after an idle sweep are swept by the next pass that finds nothing
+    // pending.
+    acker.init(root(0), 1, 0).unwrap();
+    acker.expire();
+    assert_eq!(acker.scheduled_timers(), 1);
+    assert!(acker.ack(root(0), 1));
+    acker.expire();
+    assert_eq!(
+        acker.scheduled_timers(),
+        0,
+        "a dead entry kept after a sweep"
+    );
+}
+
+/// The same with the reaper thread, where the last trees complete after its last pass:
+/// it comes back for the sweep within a tick instead of sleeping until the dead entries'
+/// deadlines, 10 minutes away.
+#[test]
+fn the_reaper_sweeps_its_dead_entries_soon_after_pending_falls_to_zero() {
+    let acker: Acker<u32> = Acker::builder()
+        .timeout(Duration::from_secs(600))
+        .shards(16)
+        .build()
+        .unwrap();
+    let root = |i: u64| (i + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    for i in 0..BELOW_SLACK {
+        acker.init(root(i), 1, i as u32).unwrap();
+    }
+    let filing = std::time::Instant::now();
+    while acker.covered_roots() < acker.pending() {
+        assert!(filing.elapsed() < Duration::from_secs(10), "never covered");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert!(acker.scheduled_timers() > 1_000);
+    for i in 0..BELOW_SLACK {
+        assert!(acker.ack(root(i), 1));
+    }
+    let completed = std::time::Instant::now();
+    while acker.scheduled_timers() > 0 {
+        assert!(
+            completed.elapsed() < Duration::from_secs(2),
+            "{} dead entries 2 s after the last tree completed",
+            acker.scheduled_timers()
+        );
+        std::thread::sleep(Duration::from_millis(5));
     }
     acker.shutdown();
 }

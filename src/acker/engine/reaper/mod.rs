@@ -90,6 +90,7 @@ pub(super) fn run_once<T: Send + 'static>(engine: &Engine<T>, everything: bool) 
         wheel.collected = collected;
         let mut due = std::mem::take(&mut wheel.due);
         wheel.buckets.advance(now, &mut due);
+        wheel.kept = wheel.kept.min(wheel.buckets.len());
         pass.worked |= !due.is_empty();
         for timer in due.drain(..) {
             let entry = Entry {
@@ -230,11 +231,14 @@ pub(super) enum Wait {
 pub(super) fn next_wait<T: Send + 'static>(engine: &Engine<T>) -> Wait {
     let (waiting_in_batches, next_due, now) = {
         let wheel = engine.reaper.lock().unwrap_or_else(|e| e.into_inner());
-        (
-            engine.threads.waiting(),
-            wheel.buckets.next_due(),
-            wheel.now,
-        )
+        // Dead entries are swept by a pass that finds nothing pending, not at their
+        // deadlines ([`wheel`], "Dead entries"): the next due tick is the sooner of the two.
+        let sweep = wheel.sweep_look(engine.pending(), engine.look_at_load().into());
+        let next_due = match (wheel.buckets.next_due(), sweep) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        (engine.threads.waiting(), next_due, wheel.now)
     };
     if waiting_in_batches {
         engine.threads.unidle();

@@ -16,6 +16,17 @@
 //! number an eighth of the bound on live ones: each costs O(1) amortized, and the wheel
 //! stays within about 9/8 entries per live one, plus the slack (a table's growth, which
 //! files every moved group again in its successor, leaves a dead entry per group it moves).
+//!
+//! With nothing pending every entry is dead, and the slack would keep up to 4,096 of them
+//! (about 170 KiB of buckets) until their deadlines, a whole timeout after a burst. So a
+//! pass that reads nothing pending sweeps whatever was filed since the last sweep
+//! ([`Wheel::idle_sweep_due`]), and the wheel is back at its fixed part. What such a sweep
+//! keeps (a group an orphan holds, or a root inited after `pending` was read) counts as
+//! kept: the next idle sweep waits for an eighth more, so each entry is still swept at O(1)
+//! amortized. Completions do not wake the reaper (that would cost each a check), so a
+//! reaper asleep until a far deadline would not see pending fall: while the wheel holds
+//! more than [`LOOK_FROM`] entries it sleeps at most housekeeping's look at the load
+//! (100 ms) at a time ([`Wheel::sweep_look`]).
 
 use crate::acker::engine::{Engine, GEN_MASK};
 use crate::acker::table::GROUP_SLOTS;
@@ -26,6 +37,11 @@ use crate::acker::timers::wheel::CompactWheel;
 
 /// Entries the wheel may hold beyond its bound (module docs) before a sweep.
 const SWEEP_SLACK: usize = 4096;
+
+/// Entries above which the reaper wakes now and then to see whether they died (module
+/// docs, "Dead entries"): fewer hold at most a few tens of KiB, and a few trees pending
+/// for an hour must not cost wake-ups.
+const LOOK_FROM: usize = 1024;
 
 /// The reaper's wheel, its groups' filed ticks and its scratch vectors.
 #[derive(Debug)]
@@ -42,6 +58,9 @@ pub(in crate::acker::engine) struct Wheel {
     /// Heap bytes the sweeps and scratch trims gave back to the allocator since it was
     /// last asked to return free memory to the system (`Engine::give_back_memory`).
     pub(super) released: usize,
+    /// The entries the last sweep kept with nothing pending, or fewer once some came due
+    /// (module docs, "Dead entries").
+    pub(super) kept: usize,
 }
 
 impl Wheel {
@@ -54,6 +73,7 @@ impl Wheel {
             collected: Vec::new(),
             due: Vec::new(),
             released: 0,
+            kept: 0,
         }
     }
 
@@ -98,15 +118,41 @@ impl Wheel {
     }
 
     /// The sweep (module docs), when the wheel holds more than `live` (a bound on its live
-    /// entries) by an eighth and [`SWEEP_SLACK`].
+    /// entries) by an eighth and [`SWEEP_SLACK`], or when nothing is live and entries came
+    /// since the last sweep ([`idle_sweep_due`](Self::idle_sweep_due)).
     pub(super) fn sweep_if_crowded<T: Send + 'static>(&mut self, engine: &Engine<T>, live: usize) {
-        if self.buckets.len() <= live + live / 8 + SWEEP_SLACK {
+        let len = self.buckets.len();
+        if len <= live + live / 8 + SWEEP_SLACK && !self.idle_sweep_due(live) {
             return;
         }
         let before = self.buckets.heap_bytes() + self.filed.heap_bytes();
         self.sweep(engine);
         let after = self.buckets.heap_bytes() + self.filed.heap_bytes();
         self.released += before.saturating_sub(after);
+        // What a sweep with roots pending keeps may die before the next pass: only an idle
+        // sweep's survivors defer the next idle sweep.
+        self.kept = if live == 0 { self.buckets.len() } else { 0 };
+    }
+
+    /// With `live` (a bound on the live entries) at 0, whether the wheel holds an eighth
+    /// more than the last sweep kept: all dead, to be swept now rather than at their
+    /// deadlines (module docs, "Dead entries").
+    pub(super) fn idle_sweep_due(&self, live: usize) -> bool {
+        live == 0 && self.buckets.len() > self.kept + self.kept / 8
+    }
+
+    /// The tick by which a pass should come to sweep dead entries, with `pending` roots
+    /// pending and `look` ticks between looks (module docs, "Dead entries"): the next tick
+    /// when a sweep is due now, `look` ticks from now while the wheel holds more than
+    /// [`LOOK_FROM`] entries, else none.
+    pub(super) fn sweep_look(&self, pending: usize, look: u64) -> Option<u64> {
+        if self.idle_sweep_due(pending) {
+            Some(self.now + 1)
+        } else if self.buckets.len() > LOOK_FROM {
+            Some(self.now + look)
+        } else {
+            None
+        }
     }
 
     fn sweep<T: Send + 'static>(&mut self, engine: &Engine<T>) {
