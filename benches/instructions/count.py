@@ -15,7 +15,22 @@ inline acks each):
 Each kind runs twice (100k and 300k trees); the difference over 200k trees is the cost of
 a tree, setup excluded. Locked instructions are the `lock`-prefixed ones and `xchg` with a
 memory operand (an `xchg` between registers, as around `cmpxchg16b`, is not locked). All
-threads are counted (the Acker's reaper included)."""
+threads are counted (the Acker's reaper included).
+
+With `--background N` the lifecycle runs beside N roots inited first and never acked (the
+benches' `1M-pending` groups: large, cold tables). `--cache` also simulates this
+machine's per-core caches (L1d 32 KiB, 8-way; L2 1 MiB, 16-way, as callgrind's last
+level) and prints the L1 and L2 misses a tree, by function: a line missed in L2 is a trip
+to L3 or memory, which a single thread waits for.
+
+    python3 benches/instructions/count.py --background 1000000 --cache acker dashmap
+
+Callgrind runs the threads one at a time and about 50x slower than natively, so the
+lifecycle's acker ticks every 64 ms under it instead of every 1 ms: a tree lives as many
+ticks as natively (a fraction of one), and what is done by the clock (a thread's hand-off
+filter once a tick, the reaper's passes) comes about as often a tree. (At 1 ms, trees
+lived hundreds of ticks under callgrind and reached the reaper, which they never do
+natively.)"""
 import collections
 import os
 import re
@@ -49,19 +64,25 @@ def locked_addresses(program):
     return locked
 
 
-def profile(kind, trees, locked):
-    """(instructions, locked, per function, locked per function) of one run."""
+def profile(kind, trees, locked, background, cache):
+    """Counters of one run: per event (`Ir`, and with `cache` the misses `D1mr`, `DLmr`,
+    ...) and `locked`, in all and by function."""
     program, args = binary(kind)
+    sim = ["--cache-sim=yes", "--D1=32768,8,64", "--LL=1048576,16,64"] if cache else []
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "cg.out")
         subprocess.run(["valgrind", "--tool=callgrind", "--dump-instr=yes", "--compress-pos=no",
-                        "--compress-strings=no", f"--callgrind-out-file={out}", program, *args,
-                        str(trees)], check=True, capture_output=True)
-        total = lock = 0
-        by_fn, lock_by_fn = collections.Counter(), collections.Counter()
-        fn, after_call = None, False
+                        "--compress-strings=no", *sim, f"--callgrind-out-file={out}", program,
+                        *args, str(trees), *([] if kind == "track" else [str(background), "64"])],
+                       check=True, capture_output=True)
+        positions, events, fn, after_call = 1, [], None, False
+        total, by_fn = collections.Counter(), collections.defaultdict(collections.Counter)
         for line in open(out):
-            if line.startswith("fn="):
+            if line.startswith("positions:"):
+                positions = len(line.split()) - 1  # the instruction's address, its line
+            elif line.startswith("events:"):
+                events = line.split()[1:]
+            elif line.startswith("fn="):
                 fn = line[3:].strip()
             elif line.startswith("calls="):
                 after_call = True  # the next cost line is the call's inclusive cost
@@ -70,30 +91,47 @@ def profile(kind, trees, locked):
                 if after_call:
                     after_call = False
                     continue
-                ir = int(parts[-1]) if len(parts) >= 3 else 0
-                total += ir
-                by_fn[fn] += ir
+                costs = dict(zip(events, map(int, parts[positions:])))
                 if int(parts[0], 16) in locked:
-                    lock += ir
-                    lock_by_fn[fn] += ir
-        return total, lock, by_fn, lock_by_fn
+                    costs["locked"] = costs.get("Ir", 0)
+                total.update(costs)
+                by_fn[fn].update(costs)
+        return total, by_fn
 
 
 def main():
-    kinds = sys.argv[1:] or ["acker", "batched", "dashmap"]
+    argv, background, cache = sys.argv[1:], 0, False
+    if "--background" in argv:
+        i = argv.index("--background")
+        background = int(argv[i + 1])
+        del argv[i:i + 2]
+    if "--cache" in argv:
+        argv.remove("--cache")
+        cache = True
+    kinds = argv or ["acker", "batched", "dashmap"]
     n = LARGE - SMALL
     for kind in kinds:
         locked = locked_addresses(binary(kind)[0])
-        small, large = profile(kind, SMALL, locked), profile(kind, LARGE, locked)
-        print(f"{kind}: {(large[0] - small[0]) / n:.0f} instructions a tree, "
-              f"{(large[1] - small[1]) / n:.2f} locked a tree")
-        per_fn = collections.Counter({f: (c - small[2].get(f, 0)) / n for f, c in large[2].items()})
-        for f, c in per_fn.most_common(10):
+        small, large = (profile(kind, trees, locked, background, cache) for trees in (SMALL, LARGE))
+
+        def per_tree(events, fn=None):
+            a, b = (small[0], large[0]) if fn is None else (small[1].get(fn, {}), large[1][fn])
+            return sum(b.get(e, 0) - a.get(e, 0) for e in events) / n
+
+        print(f"{kind}: {per_tree(['Ir']):.0f} instructions a tree, "
+              f"{per_tree(['locked']):.2f} locked a tree")
+        by = lambda events: collections.Counter({f: per_tree(events, f) for f in large[1]})
+        for f, c in by(["Ir"]).most_common(10):
             print(f"  {c:8.1f}  {f[:100]}")
-        per_fn = collections.Counter({f: (c - small[3].get(f, 0)) / n for f, c in large[3].items()})
-        for f, c in per_fn.most_common():
+        for f, c in by(["locked"]).most_common():
             if c >= 0.05:
                 print(f"  locked {c:5.2f}  {f[:100]}")
+        if cache:
+            l1, l2 = ["D1mr", "D1mw"], ["DLmr", "DLmw"]
+            print(f"  misses a tree: L1 {per_tree(l1):.2f}, L2 {per_tree(l2):.2f}")
+            for f, c in by(l2).most_common(8):
+                if c >= 0.05:
+                    print(f"  L2 {c:5.2f}  L1 {per_tree(l1, f):5.2f}  {f[:100]}")
 
 
 if __name__ == "__main__":
