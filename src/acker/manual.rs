@@ -27,7 +27,8 @@ impl<T: Send + 'static> Acker<T> {
     /// early), so the time returned for a tree is its deadline rounded up to a tick.
     ///
     /// It may be earlier than strictly needed, never later: a tree that completed after a
-    /// pass filed its timer still counts until its deadline, and a pass then finds nothing.
+    /// pass filed its timer still counts until its deadline, and a pass then finds nothing
+    /// (with nothing pending, it counts until the next tick, whose pass sweeps it).
     /// An init (or an orphan ack) after the call may make it earlier; a driver that sleeps
     /// until it must also be woken by such an init, which is what
     /// `ackwheel::future::spawn_expiry` arranges (the `tokio` feature).
@@ -279,8 +280,8 @@ mod tests {
         acker.expire();
         assert_eq!(acker.next_expiration(), None);
 
-        // Completed after: its dead timer still counts (earlier than needed) until its
-        // deadline's pass, which finds nothing.
+        // Completed after: its dead timer still counts (earlier than needed) until a pass
+        // drops it: with nothing pending, the next tick's sweep.
         acker.init(2, 1, 2).unwrap();
         acker.expire();
         assert!(acker.ack(2, 1));

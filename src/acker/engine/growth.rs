@@ -363,7 +363,7 @@ impl<T: Send + 'static> Engine<T> {
     }
 
     /// [`LOOK_AT_LOAD_NS`] in ticks (at least 1).
-    pub(super) fn look_at_load(&self) -> Tick {
+    fn look_at_load(&self) -> Tick {
         (LOOK_AT_LOAD_NS >> self.ticks.shift).clamp(1, Tick::MAX as u64) as Tick
     }
 

@@ -18,8 +18,9 @@
 //! ## Sleeping
 //!
 //! While entries wait in batches the reaper wakes every tick to collect them; otherwise it
-//! sleeps until the wheel's next due tick begins on the clock ([`sleep_until`]), or, with
-//! nothing anywhere, parks with no deadline. Before any sleep longer than a tick it marks
+//! sleeps until the wheel's next due tick begins on the clock ([`sleep_until`]) (the next
+//! tick, when nothing is pending and the wheel holds entries to sweep: [`wheel`], "Dead
+//! entries"), or, with nothing anywhere, parks with no deadline. Before any sleep longer than a tick it marks
 //! itself idle in the batches and checks them once more: a push that makes a batch
 //! non-empty wakes an idle reaper, so no entry waits for a reaper asleep for longer than a
 //! tick ([`wake`](crate::acker::threads::wake), "Waking the reaper"). With nothing pending
@@ -83,14 +84,16 @@ pub(super) fn run_once<T: Send + 'static>(engine: &Engine<T>, everything: bool) 
         // entries of the generations it left are best gone before the wheel's vectors
         // grow for the new ones.
         let live = engine.pending().min(groups_in_use);
-        wheel.sweep_if_crowded(engine, live);
+        pass.worked |= wheel.sweep_if_crowded(engine, live);
         for entry in collected.drain(..) {
             file(engine, wheel, entry);
         }
         wheel.collected = collected;
         let mut due = std::mem::take(&mut wheel.due);
+        let before = wheel.buckets.len();
         wheel.buckets.advance(now, &mut due);
-        wheel.kept = wheel.kept.min(wheel.buckets.len());
+        // The entries come due are no longer there to defer an idle sweep.
+        wheel.kept = wheel.kept.saturating_sub(before - wheel.buckets.len());
         pass.worked |= !due.is_empty();
         for timer in due.drain(..) {
             let entry = Entry {
@@ -154,7 +157,7 @@ pub(super) fn run_once<T: Send + 'static>(engine: &Engine<T>, everything: bool) 
         // Entries of trees completed after their hand-off, and of groups that moved to a
         // successor, wait for their deadlines; once they crowd the wheel, a sweep drops
         // them ([`wheel`], "Dead entries").
-        wheel.sweep_if_crowded(engine, live);
+        pass.worked |= wheel.sweep_if_crowded(engine, live);
     }
 
     // Outside the lock: `on_complete` may call back into the acker, even `expire`.
@@ -231,12 +234,12 @@ pub(super) enum Wait {
 pub(super) fn next_wait<T: Send + 'static>(engine: &Engine<T>) -> Wait {
     let (waiting_in_batches, next_due, now) = {
         let wheel = engine.reaper.lock().unwrap_or_else(|e| e.into_inner());
-        // Dead entries are swept by a pass that finds nothing pending, not at their
-        // deadlines ([`wheel`], "Dead entries"): the next due tick is the sooner of the two.
-        let sweep = wheel.sweep_look(engine.pending(), engine.look_at_load().into());
-        let next_due = match (wheel.buckets.next_due(), sweep) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
+        // Dead entries with nothing pending: the next tick's pass sweeps them, rather than
+        // their deadlines ([`wheel`], "Dead entries").
+        let next_due = if wheel.idle_sweep_due(engine.pending()) {
+            Some(wheel.now + 1)
+        } else {
+            wheel.buckets.next_due()
         };
         (engine.threads.waiting(), next_due, wheel.now)
     };

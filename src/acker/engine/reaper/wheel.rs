@@ -17,16 +17,19 @@
 //! stays within about 9/8 entries per live one, plus the slack (a table's growth, which
 //! files every moved group again in its successor, leaves a dead entry per group it moves).
 //!
-//! With nothing pending every entry is dead, and the slack would keep up to 4,096 of them
+//! With nothing pending every entry is dead, yet the slack would keep up to 4,096 of them
 //! (about 170 KiB of buckets) until their deadlines, a whole timeout after a burst. So a
 //! pass that reads nothing pending sweeps whatever was filed since the last sweep
-//! ([`Wheel::idle_sweep_due`]), and the wheel is back at its fixed part. What such a sweep
-//! keeps (a group an orphan holds, or a root inited after `pending` was read) counts as
-//! kept: the next idle sweep waits for an eighth more, so each entry is still swept at O(1)
-//! amortized. Completions do not wake the reaper (that would cost each a check), so a
-//! reaper asleep until a far deadline would not see pending fall: while the wheel holds
-//! more than [`LOOK_FROM`] entries it sleeps at most housekeeping's look at the load
-//! (100 ms) at a time ([`Wheel::sweep_look`]).
+//! ([`Wheel::idle_sweep_due`]), and the wheel is back at its fixed part. After a burst
+//! such passes come soon: the reaper looks at the load ten times a second while a table is
+//! above its smallest size ([`growth`](crate::acker::engine::growth)), and a reaper about
+//! to sleep that reads nothing pending with entries unswept comes back a tick later for
+//! that pass. (Completions do not wake the reaper, which would cost each a check: trees
+//! that complete while it sleeps until a far deadline, in tables at their smallest, leave
+//! their entries to the next pass, at most the slack.) A sweep keeps every group that
+//! holds a root, and `pending` may read low while credits move, so an idle sweep may keep
+//! some: the next one waits until an eighth more were filed, and each entry is still swept
+//! at O(1) amortized.
 
 use crate::acker::engine::{Engine, GEN_MASK};
 use crate::acker::table::GROUP_SLOTS;
@@ -37,11 +40,6 @@ use crate::acker::timers::wheel::CompactWheel;
 
 /// Entries the wheel may hold beyond its bound (module docs) before a sweep.
 const SWEEP_SLACK: usize = 4096;
-
-/// Entries above which the reaper wakes now and then to see whether they died (module
-/// docs, "Dead entries"): fewer hold at most a few tens of KiB, and a few trees pending
-/// for an hour must not cost wake-ups.
-const LOOK_FROM: usize = 1024;
 
 /// The reaper's wheel, its groups' filed ticks and its scratch vectors.
 #[derive(Debug)]
@@ -58,7 +56,7 @@ pub(in crate::acker::engine) struct Wheel {
     /// Heap bytes the sweeps and scratch trims gave back to the allocator since it was
     /// last asked to return free memory to the system (`Engine::give_back_memory`).
     pub(super) released: usize,
-    /// The entries the last sweep kept with nothing pending, or fewer once some came due
+    /// The entries the last sweep kept with nothing pending, less those that came due since
     /// (module docs, "Dead entries").
     pub(super) kept: usize,
 }
@@ -119,11 +117,16 @@ impl Wheel {
 
     /// The sweep (module docs), when the wheel holds more than `live` (a bound on its live
     /// entries) by an eighth and [`SWEEP_SLACK`], or when nothing is live and entries came
-    /// since the last sweep ([`idle_sweep_due`](Self::idle_sweep_due)).
-    pub(super) fn sweep_if_crowded<T: Send + 'static>(&mut self, engine: &Engine<T>, live: usize) {
+    /// since the last sweep ([`idle_sweep_due`](Self::idle_sweep_due)). Whether it dropped
+    /// any.
+    pub(super) fn sweep_if_crowded<T: Send + 'static>(
+        &mut self,
+        engine: &Engine<T>,
+        live: usize,
+    ) -> bool {
         let len = self.buckets.len();
         if len <= live + live / 8 + SWEEP_SLACK && !self.idle_sweep_due(live) {
-            return;
+            return false;
         }
         let before = self.buckets.heap_bytes() + self.filed.heap_bytes();
         self.sweep(engine);
@@ -132,6 +135,7 @@ impl Wheel {
         // What a sweep with roots pending keeps may die before the next pass: only an idle
         // sweep's survivors defer the next idle sweep.
         self.kept = if live == 0 { self.buckets.len() } else { 0 };
+        self.buckets.len() < len
     }
 
     /// With `live` (a bound on the live entries) at 0, whether the wheel holds an eighth
@@ -139,20 +143,6 @@ impl Wheel {
     /// deadlines (module docs, "Dead entries").
     pub(super) fn idle_sweep_due(&self, live: usize) -> bool {
         live == 0 && self.buckets.len() > self.kept + self.kept / 8
-    }
-
-    /// The tick by which a pass should come to sweep dead entries, with `pending` roots
-    /// pending and `look` ticks between looks (module docs, "Dead entries"): the next tick
-    /// when a sweep is due now, `look` ticks from now while the wheel holds more than
-    /// [`LOOK_FROM`] entries, else none.
-    pub(super) fn sweep_look(&self, pending: usize, look: u64) -> Option<u64> {
-        if self.idle_sweep_due(pending) {
-            Some(self.now + 1)
-        } else if self.buckets.len() > LOOK_FROM {
-            Some(self.now + look)
-        } else {
-            None
-        }
     }
 
     fn sweep<T: Send + 'static>(&mut self, engine: &Engine<T>) {
