@@ -20,13 +20,14 @@
 //! While entries wait in batches the reaper wakes every tick to collect them; otherwise it
 //! sleeps until the wheel's next due tick begins on the clock ([`sleep_until`]) (the next
 //! tick, when nothing is pending and the wheel holds entries to sweep: [`wheel`], "Dead
-//! entries"), or, with nothing anywhere, parks with no deadline. Before any sleep longer than a tick it marks
-//! itself idle in the batches and checks them once more: a push that makes a batch
-//! non-empty wakes an idle reaper, so no entry waits for a reaper asleep for longer than a
-//! tick ([`wake`](crate::acker::threads::wake), "Waking the reaper"). With nothing pending
-//! it sleeps without wake-ups. [`next_wait`] makes this decision, for the thread and for a
-//! task that runs a manual acker's passes in its place ([`manual`](crate::acker::manual)),
-//! which the same pushes wake through a hook (`Engine::wake_reaper`).
+//! entries"), or, with nothing anywhere, parks with no deadline. Before any sleep longer
+//! than a tick it marks itself idle in the batches and checks them once more: a push that
+//! makes a batch non-empty wakes an idle reaper, so no entry waits for a reaper asleep for
+//! longer than a tick ([`wake`](crate::acker::threads::wake), "Waking the reaper"). With
+//! nothing pending it sleeps without wake-ups. [`next_wait`] makes this decision, for the
+//! thread and for a task that runs a manual acker's passes in its place
+//! ([`manual`](crate::acker::manual)), which the same pushes wake through a hook
+//! (`Engine::wake_reaper`).
 
 pub(in crate::acker) mod wheel;
 
