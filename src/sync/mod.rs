@@ -86,6 +86,7 @@ impl<T: ?Sized> UnsafeCell<T> {
 mod atomic_u128;
 mod backoff;
 pub(crate) mod fences;
+pub(crate) mod slice;
 /// A spin lock for short, mostly uncontended critical sections (under loom, loom's mutex).
 #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
 pub(crate) mod spin;

@@ -441,3 +441,33 @@ fn an_ack_from_a_thread_local_destructor_is_delivered() {
     assert_eq!(take(&delivered), [(7, 70, Outcome::Acked)]);
     assert_eq!((acker.pending(), acker.stats().acked), (0, 1));
 }
+
+/// The reaper thread runs with the short scheduling slice that lets its timer's wake-up
+/// take a busy core at once ([`slice`](crate::sync::slice)): the slice read from inside a
+/// timeout's callback, which the reaper thread runs, is the one this kernel grants a thread
+/// that asks (none before Linux 6.12, when there is nothing to check).
+#[test]
+#[cfg(all(target_os = "linux", not(miri)))]
+fn the_reaper_thread_runs_with_a_short_slice() {
+    use crate::sync::slice::{ask_for_slice, slice_of, REAPER_SLICE_NS};
+    let granted = std::thread::spawn(|| {
+        ask_for_slice(REAPER_SLICE_NS);
+        slice_of(0)
+    })
+    .join()
+    .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let acker: Acker<u32> = Acker::builder()
+        .timeout(Duration::from_millis(10))
+        .on_complete(move |c: Completion<u32>| {
+            let thread = std::thread::current();
+            let _ = tx.send((c.outcome, thread.name().map(str::to_owned), slice_of(0)));
+        })
+        .build()
+        .unwrap();
+    acker.init(1, 0b11, 0).unwrap();
+    let (outcome, name, slice) = rx.recv_timeout(20 * SEC).expect("a timeout");
+    assert_eq!(outcome, Outcome::TimedOut);
+    assert_eq!(name.as_deref(), Some("ackwheel-reaper"));
+    assert_eq!(slice, granted);
+}

@@ -275,6 +275,9 @@ pub(super) fn next_wait<T: Send + 'static>(engine: &Engine<T>) -> Wait {
 }
 
 fn reaper_loop<T: Send + 'static>(engine: &Engine<T>) {
+    // Woken by its timer, the reaper should run at once even when every core is busy
+    // ([`slice`](crate::sync::slice)).
+    crate::sync::slice::ask_for_slice(crate::sync::slice::REAPER_SLICE_NS);
     // The tick the last timed sleep aimed at (`sleep_until`).
     let mut aimed = None;
     let tick = Duration::from_nanos(1 << engine.ticks.shift);
