@@ -3,12 +3,22 @@
 //! so that setup cancels out) and prints, per request, the instructions and the locked
 //! instructions by function.
 //!
-//! 1,024 requests in flight: each step takes the oldest, acks its 4 edges inline, polls its
-//! `TreeCompletion` (ready, `Acked`) and drops it, then `track`s a new request of 4 edges.
-//! No runtime: the future is polled with a no-op waker, so what is counted is the acker,
-//! its waiter cell and the slab that holds it.
+//! 1,024 requests in flight: each step takes the oldest, acks its `FANOUT` edges inline
+//! (4 by default), polls its future (ready, `Acked`) and drops it, then starts a new request
+//! of `FANOUT` edges. No runtime is driven: the future is polled with a no-op waker, so what
+//! is counted is the tracking itself. The contenders are those of `benches/service.rs`:
 //!
-//! `cargo run --release --features tokio --example track_instructions -- REQUESTS`
+//! * `ackwheel` — [`AsyncAcker::track`](ackwheel::future::AsyncAcker::track), an `ack` per
+//!   edge, the `TreeCompletion` polled: the acker, its waiter cell and the slab that holds
+//!   it;
+//! * `dashmap` — `DashMap<u64, (u64, oneshot::Sender<Outcome>)>`: an insert with a oneshot,
+//!   each ack XORed in under the shard's lock, the entry removed and the outcome sent at 0,
+//!   the receiver polled under `tokio::time::timeout` (made in a runtime's context, as a
+//!   handler's would be; it registers no timer, the receiver being ready at its first
+//!   poll).
+//!
+//! `cargo run --release --features tokio --example track_instructions -- REQUESTS [FANOUT
+//! [ackwheel|dashmap]]`
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -17,10 +27,15 @@ use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::Duration;
 
-use ackwheel::future::TreeCompletion;
 use ackwheel::{Acker, Outcome};
+use dashmap::DashMap;
+use tokio::sync::oneshot;
 
 const IN_FLIGHT: u64 = 1024;
+/// The most edges a request fans out to.
+const MAX_FANOUT: u64 = 64;
+/// Long enough that nothing times out.
+const TIMEOUT: Duration = Duration::from_secs(600);
 
 /// splitmix64's finalizer: distinct, spread roots and edges.
 fn mix(mut z: u64) -> u64 {
@@ -37,38 +52,118 @@ impl Wake for Noop {
 }
 
 fn edge(request: u64, k: u64) -> u64 {
-    mix(request * 8 + k + 1)
+    mix(request * MAX_FANOUT + k + 1)
 }
 
 fn main() {
-    let Some(requests) = std::env::args().nth(1).and_then(|n| n.parse::<u64>().ok()) else {
-        eprintln!("usage: track_instructions REQUESTS");
+    let mut args = std::env::args().skip(1);
+    let requests = args.next().and_then(|n| n.parse::<u64>().ok());
+    let fanout = args.next().map_or(Some(4), |n| n.parse::<u64>().ok());
+    let contender = args.next();
+    let (Some(requests), Some(fanout @ 1..=MAX_FANOUT)) = (requests, fanout) else {
+        eprintln!(
+            "usage: track_instructions REQUESTS [FANOUT (1-{MAX_FANOUT}) [ackwheel|dashmap]]"
+        );
         std::process::exit(2);
     };
-    let (acker, _completions) = Acker::<u32>::builder()
-        .timeout(Duration::from_secs(600))
-        .build_async(16)
-        .expect("a valid configuration");
+    match contender.as_deref() {
+        None | Some("ackwheel") => ackwheel(requests, fanout),
+        Some("dashmap") => dashmap(requests, fanout),
+        Some(other) => {
+            eprintln!("unknown contender {other}: ackwheel or dashmap");
+            std::process::exit(2);
+        }
+    }
+}
+
+/// The XOR of request `i`'s edges.
+fn xor(i: u64, fanout: u64) -> u64 {
+    (0..fanout).fold(0, |x, k| x ^ edge(i, k))
+}
+
+/// Runs `requests` requests, `IN_FLIGHT` at a time: `start(i)` starts request `i` (its
+/// root is `mix(i)`) and returns its future, `ack(i, edge)` acks one of its edges, and the
+/// oldest request's edges are all acked and its future polled once, ready, before the
+/// next starts.
+fn run<F: Future<Output = Outcome>>(
+    requests: u64,
+    fanout: u64,
+    mut start: impl FnMut(u64) -> F,
+    mut ack: impl FnMut(u64, u64),
+) {
     let waker = Waker::from(Arc::new(Noop));
     let mut cx = Context::from_waker(&waker);
-    let mut in_flight: VecDeque<(u64, TreeCompletion<u32>)> = VecDeque::new();
+    let mut in_flight: VecDeque<(u64, F)> = VecDeque::new();
     for i in 0..requests + IN_FLIGHT {
         if i >= IN_FLIGHT {
-            let (oldest, tree) = in_flight.pop_front().expect("in flight");
-            for k in 0..4 {
-                acker.ack(mix(oldest), edge(oldest, k));
+            let (oldest, future) = in_flight.pop_front().expect("in flight");
+            for k in 0..fanout {
+                ack(oldest, edge(oldest, k));
             }
-            let mut tree = pin!(tree);
-            match tree.as_mut().poll(&mut cx) {
-                Poll::Ready(Ok(done)) if done.outcome == Outcome::Acked => {}
+            let mut future = pin!(future);
+            match future.as_mut().poll(&mut cx) {
+                Poll::Ready(Outcome::Acked) => {}
                 other => panic!("request {oldest}: {other:?}"),
             }
         }
         if i < requests {
-            let xor = (0..4).fold(0, |x, k| x ^ edge(i, k));
-            let tree = acker.track(mix(i), xor, i as u32).expect("tracked");
-            in_flight.push_back((i, tree));
+            in_flight.push_back((i, start(i)));
         }
     }
+}
+
+fn ackwheel(requests: u64, fanout: u64) {
+    let (acker, _completions) = Acker::<u32>::builder()
+        .timeout(TIMEOUT)
+        .build_async(16)
+        .expect("a valid configuration");
+    run(
+        requests,
+        fanout,
+        |i| {
+            let tree = acker
+                .track(mix(i), xor(i, fanout), i as u32)
+                .expect("tracked");
+            async move { tree.await.map_or(Outcome::Failed, |done| done.outcome) }
+        },
+        |i, edge| {
+            acker.ack(mix(i), edge);
+        },
+    );
     assert_eq!(acker.pending(), 0, "every request completed");
+}
+
+fn dashmap(requests: u64, fanout: u64) {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .expect("a runtime");
+    let _context = runtime.enter();
+    let map: DashMap<u64, (u64, oneshot::Sender<Outcome>)> = DashMap::new();
+    run(
+        requests,
+        fanout,
+        |i| {
+            let (tx, rx) = oneshot::channel();
+            map.insert(mix(i), (xor(i, fanout), tx));
+            let outcome = tokio::time::timeout(TIMEOUT, rx);
+            async move {
+                match outcome.await {
+                    Ok(Ok(outcome)) => outcome,
+                    _ => Outcome::TimedOut,
+                }
+            }
+        },
+        |i, edge| {
+            let root = mix(i);
+            let done = map.get_mut(&root).is_some_and(|mut entry| {
+                entry.0 ^= edge;
+                entry.0 == 0
+            });
+            if let Some((_, (_, tx))) = done.then(|| map.remove(&root)).flatten() {
+                let _ = tx.send(Outcome::Acked);
+            }
+        },
+    );
+    assert!(map.is_empty(), "every request completed");
 }

@@ -7,10 +7,10 @@ else the machine is doing, unlike the benches' times.
     python3 benches/instructions/count.py [acker batched dashmap]
 
 and a tracked request of the async acker (examples/track_instructions.rs, 1k in flight, 4
-inline acks each):
+inline acks each, or `--fanout N`), against DashMap + oneshot (`track-dashmap`):
 
     cargo build --release --features tokio --example track_instructions
-    python3 benches/instructions/count.py track
+    python3 benches/instructions/count.py [--fanout 16] track track-dashmap
 
 Each kind runs twice (100k and 300k trees); the difference over 200k trees is the cost of
 a tree, setup excluded. Locked instructions are the `lock`-prefixed ones and `xchg` with a
@@ -41,12 +41,15 @@ import tempfile
 EXAMPLES = os.path.join(os.environ.get("CARGO_TARGET_DIR", "target"), "release/examples")
 
 
-def binary(kind):
-    """The program that runs `kind`: `track` is a tracked request (its own example, built
-    with `--features tokio`), the rest the lifecycle's contenders."""
-    if kind == "track":
-        return os.path.join(EXAMPLES, "track_instructions"), []
-    return os.path.join(EXAMPLES, "lifecycle_instructions"), [kind]
+def binary(kind, fanout=4):
+    """The program that runs `kind` and its arguments before the tree count: `track` and
+    `track-dashmap` are a tracked request and its peer (their own example, built with
+    `--features tokio`, whose request count comes first), the rest the lifecycle's
+    contenders."""
+    if kind in ("track", "track-dashmap"):
+        contender = "dashmap" if kind == "track-dashmap" else "ackwheel"
+        return os.path.join(EXAMPLES, "track_instructions"), [], [str(fanout), contender]
+    return os.path.join(EXAMPLES, "lifecycle_instructions"), [kind], []
 SMALL, LARGE = 100_000, 300_000
 
 
@@ -64,16 +67,16 @@ def locked_addresses(program):
     return locked
 
 
-def profile(kind, trees, locked, background, cache):
+def profile(kind, trees, locked, background, cache, fanout):
     """Counters of one run: per event (`Ir`, and with `cache` the misses `D1mr`, `DLmr`,
     ...) and `locked`, in all and by function."""
-    program, args = binary(kind)
+    program, args, after = binary(kind, fanout)
     sim = ["--cache-sim=yes", "--D1=32768,8,64", "--LL=1048576,16,64"] if cache else []
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "cg.out")
         subprocess.run(["valgrind", "--tool=callgrind", "--dump-instr=yes", "--compress-pos=no",
                         "--compress-strings=no", *sim, f"--callgrind-out-file={out}", program,
-                        *args, str(trees), *([] if kind == "track" else [str(background), "64"])],
+                        *args, str(trees), *(after if after else [str(background), "64"])],
                        check=True, capture_output=True)
         positions, events, fn, after_call = 1, [], None, False
         total, by_fn = collections.Counter(), collections.defaultdict(collections.Counter)
@@ -100,7 +103,11 @@ def profile(kind, trees, locked, background, cache):
 
 
 def main():
-    argv, background, cache = sys.argv[1:], 0, False
+    argv, background, cache, fanout = sys.argv[1:], 0, False, 4
+    if "--fanout" in argv:
+        i = argv.index("--fanout")
+        fanout = int(argv[i + 1])
+        del argv[i:i + 2]
     if "--background" in argv:
         i = argv.index("--background")
         background = int(argv[i + 1])
@@ -112,7 +119,8 @@ def main():
     n = LARGE - SMALL
     for kind in kinds:
         locked = locked_addresses(binary(kind)[0])
-        small, large = (profile(kind, trees, locked, background, cache) for trees in (SMALL, LARGE))
+        small, large = (profile(kind, trees, locked, background, cache, fanout)
+                        for trees in (SMALL, LARGE))
 
         def per_tree(events, fn=None):
             a, b = (small[0], large[0]) if fn is None else (small[1].get(fn, {}), large[1][fn])
