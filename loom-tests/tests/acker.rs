@@ -157,6 +157,47 @@ fn race_with_a_pass<R: Send + 'static>(
     (t.join().unwrap(), expired)
 }
 
+/// Two passes race on an overdue tree (the reaper's and a caller's that found it late,
+/// `src/acker/engine/reaper/mod.rs`, "A late reaper"; or a manual acker's `expire` beside
+/// its driver): it times out once, by one of them.
+#[test]
+fn two_passes_time_a_tree_out_once() {
+    bounded(3).check(|| {
+        let (clock, acker, log) = overdue_tree();
+        let (theirs, mine) = race_with_a_pass(&acker, |acker| acker.expire());
+        assert_eq!(theirs + mine, 1, "passes delivered {theirs} and {mine}");
+        assert_eq!(completions(&log), [(1, 7, Outcome::TimedOut)]);
+        drain(&clock, &acker);
+        assert_eq!(completions(&log).len(), 1);
+    });
+}
+
+/// The last ack races two passes at the deadline: Acked by the ack or TimedOut by one of
+/// the passes, once.
+#[test]
+fn ack_vs_two_passes_completes_once() {
+    bounded(2).check(|| {
+        let (clock, acker, log) = overdue_tree();
+        let other = acker.clone();
+        let t = thread::spawn(move || other.expire());
+        let (acked, mine) = race_with_a_pass(&acker, |acker| acker.ack(1, 0b1));
+        let theirs = t.join().unwrap();
+        assert!(
+            acked ^ (theirs + mine == 1),
+            "ack {acked}, passes delivered {theirs} and {mine}"
+        );
+        assert!(theirs + mine <= 1, "timed out twice");
+        let outcome = if acked {
+            Outcome::Acked
+        } else {
+            Outcome::TimedOut
+        };
+        assert_eq!(completions(&log), [(1, 7, outcome)]);
+        drain(&clock, &acker);
+        assert_eq!(completions(&log).len(), 1);
+    });
+}
+
 /// The last ack races the reaper at the deadline: Acked or TimedOut, once. A late ack
 /// becomes an orphan that expires silently.
 #[test]

@@ -8,8 +8,9 @@
 //! awaiting task's waker; for a tree whose completion goes to the stream, the payload
 //! alone. A payload of 4 B keeps the table's side data at 16 B a slot, the plain acker's
 //! for a `u32` (anything from 5 to 16 B would make it 32). Its `on_complete` runs on
-//! whichever thread completed the tree (an acking thread, or the reaper for a timeout) and
-//! must not block or await, so it only ever does two non-blocking things: complete its
+//! whichever thread completed the tree (an acking thread, or the reaper for a timeout, or
+//! for timeouts the reaper thread is late for, the task starting a tree, which runs that
+//! pass in its place: [`init_inner`](AsyncAcker::init_inner)) and must not block or await, so it only ever does two non-blocking things: complete its
 //! tree's waiter (waking the task that awaits it), or push the completion onto the
 //! unbounded queue behind [`Completions`].
 //!
@@ -97,7 +98,10 @@ impl<T: Send + 'static> AckerBuilder<T> {
     /// calls: one reaper thread is started. The resolution, unless set, is 2^18 ns (about
     /// 262 µs) rather than `build`'s 2^20 ns: a timeout then wakes its task about as
     /// punctually as `tokio::time::timeout` does on the same runtime, or more (see
-    /// [`resolution`](AckerBuilder::resolution)).
+    /// [`resolution`](AckerBuilder::resolution)). When every core is busy and the reaper
+    /// thread, its timer ended, has still not run 250 µs (or a tick) later, the next
+    /// `track` or `init` runs its pass in its place, so timeouts do not wait for the
+    /// scheduler to give that thread a core.
     ///
     /// # Errors
     ///
@@ -561,7 +565,8 @@ impl<T: Send + 'static> AsyncAcker<T> {
         }
     }
 
-    /// The init itself.
+    /// The init itself; then, if the reaper thread is late for a pass (every core busy),
+    /// the pass, here: the completions it delivers only wake tasks and fill the stream.
     fn init_inner(
         &self,
         root: u64,
@@ -569,13 +574,15 @@ impl<T: Send + 'static> AsyncAcker<T> {
         held: Held,
         timeout: Option<Duration>,
     ) -> Result<(), InitError<Held>> {
-        match timeout {
+        let started = match timeout {
             None => self.shared.acker.init(root, xor, held),
             Some(timeout) => self
                 .shared
                 .acker
                 .init_with_timeout(root, xor, held, timeout),
-        }
+        };
+        self.shared.acker.help_late_reaper();
+        started
     }
 }
 

@@ -220,6 +220,12 @@ pub(super) struct Engine<T> {
     /// The reaper's wheel and scratch, owned by whoever runs a pass.
     reaper: Mutex<reaper::wheel::Wheel>,
     reaper_thread: std::sync::OnceLock<thread::Thread>,
+    /// The full tick whose start the reaper thread's timer is set for while it sleeps on
+    /// one, else [`reaper::AWAKE`]: a caller that reads a tick well past it finds the
+    /// thread late and runs its pass ([`reaper`], "A late reaper").
+    reaper_wakes_at: CachePadded<AtomicU64>,
+    /// A caller is running a late reaper's pass: one at a time.
+    helping: AtomicBool,
     /// Manual mode: what wakes a task that runs the passes in place of the reaper thread
     /// ([`manual`](crate::acker::manual)), called where the thread would be unparked. Set
     /// once, by that task.
@@ -319,6 +325,8 @@ impl<T: Send + 'static> Engine<T> {
             shutdown: AtomicBool::new(false),
             manual: config.manual,
             reaper_thread: std::sync::OnceLock::new(),
+            reaper_wakes_at: CachePadded::new(AtomicU64::new(reaper::AWAKE)),
+            helping: AtomicBool::new(false),
             expiry_waker: std::sync::OnceLock::new(),
             idle_wakeups: AtomicU64::new(0),
             reaper_panics: AtomicU64::new(0),
@@ -715,6 +723,12 @@ impl<T: Send + 'static> Engine<T> {
 
     pub(super) fn reaper_panics(&self) -> u64 {
         self.reaper_panics.load(Ordering::SeqCst)
+    }
+
+    /// Runs the reaper thread's pass here if the thread is late for it ([`reaper`], "A
+    /// late reaper"): `true` when it did.
+    pub(super) fn help_late_reaper(&self) -> bool {
+        reaper::help_if_late(self)
     }
 
     pub(super) fn set_reaper_thread(&self, thread: thread::Thread) {

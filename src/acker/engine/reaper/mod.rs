@@ -29,6 +29,24 @@
 //! ([`manual`](crate::acker::manual)), which the same pushes wake through a hook
 //! (`Engine::wake_reaper`).
 
+//!
+//! ## A late reaper
+//!
+//! The thread's timer ends its sleep, but when every core is busy (a tokio runtime with a
+//! worker per core, all running) it may wait milliseconds for one: its short scheduling
+//! slice ([`slice`](crate::sync::slice)) makes that rare, not impossible. So the thread
+//! publishes the tick its timer is set for (`Engine::reaper_wakes_at`; [`AWAKE`] while it
+//! runs, or sleeps with nothing pending), and a caller that starts trees on the async
+//! acker (whose completions go to wakers and a queue, never to user code) reads it: once
+//! its own tick is [`LATE_AFTER_NS`] (250 µs, at least a tick) past and the thread has still
+//! not run, the caller
+//! runs the pass itself ([`help_if_late`]), then wakes the thread to plan its sleep again.
+//! The caller first moves the published tick to the next one (a CAS: only one caller
+//! claims a lateness), so while the thread stays starved callers help once every few
+//! ticks, not at every call. A pass may run beside another one (a manual acker's `expire`
+//! beside its driver does the same): the wheel is under its lock, moves and promotions are
+//! the operations' own protocols, and each timed-out tree is taken by one CAS.
+
 pub(in crate::acker) mod wheel;
 
 use wheel::{file, Wheel};
@@ -197,6 +215,60 @@ pub(super) fn run_once<T: Send + 'static>(engine: &Engine<T>, everything: bool) 
     pass
 }
 
+/// [`Engine::reaper_wakes_at`] while the reaper thread is not asleep on its timer: running,
+/// parked with nothing pending, or not started (a manual acker's is always this).
+pub(super) const AWAKE: u64 = u64::MAX;
+
+/// How long past its timer the reaper thread may sleep on before a caller runs its pass
+/// (module docs, "A late reaper"), in nanoseconds: a thread only slow to be scheduled
+/// (tens of microseconds on an idle machine) is never counted late. At least a tick
+/// ([`late_after`]).
+const LATE_AFTER_NS: u64 = 250_000;
+
+/// [`LATE_AFTER_NS`] in ticks of `shift` (2^shift ns), rounded up: one at the async
+/// acker's 2^18 ns and at `build`'s 2^20, 245 at 2^10 (about 1 µs).
+fn late_after(shift: u32) -> u64 {
+    LATE_AFTER_NS.div_ceil(1 << shift).max(1)
+}
+
+/// Runs the pass the reaper thread is late for (module docs, "A late reaper"), on this
+/// caller: `true` when it did. Cheap when the thread is not late: a load, and the caller's
+/// tick if the thread sleeps on a timer.
+pub(super) fn help_if_late<T: Send + 'static>(engine: &Engine<T>) -> bool {
+    let wakes_at = engine.reaper_wakes_at.load(Ordering::SeqCst);
+    if wakes_at == AWAKE {
+        return false;
+    }
+    let now = engine.caller_full();
+    if now < wakes_at.saturating_add(late_after(engine.ticks.shift)) || engine.stopping() {
+        return false;
+    }
+    if engine.helping.swap(true, Ordering::SeqCst) {
+        return false; // another caller runs it
+    }
+    // Claim this lateness: fails if the thread ran since the load (it published again) or
+    // another caller claimed it. Until the thread runs, the next help is a tick from now
+    // plus the lateness allowed.
+    let claimed = engine
+        .reaper_wakes_at
+        .compare_exchange(wakes_at, now + 1, Ordering::SeqCst, Ordering::SeqCst)
+        .is_ok();
+    if claimed {
+        // As the thread's loop: a panicking pass (a clock's) is counted, and loses nothing.
+        if catch_unwind(AssertUnwindSafe(|| run_once(engine, false))).is_err() {
+            engine.reaper_panics.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+    engine.helping.store(false, Ordering::SeqCst);
+    if claimed {
+        // The pass may have filed deadlines earlier than the thread's timer.
+        if let Some(thread) = engine.reaper_thread.get() {
+            thread.unpark();
+        }
+    }
+    claimed
+}
+
 /// Starts the reaper thread; `handle` keeps its join handle.
 pub(super) fn spawn<T: Send + 'static>(
     engine: &Arc<Engine<T>>,
@@ -282,6 +354,8 @@ fn reaper_loop<T: Send + 'static>(engine: &Engine<T>) {
     let mut aimed = None;
     let tick = Duration::from_nanos(1 << engine.ticks.shift);
     while !engine.stopping() {
+        // Running: no caller runs this pass in its place ("A late reaper").
+        engine.reaper_wakes_at.store(AWAKE, Ordering::SeqCst);
         // A pass that panics (a clock's `now`) is counted and the loop goes on: a reaper
         // that stopped would leave every deadline unserved. A panic in a pass happens
         // before it moves entries out of the wheel or after it has delivered them
@@ -341,6 +415,8 @@ fn sleep_until<T: Send + 'static>(
     };
     let wait = if again { wait.map(|_| most) } else { wait };
     if let Some(wait) = wait {
+        // A caller runs the pass if this sleep outlasts the timer ("A late reaper").
+        engine.reaper_wakes_at.store(tick, Ordering::SeqCst);
         thread::park_timeout(Duration::from_nanos(wait));
     }
 }
@@ -356,7 +432,85 @@ fn wait_nanos(start: u64, now: u64, most: u64) -> Option<u64> {
 
 #[cfg(test)]
 mod tests {
-    use super::wait_nanos;
+    use super::{late_after, wait_nanos, AWAKE};
+    use crate::sync::Ordering::SeqCst;
+    use crate::{Acker, Clock, Completion, ManualClock, Outcome};
+    use std::sync::{Arc, Mutex};
+    use std::time::{Duration, Instant};
+
+    const MS: Duration = Duration::from_millis(1);
+
+    /// A caller runs the pass of a reaper thread asleep [`LATE_AFTER_NS`] past its
+    /// timer, and claims that lateness; never that of a reaper on time or not asleep on a
+    /// timer. (A manual acker: the published tick is set here as the thread would.)
+    #[test]
+    fn a_caller_runs_the_pass_a_sleeping_reaper_is_late_for() {
+        let clock = ManualClock::new(0);
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let sink = Arc::clone(&log);
+        let acker: Acker<u32> = Acker::builder()
+            .timeout(10 * MS)
+            .resolution(MS)
+            .clock(clock.clone())
+            .on_complete(move |c: Completion<u32>| sink.lock().unwrap().push((c.root, c.outcome)))
+            .build_manual()
+            .unwrap();
+        let engine = acker.engine();
+        acker.init(1, 0b1, 0).unwrap();
+        assert_eq!(acker.expire(), 0, "filed, not due");
+        clock.advance(50 * MS);
+        // Due, but no reaper sleeps on a timer.
+        assert!(!acker.help_late_reaper());
+        let timer = engine.ticks.full(clock.now());
+        engine.reaper_wakes_at.store(timer, SeqCst);
+        let late = late_after(engine.ticks.shift);
+        assert_eq!(late, 1, "250 µs in ticks of 1 ms");
+        for _ in 0..late {
+            assert!(!acker.help_late_reaper(), "helped a reaper less than late");
+            clock.advance(MS);
+        }
+        assert!(log.lock().unwrap().is_empty());
+        assert!(acker.help_late_reaper(), "a late reaper's pass was not run");
+        assert_eq!(*log.lock().unwrap(), [(1, Outcome::TimedOut)]);
+        // Claimed: the next help a tick on, once that is late too.
+        assert_eq!(engine.reaper_wakes_at.load(SeqCst), timer + late + 1);
+        clock.advance(MS * late as u32);
+        assert!(!acker.help_late_reaper(), "helped twice within a lateness");
+        clock.advance(MS);
+        assert!(acker.help_late_reaper());
+        // A thread that runs again publishes that it is awake: no help.
+        engine.reaper_wakes_at.store(AWAKE, SeqCst);
+        clock.advance(100 * MS);
+        assert!(!acker.help_late_reaper());
+    }
+
+    /// The reaper thread publishes the tick its timer is set for while it sleeps on one
+    /// (here toward a deadline a minute away), and no tick while it runs.
+    #[test]
+    fn the_reaper_thread_publishes_the_tick_it_sleeps_until() {
+        let acker: Acker<u32> = Acker::builder()
+            .timeout(Duration::from_secs(60))
+            .build()
+            .unwrap();
+        let engine = acker.engine();
+        assert_eq!(engine.reaper_wakes_at.load(SeqCst), AWAKE);
+        acker.init(1, 0b1, 0).unwrap();
+        let soon = Duration::from_secs(30).as_nanos() as u64 >> engine.ticks.shift;
+        let waited = Instant::now();
+        loop {
+            let now = engine.ticks.full(engine.clock.now());
+            let wakes_at = engine.reaper_wakes_at.load(SeqCst);
+            if wakes_at != AWAKE && wakes_at > now + soon {
+                break;
+            }
+            assert!(
+                waited.elapsed() < Duration::from_secs(10),
+                "the reaper never published its timer (read {wakes_at}, now {now})"
+            );
+            std::thread::sleep(MS);
+        }
+        assert!(acker.ack(1, 0b1));
+    }
 
     const TICK: u64 = 1 << 20;
 
