@@ -437,11 +437,11 @@ impl<T: Send + 'static> Acker<T> {
         self.engine().expire()
     }
 
-    /// Runs the reaper thread's pass on this thread if the reaper is late for it (its timer
+    /// Runs the timers of the reaper thread's pass here if the thread is late for it (its timer
     /// 250 µs past, or a tick if that is longer, and it has not run: every core busy):
-    /// `true` when it did. The async
-    /// acker calls it when it starts a tree, as its completions never run user code
-    /// ([`engine::reaper`], "A late reaper").
+    /// `true` when it did. The async acker calls it when it starts a tree: its completions
+    /// only wake tasks, fill a queue or drop a payload nobody awaits ([`engine::reaper`],
+    /// "A late reaper").
     #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
     pub(crate) fn help_late_reaper(&self) -> bool {
         self.engine().help_late_reaper()

@@ -566,7 +566,8 @@ impl<T: Send + 'static> AsyncAcker<T> {
     }
 
     /// The init itself; then, if the reaper thread is late for a pass (every core busy),
-    /// the pass, here: the completions it delivers only wake tasks and fill the stream.
+    /// the pass's timers, here: the completions it delivers only wake tasks, fill the
+    /// stream, or drop a payload whose future or stream is gone.
     fn init_inner(
         &self,
         root: u64,

@@ -691,6 +691,10 @@ impl<T: Send + 'static> Engine<T> {
 
     fn wake_reaper(&self) {
         if let Some(thread) = self.reaper_thread.get() {
+            // Its pass is due now: if it gets no core, a caller runs it ([`reaper`], "A
+            // late reaper"). The thread publishes again when it runs.
+            self.reaper_wakes_at
+                .fetch_min(self.caller_full(), Ordering::SeqCst);
             thread.unpark();
         } else if let Some(wake) = self.expiry_waker.get() {
             wake();

@@ -42,10 +42,14 @@
 //! not run, the caller
 //! runs the pass itself ([`help_if_late`]), then wakes the thread to plan its sleep again.
 //! The caller first moves the published tick to the next one (a CAS: only one caller
-//! claims a lateness), so while the thread stays starved callers help once every few
-//! ticks, not at every call. A pass may run beside another one (a manual acker's `expire`
-//! beside its driver does the same): the wheel is under its lock, moves and promotions are
-//! the operations' own protocols, and each timed-out tree is taken by one CAS.
+//! claims a lateness), and after its pass to the wheel's next due tick, so while the thread
+//! stays starved callers help when timers are due, not at every call. A push that wakes
+//! the idle thread publishes its own tick, as a timer that has just ended. A caller's pass
+//! does the timers only (collect, file, fire, deliver): the upkeep (migrations, shrinking,
+//! freeing, giving memory back) waits for the thread, off the caller's path. A pass may run
+//! beside another one (a manual acker's `expire` beside its driver does the same): the
+//! wheel is under its lock, moves and promotions are the operations' own protocols, and
+//! each timed-out tree is taken by one CAS.
 
 pub(in crate::acker) mod wheel;
 
@@ -75,6 +79,14 @@ pub(super) struct Pass {
 /// One pass at the clock's time (module docs). `everything`: take every batch's entries
 /// (manual mode, where the caller's own batch is one of them).
 pub(super) fn run_once<T: Send + 'static>(engine: &Engine<T>, everything: bool) -> Pass {
+    pass(engine, everything, true)
+}
+
+/// [`run_once`]; without `upkeep`, only its timers (collect, file, fire, deliver): no
+/// migration, shrink or freeing of retired generations, no pruning and no giving memory
+/// back, which a caller that runs a late reaper's pass leaves to the thread ("A late
+/// reaper").
+fn pass<T: Send + 'static>(engine: &Engine<T>, everything: bool, upkeep: bool) -> Pass {
     let active = engine.threads.enter();
     let mut timed_out = Vec::new();
     let mut pass = Pass::default();
@@ -181,6 +193,11 @@ pub(super) fn run_once<T: Send + 'static>(engine: &Engine<T>, everything: bool) 
 
     // Outside the lock: `on_complete` may call back into the acker, even `expire`.
     let now = engine.reaper.lock().unwrap_or_else(|e| e.into_inner()).now;
+    if !upkeep {
+        pass.delivered = timed_out.len();
+        engine.deliver_timeouts(timed_out, clock, active.open);
+        return pass;
+    }
     // Migrations, shrinking, retired generations
     // ([`generations`](crate::acker::engine::generations)); outside the wheel's lock, as
     // moving entries files timers and may complete trees.
@@ -255,9 +272,28 @@ pub(super) fn help_if_late<T: Send + 'static>(engine: &Engine<T>) -> bool {
         .is_ok();
     if claimed {
         // As the thread's loop: a panicking pass (a clock's) is counted, and loses nothing.
-        if catch_unwind(AssertUnwindSafe(|| run_once(engine, false))).is_err() {
+        // Its timers only: the thread does the upkeep when it runs.
+        if catch_unwind(AssertUnwindSafe(|| pass(engine, false, false))).is_err() {
             engine.reaper_panics.fetch_add(1, Ordering::SeqCst);
         }
+        // Until the thread runs, the next help is due when the next timer is: the wheel's
+        // next due tick, or the next tick while batches hold entries; none with neither
+        // (a push that finds the thread idle publishes its tick then, `Engine::wake_reaper`).
+        let next = {
+            let wheel = engine.reaper.lock().unwrap_or_else(|e| e.into_inner());
+            if engine.threads.waiting() {
+                Some(wheel.now + 1)
+            } else {
+                wheel.buckets.next_due()
+            }
+        };
+        let next = next.map_or(AWAKE, |next| next.max(now + 1));
+        let _ = engine.reaper_wakes_at.compare_exchange(
+            now + 1,
+            next,
+            Ordering::SeqCst,
+            Ordering::SeqCst,
+        );
     }
     engine.helping.store(false, Ordering::SeqCst);
     if claimed {
@@ -456,30 +492,44 @@ mod tests {
             .build_manual()
             .unwrap();
         let engine = acker.engine();
+        let tick = Duration::from_nanos(1 << engine.ticks.shift);
+        let now = || engine.ticks.full(clock.now());
         acker.init(1, 0b1, 0).unwrap();
+        acker
+            .init_with_timeout(2, 0b1, 0, Duration::from_secs(1))
+            .unwrap();
         assert_eq!(acker.expire(), 0, "filed, not due");
         clock.advance(50 * MS);
         // Due, but no reaper sleeps on a timer.
         assert!(!acker.help_late_reaper());
-        let timer = engine.ticks.full(clock.now());
+        let timer = now();
         engine.reaper_wakes_at.store(timer, SeqCst);
         let late = late_after(engine.ticks.shift);
-        assert_eq!(late, 1, "250 µs in ticks of 1 ms");
+        assert_eq!(late, 1, "250 µs in ticks of 2^20 ns");
         for _ in 0..late {
             assert!(!acker.help_late_reaper(), "helped a reaper less than late");
-            clock.advance(MS);
+            clock.advance(tick);
         }
         assert!(log.lock().unwrap().is_empty());
         assert!(acker.help_late_reaper(), "a late reaper's pass was not run");
         assert_eq!(*log.lock().unwrap(), [(1, Outcome::TimedOut)]);
-        // Claimed: the next help a tick on, once that is late too.
-        assert_eq!(engine.reaper_wakes_at.load(SeqCst), timer + late + 1);
-        clock.advance(MS * late as u32);
-        assert!(!acker.help_late_reaper(), "helped twice within a lateness");
-        clock.advance(MS);
+        // Claimed, then moved to the next timer (root 2's, about a second on): no help
+        // until that one is late too.
+        let next = engine.reaper_wakes_at.load(SeqCst);
+        assert!(next > now() + 500, "published {next} at {}", now());
+        while now() + 1 < next + late {
+            clock.advance(tick);
+        }
+        assert!(
+            !acker.help_late_reaper(),
+            "helped before the next timer was late"
+        );
+        assert!(log.lock().unwrap().len() == 1);
+        clock.advance(tick);
         assert!(acker.help_late_reaper());
-        // A thread that runs again publishes that it is awake: no help.
-        engine.reaper_wakes_at.store(AWAKE, SeqCst);
+        assert_eq!(log.lock().unwrap()[1], (2, Outcome::TimedOut));
+        // No timer left: nothing published, no help.
+        assert_eq!(engine.reaper_wakes_at.load(SeqCst), AWAKE);
         clock.advance(100 * MS);
         assert!(!acker.help_late_reaper());
     }
