@@ -187,11 +187,8 @@ fn ack_vs_two_passes_completes_once() {
             "ack {acked}, passes delivered {theirs} and {mine}"
         );
         assert!(theirs + mine <= 1, "timed out twice");
-        let outcome = if acked {
-            Outcome::Acked
-        } else {
-            Outcome::TimedOut
-        };
+        // Acked iff the ack completed it: one completion, and none after the drain.
+        let outcome = [Outcome::TimedOut, Outcome::Acked][usize::from(acked)];
         assert_eq!(completions(&log), [(1, 7, outcome)]);
         drain(&clock, &acker);
         assert_eq!(completions(&log).len(), 1);
