@@ -28,7 +28,6 @@
 //! thread and for a task that runs a manual acker's passes in its place
 //! ([`manual`](crate::acker::manual)), which the same pushes wake through a hook
 //! (`Engine::wake_reaper`).
-
 //!
 //! ## A late reaper
 //!
@@ -36,20 +35,21 @@
 //! worker per core, all running) it may wait milliseconds for one: its short scheduling
 //! slice ([`slice`](crate::sync::slice)) makes that rare, not impossible. So the thread
 //! publishes the tick its timer is set for (`Engine::reaper_wakes_at`; [`AWAKE`] while it
-//! runs, or sleeps with nothing pending), and a caller that starts trees on the async
-//! acker (whose completions go to wakers and a queue, never to user code) reads it: once
-//! its own tick is [`LATE_AFTER_NS`] (250 µs, at least a tick) past and the thread has still
-//! not run, the caller
-//! runs the pass itself ([`help_if_late`]), then wakes the thread to plan its sleep again.
-//! The caller first moves the published tick to the next one (a CAS: only one caller
-//! claims a lateness), and after its pass to the wheel's next due tick, so while the thread
-//! stays starved callers help when timers are due, not at every call. A push that wakes
-//! the idle thread publishes its own tick, as a timer that has just ended. A caller's pass
-//! does the timers only (collect, file, fire, deliver): the upkeep (migrations, shrinking,
-//! freeing, giving memory back) waits for the thread, off the caller's path. A pass may run
-//! beside another one (a manual acker's `expire` beside its driver does the same): the
-//! wheel is under its lock, moves and promotions are the operations' own protocols, and
-//! each timed-out tree is taken by one CAS.
+//! runs, or sleeps with nothing pending), and a caller that starts trees on the async acker
+//! reads it: once its own tick is [`LATE_AFTER_NS`] (250 µs, at least a tick) past and the
+//! thread has still not run, the caller runs the pass's timers itself ([`help_if_late`]),
+//! then wakes the thread to plan its sleep again. (The async acker's completions only wake
+//! tasks, fill a queue or drop a payload nobody awaits, so they may run on a caller; a
+//! plain acker's `on_complete` is the user's code, and stays on the reaper thread.) The
+//! caller first moves the published tick to the next one (a CAS: only one caller claims a
+//! lateness), and after its pass to the wheel's next due tick, so while the thread stays
+//! starved callers help when timers are due, not at every call. A push that wakes the idle
+//! thread publishes its own tick, as a timer that has just ended. A caller's pass does the
+//! timers only (collect, file, fire, deliver): the upkeep (migrations, shrinking, freeing,
+//! giving memory back) waits for the thread, off the caller's path. A pass may run beside
+//! another one (a manual acker's `expire` beside its driver does the same): the wheel is
+//! under its lock, moves and promotions are the operations' own protocols, and each
+//! timed-out tree is taken by one CAS.
 
 pub(in crate::acker) mod wheel;
 
