@@ -10,9 +10,10 @@
 //! for a `u32` (anything from 5 to 16 B would make it 32). Its `on_complete` runs on
 //! whichever thread completed the tree (an acking thread, or the reaper for a timeout, or
 //! for timeouts the reaper thread is late for, the task starting a tree, which runs that
-//! pass in its place: [`init_inner`](AsyncAcker::init_inner)) and must not block or await, so it only ever does two non-blocking things: complete its
-//! tree's waiter (waking the task that awaits it), or push the completion onto the
-//! unbounded queue behind [`Completions`].
+//! pass in its place: [`init_inner`](AsyncAcker::init_inner)) and must not block or await,
+//! so it only ever does two non-blocking things: complete its tree's waiter (waking the
+//! task that awaits it), or push the completion onto the unbounded queue behind
+//! [`Completions`].
 //!
 //! ## The buffer, and why it loses nothing
 //!

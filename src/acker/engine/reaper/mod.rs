@@ -193,30 +193,30 @@ fn pass<T: Send + 'static>(engine: &Engine<T>, everything: bool, upkeep: bool) -
 
     // Outside the lock: `on_complete` may call back into the acker, even `expire`.
     let now = engine.reaper.lock().unwrap_or_else(|e| e.into_inner()).now;
-    if !upkeep {
-        pass.delivered = timed_out.len();
-        engine.deliver_timeouts(timed_out, clock, active.open);
-        return pass;
-    }
     // Migrations, shrinking, retired generations
     // ([`generations`](crate::acker::engine::generations)); outside the wheel's lock, as
     // moving entries files timers and may complete trees.
-    pass.worked |= engine.housekeeping(now, active.open);
-    // The filed ticks of generations that left their tables' chains, this pass's
-    // promotions included: the pass that shrinks a burst's tables may be the last for a
-    // long time, and a large generation's ticks are 4 B a group.
-    let released = {
+    let released = if upkeep {
+        pass.worked |= engine.housekeeping(now, active.open);
+        // The filed ticks of generations that left their tables' chains, this pass's
+        // promotions included: the pass that shrinks a burst's tables may be the last for
+        // a long time, and a large generation's ticks are 4 B a group.
         let mut wheel = engine.reaper.lock().unwrap_or_else(|e| e.into_inner());
         let before = wheel.filed.heap_bytes();
         for table in 0..wheel.filed.tables() {
             engine.prune_filed(table, &mut wheel.filed);
         }
         wheel.released += before.saturating_sub(wheel.filed.heap_bytes());
-        std::mem::take(&mut wheel.released)
+        Some(std::mem::take(&mut wheel.released))
+    } else {
+        None
     };
     pass.delivered = timed_out.len();
     engine.deliver_timeouts(timed_out, clock, active.open);
     drop(active);
+    let Some(released) = released else {
+        return pass;
+    };
     // Out of the operation: the generations this pass retired wait for no one but other
     // threads now (the pass itself was one of those their grace periods waited for).
     engine.free_retired();
