@@ -35,7 +35,7 @@ pub(crate) const REAPER_SLICE_NS: u64 = 100_000;
 /// version, 48 bytes; the kernel accepts any version it knows).
 #[cfg(all(target_os = "linux", not(miri), not(loom)))]
 #[repr(C)]
-#[derive(Default)]
+#[derive(Default, Debug, Clone, Copy, PartialEq)]
 struct SchedAttr {
     size: u32,
     policy: u32,
@@ -117,22 +117,80 @@ fn sched_attr(tid: i32) -> Option<SchedAttr> {
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_thread_that_asks_for_a_slice_has_it_where_the_kernel_grants_one() {
-        let (asked, before, after) = std::thread::spawn(|| {
-            let before = slice_of(0);
+    /// What a thread's scheduling looks like before and after it asks for the reaper's
+    /// slice, and whether the call said it was granted.
+    fn ask_on_a_new_thread(
+        setup: impl FnOnce() + Send + 'static,
+    ) -> (Option<SchedAttr>, bool, Option<SchedAttr>) {
+        std::thread::spawn(move || {
+            setup();
+            let before = sched_attr(0);
             let asked = ask_for_slice(REAPER_SLICE_NS);
-            (asked, before, slice_of(0))
+            (before, asked, sched_attr(0))
         })
         .join()
-        .unwrap();
-        assert!(asked, "sched_setattr refused a fair thread's own slice");
-        let (Some(before), Some(after)) = (before, after) else {
-            panic!("sched_getattr failed");
+        .unwrap()
+    }
+
+    /// The promise for one call: a kernel that grants it keeps the thread's policy and
+    /// nice value and (from 6.12, where a fair thread reports its slice) sets the slice
+    /// asked for; a refusal (seccomp, gVisor, a policy the call leaves alone) leaves the
+    /// thread exactly as it was.
+    fn kept_its_promise(before: Option<SchedAttr>, asked: bool, after: Option<SchedAttr>) {
+        let Some(before) = before else {
+            assert!(
+                !asked,
+                "the slice was granted where the thread's attributes cannot be read"
+            );
+            return;
         };
+        let after = after.expect("sched_getattr worked a moment ago");
+        if !asked {
+            assert_eq!(after, before, "a refused call changed the thread");
+            return;
+        }
+        assert_eq!(
+            (after.policy, after.nice, after.priority),
+            (before.policy, before.nice, before.priority),
+            "the call changed more than the slice"
+        );
         // Before 6.12 a fair thread reports no slice, and a custom one is not kept.
-        if before != 0 {
-            assert_eq!(after, REAPER_SLICE_NS, "the default slice was {before} ns");
+        if before.runtime != 0 {
+            assert_eq!(
+                after.runtime, REAPER_SLICE_NS,
+                "the default slice was {}",
+                before.runtime
+            );
+        }
+    }
+
+    #[test]
+    fn a_thread_that_asks_for_a_slice_has_it_or_is_left_as_it_was() {
+        let (before, asked, after) = ask_on_a_new_thread(|| {});
+        kept_its_promise(before, asked, after);
+    }
+
+    /// A batch thread (as `SCHED_BATCH` or a job scheduler may make every thread of a
+    /// process) is not turned into a fair one: the call declines and changes nothing.
+    #[test]
+    fn a_batch_thread_is_left_as_it_is() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (before, asked, after) = ask_on_a_new_thread(move || {
+            let param = libc::sched_param { sched_priority: 0 };
+            // Safety: `param` is a valid `sched_param` for the duration of the call; pid 0
+            // is the calling thread. Lowering a thread to SCHED_BATCH needs no privilege.
+            let rc = unsafe { libc::sched_setscheduler(0, libc::SCHED_BATCH, &param) };
+            let _ = tx.send(rc == 0);
+        });
+        kept_its_promise(before, asked, after);
+        if rx.recv().unwrap() {
+            assert!(!asked, "a batch thread's slice was changed");
+            if let Some(before) = before {
+                assert_eq!(before.policy, libc::SCHED_BATCH as u32);
+            }
+        } else {
+            // A sandbox that refuses even SCHED_BATCH: the promise above is what is left.
+            eprintln!("note: sched_setscheduler(SCHED_BATCH) was refused here");
         }
     }
 }
