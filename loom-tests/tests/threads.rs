@@ -15,6 +15,7 @@
 use ackwheel::threads::{Entry, Fences, Pushed, Threads};
 use loom::sync::Arc;
 use loom::thread;
+use loom_tests::sized;
 
 fn entry(slot: u32) -> Entry {
     Entry { slot, tag: slot }
@@ -214,7 +215,9 @@ fn reanchor(batches: &Threads, ticks: &Ticks) {
 #[test]
 fn reanchor_excludes_an_operation() {
     static SEEN: Seen = Seen::new();
-    loom::model(|| {
+    // 6 preemptions: about 24 s on the 2-core machine; exhaustively about 7 minutes
+    // (`loom_tests::sized`).
+    sized(loom::model::Builder::new(), 6).check(|| {
         let batches = Arc::new(Threads::new(Fences::Symmetric));
         let ticks = ticks(2);
         let op = |i: usize, times: usize, batches: &Arc<Threads>, ticks: &Ticks| {
@@ -290,6 +293,57 @@ fn reanchor_waits_for_nothing_paused_in_a_callback() {
     assert!(
         SEEN.both(),
         "the nested call never ran on both sides of the sweep"
+    );
+}
+
+/// A nested entry in an operation that is not paused (a reaper pass's look at the tables
+/// inside its own operation) against a re-anchoring: the outer operation (depth 1) touches
+/// the stored ticks, enters again (depth 2) and touches them, leaves, touches them once
+/// more and ends. The re-anchorer as above. The nested entry must not wait for the
+/// re-anchorer, which waits for the thread; and the whole outer operation, the nested one
+/// with it, stays out of the sweep. Loom reports two accesses at once; the two sides
+/// waiting for each other show as "Model exceeded maximum number of branches". The model
+/// checks that the operation ran on both sides of the sweep.
+///
+/// Fails at loom's branch limit with the nested-entry check in `enter_with` removed (the
+/// nested entry then waits for `moving` to clear, and the re-anchorer for the thread);
+/// as a race if that check let a paused operation's nested entry go on (the
+/// callback model above).
+#[test]
+fn reanchor_waits_for_an_operation_whose_nested_entry_goes_on() {
+    static SEEN: Seen = Seen::new();
+    loom::model(|| {
+        let batches = Arc::new(Threads::new(Fences::Symmetric));
+        let ticks = ticks(1);
+        let op = {
+            let (batches, ticks) = (Arc::clone(&batches), Arc::clone(&ticks));
+            thread::spawn(move || {
+                let batch = batches.register();
+                let outer = batches.enter_with(&batch);
+                let after = touch(&ticks[0]);
+                let nested = batches.enter_with(&batch);
+                assert_eq!(
+                    touch(&ticks[0]),
+                    after,
+                    "the sweep ran inside the operation"
+                );
+                drop(nested);
+                assert_eq!(
+                    touch(&ticks[0]),
+                    after,
+                    "the sweep ran inside the operation"
+                );
+                drop(outer);
+                SEEN.note(after);
+            })
+        };
+        reanchor(&batches, &ticks);
+        op.join().unwrap();
+        assert_eq!(totals(&ticks), [SWEEP + 3]);
+    });
+    assert!(
+        SEEN.both(),
+        "the operation never ran on both sides of the sweep"
     );
 }
 

@@ -144,10 +144,17 @@ impl<T: Send + 'static> Engine<T> {
         } else {
             None
         };
+        // Paused ([`marks`](crate::acker::threads::marks), "Re-anchoring"): the callback and
+        // the payload's drop are the user's code, which may take as long as it likes or
+        // wait for a thread that is itself at an acker entry; a re-anchoring goes on
+        // without them. The completion holds nothing of the tables, and what the operation
+        // does after it reads its times again.
+        let paused = self.threads.pause();
         let delivered = catch_unwind(AssertUnwindSafe(|| match callback {
             Some(f) => f(completion),
             None => drop(completion),
         }));
+        drop(paused);
         if delivered.is_err() {
             // Relaxed: a statistic.
             self.counters()

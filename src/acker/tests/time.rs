@@ -274,3 +274,148 @@ fn a_stall_first_seen_inside_a_callback_re_anchors_there() {
     assert_eq!(log.lock().unwrap().remove(0).0, 100);
     replay.lock().unwrap().take();
 }
+
+/// Re-anchoring against a callback that calls the acker: thread A acks a tree whose
+/// callback, once thread B has begun re-anchoring (an init after a stall of 2^30 ticks),
+/// inits a replay. B waits for every thread busy in the acker; A's replay must neither
+/// wait for B (which waits for A) nor run during B's sweep. Both calls return, the replay
+/// keeps its own deadline and the tree left from before the stall times out at the next
+/// pass. (Before callbacks ran paused and nested entries of unpaused operations went on,
+/// A and B waited for each other forever.)
+#[test]
+fn a_callback_that_calls_the_acker_during_another_threads_re_anchoring_returns() {
+    let clock = ManualClock::new(1 << 62);
+    let log: Timed = Arc::default();
+    let sink = Arc::clone(&log);
+    let handle: Replay = Arc::default();
+    let inner = Arc::clone(&handle);
+    let (in_callback, callback_entered) = std::sync::mpsc::channel();
+    let acker: Acker<u32> = Acker::builder()
+        .timeout(10 * SEC)
+        .resolution(Duration::from_micros(1))
+        .clock(clock.clone())
+        .on_complete(move |c: Completion<u32>| {
+            if c.root == 1 {
+                let acker = inner.lock().unwrap().clone().expect("the acker");
+                in_callback.send(()).unwrap();
+                let waited = std::time::Instant::now();
+                // Under way (B waits for this thread, or sweeps) or done (it did not wait).
+                while !(acker.engine().reanchoring() || acker.reanchorings() > 0)
+                    && waited.elapsed() < 20 * SEC
+                {
+                    std::thread::yield_now();
+                }
+                acker.init(100, 0x100, 100).unwrap();
+            }
+            sink.lock().unwrap().push((c.root, c.outcome, c.elapsed));
+        })
+        .build_manual()
+        .unwrap();
+    *handle.lock().unwrap() = Some(acker.clone());
+    acker.init(1, 0x11, 10).unwrap();
+    acker.init(2, 0x22, 20).unwrap();
+    let (returned, calls) = std::sync::mpsc::channel();
+    let a = {
+        let (acker, returned) = (acker.clone(), returned.clone());
+        std::thread::spawn(move || returned.send(("A's ack", acker.ack(1, 0x11))).unwrap())
+    };
+    callback_entered
+        .recv_timeout(20 * SEC)
+        .expect("the callback ran");
+    clock.advance(Duration::from_nanos(1024 << 30)); // 2^30 ticks
+    let b = {
+        let acker = acker.clone();
+        std::thread::spawn(move || {
+            returned
+                .send(("B's init", acker.init(3, 0x33, 30).is_ok()))
+                .unwrap()
+        })
+    };
+    for _ in 0..2 {
+        let (call, ok) = calls
+            .recv_timeout(20 * SEC)
+            .expect("a callback's call and a re-anchoring waited for each other");
+        assert!(ok, "{call}");
+    }
+    a.join().unwrap();
+    b.join().unwrap();
+    assert_eq!(acker.reanchorings(), 1);
+    assert_eq!(acker.stats().callback_panics, 0);
+    let done = log.lock().unwrap().remove(0);
+    assert_eq!((done.0, done.1), (1, Outcome::Acked));
+    // The tree from before the stall is due at the next pass; the replay and B's tree, 10 s
+    // after their inits, are not.
+    assert_eq!(acker.expire(), 1);
+    assert_eq!(log.lock().unwrap().remove(0).0, 2);
+    clock.advance(9 * SEC);
+    assert_eq!(acker.expire(), 0);
+    clock.advance(2 * SEC);
+    assert_eq!(acker.expire(), 2, "the replay and B's tree");
+    handle.lock().unwrap().take();
+}
+
+/// A callback that waits for another thread's acker call (a bounded channel to a thread
+/// that acks, say) while a third thread re-anchors: the callback runs paused, so the
+/// re-anchorer does not wait for it, and the other thread's call, held at its entry while
+/// the re-anchoring lasts, returns. (Had the re-anchorer waited for the thread in the
+/// callback, the three would wait for each other.)
+#[test]
+fn a_callback_waiting_for_another_threads_call_does_not_hold_a_re_anchoring_up() {
+    let clock = ManualClock::new(1 << 62);
+    let (in_callback, callback_entered) = std::sync::mpsc::channel();
+    let (acked, ack_returned) = std::sync::mpsc::channel::<bool>();
+    let ack_returned = StdMutex::new(ack_returned);
+    let (verdict, callback_saw) = std::sync::mpsc::channel();
+    let acker: Acker<u32> = Acker::builder()
+        .timeout(10 * SEC)
+        .resolution(Duration::from_micros(1))
+        .clock(clock.clone())
+        .on_complete(move |c: Completion<u32>| {
+            if c.root == 1 {
+                in_callback.send(()).unwrap();
+                let ack = ack_returned.lock().unwrap().recv_timeout(20 * SEC);
+                verdict.send(ack).unwrap();
+            }
+        })
+        .build_manual()
+        .unwrap();
+    acker.init(1, 0x11, 10).unwrap();
+    acker.init(2, 0x22, 20).unwrap();
+    let a = {
+        let acker = acker.clone();
+        std::thread::spawn(move || acker.ack(1, 0x11))
+    };
+    callback_entered
+        .recv_timeout(20 * SEC)
+        .expect("the callback ran");
+    clock.advance(Duration::from_nanos(1024 << 30)); // 2^30 ticks
+    let b = {
+        let acker = acker.clone();
+        std::thread::spawn(move || acker.init(3, 0x33, 30).is_ok())
+    };
+    let c = {
+        let acker = acker.clone();
+        std::thread::spawn(move || {
+            let waited = std::time::Instant::now();
+            while !(acker.engine().reanchoring() || acker.reanchorings() > 0)
+                && waited.elapsed() < 20 * SEC
+            {
+                std::thread::yield_now();
+            }
+            let _ = acked.send(acker.ack(2, 0x22));
+        })
+    };
+    let saw = callback_saw
+        .recv_timeout(30 * SEC)
+        .expect("the callback returned");
+    assert_eq!(
+        saw,
+        Ok(true),
+        "the ack the callback waited for never returned: the re-anchorer waited for the callback"
+    );
+    assert!(a.join().unwrap());
+    assert!(b.join().unwrap());
+    c.join().unwrap();
+    assert_eq!(acker.reanchorings(), 1);
+    assert_eq!(acker.pending(), 1, "B's tree");
+}

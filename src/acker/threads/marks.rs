@@ -45,15 +45,22 @@
 //! ([`anchor`](crate::acker::engine::anchor)); after a stall the anchor must move and the
 //! stored ticks with it, while no operation reads or writes them. The re-anchoring thread
 //! stores `moving`, runs the heavy fence and waits until every other thread is *quiescent*:
-//! outside any operation, or inside the callback of one ([`Threads::pause`]: its depth
-//! stored in `paused`), holding nothing of the tables. Each step that leaves quiescence (an
-//! operation's entry, nested or not, and a callback's return) stores its depth (or clears
-//! `paused`), runs the light fence and reads `moving`; if it is set, it undoes its store
-//! and waits until it is clear. The same Dekker pair again: the re-anchorer sees the thread
-//! busy and waits for it, or the thread sees `moving` and waits for the re-anchorer.
-//! Waiting only ever for threads inside the acker's own code, which finish without waiting
-//! on anyone (but a stranded entry's wait for room, which pauses too), it cannot deadlock
-//! with a callback that calls the acker.
+//! outside any operation, or *paused* inside one ([`Threads::pause`]: its depth stored in
+//! `paused`) where it holds nothing of the tables: in the callback (and a payload's drop)
+//! that delivers a completion, or in a wait (for room, for another re-anchorer). Each step
+//! that leaves quiescence (an outermost entry, an entry nested in a paused operation, a
+//! pause's end) stores its depth (or clears `paused`), runs the light fence and reads
+//! `moving`; if it is set, it undoes its store and waits until it is clear. The same Dekker
+//! pair again: the re-anchorer sees the thread busy and waits for it, or the thread sees
+//! `moving` and waits for the re-anchorer.
+//!
+//! An entry nested in an operation that is *not* paused (a reaper pass's look at the
+//! tables inside its own operation) never waits: that thread was seen busy, so the
+//! re-anchorer is still waiting for it and has swept nothing; the nested operation runs
+//! before the sweep, as part of the outer one. Waiting there would wait for a re-anchorer
+//! that waits for the same thread. So the re-anchorer waits only for threads inside the
+//! acker's own code that is not paused, which finishes without waiting on anyone, and no
+//! callback, nested call or wait can deadlock with it.
 //!
 
 use super::{Record, Threads};
@@ -146,6 +153,13 @@ impl Threads {
             // `false` read from `end_moving` orders the re-anchorer's sweep before this
             // operation's reads of the tables (a Relaxed load let loom's model race them).
             if !self.moving.load(Ordering::Acquire) {
+                break;
+            }
+            // Nested in an operation that is not paused ("Re-anchoring"): the re-anchorer
+            // counts this thread busy and waits for that operation, so its sweep has not
+            // begun and cannot begin before this one ends or pauses. Relaxed: only this
+            // thread writes `paused`.
+            if entered > 0 && batch.paused.load(Ordering::Relaxed) != entered {
                 break;
             }
             // Quiescent again (its depth as before: 0, or its callback's) while the

@@ -45,8 +45,9 @@ pub struct Record {
     /// Outermost operations the owner has begun (wrapping): a grace period sees a thread
     /// that was inside one leave it when this changes ("Grace periods").
     begun: AtomicU32,
-    /// The depth of the operation whose callback the owner is in, 0 when none: the thread
-    /// is quiescent while this equals `active` ("Re-anchoring"). Written only by the owner.
+    /// The depth of the operation the owner has paused (in a callback, or a wait that holds
+    /// nothing), 0 when none: the thread is quiescent while this equals `active`
+    /// ("Re-anchoring"). Written only by the owner.
     paused: AtomicU32,
     /// The owner's thread has ended (or dropped its handle): the reaper may drop the batch
     /// once it is empty.
@@ -158,6 +159,12 @@ impl Threads {
     /// Marks a thread's batch abandoned (the thread is done with it).
     pub fn abandon(batch: &Record) {
         batch.abandoned.store(true, Ordering::SeqCst);
+    }
+
+    /// A re-anchoring is under way: between `begin_moving` and `end_moving`.
+    #[cfg(test)]
+    pub fn moving(&self) -> bool {
+        self.moving.load(Ordering::SeqCst)
     }
 
     /// Records registered and not yet dropped.
