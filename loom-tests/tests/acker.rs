@@ -26,8 +26,15 @@ use ackwheel::{Acker, Clock, InitError, ManualClock, Outcome};
 use loom::sync::atomic::{AtomicUsize, Ordering};
 use loom::sync::Arc;
 use loom::thread;
+use loom_tests::sized;
 
 const SEC: u64 = 1_000_000_000;
+
+/// The CI bounds of the models too long to explore exhaustively there
+/// ([`loom_tests::sized`]): about 16 and 22 s each on the 2-core machine, against 5 and 8
+/// minutes exhaustively.
+const CI_BOUND_ACK_VS_TIMEOUT: usize = 7;
+const CI_BOUND_INIT_VS_SHUTDOWN: usize = 7;
 
 /// Every completion delivered: `(root, payload, outcome)`.
 type Log = Arc<StdMutex<Vec<(u64, u32, Outcome)>>>;
@@ -199,7 +206,7 @@ fn ack_vs_two_passes_completes_once() {
 /// becomes an orphan that expires silently.
 #[test]
 fn ack_vs_timeout_completes_once() {
-    model(|| {
+    sized(builder(), CI_BOUND_ACK_VS_TIMEOUT).check(|| {
         let (clock, acker, log) = overdue_tree();
         let (acked, expired) = race_with_a_pass(&acker, |acker| acker.ack(1, 0b1));
         assert!(acked ^ (expired == 1), "ack {acked}, expire {expired}");
@@ -327,7 +334,7 @@ fn init_vs_earlier_fail_completes_once() {
 /// hand-back or as `Shutdown(payload)` from init; it is never lost and never both.
 #[test]
 fn init_vs_shutdown_hands_back_once() {
-    model(|| {
+    sized(builder(), CI_BOUND_INIT_VS_SHUTDOWN).check(|| {
         let (acker, log) = manual(ManualClock::new(0));
         let other = acker.clone();
         let t = thread::spawn(move || other.shutdown());
