@@ -4,7 +4,7 @@
 //! `RUSTFLAGS="--cfg loom" cargo test -p loom-tests --release`.
 //!
 //! A model whose exhaustive exploration takes minutes runs bounded on every CI run, and
-//! exhaustively by hand ([`sized`]; README, "Testing").
+//! exhaustively by hand (`sized`; README, "Testing").
 
 /// `model` bounded to `ci` preemptions per execution, for a model too long to explore
 /// exhaustively on every CI run: so in CI and in a plain `cargo test`; exhaustively (as

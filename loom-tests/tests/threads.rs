@@ -194,6 +194,20 @@ fn reanchor(batches: &Threads, ticks: &Ticks) {
     batches.end_moving();
 }
 
+/// One thread's operations (`op`, given the registry and one thread's stored ticks, which
+/// it touches three times) beside a re-anchoring on the model's main thread.
+fn beside_a_reanchoring(op: impl FnOnce(&Threads, &Ticks) + Send + 'static) {
+    let batches = Arc::new(Threads::new(Fences::Symmetric));
+    let ticks = ticks(1);
+    let thread = {
+        let (batches, ticks) = (Arc::clone(&batches), Arc::clone(&ticks));
+        thread::spawn(move || op(&batches, &ticks))
+    };
+    reanchor(&batches, &ticks);
+    thread.join().unwrap();
+    assert_eq!(totals(&ticks), [SWEEP + 3]);
+}
+
 /// Re-anchoring (`batches/mod.rs`, "Re-anchoring") against two threads' operations: one
 /// thread's operation reads and rewrites its stored ticks (a loom cell) between
 /// `enter_with` and the drop of its `Active`, then starts a second thread, which does so
@@ -267,28 +281,20 @@ fn reanchor_excludes_an_operation() {
 fn reanchor_waits_for_nothing_paused_in_a_callback() {
     static SEEN: Seen = Seen::new();
     loom::model(|| {
-        let batches = Arc::new(Threads::new(Fences::Symmetric));
-        let ticks = ticks(1);
-        let op = {
-            let (batches, ticks) = (Arc::clone(&batches), Arc::clone(&ticks));
-            thread::spawn(move || {
-                let batch = batches.register();
-                let outer = batches.enter_with(&batch);
-                touch(&ticks[0]);
-                let paused = batches.pause_with(&batch);
-                // The callback calls back into the acker.
-                let nested = batches.enter_with(&batch);
-                SEEN.note(touch(&ticks[0]));
-                drop(nested);
-                // The callback returns; the outer operation resumes.
-                drop(paused);
-                touch(&ticks[0]);
-                drop(outer);
-            })
-        };
-        reanchor(&batches, &ticks);
-        op.join().unwrap();
-        assert_eq!(totals(&ticks), [SWEEP + 3]);
+        beside_a_reanchoring(|batches, ticks| {
+            let batch = batches.register();
+            let outer = batches.enter_with(&batch);
+            touch(&ticks[0]);
+            let paused = batches.pause_with(&batch);
+            // The callback calls back into the acker.
+            let nested = batches.enter_with(&batch);
+            SEEN.note(touch(&ticks[0]));
+            drop(nested);
+            // The callback returns; the outer operation resumes.
+            drop(paused);
+            touch(&ticks[0]);
+            drop(outer);
+        });
     });
     assert!(
         SEEN.both(),
@@ -313,33 +319,18 @@ fn reanchor_waits_for_nothing_paused_in_a_callback() {
 fn reanchor_waits_for_an_operation_whose_nested_entry_goes_on() {
     static SEEN: Seen = Seen::new();
     loom::model(|| {
-        let batches = Arc::new(Threads::new(Fences::Symmetric));
-        let ticks = ticks(1);
-        let op = {
-            let (batches, ticks) = (Arc::clone(&batches), Arc::clone(&ticks));
-            thread::spawn(move || {
-                let batch = batches.register();
-                let outer = batches.enter_with(&batch);
-                let after = touch(&ticks[0]);
-                let nested = batches.enter_with(&batch);
-                assert_eq!(
-                    touch(&ticks[0]),
-                    after,
-                    "the sweep ran inside the operation"
-                );
-                drop(nested);
-                assert_eq!(
-                    touch(&ticks[0]),
-                    after,
-                    "the sweep ran inside the operation"
-                );
-                drop(outer);
-                SEEN.note(after);
-            })
-        };
-        reanchor(&batches, &ticks);
-        op.join().unwrap();
-        assert_eq!(totals(&ticks), [SWEEP + 3]);
+        beside_a_reanchoring(|batches, ticks| {
+            let batch = batches.register();
+            let outer = batches.enter_with(&batch);
+            let after = touch(&ticks[0]);
+            let nested = batches.enter_with(&batch);
+            let inside = "the sweep ran inside the operation";
+            assert_eq!(touch(&ticks[0]), after, "{inside}");
+            drop(nested);
+            assert_eq!(touch(&ticks[0]), after, "{inside}");
+            drop(outer);
+            SEEN.note(after);
+        });
     });
     assert!(
         SEEN.both(),

@@ -364,6 +364,14 @@ impl<T: Send + 'static> AsyncAcker<T> {
     /// the payload and the awaiting task's waker) from the acker's own slab, given back
     /// when both the tree and the `TreeCompletion` are done.
     ///
+    /// What it may run besides: when the acker's reaper thread is late for its pass (every
+    /// core busy), this call runs the pass's timeouts in its place. Those wake the tasks of
+    /// other trees, put their completions on the stream, and drop the payloads of trees
+    /// whose `TreeCompletion` or stream is gone: their `Drop` runs on the calling thread, so
+    /// a caller that holds a lock a payload's `Drop` takes must not call it. The same holds
+    /// for [`init`](Self::init) and [`try_init`](Self::try_init). A clock that panics
+    /// during that check is caught: the call returns as if the reaper were on time.
+    ///
     /// # Errors
     ///
     /// Those of [`Acker::init`], each with the payload: [`InitError::Full`] at the inner

@@ -671,6 +671,22 @@ fn model_test_against_a_sequential_reference() {
     }
 }
 
+/// A `Clock` that panics while `panicking` is set, and otherwise follows a `ManualClock`.
+#[derive(Clone)]
+pub(in crate::acker) struct FlakyClock {
+    pub time: ManualClock,
+    pub panicking: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Clock for FlakyClock {
+    fn now(&self) -> u64 {
+        if self.panicking.load(Ordering::SeqCst) {
+            panic!("clock failure (on purpose)");
+        }
+        self.time.now()
+    }
+}
+
 mod endings;
 mod faults;
 mod messages;

@@ -221,22 +221,6 @@ fn busy_threads_are_not_refused_below_max_pending() {
     assert_eq!(acker.pending(), 0);
 }
 
-/// A `Clock` that panics while `panicking` is set, and otherwise follows a `ManualClock`.
-#[derive(Clone)]
-struct FlakyClock {
-    time: ManualClock,
-    panicking: Arc<std::sync::atomic::AtomicBool>,
-}
-
-impl Clock for FlakyClock {
-    fn now(&self) -> u64 {
-        if self.panicking.load(Ordering::SeqCst) {
-            panic!("clock failure (on purpose)");
-        }
-        self.time.now()
-    }
-}
-
 /// A panicking `Clock` panics the caller before the ledger changes: no slot is left
 /// CLAIMED (where every later call for the root would wait forever), nothing is counted,
 /// and a tree whose completing ack panicked is still completed, by its timeout.

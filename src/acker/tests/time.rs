@@ -177,22 +177,63 @@ fn replaying(clock: &ManualClock) -> (Acker<u32>, Timed, Replay) {
     let sink = Arc::clone(&log);
     let replay: Replay = Arc::default();
     let handle = Arc::clone(&replay);
-    let acker = Acker::builder()
+    let acker = fine(clock, move |c: Completion<u32>| {
+        if c.root == 1 {
+            if let Some(acker) = handle.lock().unwrap().as_ref() {
+                acker.init(100, 0x100, 100).unwrap();
+            }
+        }
+        sink.lock().unwrap().push((c.root, c.outcome, c.elapsed));
+    });
+    *replay.lock().unwrap() = Some(acker.clone());
+    (acker, log, replay)
+}
+
+/// A manual acker of 1 µs ticks (2^32 of them are 73 minutes) and 10 s timeouts on `clock`.
+fn fine(
+    clock: &ManualClock,
+    on_complete: impl Fn(Completion<u32>) + Send + Sync + 'static,
+) -> Acker<u32> {
+    Acker::builder()
         .timeout(10 * SEC)
         .resolution(Duration::from_micros(1))
         .clock(clock.clone())
-        .on_complete(move |c: Completion<u32>| {
-            if c.root == 1 {
-                if let Some(acker) = handle.lock().unwrap().as_ref() {
-                    acker.init(100, 0x100, 100).unwrap();
-                }
-            }
-            sink.lock().unwrap().push((c.root, c.outcome, c.elapsed));
-        })
+        .on_complete(on_complete)
         .build_manual()
-        .unwrap();
-    *replay.lock().unwrap() = Some(acker.clone());
-    (acker, log, replay)
+        .unwrap()
+}
+
+/// Thread A acks tree 1 (root 1, xor 0x11), whose callback signals `callback_entered`; once
+/// it has, the clock jumps 2^30 ticks and thread B inits tree 3, which re-anchors first.
+/// Their handles: A's ack's and B's init's success.
+fn ack_then_stall(
+    acker: &Acker<u32>,
+    clock: &ManualClock,
+    callback_entered: &std::sync::mpsc::Receiver<()>,
+) -> (std::thread::JoinHandle<bool>, std::thread::JoinHandle<bool>) {
+    let a = {
+        let acker = acker.clone();
+        std::thread::spawn(move || acker.ack(1, 0x11))
+    };
+    callback_entered
+        .recv_timeout(20 * SEC)
+        .expect("the callback ran");
+    clock.advance(Duration::from_nanos(1024 << 30));
+    let b = {
+        let acker = acker.clone();
+        std::thread::spawn(move || acker.init(3, 0x33, 30).is_ok())
+    };
+    (a, b)
+}
+
+/// Waits (20 s at most) until a re-anchoring of `acker` is under way (its thread waits for
+/// the busy ones, or sweeps) or done.
+fn until_re_anchoring(acker: &Acker<u32>) {
+    let waited = std::time::Instant::now();
+    while !(acker.engine().reanchoring() || acker.reanchorings() > 0) && waited.elapsed() < 20 * SEC
+    {
+        std::thread::yield_now();
+    }
 }
 
 /// A callback that inits a replay while the pass after a stall delivers: the replay's
@@ -290,55 +331,29 @@ fn a_callback_that_calls_the_acker_during_another_threads_re_anchoring_returns()
     let handle: Replay = Arc::default();
     let inner = Arc::clone(&handle);
     let (in_callback, callback_entered) = std::sync::mpsc::channel();
-    let acker: Acker<u32> = Acker::builder()
-        .timeout(10 * SEC)
-        .resolution(Duration::from_micros(1))
-        .clock(clock.clone())
-        .on_complete(move |c: Completion<u32>| {
-            if c.root == 1 {
-                let acker = inner.lock().unwrap().clone().expect("the acker");
-                in_callback.send(()).unwrap();
-                let waited = std::time::Instant::now();
-                // Under way (B waits for this thread, or sweeps) or done (it did not wait).
-                while !(acker.engine().reanchoring() || acker.reanchorings() > 0)
-                    && waited.elapsed() < 20 * SEC
-                {
-                    std::thread::yield_now();
-                }
-                acker.init(100, 0x100, 100).unwrap();
-            }
-            sink.lock().unwrap().push((c.root, c.outcome, c.elapsed));
-        })
-        .build_manual()
-        .unwrap();
+    let acker = fine(&clock, move |c: Completion<u32>| {
+        if c.root == 1 {
+            let acker = inner.lock().unwrap().clone().expect("the acker");
+            in_callback.send(()).unwrap();
+            until_re_anchoring(&acker);
+            acker.init(100, 0x100, 100).unwrap();
+        }
+        sink.lock().unwrap().push((c.root, c.outcome, c.elapsed));
+    });
     *handle.lock().unwrap() = Some(acker.clone());
     acker.init(1, 0x11, 10).unwrap();
     acker.init(2, 0x22, 20).unwrap();
-    let (returned, calls) = std::sync::mpsc::channel();
-    let a = {
-        let (acker, returned) = (acker.clone(), returned.clone());
-        std::thread::spawn(move || returned.send(("A's ack", acker.ack(1, 0x11))).unwrap())
-    };
-    callback_entered
-        .recv_timeout(20 * SEC)
-        .expect("the callback ran");
-    clock.advance(Duration::from_nanos(1024 << 30)); // 2^30 ticks
-    let b = {
-        let acker = acker.clone();
-        std::thread::spawn(move || {
-            returned
-                .send(("B's init", acker.init(3, 0x33, 30).is_ok()))
-                .unwrap()
-        })
-    };
-    for _ in 0..2 {
-        let (call, ok) = calls
-            .recv_timeout(20 * SEC)
-            .expect("a callback's call and a re-anchoring waited for each other");
-        assert!(ok, "{call}");
+    let (a, b) = ack_then_stall(&acker, &clock, &callback_entered);
+    let waited = std::time::Instant::now();
+    while !(a.is_finished() && b.is_finished()) {
+        assert!(
+            waited.elapsed() < 20 * SEC,
+            "a callback's call and a re-anchoring waited for each other"
+        );
+        std::thread::sleep(Duration::from_millis(1));
     }
-    a.join().unwrap();
-    b.join().unwrap();
+    assert!(a.join().unwrap(), "A's ack completed tree 1");
+    assert!(b.join().unwrap(), "B's init");
     assert_eq!(acker.reanchorings(), 1);
     assert_eq!(acker.stats().callback_panics, 0);
     let done = log.lock().unwrap().remove(0);
@@ -366,42 +381,20 @@ fn a_callback_waiting_for_another_threads_call_does_not_hold_a_re_anchoring_up()
     let (acked, ack_returned) = std::sync::mpsc::channel::<bool>();
     let ack_returned = StdMutex::new(ack_returned);
     let (verdict, callback_saw) = std::sync::mpsc::channel();
-    let acker: Acker<u32> = Acker::builder()
-        .timeout(10 * SEC)
-        .resolution(Duration::from_micros(1))
-        .clock(clock.clone())
-        .on_complete(move |c: Completion<u32>| {
-            if c.root == 1 {
-                in_callback.send(()).unwrap();
-                let ack = ack_returned.lock().unwrap().recv_timeout(20 * SEC);
-                verdict.send(ack).unwrap();
-            }
-        })
-        .build_manual()
-        .unwrap();
+    let acker = fine(&clock, move |c: Completion<u32>| {
+        if c.root == 1 {
+            in_callback.send(()).unwrap();
+            let ack = ack_returned.lock().unwrap().recv_timeout(20 * SEC);
+            verdict.send(ack).unwrap();
+        }
+    });
     acker.init(1, 0x11, 10).unwrap();
     acker.init(2, 0x22, 20).unwrap();
-    let a = {
-        let acker = acker.clone();
-        std::thread::spawn(move || acker.ack(1, 0x11))
-    };
-    callback_entered
-        .recv_timeout(20 * SEC)
-        .expect("the callback ran");
-    clock.advance(Duration::from_nanos(1024 << 30)); // 2^30 ticks
-    let b = {
-        let acker = acker.clone();
-        std::thread::spawn(move || acker.init(3, 0x33, 30).is_ok())
-    };
+    let (a, b) = ack_then_stall(&acker, &clock, &callback_entered);
     let c = {
         let acker = acker.clone();
         std::thread::spawn(move || {
-            let waited = std::time::Instant::now();
-            while !(acker.engine().reanchoring() || acker.reanchorings() > 0)
-                && waited.elapsed() < 20 * SEC
-            {
-                std::thread::yield_now();
-            }
+            until_re_anchoring(&acker);
             let _ = acked.send(acker.ack(2, 0x22));
         })
     };

@@ -256,7 +256,13 @@ pub(super) fn help_if_late<T: Send + 'static>(engine: &Engine<T>) -> bool {
     if wakes_at == AWAKE {
         return false;
     }
-    let now = engine.caller_full();
+    // The clock is the user's, and the caller's init has already taken its tree in: a
+    // panic must not reach the caller (its future, payload and stream permit would be
+    // lost). Counted as a pass's panic, as the thread counts one.
+    let Ok(now) = catch_unwind(AssertUnwindSafe(|| engine.caller_full())) else {
+        engine.reaper_panics.fetch_add(1, Ordering::SeqCst);
+        return false;
+    };
     if now < wakes_at.saturating_add(late_after(engine.ticks.shift)) || engine.stopping() {
         return false;
     }
@@ -471,6 +477,7 @@ mod tests {
     use super::{late_after, wait_nanos, AWAKE};
     use crate::sync::Ordering::SeqCst;
     use crate::{Acker, Clock, Completion, ManualClock, Outcome};
+    use std::panic::{catch_unwind, AssertUnwindSafe};
     use std::sync::{Arc, Mutex};
     use std::time::{Duration, Instant};
 
@@ -532,6 +539,43 @@ mod tests {
         assert_eq!(engine.reaper_wakes_at.load(SeqCst), AWAKE);
         clock.advance(100 * MS);
         assert!(!acker.help_late_reaper());
+    }
+
+    /// A clock that panics when a caller checks whether the reaper is late: the help is
+    /// skipped and the panic counted, never passed on to the caller (whose init has
+    /// already taken its tree in), and the next check with a working clock helps.
+    #[test]
+    fn a_clock_that_panics_in_a_callers_check_is_caught_and_counted() {
+        let clock = crate::acker::tests::FlakyClock {
+            time: ManualClock::new(0),
+            panicking: Arc::default(),
+        };
+        let acker: Acker<u32> = Acker::builder()
+            .timeout(10 * MS)
+            .resolution(MS)
+            .clock(clock.clone())
+            .build_manual()
+            .unwrap();
+        let engine = acker.engine();
+        acker.init(1, 0b1, 0).unwrap();
+        clock.time.advance(50 * MS);
+        engine
+            .reaper_wakes_at
+            .store(engine.ticks.full(clock.now()) - 2, SeqCst);
+        clock.panicking.store(true, SeqCst);
+        let helped = catch_unwind(AssertUnwindSafe(|| acker.help_late_reaper()));
+        clock.panicking.store(false, SeqCst);
+        assert_eq!(
+            helped.ok(),
+            Some(false),
+            "the clock's panic reached the caller"
+        );
+        assert_eq!(acker.reaper_panics(), 1);
+        assert!(
+            acker.help_late_reaper(),
+            "no help once the clock works again"
+        );
+        assert_eq!(acker.stats().timed_out, 1);
     }
 
     /// The reaper thread publishes the tick its timer is set for while it sleeps on one
