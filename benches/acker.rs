@@ -50,7 +50,7 @@
 //!    contender, `ackwheel-batched`, applies the same acks in frames of 64 through
 //!    `Acker::apply`, which fetches the next messages' lines while it applies the current
 //!    ones: the cost per ack when acks arrive together.
-//! 6. `reaper/expire` — the Acker alone, on each core (DESIGN.md's reaper throughput): one
+//! 6. `reaper/expire` — the Acker alone, on each core (the reaper's throughput): one
 //!    `expire` of a manual Acker times out 50,000 trees whose timers are already on the wheels;
 //!    criterion's throughput is expirations.
 //!
@@ -109,8 +109,8 @@ const BACKGROUND: u64 = 1_000_000;
 /// The trees' timeout. A tree is in flight for 1024 steps (a few ms even for moka), so none
 /// expires; but it is short enough that every contender's timer work for a tree — the
 /// Acker's reaper scheduling it, yielding its stale timer and recycling its slot, the peers'
-/// rotations and sweeps — happens inside the measurement (DESIGN.md's lifecycle target is
-/// "timer included"). With Storm's default 30 s, the Acker's reaper would not run a single
+/// rotations and sweeps — happens inside the measurement (the lifecycle's
+/// figure is "timer included"). With Storm's default 30 s, the Acker's reaper would not run a single
 /// pass during a contender's few seconds, so its timer work would go unmeasured, and it
 /// cannot recycle completed slots without those passes (see `sustained_capacity`).
 const TIMEOUT: Duration = Duration::from_millis(200);
@@ -642,7 +642,7 @@ fn lifecycle_2t_1k(c: &mut Criterion) {
 
 // ============================================================================ groups 4, 5, 6
 
-/// Roots pending in group 4 (DESIGN.md's "ack, 1 thread, <= 64k pending").
+/// Roots pending in group 4 (an ack on 1 thread at up to 64k pending).
 const ACK_PENDING_SMALL: u64 = 1 << 16;
 /// Counter range of the ack groups' roots (see BACKGROUND_SEED).
 const ACK_SEED: u64 = 14 << 56;
@@ -779,7 +779,7 @@ fn ack_1t_1m(c: &mut Criterion) {
 /// Trees timed out per measured `expire` in group 6.
 const EXPIRY_BATCH: u64 = 50_000;
 
-/// DESIGN.md's "reaper throughput": a manual Acker on a `ManualClock` holds EXPIRY_BATCH
+/// The reaper's throughput: a manual Acker on a `ManualClock` holds EXPIRY_BATCH
 /// trees whose timers the reaper has already scheduled (an `expire` at the same instant,
 /// untimed); the clock moves past their deadline and one timed `expire` times every one of
 /// them out: wheel advance, the re-check of each slot's deadline, the completion CAS, the

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Medians of the last `cargo bench --bench acker` run, per tree and per operation, with
-the ratios the design targets are stated in (DESIGN.md, "Targets").
+the ratios the project's speed targets are stated in (printed at the end).
 
 Reads criterion's estimates under $CARGO_TARGET_DIR/criterion (default: ./target/criterion).
 Run from the workspace root: `python3 benches/acker_summary.py`.
@@ -78,7 +78,7 @@ def main():
             print(f"{EXPIRY_GROUP} {c}: {m / 1e3:.1f} us per {EXPIRY_BATCH} trees timed out, "
                   f"{EXPIRY_BATCH / m * 1e3:.1f} M expirations/s")
     print("A column /X is the row's time over X's time (peer/ours): > 1 means X is faster.")
-    # DESIGN.md's targets.
+    # The project's speed targets.
     print("peer/ours > 1 means the Acker is faster; targets: 1 thread <= 35 ns/op and"
           " >= 1.0x storm_port and dashmap; 2 threads >= 3x storm_port, >= 1.5x dashmap,"
           " >= 1.2x scc, 1 -> 2 scaling >= 1.8x; 1M pending >= 1.2x storm_port, dashmap"

@@ -1,7 +1,7 @@
 //! The trackers the acker bench compares, behind one trait so every contender runs the
 //! very same workload code.
 //!
-//! Every tracker has the acker's semantics (DESIGN.md, "Semantics"):
+//! Every tracker has the acker's semantics (the `Acker`'s rustdoc):
 //!
 //! * the value is the XOR of init's `xor` and every ack's `xor`; the tree completes `Acked`
 //!   when init has been seen and the value is 0, on the thread whose call made it so;
@@ -146,7 +146,7 @@ impl Tracker for Acker<u32> {
     }
 }
 
-/// `a` is due at `now` on the wrapping nanosecond timeline (API.md's definition).
+/// `a` is due at `now` on the wrapping nanosecond timeline (the `clock` module's definition).
 #[inline]
 pub(crate) fn is_due(deadline: u64, now: u64) -> bool {
     (now.wrapping_sub(deadline) as i64) >= 0

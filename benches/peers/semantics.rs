@@ -1,4 +1,4 @@
-//! The Acker's semantics (DESIGN.md, "Semantics"), checked on every contender before the
+//! The Acker's semantics (the `Acker`'s rustdoc), checked on every contender before the
 //! bench measures anything: one scenario of acks and fails before init, a held fail that
 //! Acked beats, a lost ack that times out, an orphan that expires silently and a duplicate
 //! init; any difference panics.
@@ -16,7 +16,7 @@ use super::Tracker;
 type Seen = (u64, u32, Outcome, Duration);
 
 /// The same scenario on every contender; panics unless it behaves as the Acker's contract
-/// says (DESIGN.md, "Semantics").
+/// says (the `Acker`'s rustdoc).
 pub(crate) fn check_semantics<T: Tracker>(name: &str) {
     let timeout = Duration::from_millis(100);
     let seen: Arc<Mutex<Vec<Seen>>> = Arc::default();

@@ -73,6 +73,12 @@ impl<T: Send + 'static> Engine<T> {
         self.anchor.load(Ordering::SeqCst)
     }
 
+    /// A re-anchoring is under way (its thread waits for the busy ones, or sweeps).
+    #[cfg(test)]
+    pub(in crate::acker) fn reanchoring(&self) -> bool {
+        self.threads.moving()
+    }
+
     /// The full tick a writer stamps with (module docs): the caller's tick, at least the
     /// anchor, re-anchoring first when it is [`REANCHOR_AFTER`] or more past it. Called
     /// inside an operation, where it holds nothing of the tables: its entry, or the top of

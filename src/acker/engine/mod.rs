@@ -525,12 +525,6 @@ impl<T: Send + 'static> Engine<T> {
     }
 
     /// Re-anchorings done ([`anchor`]).
-    /// A re-anchoring is under way (its thread waits for the busy ones, or sweeps).
-    #[cfg(test)]
-    pub(super) fn reanchoring(&self) -> bool {
-        self.threads.moving()
-    }
-
     pub(super) fn reanchored(&self) -> u64 {
         self.reanchored.load(Ordering::Relaxed) // Relaxed: a statistic
     }

@@ -48,7 +48,8 @@ pub(crate) const CHURN_MAX_PENDING: usize = 1 << 20;
 /// Trees in flight during the churn (a power of two: the window is indexed by masking).
 pub(crate) const CHURN_IN_FLIGHT: usize = 1 << 10;
 
-/// The build and churn targets (`DESIGN.md`'s memory targets), reported, not enforced.
+/// The build and churn targets (the project's memory targets for an acker before and
+/// around its first trees), reported, not enforced.
 pub(crate) const BUILD_TARGET_RSS: u64 = 2 << 20;
 pub(crate) const BUILD_TARGET_SECONDS: f64 = 0.002;
 pub(crate) const CHURN_TARGET_RSS: u64 = 4 << 20;

@@ -109,7 +109,7 @@ impl Oracle {
     ///
     /// A `true` can also be about an orphan, not the tree: once the reaper has decided the
     /// tree's timeout, a late ack or fail makes an orphan for the root, and a reset finds it
-    /// ("an uncompleted entry, initialized or not", API.md). The completion is delivered
+    /// (an uncompleted entry, initialized or not: `Acker::reset_timeout`'s docs). The completion is delivered
     /// after the reaper's pass, tens of milliseconds later under TSan, so delivery does not
     /// date the decision. Two things do:
     ///

@@ -61,7 +61,7 @@ pub(crate) fn verify(r: &Record, timeout: u64) -> Vec<String> {
         return problems;
     }
     // Completion.elapsed counts from the acker's first message, which is not before ours,
-    // and is accurate to one tick of the acker's resolution (API.md).
+    // and is accurate to one tick of the acker's resolution (`AckerBuilder::resolution`'s docs).
     if r.elapsed > r.completed_at.wrapping_sub(r.first_before) + ELAPSED_TICK_NS {
         problems.push(format!(
             "Completion.elapsed {} is longer than the time since the first message ({})",
