@@ -205,8 +205,12 @@ fn concurrent_growth_and_shrink_lose_and_double_nothing() {
     }
     .unwrap();
     let finished = std::sync::atomic::AtomicBool::new(false);
+    // Every thread inits all of its trees before any acks: what is pending then reaches
+    // THREADS x per_thread however the threads are scheduled (in the optimized test build
+    // one thread could otherwise finish before the next began, and the tables not grow).
+    let all_inited = std::sync::Barrier::new(THREADS as usize);
     std::thread::scope(|s| {
-        let (acker, finished) = (&acker, &finished);
+        let (acker, finished, all_inited) = (&acker, &finished, &all_inited);
         s.spawn(move || {
             for _ in 0..100 {
                 std::thread::sleep(Duration::from_millis(100));
@@ -230,6 +234,7 @@ fn concurrent_growth_and_shrink_lose_and_double_nothing() {
                     }
                     acker.init(r, a ^ b, r as u32).unwrap();
                 }
+                all_inited.wait();
                 for (&r, &(a, b)) in roots.iter().zip(&edges) {
                     if r % 2 == 1 {
                         acker.ack(r, a);
