@@ -44,6 +44,13 @@ pub struct AckerStats {
     /// The sum of every timeout's lateness, as above: over an interval,
     /// `Δtimeout_lateness_total / Δtimed_out` is the mean lateness.
     pub timeout_lateness_total: Duration,
+    /// Passes that callers ran for a late reaper thread (the async acker's `track` and
+    /// inits, when the thread sleeps well past its timer: every core busy). A steady rise
+    /// says the reaper is starved of CPU.
+    pub caller_passes: u64,
+    /// The longest of those passes: how long a caller was held by one (they are bounded,
+    /// a few dozen groups of timeouts at most).
+    pub caller_pass_longest: Duration,
 }
 
 impl fmt::Display for AckerStats {
@@ -51,7 +58,8 @@ impl fmt::Display for AckerStats {
         write!(
             f,
             "pending {}, acked {}, failed {}, timed out {}, orphans expired {}, \
-             orphans joined {}, rejected full {}, callback panics {}, timeout lateness max {}",
+             orphans joined {}, rejected full {}, callback panics {}, timeout lateness max {}, \
+             caller passes {} (longest {})",
             self.pending,
             self.acked,
             self.failed,
@@ -60,7 +68,9 @@ impl fmt::Display for AckerStats {
             self.orphans_joined,
             self.rejected_full,
             self.callback_panics,
-            Readable(self.timeout_lateness_max)
+            Readable(self.timeout_lateness_max),
+            self.caller_passes,
+            Readable(self.caller_pass_longest)
         )
     }
 }
@@ -177,10 +187,14 @@ mod tests {
         }
         let stats = AckerStats {
             timeout_lateness_max: Duration::from_nanos(16_777_216),
+            caller_passes: 3,
+            caller_pass_longest: Duration::from_nanos(41_500),
             ..AckerStats::default()
         };
         assert!(
-            stats.to_string().ends_with("timeout lateness max 16.8 ms"),
+            stats.to_string().ends_with(
+                "timeout lateness max 16.8 ms, caller passes 3 (longest 41.5 µs)"
+            ),
             "{stats}"
         );
     }

@@ -98,15 +98,19 @@ impl<T: Send + 'static> Engine<T> {
         )
     }
 
+    /// Whether a pass at full tick `now` would re-anchor ([`advance_anchor`](Self::advance_anchor)).
+    pub(super) fn needs_reanchoring(&self, now: u64) -> bool {
+        now >= self.anchor().saturating_add(REANCHOR_AFTER)
+    }
+
     /// Raises the anchor to the full tick `now` of a pass: at once when it is less than
     /// [`REANCHOR_AFTER`] ahead (what is pending then is within reach of both), by a
     /// re-anchoring otherwise. Called inside the pass's operation, before it locks the
     /// wheel.
     pub(super) fn advance_anchor(&self, now: u64) {
-        let anchor = self.anchor();
-        if now >= anchor.saturating_add(REANCHOR_AFTER) {
+        if self.needs_reanchoring(now) {
             self.reanchor(now);
-        } else if now > anchor {
+        } else if now > self.anchor() {
             // fetch_max: two manual passes at once must not move it back.
             self.anchor.fetch_max(now, Ordering::SeqCst);
         }

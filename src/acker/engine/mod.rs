@@ -234,6 +234,9 @@ pub(super) struct Engine<T> {
     idle_wakeups: AtomicU64,
     /// Panics caught in reaper passes (a clock, a payload's drop).
     reaper_panics: AtomicU64,
+    /// Late reapers' passes run by callers, and the longest of them in nanoseconds.
+    caller_passes: AtomicU64,
+    caller_pass_longest: AtomicU64,
     /// Migrations started: to grow, to shrink.
     migrations: [AtomicU64; 2],
 }
@@ -330,6 +333,8 @@ impl<T: Send + 'static> Engine<T> {
             expiry_waker: std::sync::OnceLock::new(),
             idle_wakeups: AtomicU64::new(0),
             reaper_panics: AtomicU64::new(0),
+            caller_passes: AtomicU64::new(0),
+            caller_pass_longest: AtomicU64::new(0),
             migrations: [AtomicU64::new(0), AtomicU64::new(0)],
         }
     }
@@ -519,9 +524,14 @@ impl<T: Send + 'static> Engine<T> {
 
     pub(super) fn stats(&self) -> AckerStats {
         let shift = self.ticks.shift;
-        Counters::sum(&self.counters, self.pending(), |ticks| {
+        let mut stats = Counters::sum(&self.counters, self.pending(), |ticks| {
             Duration::from_nanos(ticks.saturating_mul(1 << shift))
-        })
+        });
+        // Relaxed (both): statistics.
+        stats.caller_passes = self.caller_passes.load(Ordering::Relaxed);
+        stats.caller_pass_longest =
+            Duration::from_nanos(self.caller_pass_longest.load(Ordering::Relaxed));
+        stats
     }
 
     /// Re-anchorings done ([`anchor`]).

@@ -83,8 +83,16 @@ impl Entries {
         self.fresh.len() + self.aged.len()
     }
 
-    fn drain(&mut self) -> impl Iterator<Item = Held> + '_ {
-        self.aged.drain(..).chain(self.fresh.drain(..))
+    /// Moves at most `most` entries into `into`: the aged ones first (the earliest
+    /// hand-offs), then the latest fresh ones (from the end: what stays is not moved).
+    /// How many it moved.
+    fn take(&mut self, most: usize, into: &mut Vec<Entry>) -> usize {
+        let aged = most.min(self.aged.len());
+        into.extend(self.aged.drain(..aged).map(|h| h.entry));
+        let fresh = (most - aged).min(self.fresh.len());
+        let from = self.fresh.len() - fresh;
+        into.extend(self.fresh.drain(from..).map(|h| h.entry));
+        aged + fresh
     }
 
     /// Gives back the room of a burst (a thread that filed a million entries in a tick
@@ -203,13 +211,32 @@ impl Threads {
     /// The reaper: moves into `into` everything handed off, and the entries of every batch
     /// filed before tick `now` whose owner is not inside it (all batches' entries when
     /// `everything`: manual mode, where the caller's own batch must be seen too). Drops
-    /// abandoned, empty batches.
+    /// abandoned, empty batches. Called under the reaper's wheel lock: one at a time.
     pub fn collect(&self, now: Tick, everything: bool, into: &mut Vec<Entry>) {
+        self.collect_within(now, everything, usize::MAX, into);
+    }
+
+    /// [`collect`](Self::collect), moving at most `most` entries (a caller running a late
+    /// reaper's pass): the latest handed off first (from the inbox's end, so the cost is
+    /// theirs alone), then the earliest of quiet batches. `true` when it left some.
+    pub fn collect_within(
+        &self,
+        now: Tick,
+        everything: bool,
+        most: usize,
+        into: &mut Vec<Entry>,
+    ) -> bool {
+        let mut left = false;
+        let mut room = most;
         {
             let mut inbox = self.inbox.lock().unwrap();
-            into.append(&mut inbox);
+            let from = inbox.len().saturating_sub(room);
+            room -= inbox.len() - from;
+            into.extend(inbox.drain(from..));
+            left |= from > 0;
             trim(&mut inbox);
-            self.inbox_len.store(0, Ordering::Relaxed); // Relaxed: a hint, under the lock.
+            // Relaxed: a hint, under the lock.
+            self.inbox_len.store(inbox.len(), Ordering::Relaxed);
         }
         let mut all = self.all.lock().unwrap();
         // Relaxed (both loads): hints; the takeover below decides under the protocol.
@@ -222,6 +249,9 @@ impl Threads {
                 && (everything || reached(b.tick.load(Ordering::Relaxed).wrapping_add(2), now))
         };
         if all.iter().any(quiet) {
+            if room == 0 {
+                return true;
+            }
             for batch in all.iter().filter(|b| quiet(b)) {
                 // Relaxed: ordered before the pin loads by the heavy fence below.
                 batch.taken.store(true, Ordering::Relaxed);
@@ -236,15 +266,19 @@ impl Threads {
                         // Safety: `taken` was set before the heavy fence and the owner is
                         // not pinned after it, so it keeps off until we unset `taken`.
                         let entries = unsafe { &mut *entries };
-                        into.extend(entries.drain().map(|h| h.entry));
+                        let took = entries.take(room, into);
+                        room -= took;
+                        left |= entries.len() > 0;
                         entries.trim();
+                        // Relaxed: a hint.
+                        batch.len.store(entries.len(), Ordering::Relaxed);
                     });
-                    batch.len.store(0, Ordering::Relaxed); // Relaxed: a hint.
                 }
                 // Release: the owner that reads this sees the entries we emptied.
                 batch.taken.store(false, Ordering::Release);
             }
         }
         all.retain(|b| !(b.abandoned.load(Ordering::SeqCst) && b.len.load(Ordering::SeqCst) == 0));
+        left
     }
 }

@@ -270,6 +270,77 @@ impl<E: WheelEntry> CompactWheel<E> {
         self.len -= due.len() - before;
     }
 
+    /// [`advance`](Self::advance) that moves at most `most` entries (returned or cascaded),
+    /// for a caller that must not run long: `true` when it reached `now`. It takes the
+    /// ready entries and level-0 buckets a part at a time (their entries are all due at one
+    /// tick, so the rest may wait where they are), and stops before a coarser bucket or the
+    /// overflow whose entries would take it past `most` (a cascade moves them all at once).
+    /// The wheel's time then stays where the last bucket emptied left it, at most `now`:
+    /// every entry is still before it only if due and waiting in `ready`, and the next
+    /// advance goes on from there.
+    pub(crate) fn advance_within(&mut self, now: u64, most: usize, due: &mut Vec<E>) -> bool {
+        debug_assert!(now >= self.time, "time went back: {now} < {}", self.time);
+        let now = now.max(self.time);
+        let before = due.len();
+        let reached = self.advance_some(now, most, due);
+        self.len -= due.len() - before;
+        reached
+    }
+
+    fn advance_some(&mut self, now: u64, most: usize, due: &mut Vec<E>) -> bool {
+        let mut left = most;
+        // From the end: what stays is not moved.
+        let take = left.min(self.ready.len());
+        due.extend(self.ready.drain(self.ready.len() - take..));
+        left -= take;
+        if !self.ready.is_empty() {
+            return false;
+        }
+        while let Some(earliest) = self.earliest() {
+            match earliest {
+                Earliest::Bucket { start, .. } | Earliest::Overflow { start } if start > now => {
+                    break
+                }
+                Earliest::Bucket {
+                    level: 0,
+                    bucket,
+                    start,
+                } => {
+                    let entries = &mut self.buckets[bucket].entries;
+                    if entries.len() > left {
+                        // All due at `start`: a part now, the rest where it is (after the
+                        // wheel's time, which stays before `start`).
+                        due.extend(entries.drain(entries.len() - left..));
+                        return false;
+                    }
+                    left -= entries.len();
+                    self.empty_bucket(0, bucket, start, now, due);
+                }
+                Earliest::Bucket {
+                    level,
+                    bucket,
+                    start,
+                } => {
+                    if self.buckets[level * BUCKETS + bucket].entries.len() > left {
+                        return false;
+                    }
+                    left -= self.buckets[level * BUCKETS + bucket].entries.len();
+                    self.empty_bucket(level, bucket, start, now, due);
+                }
+                Earliest::Overflow { start } => {
+                    if self.overflow.len() > left {
+                        return false;
+                    }
+                    left -= self.overflow.len();
+                    self.refile_overflow(start, now, due);
+                }
+            }
+        }
+        // As in `advance`: nothing left starts at or before `now`.
+        self.time = now;
+        true
+    }
+
     /// The earliest tick at which `advance` returns something: exact (the earliest filed
     /// tick, or the wheel's time when an entry filed at or before it waits); `None` when
     /// empty.

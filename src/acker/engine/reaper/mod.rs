@@ -44,23 +44,46 @@
 //! caller first moves the published tick to the next one (a CAS: only one caller claims a
 //! lateness), and after its pass to the wheel's next due tick, so while the thread stays
 //! starved callers help when timers are due, not at every call. A push that wakes the idle
-//! thread publishes its own tick, as a timer that has just ended. A caller's pass does the
-//! timers only (collect, file, fire, deliver): the upkeep (migrations, shrinking, freeing,
-//! giving memory back) waits for the thread, off the caller's path. A pass may run beside
+//! thread publishes its own tick, as a timer that has just ended. A pass may run beside
 //! another one (a manual acker's `expire` beside its driver does the same): the wheel is
 //! under its lock, moves and promotions are the operations' own protocols, and each
 //! timed-out tree is taken by one CAS.
+//!
+//! ## A caller's pass
+//!
+//! The caller is a task on a runtime's worker, and starting a tree must not wait on other
+//! work (the async acker's `track` promises never to), so its pass is bounded:
+//!
+//! * **Nothing that waits.** It takes the wheel's lock with `try_lock`: a pass under way
+//!   (the thread's after all, a manual `expire`) does this one's work. It leaves a
+//!   re-anchoring (a walk of every table that waits for every thread,
+//!   [`anchor`](crate::acker::engine::anchor)) to the thread, and runs nothing once
+//!   shutdown has closed the callback, so no pass runs after `shutdown` returned.
+//! * **Its timers only**: no sweep of the wheel, no migration, shrink or freeing of retired
+//!   generations, no pruning and no giving memory back: the upkeep waits for the thread.
+//! * **A bounded batch.** It files at most [`CALLER_ENTRIES`] of the entries handed off (the
+//!   batches' takeover, with its heavy fence, is the thread's), and its advance of the wheel
+//!   moves at most [`CALLER_GROUPS`] groups
+//!   ([`advance_within`](crate::acker::timers::wheel::CompactWheel::advance_within)): at
+//!   most `CALLER_GROUPS` × [`GROUP_SLOTS`] timeouts delivered on the caller (a million
+//!   trees that share a deadline are a million wake-ups: the caller wakes a few dozen). What
+//!   it leaves stays where it was, due, and the published tick says "late" at once, so the
+//!   next caller takes the next batch until the thread runs.
+//!
+//! Each such pass is counted with the longest one
+//! ([`AckerStats::caller_passes`](crate::AckerStats::caller_passes)).
 
 pub(in crate::acker) mod wheel;
 
 use wheel::{file, Wheel};
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::time::Duration;
+use std::sync::TryLockError;
+use std::time::{Duration, Instant};
 
 use super::anchor::REANCHOR_AFTER;
 use super::{tag_of, Engine};
-use crate::acker::table::{Effects, Expiry, Judge, GROUP_SLOTS};
+use crate::acker::table::{Completed, Effects, Expiry, Judge, Table, GROUP_SLOTS};
 use crate::acker::threads::{trim, Entry};
 use crate::acker::timers::groups::{GroupAt, GroupTimer};
 use crate::acker::timers::ticks::{full_near, Tick};
@@ -74,106 +97,127 @@ pub(super) struct Pass {
     pub delivered: usize,
     /// Any entry collected, filed, due or dropped.
     pub worked: bool,
+    /// A caller's pass: work left that its bounds kept it from (entries handed off, groups
+    /// due), for the next pass.
+    pub left: bool,
+    /// It ran: a caller's pass gives way to a re-anchoring, to another pass under way and
+    /// to shutdown.
+    pub ran: bool,
 }
+
+/// Who runs a pass, and so how much of it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Runner {
+    /// The reaper thread, or a manual acker's driver or `expire`: the whole pass.
+    /// `everything`: take every batch's entries (manual mode, where the caller's own batch
+    /// is one of them).
+    Reaper { everything: bool },
+    /// A caller running a late reaper's pass: its timers only, within bounds (module docs,
+    /// "A caller's pass").
+    Caller,
+}
+
+/// The most entries a caller's pass takes from the reaper's inbox and quiet batches
+/// (module docs, "A caller's pass").
+const CALLER_ENTRIES: usize = 256;
+
+/// The most groups a caller's pass looks at (each of [`GROUP_SLOTS`] slots, so at most
+/// that many timeouts each), and the most entries its advance of the wheel moves.
+const CALLER_GROUPS: usize = 32;
 
 /// One pass at the clock's time (module docs). `everything`: take every batch's entries
 /// (manual mode, where the caller's own batch is one of them).
 pub(super) fn run_once<T: Send + 'static>(engine: &Engine<T>, everything: bool) -> Pass {
-    pass(engine, everything, true)
+    pass(engine, Runner::Reaper { everything })
 }
 
-/// [`run_once`]; without `upkeep`, only its timers (collect, file, fire, deliver): no
-/// migration, shrink or freeing of retired generations, no pruning and no giving memory
-/// back, which a caller that runs a late reaper's pass leaves to the thread ("A late
-/// reaper").
-fn pass<T: Send + 'static>(engine: &Engine<T>, everything: bool, upkeep: bool) -> Pass {
+/// A pass (module docs): the whole of it for the reaper; for a caller, only its timers and
+/// within bounds, and nothing once shutdown has closed the callback.
+fn pass<T: Send + 'static>(engine: &Engine<T>, runner: Runner) -> Pass {
+    let caller = runner == Runner::Caller;
     let active = engine.threads.enter();
-    let mut timed_out = Vec::new();
     let mut pass = Pass::default();
+    if caller && !active.open {
+        // Shutdown has closed the callback, and takes back what is live: a pass now could
+        // run after `shutdown` returned. (A caller's pass whose operation found it open
+        // ends before shutdown drops the callback, which waits for it.)
+        return pass;
+    }
+    let mut timed_out = Vec::new();
     // Deadlines are judged on the clock's own tick, so that a clock that stepped back
     // times out nothing before its deadline as read on that clock; the wheel's time (the
     // anchor's), which files and advances the group timers, never goes back. (While the
     // clock is behind it, a group it judges not yet due is looked at again each pass.)
     let clock = engine.ticks.full(engine.clock.now());
     // The anchor first ([`anchor`](crate::acker::engine::anchor)), outside the wheel's
-    // lock: after a stall, a re-anchoring.
+    // lock: after a stall, a re-anchoring, which walks every table: the thread's work.
+    if caller && engine.needs_reanchoring(clock) {
+        return pass;
+    }
     engine.advance_anchor(clock);
     // The sweep's bound ([`wheel`], "Dead entries"), read outside the wheel's lock.
-    let groups_in_use = engine.groups_in_use();
+    let live = match runner {
+        Runner::Reaper { .. } => engine.pending().min(engine.groups_in_use()),
+        Runner::Caller => 0, // no sweeps
+    };
     {
-        let mut wheel = engine.reaper.lock().unwrap_or_else(|e| e.into_inner());
+        let mut wheel = match runner {
+            Runner::Reaper { .. } => engine.reaper.lock().unwrap_or_else(|e| e.into_inner()),
+            Runner::Caller => match engine.reaper.try_lock() {
+                Ok(wheel) => wheel,
+                Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+                // Another pass is under way (the thread's after all, or a manual
+                // `expire`): it does this one's work.
+                Err(TryLockError::WouldBlock) => return pass,
+            },
+        };
         let wheel = &mut *wheel;
+        pass.ran = true;
         let anchor = engine.anchor();
         let now = anchor.max(wheel.now);
         wheel.now = now;
         wheel.clock = clock;
-        let now32 = now as Tick;
         let mut collected = std::mem::take(&mut wheel.collected);
-        engine.threads.collect(now32, everything, &mut collected);
+        match runner {
+            Runner::Reaper { everything } => {
+                engine
+                    .threads
+                    .collect(now as Tick, everything, &mut collected);
+            }
+            Runner::Caller => {
+                pass.left |= engine.threads.collect_within(
+                    now as Tick,
+                    false,
+                    CALLER_ENTRIES,
+                    &mut collected,
+                );
+            }
+        }
         pass.worked |= !collected.is_empty();
         // Before filing: a growth's hand-off files every moved group again, and the dead
         // entries of the generations it left are best gone before the wheel's vectors
         // grow for the new ones.
-        let live = engine.pending().min(groups_in_use);
-        pass.worked |= wheel.sweep_if_crowded(engine, live);
+        if !caller {
+            pass.worked |= wheel.sweep_if_crowded(engine, live);
+        }
         for entry in collected.drain(..) {
             file(engine, wheel, entry);
         }
         wheel.collected = collected;
         let mut due = std::mem::take(&mut wheel.due);
         let before = wheel.buckets.len();
-        wheel.buckets.advance(now, &mut due);
+        match runner {
+            Runner::Reaper { .. } => wheel.buckets.advance(now, &mut due),
+            Runner::Caller => {
+                pass.left |= !wheel.buckets.advance_within(now, CALLER_GROUPS, &mut due);
+            }
+        }
         // The entries come due are no longer there to defer an idle sweep.
         wheel.kept = wheel.kept.saturating_sub(before - wheel.buckets.len());
         pass.worked |= !due.is_empty();
+        let judge = Judge { anchor, clock };
         for timer in due.drain(..) {
-            let entry = Entry {
-                slot: timer.first,
-                tag: timer.gen,
-            };
-            let Some((table, roots, first)) = engine.locate(&entry) else {
-                continue; // an older generation's: its roots moved, with timers of their own
-            };
-            // Every slot of the group: the earliest deadline left decides the next look.
-            let mut earliest = None;
-            for slot in first..first + GROUP_SLOTS {
-                let Some(key) = roots.key_in(slot) else {
-                    continue;
-                };
-                let mut done = Effects::default();
-                let tag = tag_of(key.tag(), roots.gen());
-                let judge = Judge { anchor, clock };
-                let next = match roots.expire_keeping(slot, tag, judge, &mut done) {
-                    Expiry::Gone => None,
-                    Expiry::Dropped => {
-                        // Relaxed: a statistic.
-                        engine
-                            .counters()
-                            .orphans_expired
-                            .fetch_add(1, Ordering::Relaxed);
-                        None
-                    }
-                    Expiry::TimedOut => {
-                        if let Some(completed) = done.take() {
-                            timed_out.push((table, roots, completed));
-                        }
-                        None
-                    }
-                    Expiry::NotDue(deadline) => Some(wheel.full(deadline)),
-                    Expiry::Joining => Some(now + 1),
-                };
-                if let Some(next) = next {
-                    earliest = Some(earliest.map_or(next, |e: u64| e.min(next)));
-                }
-            }
-            let at = GroupAt {
-                table,
-                gen: roots.gen(),
-                groups: roots.groups(),
-                group: first / GROUP_SLOTS,
-            };
-            let decision = wheel.filed.refile(at, now, earliest, |t| full_near(now, t));
-            wheel.push(decision, timer);
+            look_at_group(engine, wheel, timer, judge, &mut timed_out);
         }
         wheel.due = due;
         // A burst (a million trees handed over at once) must not keep its scratch space.
@@ -188,16 +232,24 @@ fn pass<T: Send + 'static>(engine: &Engine<T>, everything: bool, upkeep: bool) -
         // Entries of trees completed after their hand-off, and of groups that moved to a
         // successor, wait for their deadlines; once they crowd the wheel, a sweep drops
         // them ([`wheel`], "Dead entries").
-        pass.worked |= wheel.sweep_if_crowded(engine, live);
+        if !caller {
+            pass.worked |= wheel.sweep_if_crowded(engine, live);
+        }
     }
 
+    pass.delivered = timed_out.len();
+    if caller {
+        // Its timers only: the upkeep waits for the thread ("A late reaper").
+        engine.deliver_timeouts(timed_out, clock, active.open);
+        return pass;
+    }
     // Outside the lock: `on_complete` may call back into the acker, even `expire`.
     let now = engine.reaper.lock().unwrap_or_else(|e| e.into_inner()).now;
     // Migrations, shrinking, retired generations
     // ([`generations`](crate::acker::engine::generations)); outside the wheel's lock, as
     // moving entries files timers and may complete trees.
-    let released = if upkeep {
-        pass.worked |= engine.housekeeping(now, active.open);
+    pass.worked |= engine.housekeeping(now, active.open);
+    let released = {
         // The filed ticks of generations that left their tables' chains, this pass's
         // promotions included: the pass that shrinks a burst's tables may be the last for
         // a long time, and a large generation's ticks are 4 B a group.
@@ -207,16 +259,10 @@ fn pass<T: Send + 'static>(engine: &Engine<T>, everything: bool, upkeep: bool) -
             engine.prune_filed(table, &mut wheel.filed);
         }
         wheel.released += before.saturating_sub(wheel.filed.heap_bytes());
-        Some(std::mem::take(&mut wheel.released))
-    } else {
-        None
+        std::mem::take(&mut wheel.released)
     };
-    pass.delivered = timed_out.len();
     engine.deliver_timeouts(timed_out, clock, active.open);
     drop(active);
-    let Some(released) = released else {
-        return pass;
-    };
     // Out of the operation: the generations this pass retired wait for no one but other
     // threads now (the pass itself was one of those their grace periods waited for).
     engine.free_retired();
@@ -230,6 +276,64 @@ fn pass<T: Send + 'static>(engine: &Engine<T>, everything: bool, upkeep: bool) -
             .released += kept;
     }
     pass
+}
+
+/// Looks at every slot of a group come due (module docs, "A pass", 3): its timeouts join
+/// `timed_out`, and the group is filed again at the earliest deadline left, if any.
+fn look_at_group<'e, T: Send + 'static>(
+    engine: &'e Engine<T>,
+    wheel: &mut Wheel,
+    timer: GroupTimer,
+    judge: Judge,
+    timed_out: &mut Vec<(usize, &'e Table<T>, Completed)>,
+) {
+    let now = wheel.now;
+    let entry = Entry {
+        slot: timer.first,
+        tag: timer.gen,
+    };
+    let Some((table, roots, first)) = engine.locate(&entry) else {
+        return; // an older generation's: its roots moved, with timers of their own
+    };
+    // Every slot of the group: the earliest deadline left decides the next look.
+    let mut earliest = None;
+    for slot in first..first + GROUP_SLOTS {
+        let Some(key) = roots.key_in(slot) else {
+            continue;
+        };
+        let mut done = Effects::default();
+        let tag = tag_of(key.tag(), roots.gen());
+        let next = match roots.expire_keeping(slot, tag, judge, &mut done) {
+            Expiry::Gone => None,
+            Expiry::Dropped => {
+                // Relaxed: a statistic.
+                engine
+                    .counters()
+                    .orphans_expired
+                    .fetch_add(1, Ordering::Relaxed);
+                None
+            }
+            Expiry::TimedOut => {
+                if let Some(completed) = done.take() {
+                    timed_out.push((table, roots, completed));
+                }
+                None
+            }
+            Expiry::NotDue(deadline) => Some(wheel.full(deadline)),
+            Expiry::Joining => Some(now + 1),
+        };
+        if let Some(next) = next {
+            earliest = Some(earliest.map_or(next, |e: u64| e.min(next)));
+        }
+    }
+    let at = GroupAt {
+        table,
+        gen: roots.gen(),
+        groups: roots.groups(),
+        group: first / GROUP_SLOTS,
+    };
+    let decision = wheel.filed.refile(at, now, earliest, |t| full_near(now, t));
+    wheel.push(decision, timer);
 }
 
 /// [`Engine::reaper_wakes_at`] while the reaper thread is not asleep on its timer: running,
@@ -249,8 +353,9 @@ fn late_after(shift: u32) -> u64 {
 }
 
 /// Runs the pass the reaper thread is late for (module docs, "A late reaper"), on this
-/// caller: `true` when it did. Cheap when the thread is not late: a load, and the caller's
-/// tick if the thread sleeps on a timer.
+/// caller, within a caller's bounds ("A caller's pass"): `true` when it ran one. Cheap
+/// when the thread is not late: a load, and the caller's tick if the thread sleeps on a
+/// timer.
 pub(super) fn help_if_late<T: Send + 'static>(engine: &Engine<T>) -> bool {
     let wakes_at = engine.reaper_wakes_at.load(Ordering::SeqCst);
     if wakes_at == AWAKE {
@@ -276,30 +381,55 @@ pub(super) fn help_if_late<T: Send + 'static>(engine: &Engine<T>) -> bool {
         .reaper_wakes_at
         .compare_exchange(wakes_at, now + 1, Ordering::SeqCst, Ordering::SeqCst)
         .is_ok();
+    let mut ran = false;
     if claimed {
         // As the thread's loop: a panicking pass (a clock's) is counted, and loses nothing.
-        // Its timers only: the thread does the upkeep when it runs.
-        if catch_unwind(AssertUnwindSafe(|| pass(engine, false, false))).is_err() {
-            engine.reaper_panics.fetch_add(1, Ordering::SeqCst);
-        }
-        // Until the thread runs, the next help is due when the next timer is: the wheel's
-        // next due tick, or the next tick while batches hold entries; none with neither
-        // (a push that finds the thread idle publishes its tick then, `Engine::wake_reaper`).
-        let next = {
-            let wheel = engine.reaper.lock().unwrap_or_else(|e| e.into_inner());
-            if engine.threads.waiting() {
-                Some(wheel.now + 1)
-            } else {
-                wheel.buckets.next_due()
+        // Timed on the monotonic clock whatever the acker's is: what a server exports is
+        // how long its caller was held.
+        let started = Instant::now();
+        let left;
+        (ran, left) = match catch_unwind(AssertUnwindSafe(|| pass(engine, Runner::Caller))) {
+            Ok(pass) => (pass.ran, pass.left),
+            Err(_) => {
+                engine.reaper_panics.fetch_add(1, Ordering::SeqCst);
+                (true, false)
             }
         };
-        let next = next.map_or(AWAKE, |next| next.max(now + 1));
-        let _ = engine.reaper_wakes_at.compare_exchange(
-            now + 1,
-            next,
-            Ordering::SeqCst,
-            Ordering::SeqCst,
-        );
+        if ran {
+            let took = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+            // Relaxed (both): statistics.
+            engine.caller_passes.fetch_add(1, Ordering::Relaxed);
+            engine
+                .caller_pass_longest
+                .fetch_max(took, Ordering::Relaxed);
+        }
+        // Until the thread runs, the next help is due when the next timer is: at once
+        // (for the next caller) when this one left work; else the wheel's next due tick,
+        // or the next tick while batches hold entries; none with neither (a push that
+        // finds the thread idle publishes its tick then, `Engine::wake_reaper`).
+        let late = late_after(engine.ticks.shift);
+        let next = if left {
+            Some(Some(now.saturating_sub(late)))
+        } else {
+            // Not waited for: a pass under way (the thread's, which publishes its own
+            // tick) leaves the claim's.
+            engine.reaper.try_lock().ok().map(|wheel| {
+                if engine.threads.waiting() {
+                    Some(wheel.now + 1)
+                } else {
+                    wheel.buckets.next_due()
+                }
+                .map(|next| next.max(now + 1))
+            })
+        };
+        if let Some(next) = next {
+            let _ = engine.reaper_wakes_at.compare_exchange(
+                now + 1,
+                next.unwrap_or(AWAKE),
+                Ordering::SeqCst,
+                Ordering::SeqCst,
+            );
+        }
     }
     engine.helping.store(false, Ordering::SeqCst);
     if claimed {
@@ -308,7 +438,7 @@ pub(super) fn help_if_late<T: Send + 'static>(engine: &Engine<T>) -> bool {
             thread.unpark();
         }
     }
-    claimed
+    ran
 }
 
 /// Starts the reaper thread; `handle` keeps its join handle.
@@ -348,10 +478,10 @@ pub(super) enum Wait {
 /// tick or housekeeping's next work, or until woken when neither has any.
 pub(super) fn next_wait<T: Send + 'static>(engine: &Engine<T>) -> Wait {
     let (waiting_in_batches, next_due, now) = {
-        let wheel = engine.reaper.lock().unwrap_or_else(|e| e.into_inner());
+        let mut wheel = engine.reaper.lock().unwrap_or_else(|e| e.into_inner());
         // Dead entries with nothing pending: the next tick's pass sweeps them, rather than
         // their deadlines ([`wheel`], "Dead entries").
-        let next_due = if wheel.idle_sweep_due(engine.pending()) {
+        let next_due = if wheel.ask_idle_sweep(engine.pending()) {
             Some(wheel.now + 1)
         } else {
             wheel.buckets.next_due()
@@ -474,7 +604,9 @@ fn wait_nanos(start: u64, now: u64, most: u64) -> Option<u64> {
 
 #[cfg(test)]
 mod tests {
-    use super::{late_after, wait_nanos, AWAKE};
+    use super::{late_after, wait_nanos, AWAKE, CALLER_GROUPS};
+    use crate::acker::engine::driver::Next;
+    use crate::acker::table::GROUP_SLOTS;
     use crate::sync::Ordering::SeqCst;
     use crate::{Acker, Clock, Completion, ManualClock, Outcome};
     use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -604,6 +736,180 @@ mod tests {
             std::thread::sleep(MS);
         }
         assert!(acker.ack(1, 0b1));
+    }
+
+    /// A manual acker on a manual clock whose timeouts are logged, with `trees` trees
+    /// sharing one 10 ms deadline, filed by a pass, and the clock 50 ms on: every tree
+    /// due, and a reaper thread (as the test sets it) asleep on a timer two ticks ago.
+    fn overdue(trees: u64) -> (ManualClock, Acker<u32>, Arc<Mutex<Vec<u64>>>) {
+        let clock = ManualClock::new(0);
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let sink = Arc::clone(&log);
+        let acker: Acker<u32> = Acker::builder()
+            .timeout(10 * MS)
+            .resolution(MS)
+            .clock(clock.clone())
+            .on_complete(move |c: Completion<u32>| {
+                assert_eq!(c.outcome, Outcome::TimedOut);
+                sink.lock().unwrap().push(c.root);
+            })
+            .build_manual()
+            .unwrap();
+        for root in 1..=trees {
+            acker.init(root, 0b1, 0).unwrap();
+        }
+        assert_eq!(acker.expire(), 0, "filed, not due");
+        clock.advance(50 * MS);
+        late(&clock, &acker);
+        (clock, acker, log)
+    }
+
+    /// Publishes a reaper thread asleep on a timer two ticks before the clock's tick.
+    fn late(clock: &ManualClock, acker: &Acker<u32>) {
+        let engine = acker.engine();
+        let now = engine.ticks.full(clock.now());
+        engine.reaper_wakes_at.store(now - 2, SeqCst);
+    }
+
+    /// A late reaper's pass run by a caller times out a bounded batch (a few dozen groups),
+    /// not every tree due: the next caller takes the next batch at once, and a full pass
+    /// the rest. Every tree times out once.
+    #[test]
+    fn a_callers_pass_times_out_a_bounded_batch_and_the_next_caller_the_next() {
+        let (_clock, acker, log) = overdue(4000);
+        let most = CALLER_GROUPS * GROUP_SLOTS;
+        assert!(acker.help_late_reaper(), "no pass run");
+        let first = log.lock().unwrap().len();
+        assert!(
+            (1..=most).contains(&first),
+            "a caller's pass timed out {first} trees, more than {most}"
+        );
+        // Left due: the next caller helps at once.
+        assert!(acker.help_late_reaper(), "the next caller did not help");
+        let second = log.lock().unwrap().len() - first;
+        assert!((1..=most).contains(&second), "then {second}");
+        assert!(acker.stats().caller_passes == 2);
+        // The thread's (here a manual) pass: all the rest.
+        assert_eq!(acker.expire() + first + second, 4000);
+        let mut roots = log.lock().unwrap().clone();
+        roots.sort_unstable();
+        roots.dedup();
+        assert_eq!(roots.len(), 4000, "a tree timed out twice, or not at all");
+        assert_eq!(acker.pending(), 0);
+    }
+
+    /// A caller whose pass finds the wheel held (the thread's pass under way, after all)
+    /// returns at once: its pass does not run, and nothing waits.
+    #[test]
+    fn a_callers_pass_does_not_wait_for_the_wheel() {
+        let (_clock, acker, log) = overdue(10);
+        let acker = Arc::new(acker);
+        let held = acker.engine().reaper.lock().unwrap();
+        let (sent, returned) = std::sync::mpsc::channel();
+        let caller = {
+            let acker = Arc::clone(&acker);
+            std::thread::spawn(move || sent.send(acker.help_late_reaper()).unwrap())
+        };
+        let helped = returned.recv_timeout(Duration::from_secs(10));
+        drop(held);
+        caller.join().unwrap();
+        assert_eq!(helped, Ok(false), "the caller waited for the wheel");
+        assert!(log.lock().unwrap().is_empty());
+        assert_eq!(acker.stats().caller_passes, 0);
+    }
+
+    /// After a stall of 2^30 ticks a pass re-anchors, walking every table while every
+    /// other thread waits: a caller leaves that to the thread.
+    #[test]
+    fn a_callers_pass_leaves_a_re_anchoring_to_the_thread() {
+        let (clock, acker, log) = overdue(10);
+        clock.advance(MS * (1 << 30));
+        late(&clock, &acker);
+        assert!(
+            !acker.help_late_reaper(),
+            "a caller ran a re-anchoring pass"
+        );
+        assert_eq!(acker.reanchorings(), 0);
+        assert!(log.lock().unwrap().is_empty());
+        // The thread's pass does it, and the timeouts.
+        assert_eq!(acker.expire(), 10);
+        assert_eq!(acker.reanchorings(), 1);
+    }
+
+    /// A caller's pass does not sweep the wheel's dead entries (the thread's upkeep), even
+    /// with nothing pending, where the thread's pass would sweep them all.
+    #[test]
+    fn a_callers_pass_leaves_the_sweeps_to_the_thread() {
+        let clock = ManualClock::new(0);
+        let acker: Acker<u32> = Acker::builder()
+            .timeout(Duration::from_secs(10))
+            .resolution(MS)
+            .clock(clock.clone())
+            .build_manual()
+            .unwrap();
+        for root in 1..=200 {
+            acker.init(root, 0b1, 0).unwrap();
+        }
+        acker.expire();
+        for root in 1..=200 {
+            assert!(acker.ack(root, 0b1));
+        }
+        let engine = acker.engine();
+        let dead = engine.scheduled_timers();
+        assert!(dead > 0);
+        clock.advance(5 * MS);
+        late(&clock, &acker);
+        assert!(acker.help_late_reaper());
+        assert_eq!(engine.scheduled_timers(), dead, "a caller's pass swept");
+        acker.expire();
+        assert_eq!(engine.scheduled_timers(), 0, "the thread's pass did not");
+    }
+
+    /// The counters a server exports: passes run by callers, and the longest.
+    #[test]
+    fn callers_passes_are_counted_with_the_longest() {
+        let (_clock, acker, _log) = overdue(100);
+        assert_eq!(acker.stats().caller_passes, 0);
+        assert_eq!(acker.stats().caller_pass_longest, Duration::ZERO);
+        assert!(acker.help_late_reaper());
+        let stats = acker.stats();
+        assert_eq!(stats.caller_passes, 1);
+        assert!(stats.caller_pass_longest > Duration::ZERO);
+        assert!(stats.to_string().contains("caller passes 1"), "{stats}");
+    }
+
+    /// Trees that come and go between a pass and the sleep decision after it (pending read
+    /// as one in the pass, as none after) with dead entries in the wheel: the reaper comes
+    /// back a tick later for an idle sweep once, not after every pass (a wake-up every
+    /// tick).
+    #[test]
+    fn trees_that_come_and_go_do_not_wake_the_reaper_every_tick() {
+        let clock = ManualClock::new(0);
+        let acker: Acker<u32> = Acker::builder()
+            .timeout(Duration::from_secs(10))
+            .resolution(MS)
+            .clock(clock.clone())
+            .build_manual()
+            .unwrap();
+        let engine = acker.engine();
+        let mut next_tick_passes = 0;
+        for root in 1..=20 {
+            acker.init(root, 0b1, 0).unwrap();
+            acker.expire(); // reads it pending, files it
+            assert!(acker.ack(root, 0b1)); // its entry now dead
+            let tick = engine.ticks.full(clock.now());
+            match engine.next_pass() {
+                Next::At(at) if at == engine.tick_start(tick + 1) => next_tick_passes += 1,
+                Next::At(at) => assert!(at > engine.tick_start(tick + 1000), "{at}"),
+                other => panic!("{other:?}"),
+            }
+            engine.unidle();
+            clock.advance(MS);
+        }
+        assert!(
+            next_tick_passes <= 1,
+            "the reaper came back the next tick {next_tick_passes} times in 20"
+        );
     }
 
     const TICK: u64 = 1 << 20;

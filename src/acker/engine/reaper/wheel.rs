@@ -24,12 +24,15 @@
 //! such passes come soon: the reaper looks at the load ten times a second while a table is
 //! above its smallest size ([`growth`](crate::acker::engine::growth)), and a reaper about
 //! to sleep that reads nothing pending with entries unswept comes back a tick later for
-//! that pass. (Completions do not wake the reaper, which would cost each a check: trees
-//! that complete while it sleeps until a far deadline, in tables at their smallest, leave
-//! their entries to the next pass, at most the slack.) A sweep keeps every group that
-//! holds a root, and `pending` may read low while credits move, so an idle sweep may keep
-//! some: the next one waits until an eighth more were filed, and each entry is still swept
-//! at O(1) amortized.
+//! that pass. It does so once per sweep ([`Wheel::ask_idle_sweep`]): trees that come and
+//! go between the pass's reading of `pending` and its own may be pending again at the pass
+//! it comes back for, which then sweeps nothing, and asking after every pass would make
+//! that a wake-up every tick. (Completions do not wake the reaper, which would cost each a
+//! check: trees that complete while it sleeps until a far deadline, in tables at their
+//! smallest, leave their entries to the next pass, at most the slack.) A sweep keeps every
+//! group that holds a root, and `pending` may read low while credits move, so an idle
+//! sweep may keep some: the next one waits until an eighth more were filed, and each entry
+//! is still swept at O(1) amortized.
 
 use crate::acker::engine::{Engine, GEN_MASK};
 use crate::acker::table::GROUP_SLOTS;
@@ -59,6 +62,9 @@ pub(in crate::acker::engine) struct Wheel {
     /// The entries the last sweep kept with nothing pending, less those that came due since
     /// (module docs, "Dead entries").
     pub(super) kept: usize,
+    /// A reaper about to sleep has come back a tick later for an idle sweep since the last
+    /// sweep (module docs, "Dead entries"): once per sweep.
+    idle_sweep_asked: bool,
 }
 
 impl Wheel {
@@ -72,6 +78,7 @@ impl Wheel {
             due: Vec::new(),
             released: 0,
             kept: 0,
+            idle_sweep_asked: false,
         }
     }
 
@@ -135,7 +142,19 @@ impl Wheel {
         // What a sweep with roots pending keeps may die before the next pass: only an idle
         // sweep's survivors defer the next idle sweep.
         self.kept = if live == 0 { self.buckets.len() } else { 0 };
+        self.idle_sweep_asked = false;
         self.buckets.len() < len
+    }
+
+    /// A reaper about to sleep, which reads `pending` now: whether to come back at the next
+    /// tick for an idle sweep ([`idle_sweep_due`](Self::idle_sweep_due)). Once per sweep
+    /// (module docs, "Dead entries").
+    pub(super) fn ask_idle_sweep(&mut self, pending: usize) -> bool {
+        if self.idle_sweep_asked || !self.idle_sweep_due(pending) {
+            return false;
+        }
+        self.idle_sweep_asked = true;
+        true
     }
 
     /// With `live` (a bound on the live entries) at 0, whether the wheel holds an eighth

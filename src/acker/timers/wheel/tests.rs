@@ -169,6 +169,96 @@ fn entries_come_out_at_their_tick_once() {
     check_against_model(12, u64::MAX - (1 << 41) - 77, 20_000);
 }
 
+/// A bounded advance ([`CompactWheel::advance_within`]) against the model, with pushes
+/// between: no call returns more than its budget, an entry comes out only once its tick
+/// has come and only once, a call that says it reached `now` has returned everything due
+/// by then, and what bounded calls leave the next full advance returns.
+fn check_bounded_against_model(seed: u64, steps: usize) {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut wheel = CompactWheel::<Lending>::new(0);
+    let mut model: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
+    let mut ticks: HashMap<u64, u64> = HashMap::new();
+    let mut time = 0;
+    let mut next_id = 0u64;
+    let mut due = Vec::new();
+    let mut partial = 0;
+    for step in 0..steps {
+        if rng.random_bool(0.6) {
+            // Bursts at one tick now and then, larger than any budget.
+            let burst = if rng.random_bool(0.05) { 300 } else { 1 };
+            let tick = random_tick(&mut rng, time);
+            for _ in 0..rng.random_range(1..8) * burst {
+                wheel.push(tick, Lending(next_id));
+                model.entry(tick).or_default().push(next_id);
+                ticks.insert(next_id, tick);
+                next_id += 1;
+            }
+            continue;
+        }
+        let now = random_now(&mut rng, time, model.keys().next().copied());
+        for _ in 0..rng.random_range(1..6) {
+            let most = rng.random_range(0..100);
+            let reached = wheel.advance_within(now, most, &mut due);
+            assert!(
+                due.len() <= most,
+                "seed {seed} step {step}: {} > {most}",
+                due.len()
+            );
+            for entry in due.drain(..) {
+                assert_eq!(entry.spare(), 0, "{entry:?} came out with the wheel's bits");
+                let tick = ticks.remove(&entry.0).expect("out twice, or never in");
+                assert!(tick <= now, "seed {seed} step {step}: {tick} out at {now}");
+                let at = model.get_mut(&tick).unwrap();
+                at.retain(|&id| id != entry.0);
+                if at.is_empty() {
+                    model.remove(&tick);
+                }
+            }
+            if reached {
+                assert!(
+                    model.keys().next().map_or(true, |&t| t > now),
+                    "seed {seed} step {step}: reached {now} with {:?} left",
+                    model.keys().next()
+                );
+                break;
+            }
+            partial += 1;
+        }
+        // The reaper thread's pass: everything due.
+        if rng.random_bool(0.5) {
+            wheel.advance(now, &mut due);
+            let mut ids: Vec<u64> = due.drain(..).map(|e| e.0).collect();
+            ids.sort_unstable();
+            for id in &ids {
+                ticks.remove(id);
+            }
+            assert_eq!(ids, model_due(&mut model, now), "seed {seed} step {step}");
+        }
+        time = now;
+        assert_eq!(wheel.len(), ticks.len(), "seed {seed} step {step}: len");
+    }
+    assert!(
+        partial > 100,
+        "seed {seed}: only {partial} bounded advances stopped short"
+    );
+    wheel.advance(u64::MAX, &mut due);
+    let mut ids: Vec<u64> = due.drain(..).map(|e| e.0).collect();
+    ids.sort_unstable();
+    assert_eq!(
+        ids,
+        model_due(&mut model, u64::MAX),
+        "seed {seed}: the rest"
+    );
+    assert_eq!(wheel.len(), 0);
+}
+
+#[test]
+fn a_bounded_advance_returns_at_most_its_budget_and_loses_nothing() {
+    for seed in 0..4 {
+        check_bounded_against_model(seed, 20_000);
+    }
+}
+
 #[test]
 fn entries_at_level_boundaries() {
     // Each level's first and last tick as seen from an unaligned time, and the horizon.
