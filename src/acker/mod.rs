@@ -437,14 +437,24 @@ impl<T: Send + 'static> Acker<T> {
         self.engine().expire()
     }
 
-    /// Runs the timers of the reaper thread's pass here if the thread is late for it (its timer
-    /// 250 µs past, or a tick if that is longer, and it has not run: every core busy):
-    /// `true` when it did. The async acker calls it when it starts a tree: its completions
-    /// only wake tasks, fill a queue or drop a payload nobody awaits ([`engine::reaper`],
-    /// "A late reaper").
-    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
-    pub(crate) fn help_late_reaper(&self) -> bool {
+    /// Runs the timers of the reaper thread's pass here if the thread is late for it (its
+    /// timer 250 µs past, or a tick if that is longer, and it has not run: every core
+    /// busy), within a caller's bounds: `true` when it ran one. The async acker calls it
+    /// when it starts a tree: its completions only wake tasks, fill a queue or drop a
+    /// payload nobody awaits ([`engine::reaper`], "A late reaper"). Public for the loom
+    /// models.
+    #[doc(hidden)]
+    pub fn help_late_reaper(&self) -> bool {
         self.engine().help_late_reaper()
+    }
+
+    /// Publishes a reaper thread asleep on a timer set two ticks before the clock's tick
+    /// (late, as [`help_late_reaper`](Self::help_late_reaper) judges it), as the thread
+    /// publishes its timer: for tests and the loom models, on a manual acker, which has no
+    /// thread.
+    #[doc(hidden)]
+    pub fn pretend_reaper_late(&self) {
+        self.engine().pretend_reaper_late();
     }
 
     /// Reaper wake-ups that found nothing to do, since build: what an idle acker costs.

@@ -745,6 +745,13 @@ impl<T: Send + 'static> Engine<T> {
         reaper::help_if_late(self)
     }
 
+    /// [`Acker::pretend_reaper_late`](crate::Acker::pretend_reaper_late).
+    pub(super) fn pretend_reaper_late(&self) {
+        let now = self.ticks.full(self.clock.now());
+        self.reaper_wakes_at
+            .store(now.saturating_sub(2), Ordering::SeqCst);
+    }
+
     pub(super) fn set_reaper_thread(&self, thread: thread::Thread) {
         let _ = self.reaper_thread.set(thread);
     }

@@ -135,6 +135,9 @@ pub(super) fn run_once<T: Send + 'static>(engine: &Engine<T>, everything: bool) 
 /// within bounds, and nothing once shutdown has closed the callback.
 fn pass<T: Send + 'static>(engine: &Engine<T>, runner: Runner) -> Pass {
     let caller = runner == Runner::Caller;
+    // A caller's pass is timed on the monotonic clock whatever the acker's is: what a
+    // server exports is how long its caller was held.
+    let started = caller.then(Instant::now);
     let active = engine.threads.enter();
     let mut pass = Pass::default();
     if caller && !active.open {
@@ -238,9 +241,16 @@ fn pass<T: Send + 'static>(engine: &Engine<T>, runner: Runner) -> Pass {
     }
 
     pass.delivered = timed_out.len();
-    if caller {
+    if let Some(started) = started {
         // Its timers only: the upkeep waits for the thread ("A late reaper").
         engine.deliver_timeouts(timed_out, clock, active.open);
+        // Counted inside the operation, which shutdown waits for: no count after it.
+        let took = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        // Relaxed (both): statistics.
+        engine.caller_passes.fetch_add(1, Ordering::Relaxed);
+        engine
+            .caller_pass_longest
+            .fetch_max(took, Ordering::Relaxed);
         return pass;
     }
     // Outside the lock: `on_complete` may call back into the acker, even `expire`.
@@ -384,9 +394,6 @@ pub(super) fn help_if_late<T: Send + 'static>(engine: &Engine<T>) -> bool {
     let mut ran = false;
     if claimed {
         // As the thread's loop: a panicking pass (a clock's) is counted, and loses nothing.
-        // Timed on the monotonic clock whatever the acker's is: what a server exports is
-        // how long its caller was held.
-        let started = Instant::now();
         let left;
         (ran, left) = match catch_unwind(AssertUnwindSafe(|| pass(engine, Runner::Caller))) {
             Ok(pass) => (pass.ran, pass.left),
@@ -395,14 +402,6 @@ pub(super) fn help_if_late<T: Send + 'static>(engine: &Engine<T>) -> bool {
                 (true, false)
             }
         };
-        if ran {
-            let took = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
-            // Relaxed (both): statistics.
-            engine.caller_passes.fetch_add(1, Ordering::Relaxed);
-            engine
-                .caller_pass_longest
-                .fetch_max(took, Ordering::Relaxed);
-        }
         // Until the thread runs, the next help is due when the next timer is: at once
         // (for the next caller) when this one left work; else the wheel's next due tick,
         // or the next tick while batches hold entries; none with neither (a push that
@@ -760,16 +759,10 @@ mod tests {
         }
         assert_eq!(acker.expire(), 0, "filed, not due");
         clock.advance(50 * MS);
-        late(&clock, &acker);
+        acker.pretend_reaper_late();
         (clock, acker, log)
     }
 
-    /// Publishes a reaper thread asleep on a timer two ticks before the clock's tick.
-    fn late(clock: &ManualClock, acker: &Acker<u32>) {
-        let engine = acker.engine();
-        let now = engine.ticks.full(clock.now());
-        engine.reaper_wakes_at.store(now - 2, SeqCst);
-    }
 
     /// A late reaper's pass run by a caller times out a bounded batch (a few dozen groups),
     /// not every tree due: the next caller takes the next batch at once, and a full pass
@@ -824,7 +817,7 @@ mod tests {
     fn a_callers_pass_leaves_a_re_anchoring_to_the_thread() {
         let (clock, acker, log) = overdue(10);
         clock.advance(MS * (1 << 30));
-        late(&clock, &acker);
+        acker.pretend_reaper_late();
         assert!(
             !acker.help_late_reaper(),
             "a caller ran a re-anchoring pass"
@@ -858,7 +851,7 @@ mod tests {
         let dead = engine.scheduled_timers();
         assert!(dead > 0);
         clock.advance(5 * MS);
-        late(&clock, &acker);
+        acker.pretend_reaper_late();
         assert!(acker.help_late_reaper());
         assert_eq!(engine.scheduled_timers(), dead, "a caller's pass swept");
         acker.expire();
