@@ -112,7 +112,11 @@ fn shutdown_vs_a_callers_pass_runs_no_pass_after_it_returns() {
             passes,
             "a caller's pass ran after shutdown returned"
         );
-        assert_eq!(completions(&log), delivered, "delivered after shutdown returned");
+        assert_eq!(
+            completions(&log),
+            delivered,
+            "delivered after shutdown returned"
+        );
         match (handed_back.as_slice(), delivered.as_slice()) {
             ([(1, 7)], []) => {}
             ([], [(1, Outcome::TimedOut)]) => assert!(helped),

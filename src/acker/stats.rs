@@ -192,9 +192,9 @@ mod tests {
             ..AckerStats::default()
         };
         assert!(
-            stats.to_string().ends_with(
-                "timeout lateness max 16.8 ms, caller passes 3 (longest 41.5 µs)"
-            ),
+            stats
+                .to_string()
+                .ends_with("timeout lateness max 16.8 ms, caller passes 3 (longest 41.5 µs)"),
             "{stats}"
         );
     }

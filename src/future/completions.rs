@@ -365,8 +365,9 @@ impl<T: Send + 'static> AsyncAcker<T> {
     /// when both the tree and the `TreeCompletion` are done.
     ///
     /// What it may run besides: when the acker's reaper thread is late for its pass (every
-    /// core busy), this call runs the pass's timeouts in its place. Those wake the tasks of
-    /// other trees, put their completions on the stream, and drop the payloads of trees
+    /// core busy), this call runs the pass's timeouts in its place, a bounded batch of them
+    /// (a few dozen groups of trees; the next call or the thread takes the next), never
+    /// waiting for a lock another pass holds. Those wake the tasks of other trees, put their completions on the stream, and drop the payloads of trees
     /// whose `TreeCompletion` or stream is gone: their `Drop` runs on the calling thread, so
     /// a caller that holds a lock a payload's `Drop` takes must not call it. The same holds
     /// for [`init`](Self::init) and [`try_init`](Self::try_init). A clock that panics

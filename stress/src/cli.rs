@@ -106,6 +106,11 @@ pub(crate) struct Cli {
     #[arg(long, default_value_t = 1_000_000)]
     pub(crate) burst_roots: usize,
 
+    /// Acker: trees that time out at one shared deadline on a saturated two-worker tokio
+    /// runtime while callers time each `track` call (0 skips it).
+    #[arg(long, default_value_t = 1_000_000)]
+    pub(crate) deadline_roots: usize,
+
     /// Partitioned: how many partitions (ackers, each on its own node thread).
     #[arg(long, default_value_t = 4)]
     pub(crate) partitions: usize,

@@ -113,6 +113,7 @@ fn main() -> ExitCode {
             ackers_at_once: cli.ackers_at_once,
             growth_roots: cli.growth_roots,
             burst_roots: cli.burst_roots,
+            deadline_roots: cli.deadline_roots,
             plant_bug: cli.plant_bug,
         };
         let summary = acker::run(&cfg);

@@ -630,7 +630,7 @@ impl<T: Send + 'static> Engine<T> {
             let pushed = self
                 .threads
                 .push(entry, hand_off, stamp.start(), |e| self.entry_live(e));
-            if pushed == Pushed::WakeReaper {
+            if pushed == Pushed::WakeReaper && self.reaper_sleeps_past(hand_off) {
                 self.wake_reaper();
             }
         }
@@ -697,6 +697,19 @@ impl<T: Send + 'static> Engine<T> {
         let current = unsafe { self.tables[table].current() };
         let roots = chain(current).find(|g| g.gen() & GEN_MASK == gen)?;
         (slot < roots.slots()).then_some((table, roots, slot))
+    }
+
+    /// Whether the reaper thread, marked idle, may sleep past tick `hand_off` (an entry's,
+    /// which must reach it by then): parked with nothing pending (or about to sleep, its
+    /// timer not yet published), or asleep on a timer set after it. Otherwise its timer
+    /// wakes it in time, and the push need not: a wake from the caller's thread makes the
+    /// kernel switch to the reaper at once (its short slice,
+    /// [`slice`](crate::sync::slice)), and the call that pushed waits out the reaper's
+    /// turn ([`reaper`], "Sleeping"). A manual acker's driver publishes nothing: always.
+    #[inline]
+    fn reaper_sleeps_past(&self, hand_off: Tick) -> bool {
+        let wakes_at = self.reaper_wakes_at.load(Ordering::SeqCst);
+        wakes_at == reaper::AWAKE || !reached(wakes_at as Tick, hand_off)
     }
 
     fn wake_reaper(&self) {

@@ -47,7 +47,7 @@
 
 use super::{trim, Record, Threads, KEEP_ROOM};
 use crate::acker::timers::ticks::{reached, Tick};
-use crate::sync::{Arc, Ordering};
+use crate::sync::{Arc, MutexGuard, Ordering};
 
 /// A new entry, for the reaper to find again: its slot (across the acker's tables) and a
 /// tag: its table's generation and 18 bits of its root's key, which tell nearly every
@@ -213,32 +213,60 @@ impl Threads {
     /// `everything`: manual mode, where the caller's own batch must be seen too). Drops
     /// abandoned, empty batches. Called under the reaper's wheel lock: one at a time.
     pub fn collect(&self, now: Tick, everything: bool, into: &mut Vec<Entry>) {
-        self.collect_within(now, everything, usize::MAX, into);
+        {
+            let mut inbox = self.inbox.lock().unwrap();
+            // Owners hand off under this lock: held for a swap of vectors, not a copy of
+            // a burst's entries.
+            if into.is_empty() {
+                std::mem::swap(&mut *inbox, into);
+            } else {
+                into.append(&mut inbox);
+                trim(&mut inbox);
+            }
+            // Relaxed: a hint, under the lock.
+            self.inbox_len.store(0, Ordering::Relaxed);
+        }
+        let all = self.all.lock().unwrap();
+        self.take_quiet(all, now, everything, usize::MAX, into);
     }
 
-    /// [`collect`](Self::collect), moving at most `most` entries (a caller running a late
-    /// reaper's pass): the latest handed off first (from the inbox's end, so the cost is
-    /// theirs alone), then the earliest of quiet batches. `true` when it left some.
-    pub fn collect_within(
+    /// [`collect`](Self::collect) for a caller running a late reaper's pass: at most `most`
+    /// entries, the latest handed off first (from the inbox's end, so the cost is theirs
+    /// alone), then the earliest of quiet batches; and nothing behind a lock another
+    /// thread holds (the reaper thread's own collect, an owner's hand-off). `true` when it
+    /// left some.
+    pub fn collect_within(&self, now: Tick, most: usize, into: &mut Vec<Entry>) -> bool {
+        let mut room = most;
+        let left = match self.inbox.try_lock() {
+            Ok(mut inbox) => {
+                let from = inbox.len().saturating_sub(room);
+                room -= inbox.len() - from;
+                into.extend(inbox.drain(from..));
+                // Relaxed: a hint, under the lock.
+                self.inbox_len.store(inbox.len(), Ordering::Relaxed);
+                from > 0
+            }
+            // Relaxed: a hint.
+            Err(_) => self.inbox_len.load(Ordering::Relaxed) > 0,
+        };
+        match self.all.try_lock() {
+            Ok(all) => self.take_quiet(all, now, false, room, into) || left,
+            Err(_) => true,
+        }
+    }
+
+    /// The takeover of quiet batches (module docs, "A thread that goes quiet"): at most
+    /// `room` entries into `into`; `true` when it left some. Drops abandoned, empty
+    /// batches.
+    fn take_quiet(
         &self,
+        mut all: MutexGuard<'_, Vec<Arc<Record>>>,
         now: Tick,
         everything: bool,
-        most: usize,
+        mut room: usize,
         into: &mut Vec<Entry>,
     ) -> bool {
         let mut left = false;
-        let mut room = most;
-        {
-            let mut inbox = self.inbox.lock().unwrap();
-            let from = inbox.len().saturating_sub(room);
-            room -= inbox.len() - from;
-            into.extend(inbox.drain(from..));
-            left |= from > 0;
-            trim(&mut inbox);
-            // Relaxed: a hint, under the lock.
-            self.inbox_len.store(inbox.len(), Ordering::Relaxed);
-        }
-        let mut all = self.all.lock().unwrap();
         // Relaxed (both loads): hints; the takeover below decides under the protocol.
         // Quiet: not pushed to for a whole tick. (Its tick merely older than `now` is not
         // enough: a reaper woken at a tick's start would take the batch of a thread busy

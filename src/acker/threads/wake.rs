@@ -51,6 +51,16 @@ impl Threads {
                 .any(|b| b.len.load(Ordering::Relaxed) > 0)
     }
 
+    /// [`waiting`](Self::waiting) without waiting for the batches' list: `true` while
+    /// another thread holds it.
+    pub fn waiting_or_busy(&self) -> bool {
+        // Relaxed (both): hints.
+        self.inbox_len.load(Ordering::Relaxed) > 0
+            || self.all.try_lock().map_or(true, |all| {
+                all.iter().any(|b| b.len.load(Ordering::Relaxed) > 0)
+            })
+    }
+
     /// The reaper is awake.
     pub fn unidle(&self) {
         self.idle.store(false, Ordering::Relaxed); // Relaxed: a hint for pushers.

@@ -31,6 +31,7 @@
 //! it is printed are in [`summary`].
 
 mod burst;
+mod deadline;
 mod footprint;
 mod growth;
 mod memory;
@@ -88,6 +89,8 @@ pub(crate) struct Config {
     pub(crate) growth_roots: u64,
     /// Trees of the burst phase, on each path (0: skipped).
     pub(crate) burst_roots: usize,
+    /// Trees of the shared-deadline phase (0: skipped).
+    pub(crate) deadline_roots: usize,
     #[serde(skip)]
     pub(crate) plant_bug: bool,
 }
@@ -164,6 +167,17 @@ pub(crate) fn run(cfg: &Config) -> Summary {
             Err(e) => setup_problems.push(format!("VIOLATION: {e}")),
         }
     }
+    let mut shared_deadline = None;
+    if cfg.deadline_roots > 0 {
+        eprintln!(
+            "  shared-deadline phase: {} trees time out at once on a saturated runtime, every `track` timed",
+            report::si(cfg.deadline_roots as f64)
+        );
+        match deadline::run(cfg.deadline_roots) {
+            Ok(d) => shared_deadline = Some(d),
+            Err(e) => setup_problems.push(format!("VIOLATION: {e}")),
+        }
+    }
     let timeout = Duration::from_millis(cfg.timeout_ms.max(1));
     let timeout_ns = timeout.as_nanos() as u64;
     let per_spout = cfg.in_flight.div_ceil(cfg.spouts).max(1);
@@ -233,6 +247,7 @@ pub(crate) fn run(cfg: &Config) -> Summary {
         footprint: footprint_figures,
         growth: growth_figures,
         bursts,
+        shared_deadline,
         violations: setup_problems.len() as u64,
         violation_reports: setup_problems,
         ..Summary::default()

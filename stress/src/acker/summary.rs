@@ -5,7 +5,7 @@ use serde::Serialize;
 
 use super::oracle::Tally;
 use super::topology::Topology;
-use super::{burst, footprint, growth, Config, Memory, MAX_ATTEMPTS};
+use super::{burst, deadline, footprint, growth, Config, Memory, MAX_ATTEMPTS};
 use crate::common::report::{self, Percentiles, Sample};
 
 /// Outcome counts for one fate.
@@ -80,6 +80,8 @@ pub(crate) struct Summary {
     pub(crate) growth: Option<growth::Growth>,
     /// One per path; empty with `--burst-roots 0` or RSS unreadable.
     pub(crate) bursts: Vec<burst::Burst>,
+    /// `None` with `--deadline-roots 0`.
+    pub(crate) shared_deadline: Option<deadline::SharedDeadline>,
     pub(crate) throughput: Vec<Sample>,
     #[serde(skip)]
     pub(crate) lateness_curve: Vec<(f64, f64)>,
@@ -275,9 +277,37 @@ pub(crate) fn print(s: &Summary) {
     for b in &s.bursts {
         print_burst(b);
     }
+    if let Some(d) = &s.shared_deadline {
+        print_shared_deadline(d);
+    }
     for r in &s.violation_reports {
         println!("{r}");
     }
+}
+
+/// The shared-deadline line (targets beside, not judged).
+fn print_shared_deadline(d: &deadline::SharedDeadline) {
+    let us = report::duration_us;
+    println!(
+        "  deadline     one `track` call while {} trees time out at once on a saturated runtime: p50 {}, p99 {}, p99.9 {}, p99.99 {} (target ≤ 100 µs), max {} (target ≤ 1 ms), {} calls; the peer's start in the same loops (DashMap + oneshot + tokio::time::timeout) p50 {}, p99 {}, p99.9 {}, p99.99 {}, max {}; {} passes run by callers (longest {}); {} of the trees timed out, the last {:.1} ms after the deadline; fill {:.2} s",
+        report::si(d.roots as f64),
+        us(d.track.p50_us),
+        us(d.track.p99_us),
+        us(d.track.p999_us),
+        us(d.track_p9999_us),
+        us(d.track.max_us),
+        d.track.count,
+        us(d.peer.p50_us),
+        us(d.peer.p99_us),
+        us(d.peer.p999_us),
+        us(d.peer_p9999_us),
+        us(d.peer.max_us),
+        d.caller_passes,
+        us(d.caller_pass_longest_us),
+        d.timed_out,
+        d.last_timeout_ms,
+        d.fill_seconds,
+    );
 }
 
 /// The build and churn lines, each figure with its target beside it (not judged).

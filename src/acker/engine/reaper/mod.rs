@@ -24,7 +24,18 @@
 //! than a tick it marks itself idle in the batches and checks them once more: a push that
 //! makes a batch non-empty wakes an idle reaper, so no entry waits for a reaper asleep for
 //! longer than a tick ([`wake`](crate::acker::threads::wake), "Waking the reaper"). With
-//! nothing pending it sleeps without wake-ups. [`next_wait`] makes this decision, for the
+//! nothing pending it sleeps without wake-ups.
+//!
+//! A push that wakes the thread costs its caller more than the syscall: the thread's short
+//! slice ([`slice`](crate::sync::slice)) makes the kernel switch to it at once, and the call
+//! that pushed (an `init`, a `track` on a runtime's worker) waits out the reaper's turn,
+//! milliseconds when that turn delivers a burst's timeouts. So while trees are pending the
+//! thread sleeps at most the hand-off age (64 ticks: 17 ms at the async acker's tick, 67 ms
+//! at `build`'s), and a push wakes it only when its timer, as published, would end after
+//! the new entry's hand-off tick (`Engine::reaper_sleeps_past`): it is parked with
+//! nothing pending, or the entry is due sooner (a short timeout of its own). Trees started
+//! beside pending ones never wake it; a long-lived tree alone costs the thread a wake-up
+//! per hand-off age. [`next_wait`] makes this decision, for the
 //! thread and for a task that runs a manual acker's passes in its place
 //! ([`manual`](crate::acker::manual)), which the same pushes wake through a hook
 //! (`Engine::wake_reaper`).
@@ -55,7 +66,9 @@
 //! work (the async acker's `track` promises never to), so its pass is bounded:
 //!
 //! * **Nothing that waits.** It takes the wheel's lock with `try_lock`: a pass under way
-//!   (the thread's after all, a manual `expire`) does this one's work. It leaves a
+//!   (the thread's after all, a manual `expire`) does this one's work; and the locks of
+//!   the inbox and the batches' list too, leaving their entries when another thread holds
+//!   one (a holder the kernel preempted would hold the caller for its whole wait). It leaves a
 //!   re-anchoring (a walk of every table that waits for every thread,
 //!   [`anchor`](crate::acker::engine::anchor)) to the thread, and runs nothing once
 //!   shutdown has closed the callback, so no pass runs after `shutdown` returned.
@@ -188,12 +201,10 @@ fn pass<T: Send + 'static>(engine: &Engine<T>, runner: Runner) -> Pass {
                     .collect(now as Tick, everything, &mut collected);
             }
             Runner::Caller => {
-                pass.left |= engine.threads.collect_within(
-                    now as Tick,
-                    false,
-                    CALLER_ENTRIES,
-                    &mut collected,
-                );
+                pass.left |=
+                    engine
+                        .threads
+                        .collect_within(now as Tick, CALLER_ENTRIES, &mut collected);
             }
         }
         pass.worked |= !collected.is_empty();
@@ -404,8 +415,9 @@ pub(super) fn help_if_late<T: Send + 'static>(engine: &Engine<T>) -> bool {
         };
         // Until the thread runs, the next help is due when the next timer is: at once
         // (for the next caller) when this one left work; else the wheel's next due tick,
-        // or the next tick while batches hold entries; none with neither (a push that
-        // finds the thread idle publishes its tick then, `Engine::wake_reaper`).
+        // or the next tick while batches hold entries, and no later than the thread would
+        // sleep (pushes rely on it, "Sleeping"); none with neither (a push that finds the
+        // thread idle publishes its tick then, `Engine::wake_reaper`).
         let late = late_after(engine.ticks.shift);
         let next = if left {
             Some(Some(now.saturating_sub(late)))
@@ -413,12 +425,12 @@ pub(super) fn help_if_late<T: Send + 'static>(engine: &Engine<T>) -> bool {
             // Not waited for: a pass under way (the thread's, which publishes its own
             // tick) leaves the claim's.
             engine.reaper.try_lock().ok().map(|wheel| {
-                if engine.threads.waiting() {
+                if engine.threads.waiting_or_busy() {
                     Some(wheel.now + 1)
                 } else {
                     wheel.buckets.next_due()
                 }
-                .map(|next| next.max(now + 1))
+                .map(|next| next.clamp(now + 1, now + longest_sleep(engine)))
             })
         };
         if let Some(next) = next {
@@ -505,15 +517,27 @@ pub(super) fn next_wait<T: Send + 'static>(engine: &Engine<T>) -> Wait {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
     };
+    // At most half the anchor's reach while anything is pending
+    // ([`anchor`](crate::acker::engine::anchor)), so that passes keep the anchor near what
+    // is stored and no re-anchoring is ever needed; and the thread, while trees are
+    // pending, at most the hand-off age, so that a tree started while it sleeps reaches it
+    // in time without a wake-up from the thread that started it (module docs, "Sleeping").
+    let most = longest_sleep(engine);
     match wait {
         None => Wait::Forever,
-        // At most half the anchor's reach while anything is pending
-        // ([`anchor`](crate::acker::engine::anchor)), so that passes keep the anchor near
-        // what is stored and no re-anchoring is ever needed.
         Some(ticks) => Wait::Ticks {
-            ticks: ticks.min(REANCHOR_AFTER / 2),
+            ticks: ticks.min(most),
             from: now,
         },
+    }
+}
+
+/// The most ticks the reaper thread sleeps on a timer ([`next_wait`]).
+fn longest_sleep<T: Send + 'static>(engine: &Engine<T>) -> u64 {
+    if !engine.manual && engine.pending() > 0 {
+        u64::from(engine.hand_off_age)
+    } else {
+        REANCHOR_AFTER / 2
     }
 }
 
@@ -709,8 +733,9 @@ mod tests {
         assert_eq!(acker.stats().timed_out, 1);
     }
 
-    /// The reaper thread publishes the tick its timer is set for while it sleeps on one
-    /// (here toward a deadline a minute away), and no tick while it runs.
+    /// The reaper thread publishes the tick its timer is set for while it sleeps on one,
+    /// and no tick while it runs. With a tree pending whose deadline is a minute away it
+    /// sleeps the hand-off age at most ("Sleeping").
     #[test]
     fn the_reaper_thread_publishes_the_tick_it_sleeps_until() {
         let acker: Acker<u32> = Acker::builder()
@@ -720,12 +745,13 @@ mod tests {
         let engine = acker.engine();
         assert_eq!(engine.reaper_wakes_at.load(SeqCst), AWAKE);
         acker.init(1, 0b1, 0).unwrap();
-        let soon = Duration::from_secs(30).as_nanos() as u64 >> engine.ticks.shift;
+        let age = u64::from(engine.hand_off_age);
         let waited = Instant::now();
         loop {
             let now = engine.ticks.full(engine.clock.now());
             let wakes_at = engine.reaper_wakes_at.load(SeqCst);
-            if wakes_at != AWAKE && wakes_at > now + soon {
+            if wakes_at != AWAKE && wakes_at > now + age / 2 {
+                assert!(wakes_at <= now + age, "asleep until {wakes_at} at {now}");
                 break;
             }
             assert!(
@@ -735,6 +761,42 @@ mod tests {
             std::thread::sleep(MS);
         }
         assert!(acker.ack(1, 0b1));
+    }
+
+    /// A tree started while the reaper thread sleeps beside pending ones does not wake it:
+    /// its timer ends before the new entry's hand-off tick ("Sleeping"). (A wake would
+    /// have moved the published tick to the pusher's.) On a manual clock, which stands
+    /// still once the thread sleeps, so that its sleep lasts its whole length.
+    #[test]
+    fn a_tree_started_beside_pending_ones_does_not_wake_the_reaper() {
+        let clock = ManualClock::new(0);
+        let acker: Acker<u32> = Acker::builder()
+            .timeout(Duration::from_secs(60))
+            .resolution(10 * MS)
+            .clock(clock.clone())
+            .build()
+            .unwrap();
+        let engine = acker.engine();
+        acker.init(1, 0b1, 0).unwrap();
+        let waited = Instant::now();
+        let asleep_until = loop {
+            let wakes_at = engine.reaper_wakes_at.load(SeqCst);
+            // Idle (not a tick at a time for entries in batches): past the next tick.
+            if wakes_at != AWAKE && wakes_at > engine.ticks.full(clock.now()) + 1 {
+                break wakes_at;
+            }
+            assert!(waited.elapsed() < Duration::from_secs(10), "never asleep");
+            // On, so that the tree's batch goes quiet and the reaper takes it over.
+            clock.advance(10 * MS);
+            std::thread::sleep(MS);
+        };
+        acker.init(2, 0b1, 0).unwrap();
+        assert_eq!(
+            engine.reaper_wakes_at.load(SeqCst),
+            asleep_until,
+            "the init woke the reaper"
+        );
+        assert!(acker.ack(1, 0b1) && acker.ack(2, 0b1));
     }
 
     /// A manual acker on a manual clock whose timeouts are logged, with `trees` trees
@@ -762,7 +824,6 @@ mod tests {
         acker.pretend_reaper_late();
         (clock, acker, log)
     }
-
 
     /// A late reaper's pass run by a caller times out a bounded batch (a few dozen groups),
     /// not every tree due: the next caller takes the next batch at once, and a full pass

@@ -1,0 +1,239 @@
+//! The shared-deadline phase: how long a single `track` call takes while a million trees
+//! time out at once on a saturated runtime.
+//!
+//! `track` promises not to wait on other work, yet a caller may run a late reaper's pass
+//! (`AsyncAcker`: the reaper thread asleep well past its timer because every core is busy).
+//! This phase builds the worst case for that promise and times every call:
+//!
+//! 1. A multi-thread tokio runtime with two workers, and an async acker (`build_async`,
+//!    its reaper thread, the real clock).
+//! 2. The fill: `roots` trees tracked from one task, each with the timeout that puts its
+//!    deadline at one shared instant (`track_with_timeout`, 9 s after the phase starts for
+//!    a million), each
+//!    awaited by a task of its own (a million wake-ups due at once).
+//! 3. The load, from 0.5 s before the shared deadline until the last of the million has
+//!    timed out (at most 10 s): [`BUSY`] tasks spin 100 µs and yield, again and again (the
+//!    workers always have work, so the reaper thread competes for the cores), and [`CALLERS`]
+//!    tasks each start a tree with `track`, time the call, ack the tree, await it and
+//!    yield, again and again; and beside each such request, one started as a user without
+//!    the acker would (a `DashMap` entry with a oneshot under `tokio::time::timeout`), timed
+//!    the same way: the peer's tail is what the scheduler alone does to a short call on
+//!    this machine at that moment (a worker preempted mid-call by the reaper thread, by
+//!    the other worker, by another process).
+//!
+//! It reports every call's time (p50, p99, p99.9, p99.99, max), the peer's beside it, how many passes callers ran
+//! and the longest of them (`AckerStats`), and how late the million's timeouts were.
+//! Targets (reported, not enforced: a shared machine's scheduler can hold any thread): the
+//! longest `track` ≤ 100 µs at p99.99 and ≤ 1 ms at most.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ackwheel::future::AsyncAcker;
+use ackwheel::{Acker, Outcome};
+use dashmap::DashMap;
+use hdrhistogram::Histogram;
+use serde::Serialize;
+use tokio::sync::oneshot;
+
+use crate::common::report::Percentiles;
+
+/// Spinning tasks that keep both workers busy.
+const BUSY: usize = 6;
+/// Tasks that time their `track` calls.
+const CALLERS: usize = 4;
+/// The shared deadline, after the phase starts: room for the fill, at most 8 µs a tree
+/// (2.5-5 µs on a 2-core VM with another process running) and a second.
+fn shared_deadline(roots: usize) -> Duration {
+    Duration::from_secs(1) + Duration::from_micros(8) * roots as u32
+}
+/// The callers start this long before it.
+const LEAD: Duration = Duration::from_millis(500);
+/// The most the phase waits for the million to time out after the deadline.
+const DRAIN: Duration = Duration::from_secs(10);
+
+/// The phase's figures.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct SharedDeadline {
+    pub(crate) roots: usize,
+    /// Seconds the fill took (it must end before the deadline).
+    pub(crate) fill_seconds: f64,
+    /// Every timed `track` call, in µs, and the p99.99 beside the histogram's others.
+    pub(crate) track: Percentiles,
+    pub(crate) track_p9999_us: f64,
+    /// The same for the peer's start of a request, timed in the same loops.
+    pub(crate) peer: Percentiles,
+    pub(crate) peer_p9999_us: f64,
+    /// `AckerStats::caller_passes`, `caller_pass_longest` (µs).
+    pub(crate) caller_passes: u64,
+    pub(crate) caller_pass_longest_us: f64,
+    /// The million's timeouts: how many came, and the last one's lateness after the shared
+    /// deadline (ms).
+    pub(crate) timed_out: usize,
+    pub(crate) last_timeout_ms: f64,
+}
+
+/// Runs the phase with `roots` trees sharing the deadline.
+pub(crate) fn run(roots: usize) -> Result<SharedDeadline, String> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_time()
+        .build()
+        .map_err(|e| format!("shared-deadline phase: no runtime: {e}"))?;
+    runtime.block_on(phase(roots))
+}
+
+async fn phase(roots: usize) -> Result<SharedDeadline, String> {
+    let (acker, _completions) = Acker::<u32>::builder()
+        .timeout(Duration::from_secs(60))
+        .max_pending(roots + 1024 * CALLERS)
+        .build_async(1024)
+        .map_err(|e| format!("shared-deadline phase: {e}"))?;
+    let started = Instant::now();
+    let deadline = started + shared_deadline(roots);
+    let timed_out = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let last = Arc::new(std::sync::Mutex::new(started));
+    for i in 0..roots {
+        let root = (i as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1 << 63;
+        let left = deadline.saturating_duration_since(Instant::now());
+        let tree = acker
+            .track_with_timeout(root, 0b1, 0, left)
+            .map_err(|e| format!("shared-deadline phase: track {i} refused: {e}"))?;
+        let (timed_out, last) = (Arc::clone(&timed_out), Arc::clone(&last));
+        tokio::spawn(async move {
+            if let Ok(done) = tree.await {
+                if done.outcome == Outcome::TimedOut {
+                    timed_out.fetch_add(1, Ordering::Relaxed);
+                    let mut last = last.lock().unwrap();
+                    *last = (*last).max(Instant::now());
+                }
+            }
+        });
+        if i % 4096 == 0 {
+            tokio::task::yield_now().await; // let the awaiting tasks register
+        }
+    }
+    let fill_seconds = started.elapsed().as_secs_f64();
+    if Instant::now() + LEAD > deadline {
+        return Err(format!(
+            "shared-deadline phase: the fill of {roots} trees took {fill_seconds:.2} s, past {:?} less the callers' lead",
+            shared_deadline(roots)
+        ));
+    }
+    tokio::time::sleep_until((deadline - LEAD).into()).await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let busy: Vec<_> = (0..BUSY)
+        .map(|_| {
+            let stop = Arc::clone(&stop);
+            tokio::spawn(async move {
+                while !stop.load(Ordering::Relaxed) {
+                    let spin = Instant::now();
+                    while spin.elapsed() < Duration::from_micros(100) {
+                        std::hint::spin_loop();
+                    }
+                    tokio::task::yield_now().await;
+                }
+            })
+        })
+        .collect();
+    let peer = Arc::new(DashMap::new());
+    let callers: Vec<_> = (0..CALLERS)
+        .map(|c| {
+            let (stop, acker, peer) = (Arc::clone(&stop), acker.clone(), Arc::clone(&peer));
+            tokio::spawn(async move { time_tracks(c as u64, &acker, &peer, &stop).await })
+        })
+        .collect();
+    let end = deadline + DRAIN;
+    while timed_out.load(Ordering::Relaxed) < roots && Instant::now() < end {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    stop.store(true, Ordering::Relaxed);
+    let mut calls = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3)
+        .map_err(|e| format!("shared-deadline phase: {e}"))?;
+    let mut peer_calls = calls.clone();
+    for caller in callers {
+        let (mine, peers) = caller
+            .await
+            .map_err(|e| format!("shared-deadline phase: a caller failed: {e}"))??;
+        calls
+            .add(&mine)
+            .and_then(|()| peer_calls.add(&peers))
+            .map_err(|e| format!("shared-deadline phase: {e}"))?;
+    }
+    for task in busy {
+        let _ = task.await;
+    }
+    let stats = acker.stats();
+    let last = *last.lock().unwrap();
+    Ok(SharedDeadline {
+        roots,
+        fill_seconds,
+        track: Percentiles::of(&calls),
+        track_p9999_us: calls.value_at_quantile(0.9999) as f64 / 1e3,
+        peer: Percentiles::of(&peer_calls),
+        peer_p9999_us: peer_calls.value_at_quantile(0.9999) as f64 / 1e3,
+        caller_passes: stats.caller_passes,
+        caller_pass_longest_us: stats.caller_pass_longest.as_secs_f64() * 1e6,
+        timed_out: timed_out.load(Ordering::Relaxed),
+        last_timeout_ms: last.saturating_duration_since(deadline).as_secs_f64() * 1e3,
+    })
+}
+
+/// One caller's loop until `stop`: `track`, timed, then the ack and the await; and the
+/// start of the same request the way a user without the acker would write it, timed too
+/// (the peer: a `DashMap` entry with a oneshot, under `tokio::time::timeout`), whose tail
+/// is what the scheduler alone does to a call on this machine at this moment.
+async fn time_tracks(
+    caller: u64,
+    acker: &AsyncAcker<u32>,
+    peer: &DashMap<u64, oneshot::Sender<Outcome>>,
+    stop: &AtomicBool,
+) -> Result<(Histogram<u64>, Histogram<u64>), String> {
+    let histogram = || {
+        Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3)
+            .map_err(|e| format!("shared-deadline phase: {e}"))
+    };
+    let (mut calls, mut peer_calls) = (histogram()?, histogram()?);
+    let record = |h: &mut Histogram<u64>, took: Duration| {
+        h.record(took.as_nanos().max(1) as u64)
+            .map_err(|e| format!("shared-deadline phase: {e}"))
+    };
+    let mut n = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        n += 1;
+        let root = (caller << 48 | n).wrapping_mul(0xD6E8_FEB8_6659_FD93) & !(1 << 63) | 1;
+        let call = Instant::now();
+        let tree = acker.track(root, 0b1, 0);
+        let took = call.elapsed();
+        let tree = tree.map_err(|e| format!("shared-deadline phase: track refused: {e}"))?;
+        record(&mut calls, took)?;
+        acker.ack(root, 0b1);
+        match tree.await {
+            Ok(done) if done.outcome == Outcome::Acked => {}
+            other => return Err(format!("shared-deadline phase: a caller's tree: {other:?}")),
+        }
+        let call = Instant::now();
+        let (sender, receiver) = oneshot::channel();
+        peer.insert(root, sender);
+        let outcome = tokio::time::timeout(Duration::from_secs(60), receiver);
+        let took = call.elapsed();
+        record(&mut peer_calls, took)?;
+        if let Some((_, sender)) = peer.remove(&root) {
+            let _ = sender.send(Outcome::Acked);
+        }
+        match outcome.await {
+            Ok(Ok(Outcome::Acked)) => {}
+            other => {
+                return Err(format!(
+                    "shared-deadline phase: a peer's request: {other:?}"
+                ))
+            }
+        }
+        // A request's handler gives its worker back (an acked tree's await is ready at
+        // once): without it the callers would hold both workers, and the runtime's timers
+        // (the phase's own clock) would never run.
+        tokio::task::yield_now().await;
+    }
+    Ok((calls, peer_calls))
+}
