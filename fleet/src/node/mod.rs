@@ -107,8 +107,12 @@ pub struct NodeStats {
     pub pending: u64,
     pub rss: u64,
     pub nats_disconnects: u64,
-    /// Time spent inside the tracker (inits, acks and fails applied), nanoseconds.
+    /// CPU time of the owner's thread in the tracker's calls (inits, acks and fails
+    /// applied, completions handed to the outbox), nanoseconds.
     pub tracker_ns: u64,
+    /// CPU time of the tracker's own thread (the Acker's reaper, the hand-written
+    /// tracker's sweeper), nanoseconds.
+    pub tracker_thread_ns: u64,
     /// This process's CPU time (user and system), milliseconds.
     pub cpu_ms: u64,
 }
@@ -192,7 +196,7 @@ async fn run(args: NodeArgs) -> Result<(), String> {
     let timeout = Duration::from_millis(args.timeout_ms);
     let tracker: Box<dyn Tracker> = match args.tracker {
         TrackerKind::Acker => Box::new(AckerTracker::new(outbox.clone(), timeout)?),
-        TrackerKind::Dashmap => Box::new(DashMapTracker::new(outbox.clone(), timeout)),
+        TrackerKind::Dashmap => Box::new(DashMapTracker::new(outbox.clone(), timeout)?),
     };
     let (records, to_record) = records::queue(records::CAPACITY);
     let node = Arc::new(Node {
@@ -389,14 +393,18 @@ async fn origin_loop(node: Arc<Node>, consumer: jetstream::consumer::PullConsume
 
 async fn owner_loop(node: Arc<Node>, mut frames: async_nats::Subscriber) {
     let (index, nodes) = (node.args.index, node.args.nodes);
+    // A frame's acks and fails, and its inits with the number of acks and fails before each:
+    // sorted out first, so that the tracker's calls run in one stretch that is timed once.
     let mut batch: Vec<Message> = Vec::new();
+    let mut inits: Vec<(usize, u64, u64, u32)> = Vec::new();
+    let mut refused: Vec<(u64, u32)> = Vec::new();
     while let Some(frame) = frames.next().await {
         let Ok(records) = PartMessage::decode_frame(&frame.payload) else {
             add(&node.counters.malformed, 1);
             continue;
         };
         add(&node.counters.part_frames, 1);
-        let (mut acks, mut fails, mut inits, mut misrouted) = (0, 0, 0, 0);
+        let (mut acks, mut fails, mut init_count, mut misrouted) = (0, 0, 0, 0);
         for record in records {
             if wire::owner(record.root(), nodes) != index {
                 misrouted += 1;
@@ -404,25 +412,11 @@ async fn owner_loop(node: Arc<Node>, mut frames: async_nats::Subscriber) {
             }
             match record {
                 PartMessage::Init { root, xor, origin } => {
-                    // Messages before it in the frame go first: their order is the frame's.
-                    let timer = Instant::now();
-                    node.tracker.apply(&batch);
-                    batch.clear();
-                    inits += 1;
-                    let refused =
-                        (origin as usize) < nodes && !node.tracker.init(root, xor, origin);
-                    add(&node.counters.tracker_ns, timer.elapsed().as_nanos() as u64);
-                    if (origin as usize) >= nodes {
+                    init_count += 1;
+                    if (origin as usize) < nodes {
+                        inits.push((batch.len(), root, xor, origin));
+                    } else {
                         misrouted += 1;
-                    } else if refused {
-                        add(&node.counters.refused_inits, 1);
-                        node.outbox.done(
-                            origin as usize,
-                            Done {
-                                root,
-                                outcome: Outcome::Failed,
-                            },
-                        );
                     }
                 }
                 PartMessage::Ack { root, xor } => {
@@ -435,15 +429,68 @@ async fn owner_loop(node: Arc<Node>, mut frames: async_nats::Subscriber) {
                 }
             }
         }
-        let timer = Instant::now();
-        node.tracker.apply(&batch);
-        add(&node.counters.tracker_ns, timer.elapsed().as_nanos() as u64);
+        let timer = CallTimer::start();
+        // In the frame's order: the messages before an init go first.
+        let mut applied = 0;
+        for &(before, root, xor, origin) in &inits {
+            node.tracker.apply(&batch[applied..before]);
+            applied = before;
+            if !node.tracker.init(root, xor, origin) {
+                refused.push((root, origin));
+            }
+        }
+        node.tracker.apply(&batch[applied..]);
+        add(&node.counters.tracker_ns, timer.ns());
+        for (root, origin) in refused.drain(..) {
+            add(&node.counters.refused_inits, 1);
+            let outcome = Outcome::Failed;
+            node.outbox.done(origin as usize, Done { root, outcome });
+        }
         batch.clear();
+        inits.clear();
         add(&node.counters.acks_applied, acks);
         add(&node.counters.fails_applied, fails);
-        add(&node.counters.inits_applied, inits);
+        add(&node.counters.inits_applied, init_count);
         add(&node.counters.misrouted, misrouted);
     }
+}
+
+/// Times the owner's calls into its tracker by this thread's CPU time
+/// (`CLOCK_THREAD_CPUTIME_ID`): what the calls ran, not the time the thread spent preempted
+/// on a crowded machine (which the wall clock would add, and more with the servers
+/// busier). Falls back to the wall clock where that clock is not available.
+struct CallTimer {
+    cpu_ns: Option<u64>,
+    wall: Instant,
+}
+
+impl CallTimer {
+    fn start() -> CallTimer {
+        CallTimer {
+            cpu_ns: thread_cpu_now_ns(),
+            wall: Instant::now(),
+        }
+    }
+
+    /// Nanoseconds since [`CallTimer::start`].
+    fn ns(&self) -> u64 {
+        match (self.cpu_ns, thread_cpu_now_ns()) {
+            (Some(start), Some(now)) => now.saturating_sub(start),
+            _ => self.wall.elapsed().as_nanos() as u64,
+        }
+    }
+}
+
+/// The calling thread's CPU time, nanoseconds.
+fn thread_cpu_now_ns() -> Option<u64> {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec through the pointer, which points to a
+    // local that lives across the call.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut now) };
+    (rc == 0).then(|| now.tv_sec as u64 * 1_000_000_000 + now.tv_nsec as u64)
 }
 
 async fn worker_loop(node: Arc<Node>, mut frames: async_nats::Subscriber) {
@@ -651,6 +698,7 @@ async fn stats_loop(node: Arc<Node>) {
             rss: rss_of(std::process::id()).unwrap_or(0),
             nats_disconnects: get(&c.nats_disconnects),
             tracker_ns: get(&c.tracker_ns),
+            tracker_thread_ns: thread_cpu_ns(node.tracker.thread_name()).unwrap_or(0),
             cpu_ms: cpu_ms_of(std::process::id()).unwrap_or(0),
         };
         if let Ok(json) = serde_json::to_vec(&stats) {
@@ -672,14 +720,47 @@ pub fn rss_of(pid: u32) -> Option<u64> {
     Some(kib * 1024)
 }
 
-/// CPU time (user and system) of process `pid` so far, milliseconds (Linux `/proc`, whose
-/// clock ticks are 1/100 s on every architecture Linux reports them for as USER_HZ).
-pub fn cpu_ms_of(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+/// CPU time of this process's threads named `name` so far, nanoseconds (Linux `/proc`: the
+/// scheduler's run time of each thread, or its user and system ticks where the kernel keeps
+/// no scheduler statistics).
+fn thread_cpu_ns(name: &str) -> Option<u64> {
+    let mut total = None;
+    for task in std::fs::read_dir("/proc/self/task").ok()?.flatten() {
+        let dir = task.path();
+        let comm = std::fs::read_to_string(dir.join("comm")).unwrap_or_default();
+        if comm.trim_end() != name {
+            continue;
+        }
+        let run_ns = std::fs::read_to_string(dir.join("schedstat"))
+            .ok()
+            .and_then(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+            .filter(|&ns| ns > 0);
+        let ns = match run_ns {
+            Some(ns) => Some(ns),
+            None => std::fs::read_to_string(dir.join("stat"))
+                .ok()
+                .and_then(|stat| ticks_ms(&stat))
+                .map(|ms| ms * 1_000_000),
+        };
+        if let Some(ns) = ns {
+            *total.get_or_insert(0) += ns;
+        }
+    }
+    total
+}
+
+/// User and system time from a `/proc/.../stat` line, milliseconds (clock ticks are 1/100 s
+/// on every architecture Linux reports them for as USER_HZ).
+fn ticks_ms(stat: &str) -> Option<u64> {
     // The command name (field 2) may hold spaces; the fields after it follow its ')'.
-    let rest = &stat[stat.rfind(')')? + 2..];
+    let rest = stat.get(stat.rfind(')')? + 2..)?;
     let fields: Vec<&str> = rest.split_whitespace().collect();
     // utime and stime are fields 14 and 15 of the whole line, 12 and 13 after the name.
     let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
     Some(ticks * 10)
+}
+
+/// CPU time (user and system) of process `pid` so far, milliseconds (Linux `/proc`).
+pub fn cpu_ms_of(pid: u32) -> Option<u64> {
+    ticks_ms(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
 }
