@@ -12,9 +12,10 @@
 //!                                                        publish the chunk until confirmed, then ack each item
 //! ```
 //!
-//! **Bounded, with back-pressure.** The queue holds at most [`CAPACITY`] records (plus the
-//! one chunk the record loop is publishing). When it is full, the completion loop waits for
-//! room instead of growing it: nothing is dropped, and no item is acked meanwhile, so the
+//! **Bounded, with back-pressure.** The queue holds at most [`CAPACITY`] records; beside it
+//! are only the one chunk the record loop is publishing and the rest of the one completion
+//! frame the completion loop is handing over. When it is full, the completion loop waits
+//! for room instead of growing it: nothing is dropped, and no item is acked meanwhile, so the
 //! work consumer's `max_ack_pending` soon stops delivering new items to the fleet. The
 //! pipeline slows to what JetStream takes. (Completions that queue in the NATS subscription
 //! past its slow-consumer limit are dropped by the client; their items go silent at the
