@@ -13,9 +13,10 @@
 //! [`ackwheel::Acker::apply`]. The owner's completion returns to the origin, which records
 //! the item as done in a second replicated stream and acks the JetStream message on
 //! `Acked`, or asks for redelivery on `Failed`, `TimedOut` or silence (an owner lost). The
-//! same pipeline then runs with the owner's tracker swapped for a hand-written `DashMap`
-//! with a sweeper (`node/tracker.rs`), so the difference the Acker makes is measured in the
-//! same run.
+//! run's phases alternate the owner's tracker between the Acker and a hand-written
+//! `DashMap` with a sweeper (`node/tracker.rs`) for `--rounds` rounds, and the summary
+//! (`report.rs`) compares the medians of their rounds: first what each tracker costs a
+//! message, then the throughput, judged against what that cost can explain.
 
 mod audit;
 mod cluster;

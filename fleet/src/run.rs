@@ -1,6 +1,7 @@
-//! The run: servers, streams, node processes, load, kills and drain, once per tracker, each
-//! on fresh streams of the same cluster; then the audit (`audit.rs`) and the report
-//! (`report.rs`).
+//! The run: servers, streams, node processes, load, kills and drain, once per tracker and
+//! round (the trackers alternate: acker, dashmap, acker, dashmap, ...), each phase on fresh
+//! streams of the same cluster; then the audit (`audit.rs`) and the report (`report.rs`,
+//! whose summary gives the medians of the rounds).
 //!
 //! **Load.** The run publishes numbered items into `WORK_<run>` (3 replicas) as fast as the
 //! nodes take them (the consumer's backlog is kept under `--backlog`); each publish carries
@@ -17,7 +18,7 @@
 use crate::audit;
 use crate::cluster::Cluster;
 use crate::node::{cpu_ms_of, rss_of, NodeStats, SILENCE_BUDGET};
-use crate::report::{compare, Report};
+use crate::report::{print_summary, Report};
 use crate::wire::{self, Completed};
 use crate::{connect, Credentials, TrackerKind};
 use async_nats::jetstream::{self, consumer, stream};
@@ -35,16 +36,20 @@ pub struct RunArgs {
     /// Node processes (partitions).
     #[arg(long, default_value_t = 3)]
     nodes: usize,
-    /// Seconds of load per tracker.
-    #[arg(long, default_value_t = 30)]
+    /// Seconds of load per phase (one tracker in one round).
+    #[arg(long, default_value_t = 12)]
     duration: u64,
+    /// Rounds: each runs every tracker of --trackers once, in order, so that the trackers
+    /// alternate and the summary compares medians of their rounds.
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
     /// Sub-tasks (edges) per work item.
     #[arg(long, default_value_t = 128)]
     fanout: usize,
     /// The trackers' tree timeout, milliseconds.
     #[arg(long, default_value_t = 2000)]
     timeout_ms: u64,
-    /// Trackers to run, in order, each on fresh streams.
+    /// The trackers of a round, in order, each on fresh streams.
     #[arg(
         long,
         value_enum,
@@ -92,8 +97,10 @@ fn ack_wait(args: &RunArgs) -> Duration {
 }
 
 pub fn main(args: RunArgs) -> Result<(), String> {
-    if args.nodes == 0 || args.fanout == 0 || args.trackers.is_empty() {
-        return Err("need --nodes >= 1, --fanout >= 1 and at least one tracker".into());
+    if args.nodes == 0 || args.fanout == 0 || args.trackers.is_empty() || args.rounds == 0 {
+        return Err(
+            "need --nodes >= 1, --fanout >= 1, --rounds >= 1 and at least one tracker".into(),
+        );
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -136,20 +143,23 @@ async fn run(args: RunArgs) -> Result<(), String> {
     )
     .await?;
     let mut reports = Vec::new();
-    for &tracker in &args.trackers {
-        let report = phase(
-            &args,
-            tracker,
-            &client,
-            &urls,
-            &credentials,
-            cluster.clone(),
-        )
-        .await?;
-        report.print();
-        reports.push(report);
+    for round in 1..=args.rounds {
+        for &tracker in &args.trackers {
+            let report = phase(
+                &args,
+                (round, args.rounds),
+                tracker,
+                &client,
+                &urls,
+                &credentials,
+                cluster.clone(),
+            )
+            .await?;
+            report.print();
+            reports.push(report);
+        }
     }
-    compare(&reports);
+    print_summary(&reports);
     if let Some(cluster) = cluster {
         let dir = cluster.lock().expect("cluster").dir().to_path_buf();
         // The last reference: the servers are stopped before their files go.
@@ -159,21 +169,22 @@ async fn run(args: RunArgs) -> Result<(), String> {
     let mut failed: Vec<String> = reports
         .iter()
         .filter(|r| !r.missing.is_empty())
-        .map(|r| format!("{}: {} items lost", r.tracker, r.missing.len()))
+        .map(|r| format!("{}: {} items lost", r.phase(), r.missing.len()))
         .collect();
     failed.extend(reports.iter().filter(|r| r.unconfirmed > 0).map(|r| {
         format!(
             "{}: {} items never confirmed by JetStream, so unchecked",
-            r.tracker, r.unconfirmed
+            r.phase(),
+            r.unconfirmed
         )
     }));
     failed.extend(
         reports
             .iter()
-            .filter_map(|r| r.wire_mismatch().map(|m| format!("{}: {m}", r.tracker))),
+            .filter_map(|r| r.wire_mismatch().map(|m| format!("{}: {m}", r.phase()))),
     );
     if failed.is_empty() {
-        println!("AUDIT PASS: every published item was completed at least once, in every run");
+        println!("AUDIT PASS: every published item was completed at least once, in every phase");
         Ok(())
     } else {
         Err(format!("AUDIT FAILED: {}", failed.join("; ")))
@@ -359,6 +370,7 @@ where
 
 async fn phase(
     args: &RunArgs,
+    round: (usize, usize),
     tracker: TrackerKind,
     client: &async_nats::Client,
     urls: &[String],
@@ -606,6 +618,7 @@ async fn phase(
     let max_rss = nodes.iter().map(|n| n.rss).max().unwrap_or(0).max(max_rss);
     Ok(Report {
         tracker,
+        round,
         seconds: drained.as_secs_f64(),
         drain_seconds: (drained - loaded).as_secs_f64(),
         published: confirmed.len() as u64,

@@ -18,13 +18,17 @@
 //!   decode, or a record whose root this partition does not own, is counted and dropped.
 //!
 //! Everything a node sends to another goes through its [`outbox::Outbox`], flushed every
-//! millisecond. A restarted node starts empty; what it owned times out at the origins and
-//! is replayed, and what it originated is redelivered by JetStream after the consumer's ack
-//! wait. A node exits when its standard input closes (the run that started it is gone), and
-//! with an error when it has had no NATS connection for `--nats-limit` seconds (at start,
-//! where it retries with backoff, or later, where the client fails over and reconnects).
+//! millisecond. An acked item's record waits in a bounded queue until JetStream confirms
+//! it (`records.rs`: back-pressure when full, never an item acked before it is on record).
+//! A restarted node starts empty; what it owned times out at the origins and is replayed,
+//! and what it originated is redelivered by JetStream after the consumer's ack wait. A node
+//! exits when its standard input closes (the run that started it is gone), and with an
+//! error after `--nats-limit` seconds without NATS: with no connection (at start, where it
+//! retries with backoff, or later, where the client fails over and reconnects), or with no
+//! record confirmed by JetStream (no quorum, the completed stream gone).
 
 mod outbox;
+mod records;
 mod tracker;
 
 use crate::wire::{self, Completed, Done, PartMessage, Task};
@@ -71,7 +75,8 @@ pub struct NodeArgs {
     pub drop_rate: f64,
     #[arg(long)]
     pub dup_rate: f64,
-    /// Seconds without a NATS connection (at start or later) before the node gives up.
+    /// Seconds without a NATS connection (at start or later), or without JetStream
+    /// confirming a completion record, before the node gives up with an error.
     #[arg(long, default_value_t = 30)]
     pub nats_limit: u64,
 }
@@ -102,8 +107,12 @@ pub struct NodeStats {
     pub pending: u64,
     pub rss: u64,
     pub nats_disconnects: u64,
-    /// Time spent inside the tracker (inits, acks and fails applied), nanoseconds.
+    /// CPU time of the owner's thread in the tracker's calls (inits, acks and fails
+    /// applied, completions handed to the outbox), nanoseconds.
     pub tracker_ns: u64,
+    /// CPU time of the tracker's own thread (the Acker's reaper, the hand-written
+    /// tracker's sweeper), nanoseconds.
+    pub tracker_thread_ns: u64,
     /// This process's CPU time (user and system), milliseconds.
     pub cpu_ms: u64,
 }
@@ -148,8 +157,9 @@ struct Node {
     outbox: Arc<Outbox>,
     tracker: Box<dyn Tracker>,
     pending: Mutex<HashMap<u64, Pending>>,
-    /// Items acked by their trees, waiting to be recorded and acked to JetStream.
-    records: Mutex<Vec<(Completed, JsAcker)>>,
+    /// Items acked by their trees, waiting to be recorded and acked to JetStream (bounded:
+    /// a full queue makes the completion loop wait; `records.rs`).
+    records: tokio::sync::mpsc::Sender<(Completed, JsAcker)>,
     counters: Counters,
 }
 
@@ -186,8 +196,9 @@ async fn run(args: NodeArgs) -> Result<(), String> {
     let timeout = Duration::from_millis(args.timeout_ms);
     let tracker: Box<dyn Tracker> = match args.tracker {
         TrackerKind::Acker => Box::new(AckerTracker::new(outbox.clone(), timeout)?),
-        TrackerKind::Dashmap => Box::new(DashMapTracker::new(outbox.clone(), timeout)),
+        TrackerKind::Dashmap => Box::new(DashMapTracker::new(outbox.clone(), timeout)?),
     };
+    let (records, to_record) = records::queue(records::CAPACITY);
     let node = Arc::new(Node {
         args,
         client,
@@ -195,7 +206,7 @@ async fn run(args: NodeArgs) -> Result<(), String> {
         outbox,
         tracker,
         pending: Mutex::new(HashMap::new()),
-        records: Mutex::new(Vec::new()),
+        records,
         counters: Counters::default(),
     });
     let run = &node.args.run;
@@ -227,17 +238,18 @@ async fn run(args: NodeArgs) -> Result<(), String> {
         .await
         .map_err(|e| format!("work consumer: {e}"))?;
 
-    // Each loop runs for the node's life; one that ends (a subscription closed) or panics
-    // ends the node with an error rather than leaving it half working.
-    let mut loops = tokio::task::JoinSet::new();
-    loops.spawn(owner_loop(node.clone(), parts));
-    loops.spawn(worker_loop(node.clone(), tasks));
+    // Each loop runs for the node's life; one that ends (a subscription closed, JetStream
+    // gone for good) or panics ends the node with an error rather than leaving it half
+    // working.
+    let mut loops: tokio::task::JoinSet<Result<(), String>> = tokio::task::JoinSet::new();
+    loops.spawn(for_life("owner loop", owner_loop(node.clone(), parts)));
+    loops.spawn(for_life("worker loop", worker_loop(node.clone(), tasks)));
     loops.spawn(completion_loop(node.clone(), dones));
-    loops.spawn(flush_loop(node.clone()));
-    loops.spawn(record_loop(node.clone()));
-    loops.spawn(silence_loop(node.clone()));
-    loops.spawn(stats_loop(node.clone()));
-    loops.spawn(origin_loop(node.clone(), consumer));
+    loops.spawn(for_life("flush loop", flush_loop(node.clone())));
+    loops.spawn(record_loop(node.clone(), to_record));
+    loops.spawn(for_life("silence loop", silence_loop(node.clone())));
+    loops.spawn(for_life("stats loop", stats_loop(node.clone())));
+    loops.spawn(for_life("origin loop", origin_loop(node.clone(), consumer)));
 
     let mut stdin_closed = Box::pin(stdin_closed());
     let mut disconnected_since: Option<Instant> = None;
@@ -245,8 +257,12 @@ async fn run(args: NodeArgs) -> Result<(), String> {
     loop {
         tokio::select! {
             _ = &mut stdin_closed => return Ok(()),
-            ended = loops.join_next() => {
-                return Err(format!("node {index}: a loop of the node ended: {ended:?}"));
+            Some(ended) = loops.join_next() => {
+                return Err(match ended {
+                    Ok(Err(why)) => format!("node {index}: {why}"),
+                    Ok(Ok(())) => format!("node {index}: a loop of the node ended"),
+                    Err(e) => format!("node {index}: a loop of the node failed: {e}"),
+                });
             }
             Some(event) = events.recv() => match event {
                 async_nats::Event::Disconnected => {
@@ -268,6 +284,12 @@ async fn run(args: NodeArgs) -> Result<(), String> {
             }
         }
     }
+}
+
+/// A loop meant to run for the node's life, whose end is an error.
+async fn for_life(what: &str, work: impl std::future::Future<Output = ()>) -> Result<(), String> {
+    work.await;
+    Err(format!("the {what} ended (its NATS subscription closed)"))
 }
 
 /// Resolves when standard input reaches its end: the run that started this node is gone.
@@ -371,14 +393,18 @@ async fn origin_loop(node: Arc<Node>, consumer: jetstream::consumer::PullConsume
 
 async fn owner_loop(node: Arc<Node>, mut frames: async_nats::Subscriber) {
     let (index, nodes) = (node.args.index, node.args.nodes);
+    // A frame's acks and fails, and its inits with the number of acks and fails before each:
+    // sorted out first, so that the tracker's calls run in one stretch that is timed once.
     let mut batch: Vec<Message> = Vec::new();
+    let mut inits: Vec<(usize, u64, u64, u32)> = Vec::new();
+    let mut refused: Vec<(u64, u32)> = Vec::new();
     while let Some(frame) = frames.next().await {
         let Ok(records) = PartMessage::decode_frame(&frame.payload) else {
             add(&node.counters.malformed, 1);
             continue;
         };
         add(&node.counters.part_frames, 1);
-        let (mut acks, mut fails, mut inits, mut misrouted) = (0, 0, 0, 0);
+        let (mut acks, mut fails, mut init_count, mut misrouted) = (0, 0, 0, 0);
         for record in records {
             if wire::owner(record.root(), nodes) != index {
                 misrouted += 1;
@@ -386,25 +412,11 @@ async fn owner_loop(node: Arc<Node>, mut frames: async_nats::Subscriber) {
             }
             match record {
                 PartMessage::Init { root, xor, origin } => {
-                    // Messages before it in the frame go first: their order is the frame's.
-                    let timer = Instant::now();
-                    node.tracker.apply(&batch);
-                    batch.clear();
-                    inits += 1;
-                    let refused =
-                        (origin as usize) < nodes && !node.tracker.init(root, xor, origin);
-                    add(&node.counters.tracker_ns, timer.elapsed().as_nanos() as u64);
-                    if (origin as usize) >= nodes {
+                    init_count += 1;
+                    if (origin as usize) < nodes {
+                        inits.push((batch.len(), root, xor, origin));
+                    } else {
                         misrouted += 1;
-                    } else if refused {
-                        add(&node.counters.refused_inits, 1);
-                        node.outbox.done(
-                            origin as usize,
-                            Done {
-                                root,
-                                outcome: Outcome::Failed,
-                            },
-                        );
                     }
                 }
                 PartMessage::Ack { root, xor } => {
@@ -417,15 +429,68 @@ async fn owner_loop(node: Arc<Node>, mut frames: async_nats::Subscriber) {
                 }
             }
         }
-        let timer = Instant::now();
-        node.tracker.apply(&batch);
-        add(&node.counters.tracker_ns, timer.elapsed().as_nanos() as u64);
+        let timer = CallTimer::start();
+        // In the frame's order: the messages before an init go first.
+        let mut applied = 0;
+        for &(before, root, xor, origin) in &inits {
+            node.tracker.apply(&batch[applied..before]);
+            applied = before;
+            if !node.tracker.init(root, xor, origin) {
+                refused.push((root, origin));
+            }
+        }
+        node.tracker.apply(&batch[applied..]);
+        add(&node.counters.tracker_ns, timer.ns());
+        for (root, origin) in refused.drain(..) {
+            add(&node.counters.refused_inits, 1);
+            let outcome = Outcome::Failed;
+            node.outbox.done(origin as usize, Done { root, outcome });
+        }
         batch.clear();
+        inits.clear();
         add(&node.counters.acks_applied, acks);
         add(&node.counters.fails_applied, fails);
-        add(&node.counters.inits_applied, inits);
+        add(&node.counters.inits_applied, init_count);
         add(&node.counters.misrouted, misrouted);
     }
+}
+
+/// Times the owner's calls into its tracker by this thread's CPU time
+/// (`CLOCK_THREAD_CPUTIME_ID`): what the calls ran, not the time the thread spent preempted
+/// on a crowded machine (which the wall clock would add, and more with the servers
+/// busier). Falls back to the wall clock where that clock is not available.
+struct CallTimer {
+    cpu_ns: Option<u64>,
+    wall: Instant,
+}
+
+impl CallTimer {
+    fn start() -> CallTimer {
+        CallTimer {
+            cpu_ns: thread_cpu_now_ns(),
+            wall: Instant::now(),
+        }
+    }
+
+    /// Nanoseconds since [`CallTimer::start`].
+    fn ns(&self) -> u64 {
+        match (self.cpu_ns, thread_cpu_now_ns()) {
+            (Some(start), Some(now)) => now.saturating_sub(start),
+            _ => self.wall.elapsed().as_nanos() as u64,
+        }
+    }
+}
+
+/// The calling thread's CPU time, nanoseconds.
+fn thread_cpu_now_ns() -> Option<u64> {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec through the pointer, which points to a
+    // local that lives across the call.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut now) };
+    (rc == 0).then(|| now.tv_sec as u64 * 1_000_000_000 + now.tv_nsec as u64)
 }
 
 async fn worker_loop(node: Arc<Node>, mut frames: async_nats::Subscriber) {
@@ -456,7 +521,10 @@ async fn worker_loop(node: Arc<Node>, mut frames: async_nats::Subscriber) {
     }
 }
 
-async fn completion_loop(node: Arc<Node>, mut frames: async_nats::Subscriber) {
+async fn completion_loop(
+    node: Arc<Node>,
+    mut frames: async_nats::Subscriber,
+) -> Result<(), String> {
     let index = node.args.index as u32;
     while let Some(frame) = frames.next().await {
         let Ok(dones) = Done::decode_frame(&frame.payload) else {
@@ -464,9 +532,9 @@ async fn completion_loop(node: Arc<Node>, mut frames: async_nats::Subscriber) {
             continue;
         };
         let mut naks = Vec::new();
+        let mut to_record = Vec::new();
         {
             let mut pending = node.pending.lock().unwrap_or_else(|p| p.into_inner());
-            let mut records = node.records.lock().unwrap_or_else(|p| p.into_inner());
             for Done { root, outcome } in dones {
                 let Some(p) = pending.remove(&root) else {
                     // Already judged silent and asked for again, or a stranger's root.
@@ -482,7 +550,7 @@ async fn completion_loop(node: Arc<Node>, mut frames: async_nats::Subscriber) {
                             delivery: p.delivery,
                             latency_us: p.pulled.elapsed().as_micros() as u64,
                         };
-                        records.push((record, p.handle));
+                        to_record.push((record, p.handle));
                     }
                     Outcome::Failed => {
                         add(&node.counters.failed, 1);
@@ -498,60 +566,74 @@ async fn completion_loop(node: Arc<Node>, mut frames: async_nats::Subscriber) {
         for handle in naks {
             let _ = handle.ack_with(AckKind::Nak(None)).await;
         }
+        // Waits while the queue is full (back-pressure, `records.rs`): never dropped.
+        for record in to_record {
+            node.records
+                .send(record)
+                .await
+                .map_err(|_| "the record loop is gone".to_string())?;
+        }
     }
+    Err("the completion loop ended (its subscription closed)".into())
 }
 
-/// Appends acked items to the completed stream, a batch per JetStream message, and acks
-/// their work messages only once JetStream has confirmed the batch: an item is never acked
-/// before it is on record.
-async fn record_loop(node: Arc<Node>) {
+/// Appends acked items to the completed stream, a chunk per JetStream message, and acks
+/// their work messages only once JetStream has confirmed the chunk: an item is never acked
+/// before it is on record. Gives up with an error when JetStream confirms nothing for
+/// `--nats-limit` (`records.rs`).
+async fn record_loop(
+    node: Arc<Node>,
+    mut records: tokio::sync::mpsc::Receiver<(Completed, JsAcker)>,
+) -> Result<(), String> {
     let subject = format!("{}.completed", node.args.run);
-    // Each batch carries an id unique to this process and batch, so that a publish retried
+    let limit = Duration::from_secs(node.args.nats_limit);
+    // Each chunk carries an id unique to this process and chunk, so that a publish retried
     // after a lost confirmation is stored once (JetStream's duplicate window).
-    let mut batches = 0u64;
+    let mut chunks = 0u64;
     // Random, not the pid: a restarted node may get its killed predecessor's pid, and a
-    // batch id the dead process used would be taken for a duplicate and not stored.
+    // chunk id the dead process used would be taken for a duplicate and not stored.
     let incarnation: u64 = rand::random();
-    loop {
-        tokio::time::sleep(Duration::from_millis(5)).await;
-        let batch = std::mem::take(&mut *node.records.lock().unwrap_or_else(|p| p.into_inner()));
-        if batch.is_empty() {
-            continue;
+    while let Some(chunk) = records::next_chunk(&mut records, records::CHUNK).await {
+        let mut bytes = Vec::with_capacity(chunk.len() * Completed::SIZE);
+        for (record, _) in &chunk {
+            record.encode(&mut bytes);
         }
-        for chunk in batch.chunks(4096) {
-            let mut bytes = Vec::with_capacity(chunk.len() * Completed::SIZE);
-            for (record, _) in chunk {
-                record.encode(&mut bytes);
-            }
-            batches += 1;
-            let mut headers = async_nats::HeaderMap::new();
-            let id = format!(
-                "{}-{}-{incarnation:x}-{batches}",
-                node.args.run, node.args.index
-            );
-            headers.insert("Nats-Msg-Id", id.as_str());
-            let mut backoff = Duration::from_millis(50);
-            loop {
-                let published = node
-                    .js
-                    .publish_with_headers(subject.clone(), headers.clone(), bytes.clone().into())
-                    .await;
-                let confirmed = match published {
-                    Ok(ack) => ack.await.is_ok(),
-                    Err(_) => false,
-                };
-                if confirmed {
-                    break;
-                }
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(1));
-            }
-            add(&node.counters.recorded, chunk.len() as u64);
-            for (_, handle) in chunk {
-                let _ = handle.ack().await;
-            }
+        let bytes = bytes::Bytes::from(bytes);
+        chunks += 1;
+        let mut headers = async_nats::HeaderMap::new();
+        let id = format!(
+            "{}-{}-{incarnation:x}-{chunks}",
+            node.args.run, node.args.index
+        );
+        headers.insert("Nats-Msg-Id", id.as_str());
+        let publish = || async {
+            let ack = node
+                .js
+                .publish_with_headers(subject.clone(), headers.clone(), bytes.clone())
+                .await
+                .map_err(|e| e.to_string())?;
+            ack.await.map(|_| ()).map_err(|e| e.to_string())
+        };
+        if let Err(gave_up) = records::until_confirmed(limit, publish).await {
+            return Err(format!(
+                "JetStream confirmed no completion record on {subject} for {:.1} s \
+                 ({} attempts; the last: {}), past --nats-limit {} s: giving up; \
+                 items not acked, so JetStream delivers them again after the consumer's \
+                 ack wait: {} in that record, {} waiting behind it",
+                gave_up.waited.as_secs_f64(),
+                gave_up.attempts,
+                gave_up.last_error,
+                limit.as_secs(),
+                chunk.len(),
+                records.len(),
+            ));
+        }
+        add(&node.counters.recorded, chunk.len() as u64);
+        for (_, handle) in chunk {
+            let _ = handle.ack().await;
         }
     }
+    Err("the record loop's queue closed".into())
 }
 
 /// Asks again for items whose completion never came.
@@ -616,6 +698,7 @@ async fn stats_loop(node: Arc<Node>) {
             rss: rss_of(std::process::id()).unwrap_or(0),
             nats_disconnects: get(&c.nats_disconnects),
             tracker_ns: get(&c.tracker_ns),
+            tracker_thread_ns: thread_cpu_ns(node.tracker.thread_name()).unwrap_or(0),
             cpu_ms: cpu_ms_of(std::process::id()).unwrap_or(0),
         };
         if let Ok(json) = serde_json::to_vec(&stats) {
@@ -637,14 +720,47 @@ pub fn rss_of(pid: u32) -> Option<u64> {
     Some(kib * 1024)
 }
 
-/// CPU time (user and system) of process `pid` so far, milliseconds (Linux `/proc`, whose
-/// clock ticks are 1/100 s on every architecture Linux reports them for as USER_HZ).
-pub fn cpu_ms_of(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+/// CPU time of this process's threads named `name` so far, nanoseconds (Linux `/proc`: the
+/// scheduler's run time of each thread, or its user and system ticks where the kernel keeps
+/// no scheduler statistics).
+fn thread_cpu_ns(name: &str) -> Option<u64> {
+    let mut total = None;
+    for task in std::fs::read_dir("/proc/self/task").ok()?.flatten() {
+        let dir = task.path();
+        let comm = std::fs::read_to_string(dir.join("comm")).unwrap_or_default();
+        if comm.trim_end() != name {
+            continue;
+        }
+        let run_ns = std::fs::read_to_string(dir.join("schedstat"))
+            .ok()
+            .and_then(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+            .filter(|&ns| ns > 0);
+        let ns = match run_ns {
+            Some(ns) => Some(ns),
+            None => std::fs::read_to_string(dir.join("stat"))
+                .ok()
+                .and_then(|stat| ticks_ms(&stat))
+                .map(|ms| ms * 1_000_000),
+        };
+        if let Some(ns) = ns {
+            *total.get_or_insert(0) += ns;
+        }
+    }
+    total
+}
+
+/// User and system time from a `/proc/.../stat` line, milliseconds (clock ticks are 1/100 s
+/// on every architecture Linux reports them for as USER_HZ).
+fn ticks_ms(stat: &str) -> Option<u64> {
     // The command name (field 2) may hold spaces; the fields after it follow its ')'.
-    let rest = &stat[stat.rfind(')')? + 2..];
+    let rest = stat.get(stat.rfind(')')? + 2..)?;
     let fields: Vec<&str> = rest.split_whitespace().collect();
     // utime and stime are fields 14 and 15 of the whole line, 12 and 13 after the name.
     let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
     Some(ticks * 10)
+}
+
+/// CPU time (user and system) of process `pid` so far, milliseconds (Linux `/proc`).
+pub fn cpu_ms_of(pid: u32) -> Option<u64> {
+    ticks_ms(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
 }

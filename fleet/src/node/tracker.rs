@@ -16,6 +16,10 @@ pub trait Tracker: Send + Sync {
     /// Acks and fails, in order.
     fn apply(&self, messages: &[Message]);
     fn pending(&self) -> usize;
+    /// The name of the tracker's own thread (the Acker's reaper, the hand-written sweeper),
+    /// whose CPU time is part of the tracker's cost (`/proc/self/task/*/comm`: at most 15
+    /// bytes).
+    fn thread_name(&self) -> &'static str;
 }
 
 fn complete(outbox: &Outbox, origin: u32, root: u64, outcome: Outcome) {
@@ -61,6 +65,11 @@ impl Tracker for AckerTracker {
     fn pending(&self) -> usize {
         self.acker.pending()
     }
+
+    fn thread_name(&self) -> &'static str {
+        // The name ackwheel gives the reaper thread an `Acker` starts.
+        "ackwheel-reaper"
+    }
 }
 
 /// The tracker a user writes with a concurrent map: the XOR value, the origin once the init
@@ -77,6 +86,9 @@ pub struct DashMapTracker {
 /// timeout's precision, as a user would pick to keep the walk off the profile.
 pub const SWEEP: Duration = Duration::from_millis(50);
 
+/// The sweeper thread's name, by which the node finds its CPU time.
+const SWEEPER: &str = "fleet-sweeper";
+
 struct Entry {
     value: u64,
     origin: Option<u32>,
@@ -85,36 +97,39 @@ struct Entry {
 }
 
 impl DashMapTracker {
-    pub fn new(outbox: Arc<Outbox>, timeout: Duration) -> DashMapTracker {
+    pub fn new(outbox: Arc<Outbox>, timeout: Duration) -> Result<DashMapTracker, String> {
         let map: Arc<DashMap<u64, Entry>> = Arc::new(DashMap::new());
         let stop = Arc::new(AtomicBool::new(false));
         let (sweep_map, sweep_outbox, sweep_stop) = (map.clone(), outbox.clone(), stop.clone());
-        std::thread::spawn(move || {
-            // Relaxed: a flag polled between sweeps; nothing is published through it.
-            while !sweep_stop.load(Ordering::Relaxed) {
-                std::thread::sleep(SWEEP);
-                let now = Instant::now();
-                let mut due = Vec::new();
-                sweep_map.retain(|&root, e| {
-                    if e.deadline > now {
-                        return true;
+        let sweeper = std::thread::Builder::new().name(SWEEPER.into());
+        sweeper
+            .spawn(move || {
+                // Relaxed: a flag polled between sweeps; nothing is published through it.
+                while !sweep_stop.load(Ordering::Relaxed) {
+                    std::thread::sleep(SWEEP);
+                    let now = Instant::now();
+                    let mut due = Vec::new();
+                    sweep_map.retain(|&root, e| {
+                        if e.deadline > now {
+                            return true;
+                        }
+                        if let Some(origin) = e.origin {
+                            due.push((origin, root));
+                        }
+                        false
+                    });
+                    for (origin, root) in due {
+                        complete(&sweep_outbox, origin, root, Outcome::TimedOut);
                     }
-                    if let Some(origin) = e.origin {
-                        due.push((origin, root));
-                    }
-                    false
-                });
-                for (origin, root) in due {
-                    complete(&sweep_outbox, origin, root, Outcome::TimedOut);
                 }
-            }
-        });
-        DashMapTracker {
+            })
+            .map_err(|e| format!("cannot start the sweeper thread: {e}"))?;
+        Ok(DashMapTracker {
             map,
             outbox,
             timeout,
             stop,
-        }
+        })
     }
 
     fn new_entry(&self) -> Entry {
@@ -188,5 +203,9 @@ impl Tracker for DashMapTracker {
 
     fn pending(&self) -> usize {
         self.map.len()
+    }
+
+    fn thread_name(&self) -> &'static str {
+        SWEEPER
     }
 }
