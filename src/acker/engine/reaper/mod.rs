@@ -890,17 +890,23 @@ mod tests {
         assert_eq!(acker.reanchorings(), 1);
     }
 
-    /// A caller's pass does not sweep the wheel's dead entries (the thread's upkeep), even
-    /// with nothing pending, where the thread's pass would sweep them all.
-    #[test]
-    fn a_callers_pass_leaves_the_sweeps_to_the_thread() {
+    /// A manual acker on a manual clock at 1 ms ticks whose trees are due 10 s on.
+    fn far_off() -> (ManualClock, Acker<u32>) {
         let clock = ManualClock::new(0);
-        let acker: Acker<u32> = Acker::builder()
+        let acker = Acker::builder()
             .timeout(Duration::from_secs(10))
             .resolution(MS)
             .clock(clock.clone())
             .build_manual()
             .unwrap();
+        (clock, acker)
+    }
+
+    /// A caller's pass does not sweep the wheel's dead entries (the thread's upkeep), even
+    /// with nothing pending, where the thread's pass would sweep them all.
+    #[test]
+    fn a_callers_pass_leaves_the_sweeps_to_the_thread() {
+        let (clock, acker) = far_off();
         for root in 1..=200 {
             acker.init(root, 0b1, 0).unwrap();
         }
@@ -938,13 +944,7 @@ mod tests {
     /// tick).
     #[test]
     fn trees_that_come_and_go_do_not_wake_the_reaper_every_tick() {
-        let clock = ManualClock::new(0);
-        let acker: Acker<u32> = Acker::builder()
-            .timeout(Duration::from_secs(10))
-            .resolution(MS)
-            .clock(clock.clone())
-            .build_manual()
-            .unwrap();
+        let (clock, acker) = far_off();
         let engine = acker.engine();
         let mut next_tick_passes = 0;
         for root in 1..=20 {
