@@ -459,9 +459,12 @@ impl<T: Send + 'static> Acker<T> {
 
     /// Reaper wake-ups that found nothing to do, since build: what an idle acker costs.
     ///
-    /// The reaper sleeps until the next deadline and not at all when nothing is pending,
-    /// so on an idle acker this stays flat; a count that climbs while nothing is due is a
-    /// bug worth reporting. (Manual ackers have no reaper: always 0.)
+    /// The reaper sleeps until the next deadline, at most the hand-off age (64 ticks of
+    /// the resolution) while trees are pending, so that starting a tree never has to wake
+    /// it; and not at all when nothing is pending. So on an idle acker this stays flat,
+    /// and with long-lived trees pending and nothing due it climbs by one per hand-off age
+    /// (15 a second at `build`'s 1 ms resolution); a count that climbs faster while nothing
+    /// is due is a bug worth reporting. (A manual acker's driven passes count here too.)
     pub fn idle_wakeups(&self) -> u64 {
         self.engine().idle_wakeups()
     }

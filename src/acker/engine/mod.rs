@@ -626,10 +626,20 @@ impl<T: Send + 'static> Engine<T> {
                 stamp.start().wrapping_add(self.hand_off_age),
                 deadline.wrapping_sub(1),
             );
-            let hand_off = if reached(aged, last) { aged } else { last };
-            let pushed = self
+            let (hand_off, soon) = if reached(aged, last) {
+                (aged, false)
+            } else {
+                (last, true) // a short timeout of its own
+            };
+            let mut pushed = self
                 .threads
                 .push(entry, hand_off, stamp.start(), |e| self.entry_live(e));
+            // A push into an empty batch checks whether the reaper is idle; one due before
+            // the hand-off age checks too, as the reaper's timer may end after it even
+            // when the batch's first entry's did not (`reaper_sleeps_past`).
+            if soon && pushed == Pushed::Filed {
+                pushed = self.threads.wake_check();
+            }
             if pushed == Pushed::WakeReaper && self.reaper_sleeps_past(hand_off) {
                 self.wake_reaper();
             }
@@ -705,9 +715,12 @@ impl<T: Send + 'static> Engine<T> {
     /// wakes it in time, and the push need not: a wake from the caller's thread makes the
     /// kernel switch to the reaper at once (its short slice,
     /// [`slice`](crate::sync::slice)), and the call that pushed waits out the reaper's
-    /// turn ([`reaper`], "Sleeping"). A manual acker's driver publishes nothing: always.
+    /// turn ([`reaper`], "Sleeping"). A manual acker's driver publishes no timer: always.
     #[inline]
     fn reaper_sleeps_past(&self, hand_off: Tick) -> bool {
+        if self.manual {
+            return true;
+        }
         let wakes_at = self.reaper_wakes_at.load(Ordering::SeqCst);
         wakes_at == reaper::AWAKE || !reached(wakes_at as Tick, hand_off)
     }

@@ -10,8 +10,9 @@ use super::{Pushed, Threads};
 use crate::sync::{fence, Ordering};
 
 impl Threads {
-    /// After a batch became non-empty: whether the reaper may be parked with no deadline.
-    pub(super) fn wake_check(&self) -> Pushed {
+    /// After a batch became non-empty (or took an entry due soon): whether the reaper is
+    /// idle, parked with no deadline or asleep on a timer.
+    pub fn wake_check(&self) -> Pushed {
         fence(Ordering::SeqCst); // orders the length store before the `idle` load (docs)
         if self.idle.load(Ordering::Relaxed) {
             Pushed::WakeReaper

@@ -160,6 +160,10 @@ struct Bucket<E> {
     offsets: Vec<u32>,
     /// The least of `offsets` (0 on level 0); meaningless while the bucket is empty.
     min_offset: u32,
+    /// Where a bounded advance goes on looking for due entries in a bucket too large to
+    /// cascade ([`CompactWheel::advance_within`]): it looks below this index, and from the
+    /// end again once past the start.
+    cursor: u32,
 }
 
 impl<E> Default for Bucket<E> {
@@ -168,6 +172,7 @@ impl<E> Default for Bucket<E> {
             entries: Vec::new(),
             offsets: Vec::new(),
             min_offset: 0,
+            cursor: 0,
         }
     }
 }
@@ -273,8 +278,9 @@ impl<E: WheelEntry> CompactWheel<E> {
     /// [`advance`](Self::advance) that moves at most `most` entries (returned or cascaded),
     /// for a caller that must not run long: `true` when it reached `now`. It takes the
     /// ready entries and level-0 buckets a part at a time (their entries are all due at one
-    /// tick, so the rest may wait where they are), and stops before a coarser bucket or the
-    /// overflow whose entries would take it past `most` (a cascade moves them all at once).
+    /// tick, so the rest may wait where they are), and stops at a coarser bucket whose
+    /// entries would take it past `most` (a cascade moves them all at once), taking only
+    /// due entries out of it, or at such an overflow.
     /// The wheel's time then stays where the last bucket emptied left it, at most `now`:
     /// every entry is still before it only if due and waiting in `ready`, and the next
     /// advance goes on from there.
@@ -322,6 +328,7 @@ impl<E: WheelEntry> CompactWheel<E> {
                     start,
                 } => {
                     if self.buckets[level * BUCKETS + bucket].entries.len() > left {
+                        self.take_due_from(level, bucket, start, now, left, due);
                         return false;
                     }
                     left -= self.buckets[level * BUCKETS + bucket].entries.len();
@@ -339,6 +346,54 @@ impl<E: WheelEntry> CompactWheel<E> {
         // As in `advance`: nothing left starts at or before `now`.
         self.time = now;
         true
+    }
+
+    /// From `level`'s bucket `b` (level 1 or above, starting at `start` <= `now`, too large
+    /// to cascade within a bounded advance), at most `most` entries due by `now`, looked
+    /// for among `4 * most` of them (below the bucket's cursor, going round: each call
+    /// looks further, so every due entry comes out after a bounded number of calls),
+    /// without moving the wheel's time: the rest stay after it. The bucket's least offset
+    /// stays a lower bound, so `next_due` may come early (a look that finds nothing),
+    /// never late.
+    fn take_due_from(
+        &mut self,
+        level: usize,
+        b: usize,
+        start: u64,
+        now: u64,
+        most: usize,
+        due: &mut Vec<E>,
+    ) {
+        let inline = inline_offsets::<E>(level);
+        let bucket = &mut self.buckets[level * BUCKETS + b];
+        let mut taken = 0;
+        let mut at = (bucket.cursor as usize).min(bucket.entries.len());
+        for _ in 0..4 * most {
+            if taken == most {
+                break;
+            }
+            if at == 0 {
+                at = bucket.entries.len();
+            }
+            at -= 1;
+            let offset = if inline {
+                bucket.entries[at].spare()
+            } else {
+                bucket.offsets[at]
+            };
+            if start | u64::from(offset) > now {
+                continue;
+            }
+            // Swapped in from the end: an entry looked at already.
+            let entry = bucket.entries.swap_remove(at);
+            if !inline {
+                bucket.offsets.swap_remove(at);
+            }
+            due.push(entry.with_spare(0));
+            taken += 1;
+        }
+        // Below 2^32 entries in a bucket: the acker's entries are numbered in `u32`.
+        bucket.cursor = at as u32;
     }
 
     /// The earliest tick at which `advance` returns something: exact (the earliest filed

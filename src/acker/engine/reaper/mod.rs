@@ -74,14 +74,20 @@
 //!   shutdown has closed the callback, so no pass runs after `shutdown` returned.
 //! * **Its timers only**: no sweep of the wheel, no migration, shrink or freeing of retired
 //!   generations, no pruning and no giving memory back: the upkeep waits for the thread.
-//! * **A bounded batch.** It files at most [`CALLER_ENTRIES`] of the entries handed off (the
-//!   batches' takeover, with its heavy fence, is the thread's), and its advance of the wheel
-//!   moves at most [`CALLER_GROUPS`] groups
-//!   ([`advance_within`](crate::acker::timers::wheel::CompactWheel::advance_within)): at
-//!   most `CALLER_GROUPS` × [`GROUP_SLOTS`] timeouts delivered on the caller (a million
-//!   trees that share a deadline are a million wake-ups: the caller wakes a few dozen). What
-//!   it leaves stays where it was, due, and the published tick says "late" at once, so the
+//! * **A bounded batch.** It files at most [`CALLER_ENTRIES`] of the entries handed off or
+//!   left in quiet batches (taken over as the thread does, with its heavy fence: a few
+//!   microseconds), and its advance of the wheel moves at most [`CALLER_GROUPS`] groups
+//!   ([`advance_within`](crate::acker::timers::wheel::CompactWheel::advance_within), which
+//!   takes due entries out of a coarse bucket too large to cascade): at most
+//!   `CALLER_GROUPS` × [`GROUP_SLOTS`] timeouts delivered on the caller (a million trees
+//!   that share a deadline are a million wake-ups: the caller wakes a few dozen). What it
+//!   leaves stays where it was, due, and the published tick says "late" at once, so the
 //!   next caller takes the next batch until the thread runs.
+//! * **Its publication keeps the pushers' promise** ("Sleeping"): a push that found the
+//!   published tick early enough did not wake the thread, so after its pass the caller
+//!   publishes no later than the thread would sleep, and once more checks the batches
+//!   after a fence (against the push's fence before it read the tick): entries waiting
+//!   mean the next tick.
 //!
 //! Each such pass is counted with the longest one
 //! ([`AckerStats::caller_passes`](crate::AckerStats::caller_passes)).
@@ -100,7 +106,7 @@ use crate::acker::table::{Completed, Effects, Expiry, Judge, Table, GROUP_SLOTS}
 use crate::acker::threads::{trim, Entry};
 use crate::acker::timers::groups::{GroupAt, GroupTimer};
 use crate::acker::timers::ticks::{full_near, Tick};
-use crate::sync::Ordering;
+use crate::sync::{fence, Ordering};
 use std::sync::Arc;
 use std::thread;
 
@@ -424,7 +430,12 @@ pub(super) fn help_if_late<T: Send + 'static>(engine: &Engine<T>) -> bool {
         } else {
             // Not waited for: a pass under way (the thread's, which publishes its own
             // tick) leaves the claim's.
-            engine.reaper.try_lock().ok().map(|wheel| {
+            let wheel = match engine.reaper.try_lock() {
+                Ok(wheel) => Some(wheel),
+                Err(TryLockError::Poisoned(poisoned)) => Some(poisoned.into_inner()),
+                Err(TryLockError::WouldBlock) => None,
+            };
+            wheel.map(|wheel| {
                 if engine.threads.waiting_or_busy() {
                     Some(wheel.now + 1)
                 } else {
@@ -434,12 +445,22 @@ pub(super) fn help_if_late<T: Send + 'static>(engine: &Engine<T>) -> bool {
             })
         };
         if let Some(next) = next {
-            let _ = engine.reaper_wakes_at.compare_exchange(
-                now + 1,
-                next.unwrap_or(AWAKE),
-                Ordering::SeqCst,
-                Ordering::SeqCst,
-            );
+            let published = engine
+                .reaper_wakes_at
+                .compare_exchange(
+                    now + 1,
+                    next.unwrap_or(AWAKE),
+                    Ordering::SeqCst,
+                    Ordering::SeqCst,
+                )
+                .is_ok();
+            // A push between the check above and the CAS read `now + 1` and did not wake
+            // the thread ("Sleeping"); its entry must not wait for the later tick. The
+            // fence pairs with the push's (its length stored, then the tick read).
+            fence(Ordering::SeqCst);
+            if published && next != Some(now + 1) && engine.threads.waiting_or_busy() {
+                engine.reaper_wakes_at.fetch_min(now + 1, Ordering::SeqCst);
+            }
         }
     }
     engine.helping.store(false, Ordering::SeqCst);
@@ -604,14 +625,21 @@ fn sleep_until<T: Send + 'static>(
     let tick_nanos = 1u64 << engine.ticks.shift;
     let most = ticks.saturating_mul(tick_nanos);
     let again = aimed.replace(tick) == Some(tick);
-    let wait = match catch_unwind(AssertUnwindSafe(|| engine.now())) {
-        Ok(now) => wait_nanos(engine.tick_start(tick), now, most),
-        Err(_) => Some(most),
+    let now = catch_unwind(AssertUnwindSafe(|| engine.now())).ok();
+    let wait = match now {
+        Some(now) => wait_nanos(engine.tick_start(tick), now, most),
+        None => Some(most),
     };
     let wait = if again { wait.map(|_| most) } else { wait };
     if let Some(wait) = wait {
-        // A caller runs the pass if this sleep outlasts the timer ("A late reaper").
-        engine.reaper_wakes_at.store(tick, Ordering::SeqCst);
+        // The tick the timer ends in: `tick`, or later for a whole `ticks` from now (a
+        // second sleep aimed at it); unknown with a clock that panicked. A caller runs the
+        // pass if this sleep outlasts it ("A late reaper"); a push relies on it to wake
+        // the thread by then ("Sleeping").
+        let ends = now.map_or(AWAKE, |now| {
+            tick.max(engine.ticks.full(now.wrapping_add(wait)))
+        });
+        engine.reaper_wakes_at.store(ends, Ordering::SeqCst);
         thread::park_timeout(Duration::from_nanos(wait));
     }
 }
@@ -765,10 +793,11 @@ mod tests {
 
     /// A tree started while the reaper thread sleeps beside pending ones does not wake it:
     /// its timer ends before the new entry's hand-off tick ("Sleeping"). (A wake would
-    /// have moved the published tick to the pusher's.) On a manual clock, which stands
+    /// have moved the published tick to the pusher's.) One whose own timeout ends sooner
+    /// does, even pushed into a batch that holds entries already. On a manual clock, which stands
     /// still once the thread sleeps, so that its sleep lasts its whole length.
     #[test]
-    fn a_tree_started_beside_pending_ones_does_not_wake_the_reaper() {
+    fn a_tree_started_beside_pending_ones_does_not_wake_the_reaper_one_due_sooner_does() {
         let clock = ManualClock::new(0);
         let acker: Acker<u32> = Acker::builder()
             .timeout(Duration::from_secs(60))
@@ -796,7 +825,15 @@ mod tests {
             asleep_until,
             "the init woke the reaper"
         );
-        assert!(acker.ack(1, 0b1) && acker.ack(2, 0b1));
+        // A tree due before the reaper's timer ends, pushed into the batch that now holds
+        // tree 2: it wakes the reaper (the wake moves the published tick to the pusher's).
+        acker.init_with_timeout(3, 0b1, 0, 20 * MS).unwrap();
+        let now = engine.ticks.full(clock.now());
+        assert!(
+            engine.reaper_wakes_at.load(SeqCst) <= now,
+            "a tree due in 20 ms left the reaper asleep until {asleep_until} (now {now})"
+        );
+        assert!(acker.ack(1, 0b1) && acker.ack(2, 0b1) && acker.ack(3, 0b1));
     }
 
     /// A manual acker on a manual clock whose timeouts are logged, with `trees` trees

@@ -259,6 +259,46 @@ fn a_bounded_advance_returns_at_most_its_budget_and_loses_nothing() {
     }
 }
 
+/// A coarse bucket too large for a bounded advance to cascade: the due part of it comes
+/// out a budget at a time, without moving the wheel's time, and the full advance returns
+/// the rest, each entry once and none before its tick.
+#[test]
+fn a_bounded_advance_takes_due_entries_out_of_a_coarse_bucket() {
+    for lend in [false, true] {
+        let mut wheel = CompactWheel::<Lending>::new(0);
+        let make = |id: u64| {
+            if lend {
+                Lending(id)
+            } else {
+                Lending(id | 1 << 51)
+            }
+        };
+        // Ticks 64..128: one level-1 bucket, 1,000 entries.
+        for id in 0..1000u64 {
+            wheel.push(64 + id % 64, make(id));
+        }
+        let mut out = Vec::new();
+        let mut due = Vec::new();
+        for _ in 0..100 {
+            assert!(!wheel.advance_within(80, 10, &mut due));
+            assert!(due.len() <= 10);
+            out.append(&mut due);
+        }
+        // Ticks 64..=80: 17 of every 64 ids.
+        let expected = (0..1000u64).filter(|id| id % 64 <= 16).count();
+        assert_eq!(out.len(), expected, "lend {lend}");
+        assert!(out.iter().all(|e| 64 + (e.0 & 0xFFFF) % 64 <= 80));
+        wheel.advance(80, &mut due);
+        assert!(due.is_empty(), "due entries left behind: {}", due.len());
+        wheel.advance(200, &mut due);
+        out.append(&mut due);
+        let mut ids: Vec<u64> = out.iter().map(|e| e.0 & ((1 << 51) - 1)).collect();
+        ids.sort_unstable();
+        assert_eq!(ids, (0..1000).collect::<Vec<_>>(), "lend {lend}");
+        assert_eq!(wheel.len(), 0);
+    }
+}
+
 #[test]
 fn entries_at_level_boundaries() {
     // Each level's first and last tick as seen from an unaligned time, and the horizon.
