@@ -1,7 +1,9 @@
 //! Loom models of a late reaper's pass run by callers (`src/acker/engine/reaper/mod.rs`,
 //! "A late reaper" and "A caller's pass"): the publication protocol (the published timer
-//! `reaper_wakes_at`, the claim CAS, the `helping` flag), a caller's timers-only pass beside
-//! a whole pass with its upkeep, and shutdown against a caller's pass.
+//! `reaper_wakes_at`, the claim CAS, the `helping` flag; the thread publishing itself
+//! running), a caller's timers-only pass beside a whole pass with its upkeep, and shutdown
+//! against a caller's pass. (The unpark is std's, which loom does not model; the thread's
+//! timed sleep neither.)
 //!
 //! The reaper thread is a std thread that loom cannot model: a manual acker stands in, its
 //! timer published by `pretend_reaper_late` (two ticks past, so any caller finds it late)
@@ -69,6 +71,33 @@ fn a_lateness_is_claimed_by_one_caller() {
         assert_eq!(completions(&log), [(1, Outcome::TimedOut)]);
         // Served: nobody is late any more.
         assert!(!acker.help_late_reaper());
+    });
+}
+
+/// The thread wakes after all (its loop's top publishes it running, then it runs its pass)
+/// while a caller claims its lateness: the tree times out once, and the thread stays
+/// published as running whatever the caller's publication after its pass (a CAS from its
+/// own claim, which the thread's store makes fail), so that no caller helps a thread that
+/// runs. (With a plain store there, the caller's next tick overwrote the thread's mark.)
+#[test]
+fn a_callers_claim_beside_the_thread_waking_leaves_it_published_running() {
+    bounded().check(|| {
+        let (_clock, acker, log) = late_for_an_overdue_tree();
+        // A later timer, so that a caller's publication is a tick, not "running".
+        acker
+            .init_with_timeout(2, 0b1, 8, Duration::from_secs(10))
+            .unwrap();
+        let other = acker.clone();
+        let t = thread::spawn(move || other.help_late_reaper());
+        acker.pretend_reaper_running();
+        let expired = acker.expire();
+        let helped = t.join().unwrap();
+        assert_eq!(completions(&log), [(1, Outcome::TimedOut)]);
+        assert!(expired == 1 || helped);
+        assert!(
+            acker.reaper_published_running(),
+            "a caller's publication overwrote the running thread's"
+        );
     });
 }
 

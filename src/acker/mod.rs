@@ -457,6 +457,20 @@ impl<T: Send + 'static> Acker<T> {
         self.engine().pretend_reaper_late();
     }
 
+    /// Publishes the reaper thread as running (no timer: no caller helps), as the thread
+    /// does at the top of its loop: for the loom models, on a manual acker.
+    #[doc(hidden)]
+    pub fn pretend_reaper_running(&self) {
+        self.engine().pretend_reaper_running();
+    }
+
+    /// Whether the reaper is published as running (no timer for a caller to find late):
+    /// for the loom models.
+    #[doc(hidden)]
+    pub fn reaper_published_running(&self) -> bool {
+        self.engine().reaper_published_running()
+    }
+
     /// Reaper wake-ups that found nothing to do, since build: what an idle acker costs.
     ///
     /// The reaper sleeps until the next deadline, at most the hand-off age (64 ticks of

@@ -774,8 +774,22 @@ impl<T: Send + 'static> Engine<T> {
     /// [`Acker::pretend_reaper_late`](crate::Acker::pretend_reaper_late).
     pub(super) fn pretend_reaper_late(&self) {
         let now = self.ticks.full(self.clock.now());
-        self.reaper_wakes_at
-            .store(now.saturating_sub(2), Ordering::SeqCst);
+        crate::sync::store_raced(
+            &self.reaper_wakes_at,
+            now.saturating_sub(2),
+            Ordering::SeqCst,
+        );
+    }
+
+    /// [`Acker::pretend_reaper_running`](crate::Acker::pretend_reaper_running).
+    pub(super) fn pretend_reaper_running(&self) {
+        crate::sync::store_raced(&self.reaper_wakes_at, reaper::AWAKE, Ordering::SeqCst);
+    }
+
+    /// Whether the published timer says the reaper thread runs (no timer), for the loom
+    /// models.
+    pub(super) fn reaper_published_running(&self) -> bool {
+        self.reaper_wakes_at.load(Ordering::SeqCst) == reaper::AWAKE
     }
 
     pub(super) fn set_reaper_thread(&self, thread: thread::Thread) {

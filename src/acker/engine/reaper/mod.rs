@@ -106,7 +106,7 @@ use crate::acker::table::{Completed, Effects, Expiry, Judge, Table, GROUP_SLOTS}
 use crate::acker::threads::{trim, Entry};
 use crate::acker::timers::groups::{GroupAt, GroupTimer};
 use crate::acker::timers::ticks::{full_near, Tick};
-use crate::sync::{fence, Ordering};
+use crate::sync::{fence, store_raced, Ordering};
 use std::sync::Arc;
 use std::thread;
 
@@ -458,8 +458,15 @@ pub(super) fn help_if_late<T: Send + 'static>(engine: &Engine<T>) -> bool {
             // the thread ("Sleeping"); its entry must not wait for the later tick. The
             // fence pairs with the push's (its length stored, then the tick read).
             fence(Ordering::SeqCst);
-            if published && next != Some(now + 1) && engine.threads.waiting_or_busy() {
-                engine.reaper_wakes_at.fetch_min(now + 1, Ordering::SeqCst);
+            // A CAS, not a `fetch_min`: the thread may have published itself running since.
+            let ours = next.unwrap_or(AWAKE);
+            if published && ours != now + 1 && engine.threads.waiting_or_busy() {
+                let _ = engine.reaper_wakes_at.compare_exchange(
+                    ours,
+                    now + 1,
+                    Ordering::SeqCst,
+                    Ordering::SeqCst,
+                );
             }
         }
     }
@@ -571,7 +578,8 @@ fn reaper_loop<T: Send + 'static>(engine: &Engine<T>) {
     let tick = Duration::from_nanos(1 << engine.ticks.shift);
     while !engine.stopping() {
         // Running: no caller runs this pass in its place ("A late reaper").
-        engine.reaper_wakes_at.store(AWAKE, Ordering::SeqCst);
+        // Raced by callers' CASes (`store_raced`: the loom models see a real store).
+        store_raced(&engine.reaper_wakes_at, AWAKE, Ordering::SeqCst);
         // A pass that panics (a clock's `now`) is counted and the loop goes on: a reaper
         // that stopped would leave every deadline unserved. A panic in a pass happens
         // before it moves entries out of the wheel or after it has delivered them
@@ -639,7 +647,7 @@ fn sleep_until<T: Send + 'static>(
         let ends = now.map_or(AWAKE, |now| {
             tick.max(engine.ticks.full(now.wrapping_add(wait)))
         });
-        engine.reaper_wakes_at.store(ends, Ordering::SeqCst);
+        store_raced(&engine.reaper_wakes_at, ends, Ordering::SeqCst);
         thread::park_timeout(Duration::from_nanos(wait));
     }
 }
