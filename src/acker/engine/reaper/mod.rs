@@ -809,7 +809,7 @@ mod tests {
         let clock = ManualClock::new(0);
         let acker: Acker<u32> = Acker::builder()
             .timeout(Duration::from_secs(60))
-            .resolution(10 * MS)
+            .resolution(20 * MS)
             .clock(clock.clone())
             .build()
             .unwrap();
@@ -824,7 +824,7 @@ mod tests {
             }
             assert!(waited.elapsed() < Duration::from_secs(10), "never asleep");
             // On, so that the tree's batch goes quiet and the reaper takes it over.
-            clock.advance(10 * MS);
+            clock.advance(20 * MS);
             std::thread::sleep(MS);
         };
         acker.init(2, 0b1, 0).unwrap();
@@ -834,13 +834,18 @@ mod tests {
             "the init woke the reaper"
         );
         // A tree due before the reaper's timer ends, pushed into the batch that now holds
-        // tree 2: it wakes the reaper (the wake moves the published tick to the pusher's).
-        acker.init_with_timeout(3, 0b1, 0, 20 * MS).unwrap();
-        let now = engine.ticks.full(clock.now());
-        assert!(
-            engine.reaper_wakes_at.load(SeqCst) <= now,
-            "a tree due in 20 ms left the reaper asleep until {asleep_until} (now {now})"
-        );
+        // tree 2: it wakes the reaper, whose pass finds nothing to do (an idle wake-up)
+        // long before its timer (64 ticks of 20 ms: 1.28 s, the clock standing still).
+        let before = acker.idle_wakeups();
+        acker.init_with_timeout(3, 0b1, 0, 40 * MS).unwrap();
+        let woken = Instant::now();
+        while acker.idle_wakeups() == before {
+            assert!(
+                woken.elapsed() < Duration::from_millis(600),
+                "a tree due in 40 ms left the reaper asleep until {asleep_until}"
+            );
+            std::thread::sleep(MS);
+        }
         assert!(acker.ack(1, 0b1) && acker.ack(2, 0b1) && acker.ack(3, 0b1));
     }
 
