@@ -226,6 +226,9 @@ pub(super) struct Engine<T> {
     reaper_wakes_at: CachePadded<AtomicU64>,
     /// A caller is running a late reaper's pass: one at a time.
     helping: AtomicBool,
+    /// The last full tick at which the reaper's sleep decision saw trees pending, 0 before
+    /// the first ([`reaper`], "Sleeping").
+    busy_at: AtomicU64,
     /// Manual mode: what wakes a task that runs the passes in place of the reaper thread
     /// ([`manual`](crate::acker::manual)), called where the thread would be unparked. Set
     /// once, by that task.
@@ -330,6 +333,7 @@ impl<T: Send + 'static> Engine<T> {
             reaper_thread: std::sync::OnceLock::new(),
             reaper_wakes_at: CachePadded::new(AtomicU64::new(reaper::AWAKE)),
             helping: AtomicBool::new(false),
+            busy_at: AtomicU64::new(0),
             expiry_waker: std::sync::OnceLock::new(),
             idle_wakeups: AtomicU64::new(0),
             reaper_panics: AtomicU64::new(0),

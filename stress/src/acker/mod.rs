@@ -429,8 +429,10 @@ pub(crate) fn run(cfg: &Config) -> Summary {
     }
     summary.peak_rss = rss::peak();
 
-    // --- idle: every deadline (stale wheel timers included) has passed; count wake-ups.
-    let quiet_until = quiet_since + timeout_ns + 2 * 1_000_000 + 50_000_000;
+    // --- idle: every deadline (stale wheel timers included) has passed, and the reaper's
+    // linger after the last pending tree (four hand-off ages of 64 ticks, 270 ms at the
+    // default 1 ms resolution) is over; count wake-ups.
+    let quiet_until = quiet_since + timeout_ns + 2 * 1_000_000 + 50_000_000 + 300_000_000;
     while oracle.now() < quiet_until {
         thread::sleep(Duration::from_millis(10));
     }

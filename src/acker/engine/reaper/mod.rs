@@ -35,7 +35,10 @@
 //! the new entry's hand-off tick (`Engine::reaper_sleeps_past`): it is parked with
 //! nothing pending, or the entry is due sooner (a short timeout of its own). Trees started
 //! beside pending ones never wake it; a long-lived tree alone costs the thread a wake-up
-//! per hand-off age. [`next_wait`] makes this decision, for the
+//! per hand-off age. Once nothing is pending it keeps those sleeps for four hand-off ages
+//! more before it parks ([`LINGER_AGES`]): requests that each complete before the next
+//! begins leave nothing pending between them, and would otherwise each wake it from its
+//! park. So an acker that goes idle costs four more wake-ups, then none. [`next_wait`] makes this decision, for the
 //! thread and for a task that runs a manual acker's passes in its place
 //! ([`manual`](crate::acker::manual)), which the same pushes wake through a hook
 //! (`Engine::wake_reaper`).
@@ -441,7 +444,7 @@ pub(super) fn help_if_late<T: Send + 'static>(engine: &Engine<T>) -> bool {
                 } else {
                     wheel.buckets.next_due()
                 }
-                .map(|next| next.clamp(now + 1, now + longest_sleep(engine)))
+                .map(|next| next.clamp(now + 1, now + longest_sleep(engine, now)))
             })
         };
         if let Some(next) = next {
@@ -550,8 +553,13 @@ pub(super) fn next_wait<T: Send + 'static>(engine: &Engine<T>) -> Wait {
     // is stored and no re-anchoring is ever needed; and the thread, while trees are
     // pending, at most the hand-off age, so that a tree started while it sleeps reaches it
     // in time without a wake-up from the thread that started it (module docs, "Sleeping").
-    let most = longest_sleep(engine);
+    let most = longest_sleep(engine, now);
     match wait {
+        // Nothing pending: no wake-ups at all, once the linger is over ("Sleeping").
+        None if most < REANCHOR_AFTER / 2 => Wait::Ticks {
+            ticks: most,
+            from: now,
+        },
         None => Wait::Forever,
         Some(ticks) => Wait::Ticks {
             ticks: ticks.min(most),
@@ -560,10 +568,29 @@ pub(super) fn next_wait<T: Send + 'static>(engine: &Engine<T>) -> Wait {
     }
 }
 
-/// The most ticks the reaper thread sleeps on a timer ([`next_wait`]).
-fn longest_sleep<T: Send + 'static>(engine: &Engine<T>) -> u64 {
-    if !engine.manual && engine.pending() > 0 {
-        u64::from(engine.hand_off_age)
+/// How long, in hand-off ages, the reaper thread keeps sleeping a hand-off age at a time
+/// after the last tree it saw pending ("Sleeping"): a server whose requests each complete
+/// before the next begins would otherwise wake it from its park at every request.
+const LINGER_AGES: u64 = 4;
+
+/// The most ticks the reaper thread sleeps on a timer at full tick `now` ([`next_wait`]):
+/// the hand-off age while trees are pending and for [`LINGER_AGES`] of them after,
+/// otherwise half the anchor's reach. A manual acker's driver is woken by every push that
+/// needs it, and sleeps as long as it likes.
+fn longest_sleep<T: Send + 'static>(engine: &Engine<T>, now: u64) -> u64 {
+    let age = u64::from(engine.hand_off_age);
+    if engine.manual {
+        return REANCHOR_AFTER / 2;
+    }
+    if engine.pending() > 0 {
+        // Relaxed (both): a hint for how long to sleep; the thread alone reads it to
+        // decide, and a caller's publication only ever shortens a sleep with it.
+        engine.busy_at.fetch_max(now, Ordering::Relaxed);
+        return age;
+    }
+    let busy_at = engine.busy_at.load(Ordering::Relaxed); // Relaxed: as above
+    if busy_at != 0 && now < busy_at + LINGER_AGES * age {
+        age
     } else {
         REANCHOR_AFTER / 2
     }
@@ -847,6 +874,67 @@ mod tests {
             std::thread::sleep(MS);
         }
         assert!(acker.ack(1, 0b1) && acker.ack(2, 0b1) && acker.ack(3, 0b1));
+    }
+
+    /// Requests that each complete before the next begins leave nothing pending between
+    /// them: the reaper thread lingers on timed sleeps for four hand-off ages rather than
+    /// park, so the next request's tree does not wake it; after that it parks ("Sleeping").
+    #[test]
+    fn the_reaper_lingers_after_the_last_tree_then_parks() {
+        let clock = ManualClock::new(0);
+        let acker: Acker<u32> = Acker::builder()
+            .timeout(Duration::from_secs(60))
+            .resolution(20 * MS)
+            .clock(clock.clone())
+            .build()
+            .unwrap();
+        let engine = acker.engine();
+        let age = u64::from(engine.hand_off_age);
+        acker.init(1, 0b1, 0).unwrap();
+        // Until the reaper has seen it pending: its timer is then at most an age away.
+        let waited = Instant::now();
+        while engine.busy_at.load(SeqCst) == 0 {
+            assert!(waited.elapsed() < Duration::from_secs(10), "never saw it");
+            clock.advance(20 * MS);
+            std::thread::sleep(MS);
+        }
+        assert!(acker.ack(1, 0b1));
+        // Nothing pending, and a sleep decided since (a wake: the ack does not): asleep on
+        // a timer, not parked (the clock stands still).
+        engine.wake_reaper();
+        let asleep_until = loop {
+            let wakes_at = engine.reaper_wakes_at.load(SeqCst);
+            if wakes_at != AWAKE && wakes_at > engine.ticks.full(clock.now()) + 1 {
+                break wakes_at;
+            }
+            assert!(
+                waited.elapsed() < Duration::from_secs(10),
+                "parked with no deadline at once (read {wakes_at})"
+            );
+            std::thread::sleep(MS);
+        };
+        acker.init(2, 0b1, 0).unwrap();
+        assert_eq!(
+            engine.reaper_wakes_at.load(SeqCst),
+            asleep_until,
+            "the next request's init woke the reaper"
+        );
+        assert!(acker.ack(2, 0b1));
+        // Four ages on, it parks: no timer published, and no wake-ups.
+        let parked = Instant::now();
+        while engine.reaper_wakes_at.load(SeqCst) != AWAKE {
+            assert!(
+                parked.elapsed() < Duration::from_secs(10),
+                "still polling {} ticks after the last tree",
+                engine.ticks.full(clock.now()) - engine.busy_at.load(SeqCst)
+            );
+            clock.advance(20 * MS * age as u32 / 4);
+            engine.wake_reaper();
+            std::thread::sleep(MS);
+        }
+        let before = acker.idle_wakeups();
+        std::thread::sleep(Duration::from_millis(100));
+        assert_eq!(acker.idle_wakeups(), before, "parked, yet it woke");
     }
 
     /// A manual acker on a manual clock whose timeouts are logged, with `trees` trees
