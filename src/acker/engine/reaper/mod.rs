@@ -826,20 +826,27 @@ mod tests {
         assert!(acker.ack(1, 0b1));
     }
 
-    /// A tree started while the reaper thread sleeps beside pending ones does not wake it:
-    /// its timer ends before the new entry's hand-off tick ("Sleeping"). (A wake would
-    /// have moved the published tick to the pusher's.) One whose own timeout ends sooner
-    /// does, even pushed into a batch that holds entries already. On a manual clock, which stands
-    /// still once the thread sleeps, so that its sleep lasts its whole length.
-    #[test]
-    fn a_tree_started_beside_pending_ones_does_not_wake_the_reaper_one_due_sooner_does() {
+    /// An acker with its reaper thread on a manual clock at 20 ms ticks (a hand-off age of
+    /// 1.28 s), trees due a minute on. The clock stands still once the thread sleeps, so
+    /// that its sleeps last their whole length.
+    fn threaded_on_a_manual_clock() -> (ManualClock, Acker<u32>) {
         let clock = ManualClock::new(0);
-        let acker: Acker<u32> = Acker::builder()
+        let acker = Acker::builder()
             .timeout(Duration::from_secs(60))
             .resolution(20 * MS)
             .clock(clock.clone())
             .build()
             .unwrap();
+        (clock, acker)
+    }
+
+    /// A tree started while the reaper thread sleeps beside pending ones does not wake it:
+    /// its timer ends before the new entry's hand-off tick ("Sleeping"). (A wake would
+    /// have moved the published tick to the pusher's.) One whose own timeout ends sooner
+    /// does, even pushed into a batch that holds entries already.
+    #[test]
+    fn a_tree_started_beside_pending_ones_does_not_wake_the_reaper_one_due_sooner_does() {
+        let (clock, acker) = threaded_on_a_manual_clock();
         let engine = acker.engine();
         acker.init(1, 0b1, 0).unwrap();
         let waited = Instant::now();
@@ -881,13 +888,7 @@ mod tests {
     /// park, so the next request's tree does not wake it; after that it parks ("Sleeping").
     #[test]
     fn the_reaper_lingers_after_the_last_tree_then_parks() {
-        let clock = ManualClock::new(0);
-        let acker: Acker<u32> = Acker::builder()
-            .timeout(Duration::from_secs(60))
-            .resolution(20 * MS)
-            .clock(clock.clone())
-            .build()
-            .unwrap();
+        let (clock, acker) = threaded_on_a_manual_clock();
         let engine = acker.engine();
         let age = u64::from(engine.hand_off_age);
         acker.init(1, 0b1, 0).unwrap();
