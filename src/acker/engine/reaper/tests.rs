@@ -1,0 +1,436 @@
+//! The reaper's tests: a late reaper's pass run by callers, its bounds and publication,
+//! the thread's sleeps and wake-ups.
+
+use super::{late_after, wait_nanos, AWAKE, CALLER_GROUPS};
+use crate::acker::engine::driver::Next;
+use crate::acker::table::GROUP_SLOTS;
+use crate::sync::Ordering::SeqCst;
+use crate::{Acker, Clock, Completion, ManualClock, Outcome};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+const MS: Duration = Duration::from_millis(1);
+
+/// A caller runs the pass of a reaper thread asleep [`LATE_AFTER_NS`] past its
+/// timer, and claims that lateness; never that of a reaper on time or not asleep on a
+/// timer. (A manual acker: the published tick is set here as the thread would.)
+#[test]
+fn a_caller_runs_the_pass_a_sleeping_reaper_is_late_for() {
+    let clock = ManualClock::new(0);
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let sink = Arc::clone(&log);
+    let acker: Acker<u32> = Acker::builder()
+        .timeout(10 * MS)
+        .resolution(MS)
+        .clock(clock.clone())
+        .on_complete(move |c: Completion<u32>| sink.lock().unwrap().push((c.root, c.outcome)))
+        .build_manual()
+        .unwrap();
+    let engine = acker.engine();
+    let tick = Duration::from_nanos(1 << engine.ticks.shift);
+    let now = || engine.ticks.full(clock.now());
+    acker.init(1, 0b1, 0).unwrap();
+    acker
+        .init_with_timeout(2, 0b1, 0, Duration::from_secs(1))
+        .unwrap();
+    assert_eq!(acker.expire(), 0, "filed, not due");
+    clock.advance(50 * MS);
+    // Due, but no reaper sleeps on a timer.
+    assert!(!acker.help_late_reaper());
+    let timer = now();
+    engine.reaper_wakes_at.store(timer, SeqCst);
+    let late = late_after(engine.ticks.shift);
+    assert_eq!(late, 1, "250 µs in ticks of 2^20 ns");
+    for _ in 0..late {
+        assert!(!acker.help_late_reaper(), "helped a reaper less than late");
+        clock.advance(tick);
+    }
+    assert!(log.lock().unwrap().is_empty());
+    assert!(acker.help_late_reaper(), "a late reaper's pass was not run");
+    assert_eq!(*log.lock().unwrap(), [(1, Outcome::TimedOut)]);
+    // Claimed, then moved to the next timer (root 2's, about a second on): no help
+    // until that one is late too.
+    let next = engine.reaper_wakes_at.load(SeqCst);
+    assert!(next > now() + 500, "published {next} at {}", now());
+    while now() + 1 < next + late {
+        clock.advance(tick);
+    }
+    assert!(
+        !acker.help_late_reaper(),
+        "helped before the next timer was late"
+    );
+    assert!(log.lock().unwrap().len() == 1);
+    clock.advance(tick);
+    assert!(acker.help_late_reaper());
+    assert_eq!(log.lock().unwrap()[1], (2, Outcome::TimedOut));
+    // No timer left: nothing published, no help.
+    assert_eq!(engine.reaper_wakes_at.load(SeqCst), AWAKE);
+    clock.advance(100 * MS);
+    assert!(!acker.help_late_reaper());
+}
+
+/// A clock that panics when a caller checks whether the reaper is late: the help is
+/// skipped and the panic counted, never passed on to the caller (whose init has
+/// already taken its tree in), and the next check with a working clock helps.
+#[test]
+fn a_clock_that_panics_in_a_callers_check_is_caught_and_counted() {
+    let clock = crate::acker::tests::FlakyClock {
+        time: ManualClock::new(0),
+        panicking: Arc::default(),
+    };
+    let acker: Acker<u32> = Acker::builder()
+        .timeout(10 * MS)
+        .resolution(MS)
+        .clock(clock.clone())
+        .build_manual()
+        .unwrap();
+    let engine = acker.engine();
+    acker.init(1, 0b1, 0).unwrap();
+    clock.time.advance(50 * MS);
+    engine
+        .reaper_wakes_at
+        .store(engine.ticks.full(clock.now()) - 2, SeqCst);
+    clock.panicking.store(true, SeqCst);
+    let helped = catch_unwind(AssertUnwindSafe(|| acker.help_late_reaper()));
+    clock.panicking.store(false, SeqCst);
+    assert_eq!(
+        helped.ok(),
+        Some(false),
+        "the clock's panic reached the caller"
+    );
+    assert_eq!(acker.reaper_panics(), 1);
+    assert!(
+        acker.help_late_reaper(),
+        "no help once the clock works again"
+    );
+    assert_eq!(acker.stats().timed_out, 1);
+}
+
+/// The reaper thread publishes the tick its timer is set for while it sleeps on one,
+/// and no tick while it runs. With a tree pending whose deadline is a minute away it
+/// sleeps the hand-off age at most ("Sleeping").
+#[test]
+fn the_reaper_thread_publishes_the_tick_it_sleeps_until() {
+    let acker: Acker<u32> = Acker::builder()
+        .timeout(Duration::from_secs(60))
+        .build()
+        .unwrap();
+    let engine = acker.engine();
+    assert_eq!(engine.reaper_wakes_at.load(SeqCst), AWAKE);
+    acker.init(1, 0b1, 0).unwrap();
+    let age = u64::from(engine.hand_off_age);
+    let waited = Instant::now();
+    loop {
+        let now = engine.ticks.full(engine.clock.now());
+        let wakes_at = engine.reaper_wakes_at.load(SeqCst);
+        if wakes_at != AWAKE && wakes_at > now + age / 2 {
+            assert!(wakes_at <= now + age, "asleep until {wakes_at} at {now}");
+            break;
+        }
+        assert!(
+            waited.elapsed() < Duration::from_secs(10),
+            "the reaper never published its timer (read {wakes_at}, now {now})"
+        );
+        std::thread::sleep(MS);
+    }
+    assert!(acker.ack(1, 0b1));
+}
+
+/// An acker with its reaper thread on a manual clock at 20 ms ticks (a hand-off age of
+/// 1.28 s), trees due a minute on. The clock stands still once the thread sleeps, so
+/// that its sleeps last their whole length.
+fn threaded_on_a_manual_clock() -> (ManualClock, Acker<u32>) {
+    let clock = ManualClock::new(0);
+    let acker = Acker::builder()
+        .timeout(Duration::from_secs(60))
+        .resolution(20 * MS)
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    (clock, acker)
+}
+
+/// Waits until the reaper thread sleeps on a timer past the next tick (idle, not a tick at
+/// a time for entries in batches), moving the clock `step` on at each look; its tick.
+fn asleep_past_the_next_tick(acker: &Acker<u32>, clock: &ManualClock, step: Duration) -> u64 {
+    let engine = acker.engine();
+    let waited = Instant::now();
+    loop {
+        let wakes_at = engine.reaper_wakes_at.load(SeqCst);
+        if wakes_at != AWAKE && wakes_at > engine.ticks.full(clock.now()) + 1 {
+            return wakes_at;
+        }
+        assert!(
+            waited.elapsed() < Duration::from_secs(10),
+            "never asleep on a timer past the next tick (read {wakes_at})"
+        );
+        clock.advance(step);
+        std::thread::sleep(MS);
+    }
+}
+
+/// A tree started while the reaper thread sleeps beside pending ones does not wake it:
+/// its timer ends before the new entry's hand-off tick ("Sleeping"). (A wake would
+/// have moved the published tick to the pusher's.) One whose own timeout ends sooner
+/// does, even pushed into a batch that holds entries already.
+#[test]
+fn a_tree_started_beside_pending_ones_does_not_wake_the_reaper_one_due_sooner_does() {
+    let (clock, acker) = threaded_on_a_manual_clock();
+    let engine = acker.engine();
+    acker.init(1, 0b1, 0).unwrap();
+    // On while waiting, so that the tree's batch goes quiet and the reaper takes it over.
+    let asleep_until = asleep_past_the_next_tick(&acker, &clock, 20 * MS);
+    acker.init(2, 0b1, 0).unwrap();
+    assert_eq!(
+        engine.reaper_wakes_at.load(SeqCst),
+        asleep_until,
+        "the init woke the reaper"
+    );
+    // A tree due before the reaper's timer ends, pushed into the batch that now holds
+    // tree 2: it wakes the reaper, whose pass finds nothing to do (an idle wake-up)
+    // long before its timer (64 ticks of 20 ms: 1.28 s, the clock standing still).
+    let before = acker.idle_wakeups();
+    acker.init_with_timeout(3, 0b1, 0, 40 * MS).unwrap();
+    let woken = Instant::now();
+    while acker.idle_wakeups() == before {
+        assert!(
+            woken.elapsed() < Duration::from_millis(600),
+            "a tree due in 40 ms left the reaper asleep until {asleep_until}"
+        );
+        std::thread::sleep(MS);
+    }
+    assert!(acker.ack(1, 0b1) && acker.ack(2, 0b1) && acker.ack(3, 0b1));
+}
+
+/// Requests that each complete before the next begins leave nothing pending between
+/// them: the reaper thread lingers on timed sleeps for four hand-off ages rather than
+/// park, so the next request's tree does not wake it; after that it parks ("Sleeping").
+#[test]
+fn the_reaper_lingers_after_the_last_tree_then_parks() {
+    let (clock, acker) = threaded_on_a_manual_clock();
+    let engine = acker.engine();
+    let age = u64::from(engine.hand_off_age);
+    acker.init(1, 0b1, 0).unwrap();
+    // Until the reaper has seen it pending: its timer is then at most an age away.
+    let waited = Instant::now();
+    while engine.busy_at.load(SeqCst) == 0 {
+        assert!(waited.elapsed() < Duration::from_secs(10), "never saw it");
+        clock.advance(20 * MS);
+        std::thread::sleep(MS);
+    }
+    assert!(acker.ack(1, 0b1));
+    // Nothing pending, and a sleep decided since (a wake: the ack does not): asleep on
+    // a timer, not parked (the clock stands still).
+    engine.wake_reaper();
+    let asleep_until = asleep_past_the_next_tick(&acker, &clock, Duration::ZERO);
+    acker.init(2, 0b1, 0).unwrap();
+    assert_eq!(
+        engine.reaper_wakes_at.load(SeqCst),
+        asleep_until,
+        "the next request's init woke the reaper"
+    );
+    assert!(acker.ack(2, 0b1));
+    // Four ages on, it parks: no timer published, and no wake-ups.
+    let parked = Instant::now();
+    while engine.reaper_wakes_at.load(SeqCst) != AWAKE {
+        assert!(
+            parked.elapsed() < Duration::from_secs(10),
+            "still polling {} ticks after the last tree",
+            engine.ticks.full(clock.now()) - engine.busy_at.load(SeqCst)
+        );
+        clock.advance(20 * MS * age as u32 / 4);
+        engine.wake_reaper();
+        std::thread::sleep(MS);
+    }
+    let before = acker.idle_wakeups();
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(acker.idle_wakeups(), before, "parked, yet it woke");
+}
+
+/// A manual acker on a manual clock whose timeouts are logged, with `trees` trees
+/// sharing one 10 ms deadline, filed by a pass, and the clock 50 ms on: every tree
+/// due, and a reaper thread (as the test sets it) asleep on a timer two ticks ago.
+fn overdue(trees: u64) -> (ManualClock, Acker<u32>, Arc<Mutex<Vec<u64>>>) {
+    let clock = ManualClock::new(0);
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let sink = Arc::clone(&log);
+    let acker: Acker<u32> = Acker::builder()
+        .timeout(10 * MS)
+        .resolution(MS)
+        .clock(clock.clone())
+        .on_complete(move |c: Completion<u32>| {
+            assert_eq!(c.outcome, Outcome::TimedOut);
+            sink.lock().unwrap().push(c.root);
+        })
+        .build_manual()
+        .unwrap();
+    for root in 1..=trees {
+        acker.init(root, 0b1, 0).unwrap();
+    }
+    assert_eq!(acker.expire(), 0, "filed, not due");
+    clock.advance(50 * MS);
+    acker.pretend_reaper_late();
+    (clock, acker, log)
+}
+
+/// A late reaper's pass run by a caller times out a bounded batch (a few dozen groups),
+/// not every tree due: the next caller takes the next batch at once, and a full pass
+/// the rest. Every tree times out once.
+#[test]
+fn a_callers_pass_times_out_a_bounded_batch_and_the_next_caller_the_next() {
+    let (_clock, acker, log) = overdue(4000);
+    let most = CALLER_GROUPS * GROUP_SLOTS;
+    assert!(acker.help_late_reaper(), "no pass run");
+    let first = log.lock().unwrap().len();
+    assert!(
+        (1..=most).contains(&first),
+        "a caller's pass timed out {first} trees, more than {most}"
+    );
+    // Left due: the next caller helps at once.
+    assert!(acker.help_late_reaper(), "the next caller did not help");
+    let second = log.lock().unwrap().len() - first;
+    assert!((1..=most).contains(&second), "then {second}");
+    assert!(acker.stats().caller_passes == 2);
+    // The thread's (here a manual) pass: all the rest.
+    assert_eq!(acker.expire() + first + second, 4000);
+    let mut roots = log.lock().unwrap().clone();
+    roots.sort_unstable();
+    roots.dedup();
+    assert_eq!(roots.len(), 4000, "a tree timed out twice, or not at all");
+    assert_eq!(acker.pending(), 0);
+}
+
+/// A caller whose pass finds the wheel held (the thread's pass under way, after all)
+/// returns at once: its pass does not run, and nothing waits.
+#[test]
+fn a_callers_pass_does_not_wait_for_the_wheel() {
+    let (_clock, acker, log) = overdue(10);
+    let acker = Arc::new(acker);
+    let held = acker.engine().reaper.lock().unwrap();
+    let (sent, returned) = std::sync::mpsc::channel();
+    let caller = {
+        let acker = Arc::clone(&acker);
+        std::thread::spawn(move || sent.send(acker.help_late_reaper()).unwrap())
+    };
+    let helped = returned.recv_timeout(Duration::from_secs(10));
+    drop(held);
+    caller.join().unwrap();
+    assert_eq!(helped, Ok(false), "the caller waited for the wheel");
+    assert!(log.lock().unwrap().is_empty());
+    assert_eq!(acker.stats().caller_passes, 0);
+}
+
+/// After a stall of 2^30 ticks a pass re-anchors, walking every table while every
+/// other thread waits: a caller leaves that to the thread.
+#[test]
+fn a_callers_pass_leaves_a_re_anchoring_to_the_thread() {
+    let (clock, acker, log) = overdue(10);
+    clock.advance(MS * (1 << 30));
+    acker.pretend_reaper_late();
+    assert!(
+        !acker.help_late_reaper(),
+        "a caller ran a re-anchoring pass"
+    );
+    assert_eq!(acker.reanchorings(), 0);
+    assert!(log.lock().unwrap().is_empty());
+    // The thread's pass does it, and the timeouts.
+    assert_eq!(acker.expire(), 10);
+    assert_eq!(acker.reanchorings(), 1);
+}
+
+/// A manual acker on a manual clock at 1 ms ticks whose trees are due 10 s on.
+fn far_off() -> (ManualClock, Acker<u32>) {
+    let clock = ManualClock::new(0);
+    let acker = Acker::builder()
+        .timeout(Duration::from_secs(10))
+        .resolution(MS)
+        .clock(clock.clone())
+        .build_manual()
+        .unwrap();
+    (clock, acker)
+}
+
+/// A caller's pass does not sweep the wheel's dead entries (the thread's upkeep), even
+/// with nothing pending, where the thread's pass would sweep them all.
+#[test]
+fn a_callers_pass_leaves_the_sweeps_to_the_thread() {
+    let (clock, acker) = far_off();
+    for root in 1..=200 {
+        acker.init(root, 0b1, 0).unwrap();
+    }
+    acker.expire();
+    for root in 1..=200 {
+        assert!(acker.ack(root, 0b1));
+    }
+    let engine = acker.engine();
+    let dead = engine.scheduled_timers();
+    assert!(dead > 0);
+    clock.advance(5 * MS);
+    acker.pretend_reaper_late();
+    assert!(acker.help_late_reaper());
+    assert_eq!(engine.scheduled_timers(), dead, "a caller's pass swept");
+    acker.expire();
+    assert_eq!(engine.scheduled_timers(), 0, "the thread's pass did not");
+}
+
+/// The counters a server exports: passes run by callers, and the longest.
+#[test]
+fn callers_passes_are_counted_with_the_longest() {
+    let (_clock, acker, _log) = overdue(100);
+    assert_eq!(acker.stats().caller_passes, 0);
+    assert_eq!(acker.stats().caller_pass_longest, Duration::ZERO);
+    assert!(acker.help_late_reaper());
+    let stats = acker.stats();
+    assert_eq!(stats.caller_passes, 1);
+    assert!(stats.caller_pass_longest > Duration::ZERO);
+    assert!(stats.to_string().contains("caller passes 1"), "{stats}");
+}
+
+/// Trees that come and go between a pass and the sleep decision after it (pending read
+/// as one in the pass, as none after) with dead entries in the wheel: the reaper comes
+/// back a tick later for an idle sweep once, not after every pass (a wake-up every
+/// tick).
+#[test]
+fn trees_that_come_and_go_do_not_wake_the_reaper_every_tick() {
+    let (clock, acker) = far_off();
+    let engine = acker.engine();
+    let mut next_tick_passes = 0;
+    for root in 1..=20 {
+        acker.init(root, 0b1, 0).unwrap();
+        acker.expire(); // reads it pending, files it
+        assert!(acker.ack(root, 0b1)); // its entry now dead
+        let tick = engine.ticks.full(clock.now());
+        match engine.next_pass() {
+            Next::At(at) if at == engine.tick_start(tick + 1) => next_tick_passes += 1,
+            Next::At(at) => assert!(at > engine.tick_start(tick + 1000), "{at}"),
+            other => panic!("{other:?}"),
+        }
+        engine.unidle();
+        clock.advance(MS);
+    }
+    assert!(
+        next_tick_passes <= 1,
+        "the reaper came back the next tick {next_tick_passes} times in 20"
+    );
+}
+
+const TICK: u64 = 1 << 20;
+
+#[test]
+fn a_sleep_ends_where_its_tick_begins_not_a_whole_number_of_ticks_from_now() {
+    // The pass ran 70 % into tick 10; the wheel's next due tick is 13.
+    let now = 10 * TICK + TICK * 7 / 10;
+    assert_eq!(
+        wait_nanos(13 * TICK, now, 3 * TICK),
+        Some(3 * TICK - TICK * 7 / 10)
+    );
+    // A clock that stepped back far behind the wheel: no longer than the ticks apart.
+    assert_eq!(wait_nanos(13 * TICK, TICK, 3 * TICK), Some(3 * TICK));
+    // Begun already, or just now: no sleep.
+    assert_eq!(wait_nanos(13 * TICK, 13 * TICK, 3 * TICK), None);
+    assert_eq!(wait_nanos(13 * TICK, 14 * TICK, 3 * TICK), None);
+    // Across the clock's wrap.
+    assert_eq!(wait_nanos(5, u64::MAX - 4, 3 * TICK), Some(10));
+    assert_eq!(wait_nanos(u64::MAX - 4, 5, 3 * TICK), None);
+}
