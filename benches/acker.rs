@@ -84,7 +84,9 @@ use std::time::{Duration, Instant};
 
 use ackwheel::{Acker, Completion, InitError, ManualClock, Message, Outcome};
 use criterion::measurement::WallTime;
-use criterion::{criterion_group, criterion_main, BenchmarkGroup, Criterion, Throughput};
+use criterion::{
+    criterion_group, criterion_main, BenchmarkGroup, Criterion, SamplingMode, Throughput,
+};
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
@@ -881,6 +883,96 @@ fn sustained_capacity(_: &mut Criterion) {
     );
 }
 
+// ============================================================================ group 7
+
+/// Trees in group 7's fill.
+const FILL: u64 = 1_000_000;
+/// Counter range of group 7's roots (see BACKGROUND_SEED).
+const FILL_SEED: u64 = 13 << 56;
+
+/// Group 7: one thread fills a tracker built empty with `FILL` trees of four edges, one
+/// `init` at a time, so that its tables grow all the way (`fill`); and the same fill
+/// followed by the trees' `4 × FILL` acks in a random order, each tree completing on its
+/// last (`fill+acks`: a million trees' whole lifecycle). Each sample is one fill into a
+/// fresh tracker; building it and dropping it are not timed. Criterion's time is per tree.
+fn fill_1t_1m(c: &mut Criterion) {
+    for (name, acks) in [
+        ("fill/1t/1M-from-empty", false),
+        ("fill+acks/1t/1M-from-empty", true),
+    ] {
+        let mut group = c.benchmark_group(name);
+        group.throughput(Throughput::Elements(FILL));
+        group.sampling_mode(SamplingMode::Flat);
+        fill::<Acker<u32>>(&mut group, "ackwheel", acks);
+        fill::<StormAcker>(&mut group, "storm_port", acks);
+        fill::<DashTracker>(&mut group, "dashmap", acks);
+        fill::<DashWheelTracker>(&mut group, "dashmap+wheel", acks);
+        fill::<SccTracker>(&mut group, "scc", acks);
+        group.finish();
+    }
+}
+
+/// One contender of group 7.
+fn fill<T: Tracker>(group: &mut BenchmarkGroup<'_, WallTime>, name: &str, acks: bool) {
+    let edges = Edges::get();
+    // Every (tree, edge) pair once, in a fixed random order.
+    let mut order: Vec<u32> = (0..4 * FILL as u32).collect();
+    order.shuffle(&mut StdRng::seed_from_u64(0xf111));
+    let (mut full, mut fills) = (0u64, 0u64);
+    let delivered_before = acked_here();
+    let other_before = OTHER.load(Ordering::Relaxed);
+    let mut refused = vec![false; FILL as usize];
+    group.bench_function(name, |b| {
+        b.iter_custom(|iters| {
+            let mut took = Duration::ZERO;
+            for _ in 0..iters {
+                let tracker = T::build(LONG_TIMEOUT, FILL as usize, counting_sink());
+                let start = Instant::now();
+                for tree in 0..FILL {
+                    let root = mix(FILL_SEED + tree);
+                    match tracker.init(root, edges.init(tree), 0) {
+                        Ok(()) => refused[tree as usize] = false,
+                        Err(InitError::Full(_)) => {
+                            full += 1;
+                            refused[tree as usize] = true;
+                        }
+                        Err(e) => panic!("{name}: fill init refused: {e}"),
+                    }
+                }
+                if acks {
+                    for &pair in &order {
+                        let tree = u64::from(pair / 4);
+                        if !refused[tree as usize] {
+                            tracker
+                                .ack(mix(FILL_SEED + tree), edges.edge(tree, u64::from(pair % 4)));
+                        }
+                    }
+                }
+                took += start.elapsed();
+                fills += 1;
+                drop(tracker);
+            }
+            took
+        })
+    });
+    refusals(name, "fill", full, fills * FILL);
+    let completed = acked_here() - delivered_before;
+    if acks {
+        assert_eq!(
+            completed,
+            fills * FILL - full,
+            "{name}: trees not acked once each"
+        );
+    } else {
+        assert_eq!(completed, 0, "{name}: a tree completed in a fill");
+    }
+    assert_eq!(
+        OTHER.load(Ordering::Relaxed),
+        other_before,
+        "{name}: trees failed or timed out"
+    );
+}
+
 fn config() -> Criterion {
     Criterion::default()
         .warm_up_time(Duration::from_secs(1))
@@ -892,6 +984,6 @@ criterion_group! {
     name = benches;
     config = config();
     targets = semantics, lifecycle_1t_1k, lifecycle_1t_1m, lifecycle_2t_1k, ack_1t_64k, ack_1t_1m,
-        reaper_expire, sustained_capacity, verdict
+        fill_1t_1m, reaper_expire, sustained_capacity, verdict
 }
 criterion_main!(benches);

@@ -437,12 +437,12 @@ impl<T: Send + 'static> Acker<T> {
         self.engine().expire()
     }
 
-    /// Runs the timers of the reaper thread's pass here if the thread is late for it (its
-    /// timer 250 µs past, or a tick if that is longer, and it has not run: every core
-    /// busy), within a caller's bounds: `true` when it ran one. The async acker calls it
-    /// when it starts a tree: its completions only wake tasks, fill a queue or drop a
-    /// payload nobody awaits ([`engine::reaper`], "A late reaper"). Public for the loom
-    /// models.
+    /// Runs the timers of the reaper thread's pass here once it is due (the tick its timer
+    /// is set for has begun, and the thread has not run; 250 µs, or a tick if that is
+    /// longer, after a push woke it), within a caller's bounds: `true` when it ran one.
+    /// The async acker calls it when it starts a tree: its completions only wake tasks,
+    /// fill a queue or drop a payload nobody awaits ([`engine::reaper`], "Callers
+    /// first"). Public for the loom models.
     #[doc(hidden)]
     pub fn help_late_reaper(&self) -> bool {
         self.engine().help_late_reaper()

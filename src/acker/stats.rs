@@ -44,9 +44,10 @@ pub struct AckerStats {
     /// The sum of every timeout's lateness, as above: over an interval,
     /// `Δtimeout_lateness_total / Δtimed_out` is the mean lateness.
     pub timeout_lateness_total: Duration,
-    /// Passes that callers ran for a late reaper thread (the async acker's `track` and
-    /// inits, when the thread sleeps well past its timer: every core busy). A steady rise
-    /// says the reaper is starved of CPU.
+    /// Reaper passes that callers ran in the thread's place (the async acker's `track` and
+    /// inits, once a pass is due: the first caller in the tick the thread's timer is set
+    /// for). A steady rise says the runtime is busy and its workers deliver the timeouts,
+    /// as its own timers would.
     pub caller_passes: u64,
     /// The longest of those passes: how long a caller was held by one (they are bounded,
     /// a few dozen groups of timeouts at most).

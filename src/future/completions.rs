@@ -8,9 +8,9 @@
 //! awaiting task's waker; for a tree whose completion goes to the stream, the payload
 //! alone. A payload of 4 B keeps the table's side data at 16 B a slot, the plain acker's
 //! for a `u32` (anything from 5 to 16 B would make it 32). Its `on_complete` runs on
-//! whichever thread completed the tree (an acking thread, or the reaper for a timeout, or
-//! for timeouts the reaper thread is late for, the task starting a tree, which runs that
-//! pass in its place: [`init_inner`](AsyncAcker::init_inner)) and must not block or await,
+//! whichever thread completed the tree (an acking thread, or for a timeout the reaper
+//! thread or a task starting a tree, which runs the reaper's pass once it is due:
+//! [`init_inner`](AsyncAcker::init_inner)) and must not block or await,
 //! so it only ever does two non-blocking things: complete its tree's waiter (waking the
 //! task that awaits it), or push the completion onto the unbounded queue behind
 //! [`Completions`].
@@ -364,10 +364,12 @@ impl<T: Send + 'static> AsyncAcker<T> {
     /// the payload and the awaiting task's waker) from the acker's own slab, given back
     /// when both the tree and the `TreeCompletion` are done.
     ///
-    /// What it may run besides: when the acker's reaper thread is late for its pass (every
-    /// core busy), this call runs the pass's timeouts in its place, a bounded batch of them
-    /// (a few dozen groups of trees; the next call or the thread takes the next), never
-    /// waiting for a lock another pass holds. Those wake the tasks of other trees, put their completions on the stream, and drop the payloads of trees
+    /// What it may run besides: when a pass of the acker's reaper is due (its timer's
+    /// tick has begun and no other pass runs), this call runs the pass's timeouts in the
+    /// thread's place, a bounded batch of them (a few dozen groups of trees; the next
+    /// call or the thread takes the next), never waiting for a lock another pass holds,
+    /// so that the tasks it wakes join this worker's queue. Those wake the tasks of other
+    /// trees, put their completions on the stream, and drop the payloads of trees
     /// whose `TreeCompletion` or stream is gone: their `Drop` runs on the calling thread, so
     /// a caller that holds a lock a payload's `Drop` takes must not call it. The same holds
     /// for [`init`](Self::init) and [`try_init`](Self::try_init). A clock that panics
@@ -575,8 +577,7 @@ impl<T: Send + 'static> AsyncAcker<T> {
         }
     }
 
-    /// The init itself; then, if the reaper thread is late for a pass (every core busy),
-    /// the pass's timers, here: the completions it delivers only wake tasks, fill the
+    /// The init itself; then, if a reaper's pass is due, the pass's timers, here: the completions it delivers only wake tasks, fill the
     /// stream, or drop a payload whose future or stream is gone.
     fn init_inner(
         &self,

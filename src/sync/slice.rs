@@ -19,8 +19,8 @@
 //! saturated` (two workers kept busy on two cores, 800 requests timing out after 100 ms),
 //! 12 alternating runs each way, medians: `track`'s timeouts late by 2.18 ms at p99 with
 //! the default slice, 1.31 ms with this one, `tokio::time::timeout` 1.39-1.44 ms in the same
-//! runs; at p99.9 3.9-4.4 ms either way. The rarest waits are cut by callers that run a
-//! late reaper's pass in its place (the reaper's module docs, "A late reaper";
+//! runs; at p99.9 3.9-4.4 ms either way. On a busy runtime the callers that start trees
+//! run the reaper's passes first (the reaper's module docs, "Callers first";
 //! `docs/how-it-works.md`, "Timeouts on a busy runtime").
 //!
 //! The slice asked for is the kernel's shortest, 100 µs: a pass that collects batches and

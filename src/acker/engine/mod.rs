@@ -221,11 +221,22 @@ pub(super) struct Engine<T> {
     reaper: Mutex<reaper::wheel::Wheel>,
     reaper_thread: std::sync::OnceLock<thread::Thread>,
     /// The full tick whose start the reaper thread's timer is set for while it sleeps on
-    /// one, else [`reaper::AWAKE`]: a caller that reads a tick well past it finds the
-    /// thread late and runs its pass ([`reaper`], "A late reaper").
+    /// one, else [`reaper::AWAKE`]: a caller that reads a tick at or past it runs the pass
+    /// ([`reaper`], "Callers first").
     reaper_wakes_at: CachePadded<AtomicU64>,
-    /// A caller is running a late reaper's pass: one at a time.
+    /// A caller is running the reaper's pass: one at a time.
     helping: AtomicBool,
+    /// The full tick the reaper thread's timed sleep ends in, its backstop's lag included,
+    /// else [`reaper::AWAKE`]: a caller whose publication is a lag or more earlier wakes
+    /// the thread to plan again ([`reaper`], "Callers first").
+    thread_wakes_at: AtomicU64,
+    /// The wheel's next due tick as the last pass left it, else [`reaper::AWAKE`]: callers
+    /// run a pass for its timers ([`reaper`], "Callers first"), not for the thread's tick
+    /// by tick collection of the batches.
+    timers_due_at: AtomicU64,
+    /// Callers ran the last passes due, and the thread is their backstop: it sleeps past
+    /// its timers and judges its passes behind the clock ([`reaper`], "Callers first").
+    callers_lead: AtomicBool,
     /// The last full tick at which the reaper's sleep decision saw trees pending, 0 before
     /// the first ([`reaper`], "Sleeping").
     busy_at: AtomicU64,
@@ -332,7 +343,10 @@ impl<T: Send + 'static> Engine<T> {
             manual: config.manual,
             reaper_thread: std::sync::OnceLock::new(),
             reaper_wakes_at: CachePadded::new(AtomicU64::new(reaper::AWAKE)),
+            thread_wakes_at: AtomicU64::new(reaper::AWAKE),
+            timers_due_at: AtomicU64::new(reaper::AWAKE),
             helping: AtomicBool::new(false),
+            callers_lead: AtomicBool::new(false),
             busy_at: AtomicU64::new(0),
             expiry_waker: std::sync::OnceLock::new(),
             idle_wakeups: AtomicU64::new(0),
@@ -731,10 +745,14 @@ impl<T: Send + 'static> Engine<T> {
 
     fn wake_reaper(&self) {
         if let Some(thread) = self.reaper_thread.get() {
-            // Its pass is due now: if it gets no core, a caller runs it ([`reaper`], "A
-            // late reaper"). The thread publishes again when it runs.
-            self.reaper_wakes_at
-                .fetch_min(self.caller_full(), Ordering::SeqCst);
+            // Its pass is due now: if it gets no core within a lateness, a caller runs it
+            // ([`reaper`], "Callers first"); not at once, or the caller that pushed would
+            // run the pass it has just woken the thread for. The thread publishes again
+            // when it runs.
+            self.reaper_wakes_at.fetch_min(
+                self.caller_full() + reaper::late_after(self.ticks.shift),
+                Ordering::SeqCst,
+            );
             thread.unpark();
         } else if let Some(wake) = self.expiry_waker.get() {
             wake();
@@ -769,8 +787,8 @@ impl<T: Send + 'static> Engine<T> {
         self.reaper_panics.load(Ordering::SeqCst)
     }
 
-    /// Runs the reaper thread's pass here if the thread is late for it ([`reaper`], "A
-    /// late reaper"): `true` when it did.
+    /// Runs the reaper thread's pass here once it is due ([`reaper`], "Callers first"):
+    /// `true` when it did.
     pub(super) fn help_late_reaper(&self) -> bool {
         reaper::help_if_late(self)
     }

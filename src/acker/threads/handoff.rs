@@ -230,7 +230,7 @@ impl Threads {
         self.take_quiet(all, now, everything, usize::MAX, into);
     }
 
-    /// [`collect`](Self::collect) for a caller running a late reaper's pass: at most `most`
+    /// [`collect`](Self::collect) for a caller running the reaper's pass: at most `most`
     /// entries, the latest handed off first (from the inbox's end, so the cost is theirs
     /// alone), then the earliest of quiet batches; and nothing behind a lock another
     /// thread holds (the reaper thread's own collect, an owner's hand-off). `true` when it

@@ -43,25 +43,51 @@
 //! ([`manual`](crate::acker::manual)), which the same pushes wake through a hook
 //! (`Engine::wake_reaper`).
 //!
-//! ## A late reaper
+//! ## Callers first
 //!
-//! The thread's timer ends its sleep, but when every core is busy (a tokio runtime with a
-//! worker per core, all running) it may wait milliseconds for one: its short scheduling
-//! slice ([`slice`](crate::sync::slice)) makes that rare, not impossible. So the thread
-//! publishes the tick its timer is set for (`Engine::reaper_wakes_at`; [`AWAKE`] while it
-//! runs, or sleeps with nothing pending), and a caller that starts trees on the async acker
-//! reads it: once its own tick is [`LATE_AFTER_NS`] (250 µs, at least a tick) past and the
-//! thread has still not run, the caller runs the pass's timers itself ([`help_if_late`]),
-//! then wakes the thread to plan its sleep again. (The async acker's completions only wake
+//! On the async acker, the timeouts a pass delivers wake tasks. Woken from the reaper
+//! thread, a task goes to its runtime's shared queue, and on a busy runtime (every worker
+//! running) waits there behind the workers' own queues: a real HTTP load answered its
+//! 504s milliseconds after `tokio::time::timeout` did on the same runtime. Woken from a
+//! worker, it joins that worker's own queue, as a timer of the runtime's would. And when
+//! every core is busy, the thread itself may wait milliseconds for one after its timer
+//! ends: its short scheduling slice ([`slice`](crate::sync::slice)) makes that rare, not
+//! impossible.
+//!
+//! So the callers that start trees on the async acker run the passes when they can. The
+//! thread publishes the tick its timer is set for (`Engine::reaper_wakes_at`; [`AWAKE`]
+//! while it runs, or sleeps with nothing pending), every pass the wheel's next due tick
+//! (`Engine::timers_due_at`), and a caller reads them after its init: once the thread's
+//! tick has begun and a timer is due, the caller runs the pass's timers itself
+//! ([`help_if_late`]). A tick the thread wakes at only to collect the batches (every tick
+//! while entries wait) is left to it unless it is [`LATE_AFTER_NS`] (250 µs) late: a pass
+//! per tick on the callers, with the heavy fence of a takeover, would cost them more than
+//! the timers they deliver. (The async acker's completions only wake
 //! tasks, fill a queue or drop a payload nobody awaits, so they may run on a caller; a
 //! plain acker's `on_complete` is the user's code, and stays on the reaper thread.) The
 //! caller first moves the published tick to the next one (a CAS: only one caller claims a
-//! lateness), and after its pass to the wheel's next due tick, so while the thread stays
-//! starved callers help when timers are due, not at every call. A push that wakes the idle
-//! thread publishes its own tick, as a timer that has just ended. A pass may run beside
-//! another one (a manual acker's `expire` beside its driver does the same): the wheel is
-//! under its lock, moves and promotions are the operations' own protocols, and each
-//! timed-out tree is taken by one CAS.
+//! pass), and after its pass to the wheel's next due tick, so callers run a pass when
+//! timers are due, not at every call. It wakes the thread only when the thread's sleep
+//! would end more than a lag after the tick it published (a pushed entry relies on that
+//! tick, "Sleeping"): woken at every caller's pass, the thread would run beside the
+//! workers, and callers find no pass to claim while it runs.
+//!
+//! A caller's pass makes callers lead (`Engine::callers_lead`), and the thread becomes
+//! their backstop: it sleeps [`BACKSTOP_NS`] (500 µs) past each timer, leaving the tick to
+//! the first caller in it, and judges its own pass that far behind the clock, so that it
+//! delivers only what callers left that late. The first of its passes that delivers a
+//! timeout ends the lead: callers no longer come in time (the load has gone), and the
+//! thread runs on its timers again; so does a caller's pass that leaves work behind (a
+//! burst, "A caller's pass"). An idle acker therefore pays one lag's lateness after a
+//! caller happened to come first, and a busy one has its timeouts delivered on its
+//! workers (an HTTP service under load: `http-timeouts/`, whose 504s came 1.6-2.5 times
+//! as late as `tokio::time::timeout`'s when its workers were saturated, and at about
+//! tokio's with callers first). A push that wakes the idle thread publishes its own tick plus
+//! [`LATE_AFTER_NS`] (250 µs), as a timer that ends then: the caller that pushed leaves the
+//! thread its pass unless the thread gets no core. A pass may run beside another one (a
+//! manual acker's `expire` beside its driver does the same): the wheel is under its lock,
+//! moves and promotions are the operations' own protocols, and each timed-out tree is
+//! taken by one CAS.
 //!
 //! ## A caller's pass
 //!
@@ -84,8 +110,12 @@
 //!   takes due entries out of a coarse bucket too large to cascade): at most
 //!   `CALLER_GROUPS` × [`GROUP_SLOTS`] timeouts delivered on the caller (a million trees
 //!   that share a deadline are a million wake-ups: the caller wakes a few dozen). What it
-//!   leaves stays where it was, due, and the published tick says "late" at once, so the
-//!   next caller takes the next batch until the thread runs.
+//!   leaves stays where it was, due: a burst, which is the thread's. Callers stop leading
+//!   ("Callers first"), the caller publishes a tick [`LATE_AFTER_NS`] on and wakes the
+//!   thread, so the next caller takes the next batch only while the thread gets no core
+//!   (in the shared-deadline stress phase, callers that took batch after batch ran 7,000
+//!   to 9,000 passes of its million timeouts, and `track`'s p99.99 was 0.2-4 ms; leaving
+//!   the burst to the thread, 100 to 2,000, and 115-169 µs).
 //! * **Its publication keeps the pushers' promise** ("Sleeping"): a push that found the
 //!   published tick early enough did not wake the thread, so after its pass the caller
 //!   publishes no later than the thread would sleep, and once more checks the batches
@@ -132,9 +162,10 @@ pub(super) struct Pass {
 enum Runner {
     /// The reaper thread, or a manual acker's driver or `expire`: the whole pass.
     /// `everything`: take every batch's entries (manual mode, where the caller's own batch
-    /// is one of them).
-    Reaper { everything: bool },
-    /// A caller running a late reaper's pass: its timers only, within bounds (module docs,
+    /// is one of them). `behind`: ticks before the clock that the pass judges deadlines
+    /// at, the thread's lag as the callers' backstop (module docs, "Callers first").
+    Reaper { everything: bool, behind: u64 },
+    /// A caller running the reaper's pass: its timers only, within bounds (module docs,
     /// "A caller's pass").
     Caller,
 }
@@ -150,7 +181,13 @@ const CALLER_GROUPS: usize = 32;
 /// One pass at the clock's time (module docs). `everything`: take every batch's entries
 /// (manual mode, where the caller's own batch is one of them).
 pub(super) fn run_once<T: Send + 'static>(engine: &Engine<T>, everything: bool) -> Pass {
-    pass(engine, Runner::Reaper { everything })
+    pass(
+        engine,
+        Runner::Reaper {
+            everything,
+            behind: 0,
+        },
+    )
 }
 
 /// A pass (module docs): the whole of it for the reaper; for a caller, only its timers and
@@ -173,7 +210,13 @@ fn pass<T: Send + 'static>(engine: &Engine<T>, runner: Runner) -> Pass {
     // times out nothing before its deadline as read on that clock; the wheel's time (the
     // anchor's), which files and advances the group timers, never goes back. (While the
     // clock is behind it, a group it judges not yet due is looked at again each pass.)
-    let clock = engine.ticks.full(engine.clock.now());
+    let read = engine.ticks.full(engine.clock.now());
+    // The thread as the callers' backstop judges what they left that late ("Callers
+    // first"); its deliveries' lateness is counted on the clock as read.
+    let clock = match runner {
+        Runner::Reaper { behind, .. } => read.saturating_sub(behind),
+        Runner::Caller => read,
+    };
     // The anchor first ([`anchor`](crate::acker::engine::anchor)), outside the wheel's
     // lock: after a stall, a re-anchoring, which walks every table: the thread's work.
     if caller && engine.needs_reanchoring(clock) {
@@ -204,7 +247,7 @@ fn pass<T: Send + 'static>(engine: &Engine<T>, runner: Runner) -> Pass {
         wheel.clock = clock;
         let mut collected = std::mem::take(&mut wheel.collected);
         match runner {
-            Runner::Reaper { everything } => {
+            Runner::Reaper { everything, .. } => {
                 engine
                     .threads
                     .collect(now as Tick, everything, &mut collected);
@@ -258,12 +301,21 @@ fn pass<T: Send + 'static>(engine: &Engine<T>, runner: Runner) -> Pass {
         if !caller {
             pass.worked |= wheel.sweep_if_crowded(engine, live);
         }
+        publish_timers(engine, wheel);
     }
 
     pass.delivered = timed_out.len();
+    // Callers lead once one runs a pass, unless it leaves work (a burst: the thread's), and
+    // until the thread's delivers timeouts they left (judged a lag behind: they no longer
+    // come in time) ("Callers first"). Relaxed: `backstop_lag`'s hint.
+    if caller {
+        engine.callers_lead.store(!pass.left, Ordering::Relaxed);
+    } else if pass.delivered > 0 {
+        engine.callers_lead.store(false, Ordering::Relaxed);
+    }
     if let Some(started) = started {
-        // Its timers only: the upkeep waits for the thread ("A late reaper").
-        engine.deliver_timeouts(timed_out, clock, active.open);
+        // Its timers only: the upkeep waits for the thread ("A caller's pass").
+        engine.deliver_timeouts(timed_out, read, active.open);
         // Counted inside the operation, which shutdown waits for: no count after it.
         let took = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
         // Relaxed (both): statistics.
@@ -291,7 +343,7 @@ fn pass<T: Send + 'static>(engine: &Engine<T>, runner: Runner) -> Pass {
         wheel.released += before.saturating_sub(wheel.filed.heap_bytes());
         std::mem::take(&mut wheel.released)
     };
-    engine.deliver_timeouts(timed_out, clock, active.open);
+    engine.deliver_timeouts(timed_out, read, active.open);
     drop(active);
     // Out of the operation: the generations this pass retired wait for no one but other
     // threads now (the pass itself was one of those their grace periods waited for).
@@ -370,22 +422,40 @@ fn look_at_group<'e, T: Send + 'static>(
 /// parked with nothing pending, or not started (a manual acker's is always this).
 pub(super) const AWAKE: u64 = u64::MAX;
 
-/// How long past its timer the reaper thread may sleep on before a caller runs its pass
-/// (module docs, "A late reaper"), in nanoseconds: a thread only slow to be scheduled
-/// (tens of microseconds on an idle machine) is never counted late. At least a tick
-/// ([`late_after`]).
+/// How long after a push woke the reaper thread a caller may run its pass in its place
+/// (`Engine::wake_reaper`), in nanoseconds: a thread only slow to be scheduled (tens of
+/// microseconds on an idle machine) is left its pass, and the caller that pushed does not
+/// run the pass it has just woken the thread for. At least a tick ([`late_after`]).
 const LATE_AFTER_NS: u64 = 250_000;
 
 /// [`LATE_AFTER_NS`] in ticks of `shift` (2^shift ns), rounded up: one at the async
 /// acker's 2^18 ns and at `build`'s 2^20, 245 at 2^10 (about 1 µs).
-fn late_after(shift: u32) -> u64 {
+pub(super) fn late_after(shift: u32) -> u64 {
     LATE_AFTER_NS.div_ceil(1 << shift).max(1)
 }
 
-/// Runs the pass the reaper thread is late for (module docs, "A late reaper"), on this
-/// caller, within a caller's bounds ("A caller's pass"): `true` when it ran one. Cheap
-/// when the thread is not late: a load, and the caller's tick if the thread sleeps on a
-/// timer.
+/// The thread's lag behind its timers while callers lead (module docs, "Callers first"),
+/// in nanoseconds: long enough for a busy runtime's next `track` to come (microseconds
+/// apart under load), short enough to bound a timeout's lateness when none does. At least
+/// a tick ([`backstop_lag`]).
+const BACKSTOP_NS: u64 = 500_000;
+
+/// The ticks the thread sleeps past its timer, and judges its pass behind the clock: two
+/// at the async acker's tick while callers lead ([`BACKSTOP_NS`]), none otherwise.
+fn backstop_lag<T: Send + 'static>(engine: &Engine<T>) -> u64 {
+    // Relaxed: a hint for the thread's timing, set by callers' passes and cleared by its
+    // own; a stale read costs one pass a lag's lateness or the callers one race.
+    if engine.callers_lead.load(Ordering::Relaxed) {
+        BACKSTOP_NS.div_ceil(1 << engine.ticks.shift).max(1)
+    } else {
+        0
+    }
+}
+
+/// Runs the pass the reaper thread's timer is set for once its tick has begun (module
+/// docs, "Callers first"), on this caller, within a caller's bounds ("A caller's pass"):
+/// `true` when it ran one. Cheap when no pass is due: a load, and the caller's tick if the
+/// thread sleeps on a timer.
 pub(super) fn help_if_late<T: Send + 'static>(engine: &Engine<T>) -> bool {
     let wakes_at = engine.reaper_wakes_at.load(Ordering::SeqCst);
     if wakes_at == AWAKE {
@@ -398,7 +468,12 @@ pub(super) fn help_if_late<T: Send + 'static>(engine: &Engine<T>) -> bool {
         engine.reaper_panics.fetch_add(1, Ordering::SeqCst);
         return false;
     };
-    if now < wakes_at.saturating_add(late_after(engine.ticks.shift)) || engine.stopping() {
+    // Callers first for timers; for the thread's collection of the batches (its tick by
+    // tick sleeps while entries wait), only once the thread is late for it.
+    let late = late_after(engine.ticks.shift);
+    // Relaxed: a hint (`publish_timers`).
+    let timers_due = now >= engine.timers_due_at.load(Ordering::Relaxed);
+    if now < wakes_at || (!timers_due && now < wakes_at.saturating_add(late)) || engine.stopping() {
         return false;
     }
     if engine.helping.swap(true, Ordering::SeqCst) {
@@ -411,6 +486,8 @@ pub(super) fn help_if_late<T: Send + 'static>(engine: &Engine<T>) -> bool {
         .reaper_wakes_at
         .compare_exchange(wakes_at, now + 1, Ordering::SeqCst, Ordering::SeqCst)
         .is_ok();
+    // From here, the tick this caller published last.
+    let mut wakes_at = now + 1;
     let mut ran = false;
     if claimed {
         // As the thread's loop: a panicking pass (a clock's) is counted, and loses nothing.
@@ -422,14 +499,15 @@ pub(super) fn help_if_late<T: Send + 'static>(engine: &Engine<T>) -> bool {
                 (true, false)
             }
         };
-        // Until the thread runs, the next help is due when the next timer is: at once
-        // (for the next caller) when this one left work; else the wheel's next due tick,
+        // Until the thread runs, the next help is due when the next timer is: a lateness
+        // from now when this one left work (a burst: the thread's); else the wheel's next due tick,
         // or the next tick while batches hold entries, and no later than the thread would
         // sleep (pushes rely on it, "Sleeping"); none with neither (a push that finds the
         // thread idle publishes its tick then, `Engine::wake_reaper`).
-        let late = late_after(engine.ticks.shift);
         let next = if left {
-            Some(Some(now.saturating_sub(late)))
+            // A burst: the thread's, woken below; a caller helps again if it has not run
+            // within a lateness.
+            Some(Some(now + late))
         } else {
             // Not waited for: a pass under way (the thread's, which publishes its own
             // tick) leaves the claim's.
@@ -448,6 +526,7 @@ pub(super) fn help_if_late<T: Send + 'static>(engine: &Engine<T>) -> bool {
             })
         };
         if let Some(next) = next {
+            let ours = next.unwrap_or(AWAKE);
             let published = engine
                 .reaper_wakes_at
                 .compare_exchange(
@@ -462,20 +541,31 @@ pub(super) fn help_if_late<T: Send + 'static>(engine: &Engine<T>) -> bool {
             // fence pairs with the push's (its length stored, then the tick read).
             fence(Ordering::SeqCst);
             // A CAS, not a `fetch_min`: the thread may have published itself running since.
-            let ours = next.unwrap_or(AWAKE);
-            if published && ours != now + 1 && engine.threads.waiting_or_busy() {
-                let _ = engine.reaper_wakes_at.compare_exchange(
-                    ours,
-                    now + 1,
-                    Ordering::SeqCst,
-                    Ordering::SeqCst,
-                );
+            if published {
+                wakes_at = ours;
+                if ours != now + 1
+                    && engine.threads.waiting_or_busy()
+                    && engine
+                        .reaper_wakes_at
+                        .compare_exchange(ours, now + 1, Ordering::SeqCst, Ordering::SeqCst)
+                        .is_ok()
+                {
+                    wakes_at = now + 1;
+                }
             }
         }
     }
     engine.helping.store(false, Ordering::SeqCst);
-    if claimed {
-        // The pass may have filed deadlines earlier than the thread's timer.
+    // The tick published last is a promise to pushers ("Sleeping"): the thread, their
+    // backstop, must wake within a lag of it. Its sleep may end later (it was planned
+    // before this pass filed earlier deadlines): then it plans again. Waking it at every
+    // caller's pass instead would keep it running beside the workers, and callers find
+    // no pass to run while it does.
+    if claimed
+        && wakes_at != AWAKE
+        && wakes_at.saturating_add(backstop_lag(engine))
+            < engine.thread_wakes_at.load(Ordering::SeqCst)
+    {
         if let Some(thread) = engine.reaper_thread.get() {
             thread.unpark();
         }
@@ -568,6 +658,15 @@ pub(super) fn next_wait<T: Send + 'static>(engine: &Engine<T>) -> Wait {
     }
 }
 
+/// Publishes the wheel's next due tick for callers (`Engine::timers_due_at`, "Callers
+/// first").
+fn publish_timers<T: Send + 'static>(engine: &Engine<T>, wheel: &Wheel) {
+    let due = wheel.buckets.next_due().unwrap_or(AWAKE);
+    // Relaxed: a hint; a stale one costs a caller a pass with no timer due, or leaves a
+    // due one to the thread a lateness longer.
+    engine.timers_due_at.store(due, Ordering::Relaxed);
+}
+
 /// How long, in hand-off ages, the reaper thread keeps sleeping a hand-off age at a time
 /// after the last tree it saw pending ("Sleeping"): a server whose requests each complete
 /// before the next begins would otherwise wake it from its park at every request.
@@ -604,14 +703,19 @@ fn reaper_loop<T: Send + 'static>(engine: &Engine<T>) {
     let mut aimed = None;
     let tick = Duration::from_nanos(1 << engine.ticks.shift);
     while !engine.stopping() {
-        // Running: no caller runs this pass in its place ("A late reaper").
+        // Running: no caller runs this pass in its place ("Callers first").
         // Raced by callers' CASes (`store_raced`: the loom models see a real store).
         store_raced(&engine.reaper_wakes_at, AWAKE, Ordering::SeqCst);
+        engine.thread_wakes_at.store(AWAKE, Ordering::SeqCst);
         // A pass that panics (a clock's `now`) is counted and the loop goes on: a reaper
         // that stopped would leave every deadline unserved. A panic in a pass happens
         // before it moves entries out of the wheel or after it has delivered them
         // (`Engine::deliver` catches the callback's and the payload's), so nothing is lost.
-        let pass = match catch_unwind(AssertUnwindSafe(|| run_once(engine, false))) {
+        let runner = Runner::Reaper {
+            everything: false,
+            behind: backstop_lag(engine),
+        };
+        let pass = match catch_unwind(AssertUnwindSafe(|| pass(engine, runner))) {
             Ok(pass) => pass,
             Err(_) => {
                 engine.reaper_panics.fetch_add(1, Ordering::SeqCst);
@@ -666,16 +770,27 @@ fn sleep_until<T: Send + 'static>(
         None => Some(most),
     };
     let wait = if again { wait.map(|_| most) } else { wait };
+    // While callers lead, the thread sleeps a lag past its timer: the first caller in the
+    // timer's tick runs the pass ("Callers first").
+    let lag = backstop_lag(engine) * tick_nanos;
+    let wait = match wait {
+        None if lag > 0 => Some(0),
+        wait => wait,
+    };
     if let Some(wait) = wait {
         // The tick the timer ends in: `tick`, or later for a whole `ticks` from now (a
         // second sleep aimed at it); unknown with a clock that panicked. A caller runs the
-        // pass if this sleep outlasts it ("A late reaper"); a push relies on it to wake
-        // the thread by then ("Sleeping").
+        // pass once it begins ("Callers first"); a push relies on the thread or a caller
+        // to run it by then ("Sleeping").
         let ends = now.map_or(AWAKE, |now| {
             tick.max(engine.ticks.full(now.wrapping_add(wait)))
         });
         store_raced(&engine.reaper_wakes_at, ends, Ordering::SeqCst);
-        thread::park_timeout(Duration::from_nanos(wait));
+        let lag_ticks = lag >> engine.ticks.shift;
+        engine
+            .thread_wakes_at
+            .store(ends.saturating_add(lag_ticks), Ordering::SeqCst);
+        thread::park_timeout(Duration::from_nanos(wait + lag));
     }
 }
 

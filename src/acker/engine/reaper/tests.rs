@@ -1,7 +1,7 @@
 //! The reaper's tests: a late reaper's pass run by callers, its bounds and publication,
 //! the thread's sleeps and wake-ups.
 
-use super::{late_after, wait_nanos, AWAKE, CALLER_GROUPS};
+use super::{backstop_lag, late_after, pass, wait_nanos, Runner, AWAKE, CALLER_GROUPS};
 use crate::acker::engine::driver::Next;
 use crate::acker::table::GROUP_SLOTS;
 use crate::sync::Ordering::SeqCst;
@@ -12,11 +12,11 @@ use std::time::{Duration, Instant};
 
 const MS: Duration = Duration::from_millis(1);
 
-/// A caller runs the pass of a reaper thread asleep [`LATE_AFTER_NS`] past its
-/// timer, and claims that lateness; never that of a reaper on time or not asleep on a
-/// timer. (A manual acker: the published tick is set here as the thread would.)
+/// A caller runs the pass of a reaper thread asleep on its timer once the timer's tick has
+/// begun (callers first), and claims it; never before that tick, nor for a thread not
+/// asleep on a timer. (A manual acker: the published tick is set here as the thread would.)
 #[test]
-fn a_caller_runs_the_pass_a_sleeping_reaper_is_late_for() {
+fn a_caller_runs_the_pass_once_the_threads_timer_is_due() {
     let clock = ManualClock::new(0);
     let log = Arc::new(Mutex::new(Vec::new()));
     let sink = Arc::clone(&log);
@@ -38,28 +38,20 @@ fn a_caller_runs_the_pass_a_sleeping_reaper_is_late_for() {
     clock.advance(50 * MS);
     // Due, but no reaper sleeps on a timer.
     assert!(!acker.help_late_reaper());
-    let timer = now();
-    engine.reaper_wakes_at.store(timer, SeqCst);
-    let late = late_after(engine.ticks.shift);
-    assert_eq!(late, 1, "250 µs in ticks of 2^20 ns");
-    for _ in 0..late {
-        assert!(!acker.help_late_reaper(), "helped a reaper less than late");
-        clock.advance(tick);
-    }
+    engine.reaper_wakes_at.store(now() + 1, SeqCst);
+    assert!(!acker.help_late_reaper(), "ran a pass before its tick");
     assert!(log.lock().unwrap().is_empty());
-    assert!(acker.help_late_reaper(), "a late reaper's pass was not run");
+    clock.advance(tick);
+    assert!(acker.help_late_reaper(), "a due pass was not run");
     assert_eq!(*log.lock().unwrap(), [(1, Outcome::TimedOut)]);
     // Claimed, then moved to the next timer (root 2's, about a second on): no help
-    // until that one is late too.
+    // until that one's tick.
     let next = engine.reaper_wakes_at.load(SeqCst);
     assert!(next > now() + 500, "published {next} at {}", now());
-    while now() + 1 < next + late {
+    while now() + 1 < next {
         clock.advance(tick);
     }
-    assert!(
-        !acker.help_late_reaper(),
-        "helped before the next timer was late"
-    );
+    assert!(!acker.help_late_reaper(), "helped before the next timer");
     assert!(log.lock().unwrap().len() == 1);
     clock.advance(tick);
     assert!(acker.help_late_reaper());
@@ -68,6 +60,150 @@ fn a_caller_runs_the_pass_a_sleeping_reaper_is_late_for() {
     assert_eq!(engine.reaper_wakes_at.load(SeqCst), AWAKE);
     clock.advance(100 * MS);
     assert!(!acker.help_late_reaper());
+}
+
+/// Callers run a pass at once for timers due, not for the thread's tick by tick collection
+/// of the batches: while no timer is due, only once the thread is a lateness past its
+/// tick (as a late reaper).
+#[test]
+fn callers_run_passes_at_once_for_timers_only() {
+    let clock = ManualClock::new(0);
+    let acker: Acker<u32> = Acker::builder()
+        .timeout(10 * MS)
+        .resolution(MS)
+        .clock(clock.clone())
+        .build_manual()
+        .unwrap();
+    let engine = acker.engine();
+    let tick = Duration::from_nanos(1 << engine.ticks.shift);
+    let now = || engine.ticks.full(clock.now());
+    acker.init(1, 0b1, 0).unwrap();
+    assert_eq!(acker.expire(), 0, "filed, not due");
+    // The thread's next tick, for entries in batches: no timer due.
+    engine.reaper_wakes_at.store(now(), SeqCst);
+    assert!(
+        !acker.help_late_reaper(),
+        "a caller ran a pass with no timer due"
+    );
+    for _ in 0..late_after(engine.ticks.shift) {
+        clock.advance(tick);
+    }
+    assert!(
+        acker.help_late_reaper(),
+        "no help for a thread late for its tick"
+    );
+    // Past the tree's deadline: at once.
+    clock.advance(20 * MS);
+    engine.reaper_wakes_at.store(now(), SeqCst);
+    assert!(acker.help_late_reaper(), "a due timer waited");
+    assert_eq!(acker.stats().timed_out, 1);
+}
+
+/// Once a caller has run a pass, callers lead: the thread's pass judges deadlines a lag
+/// behind the clock, leaving trees just due to the callers, and delivers what they left
+/// that late; the first such delivery ends the lead, and the thread judges on the clock
+/// again. (Manual ackers on one clock, their passes run here as the thread's would be;
+/// one where callers lead, one where none ever ran a pass.)
+#[test]
+fn callers_lead_until_the_threads_pass_delivers_what_they_left() {
+    let clock = ManualClock::new(0);
+    let acker = || -> Acker<u32> {
+        Acker::builder()
+            .timeout(10 * MS)
+            .resolution(MS)
+            .clock(clock.clone())
+            .build_manual()
+            .unwrap()
+    };
+    let (led, alone) = (acker(), acker());
+    let tick = Duration::from_nanos(1 << led.engine().ticks.shift);
+    let threads = |acker: &Acker<u32>| {
+        let engine = acker.engine();
+        pass(
+            engine,
+            Runner::Reaper {
+                everything: true,
+                behind: backstop_lag(engine),
+            },
+        )
+        .delivered
+    };
+    assert_eq!(
+        backstop_lag(led.engine()),
+        0,
+        "a lead before any caller's pass"
+    );
+    led.pretend_reaper_late();
+    assert!(led.help_late_reaper());
+    let lag = backstop_lag(led.engine());
+    assert_eq!(lag, 1, "500 µs in ticks of 2^20 ns");
+    // The ticks at which each delivers two trees started together.
+    let delivered_at = |second: u64| {
+        for acker in [&led, &alone] {
+            acker.init(second, 0b1, 0).unwrap();
+            acker.init(second + 1, 0b1, 0).unwrap();
+        }
+        let (mut led_at, mut alone_at) = (None, None);
+        for step in 0..100 {
+            if threads(&led) > 0 {
+                assert_eq!(led.stats().timed_out, second + 1, "both at once");
+                led_at.get_or_insert(step);
+            }
+            if threads(&alone) > 0 {
+                alone_at.get_or_insert(step);
+            }
+            clock.advance(tick);
+        }
+        (led_at.unwrap(), alone_at.unwrap())
+    };
+    let (led_at, alone_at) = delivered_at(1);
+    assert_eq!(
+        led_at,
+        alone_at + lag,
+        "the backstop did not judge a lag behind"
+    );
+    assert_eq!(
+        backstop_lag(led.engine()),
+        0,
+        "a lead after the backstop delivered"
+    );
+    let (led_at, alone_at) = delivered_at(3);
+    assert_eq!(led_at, alone_at, "judged behind with no callers leading");
+}
+
+/// A push that wakes the idle reaper thread publishes its tick plus the lateness allowed
+/// (`Engine::wake_reaper`): the caller that pushed leaves the thread the pass it has just
+/// woken it for, unless the thread gets no core for that long. (A manual acker with this
+/// test's thread standing in for the reaper's, so that no thread runs and publishes.)
+#[test]
+fn a_push_that_wakes_the_thread_leaves_it_its_pass() {
+    let clock = ManualClock::new(0);
+    let acker: Acker<u32> = Acker::builder()
+        .timeout(10 * MS)
+        .resolution(MS)
+        .clock(clock.clone())
+        .build_manual()
+        .unwrap();
+    let engine = acker.engine();
+    engine.set_reaper_thread(std::thread::current());
+    let tick = Duration::from_nanos(1 << engine.ticks.shift);
+    acker.init(1, 0b1, 0).unwrap();
+    acker.expire();
+    clock.advance(50 * MS);
+    // Due, and the thread idle: a push wakes it.
+    engine.wake_reaper();
+    for _ in 0..late_after(engine.ticks.shift) {
+        assert!(
+            !acker.help_late_reaper(),
+            "a caller ran the pass a push had just woken the thread for"
+        );
+        clock.advance(tick);
+    }
+    assert!(
+        acker.help_late_reaper(),
+        "no caller ran the pass of a thread that never ran"
+    );
+    assert_eq!(acker.stats().timed_out, 1);
 }
 
 /// A clock that panics when a caller checks whether the reaper is late: the help is
@@ -274,12 +410,14 @@ fn overdue(trees: u64) -> (ManualClock, Acker<u32>, Arc<Mutex<Vec<u64>>>) {
     (clock, acker, log)
 }
 
-/// A late reaper's pass run by a caller times out a bounded batch (a few dozen groups),
-/// not every tree due: the next caller takes the next batch at once, and a full pass
-/// the rest. Every tree times out once.
+/// A caller's pass times out a bounded batch (a few dozen groups), not every tree due.
+/// What it leaves is a burst, the thread's: callers do not lead then, and the next caller
+/// helps only if the thread has not run within a lateness; then a full pass takes the
+/// rest. Every tree times out once.
 #[test]
-fn a_callers_pass_times_out_a_bounded_batch_and_the_next_caller_the_next() {
-    let (_clock, acker, log) = overdue(4000);
+fn a_callers_pass_times_out_a_bounded_batch_and_leaves_the_burst_to_the_thread() {
+    let (clock, acker, log) = overdue(4000);
+    let engine = acker.engine();
     let most = CALLER_GROUPS * GROUP_SLOTS;
     assert!(acker.help_late_reaper(), "no pass run");
     let first = log.lock().unwrap().len();
@@ -287,7 +425,12 @@ fn a_callers_pass_times_out_a_bounded_batch_and_the_next_caller_the_next() {
         (1..=most).contains(&first),
         "a caller's pass timed out {first} trees, more than {most}"
     );
-    // Left due: the next caller helps at once.
+    assert_eq!(backstop_lag(engine), 0, "callers lead beside a burst");
+    // Left due, for the thread: the next caller helps a lateness later.
+    assert!(!acker.help_late_reaper(), "the next caller helped at once");
+    clock.advance(Duration::from_nanos(
+        late_after(engine.ticks.shift) << engine.ticks.shift,
+    ));
     assert!(acker.help_late_reaper(), "the next caller did not help");
     let second = log.lock().unwrap().len() - first;
     assert!((1..=most).contains(&second), "then {second}");
