@@ -449,7 +449,8 @@ impl<T: Send + 'static> Acker<T> {
     }
 
     /// Publishes a reaper thread asleep on a timer set two ticks before the clock's tick
-    /// (late, as [`help_late_reaper`](Self::help_late_reaper) judges it), as the thread
+    /// (due, and late for it at the async acker's and `build`'s resolutions, as
+    /// [`help_late_reaper`](Self::help_late_reaper) judges it), as the thread
     /// publishes its timer: for tests and the loom models, on a manual acker, which has no
     /// thread.
     #[doc(hidden)]

@@ -222,13 +222,14 @@ pub(super) struct Engine<T> {
     reaper_thread: std::sync::OnceLock<thread::Thread>,
     /// The full tick whose start the reaper thread's timer is set for while it sleeps on
     /// one, else [`reaper::AWAKE`]: a caller that reads a tick at or past it runs the pass
-    /// ([`reaper`], "Callers first").
+    /// when a timer is due, and a lateness past it when none is ([`reaper`], "Callers
+    /// first").
     reaper_wakes_at: CachePadded<AtomicU64>,
     /// A caller is running the reaper's pass: one at a time.
     helping: AtomicBool,
     /// The full tick the reaper thread's timed sleep ends in, its backstop's lag included,
-    /// else [`reaper::AWAKE`]: a caller whose publication is a lag or more earlier wakes
-    /// the thread to plan again ([`reaper`], "Callers first").
+    /// else [`reaper::AWAKE`]: a caller whose publication is more than a lag earlier
+    /// wakes the thread to plan again ([`reaper`], "Callers first").
     thread_wakes_at: AtomicU64,
     /// The wheel's next due tick as the last pass left it, else [`reaper::AWAKE`]: callers
     /// run a pass for its timers ([`reaper`], "Callers first"), not for the thread's tick
@@ -749,10 +750,11 @@ impl<T: Send + 'static> Engine<T> {
             // ([`reaper`], "Callers first"); not at once, or the caller that pushed would
             // run the pass it has just woken the thread for. The thread publishes again
             // when it runs.
-            self.reaper_wakes_at.fetch_min(
-                self.caller_full() + reaper::late_after(self.ticks.shift),
-                Ordering::SeqCst,
-            );
+            let late = self.caller_full() + reaper::late_after(self.ticks.shift);
+            self.reaper_wakes_at.fetch_min(late, Ordering::SeqCst);
+            // For callers, as a timer due then, so that they help a thread starved that
+            // long (a pass publishes the wheel's own again). Relaxed: a hint.
+            self.timers_due_at.fetch_min(late, Ordering::Relaxed);
             thread.unpark();
         } else if let Some(wake) = self.expiry_waker.get() {
             wake();

@@ -73,7 +73,8 @@
 //! workers, and callers find no pass to claim while it runs.
 //!
 //! A caller's pass makes callers lead (`Engine::callers_lead`), and the thread becomes
-//! their backstop: it sleeps [`BACKSTOP_NS`] (500 µs) past each timer, leaving the tick to
+//! their backstop: it sleeps [`BACKSTOP_NS`] (500 µs) past each timer due (not past a
+//! tick it wakes at only to collect the batches), leaving the tick to
 //! the first caller in it, and judges its own pass that far behind the clock, so that it
 //! delivers only what callers left that late. The first of its passes that delivers a
 //! timeout ends the lead: callers no longer come in time (the load has gone), and the
@@ -308,9 +309,11 @@ fn pass<T: Send + 'static>(engine: &Engine<T>, runner: Runner) -> Pass {
     // Callers lead once one runs a pass, unless it leaves work (a burst: the thread's), and
     // until the thread's delivers timeouts they left (judged a lag behind: they no longer
     // come in time) ("Callers first"). Relaxed: `backstop_lag`'s hint.
-    if caller {
-        engine.callers_lead.store(!pass.left, Ordering::Relaxed);
-    } else if pass.delivered > 0 {
+    if caller && pass.left {
+        engine.callers_lead.store(false, Ordering::Relaxed);
+    } else if caller && pass.delivered > 0 {
+        engine.callers_lead.store(true, Ordering::Relaxed);
+    } else if !caller && pass.delivered > 0 {
         engine.callers_lead.store(false, Ordering::Relaxed);
     }
     if let Some(started) = started {
@@ -422,10 +425,12 @@ fn look_at_group<'e, T: Send + 'static>(
 /// parked with nothing pending, or not started (a manual acker's is always this).
 pub(super) const AWAKE: u64 = u64::MAX;
 
-/// How long after a push woke the reaper thread a caller may run its pass in its place
-/// (`Engine::wake_reaper`), in nanoseconds: a thread only slow to be scheduled (tens of
-/// microseconds on an idle machine) is left its pass, and the caller that pushed does not
-/// run the pass it has just woken the thread for. At least a tick ([`late_after`]).
+/// How late the reaper thread may be before a caller runs a pass it woke for with no timer
+/// due (to collect the batches), or one a push woke it for (`Engine::wake_reaper`), in
+/// nanoseconds; also how long a caller's pass that left a burst leaves it to the thread. A
+/// thread only slow to be scheduled (tens of microseconds on an idle machine) is left its
+/// pass, and the caller that pushed does not run the pass it has just woken the thread
+/// for. At least a tick ([`late_after`]).
 const LATE_AFTER_NS: u64 = 250_000;
 
 /// [`LATE_AFTER_NS`] in ticks of `shift` (2^shift ns), rounded up: one at the async
@@ -479,19 +484,18 @@ pub(super) fn help_if_late<T: Send + 'static>(engine: &Engine<T>) -> bool {
     if engine.helping.swap(true, Ordering::SeqCst) {
         return false; // another caller runs it
     }
-    // Claim this lateness: fails if the thread ran since the load (it published again) or
+    // Claim this pass: fails if the thread ran since the load (it published again) or
     // another caller claimed it. Until the thread runs, the next help is a tick from now
-    // plus the lateness allowed.
+    // (and a lateness more with no timer due).
     let claimed = engine
         .reaper_wakes_at
         .compare_exchange(wakes_at, now + 1, Ordering::SeqCst, Ordering::SeqCst)
         .is_ok();
     // From here, the tick this caller published last.
     let mut wakes_at = now + 1;
-    let mut ran = false;
+    let (mut ran, mut left) = (false, false);
     if claimed {
         // As the thread's loop: a panicking pass (a clock's) is counted, and loses nothing.
-        let left;
         (ran, left) = match catch_unwind(AssertUnwindSafe(|| pass(engine, Runner::Caller))) {
             Ok(pass) => (pass.ran, pass.left),
             Err(_) => {
@@ -561,10 +565,12 @@ pub(super) fn help_if_late<T: Send + 'static>(engine: &Engine<T>) -> bool {
     // before this pass filed earlier deadlines): then it plans again. Waking it at every
     // caller's pass instead would keep it running beside the workers, and callers find
     // no pass to run while it does.
+    // A pass that left a burst wakes the thread for it.
     if claimed
-        && wakes_at != AWAKE
-        && wakes_at.saturating_add(backstop_lag(engine))
-            < engine.thread_wakes_at.load(Ordering::SeqCst)
+        && (left
+            || wakes_at != AWAKE
+                && wakes_at.saturating_add(backstop_lag(engine))
+                    < engine.thread_wakes_at.load(Ordering::SeqCst))
     {
         if let Some(thread) = engine.reaper_thread.get() {
             thread.unpark();
@@ -744,7 +750,8 @@ fn reaper_loop<T: Send + 'static>(engine: &Engine<T>) {
 }
 
 /// Parks until full tick `tick` begins on the clock, or until woken, but never longer than
-/// `ticks` ticks (the distance from the pass's tick).
+/// `ticks` ticks (the distance from the pass's tick); while callers lead and a timer is due
+/// by `tick`, a backstop's lag longer, even when `tick` has begun ("Callers first").
 ///
 /// A duration of `ticks` ticks from now would wake the reaper as far into tick `tick` as
 /// this moment is into the pass's tick: up to a tick late for every timeout, half a tick
@@ -770,9 +777,14 @@ fn sleep_until<T: Send + 'static>(
         None => Some(most),
     };
     let wait = if again { wait.map(|_| most) } else { wait };
-    // While callers lead, the thread sleeps a lag past its timer: the first caller in the
-    // timer's tick runs the pass ("Callers first").
-    let lag = backstop_lag(engine) * tick_nanos;
+    // While callers lead, the thread sleeps a lag past a timer due: the first caller in
+    // its tick runs the pass ("Callers first"). Not past a tick for the batches alone,
+    // which callers leave to the thread. Relaxed: a hint (`publish_timers`).
+    let lag = if engine.timers_due_at.load(Ordering::Relaxed) <= tick {
+        backstop_lag(engine) * tick_nanos
+    } else {
+        0
+    };
     let wait = match wait {
         None if lag > 0 => Some(0),
         wait => wait,

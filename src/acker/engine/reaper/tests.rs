@@ -1,4 +1,4 @@
-//! The reaper's tests: a late reaper's pass run by callers, its bounds and publication,
+//! The reaper's tests: its passes run by callers, their bounds and publication,
 //! the thread's sleeps and wake-ups.
 
 use super::{backstop_lag, late_after, pass, wait_nanos, Runner, AWAKE, CALLER_GROUPS};
@@ -133,8 +133,13 @@ fn callers_lead_until_the_threads_pass_delivers_what_they_left() {
         0,
         "a lead before any caller's pass"
     );
+    // A caller's pass that delivers a timeout: callers lead.
+    led.init(100, 0b1, 0).unwrap();
+    led.expire();
+    clock.advance(20 * MS);
     led.pretend_reaper_late();
     assert!(led.help_late_reaper());
+    assert_eq!(led.stats().timed_out, 1);
     let lag = backstop_lag(led.engine());
     assert_eq!(lag, 1, "500 µs in ticks of 2^20 ns");
     // The ticks at which each delivers two trees started together.
@@ -146,7 +151,7 @@ fn callers_lead_until_the_threads_pass_delivers_what_they_left() {
         let (mut led_at, mut alone_at) = (None, None);
         for step in 0..100 {
             if threads(&led) > 0 {
-                assert_eq!(led.stats().timed_out, second + 1, "both at once");
+                assert_eq!(led.stats().timed_out, second + 2, "both at once");
                 led_at.get_or_insert(step);
             }
             if threads(&alone) > 0 {
