@@ -10,7 +10,7 @@
 use std::ptr::NonNull;
 
 use super::generations::chain;
-use super::{Engine, MIN_TABLE_SLOTS};
+use super::Engine;
 use crate::acker::table::{Effects, Table, GROUP_SLOTS};
 use crate::acker::threads::Grace;
 use crate::acker::timers::ticks::Tick;
@@ -60,13 +60,12 @@ impl<T> Drop for Retired<T> {
 }
 
 impl<T: Send + 'static> Engine<T> {
-    /// The groups a table of `roots`' size grows to: a quarter again as many, up to
-    /// `max_slots`. Growth starts at 3/4 load, so a table that has just grown is 3/5 full:
-    /// 53 B of table per root with a `u32` payload at worst, which keeps a root's memory
-    /// under 64 B at any pending count (half again left 2/4 full tables, 64 B a root
-    /// before any timer). A fill moves each root about four times rather than twice.
+    /// The groups a table of `roots`' size grows to: twice as many, up to `max_slots`.
+    /// Growth starts at 3/4 load, so a table that has just grown is 3/8 full; the tables'
+    /// staggered sizes keep the acker's memory between its tables' extremes (the engine's
+    /// module docs, "The bound, and growth"). A fill moves each root about once.
     fn grown(&self, roots: &Table<T>, max_slots: usize) -> usize {
-        (roots.groups() + roots.groups().div_ceil(4)).min(max_slots / GROUP_SLOTS)
+        (roots.groups() * 2).min(max_slots / GROUP_SLOTS)
     }
 
     /// Groups in every table generation that may hold roots (each chain's current one and
@@ -157,7 +156,7 @@ impl<T: Send + 'static> Engine<T> {
     }
 
     /// An operation found no room for its root in the last generation of `roots`'s chain:
-    /// that generation gets a successor a quarter larger, up to `room_table_slots` (past
+    /// that generation gets a successor twice as large, up to `room_table_slots` (past
     /// the size load alone grows a table to: a root whose probe window is full in a table
     /// that is not must not be refused below `max_pending`). `false` when it is that large
     /// (the operation is refused) or the acker is shutting down.
@@ -247,12 +246,12 @@ impl<T: Send + 'static> Engine<T> {
             let roots = unsafe { table.current() };
             // Only a load that stayed low for SHRINK_AFTER ticks: a shrink while what is
             // pending rises again fills the smaller table before its migration ends.
-            if table.low_for(self.shrinkable(roots, per_table), now) >= SHRINK_AFTER {
+            if table.low_for(self.shrinkable(index, roots, per_table), now) >= SHRINK_AFTER {
                 // To 2/3, or straight to a load of 1/4 when what is pending fell further
                 // (a drained acker gives its memory back in one migration, not twenty).
                 let groups = (roots.groups() * 2 / 3)
                     .min(per_table.div_ceil(GROUP_SLOTS) * 4)
-                    .max(MIN_TABLE_SLOTS / GROUP_SLOTS);
+                    .max(self.smallest_slots(index) / GROUP_SLOTS);
                 worked |= self.start_migration(index, roots, groups, false) == Some(true);
             }
             for migrating in chain(roots).filter(|g| g.successor().is_some()) {
@@ -277,12 +276,20 @@ impl<T: Send + 'static> Engine<T> {
         worked
     }
 
-    /// Whether `roots` (a table's current generation) is large for `per_table` entries:
-    /// under 1/8 full, and larger than the smallest table, with no migration under way.
-    fn shrinkable(&self, roots: &Table<T>, per_table: usize) -> bool {
+    /// Whether `roots` (table `table`'s current generation) is large for `per_table`
+    /// entries: under 1/8 full, and larger than the table's smallest, with no migration
+    /// under way.
+    fn shrinkable(&self, table: usize, roots: &Table<T>, per_table: usize) -> bool {
         roots.successor().is_none()
-            && roots.slots() > MIN_TABLE_SLOTS
+            && roots.slots() > self.smallest_slots(table)
             && per_table * 8 < roots.slots()
+    }
+
+    /// The slots table `table` starts with, and shrinks back to
+    /// ([`staggered`](super::staggered)).
+    pub(super) fn smallest_slots(&self, table: usize) -> usize {
+        super::staggered(table, self.tables.len()).min(self.max_table_slots / GROUP_SLOTS)
+            * GROUP_SLOTS
     }
 
     /// Frees the retired generations whose grace period is over.
@@ -303,15 +310,15 @@ impl<T: Send + 'static> Engine<T> {
         }
         let per_table = self.pending() / self.tables.len();
         let mut due: Option<Tick> = None;
-        for table in self.tables.iter() {
+        for (index, table) in self.tables.iter().enumerate() {
             // Safety: inside the operation `_active` marks.
             let roots = unsafe { table.current() };
             if roots.successor().is_some() {
                 return Some(1);
             }
-            let left = if self.shrinkable(roots, per_table) {
+            let left = if self.shrinkable(index, roots, per_table) {
                 SHRINK_AFTER.saturating_sub(table.low_ticks(now)).max(1)
-            } else if roots.slots() > MIN_TABLE_SLOTS {
+            } else if roots.slots() > self.smallest_slots(index) {
                 self.look_at_load()
             } else {
                 continue;

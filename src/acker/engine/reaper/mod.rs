@@ -207,6 +207,8 @@ fn pass<T: Send + 'static>(engine: &Engine<T>, runner: Runner) -> Pass {
         return pass;
     }
     let mut timed_out = Vec::new();
+    // Groups came due: this pass ran for timers, not only to collect the batches.
+    let timers;
     // Deadlines are judged on the clock's own tick, so that a clock that stepped back
     // times out nothing before its deadline as read on that clock; the wheel's time (the
     // anchor's), which files and advances the group timers, never goes back. (While the
@@ -281,7 +283,8 @@ fn pass<T: Send + 'static>(engine: &Engine<T>, runner: Runner) -> Pass {
         }
         // The entries come due are no longer there to defer an idle sweep.
         wheel.kept = wheel.kept.saturating_sub(before - wheel.buckets.len());
-        pass.worked |= !due.is_empty();
+        timers = !due.is_empty();
+        pass.worked |= timers;
         let judge = Judge { anchor, clock };
         for timer in due.drain(..) {
             look_at_group(engine, wheel, timer, judge, &mut timed_out);
@@ -306,12 +309,13 @@ fn pass<T: Send + 'static>(engine: &Engine<T>, runner: Runner) -> Pass {
     }
 
     pass.delivered = timed_out.len();
-    // Callers lead once one runs a pass, unless it leaves work (a burst: the thread's), and
-    // until the thread's delivers timeouts they left (judged a lag behind: they no longer
-    // come in time) ("Callers first"). Relaxed: `backstop_lag`'s hint.
+    // Callers lead once one runs a pass for timers come due (a collection of the batches
+    // alone is the thread's), unless it leaves work (a burst: the thread's), and until the
+    // thread's delivers timeouts they left (judged a lag behind: they no longer come in
+    // time) ("Callers first"). Relaxed: `backstop_lag`'s hint.
     if caller && pass.left {
         engine.callers_lead.store(false, Ordering::Relaxed);
-    } else if caller && pass.delivered > 0 {
+    } else if caller && timers {
         engine.callers_lead.store(true, Ordering::Relaxed);
     } else if !caller && pass.delivered > 0 {
         engine.callers_lead.store(false, Ordering::Relaxed);
