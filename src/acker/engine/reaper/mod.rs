@@ -73,8 +73,10 @@
 //! workers, and callers find no pass to claim while it runs.
 //!
 //! A caller's pass makes callers lead (`Engine::callers_lead`), and the thread becomes
-//! their backstop: it sleeps [`BACKSTOP_NS`] (500 µs) past each timer due (not past a
-//! tick it wakes at only to collect the batches), leaving the tick to
+//! their backstop: it sleeps [`BACKSTOP_NS`] (500 µs) past each timer (a tick it wakes at
+//! only to collect the batches too: callers then leave that to it unless it is a lateness
+//! past the lag, and the thread kept waking beside the workers made an HTTP load's 504s
+//! as late as before), leaving the tick to
 //! the first caller in it, and judges its own pass that far behind the clock, so that it
 //! delivers only what callers left that late. The first of its passes that delivers a
 //! timeout ends the lead: callers no longer come in time (the load has gone), and the
@@ -478,11 +480,15 @@ pub(super) fn help_if_late<T: Send + 'static>(engine: &Engine<T>) -> bool {
         return false;
     };
     // Callers first for timers; for the thread's collection of the batches (its tick by
-    // tick sleeps while entries wait), only once the thread is late for it.
+    // tick sleeps while entries wait), only once the thread is late for it, its backstop's
+    // lag included.
     let late = late_after(engine.ticks.shift);
     // Relaxed: a hint (`publish_timers`).
     let timers_due = now >= engine.timers_due_at.load(Ordering::Relaxed);
-    if now < wakes_at || (!timers_due && now < wakes_at.saturating_add(late)) || engine.stopping() {
+    let late_at = wakes_at
+        .saturating_add(late)
+        .saturating_add(backstop_lag(engine));
+    if now < wakes_at || (!timers_due && now < late_at) || engine.stopping() {
         return false;
     }
     if engine.helping.swap(true, Ordering::SeqCst) {
@@ -754,8 +760,8 @@ fn reaper_loop<T: Send + 'static>(engine: &Engine<T>) {
 }
 
 /// Parks until full tick `tick` begins on the clock, or until woken, but never longer than
-/// `ticks` ticks (the distance from the pass's tick); while callers lead and a timer is due
-/// by `tick`, a backstop's lag longer, even when `tick` has begun ("Callers first").
+/// `ticks` ticks (the distance from the pass's tick); while callers lead, a backstop's lag
+/// longer, even when `tick` has begun ("Callers first").
 ///
 /// A duration of `ticks` ticks from now would wake the reaper as far into tick `tick` as
 /// this moment is into the pass's tick: up to a tick late for every timeout, half a tick
@@ -781,14 +787,10 @@ fn sleep_until<T: Send + 'static>(
         None => Some(most),
     };
     let wait = if again { wait.map(|_| most) } else { wait };
-    // While callers lead, the thread sleeps a lag past a timer due: the first caller in
-    // its tick runs the pass ("Callers first"). Not past a tick for the batches alone,
-    // which callers leave to the thread. Relaxed: a hint (`publish_timers`).
-    let lag = if engine.timers_due_at.load(Ordering::Relaxed) <= tick {
-        backstop_lag(engine) * tick_nanos
-    } else {
-        0
-    };
+    // While callers lead, the thread sleeps a lag past its timer: the first caller in the
+    // tick runs the pass if a timer is due ("Callers first"); a tick for the batches
+    // alone, callers leave to the thread unless it is a lateness past the lag.
+    let lag = backstop_lag(engine) * tick_nanos;
     let wait = match wait {
         None if lag > 0 => Some(0),
         wait => wait,
