@@ -52,6 +52,10 @@ pub struct AckerStats {
     /// The longest of those passes: how long a caller was held by one (they are bounded,
     /// a few dozen groups of timeouts at most).
     pub caller_pass_longest: Duration,
+    /// Entries moved from a table to its successor as tables grew and shrank. Tables
+    /// double when they grow, so a fill from empty moves each root about once:
+    /// `roots_moved / (acked + failed + timed_out + pending)` over a fill is that average.
+    pub roots_moved: u64,
 }
 
 impl fmt::Display for AckerStats {
@@ -60,7 +64,7 @@ impl fmt::Display for AckerStats {
             f,
             "pending {}, acked {}, failed {}, timed out {}, orphans expired {}, \
              orphans joined {}, rejected full {}, callback panics {}, timeout lateness max {}, \
-             caller passes {} (longest {})",
+             caller passes {} (longest {}), roots moved {}",
             self.pending,
             self.acked,
             self.failed,
@@ -71,7 +75,8 @@ impl fmt::Display for AckerStats {
             self.callback_panics,
             Readable(self.timeout_lateness_max),
             self.caller_passes,
-            Readable(self.caller_pass_longest)
+            Readable(self.caller_pass_longest),
+            self.roots_moved
         )
     }
 }
@@ -122,6 +127,8 @@ pub(super) struct Counters {
     pub(super) orphans_joined: AtomicU64,
     pub(super) rejected_full: AtomicU64,
     pub(super) callback_panics: AtomicU64,
+    /// Entries moved by migrations.
+    pub(super) roots_moved: AtomicU64,
     /// Timeouts' lateness in ticks: the largest, and the sum.
     pub(super) lateness_max: AtomicU64,
     pub(super) lateness_total: AtomicU64,
@@ -154,6 +161,7 @@ impl Counters {
             stats.orphans_joined += c.orphans_joined.load(Ordering::SeqCst);
             stats.rejected_full += c.rejected_full.load(Ordering::SeqCst);
             stats.callback_panics += c.callback_panics.load(Ordering::SeqCst);
+            stats.roots_moved += c.roots_moved.load(Ordering::SeqCst);
             stats.timeout_lateness_max = stats
                 .timeout_lateness_max
                 .max(ticks(c.lateness_max.load(Ordering::SeqCst)));
@@ -190,12 +198,14 @@ mod tests {
             timeout_lateness_max: Duration::from_nanos(16_777_216),
             caller_passes: 3,
             caller_pass_longest: Duration::from_nanos(41_500),
+            roots_moved: 7,
             ..AckerStats::default()
         };
         assert!(
-            stats
-                .to_string()
-                .ends_with("timeout lateness max 16.8 ms, caller passes 3 (longest 41.5 µs)"),
+            stats.to_string().ends_with(
+                "timeout lateness max 16.8 ms, caller passes 3 (longest 41.5 µs), \
+                     roots moved 7"
+            ),
             "{stats}"
         );
     }

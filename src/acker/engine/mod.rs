@@ -637,6 +637,13 @@ impl<T: Send + 'static> Engine<T> {
                 self.deliver(table, in_gen, completed, None, open);
             }
             let Some((gen, slot)) = done.take_stranded() else {
+                let moved = done.take_moved();
+                if moved > 0 {
+                    // Relaxed: a statistic.
+                    self.counters()
+                        .roots_moved
+                        .fetch_add(u64::from(moved), Ordering::Relaxed);
+                }
                 return crowded;
             };
             self.unstrand(table, generation(roots, gen), slot, done);

@@ -85,6 +85,8 @@ pub struct Effects<'a> {
     stranded: Few<(u32, usize)>,
     /// An init joined an entry of messages held for its root (`orphans_joined`).
     joined: bool,
+    /// Entries this operation moved to a successor (`roots_moved`).
+    moved: u32,
 }
 
 impl std::fmt::Debug for Effects<'_> {
@@ -133,6 +135,18 @@ impl<'a> Effects<'a> {
     #[inline]
     pub(super) fn file_later(&mut self, gen: u32, slot: usize) {
         self.to_file.push((gen, slot));
+    }
+
+    /// This operation moved an entry to a successor.
+    #[inline]
+    pub fn note_moved(&mut self) {
+        self.moved += 1;
+    }
+
+    /// The entries this operation moved since the last call.
+    #[inline]
+    pub fn take_moved(&mut self) -> u32 {
+        std::mem::take(&mut self.moved)
     }
 
     /// A claim of this operation found its table crowded (see the field).

@@ -219,6 +219,7 @@ impl<T> Table<T> {
             Ok(()) => {
                 let moved = self.word(slot).cas(frozen, frozen.moved());
                 debug_assert!(moved.is_ok(), "a FROZEN word changed under its mover");
+                done.note_moved();
                 Slot::Clean
             }
             Err(payload) => {
