@@ -50,6 +50,10 @@
 //!    contender, `ackwheel-batched`, applies the same acks in frames of 64 through
 //!    `Acker::apply`, which fetches the next messages' lines while it applies the current
 //!    ones: the cost per ack when acks arrive together.
+//! 7. `fill/1t/1M-from-empty` and `fill+acks/1t/1M-from-empty` — one thread inits a
+//!    million trees one at a time into a tracker built empty (its tables grow all the
+//!    way), and then, in the second, acks their four edges each in a random order; one
+//!    fill per sample, criterion's time per fill (the summary divides it per tree).
 //! 6. `reaper/expire` — the Acker alone, on each core (the reaper's throughput): one
 //!    `expire` of a manual Acker times out 50,000 trees whose timers are already on the wheels;
 //!    criterion's throughput is expirations.

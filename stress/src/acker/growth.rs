@@ -8,7 +8,7 @@
 //! and `max_pending` room for the fill. Two threads run at once:
 //!
 //! - the **filler** initializes `roots` roots one after another and acks none of them, so
-//!   every table grows through several migrations (half again each time). An operation
+//!   every table grows through several migrations (doubling each time). An operation
 //!   that finds a migration under way in its table helps it move a few groups, and a claim
 //!   that finds its table crowded starts the next one: that work lands on the operations
 //!   timed here;
