@@ -62,18 +62,24 @@ fn a_caller_runs_the_pass_once_the_threads_timer_is_due() {
     assert!(!acker.help_late_reaper());
 }
 
-/// Callers run a pass at once for timers due, not for the thread's tick by tick collection
-/// of the batches: while no timer is due, only once the thread is a lateness past its
-/// tick (as a late reaper).
-#[test]
-fn callers_run_passes_at_once_for_timers_only() {
+/// A manual acker on a manual clock: 10 ms timeouts, 1 ms resolution (2^20 ns).
+fn manual_at_1ms() -> (ManualClock, Acker<u32>) {
     let clock = ManualClock::new(0);
-    let acker: Acker<u32> = Acker::builder()
+    let acker = Acker::builder()
         .timeout(10 * MS)
         .resolution(MS)
         .clock(clock.clone())
         .build_manual()
         .unwrap();
+    (clock, acker)
+}
+
+/// Callers run a pass at once for timers due, not for the thread's tick by tick collection
+/// of the batches: while no timer is due, only once the thread is a lateness past its
+/// tick (as a late reaper).
+#[test]
+fn callers_run_passes_at_once_for_timers_only() {
+    let (clock, acker) = manual_at_1ms();
     let engine = acker.engine();
     let tick = Duration::from_nanos(1 << engine.ticks.shift);
     let now = || engine.ticks.full(clock.now());
@@ -182,13 +188,7 @@ fn callers_lead_until_the_threads_pass_delivers_what_they_left() {
 /// test's thread standing in for the reaper's, so that no thread runs and publishes.)
 #[test]
 fn a_push_that_wakes_the_thread_leaves_it_its_pass() {
-    let clock = ManualClock::new(0);
-    let acker: Acker<u32> = Acker::builder()
-        .timeout(10 * MS)
-        .resolution(MS)
-        .clock(clock.clone())
-        .build_manual()
-        .unwrap();
+    let (clock, acker) = manual_at_1ms();
     let engine = acker.engine();
     engine.set_reaper_thread(std::thread::current());
     let tick = Duration::from_nanos(1 << engine.ticks.shift);
