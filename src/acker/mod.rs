@@ -59,16 +59,17 @@
 //!
 //! ## Memory per pending root
 //!
-//! Nothing is allocated for `max_pending`: a default acker costs well under 1 MiB before
+//! Nothing is allocated for `max_pending`: a default acker touches well under 1 MiB before
 //! its first tree. A slot is 32 bytes (its word, and times, own timeout and payload beside
-//! it on the same 128-byte line of four), and tables run between 3/5 and 3/4 full as they
-//! grow by a quarter, 4/5 in a full acker: 42-53 B of table per pending root with a `u32`
-//! payload, 41 B at the brim. The reaper's wheel adds 4.5-6 B per tree at 1M pending (one
-//! 8-byte entry per group of four slots, not per tree, [`timers::groups`]), and the batches
-//! a few bytes per tree in their last tick or two; what a burst left behind is given back.
-//! The stress harness's memory phase and its `burst` lines measure the total and these
-//! parts (`cargo run --release -p stress`: 46-48 B per tree at 1M, at most 61-65 B from 64k
-//! up).
+//! it on the same 128-byte line of four). Tables double as they grow, from sizes staggered
+//! so that they grow at different counts: their loads spread from 3/8 to 3/4 (about 62 B
+//! of table per pending root with a `u32` payload), 4/5 in a full acker (41 B). The
+//! reaper's wheel adds 5-8 B per tree (one 8-byte entry per group of four slots, not per
+//! tree, [`timers::groups`]), and the batches a few bytes per tree in their last tick or
+//! two; what a burst left behind is given back. The stress harness's memory phase and its
+//! `burst` lines measure the total and these parts (`cargo run --release -p stress`: 46-48
+//! B per tree in an acker full at 1M, 69-75 B from 64k up), and `cargo bench --bench
+//! memory` beside the peers.
 
 mod bound;
 mod builder;
