@@ -514,10 +514,10 @@ pub(super) fn help_if_late<T: Send + 'static>(engine: &Engine<T>) -> bool {
             }
         };
         // Until the thread runs, the next help is due when the next timer is: a lateness
-        // from now when this one left work (a burst: the thread's); else the wheel's next due tick,
-        // or the next tick while batches hold entries, and no later than the thread would
-        // sleep (pushes rely on it, "Sleeping"); none with neither (a push that finds the
-        // thread idle publishes its tick then, `Engine::wake_reaper`).
+        // from now when this one left work (a burst: the thread's); else the wheel's next
+        // due tick, or the next tick while batches hold entries, and no later than the
+        // thread would sleep (pushes rely on it, "Sleeping"); none with neither (a push
+        // that finds the thread idle publishes its tick then, `Engine::wake_reaper`).
         let next = if left {
             // A burst: the thread's, woken below; a caller helps again if it has not run
             // within a lateness.
@@ -555,9 +555,11 @@ pub(super) fn help_if_late<T: Send + 'static>(engine: &Engine<T>) -> bool {
             // fence pairs with the push's (its length stored, then the tick read).
             fence(Ordering::SeqCst);
             // A CAS, not a `fetch_min`: the thread may have published itself running since.
+            // (After a burst the thread is woken below, which keeps that promise.)
             if published {
                 wakes_at = ours;
                 if ours != now + 1
+                    && !left
                     && engine.threads.waiting_or_busy()
                     && engine
                         .reaper_wakes_at
@@ -574,8 +576,7 @@ pub(super) fn help_if_late<T: Send + 'static>(engine: &Engine<T>) -> bool {
     // backstop, must wake within a lag of it. Its sleep may end later (it was planned
     // before this pass filed earlier deadlines): then it plans again. Waking it at every
     // caller's pass instead would keep it running beside the workers, and callers find
-    // no pass to run while it does.
-    // A pass that left a burst wakes the thread for it.
+    // no pass to run while it does. A pass that left a burst wakes the thread for it.
     if claimed
         && (left
             || wakes_at != AWAKE
