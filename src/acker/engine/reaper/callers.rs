@@ -1,0 +1,172 @@
+//! The callers' side of "Callers first" (the reaper's module docs): when a caller that
+//! starts a tree on the async acker runs the reaper's pass in the thread's place, how
+//! late the thread may be, and the thread's lag behind its timers while callers lead.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::TryLockError;
+
+use super::{longest_sleep, pass, Runner, AWAKE};
+use crate::acker::engine::Engine;
+use crate::sync::{fence, Ordering};
+
+/// How late the reaper thread may be before a caller runs a pass it woke for with no timer
+/// due (to collect the batches), or one a push woke it for (`Engine::wake_reaper`), in
+/// nanoseconds; also how long a caller's pass that left a burst leaves it to the thread. A
+/// thread only slow to be scheduled (tens of microseconds on an idle machine) is left its
+/// pass, and the caller that pushed does not run the pass it has just woken the thread
+/// for. At least a tick ([`late_after`]).
+pub(super) const LATE_AFTER_NS: u64 = 250_000;
+
+/// [`LATE_AFTER_NS`] in ticks of `shift` (2^shift ns), rounded up: one at the async
+/// acker's 2^18 ns and at `build`'s 2^20, 245 at 2^10 (about 1 µs).
+pub(in crate::acker::engine) fn late_after(shift: u32) -> u64 {
+    LATE_AFTER_NS.div_ceil(1 << shift).max(1)
+}
+
+/// The thread's lag behind its timers while callers lead (module docs, "Callers first"),
+/// in nanoseconds: long enough for a busy runtime's next `track` to come (microseconds
+/// apart under load), short enough to bound a timeout's lateness when none does. At least
+/// a tick ([`backstop_lag`]).
+pub(super) const BACKSTOP_NS: u64 = 500_000;
+
+/// The ticks the thread sleeps past its timer, and judges its pass behind the clock: two
+/// at the async acker's tick while callers lead ([`BACKSTOP_NS`]), none otherwise.
+pub(super) fn backstop_lag<T: Send + 'static>(engine: &Engine<T>) -> u64 {
+    // Relaxed: a hint for the thread's timing, set by callers' passes and cleared by its
+    // own; a stale read costs one pass a lag's lateness or the callers one race.
+    if engine.callers_lead.load(Ordering::Relaxed) {
+        BACKSTOP_NS.div_ceil(1 << engine.ticks.shift).max(1)
+    } else {
+        0
+    }
+}
+
+/// Runs the pass the reaper thread's timer is set for once its tick has begun (module
+/// docs, "Callers first"), on this caller, within a caller's bounds ("A caller's pass"):
+/// `true` when it ran one. Cheap when no pass is due: a load, and the caller's tick if the
+/// thread sleeps on a timer.
+pub(in crate::acker::engine) fn help_if_late<T: Send + 'static>(engine: &Engine<T>) -> bool {
+    let wakes_at = engine.reaper_wakes_at.load(Ordering::SeqCst);
+    if wakes_at == AWAKE {
+        return false;
+    }
+    // The clock is the user's, and the caller's init has already taken its tree in: a
+    // panic must not reach the caller (its future, payload and stream permit would be
+    // lost). Counted as a pass's panic, as the thread counts one.
+    let Ok(now) = catch_unwind(AssertUnwindSafe(|| engine.caller_full())) else {
+        engine.reaper_panics.fetch_add(1, Ordering::SeqCst);
+        return false;
+    };
+    if now < wakes_at {
+        return false; // the common case: the thread's tick has not begun
+    }
+    // Callers first for timers; for the thread's collection of the batches (its tick by
+    // tick sleeps while entries wait), only once the thread is late for it, its backstop's
+    // lag included.
+    let late = late_after(engine.ticks.shift);
+    // Relaxed: a hint (`publish_timers`).
+    let timers_due = now >= engine.timers_due_at.load(Ordering::Relaxed);
+    let late_at = wakes_at
+        .saturating_add(late)
+        .saturating_add(backstop_lag(engine));
+    if (!timers_due && now < late_at) || engine.stopping() {
+        return false;
+    }
+    if engine.helping.swap(true, Ordering::SeqCst) {
+        return false; // another caller runs it
+    }
+    // Claim this pass: fails if the thread ran since the load (it published again) or
+    // another caller claimed it. Until the thread runs, the next help is a tick from now
+    // (and a lateness more with no timer due).
+    let claimed = engine
+        .reaper_wakes_at
+        .compare_exchange(wakes_at, now + 1, Ordering::SeqCst, Ordering::SeqCst)
+        .is_ok();
+    // From here, the tick this caller published last.
+    let mut wakes_at = now + 1;
+    let (mut ran, mut left) = (false, false);
+    if claimed {
+        // As the thread's loop: a panicking pass (a clock's) is counted, and loses nothing.
+        (ran, left) = match catch_unwind(AssertUnwindSafe(|| pass(engine, Runner::Caller))) {
+            Ok(pass) => (pass.ran, pass.left),
+            Err(_) => {
+                engine.reaper_panics.fetch_add(1, Ordering::SeqCst);
+                (true, false)
+            }
+        };
+        // Until the thread runs, the next help is due when the next timer is: a lateness
+        // from now when this one left work (a burst: the thread's); else the wheel's next
+        // due tick, or the next tick while batches hold entries, and no later than the
+        // thread would sleep (pushes rely on it, "Sleeping"); none with neither (a push
+        // that finds the thread idle publishes its tick then, `Engine::wake_reaper`).
+        let next = if left {
+            // A burst: the thread's, woken below; a caller helps again if it has not run
+            // within a lateness.
+            Some(Some(now + late))
+        } else {
+            // Not waited for: a pass under way (the thread's, which publishes its own
+            // tick) leaves the claim's.
+            let wheel = match engine.reaper.try_lock() {
+                Ok(wheel) => Some(wheel),
+                Err(TryLockError::Poisoned(poisoned)) => Some(poisoned.into_inner()),
+                Err(TryLockError::WouldBlock) => None,
+            };
+            wheel.map(|wheel| {
+                if engine.threads.waiting_or_busy() {
+                    Some(wheel.now + 1)
+                } else {
+                    wheel.buckets.next_due()
+                }
+                .map(|next| next.clamp(now + 1, now + longest_sleep(engine, now)))
+            })
+        };
+        if let Some(next) = next {
+            let ours = next.unwrap_or(AWAKE);
+            let published = engine
+                .reaper_wakes_at
+                .compare_exchange(
+                    now + 1,
+                    next.unwrap_or(AWAKE),
+                    Ordering::SeqCst,
+                    Ordering::SeqCst,
+                )
+                .is_ok();
+            // A push between the check above and the CAS read `now + 1` and did not wake
+            // the thread ("Sleeping"); its entry must not wait for the later tick. The
+            // fence pairs with the push's (its length stored, then the tick read).
+            fence(Ordering::SeqCst);
+            // A CAS, not a `fetch_min`: the thread may have published itself running since.
+            // (After a burst the thread is woken below, which keeps that promise.)
+            if published {
+                wakes_at = ours;
+                if ours != now + 1
+                    && !left
+                    && engine.threads.waiting_or_busy()
+                    && engine
+                        .reaper_wakes_at
+                        .compare_exchange(ours, now + 1, Ordering::SeqCst, Ordering::SeqCst)
+                        .is_ok()
+                {
+                    wakes_at = now + 1;
+                }
+            }
+        }
+    }
+    engine.helping.store(false, Ordering::SeqCst);
+    // The tick published last is a promise to pushers ("Sleeping"): the thread, their
+    // backstop, must wake within a lag of it. Its sleep may end later (it was planned
+    // before this pass filed earlier deadlines): then it plans again. Waking it at every
+    // caller's pass instead would keep it running beside the workers, and callers find
+    // no pass to run while it does. A pass that left a burst wakes the thread for it.
+    if claimed
+        && (left
+            || wakes_at != AWAKE
+                && wakes_at.saturating_add(backstop_lag(engine))
+                    < engine.thread_wakes_at.load(Ordering::SeqCst))
+    {
+        if let Some(thread) = engine.reaper_thread.get() {
+            thread.unpark();
+        }
+    }
+    ran
+}
