@@ -753,39 +753,6 @@ impl<T: Send + 'static> Engine<T> {
         (slot < roots.slots()).then_some((table, roots, slot))
     }
 
-    /// Whether the reaper thread, marked idle, may sleep past tick `hand_off` (an entry's,
-    /// which must reach it by then): parked with nothing pending (or about to sleep, its
-    /// timer not yet published), or asleep on a timer set after it. Otherwise its timer
-    /// wakes it in time, and the push need not: a wake from the caller's thread makes the
-    /// kernel switch to the reaper at once (its short slice,
-    /// [`slice`](crate::sync::slice)), and the call that pushed waits out the reaper's
-    /// turn ([`reaper`], "Sleeping"). A manual acker's driver publishes no timer: always.
-    #[inline]
-    fn reaper_sleeps_past(&self, hand_off: Tick) -> bool {
-        if self.manual {
-            return true;
-        }
-        let wakes_at = self.reaper_wakes_at.load(Ordering::SeqCst);
-        wakes_at == reaper::AWAKE || !reached(wakes_at as Tick, hand_off)
-    }
-
-    fn wake_reaper(&self) {
-        if let Some(thread) = self.reaper_thread.get() {
-            // Its pass is due now: if it gets no core within a lateness, a caller runs it
-            // ([`reaper`], "Callers first"); not at once, or the caller that pushed would
-            // run the pass it has just woken the thread for. The thread publishes again
-            // when it runs.
-            let late = self.caller_full() + reaper::late_after(self.ticks.shift);
-            self.reaper_wakes_at.fetch_min(late, Ordering::SeqCst);
-            // For callers, as a timer due then, so that they help a thread starved that
-            // long (a pass publishes the wheel's own again). Relaxed: a hint.
-            self.timers_due_at.fetch_min(late, Ordering::Relaxed);
-            thread.unpark();
-        } else if let Some(wake) = self.expiry_waker.get() {
-            wake();
-        }
-    }
-
     /// Manual mode: one reaper pass now, with every batch's entries. Completions delivered.
     pub(super) fn expire(&self) -> usize {
         if !self.manual {
@@ -812,37 +779,6 @@ impl<T: Send + 'static> Engine<T> {
 
     pub(super) fn reaper_panics(&self) -> u64 {
         self.reaper_panics.load(Ordering::SeqCst)
-    }
-
-    /// Runs the reaper thread's pass here once it is due ([`reaper`], "Callers first"):
-    /// `true` when it did.
-    pub(super) fn help_late_reaper(&self) -> bool {
-        reaper::help_if_late(self)
-    }
-
-    /// [`Acker::pretend_reaper_late`](crate::Acker::pretend_reaper_late).
-    pub(super) fn pretend_reaper_late(&self) {
-        let now = self.ticks.full(self.clock.now());
-        crate::sync::store_raced(
-            &self.reaper_wakes_at,
-            now.saturating_sub(2),
-            Ordering::SeqCst,
-        );
-    }
-
-    /// [`Acker::pretend_reaper_running`](crate::Acker::pretend_reaper_running).
-    pub(super) fn pretend_reaper_running(&self) {
-        crate::sync::store_raced(&self.reaper_wakes_at, reaper::AWAKE, Ordering::SeqCst);
-    }
-
-    /// Whether the published timer says the reaper thread runs (no timer), for the loom
-    /// models.
-    pub(super) fn reaper_published_running(&self) -> bool {
-        self.reaper_wakes_at.load(Ordering::SeqCst) == reaper::AWAKE
-    }
-
-    pub(super) fn set_reaper_thread(&self, thread: thread::Thread) {
-        let _ = self.reaper_thread.set(thread);
     }
 
     pub(super) fn stopping(&self) -> bool {

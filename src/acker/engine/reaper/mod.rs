@@ -132,6 +132,7 @@
 //! [`BACKSTOP_NS`]: callers::BACKSTOP_NS
 
 mod callers;
+mod hooks;
 pub(in crate::acker) mod wheel;
 
 use callers::backstop_lag;

@@ -1,0 +1,76 @@
+//! The engine's side of the reaper's publication (module docs, "Sleeping" and "Callers
+//! first"): whether a push must wake the thread, the wake itself, the caller's help, and
+//! the hooks the tests and loom models use to stand in for the thread.
+
+use std::thread;
+
+use super::{help_if_late, late_after, AWAKE};
+use crate::acker::engine::Engine;
+use crate::acker::timers::ticks::{reached, Tick};
+use crate::sync::Ordering;
+
+impl<T: Send + 'static> Engine<T> {
+    /// Whether the reaper thread, marked idle, may sleep past tick `hand_off` (an entry's,
+    /// which must reach it by then): parked with nothing pending (or about to sleep, its
+    /// timer not yet published), or asleep on a timer set after it. Otherwise its timer
+    /// wakes it in time, and the push need not: a wake from the caller's thread makes the
+    /// kernel switch to the reaper at once (its short slice,
+    /// [`slice`](crate::sync::slice)), and the call that pushed waits out the reaper's
+    /// turn ([`reaper`](super), "Sleeping"). A manual acker's driver publishes no timer: always.
+    #[inline]
+    pub(in crate::acker::engine) fn reaper_sleeps_past(&self, hand_off: Tick) -> bool {
+        if self.manual {
+            return true;
+        }
+        let wakes_at = self.reaper_wakes_at.load(Ordering::SeqCst);
+        wakes_at == AWAKE || !reached(wakes_at as Tick, hand_off)
+    }
+
+    pub(in crate::acker::engine) fn wake_reaper(&self) {
+        if let Some(thread) = self.reaper_thread.get() {
+            // Its pass is due now: if it gets no core within a lateness, a caller runs it
+            // ([`reaper`](super), "Callers first"); not at once, or the caller that pushed would
+            // run the pass it has just woken the thread for. The thread publishes again
+            // when it runs.
+            let late = self.caller_full() + late_after(self.ticks.shift);
+            self.reaper_wakes_at.fetch_min(late, Ordering::SeqCst);
+            // For callers, as a timer due then, so that they help a thread starved that
+            // long (a pass publishes the wheel's own again). Relaxed: a hint.
+            self.timers_due_at.fetch_min(late, Ordering::Relaxed);
+            thread.unpark();
+        } else if let Some(wake) = self.expiry_waker.get() {
+            wake();
+        }
+    }
+
+    /// Runs the reaper thread's pass here once it is due ([`reaper`](super), "Callers first"):
+    /// `true` when it did.
+    pub(in crate::acker) fn help_late_reaper(&self) -> bool {
+        help_if_late(self)
+    }
+
+    /// [`Acker::pretend_reaper_late`](crate::Acker::pretend_reaper_late).
+    pub(in crate::acker) fn pretend_reaper_late(&self) {
+        let now = self.ticks.full(self.clock.now());
+        crate::sync::store_raced(
+            &self.reaper_wakes_at,
+            now.saturating_sub(2),
+            Ordering::SeqCst,
+        );
+    }
+
+    /// [`Acker::pretend_reaper_running`](crate::Acker::pretend_reaper_running).
+    pub(in crate::acker) fn pretend_reaper_running(&self) {
+        crate::sync::store_raced(&self.reaper_wakes_at, AWAKE, Ordering::SeqCst);
+    }
+
+    /// Whether the published timer says the reaper thread runs (no timer), for the loom
+    /// models.
+    pub(in crate::acker) fn reaper_published_running(&self) -> bool {
+        self.reaper_wakes_at.load(Ordering::SeqCst) == AWAKE
+    }
+
+    pub(in crate::acker) fn set_reaper_thread(&self, thread: thread::Thread) {
+        let _ = self.reaper_thread.set(thread);
+    }
+}
