@@ -1,0 +1,165 @@
+//! A created entry's way to the reaper, and back to its slot: an operation's effects
+//! finished (its new entries filed in the thread's batch, its completions delivered,
+//! what it stranded moved), and the lookups the batches' filter and the reaper make of an
+//! entry or a group timer in the tables' generations (module docs, "Timers").
+
+use super::generations::chain;
+use super::{generation, tag_of, Engine, GEN_MASK};
+use crate::acker::table::{Effects, Table, GROUP_SLOTS};
+use crate::acker::threads::{Entry, Pushed};
+use crate::acker::timers::groups::{Filed, GroupAt, GroupTimer};
+use crate::acker::timers::ticks::reached;
+use crate::sync::Ordering;
+
+impl<T: Send + 'static> Engine<T> {
+    /// After an operation's table calls on `roots` (and its successors): files the timers
+    /// and delivers the completions `done` reports. Whether a claim found the table
+    /// crowded.
+    #[inline]
+    pub(in crate::acker::engine) fn finish(
+        &self,
+        table: usize,
+        roots: &Table<T>,
+        done: &mut Effects<'_>,
+        open: bool,
+    ) -> bool {
+        let crowded = done.crowded();
+        loop {
+            self.file_timers(table, roots, done);
+            while let Some(completed) = done.take() {
+                let in_gen = generation(roots, completed.gen);
+                self.deliver(table, in_gen, completed, None, open);
+            }
+            let Some((gen, slot)) = done.take_stranded() else {
+                let moved = done.take_moved();
+                if moved > 0 {
+                    // Relaxed: a statistic.
+                    self.counters()
+                        .roots_moved
+                        .fetch_add(u64::from(moved), Ordering::Relaxed);
+                }
+                return crowded;
+            };
+            self.unstrand(table, generation(roots, gen), slot, done);
+        }
+    }
+
+    /// Files the entries `done` reports created in `roots` or its successors in this
+    /// thread's batch, and wakes the reaper if it may be asleep with no deadline.
+    #[inline]
+    pub(in crate::acker::engine) fn file_timers(
+        &self,
+        table: usize,
+        roots: &Table<T>,
+        done: &mut Effects<'_>,
+    ) {
+        while let Some((gen, slot)) = done.take_to_file() {
+            let roots = generation(roots, gen);
+            let Some(stamp) = roots.times(slot) else {
+                continue; // completed and freed already
+            };
+            let deadline = roots.deadline_from(slot, stamp);
+            let key = roots.word(slot).load().key();
+            let entry = Entry {
+                slot: (table << self.slot_bits | slot) as u32,
+                tag: tag_of(key.tag(), gen),
+            };
+            // To the reaper after the hand-off age, or a tick before the deadline.
+            let (aged, last) = (
+                stamp.start().wrapping_add(self.hand_off_age),
+                deadline.wrapping_sub(1),
+            );
+            let (hand_off, soon) = if reached(aged, last) {
+                (aged, false)
+            } else {
+                (last, true) // a short timeout of its own
+            };
+            let mut pushed = self
+                .threads
+                .push(entry, hand_off, stamp.start(), |e| self.entry_live(e));
+            // A push into an empty batch checks whether the reaper is idle; one due before
+            // the hand-off age checks too, as the reaper's timer may end after it even
+            // when the batch's first entry's did not (`reaper_sleeps_past`).
+            if soon && pushed == Pushed::Filed {
+                pushed = self.threads.wake_check();
+            }
+            if pushed == Pushed::WakeReaper && self.reaper_sleeps_past(hand_off) {
+                self.wake_reaper();
+            }
+        }
+    }
+
+    /// Whether a batch entry's slot still holds an uncompleted (or moving) root of its
+    /// tag. Called inside an acker operation.
+    #[inline]
+    pub(in crate::acker::engine) fn entry_live(&self, entry: &Entry) -> bool {
+        self.locate(entry)
+            .is_some_and(|(_, roots, slot)| self.holds_entry(roots, slot, entry))
+    }
+
+    /// Whether `slot` of `roots` (where [`locate`](Self::locate) put `entry`) still holds
+    /// the entry's root.
+    #[inline]
+    pub(in crate::acker::engine) fn holds_entry(
+        &self,
+        roots: &Table<T>,
+        slot: usize,
+        entry: &Entry,
+    ) -> bool {
+        roots
+            .key_in(slot)
+            .is_some_and(|key| tag_of(key.tag(), roots.gen()) == entry.tag)
+    }
+
+    /// A group timer's group, and whether any slot of it holds a root (or one being
+    /// moved); `None` for an older generation's. Called inside an acker operation.
+    pub(in crate::acker::engine) fn group_state(
+        &self,
+        timer: &GroupTimer,
+    ) -> Option<(GroupAt, bool)> {
+        let entry = Entry {
+            slot: timer.first,
+            tag: timer.gen,
+        };
+        let (table, roots, first) = self.locate(&entry)?;
+        let live = (first..first + GROUP_SLOTS).any(|slot| roots.key_in(slot).is_some());
+        let at = GroupAt {
+            table,
+            gen: roots.gen(),
+            groups: roots.groups(),
+            group: first / GROUP_SLOTS,
+        };
+        Some((at, live))
+    }
+
+    /// Drops the reaper's filed ticks of `table`'s generations that left its chain. Called
+    /// inside an acker operation.
+    pub(in crate::acker::engine) fn prune_filed(&self, table: usize, filed: &mut Filed) {
+        if let Some(t) = self.tables.get(table) {
+            // Safety: the caller's contract.
+            let current = unsafe { t.current() };
+            filed.prune(table, |gen| chain(current).any(|g| g.gen() == gen));
+        }
+    }
+
+    /// A timer entry's table generation and slot: the table is the slot number's top bits
+    /// (a shift and a mask: the batch filter does this per entry), the generation the
+    /// tag's low bits, which must be the current one's or its successor's. `None` for an
+    /// entry of an older generation: its root was moved, with a timer of its own.
+    /// Called inside an acker operation, and the result used only within it.
+    #[inline]
+    pub(in crate::acker::engine) fn locate(
+        &self,
+        entry: &Entry,
+    ) -> Option<(usize, &Table<T>, usize)> {
+        let (table, slot) = (
+            entry.slot as usize >> self.slot_bits,
+            entry.slot as usize & ((1 << self.slot_bits) - 1),
+        );
+        let gen = entry.tag & GEN_MASK;
+        // Safety: the caller's contract.
+        let current = unsafe { self.tables[table].current() };
+        let roots = chain(current).find(|g| g.gen() & GEN_MASK == gen)?;
+        (slot < roots.slots()).then_some((table, roots, slot))
+    }
+}
