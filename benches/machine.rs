@@ -16,7 +16,10 @@
 //! * `load+cas64`: the load, then an 8-byte CAS (what an ack with an 8-byte word would do);
 //! * `lock xor64`: an 8-byte `lock xor` on the line, no load first;
 //! * `lock+load+store+unlock`: a locked acquire and release of one hot lock word around
-//!   the load and a plain store (a shard-locked map's update, as dashmap's).
+//!   the load and a plain store (a shard-locked map's update, as dashmap's);
+//! * `prefetched load+cas128`: `load+cas128` with the line [`AHEAD`] operations on
+//!   prefetched first, the shape of `Acker::apply` (its floor when messages come in
+//!   batches).
 //!
 //! The 16-byte operations are the instructions the Acker's own inlined path runs
 //! (`vmovdqa` loads, `lock cmpxchg16b`), written here the same way; elsewhere than on x86_64
@@ -40,6 +43,8 @@ use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 const REGION: usize = 64 << 20;
 /// Random line indices, cycled through.
 const PICKS: usize = 1 << 22;
+/// How many operations ahead `prefetched load+cas128` prefetches.
+const AHEAD: usize = 16;
 /// Huge-page alignment.
 const HUGE: usize = 2 << 20;
 
@@ -138,11 +143,24 @@ fn cas128(word: *mut u128, current: u128, new: u128) -> u128 {
     u128::from(hi) << 64 | u128::from(lo)
 }
 
+/// Asks for `line` to be brought to the cache, without waiting.
+fn prefetch(line: *mut u128) {
+    #[cfg(target_arch = "x86_64")]
+    // Safety: a prefetch reads nothing the program sees and cannot fault.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(line.cast());
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = line;
+}
+
 #[cfg(not(target_arch = "x86_64"))]
 fn load4(line: *mut u128) -> (u128, u64) {
     // Safety: as on x86_64; portable-atomic's atomics on the same memory.
     let words = unsafe { &*line.cast::<[portable_atomic::AtomicU128; 4]>() };
-    let rest = words[1..].iter().fold(0, |x, w| x ^ w.load(Ordering::SeqCst) as u64);
+    let rest = words[1..]
+        .iter()
+        .fold(0, |x, w| x ^ w.load(Ordering::SeqCst) as u64);
     (words[0].load(Ordering::SeqCst), rest)
 }
 
@@ -161,11 +179,13 @@ fn mix(mut z: u64) -> u64 {
     z ^ (z >> 31)
 }
 
-/// Times `iters` operations, each `op` on the next random line.
-fn run(picks: &[u32], next: &mut usize, iters: u64, mut op: impl FnMut(usize)) -> Duration {
+/// Times `iters` operations, each `op(line, ahead)` on the next random line (`ahead`: the
+/// line [`AHEAD`] operations on).
+fn run(picks: &[u32], next: &mut usize, iters: u64, mut op: impl FnMut(usize, usize)) -> Duration {
     let start = Instant::now();
     for _ in 0..iters {
-        op(picks[*next] as usize);
+        let ahead = picks[(*next + AHEAD) % picks.len()] as usize;
+        op(picks[*next] as usize, ahead);
         *next = (*next + 1) % picks.len();
     }
     start.elapsed()
@@ -180,9 +200,7 @@ fn line_ops(c: &mut Criterion) {
     );
     let region = Region::new();
     let lines = (REGION / 64) as u64;
-    let picks: Vec<u32> = (0..PICKS as u64)
-        .map(|i| (mix(i) % lines) as u32)
-        .collect();
+    let picks: Vec<u32> = (0..PICKS as u64).map(|i| (mix(i) % lines) as u32).collect();
     let lock = AtomicU64::new(0);
     let mut group = c.benchmark_group("machine/random-line-64MiB");
     group.throughput(Throughput::Elements(1));
@@ -190,7 +208,7 @@ fn line_ops(c: &mut Criterion) {
     group.bench_function("load", |b| {
         let mut sum = 0u64;
         b.iter_custom(|iters| {
-            run(&picks, &mut next, iters, |i| {
+            run(&picks, &mut next, iters, |i, _| {
                 let (first, rest) = load4(region.word(i));
                 sum = sum.wrapping_add(first as u64 ^ rest);
             })
@@ -199,7 +217,7 @@ fn line_ops(c: &mut Criterion) {
     });
     group.bench_function("load+cas128", |b| {
         b.iter_custom(|iters| {
-            run(&picks, &mut next, iters, |i| {
+            run(&picks, &mut next, iters, |i, _| {
                 let word = region.word(i);
                 let (seen, rest) = load4(word);
                 std::hint::black_box(rest);
@@ -210,7 +228,7 @@ fn line_ops(c: &mut Criterion) {
     });
     group.bench_function("load+cas64", |b| {
         b.iter_custom(|iters| {
-            run(&picks, &mut next, iters, |i| {
+            run(&picks, &mut next, iters, |i, _| {
                 let w = region.first(i);
                 let seen = w.load(Ordering::SeqCst);
                 let _ = w.compare_exchange(seen, seen ^ 2, Ordering::SeqCst, Ordering::SeqCst);
@@ -219,14 +237,26 @@ fn line_ops(c: &mut Criterion) {
     });
     group.bench_function("lock xor64", |b| {
         b.iter_custom(|iters| {
-            run(&picks, &mut next, iters, |i| {
+            run(&picks, &mut next, iters, |i, _| {
                 region.first(i).fetch_xor(2, Ordering::SeqCst);
+            })
+        })
+    });
+    group.bench_function("prefetched load+cas128", |b| {
+        b.iter_custom(|iters| {
+            run(&picks, &mut next, iters, |i, ahead| {
+                prefetch(region.word(ahead));
+                let word = region.word(i);
+                let (seen, rest) = load4(word);
+                std::hint::black_box(rest);
+                let now = cas128(word, seen, seen ^ 2);
+                assert_eq!(now, seen, "only this thread writes the region");
             })
         })
     });
     group.bench_function("lock+load+store+unlock", |b| {
         b.iter_custom(|iters| {
-            run(&picks, &mut next, iters, |i| {
+            run(&picks, &mut next, iters, |i, _| {
                 // Acquire and release: a lock's own orderings.
                 while lock
                     .compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed)
