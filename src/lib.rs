@@ -25,6 +25,7 @@
 //! `u64::MAX` and wrap while running.
 
 #![deny(unsafe_op_in_unsafe_fn)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs, missing_debug_implementations)]
 
 // The README's examples are doctests, so they cannot rot.
@@ -70,6 +71,7 @@ pub use expiry_queue::{ExpiryQueue, MAX_TIMEOUT};
 
 /// Async use on tokio (the `tokio` feature, off by default).
 #[cfg(feature = "tokio")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 pub mod future;
 /// The async acker's slab, for the `slab` loom models, and the `waiter` module's
 /// `super::slab` under loom.

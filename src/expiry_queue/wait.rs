@@ -290,6 +290,7 @@ impl<E: Eq + std::hash::Hash + Clone + Send + Sync + 'static> ExpiryQueue<E> {
     /// # }
     /// ```
     #[cfg(feature = "tokio")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
     pub async fn wait_async(&self) -> bool {
         loop {
             // Created before the look: a `notify_waiters` from here on completes it.

@@ -124,6 +124,7 @@ impl<T: Send + 'static> AckerBuilder<T> {
     ///     assert_eq!((done.root, done.payload, done.outcome), (7, "job", Outcome::Acked));
     /// });
     /// ```
+    #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
     pub fn build_async(
         self,
         buffer: usize,

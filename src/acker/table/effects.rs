@@ -67,7 +67,7 @@ impl<T> Few<T> {
 /// init racing a twin claim), so the second one costs nothing unless it happens.
 ///
 /// It also carries the operation's [`Stamp`] in (the times a claimer writes into a new
-/// entry: see [`times`](crate::acker::table::times)) and, out, the slots whose entries need
+/// entry: see the `times` module) and, out, the slots whose entries need
 /// a timer filed: those it created, and those whose deadline it moved earlier.
 #[derive(Default)]
 pub struct Effects<'a> {

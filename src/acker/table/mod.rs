@@ -99,7 +99,7 @@ pub const GROUP_SLOTS: usize = 4;
 pub const GROUP_SLOTS: usize = 2;
 
 /// How many groups past its home a root may live. A full acker's tables sit at a load of
-/// 4/5 ([`engine`](crate::acker::engine)), where linear probing's clusters run to a couple
+/// 4/5 (the `engine` module), where linear probing's clusters run to a couple
 /// of hundred slots: with 31 groups, roots whose clustered window was full grew the tables
 /// past that load (1M pending: 46 B of table per root; with 63, 41). A search still stops
 /// at the first group whose overflow count is 0, so a longer window costs only the roots
@@ -234,7 +234,7 @@ pub enum Applied {
     /// No entry, and the caller asked not to create one (growth: look in the successor).
     Missing,
     /// The root's entry is being moved, or was moved, to the successor: start again from
-    /// the acker's current table ([`migrate`]). The message was not applied.
+    /// the acker's current table (the `migrate` module). The message was not applied.
     Retry,
 }
 

@@ -37,14 +37,14 @@ use crate::acker::timers::ticks::{full_near, Tick};
 ///
 /// A tree that lives long cannot keep its start as a gap below 2^31, nor as any `u32` tick
 /// (at 1 µs resolution 2^32 ticks are 72 minutes), so the reaper, which looks at every
-/// long-lived tree at least once per timeout (at most [`engine`](crate::acker::engine)'s
-/// `MAX_TIMEOUT_TICKS`, under 2^30 ticks), turns a gap of [`COARSE_AT`] ticks or more into
+/// long-lived tree at least once per timeout (at most the `engine` module's
+/// `MAX_TIMEOUT_TICKS`, under 2^30 ticks), turns a gap of `COARSE_AT` ticks or more into
 /// the coarse form, and a coarse start whose age reaches 2^(24+k) into a coarser one
 /// ([`Stamp::kept`]). Between two looks a tree ages by at most a timeout, so a gap never
 /// reaches 2^31 and a coarse start is never decoded more than 2^(25+k) ticks away: the
 /// start never aliases, whatever the tree's life. The rounding is down (the start reads
 /// early), so `elapsed` may read long, never short: by less than 2^k ticks, where the tree
-/// has lived 2^(23+k) ticks or more (one part in 2^23). Exact below [`COARSE_AT`] ticks of
+/// has lived 2^(23+k) ticks or more (one part in 2^23). Exact below `COARSE_AT` ticks of
 /// life.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Stamp {

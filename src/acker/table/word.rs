@@ -170,7 +170,7 @@ impl std::fmt::Debug for State {
 const STATE_BITS: u32 = 4;
 /// How many top bits of a root's mixed hash the key drops: they are implied by the table
 /// the root hashes to, which is chosen by at least these bits
-/// ([`table`](crate::acker::table) keeps at least `1 << KEY_SHIFT` tables), so a key names
+/// (the acker keeps at least `1 << KEY_SHIFT` tables), so a key names
 /// its root within its table.
 pub const KEY_SHIFT: u32 = STATE_BITS;
 
