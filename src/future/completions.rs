@@ -99,10 +99,11 @@ impl<T: Send + 'static> AckerBuilder<T> {
     /// calls: one reaper thread is started. The resolution, unless set, is 2^18 ns (about
     /// 262 µs) rather than `build`'s 2^20 ns: a timeout then wakes its task about as
     /// punctually as `tokio::time::timeout` does on the same runtime, or more (see
-    /// [`resolution`](AckerBuilder::resolution)). When every core is busy and the reaper
-    /// thread, its timer ended, has still not run 250 µs (or a tick) later, the next
-    /// `track` or `init` runs its pass in its place, so timeouts do not wait for the
-    /// scheduler to give that thread a core.
+    /// [`resolution`](AckerBuilder::resolution)). Callers come first: once the tick a
+    /// due timer is set for has begun, the next `track` or `init` runs the reaper's pass
+    /// (a bounded batch of it) on its own worker, where the tasks it wakes run next; the
+    /// reaper thread delivers what they leave, and the rest of a burst, a backstop's lag
+    /// later. So timeouts do not wait for the scheduler to give that thread a core.
     ///
     /// # Errors
     ///
