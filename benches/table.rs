@@ -65,14 +65,14 @@ trait Map: Sync {
 
 impl Map for Engine {
     fn init(&self, tree: u64) {
-        let mut done = Effects::default();
-        let _ = self.0.init(key(tree), xor_of(tree), tree as u32, &mut done);
+        let mut effects = Effects::default();
+        let _ = self.0.init(key(tree), xor_of(tree), tree as u32, &mut effects);
     }
 
     fn ack(&self, tree: u64, xor: u64) -> bool {
-        let mut done = Effects::default();
-        self.0.ack(key(tree), xor, &mut done);
-        match done.take() {
+        let mut effects = Effects::default();
+        self.0.ack(key(tree), xor, &mut effects);
+        match effects.take() {
             Some(Completed { slot, key, .. }) => {
                 // Safety: this call claimed the completion; taken and freed once.
                 black_box(unsafe { self.0.take(slot) });
@@ -247,8 +247,8 @@ fn ack_64k(c: &mut Criterion) {
     for tree in 0..HELD {
         // Bit 0 of the value stays set: no ack (edges have bit 0 set, sent twice) clears
         // it.
-        let mut done = Effects::default();
-        engine.0.init(key(tree), 1 << 63 | 1, 0, &mut done).unwrap();
+        let mut effects = Effects::default();
+        engine.0.init(key(tree), 1 << 63 | 1, 0, &mut effects).unwrap();
         dash.0.insert(mix(tree), 1 << 63 | 1);
     }
     let mut i = 0usize;

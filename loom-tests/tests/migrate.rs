@@ -81,10 +81,10 @@ impl Pair {
     /// After a call on the pair: drops the timers to file, asserts nothing was stranded,
     /// and finishes each completion the call claimed in the table its `gen` names (takes
     /// the payload, frees the slot).
-    fn finish(&self, done: &mut Effects<'_>) -> Vec<(u32, Outcome)> {
-        while done.take_to_file().is_some() {}
+    fn finish(&self, effects: &mut Effects<'_>) -> Vec<(u32, Outcome)> {
+        while effects.take_to_file().is_some() {}
         assert_eq!(
-            done.take_stranded(),
+            effects.take_stranded(),
             None,
             "the successor has room for everything"
         );
@@ -94,7 +94,7 @@ impl Pair {
             key,
             outcome,
             gen,
-        }) = done.take()
+        }) = effects.take()
         {
             let roots = self.table(gen);
             // Safety: the call claimed this completion (its CAS completed the tree); its
@@ -112,16 +112,16 @@ impl Pair {
     fn message(&self, key: Key, message: Message) -> Vec<(u32, Outcome)> {
         let mut completions = Vec::new();
         loop {
-            let mut done = stamped();
+            let mut effects = stamped();
             let mut at = &self.old;
             let applied = loop {
                 let last = at.successor().is_none();
-                match at.apply(key, message, last, &mut done) {
+                match at.apply(key, message, last, &mut effects) {
                     Applied::Missing if !last => at = at.successor().unwrap(),
                     applied => break applied,
                 }
             };
-            completions.extend(self.finish(&mut done));
+            completions.extend(self.finish(&mut effects));
             match applied {
                 Applied::Retry => continue,
                 Applied::Created | Applied::Changed => return completions,
@@ -140,11 +140,11 @@ impl Pair {
         let mut completions = Vec::new();
         let mut payload = payload;
         loop {
-            let mut done = stamped();
+            let mut effects = stamped();
             let mut at = &self.old;
             let result = loop {
                 let last = at.successor().is_none();
-                match at.init_or(key, xor, payload, None, last, &mut done) {
+                match at.init_or(key, xor, payload, None, last, &mut effects) {
                     Err(Refused::Missing(p)) if !last => {
                         payload = p;
                         at = at.successor().unwrap();
@@ -152,7 +152,7 @@ impl Pair {
                     result => break result,
                 }
             };
-            completions.extend(self.finish(&mut done));
+            completions.extend(self.finish(&mut effects));
             match result {
                 Ok(()) => return completions,
                 Err(Refused::Retry(p)) => payload = p,
@@ -167,9 +167,9 @@ impl Pair {
     fn move_all(&self) -> Vec<(u32, Outcome)> {
         let mut completions = Vec::new();
         loop {
-            let mut done = stamped();
-            self.old.move_round(&mut done);
-            completions.extend(self.finish(&mut done));
+            let mut effects = stamped();
+            self.old.move_round(&mut effects);
+            completions.extend(self.finish(&mut effects));
             if self.old.moved_all() {
                 return completions;
             }
@@ -211,9 +211,9 @@ fn bounded(preemptions: usize) -> loom::model::Builder {
 /// `apply(create = true)` on the old table itself, which must then relocate its new entry
 /// (and, on `Retry`, starts again along the chain).
 fn ack_in_old(pair: &Pair, key: Key, xor: u64) -> Vec<(u32, Outcome)> {
-    let mut done = stamped();
-    let applied = pair.old.apply(key, Message::Ack(xor), true, &mut done);
-    let mut completions = pair.finish(&mut done);
+    let mut effects = stamped();
+    let applied = pair.old.apply(key, Message::Ack(xor), true, &mut effects);
+    let mut completions = pair.finish(&mut effects);
     match applied {
         Applied::Created | Applied::Changed => {}
         Applied::Retry => completions.extend(pair.ack(key, xor)),
@@ -239,9 +239,9 @@ fn migrate_ack_vs_move() {
     loom::model(|| {
         let pair = Pair::new();
         let k = key(0, 1);
-        let mut done = stamped();
-        pair.old.init(k, 0b11, 7, &mut done).unwrap();
-        assert_eq!(pair.finish(&mut done), NONE);
+        let mut effects = stamped();
+        pair.old.init(k, 0b11, 7, &mut effects).unwrap();
+        assert_eq!(pair.finish(&mut effects), NONE);
         pair.begin();
         let mover = Arc::clone(&pair);
         let t = thread::spawn(move || mover.move_all());
@@ -269,9 +269,9 @@ fn migrate_init_vs_move_of_its_orphan() {
     loom::model(|| {
         let pair = Pair::new();
         let k = key(0, 1);
-        let mut done = stamped();
-        assert_eq!(pair.old.ack(k, 0b01, &mut done), Applied::Created);
-        assert_eq!(pair.finish(&mut done), NONE);
+        let mut effects = stamped();
+        assert_eq!(pair.old.ack(k, 0b01, &mut effects), Applied::Created);
+        assert_eq!(pair.finish(&mut effects), NONE);
         pair.begin();
         let mover = Arc::clone(&pair);
         let t = thread::spawn(move || mover.move_all());
@@ -385,9 +385,9 @@ fn migrate_reset_vs_move() {
     loom::model(|| {
         let pair = Pair::new();
         let k = key(0, 1);
-        let mut done = stamped();
-        pair.old.init(k, 0b11, 7, &mut done).unwrap();
-        assert_eq!(pair.finish(&mut done), NONE);
+        let mut effects = stamped();
+        pair.old.init(k, 0b11, 7, &mut effects).unwrap();
+        assert_eq!(pair.finish(&mut effects), NONE);
         pair.begin();
         let mover = Arc::clone(&pair);
         let t = thread::spawn(move || mover.move_all());
@@ -403,13 +403,13 @@ fn migrate_reset_vs_move() {
             "the reset's base"
         );
         assert!(word.state().reset(), "the reset's R: {word:?}");
-        let mut done = stamped();
+        let mut effects = stamped();
         assert_eq!(
-            pair.next.expire(slot, k.tag(), 4, &mut done),
+            pair.next.expire(slot, k.tag(), 4, &mut effects),
             Expiry::NotDue(5),
             "a reaper at the old deadline"
         );
-        assert_eq!(pair.finish(&mut done), NONE);
+        assert_eq!(pair.finish(&mut effects), NONE);
         assert_eq!(pair.ack(k, 0b11), [(7, Outcome::Acked)]);
         pair.assert_gone(k);
     });
@@ -434,9 +434,9 @@ fn migrate_init_in_old_vs_migration_start() {
         let k = key(0, 1);
         let initializer = Arc::clone(&pair);
         let a = thread::spawn(move || {
-            let mut done = stamped();
-            let result = initializer.old.init_or(k, 0b11, 9, None, true, &mut done);
-            let mut completions = initializer.finish(&mut done);
+            let mut effects = stamped();
+            let result = initializer.old.init_or(k, 0b11, 9, None, true, &mut effects);
+            let mut completions = initializer.finish(&mut effects);
             match result {
                 Ok(()) => {}
                 Err(Refused::Retry(p)) => completions.extend(initializer.init(k, 0b11, p)),

@@ -27,11 +27,11 @@ fn table() -> Arc<Table<u32>> {
 }
 
 /// Takes the payload of a completion the call claimed and frees the slot.
-fn finish(roots: &Table<u32>, mut done: Effects) -> Option<(u32, Outcome)> {
+fn finish(roots: &Table<u32>, mut effects: Effects) -> Option<(u32, Outcome)> {
     let Completed {
         slot, key, outcome, ..
-    } = done.take()?;
-    assert!(done.is_none(), "more than one completion in one call");
+    } = effects.take()?;
+    assert!(effects.is_none(), "more than one completion in one call");
     // Safety: the call claimed this completion; its payload is taken and its slot freed
     // once, here.
     let payload = unsafe { roots.take(slot) };
@@ -41,24 +41,24 @@ fn finish(roots: &Table<u32>, mut done: Effects) -> Option<(u32, Outcome)> {
 }
 
 fn ack(roots: &Table<u32>, key: Key, xor: u64) -> Option<(u32, Outcome)> {
-    let mut done = Effects::default();
-    assert_ne!(roots.ack(key, xor, &mut done), Applied::Full);
-    finish(roots, done)
+    let mut effects = Effects::default();
+    assert_ne!(roots.ack(key, xor, &mut effects), Applied::Full);
+    finish(roots, effects)
 }
 
 fn init(roots: &Table<u32>, key: Key, xor: u64, payload: u32) -> Option<(u32, Outcome)> {
-    let mut done = Effects::default();
-    roots.init(key, xor, payload, &mut done).unwrap();
-    finish(roots, done)
+    let mut effects = Effects::default();
+    roots.init(key, xor, payload, &mut effects).unwrap();
+    finish(roots, effects)
 }
 
 /// An init of `key` that reports `Ok(true)` when it joined and completed nothing, or how it
 /// was refused.
 fn init_alone(roots: &Table<u32>, key: Key, xor: u64, payload: u32) -> Result<bool, Refused<u32>> {
-    let mut done = Effects::default();
+    let mut effects = Effects::default();
     roots
-        .init(key, xor, payload, &mut done)
-        .map(|()| done.is_none())
+        .init(key, xor, payload, &mut effects)
+        .map(|()| effects.is_none())
 }
 
 /// Of inits of one root, each `(payload, result)`: exactly one joined and the others were
@@ -110,9 +110,9 @@ fn roots_ack_vs_fail_completes_once() {
         init(&roots, k, 0b1, 7);
         let other = Arc::clone(&roots);
         let t = thread::spawn(move || {
-            let mut done = Effects::default();
-            other.fail(k, &mut done);
-            finish(&other, done)
+            let mut effects = Effects::default();
+            other.fail(k, &mut effects);
+            finish(&other, effects)
         });
         let acked = ack(&roots, k, 0b1);
         let failed = t.join().unwrap();
@@ -141,9 +141,9 @@ fn roots_duplicated_ack_vs_init_never_completes() {
         assert_eq!(t.join().unwrap(), [None, None]);
         let (slot, word) = roots.find(k).unwrap();
         assert_eq!(word.value(), 0b10);
-        let mut done = Effects::default();
-        assert_eq!(roots.expire(slot, k.tag(), 1, &mut done), Expiry::TimedOut);
-        assert_eq!(finish(&roots, done), Some((7, Outcome::TimedOut)));
+        let mut effects = Effects::default();
+        assert_eq!(roots.expire(slot, k.tag(), 1, &mut effects), Expiry::TimedOut);
+        assert_eq!(finish(&roots, effects), Some((7, Outcome::TimedOut)));
     });
 }
 
@@ -178,8 +178,8 @@ fn roots_twin_claims_merge_and_complete_once() {
         let other = Arc::clone(&roots);
         let t = thread::spawn(move || {
             let (slot, _) = other.find(x).unwrap();
-            let mut done = Effects::default();
-            assert_eq!(other.expire(slot, x.tag(), 1, &mut done), Expiry::Dropped);
+            let mut effects = Effects::default();
+            assert_eq!(other.expire(slot, x.tag(), 1, &mut effects), Expiry::Dropped);
             ack(&other, k, 0b01)
         });
         let mine = ack(&roots, k, 0b10);
@@ -199,11 +199,11 @@ fn roots_init_vs_init_joins_once() {
         let k = key(1, 1);
         let other = Arc::clone(&roots);
         let t = thread::spawn(move || {
-            let mut done = Effects::default();
-            other.init(k, 0b1, 8, &mut done).map(|()| done.is_none())
+            let mut effects = Effects::default();
+            other.init(k, 0b1, 8, &mut effects).map(|()| effects.is_none())
         });
-        let mut done = Effects::default();
-        let mine = roots.init(k, 0b1, 7, &mut done).map(|()| done.is_none());
+        let mut effects = Effects::default();
+        let mine = roots.init(k, 0b1, 7, &mut effects).map(|()| effects.is_none());
         let theirs = t.join().unwrap();
         let (winner, refused) = match (mine, theirs) {
             (Ok(true), Err(Refused::Duplicate(8))) => (7, 8),
@@ -286,9 +286,9 @@ fn roots_reset_vs_timeout_is_never_lost() {
         let (slot, _) = roots.find(k).unwrap();
         let other = Arc::clone(&roots);
         let t = thread::spawn(move || other.reset(k, 11));
-        let mut done = Effects::default();
-        let expiry = roots.expire(slot, k.tag(), 1, &mut done);
-        let timed_out = finish(&roots, done);
+        let mut effects = Effects::default();
+        let expiry = roots.expire(slot, k.tag(), 1, &mut effects);
+        let timed_out = finish(&roots, effects);
         let reset = t.join().unwrap();
         match (expiry, reset) {
             (Expiry::TimedOut, false) => assert_eq!(timed_out, Some((7, Outcome::TimedOut))),
@@ -313,8 +313,8 @@ fn in_a_twin_window<R: Send + 'static>(
     let other = Arc::clone(roots);
     thread::spawn(move || {
         let (slot, _) = other.find(x).unwrap();
-        let mut done = Effects::default();
-        assert_eq!(other.expire(slot, x.tag(), 1, &mut done), Expiry::Dropped);
+        let mut effects = Effects::default();
+        assert_eq!(other.expire(slot, x.tag(), 1, &mut effects), Expiry::Dropped);
         then(&other)
     })
 }
@@ -350,8 +350,8 @@ fn roots_reset_survives_a_twin_merge() {
         let roots = table();
         let k = key(0, 1);
         let t = in_a_twin_window(&roots, move |roots| ack(roots, k, 0b100));
-        let mut done = Effects::default();
-        roots.init(k, 0b1, 7, &mut done).unwrap();
+        let mut effects = Effects::default();
+        roots.init(k, 0b1, 7, &mut effects).unwrap();
         assert!(roots.reset(k, 11), "the tree is live");
         assert_eq!(t.join().unwrap(), None);
         assert_reset_to_11(&roots, k, 0b101);
@@ -363,12 +363,12 @@ fn roots_reset_survives_a_twin_merge() {
 fn assert_reset_to_11(roots: &Table<u32>, k: Key, value: u64) {
     let (slot, word) = roots.find(k).unwrap();
     assert_eq!(word.value(), value);
-    let mut done = Effects::default();
+    let mut effects = Effects::default();
     assert_eq!(
-        roots.expire(slot, k.tag(), 1, &mut done),
+        roots.expire(slot, k.tag(), 1, &mut effects),
         Expiry::NotDue(11),
         "{:?}",
-        finish(roots, done)
+        finish(roots, effects)
     );
 }
 
@@ -380,9 +380,9 @@ fn roots_init_vs_ack_in_a_twin_window_completes_once() {
         let roots = table();
         let k = key(0, 1);
         let t = in_a_twin_window(&roots, move |roots| ack(roots, k, 0b1));
-        let mut done = Effects::default();
-        roots.init(k, 0b1, 7, &mut done).unwrap();
-        let mine = finish(&roots, done);
+        let mut effects = Effects::default();
+        roots.init(k, 0b1, 7, &mut effects).unwrap();
+        let mine = finish(&roots, effects);
         let theirs = t.join().unwrap();
         let all: Vec<_> = mine.into_iter().chain(theirs).collect();
         assert_eq!(all, [(7, Outcome::Acked)]);
@@ -421,9 +421,9 @@ fn roots_reset_vs_an_unjoining_init_is_never_lost() {
             assert_eq!(ack(roots, k, 0b100), None);
             roots.reset(k, 11)
         });
-        let mut done = Effects::default();
-        roots.init(k, 0b1, 7, &mut done).unwrap();
-        assert!(done.is_none());
+        let mut effects = Effects::default();
+        roots.init(k, 0b1, 7, &mut effects).unwrap();
+        assert!(effects.is_none());
         assert!(
             t.join().unwrap(),
             "the reset found no entry of a pending root"

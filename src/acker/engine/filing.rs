@@ -13,25 +13,25 @@ use crate::sync::Ordering;
 
 impl<T: Send + 'static> Engine<T> {
     /// After an operation's table calls on `roots` (and its successors): files the timers
-    /// and delivers the completions `done` reports. Whether a claim found the table
+    /// and delivers the completions `effects` reports. Whether a claim found the table
     /// crowded.
     #[inline]
     pub(in crate::acker::engine) fn finish(
         &self,
         table: usize,
         roots: &Table<T>,
-        done: &mut Effects<'_>,
+        effects: &mut Effects<'_>,
         open: bool,
     ) -> bool {
-        let crowded = done.crowded();
+        let crowded = effects.crowded();
         loop {
-            self.file_timers(table, roots, done);
-            while let Some(completed) = done.take() {
+            self.file_timers(table, roots, effects);
+            while let Some(completed) = effects.take() {
                 let in_gen = generation(roots, completed.gen);
                 self.deliver(table, in_gen, completed, None, open);
             }
-            let Some((gen, slot)) = done.take_stranded() else {
-                let moved = done.take_moved();
+            let Some((gen, slot)) = effects.take_stranded() else {
+                let moved = effects.take_moved();
                 if moved > 0 {
                     // Relaxed: a statistic.
                     self.counters()
@@ -40,20 +40,20 @@ impl<T: Send + 'static> Engine<T> {
                 }
                 return crowded;
             };
-            self.unstrand(table, generation(roots, gen), slot, done);
+            self.unstrand(table, generation(roots, gen), slot, effects);
         }
     }
 
-    /// Files the entries `done` reports created in `roots` or its successors in this
+    /// Files the entries `effects` reports created in `roots` or its successors in this
     /// thread's batch, and wakes the reaper if it may be asleep with no deadline.
     #[inline]
     pub(in crate::acker::engine) fn file_timers(
         &self,
         table: usize,
         roots: &Table<T>,
-        done: &mut Effects<'_>,
+        effects: &mut Effects<'_>,
     ) {
-        while let Some((gen, slot)) = done.take_to_file() {
+        while let Some((gen, slot)) = effects.take_to_file() {
             let roots = generation(roots, gen);
             let Some(stamp) = roots.times(slot) else {
                 continue; // completed and freed already

@@ -84,12 +84,12 @@ impl<T: Send + 'static> Engine<T> {
     /// Helps the oldest migration in `roots`'s chain (`roots` is `table`'s current
     /// generation, or was): moves one group, and promotes what has moved entirely.
     #[inline]
-    pub(super) fn help(&self, table: usize, roots: &Table<T>, done: &mut Effects<'_>) {
+    pub(super) fn help(&self, table: usize, roots: &Table<T>, effects: &mut Effects<'_>) {
         if roots.successor().is_none() {
             return;
         }
         if let Some(migrating) = chain(roots).find(|g| g.successor().is_some() && !g.moved_all()) {
-            migrating.help_move(done);
+            migrating.help_move(effects);
         }
         self.promote_moved(table);
     }
@@ -187,10 +187,10 @@ impl<T: Send + 'static> Engine<T> {
         table: usize,
         from: &Table<T>,
         slot: usize,
-        done: &mut Effects<'_>,
+        effects: &mut Effects<'_>,
     ) {
         let mut backoff = crate::sync::Backoff::default();
-        while !from.relocate_stranded(slot, done) {
+        while !from.relocate_stranded(slot, effects) {
             if !self.make_room(table, from) {
                 if self.stopping() {
                     self.give_up_stranded(table, from, slot);
@@ -261,12 +261,12 @@ impl<T: Send + 'static> Engine<T> {
                 // keeps ([`zeroed`](crate::zeroed)).
                 let groups = migrating.groups();
                 for from in (0..groups).step_by(MOVE_PART) {
-                    let mut done = Effects::stamped(stamp);
-                    migrating.move_groups(from..(from + MOVE_PART).min(groups), &mut done);
+                    let mut effects = Effects::stamped(stamp);
+                    migrating.move_groups(from..(from + MOVE_PART).min(groups), &mut effects);
                     // A move can complete a tree (a twin's contents carried to it):
                     // delivered through the callback when the pass found it open, as any
                     // completion.
-                    self.finish(index, roots, &mut done, open);
+                    self.finish(index, roots, &mut effects, open);
                 }
                 worked = true;
             }

@@ -404,13 +404,13 @@ impl<T: Send + 'static> Engine<T> {
             let stamp = self.stamp_at(self.write_tick());
             // Safety: inside the operation `active` marks.
             let roots = unsafe { self.tables[table].current() };
-            let mut done = Effects::stamped(stamp);
-            self.help(table, roots, &mut done);
+            let mut effects = Effects::stamped(stamp);
+            self.help(table, roots, &mut effects);
             // Along the chain (one table but during a migration): create only in the last.
             let mut at = roots;
             let result = loop {
                 let last = at.successor().is_none();
-                match at.init_or(key, xor, payload, timeout, last, &mut done) {
+                match at.init_or(key, xor, payload, timeout, last, &mut effects) {
                     Err(Refused::Missing(p)) if !last => {
                         payload = p;
                         at = at.successor().unwrap_or(at);
@@ -418,14 +418,14 @@ impl<T: Send + 'static> Engine<T> {
                     result => break result,
                 }
             };
-            let settled = result.is_ok() && done.is_none();
-            if done.joined() {
+            let settled = result.is_ok() && effects.is_none();
+            if effects.joined() {
                 // Relaxed: a statistic.
                 self.counters()
                     .orphans_joined
                     .fetch_add(1, Ordering::Relaxed);
             }
-            let crowded = self.finish(table, roots, &mut done, active.open);
+            let crowded = self.finish(table, roots, &mut effects, active.open);
             return match result {
                 Ok(()) => {
                     if crowded {
@@ -505,19 +505,19 @@ impl<T: Send + 'static> Engine<T> {
             let stamp = self.stamp_at(self.write_tick());
             // Safety: inside the operation `active` marks.
             let roots = unsafe { self.tables[table].current() };
-            let mut done = Effects::stamped(stamp);
-            self.help(table, roots, &mut done);
+            let mut effects = Effects::stamped(stamp);
+            self.help(table, roots, &mut effects);
             // Along the chain (one table but during a migration): create only in the last.
             let mut at = roots;
             let applied = loop {
                 let last = at.successor().is_none();
-                match at.apply(key, message, last, &mut done) {
+                match at.apply(key, message, last, &mut effects) {
                     Applied::Missing if !last => at = at.successor().unwrap_or(at),
                     applied => break applied,
                 }
             };
-            completed |= !done.is_none();
-            let crowded = self.finish(table, roots, &mut done, active.open);
+            completed |= !effects.is_none();
+            let crowded = self.finish(table, roots, &mut effects, active.open);
             match applied {
                 Applied::Retry | Applied::Missing => continue,
                 Applied::Full if crowded && self.make_room(table, roots) => continue,

@@ -321,10 +321,10 @@ fn a_tree_completed_by_a_reaper_move_reaches_the_callback() {
             Some(true)
         );
         let next = roots.successor().expect("migrating");
-        let mut done = Effects::stamped(engine.stamp_at(engine.write_tick()));
-        let twin = next.apply(key, Message::Ack(0b10), true, &mut done);
+        let mut effects = Effects::stamped(engine.stamp_at(engine.write_tick()));
+        let twin = next.apply(key, Message::Ack(0b10), true, &mut effects);
         assert_eq!(twin, Applied::Created, "the twin holds the last edge");
-        assert!(!engine.finish(table, roots, &mut done, active.open));
+        assert!(!engine.finish(table, roots, &mut effects, active.open));
     }
     assert!(log.lock().unwrap().is_empty());
     for _ in 0..64 {
@@ -540,18 +540,18 @@ fn shutdown_frees_an_entry_stranded_in_a_retired_table() {
     let mut live = 0;
     for home in 100..100 + window + 1 {
         for low in 0..super::GROUP_SLOTS as u64 {
-            let mut done = Effects::stamped(Stamp::new(1, 1));
-            next.init(key(home, low), 0b1, live, &mut done).unwrap();
+            let mut effects = Effects::stamped(Stamp::new(1, 1));
+            next.init(key(home, low), 0b1, live, &mut effects).unwrap();
             live += 1;
         }
     }
-    let mut done = Effects::default();
-    assert!(old.move_round(&mut done), "an empty table is clean at once");
+    let mut effects = Effects::default();
+    assert!(old.move_round(&mut effects), "an empty table is clean at once");
     // An orphan claimed in the old table now: no room in the successor, stranded.
-    let mut done = Effects::stamped(Stamp::new(1, 1));
-    old.ack(key(100, 99), 0b1, &mut done);
-    let stranded = done.take_stranded().expect("stranded");
-    done.strand(stranded.0, stranded.1);
+    let mut effects = Effects::stamped(Stamp::new(1, 1));
+    old.ack(key(100, 99), 0b1, &mut effects);
+    let stranded = effects.take_stranded().expect("stranded");
+    effects.strand(stranded.0, stranded.1);
     engine.promote_moved(0);
     // Safety: inside the operation `active` marks.
     let current = unsafe { engine.tables[0].current() };
@@ -559,7 +559,7 @@ fn shutdown_frees_an_entry_stranded_in_a_retired_table() {
     assert_eq!(engine.pending(), live as usize + 1);
     // Shutdown stops the wait for room: the entry is given up.
     engine.stop_flag();
-    engine.finish(0, old, &mut done, active.open);
+    engine.finish(0, old, &mut effects, active.open);
     assert_eq!(
         engine.pending(),
         live as usize,

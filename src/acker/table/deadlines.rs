@@ -20,7 +20,7 @@ pub struct Judge {
 impl<T> Table<T> {
     /// The reaper, looking at `slot` of a group whose timer came due
     /// ([`groups`](crate::acker::timers::groups)): a LIVE tree whose deadline has come
-    /// times out (into `done`), a HELD orphan's is dropped. Nothing happens when the entry
+    /// times out (into `effects`), a HELD orphan's is dropped. Nothing happens when the entry
     /// is gone (completed, freed, reused) or still JOINING, and a deadline after `now`
     /// comes back as [`Expiry::NotDue`].
     ///
@@ -34,13 +34,13 @@ impl<T> Table<T> {
     /// tag has the same bits in the slot is treated as the root, which is harmless, as its
     /// own deadline decides.
     ///
-    pub fn expire(&self, slot: usize, tag: u32, now: Tick, done: &mut Effects<'_>) -> Expiry {
+    pub fn expire(&self, slot: usize, tag: u32, now: Tick, effects: &mut Effects<'_>) -> Expiry {
         let now = u64::from(now);
         let judge = Judge {
             anchor: now,
             clock: now,
         };
-        self.expire_keeping(slot, tag, judge, done)
+        self.expire_keeping(slot, tag, judge, effects)
     }
 
     /// [`expire`](Self::expire) as the reaper's pass does it: the deadline decoded at the
@@ -54,7 +54,7 @@ impl<T> Table<T> {
         slot: usize,
         tag: u32,
         judge: Judge,
-        done: &mut Effects<'_>,
+        effects: &mut Effects<'_>,
     ) -> Expiry {
         let mut word = self.word(slot).load();
         loop {
@@ -91,7 +91,7 @@ impl<T> Table<T> {
             let result = match step {
                 Step::To(_) => self.empty(slot, word).map(|()| Expiry::Dropped),
                 Step::Complete(dead, outcome) => self.word(slot).cas(word, dead).map(|()| {
-                    self.claimed(done, slot, key, outcome);
+                    self.claimed(effects, slot, key, outcome);
                     Expiry::TimedOut
                 }),
             };

@@ -30,22 +30,22 @@ enum Claimed {
 
 impl<T> Table<T> {
     /// Storm's init: joins the root's HELD entry (an orphan's), or claims a new one
-    /// JOINING, writes the payload, and settles: LIVE, or completed at once (into `done`)
+    /// JOINING, writes the payload, and settles: LIVE, or completed at once (into `effects`)
     /// when held acks cancel `xor` (Acked wins) or a fail was held.
     ///
     /// It joins an entry only after a search finds no twin of it; a twin claimed after that
     /// search is found by its claimer's search (of two, one sees the other), and a joined
     /// entry wins. So a payload never lands in a loser, and a second init finds the root
-    /// joined (`Duplicate`) rather than a twin to join. `done` may hold a completion even
+    /// joined (`Duplicate`) rather than a twin to join. `effects` may hold a completion even
     /// when init is refused: carrying a twin's contents may complete another init's tree.
     pub fn init(
         &self,
         key: Key,
         xor: u64,
         payload: T,
-        done: &mut Effects<'_>,
+        effects: &mut Effects<'_>,
     ) -> Result<(), Refused<T>> {
-        self.init_with(key, xor, payload, None, done)
+        self.init_with(key, xor, payload, None, effects)
     }
 
     /// [`init`](Self::init) with the tree's own timeout in ticks: the deadline becomes the
@@ -57,9 +57,9 @@ impl<T> Table<T> {
         xor: u64,
         payload: T,
         timeout: Option<Tick>,
-        done: &mut Effects<'_>,
+        effects: &mut Effects<'_>,
     ) -> Result<(), Refused<T>> {
-        self.init_or(key, xor, payload, timeout, true, done)
+        self.init_or(key, xor, payload, timeout, true, effects)
     }
 
     /// [`init_with`](Self::init_with), claiming no new entry unless `create`
@@ -74,7 +74,7 @@ impl<T> Table<T> {
         payload: T,
         timeout: Option<Tick>,
         create: bool,
-        done: &mut Effects<'_>,
+        effects: &mut Effects<'_>,
     ) -> Result<(), Refused<T>> {
         let mut search = self.search(key, None);
         let slot = loop {
@@ -85,7 +85,7 @@ impl<T> Table<T> {
                     return Err(Refused::Retry(payload));
                 }
                 Search::Missing(_) if !create => return Err(Refused::Missing(payload)),
-                Search::Missing(vacancy) => match self.claim_joined(key, xor, vacancy, done) {
+                Search::Missing(vacancy) => match self.claim_joined(key, xor, vacancy, effects) {
                     Claimed::Alone(slot) => break slot,
                     Claimed::Twin(next) => {
                         search = next;
@@ -102,20 +102,20 @@ impl<T> Table<T> {
             // the successor searched here after `next` was set, so it saw this entry, and
             // no twin of it can be there ([`migrate`](crate::acker::table::migrate)).
             if let Some(next) = self.successor() {
-                self.relocate(slot, next, done);
+                self.relocate(slot, next, effects);
                 return Err(Refused::Retry(payload));
             }
             // Join only an entry without a twin: a second init could otherwise join the
             // twin (two joined entries, two completions of one root). Merged first, the
             // pair leaves one entry, which the second init finds joined.
             if self.find_other(key, Some(slot)).is_some() {
-                self.merge_twins(key, slot, done);
+                self.merge_twins(key, slot, effects);
                 search = self.search(key, None);
                 continue;
             }
             match self.word(slot).cas(word, joined) {
                 Ok(()) => {
-                    done.set_joined();
+                    effects.set_joined();
                     break slot;
                 }
                 Err(now) if now.holds(key) => search = Search::Found(slot, now),
@@ -135,7 +135,7 @@ impl<T> Table<T> {
             if own < self.default_timeout {
                 // Earlier than the timer filed for the entry (an orphan's or a claim's is
                 // the default's): it needs another.
-                done.file_later(self.gen, slot);
+                effects.file_later(self.gen, slot);
             }
         }
         let mut word = self.word(slot).load();
@@ -148,7 +148,7 @@ impl<T> Table<T> {
             match self.word(slot).cas(word, step.word()) {
                 Ok(()) => {
                     if let Step::Complete(_, outcome) = step {
-                        self.claimed(done, slot, key, outcome);
+                        self.claimed(effects, slot, key, outcome);
                     }
                     return Ok(());
                 }
@@ -166,9 +166,9 @@ impl<T> Table<T> {
         key: Key,
         xor: u64,
         vacancy: Option<Vacancy>,
-        done: &mut Effects<'_>,
+        effects: &mut Effects<'_>,
     ) -> Claimed {
-        match self.claim(key, Word::joining(key, xor), vacancy, done) {
+        match self.claim(key, Word::joining(key, xor), vacancy, effects) {
             // `next` is checked after the claim, as a joiner checks it before its join: a
             // claim that finds it unset came before it was stored, so a creator in the
             // successor, which searched here after that, saw this entry
@@ -176,17 +176,17 @@ impl<T> Table<T> {
             // entry: HELD first (JOINING words are not moved), then as any new entry.
             Ok(slot) if self.successor().is_some() => {
                 self.unjoin(slot, xor);
-                self.created(key, slot, done);
+                self.created(key, slot, effects);
                 Claimed::Moved
             }
             Ok(slot) => {
-                done.file_later(self.gen, slot);
+                effects.file_later(self.gen, slot);
                 if !self.has_twin(key, slot) {
                     // The common case: no twin, and the claim is init's to settle.
                     return Claimed::Alone(slot);
                 }
                 self.unjoin(slot, xor);
-                self.merge_twins(key, slot, done);
+                self.merge_twins(key, slot, effects);
                 Claimed::Twin(self.search(key, None))
             }
             Err(Unclaimed::Raced) => Claimed::Twin(self.search(key, None)),

@@ -97,7 +97,7 @@ impl<T> Table<T> {
 
     /// Helps a migration under way: moves the group the cursor gives. `true` when this
     /// call made the last group clean (the caller then promotes the successor, once).
-    pub fn help_move(&self, done: &mut Effects<'_>) -> bool {
+    pub fn help_move(&self, effects: &mut Effects<'_>) -> bool {
         let Some(next) = self.successor() else {
             return false;
         };
@@ -107,37 +107,37 @@ impl<T> Table<T> {
         // Relaxed: the cursor only spreads helpers over the groups; cleanliness is decided
         // by each group's words.
         let group = self.cursor.fetch_add(1, Ordering::Relaxed) % self.groups();
-        self.move_group(group, next, done)
+        self.move_group(group, next, effects)
     }
 
     /// Moves every group that is not clean yet, once each. `true` when this call made the
     /// last one clean.
-    pub fn move_round(&self, done: &mut Effects<'_>) -> bool {
-        self.move_groups(0..self.groups(), done)
+    pub fn move_round(&self, effects: &mut Effects<'_>) -> bool {
+        self.move_groups(0..self.groups(), effects)
     }
 
     /// [`move_round`](Self::move_round) over `groups` only: a round in parts, each
     /// finished (its timers filed) before the next, keeps what an operation collects
     /// small.
-    pub fn move_groups(&self, groups: std::ops::Range<usize>, done: &mut Effects<'_>) -> bool {
+    pub fn move_groups(&self, groups: std::ops::Range<usize>, effects: &mut Effects<'_>) -> bool {
         let Some(next) = self.successor() else {
             return false;
         };
         let mut finished = false;
         for group in groups {
-            finished |= self.move_group(group, next, done);
+            finished |= self.move_group(group, next, effects);
         }
         finished
     }
 
-    fn move_group(&self, group: usize, next: &Table<T>, done: &mut Effects<'_>) -> bool {
+    fn move_group(&self, group: usize, next: &Table<T>, effects: &mut Effects<'_>) -> bool {
         let (word, bit) = (group / 64, 1u64 << (group % 64));
         if self.clean[word].load(Ordering::SeqCst) & bit != 0 {
             return false;
         }
         let mut clean = true;
         for slot in group * GROUP_SLOTS..(group + 1) * GROUP_SLOTS {
-            clean &= self.move_slot(slot, next, done) == Slot::Clean;
+            clean &= self.move_slot(slot, next, effects) == Slot::Clean;
         }
         if !clean || self.clean[word].fetch_or(bit, Ordering::SeqCst) & bit != 0 {
             return false;
@@ -147,29 +147,29 @@ impl<T> Table<T> {
 
     /// A new entry this thread claimed here after the migration began: moved now, so that
     /// no mover that passed its group already leaves it behind. When the successor has no
-    /// room for it, it is reported *stranded* in `done`: the caller must make room (grow
+    /// room for it, it is reported *stranded* in `effects`: the caller must make room (grow
     /// the successor) and call [`relocate_stranded`](Self::relocate_stranded) until it
     /// moves. Until then the entry stays here, where operations still find it while this
     /// table is current or migrating; should the table be retired meanwhile (its group
     /// was clean before the claim), the entry is out of sight until moved, and any twin
     /// created meanwhile merges with it then.
-    pub(super) fn relocate(&self, slot: usize, next: &Table<T>, done: &mut Effects<'_>) {
-        if self.move_slot(slot, next, done) == Slot::NoRoom {
-            done.strand(self.gen, slot);
+    pub(super) fn relocate(&self, slot: usize, next: &Table<T>, effects: &mut Effects<'_>) {
+        if self.move_slot(slot, next, effects) == Slot::NoRoom {
+            effects.strand(self.gen, slot);
         }
     }
 
     /// Tries a stranded entry's move again: `false` when the successor still has no room.
-    pub fn relocate_stranded(&self, slot: usize, done: &mut Effects<'_>) -> bool {
+    pub fn relocate_stranded(&self, slot: usize, effects: &mut Effects<'_>) -> bool {
         let Some(next) = self.successor() else {
             debug_assert!(false, "a stranded entry in a table with no successor");
             return true;
         };
-        self.move_slot(slot, next, done) != Slot::NoRoom
+        self.move_slot(slot, next, effects) != Slot::NoRoom
     }
 
     /// Moves the slot's entry to `next` if it is HELD or LIVE (module docs).
-    fn move_slot(&self, slot: usize, next: &Table<T>, done: &mut Effects<'_>) -> Slot {
+    fn move_slot(&self, slot: usize, next: &Table<T>, effects: &mut Effects<'_>) -> Slot {
         let mut word = self.word(slot).load();
         let frozen = loop {
             if word == Word::EMPTY || word.state() == State::MOVED {
@@ -206,20 +206,20 @@ impl<T> Table<T> {
         // that has: lookups walk the whole chain, and the copy merges with any twin left
         // in a skipped generation when that one's entries move on.
         let mut target = next;
-        let mut adopted = target.adopt(word, stamp, timeout, payload, done);
+        let mut adopted = target.adopt(word, stamp, timeout, payload, effects);
         while let Err(payload) = adopted {
             let Some(after) = target.successor() else {
                 adopted = Err(payload);
                 break;
             };
             target = after;
-            adopted = target.adopt(word, stamp, timeout, payload, done);
+            adopted = target.adopt(word, stamp, timeout, payload, effects);
         }
         match adopted {
             Ok(()) => {
                 let moved = self.word(slot).cas(frozen, frozen.moved());
                 debug_assert!(moved.is_ok(), "a FROZEN word changed under its mover");
-                done.note_moved();
+                effects.note_moved();
                 Slot::Clean
             }
             Err(payload) => {
@@ -246,7 +246,7 @@ impl<T> Table<T> {
         stamp: Stamp,
         timeout: u32,
         payload: Option<T>,
-        done: &mut Effects<'_>,
+        effects: &mut Effects<'_>,
     ) -> Result<(), Option<T>> {
         let key = word.key();
         let mut payload = payload;
@@ -271,12 +271,12 @@ impl<T> Table<T> {
                 // that anyone could reach. Look again.
                 Err(Unclaimed::Raced) => continue,
                 Err(_) => {
-                    done.set_crowded(); // grow this table
+                    effects.set_crowded(); // grow this table
                     return Err(payload);
                 }
             }
         };
-        self.created(key, slot, done);
+        self.created(key, slot, effects);
         Ok(())
     }
 

@@ -245,7 +245,7 @@ pub enum Expiry {
     Gone,
     /// A HELD orphan was dropped silently; its slot is EMPTY.
     Dropped,
-    /// A LIVE tree timed out; the completion is in `done`.
+    /// A LIVE tree timed out; the completion is in `effects`.
     TimedOut,
     /// Init is joining: look again shortly.
     Joining,
@@ -443,8 +443,8 @@ impl<T> Table<T> {
     }
 
     #[inline]
-    fn claimed(&self, done: &mut Effects, slot: usize, key: Key, outcome: Outcome) {
-        done.push(Completed {
+    fn claimed(&self, effects: &mut Effects, slot: usize, key: Key, outcome: Outcome) {
+        effects.push(Completed {
             slot,
             key,
             outcome,
@@ -496,13 +496,13 @@ impl<T> Table<T> {
     }
 
     /// An ack: XORs `xor` into the root's value, or holds it in a new entry.
-    pub fn ack(&self, key: Key, xor: u64, done: &mut Effects<'_>) -> Applied {
-        self.apply(key, Message::Ack(xor), true, done)
+    pub fn ack(&self, key: Key, xor: u64, effects: &mut Effects<'_>) -> Applied {
+        self.apply(key, Message::Ack(xor), true, effects)
     }
 
     /// A fail: completes an initialized tree `Failed`, or is held until init.
-    pub fn fail(&self, key: Key, done: &mut Effects<'_>) -> Applied {
-        self.apply(key, Message::Fail, true, done)
+    pub fn fail(&self, key: Key, effects: &mut Effects<'_>) -> Applied {
+        self.apply(key, Message::Fail, true, effects)
     }
 
     /// The common case of [`apply`](Self::apply): the root's entry exists and one CAS
@@ -578,7 +578,7 @@ impl<T> Table<T> {
         key: Key,
         message: Message,
         create: bool,
-        done: &mut Effects<'_>,
+        effects: &mut Effects<'_>,
     ) -> Applied {
         loop {
             let (slot, mut word) = match self.search(key, None) {
@@ -589,9 +589,9 @@ impl<T> Table<T> {
                 }
                 Search::Missing(_) if !create => return Applied::Missing,
                 Search::Missing(vacancy) => {
-                    match self.claim(key, message.held(key), vacancy, done) {
+                    match self.claim(key, message.held(key), vacancy, effects) {
                         Ok(slot) => {
-                            self.created(key, slot, done);
+                            self.created(key, slot, effects);
                             return Applied::Created;
                         }
                         Err(Unclaimed::Raced) => continue,
@@ -609,7 +609,7 @@ impl<T> Table<T> {
                 match self.word(slot).cas(word, step.word()) {
                     Ok(()) => {
                         if let Step::Complete(_, outcome) = step {
-                            self.claimed(done, slot, key, outcome);
+                            self.claimed(effects, slot, key, outcome);
                         }
                         return Applied::Changed;
                     }

@@ -188,23 +188,23 @@ impl<T> Table<T> {
     /// Reserves `vacancy`, the EMPTY slot a search just saw, or else the first EMPTY slot
     /// of `key`'s window that it can reserve, stamping its times with `stamp`
     /// ([`times`](crate::acker::table::times)), takes a credit, and CASes `word` in. A
-    /// claim far from home (or none for want of room) marks `done` crowded.
+    /// claim far from home (or none for want of room) marks `effects` crowded.
     pub(super) fn claim(
         &self,
         key: Key,
         word: Word,
         vacancy: Option<Vacancy>,
-        done: &mut Effects<'_>,
+        effects: &mut Effects<'_>,
     ) -> Result<usize, Unclaimed> {
         // First, before anything is taken: making the stamp may read a clock that panics.
-        let stamp = done.stamp();
+        let stamp = effects.stamp();
         let claimed = self.claim_with(key, word, vacancy, stamp, true, |slot| {
             // Relaxed: published by the claim CAS, before which no one reads it.
             self.timeout_cell(slot).store(0, Ordering::Relaxed);
         });
         match claimed {
             Ok((_, d)) if d < CROWDED_DISTANCE => {}
-            Ok(_) | Err(Unclaimed::NoRoom) => done.set_crowded(),
+            Ok(_) | Err(Unclaimed::NoRoom) => effects.set_crowded(),
             Err(_) => {}
         }
         claimed.map(|(slot, _)| slot)

@@ -14,11 +14,11 @@ fn key_in(groups: usize, home: usize, low: u64) -> Key {
 }
 
 /// Completes a claimed tree the way the acker will: payload out, slot freed.
-fn finish(roots: &Table<u32>, done: &mut Effects) -> Option<(u32, Outcome)> {
+fn finish(roots: &Table<u32>, effects: &mut Effects) -> Option<(u32, Outcome)> {
     let Completed {
         slot, key, outcome, ..
-    } = done.take()?;
-    assert!(done.is_none(), "one completion per call here");
+    } = effects.take()?;
+    assert!(effects.is_none(), "one completion per call here");
     // Safety: the call claimed this completion; taken and freed once.
     let payload = unsafe { roots.take(slot) };
     // Safety: the same completion, freed once, after its take.
@@ -30,15 +30,15 @@ fn finish(roots: &Table<u32>, done: &mut Effects) -> Option<(u32, Outcome)> {
 fn the_last_ack_completes_once_and_frees_its_slot_at_once() {
     let roots = Table::new(4);
     let key = key_in(4, 1, 7);
-    let mut done = Effects::default();
-    assert_eq!(roots.init(key, 0b11, 9, &mut done), Ok(()));
-    assert_eq!(roots.ack(key, 0b01, &mut done), Applied::Changed);
-    assert!(done.is_none());
-    assert_eq!(roots.ack(key, 0b10, &mut done), Applied::Changed);
-    assert_eq!(finish(&roots, &mut done), Some((9, Outcome::Acked)));
+    let mut effects = Effects::default();
+    assert_eq!(roots.init(key, 0b11, 9, &mut effects), Ok(()));
+    assert_eq!(roots.ack(key, 0b01, &mut effects), Applied::Changed);
+    assert!(effects.is_none());
+    assert_eq!(roots.ack(key, 0b10, &mut effects), Applied::Changed);
+    assert_eq!(finish(&roots, &mut effects), Some((9, Outcome::Acked)));
     assert_eq!(roots.find(key), None, "freed at once, no tombstone");
     // A late ack is a new orphan, in the same slot.
-    assert_eq!(roots.ack(key, 0b10, &mut done), Applied::Created);
+    assert_eq!(roots.ack(key, 0b10, &mut effects), Applied::Created);
     assert_eq!(roots.find(key).map(|(s, _)| s), Some(4));
 }
 
@@ -46,11 +46,11 @@ fn the_last_ack_completes_once_and_frees_its_slot_at_once() {
 fn a_duplicated_ack_on_a_held_orphan_never_completes_the_tree() {
     let roots = Table::new(4);
     let key = key_in(4, 0, 1);
-    let mut done = Effects::default();
-    roots.ack(key, 0xA, &mut done);
-    roots.ack(key, 0xA, &mut done); // the orphan's value is 0 now
-    roots.init(key, 0xB, 1, &mut done).unwrap();
-    assert!(done.is_none(), "init's XOR is unacked");
+    let mut effects = Effects::default();
+    roots.ack(key, 0xA, &mut effects);
+    roots.ack(key, 0xA, &mut effects); // the orphan's value is 0 now
+    roots.init(key, 0xB, 1, &mut effects).unwrap();
+    assert!(effects.is_none(), "init's XOR is unacked");
     let (slot, word) = roots.find(key).unwrap();
     assert_eq!(
         (word.state().phase(), word.value()),
@@ -71,36 +71,36 @@ fn a_duplicated_ack_on_a_held_orphan_never_completes_the_tree() {
 fn init_after_held_messages_settles_at_once() {
     let roots = Table::new(4);
     let (a, b, c) = (key_in(4, 2, 1), key_in(4, 2, 2), key_in(4, 2, 3));
-    let mut done = Effects::default();
-    roots.ack(a, 0b1, &mut done);
-    roots.fail(a, &mut done);
-    roots.init(a, 0b1, 10, &mut done).unwrap();
+    let mut effects = Effects::default();
+    roots.ack(a, 0b1, &mut effects);
+    roots.fail(a, &mut effects);
+    roots.init(a, 0b1, 10, &mut effects).unwrap();
     assert_eq!(
-        finish(&roots, &mut done),
+        finish(&roots, &mut effects),
         Some((10, Outcome::Acked)),
         "Acked wins"
     );
-    roots.fail(b, &mut done);
-    roots.init(b, 0b1, 20, &mut done).unwrap();
-    assert_eq!(finish(&roots, &mut done), Some((20, Outcome::Failed)));
-    roots.init(c, 0b1, 30, &mut done).unwrap();
+    roots.fail(b, &mut effects);
+    roots.init(b, 0b1, 20, &mut effects).unwrap();
+    assert_eq!(finish(&roots, &mut effects), Some((20, Outcome::Failed)));
+    roots.init(c, 0b1, 30, &mut effects).unwrap();
     assert_eq!(
-        roots.init(c, 0b1, 31, &mut done),
+        roots.init(c, 0b1, 31, &mut effects),
         Err(Refused::Duplicate(31))
     );
-    roots.fail(c, &mut done);
-    assert_eq!(finish(&roots, &mut done), Some((30, Outcome::Failed)));
+    roots.fail(c, &mut effects);
+    assert_eq!(finish(&roots, &mut effects), Some((30, Outcome::Failed)));
 }
 
 #[test]
 fn overflowed_roots_are_found_and_their_counts_come_off() {
     let roots = Table::<u32>::new(4);
-    let mut done = Effects::default();
+    let mut effects = Effects::default();
     let keys: Vec<Key> = (0..GROUP_SLOTS as u64 + 2)
         .map(|i| key_in(4, 3, i))
         .collect();
     for &key in &keys {
-        assert_eq!(roots.ack(key, 1, &mut done), Applied::Created);
+        assert_eq!(roots.ack(key, 1, &mut effects), Applied::Created);
     }
     // Home 3 is full: the last two wrapped to group 0.
     for &key in &keys[GROUP_SLOTS..] {
@@ -108,26 +108,26 @@ fn overflowed_roots_are_found_and_their_counts_come_off() {
     }
     assert_eq!(roots.overflow[3].load(Ordering::SeqCst), 2);
     for &key in &keys {
-        roots.ack(key, 1, &mut done); // value 0, still HELD: nothing completes
+        roots.ack(key, 1, &mut effects); // value 0, still HELD: nothing completes
         let (slot, word) = roots.find(key).unwrap();
         roots.empty(slot, word).unwrap(); // as the reaper drops an orphan
     }
-    assert!(done.is_none());
+    assert!(effects.is_none());
     assert!(roots.overflow.iter().all(|c| c.load(Ordering::SeqCst) == 0));
 }
 
 #[test]
 fn the_shortcut_applies_only_what_apply_would_and_defers_the_rest() {
     let roots = Table::<u32>::new(4);
-    let mut done = Effects::default();
+    let mut effects = Effects::default();
     // Home 3 full of other roots: `far` lands in group 0.
     for i in 0..GROUP_SLOTS as u64 {
-        roots.init(key_in(4, 3, i), 1 << 40, 0, &mut done).unwrap();
+        roots.init(key_in(4, 3, i), 1 << 40, 0, &mut effects).unwrap();
     }
     let (near, far) = (key_in(4, 2, 1), key_in(4, 3, 99));
-    roots.init(near, 0b11, 7, &mut done).unwrap();
-    roots.init(far, 0b111, 8, &mut done).unwrap();
-    assert!(done.is_none());
+    roots.init(near, 0b11, 7, &mut effects).unwrap();
+    roots.init(far, 0b111, 8, &mut effects).unwrap();
+    assert!(effects.is_none());
     assert_eq!(
         roots.find(far).unwrap().0 / GROUP_SLOTS,
         0,
@@ -151,20 +151,20 @@ fn the_shortcut_applies_only_what_apply_would_and_defers_the_rest() {
         panic!("the last ack completes");
     };
     assert_eq!(completed.outcome, Outcome::Acked);
-    done.push(completed);
-    assert_eq!(finish(&roots, &mut done), Some((7, Outcome::Acked)));
+    effects.push(completed);
+    assert_eq!(finish(&roots, &mut effects), Some((7, Outcome::Acked)));
     assert_eq!(roots.find(near), None);
     // Displaced from its home group: found through the overflow counts, one CAS.
     assert_eq!(roots.apply_found(far, Message::Ack(0b001)), Some(None));
     assert_eq!(roots.find(far).unwrap().1.value(), 0b110);
     // Through `apply` too, the same entry.
-    assert_eq!(roots.ack(far, 0b010, &mut done), Applied::Changed);
+    assert_eq!(roots.ack(far, 0b010, &mut effects), Applied::Changed);
     let Some(Some(completed)) = roots.apply_found(far, Message::Fail) else {
         panic!("a fail completes a live tree");
     };
     assert_eq!((completed.key, completed.outcome), (far, Outcome::Failed));
-    done.push(completed);
-    assert_eq!(finish(&roots, &mut done), Some((8, Outcome::Failed)));
+    effects.push(completed);
+    assert_eq!(finish(&roots, &mut effects), Some((8, Outcome::Failed)));
     assert_eq!(roots.find(far), None);
 }
 
@@ -308,24 +308,24 @@ fn a_twin_is_any_other_entry_or_frozen_word_of_the_key_in_the_window() {
 #[test]
 fn a_full_window_refuses_and_gives_the_payload_back() {
     let roots = Table::<u32>::new(2); // window: both groups
-    let mut done = Effects::default();
+    let mut effects = Effects::default();
     for i in 0..2 * GROUP_SLOTS as u64 {
-        assert_eq!(roots.ack(key_in(2, 0, i), 1, &mut done), Applied::Created);
+        assert_eq!(roots.ack(key_in(2, 0, i), 1, &mut effects), Applied::Created);
     }
     let key = key_in(2, 1, 99);
-    assert_eq!(roots.ack(key, 1, &mut done), Applied::Full);
-    assert_eq!(roots.init(key, 1, 5, &mut done), Err(Refused::Full(5)));
+    assert_eq!(roots.ack(key, 1, &mut effects), Applied::Full);
+    assert_eq!(roots.init(key, 1, 5, &mut effects), Err(Refused::Full(5)));
 }
 
 #[test]
 fn twin_entries_merge_into_one_with_both_contents() {
     let roots = Table::<u32>::new(4);
-    let mut done = Effects::default();
+    let mut effects = Effects::default();
     let (other, key) = (key_in(4, 1, 1), key_in(4, 1, 2));
     // `other` takes the home group's first slot, `key` the second.
-    roots.ack(other, 1, &mut done);
-    roots.ack(key, 0b01, &mut done);
-    roots.fail(key, &mut done);
+    roots.ack(other, 1, &mut effects);
+    roots.ack(key, 0b01, &mut effects);
+    roots.fail(key, &mut effects);
     // `other`'s slot empties and a claimer that had not seen `key` takes it: a twin.
     let (slot, word) = roots.find(other).unwrap();
     roots.empty(slot, word).unwrap();
@@ -338,24 +338,24 @@ fn twin_entries_merge_into_one_with_both_contents() {
         )
         .unwrap();
     assert_eq!(twin, slot);
-    roots.merge_twins(key, twin, &mut done);
+    roots.merge_twins(key, twin, &mut effects);
     assert_eq!(roots.merged(), 1);
     let (survivor, word) = roots.find(key).unwrap();
     assert_eq!(survivor, twin, "the first in probe order wins");
     assert_eq!(roots.find_other(key, Some(survivor)), None);
     assert_eq!(word.value(), 0b11);
     assert!(word.state().failed(), "the loser's held fail came along");
-    roots.init(key, 0b01, 3, &mut done).unwrap();
-    assert_eq!(finish(&roots, &mut done), Some((3, Outcome::Failed)));
+    roots.init(key, 0b01, 3, &mut effects).unwrap();
+    assert_eq!(finish(&roots, &mut effects), Some((3, Outcome::Failed)));
 }
 
 #[test]
 fn a_held_twin_merges_into_the_joined_entry() {
     let roots = Table::<u32>::new(4);
-    let mut done = Effects::default();
+    let mut effects = Effects::default();
     let (other, key) = (key_in(4, 0, 1), key_in(4, 0, 2));
-    roots.ack(other, 1, &mut done);
-    roots.init(key, 0b11, 4, &mut done).unwrap(); // LIVE, second in probe order
+    roots.ack(other, 1, &mut effects);
+    roots.init(key, 0b11, 4, &mut effects).unwrap(); // LIVE, second in probe order
     let (slot, word) = roots.find(other).unwrap();
     roots.empty(slot, word).unwrap();
     let twin = roots
@@ -366,8 +366,8 @@ fn a_held_twin_merges_into_the_joined_entry() {
             &mut Effects::default(),
         )
         .unwrap();
-    roots.merge_twins(key, twin, &mut done);
-    assert_eq!(finish(&roots, &mut done), Some((4, Outcome::Acked)));
+    roots.merge_twins(key, twin, &mut effects);
+    assert_eq!(finish(&roots, &mut effects), Some((4, Outcome::Acked)));
     assert_eq!(roots.find(key), None);
 }
 
@@ -383,7 +383,7 @@ fn random_messages_match_a_sequential_model() {
     let mut rng = StdRng::seed_from_u64(7);
     let roots = Table::<u32>::new(8);
     let mut model: HashMap<u64, Model> = HashMap::new();
-    let mut done = Effects::default();
+    let mut effects = Effects::default();
     let rounds = if cfg!(miri) { 500 } else { 200_000 };
     for round in 0..rounds {
         let id = rng.random_range(0..24u64);
@@ -392,19 +392,19 @@ fn random_messages_match_a_sequential_model() {
         let expected = match rng.random_range(0..10) {
             0..=5 => {
                 let xor = rng.random_range(1..8u64);
-                assert_ne!(roots.ack(key, xor, &mut done), Applied::Full);
+                assert_ne!(roots.ack(key, xor, &mut effects), Applied::Full);
                 entry.value ^= xor;
                 (entry.init.is_some() && entry.value == 0).then_some(Outcome::Acked)
             }
             6 => {
-                roots.fail(key, &mut done);
+                roots.fail(key, &mut effects);
                 entry.failed = true;
                 entry.init.is_some().then_some(Outcome::Failed)
             }
             _ => {
                 let xor = rng.random_range(1..8u64);
                 let payload = round as u32;
-                let result = roots.init(key, xor, payload, &mut done);
+                let result = roots.init(key, xor, payload, &mut effects);
                 if entry.init.is_some() {
                     assert_eq!(result, Err(Refused::Duplicate(payload)));
                     None
@@ -420,7 +420,7 @@ fn random_messages_match_a_sequential_model() {
                 }
             }
         };
-        let got = finish(&roots, &mut done);
+        let got = finish(&roots, &mut effects);
         match expected {
             Some(outcome) => {
                 let payload = model.remove(&id).unwrap().init.unwrap();
@@ -438,11 +438,11 @@ fn live_payloads_are_dropped_with_the_table() {
     let payload = Arc::new(());
     {
         let roots = Table::new(2);
-        let mut done = Effects::default();
+        let mut effects = Effects::default();
         roots
-            .init(key_in(2, 0, 1), 1, Arc::clone(&payload), &mut done)
+            .init(key_in(2, 0, 1), 1, Arc::clone(&payload), &mut effects)
             .unwrap();
-        roots.ack(key_in(2, 0, 2), 1, &mut done); // an orphan: no payload
+        roots.ack(key_in(2, 0, 2), 1, &mut effects); // an orphan: no payload
         assert_eq!(Arc::strong_count(&payload), 2);
     }
     assert_eq!(Arc::strong_count(&payload), 1);
@@ -468,7 +468,7 @@ fn racing_threads_complete_every_tree_exactly_once() {
                 let barrier = &barrier;
                 s.spawn(move || {
                     let mut mine = Vec::new();
-                    let mut done = Effects::default();
+                    let mut effects = Effects::default();
                     for t in 0..trees {
                         if t % 8 == 0 {
                             barrier.wait();
@@ -478,14 +478,14 @@ fn racing_threads_complete_every_tree_exactly_once() {
                         // Thread `t % THREADS` inits, the others ack one edge each.
                         let role = (me + t as usize) % THREADS;
                         match role {
-                            0 => roots.init(key, a ^ b ^ c, t, &mut done).unwrap(),
-                            1 => drop(roots.ack(key, a, &mut done)),
-                            2 => drop(roots.ack(key, b, &mut done)),
-                            _ => drop(roots.ack(key, c, &mut done)),
+                            0 => roots.init(key, a ^ b ^ c, t, &mut effects).unwrap(),
+                            1 => drop(roots.ack(key, a, &mut effects)),
+                            2 => drop(roots.ack(key, b, &mut effects)),
+                            _ => drop(roots.ack(key, c, &mut effects)),
                         }
                         if let Some(Completed {
                             slot, key, outcome, ..
-                        }) = done.take()
+                        }) = effects.take()
                         {
                             // Safety: this call claimed it; taken and freed once.
                             mine.push((unsafe { roots.take(slot) }, outcome));
@@ -528,7 +528,7 @@ fn merges_conserve_every_xor_under_churn() {
                 s.spawn(move || {
                     let mut rng = StdRng::seed_from_u64(me as u64);
                     let mut sent = vec![0u64; KEYS as usize];
-                    let mut done = Effects::default();
+                    let mut effects = Effects::default();
                     for _ in 0..ops {
                         let id = rng.random_range(0..KEYS);
                         let key = key_in(groups, (id % 2) as usize, id);
@@ -540,11 +540,11 @@ fn merges_conserve_every_xor_under_churn() {
                             }
                         } else {
                             let xor = rng.random_range(1..4u64);
-                            if roots.ack(key, xor, &mut done) != Applied::Full {
+                            if roots.ack(key, xor, &mut effects) != Applied::Full {
                                 sent[id as usize] ^= xor;
                             }
                         }
-                        assert!(done.is_none(), "nothing is initialized");
+                        assert!(effects.is_none(), "nothing is initialized");
                     }
                     sent
                 })
@@ -588,13 +588,13 @@ fn merges_conserve_every_xor_under_churn() {
 fn a_claim_stamps_the_times_and_emptying_the_slot_frees_them() {
     let roots = Table::<u32>::new(2);
     let key = key_in(2, 0, 1);
-    let mut done = Effects::stamped(Stamp::new(100, 130));
-    assert_eq!(roots.ack(key, 0b1, &mut done), Applied::Created);
-    let slot = done
+    let mut effects = Effects::stamped(Stamp::new(100, 130));
+    assert_eq!(roots.ack(key, 0b1, &mut effects), Applied::Created);
+    let slot = effects
         .take_to_file()
         .map(|(_, s)| s)
         .expect("the orphan's slot is reported");
-    assert_eq!(done.take_to_file().map(|(_, s)| s), None);
+    assert_eq!(effects.take_to_file().map(|(_, s)| s), None);
     let stamp = roots.times(slot).unwrap();
     assert_eq!((stamp.start(), stamp.base()), (100, 130));
     assert_eq!(
@@ -654,9 +654,9 @@ fn an_init_with_its_own_timeout_counts_from_the_first_message() {
 fn a_reset_never_brings_a_deadline_earlier() {
     let roots = Table::<u32>::new(2);
     let key = key_in(2, 0, 1);
-    let mut done = Effects::stamped(Stamp::new(10, 1_000));
-    roots.init(key, 0b1, 7, &mut done).unwrap();
-    let slot = done.take_to_file().map(|(_, s)| s).unwrap();
+    let mut effects = Effects::stamped(Stamp::new(10, 1_000));
+    roots.init(key, 0b1, 7, &mut effects).unwrap();
+    let slot = effects.take_to_file().map(|(_, s)| s).unwrap();
     // A base of 20 would be before the stored 1000: kept.
     assert!(roots.reset(key, 20));
     assert_eq!(roots.times(slot).unwrap().base(), 1_000);
@@ -692,16 +692,16 @@ fn a_reserved_slot_is_skipped_by_other_claimers() {
     roots
         .times_of(0)
         .store(Stamp::default().bits(), crate::sync::Ordering::SeqCst);
-    let mut done = Effects::default();
-    assert_eq!(roots.ack(a, 1, &mut done), Applied::Created);
+    let mut effects = Effects::default();
+    assert_eq!(roots.ack(a, 1, &mut effects), Applied::Created);
     assert_eq!(
-        done.take_to_file().map(|(_, s)| s),
+        effects.take_to_file().map(|(_, s)| s),
         Some(1),
         "slot 0 is reserved, so the next one"
     );
     roots.times_of(0).store(0, crate::sync::Ordering::SeqCst);
-    assert_eq!(roots.ack(b, 1, &mut done), Applied::Created);
-    assert_eq!(done.take_to_file().map(|(_, s)| s), Some(0));
+    assert_eq!(roots.ack(b, 1, &mut effects), Applied::Created);
+    assert_eq!(effects.take_to_file().map(|(_, s)| s), Some(0));
 }
 
 mod migration;

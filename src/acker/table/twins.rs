@@ -46,19 +46,19 @@ impl InFlight {
 impl<T> Table<T> {
     /// After claiming `slot` for `key`: files its timer and merges any twin, or, when a
     /// migration has begun, moves the entry to the successor (where that happens).
-    pub(super) fn created(&self, key: Key, slot: usize, done: &mut Effects<'_>) {
+    pub(super) fn created(&self, key: Key, slot: usize, effects: &mut Effects<'_>) {
         if let Some(next) = self.successor() {
-            self.relocate(slot, next, done);
+            self.relocate(slot, next, effects);
             return;
         }
-        done.file_later(self.gen, slot);
-        self.merge_twins(key, slot, done);
+        effects.file_later(self.gen, slot);
+        self.merge_twins(key, slot, effects);
     }
 
     /// After claiming `mine` for `key`: merges every twin entry (module docs) until `mine`
     /// is the root's only entry or has been merged into another. Carrying a twin's contents
-    /// may complete the tree (into `done`).
-    pub(super) fn merge_twins(&self, key: Key, mine: usize, done: &mut Effects<'_>) {
+    /// may complete the tree (into `effects`).
+    pub(super) fn merge_twins(&self, key: Key, mine: usize, effects: &mut Effects<'_>) {
         while let Some((other, theirs)) = self.find_other(key, Some(mine)) {
             let ours = self.word(mine).load();
             if !ours.holds(key) {
@@ -102,7 +102,7 @@ impl<T> Table<T> {
             // nothing; carrying it to a tree that has completed meanwhile would leave an
             // empty orphan.
             let empty = lost.value() == 0 && !lost.state().failed() && !lost.state().reset();
-            if empty || self.carry(key, Message::Twin(lost, base), done) {
+            if empty || self.carry(key, Message::Twin(lost, base), effects) {
                 self.in_flight.land();
                 self.release(loser, key);
             } else {
@@ -119,12 +119,12 @@ impl<T> Table<T> {
                     // reserver (`claim_with`). Were it to, the contents go as a new entry.
                     debug_assert!(false, "a reserved slot's word left EMPTY");
                     self.release(loser, key);
-                    self.recreate(key, Message::Twin(lost, base), done);
+                    self.recreate(key, Message::Twin(lost, base), effects);
                     self.in_flight.land();
                     return;
                 }
                 self.in_flight.land();
-                self.created(key, loser, done);
+                self.created(key, loser, effects);
                 continue; // ours, if it is still there, may have a twin left
             }
             if loser == mine {
@@ -135,10 +135,10 @@ impl<T> Table<T> {
 
     /// Applies `message` to the root's entry here or in a successor; `false` when the root
     /// has none (nothing is created).
-    fn carry(&self, key: Key, message: Message, done: &mut Effects<'_>) -> bool {
+    fn carry(&self, key: Key, message: Message, effects: &mut Effects<'_>) -> bool {
         let mut roots = self;
         loop {
-            match roots.apply(key, message, false, done) {
+            match roots.apply(key, message, false, effects) {
                 Applied::Changed => return true,
                 // Moved or moving: on along the chain.
                 Applied::Retry => roots = roots.successor().unwrap_or(roots),
@@ -156,9 +156,9 @@ impl<T> Table<T> {
 
     /// Applies `message` here or, if the root's entry moves meanwhile, in the successor,
     /// creating an entry if there is none (which room or credit may refuse).
-    fn recreate(&self, key: Key, message: Message, done: &mut Effects<'_>) {
+    fn recreate(&self, key: Key, message: Message, effects: &mut Effects<'_>) {
         let mut roots = self;
-        while roots.apply(key, message, true, done) == Applied::Retry {
+        while roots.apply(key, message, true, effects) == Applied::Retry {
             roots = roots.successor().unwrap_or(roots);
         }
     }

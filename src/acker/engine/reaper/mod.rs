@@ -400,9 +400,9 @@ fn look_at_group<'e, T: Send + 'static>(
         let Some(key) = roots.key_in(slot) else {
             continue;
         };
-        let mut done = Effects::default();
+        let mut effects = Effects::default();
         let tag = tag_of(key.tag(), roots.gen());
-        let next = match roots.expire_keeping(slot, tag, judge, &mut done) {
+        let next = match roots.expire_keeping(slot, tag, judge, &mut effects) {
             Expiry::Gone => None,
             Expiry::Dropped => {
                 // Relaxed: a statistic.
@@ -413,7 +413,7 @@ fn look_at_group<'e, T: Send + 'static>(
                 None
             }
             Expiry::TimedOut => {
-                if let Some(completed) = done.take() {
+                if let Some(completed) = effects.take() {
                     timed_out.push((table, roots, completed));
                 }
                 None

@@ -40,12 +40,12 @@ fn a_migration_moves_every_entry_with_its_times_timeout_and_payload() {
     let old = Table::<u32>::bounded(4, None, 30, false);
     let keys: Vec<Key> = (0..12).map(|i| key_in(4, i % 4, 100 + i as u64)).collect();
     for (i, &key) in keys.iter().enumerate() {
-        let mut done = Effects::stamped(Stamp::new(10 + i as u32, 10 + i as u32));
+        let mut effects = Effects::stamped(Stamp::new(10 + i as u32, 10 + i as u32));
         match i % 3 {
-            0 => assert_eq!(old.ack(key, 0b1, &mut done), Applied::Created), // an orphan
-            1 => old.init(key, 0b11, i as u32, &mut done).unwrap(),
+            0 => assert_eq!(old.ack(key, 0b1, &mut effects), Applied::Created), // an orphan
+            1 => old.init(key, 0b11, i as u32, &mut effects).unwrap(),
             _ => {
-                old.init_with(key, 0b11, i as u32, Some(5), &mut done)
+                old.init_with(key, 0b11, i as u32, Some(5), &mut effects)
                     .unwrap();
                 assert!(old.reset(key, 50));
             }
@@ -64,11 +64,11 @@ fn a_migration_moves_every_entry_with_its_times_timeout_and_payload() {
         })
         .collect();
     let next = begin(&old, 8);
-    let mut done = Effects::default();
-    assert!(old.move_round(&mut done), "every group clean in one round");
+    let mut effects = Effects::default();
+    assert!(old.move_round(&mut effects), "every group clean in one round");
     assert!(old.moved_all());
-    assert!(done.is_none());
-    let mut filed = std::iter::from_fn(|| done.take_to_file()).collect::<Vec<_>>();
+    assert!(effects.is_none());
+    let mut filed = std::iter::from_fn(|| effects.take_to_file()).collect::<Vec<_>>();
     filed.sort();
     assert_eq!(filed.len(), keys.len(), "a timer per moved entry");
     assert!(
@@ -88,9 +88,9 @@ fn a_migration_moves_every_entry_with_its_times_timeout_and_payload() {
     }
     // The moved trees complete in the successor, with their payloads.
     for (i, &key) in keys.iter().enumerate().filter(|(i, _)| i % 3 != 0) {
-        let mut done = Effects::default();
-        assert_eq!(next.ack(key, 0b11, &mut done), Applied::Changed);
-        assert_eq!(finish(&next, &mut done), Some((i as u32, Outcome::Acked)));
+        let mut effects = Effects::default();
+        assert_eq!(next.ack(key, 0b11, &mut effects), Applied::Changed);
+        assert_eq!(finish(&next, &mut effects), Some((i as u32, Outcome::Acked)));
     }
     assert_eq!(old.slots(), 16);
     assert_eq!(next.slots(), 32);
@@ -101,20 +101,20 @@ fn an_entry_created_after_the_migration_began_moves_itself() {
     let old = Table::<u32>::new(4);
     let next = begin(&old, 8);
     let key = key_in(4, 2, 9);
-    let mut done = Effects::default();
+    let mut effects = Effects::default();
     // Created in the old table (as by an operation that began before `next` was set),
     // and moved at once.
-    assert_eq!(old.ack(key, 0b1, &mut done), Applied::Created);
+    assert_eq!(old.ack(key, 0b1, &mut effects), Applied::Created);
     assert_eq!(old.find(key), None);
     assert_eq!(next.find(key).map(|(_, w)| w.value()), Some(0b1));
-    let (gen, slot) = done.take_to_file().unwrap();
+    let (gen, slot) = effects.take_to_file().unwrap();
     assert_eq!((gen, Some(slot)), (1, next.find(key).map(|(s, _)| s)));
     // A message in migration mode finds it there.
     assert_eq!(
-        old.apply(key, Message::Ack(0b10), false, &mut done),
+        old.apply(key, Message::Ack(0b10), false, &mut effects),
         Applied::Missing
     );
-    assert_eq!(next.ack(key, 0b10, &mut done), Applied::Changed);
+    assert_eq!(next.ack(key, 0b10, &mut effects), Applied::Changed);
     assert_eq!(next.find(key).map(|(_, w)| w.value()), Some(0b11));
 }
 
@@ -122,22 +122,22 @@ fn an_entry_created_after_the_migration_began_moves_itself() {
 fn init_joins_nothing_in_a_table_being_migrated() {
     let old = Table::<u32>::new(4);
     let key = key_in(4, 1, 3);
-    let mut done = Effects::default();
-    assert_eq!(old.ack(key, 0b01, &mut done), Applied::Created);
+    let mut effects = Effects::default();
+    assert_eq!(old.ack(key, 0b01, &mut effects), Applied::Created);
     let next = begin(&old, 8);
     // The orphan is found in the old table: init moves it over and starts again.
     assert_eq!(
-        old.init_or(key, 0b11, 5, None, false, &mut done),
+        old.init_or(key, 0b11, 5, None, false, &mut effects),
         Err(Refused::Retry(5))
     );
     assert_eq!(old.find(key), None);
     assert_eq!(
-        old.init_or(key, 0b11, 5, None, false, &mut done),
+        old.init_or(key, 0b11, 5, None, false, &mut effects),
         Err(Refused::Missing(5))
     );
-    next.init_or(key, 0b11, 5, None, true, &mut done).unwrap();
-    assert_eq!(next.ack(key, 0b10, &mut done), Applied::Changed);
-    assert_eq!(finish(&next, &mut done), Some((5, Outcome::Acked)));
+    next.init_or(key, 0b11, 5, None, true, &mut effects).unwrap();
+    assert_eq!(next.ack(key, 0b10, &mut effects), Applied::Changed);
+    assert_eq!(finish(&next, &mut effects), Some((5, Outcome::Acked)));
 }
 
 #[test]
@@ -146,9 +146,9 @@ fn a_successor_without_room_leaves_the_entry_where_it_was() {
     let next = begin(&old, 2);
     // Fill the successor's only window (two groups of four).
     for low in 0..8 {
-        let mut done = Effects::default();
+        let mut effects = Effects::default();
         assert_eq!(
-            next.ack(key_in(2, 0, 1000 + low), 1, &mut done),
+            next.ack(key_in(2, 0, 1000 + low), 1, &mut effects),
             Applied::Created
         );
     }
@@ -156,10 +156,10 @@ fn a_successor_without_room_leaves_the_entry_where_it_was() {
     // claim would have, bypassing the move-on-claim).
     let key = key_in(4, 3, 77);
     let word = Word::held_ack(key, 0b101);
-    let mut done = Effects::default();
+    let mut effects = Effects::default();
     old.claim_with(key, word, None, Stamp::new(1, 1), false, |_| {})
         .unwrap();
-    assert!(!old.move_round(&mut done), "the entry has no room");
+    assert!(!old.move_round(&mut effects), "the entry has no room");
     assert!(!old.moved_all());
     assert_eq!(
         old.find(key).map(|(_, w)| w),
@@ -169,7 +169,7 @@ fn a_successor_without_room_leaves_the_entry_where_it_was() {
     // Room again: the next round moves it.
     let (slot, w) = next.find(key_in(2, 0, 1000)).unwrap();
     next.empty(slot, w).unwrap();
-    assert!(old.move_round(&mut done));
+    assert!(old.move_round(&mut effects));
     assert_eq!(next.find(key).map(|(_, w)| w), Some(word));
 }
 
@@ -177,8 +177,8 @@ fn a_successor_without_room_leaves_the_entry_where_it_was() {
 fn a_reset_that_waits_out_a_move_put_back_for_want_of_room_still_moves_the_base() {
     let roots = Arc::new(Table::<u32>::bounded(4, None, 30, false));
     let key = key_in(4, 1, 5);
-    let mut done = Effects::stamped(Stamp::new(10, 10));
-    roots.init(key, 0b1, 7, &mut done).unwrap();
+    let mut effects = Effects::stamped(Stamp::new(10, 10));
+    roots.init(key, 0b1, 7, &mut effects).unwrap();
     let (slot, live) = roots.find(key).unwrap();
     assert_eq!(roots.deadline(slot), Some(40));
     // A mover froze the entry (its successor then had no room, as the next line shows).
@@ -208,9 +208,9 @@ fn tables_of_any_group_count_find_every_entry_and_migrate_between_sizes() {
             .map(|_| Key::new(rng.random::<u64>() & Key::MAX))
             .collect();
         for (i, &key) in keys.iter().enumerate() {
-            let mut done = Effects::default();
+            let mut effects = Effects::default();
             assert_eq!(
-                old.init(key, 0b11, i as u32, &mut done),
+                old.init(key, 0b11, i as u32, &mut effects),
                 Ok(()),
                 "{groups} groups"
             );
@@ -218,16 +218,16 @@ fn tables_of_any_group_count_find_every_entry_and_migrate_between_sizes() {
         }
         // Half again as many groups, as growth makes them, and back to the first size.
         let next = begin(&old, groups + groups.div_ceil(2));
-        let mut done = Effects::default();
+        let mut effects = Effects::default();
         assert!(
-            old.move_round(&mut done),
+            old.move_round(&mut effects),
             "{groups} groups: every group moved"
         );
         for (i, &key) in keys.iter().enumerate() {
-            let mut done = Effects::default();
-            assert_eq!(next.ack(key, 0b01, &mut done), Applied::Changed);
-            assert_eq!(next.ack(key, 0b10, &mut done), Applied::Changed);
-            assert_eq!(finish(&next, &mut done), Some((i as u32, Outcome::Acked)));
+            let mut effects = Effects::default();
+            assert_eq!(next.ack(key, 0b01, &mut effects), Applied::Changed);
+            assert_eq!(next.ack(key, 0b10, &mut effects), Applied::Changed);
+            assert_eq!(finish(&next, &mut effects), Some((i as u32, Outcome::Acked)));
         }
         assert!(next.is_clear(), "{groups} groups: nothing left behind");
     }
@@ -244,26 +244,26 @@ fn a_stranded_entry_is_held_and_init_never_joins_it() {
     // A successor of two groups (the fewest), full: no room in any window.
     let next = begin(&old, 2);
     for i in 0..2 * GROUP_SLOTS as u64 {
-        let mut done = Effects::stamped(Stamp::new(5, 5));
-        next.init(key_in(2, i as usize % 2, 900 + i), 0b1, 0, &mut done)
+        let mut effects = Effects::stamped(Stamp::new(5, 5));
+        next.init(key_in(2, i as usize % 2, 900 + i), 0b1, 0, &mut effects)
             .unwrap();
     }
-    let mut done = Effects::default();
-    assert!(old.move_round(&mut done), "an empty table is clean at once");
+    let mut effects = Effects::default();
+    assert!(old.move_round(&mut effects), "an empty table is clean at once");
     let key = key_in(4, 2, 42);
-    let mut done = Effects::stamped(Stamp::new(10, 10));
-    assert_eq!(old.ack(key, 0b110, &mut done), Applied::Created);
-    let (gen, slot) = done.take_stranded().expect("no room: stranded");
+    let mut effects = Effects::stamped(Stamp::new(10, 10));
+    assert_eq!(old.ack(key, 0b110, &mut effects), Applied::Created);
+    let (gen, slot) = effects.take_stranded().expect("no room: stranded");
     assert_eq!(gen, old.gen());
     let word = old.word(slot).load();
     assert!(word.holds(key) && word.state().phase() == Some(Phase::Held));
     // An init finds it, and moves it rather than join it: the payload comes back.
-    let mut done = Effects::stamped(Stamp::new(11, 11));
+    let mut effects = Effects::stamped(Stamp::new(11, 11));
     assert!(matches!(
-        old.init(key, 0b110, 7, &mut done),
+        old.init(key, 0b110, 7, &mut effects),
         Err(Refused::Retry(7))
     ));
-    assert_eq!(done.take_stranded(), Some((gen, slot)));
+    assert_eq!(effects.take_stranded(), Some((gen, slot)));
     assert_eq!(old.word(slot).load().state().phase(), Some(Phase::Held));
     // Given up at shutdown: dropped, nothing taken back.
     assert_eq!(old.take_back(slot, key), None);
