@@ -119,52 +119,52 @@ pub enum Pushed {
 
 impl Threads {
     /// Files `entry`, created at tick `now` and due at the reaper by tick `hand_off`, in
-    /// `batch`, which must be the calling thread's. When the batch was last filtered at an
+    /// `record`, which must be the calling thread's. When the batch was last filtered at an
     /// earlier tick, first drops the entries `live` says are not live and hands those whose
     /// hand-off tick has come to the reaper.
     #[inline]
     pub fn push_to(
         &self,
-        batch: &Record,
+        record: &Record,
         entry: Entry,
         hand_off: Tick,
         now: Tick,
         live: impl FnMut(&Entry) -> bool,
     ) -> Pushed {
         // Relaxed: ordered before the `taken` load by the light fence (module docs).
-        batch.pin.store(true, Ordering::Relaxed);
+        record.pin.store(true, Ordering::Relaxed);
         self.fences.light();
         // Acquire: reads the reaper's release of `taken`, so the entries it emptied are
         // seen.
-        if batch.taken.load(Ordering::Acquire) {
-            batch.pin.store(false, Ordering::Release); // Release: as at the end below.
+        if record.taken.load(Ordering::Acquire) {
+            record.pin.store(false, Ordering::Release); // Release: as at the end below.
             self.hand_off(std::iter::once(entry));
             return Pushed::Filed;
         }
         let mut pushed = Pushed::Filed;
-        batch.entries.with_mut(|entries| {
+        record.entries.with_mut(|entries| {
             // Safety: pinned, and `taken` was unset after the pin: the reaper keeps off the
             // entries until we unpin (module docs).
             let entries = unsafe { &mut *entries };
             // Relaxed: only this thread writes `tick`; the reaper's reading it stale only
             // delays a takeover.
-            let filed = batch.tick.load(Ordering::Relaxed);
+            let filed = record.tick.load(Ordering::Relaxed);
             if filed != now {
                 if entries.len() > 0 {
                     self.filter(entries, now, live);
                 }
-                batch.tick.store(now, Ordering::Relaxed); // Relaxed: as above.
+                record.tick.store(now, Ordering::Relaxed); // Relaxed: as above.
             }
             entries.fresh.push(Held { entry, hand_off });
             // Relaxed: a hint for the reaper's checks; the fence below orders the one
             // that matters (empty to non-empty) before the `idle` load.
-            batch.len.store(entries.len(), Ordering::Relaxed);
+            record.len.store(entries.len(), Ordering::Relaxed);
             if entries.len() == 1 {
                 pushed = self.wake_check();
             }
         });
         // Release: the entries written above happen before a takeover that reads this.
-        batch.pin.store(false, Ordering::Release);
+        record.pin.store(false, Ordering::Release);
         pushed
     }
 
@@ -280,17 +280,17 @@ impl Threads {
             if room == 0 {
                 return true;
             }
-            for batch in all.iter().filter(|b| quiet(b)) {
+            for record in all.iter().filter(|b| quiet(b)) {
                 // Relaxed: ordered before the pin loads by the heavy fence below.
-                batch.taken.store(true, Ordering::Relaxed);
+                record.taken.store(true, Ordering::Relaxed);
             }
             let fenced = self.heavy();
-            for batch in all.iter().filter(|b| b.taken.load(Ordering::Relaxed)) {
+            for record in all.iter().filter(|b| b.taken.load(Ordering::Relaxed)) {
                 // Acquire: reads the owner's last unpin, after its entries' writes.
                 // (Without the barrier a pin may not be visible yet: the batch stays with
                 // its owner.)
-                if fenced && !batch.pin.load(Ordering::Acquire) {
-                    batch.entries.with_mut(|entries| {
+                if fenced && !record.pin.load(Ordering::Acquire) {
+                    record.entries.with_mut(|entries| {
                         // Safety: `taken` was set before the heavy fence and the owner is
                         // not pinned after it, so it keeps off until we unset `taken`.
                         let entries = unsafe { &mut *entries };
@@ -299,11 +299,11 @@ impl Threads {
                         left |= entries.len() > 0;
                         entries.trim();
                         // Relaxed: a hint.
-                        batch.len.store(entries.len(), Ordering::Relaxed);
+                        record.len.store(entries.len(), Ordering::Relaxed);
                     });
                 }
                 // Release: the owner that reads this sees the entries we emptied.
-                batch.taken.store(false, Ordering::Release);
+                record.taken.store(false, Ordering::Release);
             }
         }
         all.retain(|b| !(b.abandoned.load(Ordering::SeqCst) && b.len.load(Ordering::SeqCst) == 0));

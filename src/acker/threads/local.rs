@@ -56,13 +56,13 @@ impl Threads {
             // is set only from there, and `LOCAL` drops no batch while `LAST` names it).
             return self.push_to(unsafe { &*last }, entry, hand_off, now, live);
         }
-        let Some(batch) = self.local() else {
+        let Some(record) = self.local() else {
             // The thread is exiting and its batches are gone: straight to the reaper.
             self.hand_off(std::iter::once(entry));
             return self.wake_check();
         };
-        LAST.set((self.id, Arc::as_ptr(&batch)));
-        self.push_to(&batch, entry, hand_off, now, live)
+        LAST.set((self.id, Arc::as_ptr(&record)));
+        self.push_to(&record, entry, hand_off, now, live)
     }
 
     /// Marks an acker operation in progress on the calling thread until the returned
@@ -70,7 +70,7 @@ impl Threads {
     #[inline]
     pub fn enter(&self) -> Active {
         match self.own() {
-            Some(batch) => self.enter_with(batch),
+            Some(record) => self.enter_with(record),
             // The thread is exiting (a thread-local's destructor acks): it has no batch to
             // mark, so it counts in the shared count, which shutdown's close waits for as
             // it waits for a batch's depth. Its completions go to the callback like any.
@@ -94,10 +94,10 @@ impl Threads {
             // reference is used only while this thread runs the caller.
             return Some(unsafe { &*last });
         }
-        let batch = self.local()?;
-        LAST.set((self.id, Arc::as_ptr(&batch)));
+        let record = self.local()?;
+        LAST.set((self.id, Arc::as_ptr(&record)));
         // Safety: as above: `LOCAL` holds an `Arc` of it for as long as this thread runs.
-        Some(unsafe { &*Arc::as_ptr(&batch) })
+        Some(unsafe { &*Arc::as_ptr(&record) })
     }
 
     #[cold]
@@ -105,15 +105,15 @@ impl Threads {
         LOCAL
             .try_with(|local| {
                 let mut local = local.borrow_mut();
-                if let Some((_, batch)) = local.threads.iter().find(|(id, _)| *id == self.id) {
-                    return Arc::clone(batch);
+                if let Some((_, record)) = local.threads.iter().find(|(id, _)| *id == self.id) {
+                    return Arc::clone(record);
                 }
                 // Records of ackers that are gone (only this thread still holds them) go
                 // now.
                 local.threads.retain(|(_, b)| Arc::strong_count(b) > 1);
-                let batch = self.register();
-                local.threads.push((self.id, Arc::clone(&batch)));
-                batch
+                let record = self.register();
+                local.threads.push((self.id, Arc::clone(&record)));
+                record
             })
             .ok()
     }

@@ -97,26 +97,26 @@ impl Drop for Active {
 #[derive(Debug)]
 pub struct Paused<'a> {
     threads: &'a Threads,
-    batch: Option<&'a Record>,
+    record: Option<&'a Record>,
 }
 
 impl Drop for Paused<'_> {
     fn drop(&mut self) {
-        let Some(batch) = self.batch else {
+        let Some(record) = self.record else {
             return;
         };
         // Relaxed load: only this thread writes it.
-        let depth = batch.active.load(Ordering::Relaxed);
+        let depth = record.active.load(Ordering::Relaxed);
         loop {
             // Relaxed: ordered before the `moving` load by the light fence (module docs).
-            batch.paused.store(0, Ordering::Relaxed);
+            record.paused.store(0, Ordering::Relaxed);
             self.threads.fences.light();
             // Acquire: as in `enter_with`, a sweep that ended happens before what follows.
             if !self.threads.moving.load(Ordering::Acquire) {
                 return;
             }
             // Release: as in `pause`.
-            batch.paused.store(depth, Ordering::Release);
+            record.paused.store(depth, Ordering::Release);
             self.threads.wait_moved();
         }
     }
@@ -134,16 +134,16 @@ pub struct Grace {
 }
 
 impl Threads {
-    /// [`enter`](Self::enter) on `batch`, which must be the calling thread's.
+    /// [`enter`](Self::enter) on `record`, which must be the calling thread's.
     #[inline]
-    pub fn enter_with(&self, batch: &Record) -> Active {
-        let depth = &batch.active;
+    pub fn enter_with(&self, record: &Record) -> Active {
+        let depth = &record.active;
         // Relaxed loads: only this thread writes them; Relaxed stores: ordered before the
         // `closed` load (and the operation's loads of tables) by the light fence.
         let outer = depth.load(Ordering::Relaxed) == 0;
         if outer {
-            let begun = batch.begun.load(Ordering::Relaxed);
-            batch.begun.store(begun.wrapping_add(1), Ordering::Relaxed);
+            let begun = record.begun.load(Ordering::Relaxed);
+            record.begun.store(begun.wrapping_add(1), Ordering::Relaxed);
         }
         let entered = depth.load(Ordering::Relaxed);
         loop {
@@ -159,7 +159,7 @@ impl Threads {
             // counts this thread busy and waits for that operation, so its sweep has not
             // begun and cannot begin before this one ends or pauses. Relaxed: only this
             // thread writes `paused`.
-            if entered > 0 && batch.paused.load(Ordering::Relaxed) != entered {
+            if entered > 0 && record.paused.load(Ordering::Relaxed) != entered {
                 break;
             }
             // Quiescent again (its depth as before: 0, or its callback's) while the
@@ -193,24 +193,24 @@ impl Threads {
         self.pause_on(self.own())
     }
 
-    /// [`pause`](Self::pause) on `batch`, which must be the calling thread's (loom's
+    /// [`pause`](Self::pause) on `record`, which must be the calling thread's (loom's
     /// models pass it explicitly, as to [`enter_with`](Self::enter_with)).
     #[inline]
-    pub fn pause_with<'a>(&'a self, batch: &'a Record) -> Paused<'a> {
-        self.pause_on(Some(batch))
+    pub fn pause_with<'a>(&'a self, record: &'a Record) -> Paused<'a> {
+        self.pause_on(Some(record))
     }
 
     #[inline]
-    fn pause_on<'a>(&'a self, batch: Option<&'a Record>) -> Paused<'a> {
-        if let Some(batch) = batch {
+    fn pause_on<'a>(&'a self, record: Option<&'a Record>) -> Paused<'a> {
+        if let Some(record) = record {
             // Relaxed load: only this thread writes it. Release: the operation's accesses
             // so far happen before a re-anchorer that reads it (Acquire) and then sweeps.
-            let depth = batch.active.load(Ordering::Relaxed);
-            batch.paused.store(depth, Ordering::Release);
+            let depth = record.active.load(Ordering::Relaxed);
+            record.paused.store(depth, Ordering::Release);
         }
         Paused {
             threads: self,
-            batch,
+            record,
         }
     }
 
@@ -236,8 +236,8 @@ impl Threads {
             let depth = b.active.load(Ordering::Acquire);
             depth == 0 || b.paused.load(Ordering::Acquire) == depth
         };
-        for batch in &busy {
-            while !quiescent(batch) {
+        for record in &busy {
+            while !quiescent(record) {
                 if self.shared.load(Ordering::SeqCst) > 0 {
                     return false;
                 }

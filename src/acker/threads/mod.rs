@@ -28,7 +28,8 @@ use handoff::Entries;
 pub use handoff::{Entry, Pushed};
 pub use marks::{Active, Grace};
 
-/// One thread's batch for one acker.
+/// One thread's record for one acker: its batch of timer entries ([`handoff`]) and the
+/// marks of its operations ([`marks`]).
 #[derive(Debug)]
 pub struct Record {
     /// The owner is inside (module docs).
@@ -134,9 +135,9 @@ impl Threads {
 
     /// A new batch for a thread; its handle must be used by that thread only.
     pub fn register(&self) -> Arc<Record> {
-        let batch = Arc::new(Record::new());
-        self.all.lock().unwrap().push(Arc::clone(&batch));
-        batch
+        let record = Arc::new(Record::new());
+        self.all.lock().unwrap().push(Arc::clone(&record));
+        record
     }
 
     /// The heavy fence; a barrier that could not be run is counted (`false`). A registered
@@ -157,8 +158,8 @@ impl Threads {
     }
 
     /// Marks a thread's batch abandoned (the thread is done with it).
-    pub fn abandon(batch: &Record) {
-        batch.abandoned.store(true, Ordering::SeqCst);
+    pub fn abandon(record: &Record) {
+        record.abandoned.store(true, Ordering::SeqCst);
     }
 
     /// A re-anchoring is under way: between `begin_moving` and `end_moving`.
@@ -168,7 +169,7 @@ impl Threads {
     }
 
     /// Records registered and not yet dropped.
-    pub fn batches(&self) -> usize {
+    pub fn records(&self) -> usize {
         self.all.lock().unwrap().len()
     }
 }

@@ -8,118 +8,118 @@ fn entry(slot: u32) -> Entry {
 
 #[test]
 fn only_entries_that_outlive_their_tick_reach_the_reaper() {
-    let batches = Threads::new(Fences::detect());
+    let threads = Threads::new(Fences::detect());
     for slot in 0..10 {
-        assert_eq!(batches.push(entry(slot), 5, 5, |_| true), Pushed::Filed);
+        assert_eq!(threads.push(entry(slot), 5, 5, |_| true), Pushed::Filed);
     }
     let mut due = Vec::new();
-    batches.collect(5, false, &mut due);
+    threads.collect(5, false, &mut due);
     assert!(
         due.is_empty(),
         "a batch of the current tick is left to its owner"
     );
     // Tick 6: the owner hands off the survivors (the even slots) at its next push.
-    batches.push(entry(10), 6, 6, |e| e.slot % 2 == 0);
-    batches.collect(6, false, &mut due);
+    threads.push(entry(10), 6, 6, |e| e.slot % 2 == 0);
+    threads.collect(6, false, &mut due);
     due.sort_by_key(|e| e.slot);
     assert_eq!(due, (0..10).step_by(2).map(entry).collect::<Vec<_>>());
     // Slot 10 was filed at tick 6; the owner goes quiet, and the reaper takes it once
     // a whole tick has passed without a push, at 8.
     due.clear();
-    batches.collect(6, false, &mut due);
-    batches.collect(7, false, &mut due);
+    threads.collect(6, false, &mut due);
+    threads.collect(7, false, &mut due);
     assert!(due.is_empty());
-    batches.collect(8, false, &mut due);
+    threads.collect(8, false, &mut due);
     assert_eq!(due, vec![entry(10)]);
 }
 
 #[test]
 fn the_owner_keeps_entries_until_their_hand_off_tick_and_drops_the_dead() {
-    let batches = Threads::new(Fences::detect());
+    let threads = Threads::new(Fences::detect());
     let live = std::cell::Cell::new(u32::MAX); // slots below this are live
     let is_live = |e: &Entry| e.slot < live.get();
     // Slot 1 is due at the reaper by tick 10, slot 2 by tick 20.
-    batches.push(entry(1), 10, 5, is_live);
-    batches.push(entry(2), 20, 5, is_live);
+    threads.push(entry(1), 10, 5, is_live);
+    threads.push(entry(2), 20, 5, is_live);
     let mut due = Vec::new();
     for now in 6..10 {
-        batches.push(entry(100 + now), now + 100, now, is_live); // keeps the batch busy
-        batches.collect(now, false, &mut due);
+        threads.push(entry(100 + now), now + 100, now, is_live); // keeps the batch busy
+        threads.collect(now, false, &mut due);
     }
     assert!(
         due.is_empty(),
         "handed off before their hand-off ticks: {due:?}"
     );
-    batches.push(entry(200), 200, 10, is_live);
-    batches.collect(10, false, &mut due);
+    threads.push(entry(200), 200, 10, is_live);
+    threads.collect(10, false, &mut due);
     assert_eq!(due, vec![entry(1)]);
     // Slot 2 completes before its hand-off tick: the reaper never sees it.
     live.set(2);
     due.clear();
-    batches.push(entry(0), 300, 20, is_live);
-    batches.collect(20, false, &mut due);
+    threads.push(entry(0), 300, 20, is_live);
+    threads.collect(20, false, &mut due);
     assert_eq!(due, vec![], "a dead entry reached the reaper");
 }
 
 #[test]
 fn manual_collection_takes_the_current_tick_too() {
-    let batches = Threads::new(Fences::detect());
-    batches.push(entry(1), 5, 5, |_| true);
+    let threads = Threads::new(Fences::detect());
+    threads.push(entry(1), 5, 5, |_| true);
     let mut due = Vec::new();
-    batches.collect(5, true, &mut due);
+    threads.collect(5, true, &mut due);
     assert_eq!(due, vec![entry(1)]);
     // The owner goes on with an empty batch after the takeover.
-    batches.push(entry(2), 5, 5, |_| true);
+    threads.push(entry(2), 5, 5, |_| true);
     due.clear();
-    batches.collect(5, true, &mut due);
+    threads.collect(5, true, &mut due);
     assert_eq!(due, vec![entry(2)]);
 }
 
 #[test]
 fn a_pinned_owner_keeps_the_reaper_out_and_a_taken_batch_keeps_the_owner_out() {
-    let batches = Threads::new(Fences::detect());
-    let batch = batches.register();
-    batches.push_to(&batch, entry(1), 5, 5, |_| true);
+    let threads = Threads::new(Fences::detect());
+    let record = threads.register();
+    threads.push_to(&record, entry(1), 5, 5, |_| true);
     // The owner is inside (as if preempted mid-push): the reaper leaves the batch.
-    batch.pin.store(true, Ordering::SeqCst);
+    record.pin.store(true, Ordering::SeqCst);
     let mut due = Vec::new();
-    batches.collect(7, false, &mut due);
+    threads.collect(7, false, &mut due);
     assert!(due.is_empty());
-    assert!(!batch.taken.load(Ordering::SeqCst), "the reaper let go");
-    batch.pin.store(false, Ordering::SeqCst);
+    assert!(!record.taken.load(Ordering::SeqCst), "the reaper let go");
+    record.pin.store(false, Ordering::SeqCst);
     // The reaper is inside: the owner's push goes to the inbox instead.
-    batch.taken.store(true, Ordering::SeqCst);
-    batches.push_to(&batch, entry(2), 6, 6, |_| true);
-    batch.taken.store(false, Ordering::SeqCst);
-    batches.collect(7, false, &mut due);
+    record.taken.store(true, Ordering::SeqCst);
+    threads.push_to(&record, entry(2), 6, 6, |_| true);
+    record.taken.store(false, Ordering::SeqCst);
+    threads.collect(7, false, &mut due);
     assert_eq!(due, vec![entry(2), entry(1)]);
 }
 
 #[test]
 fn the_first_entry_after_idle_wakes_the_reaper_and_an_idle_reaper_sees_waiting_entries() {
-    let batches = Threads::new(Fences::detect());
-    assert!(!batches.park_check(), "nothing waits");
-    assert_eq!(batches.push(entry(1), 1, 1, |_| true), Pushed::WakeReaper);
-    batches.unidle();
-    assert_eq!(batches.push(entry(2), 1, 1, |_| true), Pushed::Filed);
-    assert!(batches.park_check(), "entries wait: do not park");
+    let threads = Threads::new(Fences::detect());
+    assert!(!threads.park_check(), "nothing waits");
+    assert_eq!(threads.push(entry(1), 1, 1, |_| true), Pushed::WakeReaper);
+    threads.unidle();
+    assert_eq!(threads.push(entry(2), 1, 1, |_| true), Pushed::Filed);
+    assert!(threads.park_check(), "entries wait: do not park");
 }
 
 #[test]
 fn without_the_barrier_no_grace_ends_no_batch_is_taken_and_shutdown_waits() {
     for fences in [Fences::Failing, Fences::Symmetric] {
         let works = fences == Fences::Symmetric;
-        let batches = Threads::new(fences);
-        batches.push(entry(1), 5, 5, |_| true);
+        let threads = Threads::new(fences);
+        threads.push(entry(1), 5, 5, |_| true);
         // Nobody is inside an operation: only the barrier can prove it.
-        let mut grace = batches.grace();
-        assert_eq!(batches.grace_over(&mut grace), works);
-        assert_eq!(batches.grace_over(&mut grace), works);
+        let mut grace = threads.grace();
+        assert_eq!(threads.grace_over(&mut grace), works);
+        assert_eq!(threads.grace_over(&mut grace), works);
         let mut due = Vec::new();
-        batches.collect(9, true, &mut due);
+        threads.collect(9, true, &mut due);
         assert_eq!(due.len(), usize::from(works), "taken over: {fences:?}");
-        assert_eq!(batches.close(false), works);
-        let failures = batches.barrier_failures();
+        assert_eq!(threads.close(false), works);
+        let failures = threads.barrier_failures();
         assert!(
             if works { failures == 0 } else { failures >= 4 },
             "{failures}"
@@ -129,67 +129,67 @@ fn without_the_barrier_no_grace_ends_no_batch_is_taken_and_shutdown_waits() {
 
 #[test]
 fn a_burst_taken_over_or_handed_off_leaves_no_room_behind() {
-    let batches = Threads::new(Fences::detect());
-    let batch = batches.register();
-    let room = |batch: &Record| {
+    let threads = Threads::new(Fences::detect());
+    let record = threads.register();
+    let room = |record: &Record| {
         // Safety: no owner or reaper runs on this batch now (this thread is both).
-        batch
+        record
             .entries
             .with_mut(|e| unsafe { (*e).fresh.capacity() + (*e).aged.capacity() })
     };
     // Above twice the room kept, so that what is kept shows (Miri: small and slow).
     let burst = if cfg!(miri) { 5_000 } else { 100_000u32 };
     for slot in 0..burst {
-        batches.push_to(&batch, entry(slot), 50, 5, |_| true);
+        threads.push_to(&record, entry(slot), 50, 5, |_| true);
     }
-    assert!(room(&batch) >= burst as usize);
+    assert!(room(&record) >= burst as usize);
     let mut due = Vec::new();
-    batches.collect(5, true, &mut due); // taken over
+    threads.collect(5, true, &mut due); // taken over
     assert_eq!(due.len(), burst as usize);
-    assert!(room(&batch) <= 2 * KEEP_ROOM, "{} kept", room(&batch));
+    assert!(room(&record) <= 2 * KEEP_ROOM, "{} kept", room(&record));
     // A burst that ages in the batch and goes to the reaper at its hand-off tick.
     for slot in 0..burst {
-        batches.push_to(&batch, entry(slot), 7, 6, |_| true);
+        threads.push_to(&record, entry(slot), 7, 6, |_| true);
     }
-    batches.push_to(&batch, entry(0), 100, 7, |_| true); // files the burst as aged
-    batches.push_to(&batch, entry(1), 100, 8, |_| true); // hands it off
-    assert!(room(&batch) <= 2 * KEEP_ROOM, "{} kept", room(&batch));
+    threads.push_to(&record, entry(0), 100, 7, |_| true); // files the burst as aged
+    threads.push_to(&record, entry(1), 100, 8, |_| true); // hands it off
+    assert!(room(&record) <= 2 * KEEP_ROOM, "{} kept", room(&record));
     due.clear();
-    batches.collect(8, false, &mut due);
+    threads.collect(8, false, &mut due);
     assert_eq!(due.len(), burst as usize);
 }
 
 #[test]
 fn a_finished_thread_strands_nothing_and_its_batch_is_dropped() {
-    let batches = Arc::new(Threads::new(Fences::detect()));
-    let other = Arc::clone(&batches);
+    let threads = Arc::new(Threads::new(Fences::detect()));
+    let other = Arc::clone(&threads);
     std::thread::spawn(move || {
         other.push(entry(7), 3, 3, |_| true);
     })
     .join()
     .unwrap();
-    assert_eq!(batches.batches(), 1);
+    assert_eq!(threads.records(), 1);
     let mut due = Vec::new();
-    batches.collect(5, false, &mut due);
+    threads.collect(5, false, &mut due);
     assert_eq!(due, vec![entry(7)]);
-    assert_eq!(batches.batches(), 0, "abandoned and empty: dropped");
+    assert_eq!(threads.records(), 0, "abandoned and empty: dropped");
 }
 
 #[test]
 fn owners_and_a_reaper_lose_no_entry_and_duplicate_none() {
     // Four owners push distinct entries over advancing ticks while a reaper collects
     // without `everything`; at the end everything is collected exactly once.
-    let batches = Arc::new(Threads::new(Fences::detect()));
+    let threads = Arc::new(Threads::new(Fences::detect()));
     let tick = Arc::new(AtomicU32::new(1));
     let per_thread = if cfg!(miri) { 200 } else { 50_000 };
     let stop = Arc::new(AtomicBool::new(false));
     let reaper = {
-        let (batches, tick, stop) = (Arc::clone(&batches), Arc::clone(&tick), Arc::clone(&stop));
+        let (threads, tick, stop) = (Arc::clone(&threads), Arc::clone(&tick), Arc::clone(&stop));
         std::thread::spawn(move || {
             let mut got = Vec::new();
             while !stop.load(Ordering::SeqCst) {
                 let now = tick.fetch_add(1, Ordering::SeqCst) + 1;
-                batches.collect(now, false, &mut got);
+                threads.collect(now, false, &mut got);
                 std::thread::yield_now();
             }
             got
@@ -197,11 +197,11 @@ fn owners_and_a_reaper_lose_no_entry_and_duplicate_none() {
     };
     let owners: Vec<_> = (0..4u32)
         .map(|t| {
-            let (batches, tick) = (Arc::clone(&batches), Arc::clone(&tick));
+            let (threads, tick) = (Arc::clone(&threads), Arc::clone(&tick));
             std::thread::spawn(move || {
                 for i in 0..per_thread {
                     let now = tick.load(Ordering::SeqCst);
-                    batches.push(entry(t * per_thread + i), now, now, |_| true);
+                    threads.push(entry(t * per_thread + i), now, now, |_| true);
                 }
             })
         })
@@ -209,7 +209,7 @@ fn owners_and_a_reaper_lose_no_entry_and_duplicate_none() {
     owners.into_iter().for_each(|o| o.join().unwrap());
     stop.store(true, Ordering::SeqCst);
     let mut got = reaper.join().unwrap();
-    batches.collect(u32::MAX, true, &mut got);
+    threads.collect(u32::MAX, true, &mut got);
     got.sort_by_key(|e| e.slot);
     assert_eq!(got.len(), 4 * per_thread as usize);
     assert!(got.iter().enumerate().all(|(i, e)| e.slot == i as u32));
