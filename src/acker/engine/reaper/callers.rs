@@ -115,7 +115,7 @@ pub(in crate::acker::engine) fn help_if_late<T: Send + 'static>(engine: &Engine<
                 if engine.threads.waiting_or_busy() {
                     Some(wheel.now + 1)
                 } else {
-                    wheel.buckets.next_due()
+                    wheel.timers.next_due()
                 }
                 .map(|next| next.clamp(now + 1, now + longest_sleep(engine, now)))
             })

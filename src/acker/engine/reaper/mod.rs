@@ -284,15 +284,15 @@ fn pass<T: Send + 'static>(engine: &Engine<T>, runner: Runner) -> Pass {
         }
         wheel.collected = collected;
         let mut due = std::mem::take(&mut wheel.due);
-        let before = wheel.buckets.len();
+        let before = wheel.timers.len();
         match runner {
-            Runner::Reaper { .. } => wheel.buckets.advance(now, &mut due),
+            Runner::Reaper { .. } => wheel.timers.advance(now, &mut due),
             Runner::Caller => {
-                pass.left |= !wheel.buckets.advance_within(now, CALLER_GROUPS, &mut due);
+                pass.left |= !wheel.timers.advance_within(now, CALLER_GROUPS, &mut due);
             }
         }
         // The entries come due are no longer there to defer an idle sweep.
-        wheel.kept = wheel.kept.saturating_sub(before - wheel.buckets.len());
+        wheel.kept = wheel.kept.saturating_sub(before - wheel.timers.len());
         timers = !due.is_empty();
         pass.worked |= timers;
         let judge = Judge { anchor, clock };
@@ -482,7 +482,7 @@ pub(super) fn next_wait<T: Send + 'static>(engine: &Engine<T>) -> Wait {
         let next_due = if wheel.ask_idle_sweep(engine.pending()) {
             Some(wheel.now + 1)
         } else {
-            wheel.buckets.next_due()
+            wheel.timers.next_due()
         };
         (engine.threads.waiting(), next_due, wheel.now)
     };
@@ -527,7 +527,7 @@ pub(super) fn next_wait<T: Send + 'static>(engine: &Engine<T>) -> Wait {
 /// Publishes the wheel's next due tick for callers (`Engine::timers_due_at`, "Callers
 /// first").
 fn publish_timers<T: Send + 'static>(engine: &Engine<T>, wheel: &Wheel) {
-    let due = wheel.buckets.next_due().unwrap_or(AWAKE);
+    let due = wheel.timers.next_due().unwrap_or(AWAKE);
     // Relaxed: a hint; a stale one costs a caller a pass with no timer due, or leaves a
     // due one to the thread a lateness longer.
     engine.timers_due_at.store(due, Ordering::Relaxed);

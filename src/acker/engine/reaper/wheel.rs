@@ -47,7 +47,8 @@ const SWEEP_SLACK: usize = 4096;
 /// The reaper's wheel, its groups' filed ticks and its scratch vectors.
 #[derive(Debug)]
 pub(in crate::acker::engine) struct Wheel {
-    pub(super) buckets: CompactWheel<GroupTimer>,
+    /// The group timers, by deadline.
+    pub(super) timers: CompactWheel<GroupTimer>,
     pub(super) filed: Filed,
     /// The last full tick a pass ran at: passes never go back.
     pub(super) now: u64,
@@ -70,7 +71,7 @@ pub(in crate::acker::engine) struct Wheel {
 impl Wheel {
     pub(in crate::acker::engine) fn new(now: u64) -> Self {
         Wheel {
-            buckets: CompactWheel::new(now),
+            timers: CompactWheel::new(now),
             filed: Filed::default(),
             now,
             clock: now,
@@ -83,12 +84,12 @@ impl Wheel {
     }
 
     pub(in crate::acker::engine) fn len(&self) -> usize {
-        self.buckets.len()
+        self.timers.len()
     }
 
-    /// Heap bytes: the wheel's buckets, the filed ticks and the pass's scratch vectors.
+    /// Heap bytes: the wheel's timers, the filed ticks and the pass's scratch vectors.
     pub(in crate::acker::engine) fn heap_bytes(&self) -> usize {
-        self.buckets.heap_bytes()
+        self.timers.heap_bytes()
             + self.filed.heap_bytes()
             + self.collected.capacity() * std::mem::size_of::<Entry>()
             + self.due.capacity() * std::mem::size_of::<GroupTimer>()
@@ -131,19 +132,19 @@ impl Wheel {
         engine: &Engine<T>,
         live: usize,
     ) -> bool {
-        let len = self.buckets.len();
+        let len = self.timers.len();
         if len <= live + live / 8 + SWEEP_SLACK && !self.idle_sweep_due(live) {
             return false;
         }
-        let before = self.buckets.heap_bytes() + self.filed.heap_bytes();
+        let before = self.timers.heap_bytes() + self.filed.heap_bytes();
         self.sweep(engine);
-        let after = self.buckets.heap_bytes() + self.filed.heap_bytes();
+        let after = self.timers.heap_bytes() + self.filed.heap_bytes();
         self.released += before.saturating_sub(after);
         // What a sweep with roots pending keeps may die before the next pass: only an idle
         // sweep's survivors defer the next idle sweep.
-        self.kept = if live == 0 { self.buckets.len() } else { 0 };
+        self.kept = if live == 0 { self.timers.len() } else { 0 };
         self.idle_sweep_asked = false;
-        self.buckets.len() < len
+        self.timers.len() < len
     }
 
     /// A reaper about to sleep, which reads `pending` now: whether to come back at the next
@@ -161,13 +162,13 @@ impl Wheel {
     /// more than the last sweep kept: all dead, to be swept now rather than at their
     /// deadlines (module docs, "Dead entries").
     pub(super) fn idle_sweep_due(&self, live: usize) -> bool {
-        live == 0 && self.buckets.len() > self.kept + self.kept / 8
+        live == 0 && self.timers.len() > self.kept + self.kept / 8
     }
 
     fn sweep<T: Send + 'static>(&mut self, engine: &Engine<T>) {
         let now = self.now;
-        let Wheel { buckets, filed, .. } = self;
-        buckets.retain_filed(|tick, timer| match engine.group_state(timer) {
+        let Wheel { timers, filed, .. } = self;
+        timers.retain_filed(|tick, timer| match engine.group_state(timer) {
             // Entries after the group's named one are covered by it
             // ([`groups`](crate::acker::timers::groups)); earlier ones, one waiting for the
             // next advance, or any when nothing reads as named, are kept.
@@ -190,7 +191,7 @@ impl Wheel {
 
     pub(super) fn push(&mut self, decision: File, timer: GroupTimer) {
         if let File::At(tick) = decision {
-            self.buckets.push(tick, timer);
+            self.timers.push(tick, timer);
         }
     }
 }
