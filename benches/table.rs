@@ -66,7 +66,9 @@ trait Map: Sync {
 impl Map for Engine {
     fn init(&self, tree: u64) {
         let mut effects = Effects::default();
-        let _ = self.0.init(key(tree), xor_of(tree), tree as u32, &mut effects);
+        let _ = self
+            .0
+            .init(key(tree), xor_of(tree), tree as u32, &mut effects);
     }
 
     fn ack(&self, tree: u64, xor: u64) -> bool {
@@ -248,7 +250,10 @@ fn ack_64k(c: &mut Criterion) {
         // Bit 0 of the value stays set: no ack (edges have bit 0 set, sent twice) clears
         // it.
         let mut effects = Effects::default();
-        engine.0.init(key(tree), 1 << 63 | 1, 0, &mut effects).unwrap();
+        engine
+            .0
+            .init(key(tree), 1 << 63 | 1, 0, &mut effects)
+            .unwrap();
         dash.0.insert(mix(tree), 1 << 63 | 1);
     }
     let mut i = 0usize;

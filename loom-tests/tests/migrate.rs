@@ -435,7 +435,9 @@ fn migrate_init_in_old_vs_migration_start() {
         let initializer = Arc::clone(&pair);
         let a = thread::spawn(move || {
             let mut effects = stamped();
-            let result = initializer.old.init_or(k, 0b11, 9, None, true, &mut effects);
+            let result = initializer
+                .old
+                .init_or(k, 0b11, 9, None, true, &mut effects);
             let mut completions = initializer.finish(&mut effects);
             match result {
                 Ok(()) => {}

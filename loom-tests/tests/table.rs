@@ -142,7 +142,10 @@ fn roots_duplicated_ack_vs_init_never_completes() {
         let (slot, word) = roots.find(k).unwrap();
         assert_eq!(word.value(), 0b10);
         let mut effects = Effects::default();
-        assert_eq!(roots.expire(slot, k.tag(), 1, &mut effects), Expiry::TimedOut);
+        assert_eq!(
+            roots.expire(slot, k.tag(), 1, &mut effects),
+            Expiry::TimedOut
+        );
         assert_eq!(finish(&roots, effects), Some((7, Outcome::TimedOut)));
     });
 }
@@ -179,7 +182,10 @@ fn roots_twin_claims_merge_and_complete_once() {
         let t = thread::spawn(move || {
             let (slot, _) = other.find(x).unwrap();
             let mut effects = Effects::default();
-            assert_eq!(other.expire(slot, x.tag(), 1, &mut effects), Expiry::Dropped);
+            assert_eq!(
+                other.expire(slot, x.tag(), 1, &mut effects),
+                Expiry::Dropped
+            );
             ack(&other, k, 0b01)
         });
         let mine = ack(&roots, k, 0b10);
@@ -200,10 +206,14 @@ fn roots_init_vs_init_joins_once() {
         let other = Arc::clone(&roots);
         let t = thread::spawn(move || {
             let mut effects = Effects::default();
-            other.init(k, 0b1, 8, &mut effects).map(|()| effects.is_none())
+            other
+                .init(k, 0b1, 8, &mut effects)
+                .map(|()| effects.is_none())
         });
         let mut effects = Effects::default();
-        let mine = roots.init(k, 0b1, 7, &mut effects).map(|()| effects.is_none());
+        let mine = roots
+            .init(k, 0b1, 7, &mut effects)
+            .map(|()| effects.is_none());
         let theirs = t.join().unwrap();
         let (winner, refused) = match (mine, theirs) {
             (Ok(true), Err(Refused::Duplicate(8))) => (7, 8),
@@ -314,7 +324,10 @@ fn in_a_twin_window<R: Send + 'static>(
     thread::spawn(move || {
         let (slot, _) = other.find(x).unwrap();
         let mut effects = Effects::default();
-        assert_eq!(other.expire(slot, x.tag(), 1, &mut effects), Expiry::Dropped);
+        assert_eq!(
+            other.expire(slot, x.tag(), 1, &mut effects),
+            Expiry::Dropped
+        );
         then(&other)
     })
 }

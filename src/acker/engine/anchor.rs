@@ -150,15 +150,15 @@ impl<T: Send + 'static> Engine<T> {
     /// every stored base and start in the tables (each generation of each chain), then the
     /// batches' entries into the wheel, whose filed `u32` ticks are forgotten.
     fn rebase(&self, from: u64, to: u64, wheel: &mut Wheel) {
-        for table in self.tables.iter() {
+        for shard in self.tables.iter() {
             // Safety: the caller is inside an operation (the contract of `reanchor`).
-            let current = unsafe { table.current() };
-            for roots in chain(current) {
-                for slot in 0..roots.slots() {
-                    roots.rebase(slot, from, to);
+            let current = unsafe { shard.current() };
+            for table in chain(current) {
+                for slot in 0..table.slots() {
+                    table.rebase(slot, from, to);
                 }
             }
-            table.forget_low();
+            shard.forget_low();
         }
         wheel.reanchored(to);
         let mut collected = Vec::new();

@@ -29,16 +29,16 @@ impl<T: Send + 'static> Engine<T> {
             let mut results = [false; AHEAD];
             let after = messages.get(first + AHEAD..).unwrap_or(&[]);
             self.place_ahead(&after[..after.len().min(AHEAD)], &mut next);
-            for ((message, &(table, key)), result) in chunk.iter().zip(&placed).zip(&mut results) {
+            for ((message, &(shard, key)), result) in chunk.iter().zip(&placed).zip(&mut results) {
                 let active = self.threads.enter();
                 *result = match *message {
                     PublicMessage::Ack { xor, .. } => {
-                        self.message_in(&active, table, key, Message::Ack(xor))
+                        self.message_in(&active, shard, key, Message::Ack(xor))
                     }
                     PublicMessage::Fail { .. } => {
-                        self.message_in(&active, table, key, Message::Fail)
+                        self.message_in(&active, shard, key, Message::Fail)
                     }
-                    PublicMessage::ResetTimeout { .. } => self.reset_in(table, key),
+                    PublicMessage::ResetTimeout { .. } => self.reset_in(shard, key),
                 };
             }
             for (i, &result) in results[..chunk.len()].iter().enumerate() {
@@ -62,7 +62,7 @@ impl<T: Send + 'static> Engine<T> {
     }
 
     /// Places each of `roots`, prefetches its home line in its table's current generation
-    /// and hands `placed(index, (table, key))` the placement.
+    /// and hands `placed(index, (shard, key))` the placement.
     #[inline]
     fn prefetch_homes(
         &self,
@@ -74,11 +74,11 @@ impl<T: Send + 'static> Engine<T> {
         }
         let _active = self.threads.enter();
         for (i, root) in roots.enumerate() {
-            let (table, key) = self.layout.place(root);
+            let (shard, key) = self.layout.place(root);
             // Safety: inside the operation `_active` marks (the prefetch reads nothing).
-            let roots = unsafe { self.tables[table].current() };
-            roots.prefetch(key);
-            placed(i, (table, key));
+            let table = unsafe { self.tables[shard].current() };
+            table.prefetch(key);
+            placed(i, (shard, key));
         }
     }
 }

@@ -14,20 +14,20 @@ use crate::acker::timers::ticks::full_near;
 use crate::sync::Ordering;
 
 impl<T: Send + 'static> Engine<T> {
-    /// Finishes a completion claimed in `roots` (a generation of `table`): takes the
+    /// Finishes a completion claimed in `table` (a generation of `shard`): takes the
     /// payload, frees the slot, counts and delivers. `now` is the reaper's tick for a
     /// timeout (it has it), else the clock is read. `open`: the calling operation's
     /// [`Active::open`](crate::acker::threads::Active::open): it may call the callback.
     #[inline]
     pub(super) fn deliver(
         &self,
-        table: usize,
-        roots: &Table<T>,
+        shard: usize,
+        table: &Table<T>,
         completed: Completed,
         now: Option<u64>,
         open: bool,
     ) {
-        self.finish_completion(table, roots, completed, now, open, true);
+        self.finish_completion(shard, table, completed, now, open, true);
     }
 
     /// The timeouts of one reaper pass at full tick `now`: counted first, all at once
@@ -44,8 +44,8 @@ impl<T: Send + 'static> Engine<T> {
             return;
         }
         let (mut late_max, mut late_total) = (0, 0);
-        for (_, roots, completed) in &timed_out {
-            let late = lateness(roots, completed.slot, self.anchor(), now);
+        for (_, table, completed) in &timed_out {
+            let late = lateness(table, completed.slot, self.anchor(), now);
             late_max = late_max.max(late);
             late_total += late;
         }
@@ -58,8 +58,8 @@ impl<T: Send + 'static> Engine<T> {
         counters
             .timed_out
             .fetch_add(timed_out.len() as u64, Ordering::Relaxed);
-        for (table, roots, completed) in timed_out {
-            self.finish_completion(table, roots, completed, Some(now), open, false);
+        for (shard, table, completed) in timed_out {
+            self.finish_completion(shard, table, completed, Some(now), open, false);
         }
     }
 
@@ -68,8 +68,8 @@ impl<T: Send + 'static> Engine<T> {
     #[inline]
     fn finish_completion(
         &self,
-        table: usize,
-        roots: &Table<T>,
+        shard: usize,
+        table: &Table<T>,
         completed: Completed,
         now: Option<u64>,
         open: bool,
@@ -78,13 +78,13 @@ impl<T: Send + 'static> Engine<T> {
         let Completed {
             slot, key, outcome, ..
         } = completed;
-        let stamp = roots.times(slot);
-        let own_timeout = roots.timeout_of(slot);
+        let stamp = table.times(slot);
+        let own_timeout = table.timeout_of(slot);
         // Safety: `completed` is a completion this acker's call claimed, finished once
         // here.
-        let payload = unsafe { roots.take(slot) };
+        let payload = unsafe { table.take(slot) };
         // Safety: the same completion, freed once, after its take.
-        unsafe { roots.free(slot, key) };
+        unsafe { table.free(slot, key) };
         // The tree is complete and its slot free: a clock that panics now must not lose the
         // completion. It is delivered (elapsed 0), and then the panic goes on to the
         // caller.
@@ -121,7 +121,7 @@ impl<T: Send + 'static> Engine<T> {
                 Outcome::Failed => counters.failed.fetch_add(1, Ordering::Relaxed),
                 Outcome::TimedOut => {
                     let anchor = self.anchor();
-                    let late = now.map_or(0, |now| lateness(roots, slot, anchor, now));
+                    let late = now.map_or(0, |now| lateness(table, slot, anchor, now));
                     counters.lateness_max.fetch_max(late, Ordering::Relaxed);
                     counters.lateness_total.fetch_add(late, Ordering::Relaxed);
                     counters.timed_out.fetch_add(1, Ordering::Relaxed)
@@ -129,7 +129,7 @@ impl<T: Send + 'static> Engine<T> {
             };
         }
         let completion = Completion {
-            root: self.layout.root(table, key),
+            root: self.layout.root(shard, key),
             payload,
             outcome,
             elapsed,
@@ -170,8 +170,8 @@ impl<T: Send + 'static> Engine<T> {
 /// How many ticks after its deadline's tick `slot`'s timeout at full tick `now` came, its
 /// deadline decoded at `anchor`. (A completed slot keeps its times until it is freed; none
 /// reads as on time.)
-fn lateness<T>(roots: &Table<T>, slot: usize, anchor: u64, now: u64) -> u64 {
-    roots.deadline(slot).map_or(0, |deadline| {
+fn lateness<T>(table: &Table<T>, slot: usize, anchor: u64, now: u64) -> u64 {
+    table.deadline(slot).map_or(0, |deadline| {
         now.saturating_sub(full_near(anchor, deadline))
     })
 }

@@ -12,23 +12,23 @@ use crate::acker::timers::ticks::reached;
 use crate::sync::Ordering;
 
 impl<T: Send + 'static> Engine<T> {
-    /// After an operation's table calls on `roots` (and its successors): files the timers
+    /// After an operation's table calls on `table` (and its successors): files the timers
     /// and delivers the completions `effects` reports. Whether a claim found the table
     /// crowded.
     #[inline]
     pub(in crate::acker::engine) fn finish(
         &self,
-        table: usize,
-        roots: &Table<T>,
+        shard: usize,
+        table: &Table<T>,
         effects: &mut Effects<'_>,
         open: bool,
     ) -> bool {
         let crowded = effects.crowded();
         loop {
-            self.file_timers(table, roots, effects);
+            self.file_timers(shard, table, effects);
             while let Some(completed) = effects.take() {
-                let in_gen = generation(roots, completed.gen);
-                self.deliver(table, in_gen, completed, None, open);
+                let in_gen = generation(table, completed.gen);
+                self.deliver(shard, in_gen, completed, None, open);
             }
             let Some((gen, slot)) = effects.take_stranded() else {
                 let moved = effects.take_moved();
@@ -40,28 +40,28 @@ impl<T: Send + 'static> Engine<T> {
                 }
                 return crowded;
             };
-            self.unstrand(table, generation(roots, gen), slot, effects);
+            self.unstrand(shard, generation(table, gen), slot, effects);
         }
     }
 
-    /// Files the entries `effects` reports created in `roots` or its successors in this
+    /// Files the entries `effects` reports created in `table` or its successors in this
     /// thread's batch, and wakes the reaper if it may be asleep with no deadline.
     #[inline]
     pub(in crate::acker::engine) fn file_timers(
         &self,
-        table: usize,
-        roots: &Table<T>,
+        shard: usize,
+        table: &Table<T>,
         effects: &mut Effects<'_>,
     ) {
         while let Some((gen, slot)) = effects.take_to_file() {
-            let roots = generation(roots, gen);
-            let Some(stamp) = roots.times(slot) else {
+            let table = generation(table, gen);
+            let Some(stamp) = table.times(slot) else {
                 continue; // completed and freed already
             };
-            let deadline = roots.deadline_from(slot, stamp);
-            let key = roots.word(slot).load().key();
+            let deadline = table.deadline_from(slot, stamp);
+            let key = table.word(slot).load().key();
             let entry = Entry {
-                slot: (table << self.slot_bits | slot) as u32,
+                slot: (shard << self.slot_bits | slot) as u32,
                 tag: tag_of(key.tag(), gen),
             };
             // To the reaper after the hand-off age, or a tick before the deadline.
@@ -94,21 +94,21 @@ impl<T: Send + 'static> Engine<T> {
     #[inline]
     pub(in crate::acker::engine) fn entry_live(&self, entry: &Entry) -> bool {
         self.locate(entry)
-            .is_some_and(|(_, roots, slot)| self.holds_entry(roots, slot, entry))
+            .is_some_and(|(_, table, slot)| self.holds_entry(table, slot, entry))
     }
 
-    /// Whether `slot` of `roots` (where [`locate`](Self::locate) put `entry`) still holds
+    /// Whether `slot` of `table` (where [`locate`](Self::locate) put `entry`) still holds
     /// the entry's root.
     #[inline]
     pub(in crate::acker::engine) fn holds_entry(
         &self,
-        roots: &Table<T>,
+        table: &Table<T>,
         slot: usize,
         entry: &Entry,
     ) -> bool {
-        roots
+        table
             .key_in(slot)
-            .is_some_and(|key| tag_of(key.tag(), roots.gen()) == entry.tag)
+            .is_some_and(|key| tag_of(key.tag(), table.gen()) == entry.tag)
     }
 
     /// A group timer's group, and whether any slot of it holds a root (or one being
@@ -121,24 +121,24 @@ impl<T: Send + 'static> Engine<T> {
             slot: timer.first,
             tag: timer.gen,
         };
-        let (table, roots, first) = self.locate(&entry)?;
-        let live = (first..first + GROUP_SLOTS).any(|slot| roots.key_in(slot).is_some());
+        let (shard, table, first) = self.locate(&entry)?;
+        let live = (first..first + GROUP_SLOTS).any(|slot| table.key_in(slot).is_some());
         let at = GroupAt {
-            table,
-            gen: roots.gen(),
-            groups: roots.groups(),
+            shard,
+            gen: table.gen(),
+            groups: table.groups(),
             group: first / GROUP_SLOTS,
         };
         Some((at, live))
     }
 
-    /// Drops the reaper's filed ticks of `table`'s generations that left its chain. Called
+    /// Drops the reaper's filed ticks of `shard`'s generations that left its chain. Called
     /// inside an acker operation.
-    pub(in crate::acker::engine) fn prune_filed(&self, table: usize, filed: &mut Filed) {
-        if let Some(t) = self.tables.get(table) {
+    pub(in crate::acker::engine) fn prune_filed(&self, shard: usize, filed: &mut Filed) {
+        if let Some(t) = self.tables.get(shard) {
             // Safety: the caller's contract.
             let current = unsafe { t.current() };
-            filed.prune(table, |gen| chain(current).any(|g| g.gen() == gen));
+            filed.prune(shard, |gen| chain(current).any(|g| g.gen() == gen));
         }
     }
 
@@ -152,14 +152,14 @@ impl<T: Send + 'static> Engine<T> {
         &self,
         entry: &Entry,
     ) -> Option<(usize, &Table<T>, usize)> {
-        let (table, slot) = (
+        let (shard, slot) = (
             entry.slot as usize >> self.slot_bits,
             entry.slot as usize & ((1 << self.slot_bits) - 1),
         );
         let gen = entry.tag & GEN_MASK;
         // Safety: the caller's contract.
-        let current = unsafe { self.tables[table].current() };
-        let roots = chain(current).find(|g| g.gen() & GEN_MASK == gen)?;
-        (slot < roots.slots()).then_some((table, roots, slot))
+        let current = unsafe { self.tables[shard].current() };
+        let table = chain(current).find(|g| g.gen() & GEN_MASK == gen)?;
+        (slot < table.slots()).then_some((shard, table, slot))
     }
 }

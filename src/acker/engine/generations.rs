@@ -35,9 +35,9 @@ pub(super) struct Generations<T> {
 }
 
 impl<T> Generations<T> {
-    pub(super) fn new(roots: Table<T>) -> Self {
+    pub(super) fn new(table: Table<T>) -> Self {
         Generations {
-            current: AtomicPtr::new(Box::into_raw(Box::new(roots))),
+            current: AtomicPtr::new(Box::into_raw(Box::new(table))),
             migrations: Mutex::new(()),
             low_since: AtomicU32::new(0),
             _owns: PhantomData,

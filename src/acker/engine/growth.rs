@@ -42,7 +42,7 @@ const GIVE_BACK_RELEASED: usize = 1 << 18;
 
 /// A generation retired by a promotion, freed (dropped) once its grace period is over.
 pub(super) struct Retired<T> {
-    roots: NonNull<Table<T>>,
+    table: NonNull<Table<T>>,
     pub(super) grace: Grace,
 }
 
@@ -55,17 +55,17 @@ impl<T> Drop for Retired<T> {
         // Safety: the table's `Box` of this generation, handed over once by `promote` and
         // freed once here, after its grace period (or with the acker): no operation holds
         // a reference into it any more.
-        drop(unsafe { Box::from_raw(self.roots.as_ptr()) });
+        drop(unsafe { Box::from_raw(self.table.as_ptr()) });
     }
 }
 
 impl<T: Send + 'static> Engine<T> {
-    /// The groups a table of `roots`' size grows to: twice as many, up to `max_slots`.
+    /// The groups a table of `table`'s size grows to: twice as many, up to `max_slots`.
     /// Growth starts at 3/4 load, so a table that has just grown is 3/8 full; the tables'
     /// staggered sizes keep the acker's memory between its tables' extremes (the engine's
     /// module docs, "The bound, and growth"). A fill moves each root about once.
-    fn grown(&self, roots: &Table<T>, max_slots: usize) -> usize {
-        (roots.groups() * 2).min(max_slots / GROUP_SLOTS)
+    fn grown(&self, table: &Table<T>, max_slots: usize) -> usize {
+        (table.groups() * 2).min(max_slots / GROUP_SLOTS)
     }
 
     /// Groups in every table generation that may hold roots (each chain's current one and
@@ -73,44 +73,44 @@ impl<T: Send + 'static> Engine<T> {
     pub(super) fn groups_in_use(&self) -> usize {
         let _active = self.threads.enter();
         let mut groups = 0;
-        for table in self.tables.iter() {
+        for shard in self.tables.iter() {
             // Safety: inside the operation `_active` marks.
-            let current = unsafe { table.current() };
+            let current = unsafe { shard.current() };
             groups += chain(current).map(Table::groups).sum::<usize>();
         }
         groups
     }
 
-    /// Helps the oldest migration in `roots`'s chain (`roots` is `table`'s current
+    /// Helps the oldest migration in `table`'s chain (`table` is `shard`'s current
     /// generation, or was): moves one group, and promotes what has moved entirely.
     #[inline]
-    pub(super) fn help(&self, table: usize, roots: &Table<T>, effects: &mut Effects<'_>) {
-        if roots.successor().is_none() {
+    pub(super) fn help(&self, shard: usize, table: &Table<T>, effects: &mut Effects<'_>) {
+        if table.successor().is_none() {
             return;
         }
-        if let Some(migrating) = chain(roots).find(|g| g.successor().is_some() && !g.moved_all()) {
+        if let Some(migrating) = chain(table).find(|g| g.successor().is_some() && !g.moved_all()) {
             migrating.help_move(effects);
         }
-        self.promote_moved(table);
+        self.promote_moved(shard);
     }
 
-    /// Promotes the current generation of `table` while it has moved entirely (a chain
+    /// Promotes the current generation of `shard` while it has moved entirely (a chain
     /// may hold several such), retiring each.
-    pub(super) fn promote_moved(&self, table: usize) {
+    pub(super) fn promote_moved(&self, shard: usize) {
         loop {
             // Safety: called inside an acker operation.
-            let current = unsafe { self.tables[table].current() };
+            let current = unsafe { self.tables[shard].current() };
             if current.successor().is_none() || !current.moved_all() {
                 return;
             }
-            if let Some(old) = self.tables[table].promote(current) {
+            if let Some(old) = self.tables[shard].promote(current) {
                 let grace = self.threads.grace();
                 let mut retired = self.retired.lock().unwrap_or_else(|e| e.into_inner());
                 // Generations retired earlier are most likely past their grace by now (a
                 // table grows step by step): freed here rather than at the next reaper
                 // pass, so that a table that grows fast does not hold all its past sizes.
                 retired.retain_mut(|r| !self.threads.grace_over(&mut r.grace));
-                retired.push(Retired { roots: old, grace });
+                retired.push(Retired { table: old, grace });
             }
         }
     }
@@ -118,26 +118,26 @@ impl<T: Send + 'static> Engine<T> {
     /// After a claim found its table crowded: starts growth of the chain's last generation
     /// when the pending count per table is over 3/4 of its slots.
     #[cold]
-    pub(super) fn grow_if_loaded(&self, table: usize, roots: &Table<T>) {
-        let Some(last) = chain(roots).last() else {
+    pub(super) fn grow_if_loaded(&self, shard: usize, table: &Table<T>) {
+        let Some(last) = chain(table).last() else {
             return;
         };
         let per_table = self.pending() / self.tables.len();
         if per_table * 4 > last.slots() * 3 && last.slots() < self.max_table_slots {
             let groups = self.grown(last, self.max_table_slots);
-            self.start_migration(table, last, groups, false);
+            self.start_migration(shard, last, groups, false);
         }
     }
 
     /// [`Generations::start_migration`](super::generations::Generations::start_migration), counted.
     pub(super) fn start_migration(
         &self,
-        table: usize,
+        shard: usize,
         from: &Table<T>,
         groups: usize,
         wait: bool,
     ) -> Option<bool> {
-        let started = self.tables[table].start_migration(from, groups, wait, || self.stopping());
+        let started = self.tables[shard].start_migration(from, groups, wait, || self.stopping());
         if started == Some(true) {
             let shrink = usize::from(groups < from.groups());
             self.migrations[shrink].fetch_add(1, Ordering::Relaxed); // a statistic
@@ -155,14 +155,14 @@ impl<T: Send + 'static> Engine<T> {
         )
     }
 
-    /// An operation found no room for its root in the last generation of `roots`'s chain:
+    /// An operation found no room for its root in the last generation of `table`'s chain:
     /// that generation gets a successor twice as large, up to `room_table_slots` (past
     /// the size load alone grows a table to: a root whose probe window is full in a table
     /// that is not must not be refused below `max_pending`). `false` when it is that large
     /// (the operation is refused) or the acker is shutting down.
     #[cold]
-    pub(super) fn make_room(&self, table: usize, roots: &Table<T>) -> bool {
-        let Some(last) = chain(roots).last() else {
+    pub(super) fn make_room(&self, shard: usize, table: &Table<T>) -> bool {
+        let Some(last) = chain(table).last() else {
             return false;
         };
         // Past the size load grows a table to, a table is near the brim by design: a
@@ -173,7 +173,7 @@ impl<T: Send + 'static> Engine<T> {
             (last.groups() + last.groups().div_ceil(8)).min(self.room_table_slots / GROUP_SLOTS)
         };
         last.slots() < self.room_table_slots
-            && self.start_migration(table, last, groups, true).is_some()
+            && self.start_migration(shard, last, groups, true).is_some()
     }
 
     /// An entry this operation created in `from` while it migrates, with no room in the
@@ -184,16 +184,16 @@ impl<T: Send + 'static> Engine<T> {
     #[cold]
     pub(super) fn unstrand(
         &self,
-        table: usize,
+        shard: usize,
         from: &Table<T>,
         slot: usize,
         effects: &mut Effects<'_>,
     ) {
         let mut backoff = crate::sync::Backoff::default();
         while !from.relocate_stranded(slot, effects) {
-            if !self.make_room(table, from) {
+            if !self.make_room(shard, from) {
                 if self.stopping() {
-                    self.give_up_stranded(table, from, slot);
+                    self.give_up_stranded(shard, from, slot);
                     return;
                 }
                 // As large as a table grows: room comes as trees complete, on threads that
@@ -210,13 +210,13 @@ impl<T: Send + 'static> Engine<T> {
     /// of a table with a successor: [`migrate`](crate::acker::table::migrate)), so it is
     /// dropped, giving its credit back; were it ever LIVE, its tree is taken back for
     /// shutdown to hand back.
-    fn give_up_stranded(&self, table: usize, from: &Table<T>, slot: usize) {
+    fn give_up_stranded(&self, shard: usize, from: &Table<T>, slot: usize) {
         let Some(key) = from.key_in(slot) else {
             return; // completed, or moved meanwhile
         };
         if let Some(payload) = from.take_back(slot, key) {
             debug_assert!(false, "a stranded entry was LIVE");
-            let root = self.layout.root(table, key);
+            let root = self.layout.root(shard, key);
             let mut late = self
                 .late_handed_back
                 .lock()
@@ -241,20 +241,20 @@ impl<T: Send + 'static> Engine<T> {
         let now = now as Tick;
         let per_table = self.pending() / self.tables.len();
         let mut worked = false;
-        for (index, table) in self.tables.iter().enumerate() {
+        for (index, shard) in self.tables.iter().enumerate() {
             // Safety: the caller's contract.
-            let roots = unsafe { table.current() };
+            let table = unsafe { shard.current() };
             // Only a load that stayed low for SHRINK_AFTER ticks: a shrink while what is
             // pending rises again fills the smaller table before its migration ends.
-            if table.low_for(self.shrinkable(index, roots, per_table), now) >= SHRINK_AFTER {
+            if shard.low_for(self.shrinkable(index, table, per_table), now) >= SHRINK_AFTER {
                 // To 2/3, or straight to a load of 1/4 when what is pending fell further
                 // (a drained acker gives its memory back in one migration, not twenty).
-                let groups = (roots.groups() * 2 / 3)
+                let groups = (table.groups() * 2 / 3)
                     .min(per_table.div_ceil(GROUP_SLOTS) * 4)
                     .max(self.smallest_slots(index) / GROUP_SLOTS);
-                worked |= self.start_migration(index, roots, groups, false) == Some(true);
+                worked |= self.start_migration(index, table, groups, false) == Some(true);
             }
-            for migrating in chain(roots).filter(|g| g.successor().is_some()) {
+            for migrating in chain(table).filter(|g| g.successor().is_some()) {
                 // In parts, each finished before the next: the timers a part files are
                 // collected in its `Effects`, whose vectors a whole round of a large table
                 // would grow to hundreds of KiB on the reaper's heap, which glibc then
@@ -266,7 +266,7 @@ impl<T: Send + 'static> Engine<T> {
                     // A move can complete a tree (a twin's contents carried to it):
                     // delivered through the callback when the pass found it open, as any
                     // completion.
-                    self.finish(index, roots, &mut effects, open);
+                    self.finish(index, table, &mut effects, open);
                 }
                 worked = true;
             }
@@ -276,19 +276,19 @@ impl<T: Send + 'static> Engine<T> {
         worked
     }
 
-    /// Whether `roots` (table `table`'s current generation) is large for `per_table`
+    /// Whether `table` (shard `shard`'s current generation) is large for `per_table`
     /// entries: under 1/8 full, and larger than the table's smallest, with no migration
     /// under way.
-    fn shrinkable(&self, table: usize, roots: &Table<T>, per_table: usize) -> bool {
-        roots.successor().is_none()
-            && roots.slots() > self.smallest_slots(table)
-            && per_table * 8 < roots.slots()
+    fn shrinkable(&self, shard: usize, table: &Table<T>, per_table: usize) -> bool {
+        table.successor().is_none()
+            && table.slots() > self.smallest_slots(shard)
+            && per_table * 8 < table.slots()
     }
 
-    /// The slots table `table` starts with, and shrinks back to
+    /// The slots shard `shard`'s table starts with, and shrinks back to
     /// ([`staggered`](super::staggered)).
-    pub(super) fn smallest_slots(&self, table: usize) -> usize {
-        super::staggered(table, self.tables.len()).min(self.max_table_slots / GROUP_SLOTS)
+    pub(super) fn smallest_slots(&self, shard: usize) -> usize {
+        super::staggered(shard, self.tables.len()).min(self.max_table_slots / GROUP_SLOTS)
             * GROUP_SLOTS
     }
 
@@ -310,15 +310,15 @@ impl<T: Send + 'static> Engine<T> {
         }
         let per_table = self.pending() / self.tables.len();
         let mut due: Option<Tick> = None;
-        for (index, table) in self.tables.iter().enumerate() {
+        for (index, shard) in self.tables.iter().enumerate() {
             // Safety: inside the operation `_active` marks.
-            let roots = unsafe { table.current() };
-            if roots.successor().is_some() {
+            let table = unsafe { shard.current() };
+            if table.successor().is_some() {
                 return Some(1);
             }
-            let left = if self.shrinkable(index, roots, per_table) {
-                SHRINK_AFTER.saturating_sub(table.low_ticks(now)).max(1)
-            } else if roots.slots() > self.smallest_slots(index) {
+            let left = if self.shrinkable(index, table, per_table) {
+                SHRINK_AFTER.saturating_sub(shard.low_ticks(now)).max(1)
+            } else if table.slots() > self.smallest_slots(index) {
                 self.look_at_load()
             } else {
                 continue;
@@ -379,9 +379,9 @@ impl<T: Send + 'static> Engine<T> {
     pub(in crate::acker) fn table_bytes(&self) -> [usize; 3] {
         let _active = self.threads.enter();
         let mut bytes = [0; 3];
-        for table in self.tables.iter() {
+        for shard in self.tables.iter() {
             // Safety: inside the operation `_active` marks.
-            let current = unsafe { table.current() };
+            let current = unsafe { shard.current() };
             bytes[0] += current.bytes();
             bytes[1] += chain(current).skip(1).map(Table::bytes).sum::<usize>();
         }
@@ -391,7 +391,7 @@ impl<T: Send + 'static> Engine<T> {
             .map(|r| {
                 // Safety: a retired generation is freed only by dropping its `Retired`,
                 // under this lock.
-                unsafe { r.roots.as_ref() }.bytes()
+                unsafe { r.table.as_ref() }.bytes()
             })
             .sum();
         bytes
@@ -402,9 +402,9 @@ impl<T: Send + 'static> Engine<T> {
     pub(in crate::acker) fn orphans_held(&self) -> usize {
         let _active = self.threads.enter();
         let mut held = 0;
-        for table in self.tables.iter() {
+        for shard in self.tables.iter() {
             // Safety: inside the operation `_active` marks.
-            let current = unsafe { table.current() };
+            let current = unsafe { shard.current() };
             held += chain(current).map(Table::held).sum::<usize>();
         }
         held

@@ -60,12 +60,12 @@ impl Layout {
     #[inline]
     pub(super) fn place(self, root: u64) -> (usize, Key) {
         let h = self.mix.hash(root);
-        let table = (h >> (64 - self.table_bits)) as usize;
-        (table, Key::new(h.rotate_left(self.table_bits) >> KEY_SHIFT))
+        let shard = (h >> (64 - self.table_bits)) as usize;
+        (shard, Key::new(h.rotate_left(self.table_bits) >> KEY_SHIFT))
     }
 
-    pub(super) fn root(self, table: usize, key: Key) -> u64 {
-        let low = table as u64 & ((1 << KEY_SHIFT) - 1);
+    pub(super) fn root(self, shard: usize, key: Key) -> u64 {
+        let low = shard as u64 & ((1 << KEY_SHIFT) - 1);
         let rotated = key.bits() << KEY_SHIFT | low;
         self.mix.root(rotated.rotate_right(self.table_bits))
     }
@@ -84,10 +84,10 @@ mod tests {
             let layout = Layout { mix, table_bits };
             for root in [0, 1, 2, 7, u64::MAX, 1 << 63, 0xdead_beef_cafe_f00d] {
                 assert_eq!(mix.root(mix.hash(root)), root);
-                let (table, key) = layout.place(root);
-                assert!(table < 1 << table_bits);
+                let (shard, key) = layout.place(root);
+                assert!(shard < 1 << table_bits);
                 assert_eq!(
-                    layout.root(table, key),
+                    layout.root(shard, key),
                     root,
                     "{table_bits} bits, root {root:#x}"
                 );
@@ -124,9 +124,9 @@ mod tests {
             let mut homes = vec![0u32; 16 * HOMES];
             let mut tags = std::collections::HashSet::new();
             for i in 0..N {
-                let (table, key) = layout.place(root(i));
-                tables[table] += 1;
-                homes[table * HOMES + (key.bits() >> (60 - 10)) as usize] += 1;
+                let (shard, key) = layout.place(root(i));
+                tables[shard] += 1;
+                homes[shard * HOMES + (key.bits() >> (60 - 10)) as usize] += 1;
                 tags.insert(key.tag());
             }
             // 4096 a table: a binomial's deviation is 62.

@@ -3,8 +3,8 @@
 //!
 //! ## A tree's path
 //!
-//! `hash(root)` (a bijection, so a completion can name its root) picks a table
-//! ([`table`](crate::acker::table)) and the root's key there. An ack is a search of the
+//! `hash(root)` (a bijection, so a completion can name its root) picks a shard (a chain
+//! of [`table`](crate::acker::table) generations) and the root's key there. An ack is a search of the
 //! root's home line and one 128-bit CAS on it ([`word`](crate::acker::table::word): key,
 //! state and XOR change together, so no grace period and no false `Acked`); the ack that
 //! brings an initialized tree's value to 0 completes it in that CAS, takes the payload and
@@ -156,16 +156,16 @@ const MIN_TABLE_SLOTS: usize = if cfg!(loom) {
     512 * GROUP_SLOTS
 };
 
-/// The groups table `table` of `tables` starts with: [`MIN_TABLE_SLOTS`]' times
-/// 2^(`table` / `tables`), so that the tables' sizes, and the pending counts at which they
+/// The groups shard `shard` of `tables` starts with: [`MIN_TABLE_SLOTS`]' times
+/// 2^(`shard` / `tables`), so that the tables' sizes, and the pending counts at which they
 /// grow, spread evenly over a doubling (module docs, "The bound, and growth"). Equal under
 /// loom, whose models count on the smallest tables.
-fn staggered(table: usize, tables: usize) -> usize {
+fn staggered(shard: usize, tables: usize) -> usize {
     let smallest = MIN_TABLE_SLOTS / GROUP_SLOTS;
     if cfg!(loom) {
         return smallest;
     }
-    let step = (table as f64 / tables as f64).exp2();
+    let step = (shard as f64 / tables as f64).exp2();
     (smallest as f64 * step).round() as usize
 }
 
@@ -322,10 +322,10 @@ impl<T: Send + 'static> Engine<T> {
         let timeout = ticks.timeout(config.timeout_ns);
         Engine {
             tables: (0..tables)
-                .map(|table| {
+                .map(|shard| {
                     let credits = Some(Arc::clone(&credits));
                     // As `smallest_slots`, which needs the engine.
-                    let groups = staggered(table, tables).min(max_table_slots / GROUP_SLOTS);
+                    let groups = staggered(shard, tables).min(max_table_slots / GROUP_SLOTS);
                     Generations::new(Table::bounded(groups, credits, timeout, false))
                 })
                 .collect(),
@@ -395,7 +395,7 @@ impl<T: Send + 'static> Engine<T> {
         if !active.open || self.shutdown.load(Ordering::SeqCst) {
             return Err(InitError::Shutdown(payload));
         }
-        let (table, key) = self.layout.place(root);
+        let (shard, key) = self.layout.place(root);
         let timeout = timeout_ns.map(|ns| self.ticks.timeout(ns));
         let mut payload = payload;
         loop {
@@ -403,11 +403,11 @@ impl<T: Send + 'static> Engine<T> {
             // ([`anchor`](crate::acker::engine::anchor)): the first message is this call.
             let stamp = self.stamp_at(self.write_tick());
             // Safety: inside the operation `active` marks.
-            let roots = unsafe { self.tables[table].current() };
+            let table = unsafe { self.tables[shard].current() };
             let mut effects = Effects::stamped(stamp);
-            self.help(table, roots, &mut effects);
+            self.help(shard, table, &mut effects);
             // Along the chain (one table but during a migration): create only in the last.
-            let mut at = roots;
+            let mut at = table;
             let result = loop {
                 let last = at.successor().is_none();
                 match at.init_or(key, xor, payload, timeout, last, &mut effects) {
@@ -425,17 +425,17 @@ impl<T: Send + 'static> Engine<T> {
                     .orphans_joined
                     .fetch_add(1, Ordering::Relaxed);
             }
-            let crowded = self.finish(table, roots, &mut effects, active.open);
+            let crowded = self.finish(shard, table, &mut effects, active.open);
             return match result {
                 Ok(()) => {
                     if crowded {
-                        self.grow_if_loaded(table, roots);
+                        self.grow_if_loaded(shard, table);
                     }
                     // Shutdown may have scanned past our slot before we settled: then this
                     // init takes its own tree back (one CAS decides between it and the
                     // scan).
                     if settled && self.shutdown.load(Ordering::SeqCst) {
-                        if let Some(payload) = self.take_back_root(table, key) {
+                        if let Some(payload) = self.take_back_root(shard, key) {
                             return Err(InitError::Shutdown(payload));
                         }
                     }
@@ -447,7 +447,7 @@ impl<T: Send + 'static> Engine<T> {
                     continue;
                 }
                 Err(Refused::Full(p)) => {
-                    if crowded && self.make_room(table, roots) {
+                    if crowded && self.make_room(shard, table) {
                         payload = p;
                         continue;
                     }
@@ -474,27 +474,27 @@ impl<T: Send + 'static> Engine<T> {
     #[inline]
     fn message(&self, root: u64, message: Message) -> bool {
         let active = self.threads.enter();
-        let (table, key) = self.layout.place(root);
-        self.message_in(&active, table, key, message)
+        let (shard, key) = self.layout.place(root);
+        self.message_in(&active, shard, key, message)
     }
 
-    /// [`message`](Self::message) for the root `layout` placed at `key` in `table`, inside
+    /// [`message`](Self::message) for the root `layout` placed at `key` in `shard`, inside
     /// the operation `active` marks, where it holds nothing of the tables.
     #[inline]
-    fn message_in(&self, active: &Active, table: usize, key: Key, message: Message) -> bool {
+    fn message_in(&self, active: &Active, shard: usize, key: Key, message: Message) -> bool {
         if !active.open && self.stopping() {
             // Shut down: nothing is pending, and nothing may be held (`take_back_all`).
             return false;
         }
         // The common case first: no migration, and the entry exists (`apply_found`).
         // Safety: inside the operation `active` marks.
-        let roots = unsafe { self.tables[table].current() };
-        if roots.successor().is_none() {
-            if let Some(completed) = roots.apply_found(key, message) {
+        let table = unsafe { self.tables[shard].current() };
+        if table.successor().is_none() {
+            if let Some(completed) = table.apply_found(key, message) {
                 let Some(completed) = completed else {
                     return false;
                 };
-                self.deliver(table, roots, completed, None, active.open);
+                self.deliver(shard, table, completed, None, active.open);
                 return true;
             }
         }
@@ -504,11 +504,11 @@ impl<T: Send + 'static> Engine<T> {
             // ([`anchor`](crate::acker::engine::anchor)).
             let stamp = self.stamp_at(self.write_tick());
             // Safety: inside the operation `active` marks.
-            let roots = unsafe { self.tables[table].current() };
+            let table = unsafe { self.tables[shard].current() };
             let mut effects = Effects::stamped(stamp);
-            self.help(table, roots, &mut effects);
+            self.help(shard, table, &mut effects);
             // Along the chain (one table but during a migration): create only in the last.
-            let mut at = roots;
+            let mut at = table;
             let applied = loop {
                 let last = at.successor().is_none();
                 match at.apply(key, message, last, &mut effects) {
@@ -517,16 +517,16 @@ impl<T: Send + 'static> Engine<T> {
                 }
             };
             completed |= !effects.is_none();
-            let crowded = self.finish(table, roots, &mut effects, active.open);
+            let crowded = self.finish(shard, table, &mut effects, active.open);
             match applied {
                 Applied::Retry | Applied::Missing => continue,
-                Applied::Full if crowded && self.make_room(table, roots) => continue,
+                Applied::Full if crowded && self.make_room(shard, table) => continue,
                 Applied::Full => {
                     self.counters()
                         .rejected_full
                         .fetch_add(1, Ordering::Relaxed); // a statistic
                 }
-                Applied::Created if crowded => self.grow_if_loaded(table, roots),
+                Applied::Created if crowded => self.grow_if_loaded(shard, table),
                 Applied::Created | Applied::Changed => {}
             }
             return completed;
@@ -535,23 +535,23 @@ impl<T: Send + 'static> Engine<T> {
 
     pub(super) fn reset_timeout(&self, root: u64) -> bool {
         let _active = self.threads.enter();
-        let (table, key) = self.layout.place(root);
-        self.reset_in(table, key)
+        let (shard, key) = self.layout.place(root);
+        self.reset_in(shard, key)
     }
 
     /// [`reset_timeout`](Self::reset_timeout) for the root `layout` placed at `key` in
-    /// `table`, inside an operation, where it holds nothing of the tables.
-    fn reset_in(&self, table: usize, key: Key) -> bool {
+    /// `shard`, inside an operation, where it holds nothing of the tables.
+    fn reset_in(&self, shard: usize, key: Key) -> bool {
         let now = self.write_tick() as Tick;
         // Safety: inside the operation `active` marks.
-        let roots = unsafe { self.tables[table].current() };
+        let table = unsafe { self.tables[shard].current() };
         // The entry's timer is in a batch or the reaper's wheel since its creation; the
         // reaper files it again when the old deadline comes (R, or `NotDue`). During a
         // migration the old table's entry first (`reset` waits for one being moved), then
         // the successor's.
         // Every generation's entry, not just the first found (no short circuit).
-        chain(roots)
-            .map(|roots| roots.reset(key, now))
+        chain(table)
+            .map(|table| table.reset(key, now))
             .fold(false, |any, reset| any | reset)
     }
 
@@ -604,15 +604,15 @@ impl<T: Send + 'static> Engine<T> {
         let active = self.threads.enter();
         let wheel = self.reaper.lock().unwrap_or_else(|e| e.into_inner());
         let mut covered = 0;
-        for (table, t) in self.tables.iter().enumerate() {
+        for (shard, t) in self.tables.iter().enumerate() {
             // Safety: inside the operation `active` marks.
-            for roots in chain(unsafe { t.current() }) {
-                for slot in 0..roots.slots() {
-                    let (Some(_), Some(deadline)) = (roots.key_in(slot), roots.deadline(slot))
+            for table in chain(unsafe { t.current() }) {
+                for slot in 0..table.slots() {
+                    let (Some(_), Some(deadline)) = (table.key_in(slot), table.deadline(slot))
                     else {
                         continue;
                     };
-                    let filed = wheel.filed(table, roots.gen(), slot / GROUP_SLOTS);
+                    let filed = wheel.filed(shard, table.gen(), slot / GROUP_SLOTS);
                     if filed.is_some_and(|filed| reached(filed as Tick, deadline)) {
                         covered += 1;
                     }
@@ -661,17 +661,17 @@ impl<T: Send + 'static> Engine<T> {
     }
 }
 
-/// `roots` or the successor of the generation `gen` (an operation's table calls start at
-/// `roots` and only ever move forward).
+/// `table` or the successor of the generation `gen` (an operation's table calls start at
+/// `table` and only ever move forward).
 #[inline]
-fn generation<T>(roots: &Table<T>, gen: u32) -> &Table<T> {
-    let mut at = roots;
+fn generation<T>(table: &Table<T>, gen: u32) -> &Table<T> {
+    let mut at = table;
     while at.gen() != gen {
         match at.successor() {
             Some(next) => at = next,
             None => {
-                debug_assert!(false, "generation {gen} is not {} or after it", roots.gen());
-                return roots;
+                debug_assert!(false, "generation {gen} is not {} or after it", table.gen());
+                return table;
             }
         }
     }

@@ -38,20 +38,20 @@ impl<T: Send + 'static> Engine<T> {
     fn scan(&self, handed_back: &mut Vec<(u64, T)>, drop_orphans: bool) {
         let _active = self.threads.enter();
         let mut dropped = 0;
-        for (index, table) in self.tables.iter().enumerate() {
+        for (index, shard) in self.tables.iter().enumerate() {
             // No migration starts under the scan; one under way moves entries only
             // forward, from the table scanned first to the one scanned next.
-            let _held = table.hold_migrations();
+            let _held = shard.hold_migrations();
             // Safety: inside the operation `_active` marks.
-            let roots = unsafe { table.current() };
-            for roots in chain(roots) {
-                for slot in 0..roots.slots() {
-                    let Some(key) = roots.key_in(slot) else {
+            let table = unsafe { shard.current() };
+            for table in chain(table) {
+                for slot in 0..table.slots() {
+                    let Some(key) = table.key_in(slot) else {
                         continue;
                     };
-                    if let Some(payload) = roots.take_back(slot, key) {
+                    if let Some(payload) = table.take_back(slot, key) {
                         handed_back.push((self.layout.root(index, key), payload));
-                    } else if drop_orphans && roots.discard(slot, key) {
+                    } else if drop_orphans && table.discard(slot, key) {
                         dropped += 1;
                     }
                 }
@@ -65,12 +65,12 @@ impl<T: Send + 'static> Engine<T> {
 
     /// Shutdown came while this init settled: takes its tree back if no scan did, looking
     /// in the current generation and its successor.
-    pub(in crate::acker) fn take_back_root(&self, table: usize, key: Key) -> Option<T> {
+    pub(in crate::acker) fn take_back_root(&self, shard: usize, key: Key) -> Option<T> {
         // Safety: called inside the init's operation.
-        let roots = unsafe { self.tables[table].current() };
-        chain(roots).find_map(|roots| {
-            let (slot, _) = roots.find_waiting(key)?;
-            roots.take_back(slot, key)
+        let table = unsafe { self.tables[shard].current() };
+        chain(table).find_map(|table| {
+            let (slot, _) = table.find_waiting(key)?;
+            table.take_back(slot, key)
         })
     }
 

@@ -41,7 +41,7 @@ fn manual(clock: &ManualClock, max_pending: usize) -> (Acker<u32>, Log) {
 fn smallest(acker: &Acker<u32>) -> usize {
     let engine = acker.engine();
     (0..engine.tables.len())
-        .map(|table| engine.smallest_slots(table))
+        .map(|shard| engine.smallest_slots(shard))
         .sum()
 }
 
@@ -310,21 +310,21 @@ fn a_tree_completed_by_a_reaper_move_reaches_the_callback() {
     let root = 77;
     acker.init(root, 0b11, 5).unwrap();
     assert!(!acker.ack(root, 0b01));
-    let (table, key) = engine.layout.place(root);
+    let (shard, key) = engine.layout.place(root);
     {
         let active = engine.threads.enter();
         // Safety: inside the operation `active` marks.
-        let roots = unsafe { engine.tables[table].current() };
-        let groups = roots.groups() + roots.groups() / 2;
+        let table = unsafe { engine.tables[shard].current() };
+        let groups = table.groups() + table.groups() / 2;
         assert_eq!(
-            engine.start_migration(table, roots, groups, false),
+            engine.start_migration(shard, table, groups, false),
             Some(true)
         );
-        let next = roots.successor().expect("migrating");
+        let next = table.successor().expect("migrating");
         let mut effects = Effects::stamped(engine.stamp_at(engine.write_tick()));
         let twin = next.apply(key, Message::Ack(0b10), true, &mut effects);
         assert_eq!(twin, Applied::Created, "the twin holds the last edge");
-        assert!(!engine.finish(table, roots, &mut effects, active.open));
+        assert!(!engine.finish(shard, table, &mut effects, active.open));
     }
     assert!(log.lock().unwrap().is_empty());
     for _ in 0..64 {
@@ -344,14 +344,14 @@ impl<T: Send + 'static> Engine<T> {
     #[allow(dead_code)] // a debugging aid for the Acker's tests
     pub(in crate::acker) fn describe(&self, root: u64) -> String {
         let _active = self.threads.enter();
-        let (table, key) = self.layout.place(root);
+        let (shard, key) = self.layout.place(root);
         // Safety: inside the operation `_active` marks.
-        let roots = unsafe { self.tables[table].current() };
-        match roots.find(key) {
+        let table = unsafe { self.tables[shard].current() };
+        match table.find(key) {
             Some((slot, word)) => format!(
-                "table {table} slot {slot} {word:?} times {:?} own timeout {:?}",
-                roots.times(slot),
-                roots.timeout_of(slot)
+                "shard {shard} slot {slot} {word:?} times {:?} own timeout {:?}",
+                table.times(slot),
+                table.timeout_of(slot)
             ),
             None => "no entry".into(),
         }
@@ -362,21 +362,21 @@ impl<T: Send + 'static> Engine<T> {
     pub(in crate::acker) fn describe_tables(&self) -> String {
         let _active = self.threads.enter();
         let mut out = format!("pending {}\n", self.pending());
-        for (index, table) in self.tables.iter().enumerate() {
+        for (index, shard) in self.tables.iter().enumerate() {
             // Safety: inside the operation `_active` marks.
-            let roots = unsafe { table.current() };
-            for roots in chain(roots) {
+            let table = unsafe { shard.current() };
+            for table in chain(table) {
                 let mut states = std::collections::BTreeMap::new();
-                for slot in 0..roots.slots() {
-                    let state = format!("{:?}", roots.word(slot).load().state());
+                for slot in 0..table.slots() {
+                    let state = format!("{:?}", table.word(slot).load().state());
                     *states.entry(state).or_insert(0) += 1;
                 }
                 out += &format!(
-                    "table {index} gen {} slots {} migrating {} moved all {} {states:?}\n",
-                    roots.gen(),
-                    roots.slots(),
-                    roots.successor().is_some(),
-                    roots.moved_all(),
+                    "shard {index} gen {} slots {} migrating {} moved all {} {states:?}\n",
+                    table.gen(),
+                    table.slots(),
+                    table.successor().is_some(),
+                    table.moved_all(),
                 );
             }
         }
@@ -415,12 +415,12 @@ fn a_callers_tick_is_never_behind_the_clock_and_at_most_one_ahead() {
 /// Where `root` lives: its table and slot in the table's current generation.
 fn slot_of(acker: &Acker<u32>, root: u64) -> Option<(usize, usize)> {
     let engine = acker.engine();
-    let (table, key) = engine.layout.place(root);
+    let (shard, key) = engine.layout.place(root);
     // Safety: a manual acker with no other thread: nothing retires a generation under us.
-    let roots = unsafe { engine.tables[table].current() };
-    (0..roots.slots())
-        .find(|&slot| roots.key_in(slot) == Some(key))
-        .map(|slot| (table, slot))
+    let table = unsafe { engine.tables[shard].current() };
+    (0..table.slots())
+        .find(|&slot| table.key_in(slot) == Some(key))
+        .map(|slot| (shard, slot))
 }
 
 /// A group timer filed at a tick whose low 32 bits are all ones reads as none
@@ -449,25 +449,25 @@ fn a_group_timer_at_a_tick_that_reads_as_none_survives_a_sweep() {
     acker.expire();
     // `a` must share its group with a free slot, or no mate can ever join it: a root
     // whose group the fillers have filled is given back and another one tried.
-    let (a, table, slot) = (7u64..)
+    let (a, shard, slot) = (7u64..)
         .take(1 << 16)
         .find_map(|r| {
             acker.init_with_timeout(r, 0b1, 1, own).unwrap();
-            let (table, slot) = slot_of(&acker, r).unwrap();
+            let (shard, slot) = slot_of(&acker, r).unwrap();
             // Safety: as in `slot_of`.
-            let roots = unsafe { acker.engine().tables[table].current() };
+            let table = unsafe { acker.engine().tables[shard].current() };
             let group = slot / GROUP_SLOTS * GROUP_SLOTS;
-            if (group..group + GROUP_SLOTS).any(|s| roots.key_in(s).is_none()) {
-                return Some((r, table, slot));
+            if (group..group + GROUP_SLOTS).any(|s| table.key_in(s).is_none()) {
+                return Some((r, shard, slot));
             }
             assert!(acker.ack(r, 0b1));
             None
         })
         .expect("every group the candidates landed in is full");
     // Safety: as in `slot_of`.
-    let roots = unsafe { acker.engine().tables[table].current() };
+    let table = unsafe { acker.engine().tables[shard].current() };
     assert_eq!(
-        roots.deadline(slot),
+        table.deadline(slot),
         Some(u32::MAX),
         "not due at the odd tick"
     );
@@ -478,7 +478,7 @@ fn a_group_timer_at_a_tick_that_reads_as_none_survives_a_sweep() {
         .find(|&r| {
             acker.init_with_timeout(r, 0b1, 2, mates).unwrap();
             let mate = slot_of(&acker, r)
-                .is_some_and(|(t, s)| t == table && s / GROUP_SLOTS == slot / GROUP_SLOTS);
+                .is_some_and(|(t, s)| t == shard && s / GROUP_SLOTS == slot / GROUP_SLOTS);
             if !mate {
                 assert!(acker.ack(r, 0b1));
             }
@@ -546,7 +546,10 @@ fn shutdown_frees_an_entry_stranded_in_a_retired_table() {
         }
     }
     let mut effects = Effects::default();
-    assert!(old.move_round(&mut effects), "an empty table is clean at once");
+    assert!(
+        old.move_round(&mut effects),
+        "an empty shard is clean at once"
+    );
     // An orphan claimed in the old table now: no room in the successor, stranded.
     let mut effects = Effects::stamped(Stamp::new(1, 1));
     old.ack(key(100, 99), 0b1, &mut effects);

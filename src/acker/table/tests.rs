@@ -122,7 +122,9 @@ fn the_shortcut_applies_only_what_apply_would_and_defers_the_rest() {
     let mut effects = Effects::default();
     // Home 3 full of other roots: `far` lands in group 0.
     for i in 0..GROUP_SLOTS as u64 {
-        roots.init(key_in(4, 3, i), 1 << 40, 0, &mut effects).unwrap();
+        roots
+            .init(key_in(4, 3, i), 1 << 40, 0, &mut effects)
+            .unwrap();
     }
     let (near, far) = (key_in(4, 2, 1), key_in(4, 3, 99));
     roots.init(near, 0b11, 7, &mut effects).unwrap();
@@ -310,7 +312,10 @@ fn a_full_window_refuses_and_gives_the_payload_back() {
     let roots = Table::<u32>::new(2); // window: both groups
     let mut effects = Effects::default();
     for i in 0..2 * GROUP_SLOTS as u64 {
-        assert_eq!(roots.ack(key_in(2, 0, i), 1, &mut effects), Applied::Created);
+        assert_eq!(
+            roots.ack(key_in(2, 0, i), 1, &mut effects),
+            Applied::Created
+        );
     }
     let key = key_in(2, 1, 99);
     assert_eq!(roots.ack(key, 1, &mut effects), Applied::Full);

@@ -90,7 +90,7 @@ impl WheelEntry for GroupTimer {
 /// A group of a table generation, as [`Filed`] names it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(in crate::acker) struct GroupAt {
-    pub table: usize,
+    pub shard: usize,
     /// The generation, in full (`Table::gen`).
     pub gen: u32,
     /// The generation's group count (the size of its filed ticks).
@@ -145,13 +145,13 @@ pub(in crate::acker) enum File {
 }
 
 impl Filed {
-    /// The filed ticks of `gen` (a generation of `table` with `groups` groups), created
+    /// The filed ticks of `gen` (a generation of `shard` with `groups` groups), created
     /// all none.
-    fn ticks(&mut self, table: usize, gen: u32, groups: usize) -> &mut [u32] {
-        if self.tables.len() <= table {
-            self.tables.resize_with(table + 1, Vec::new);
+    fn ticks(&mut self, shard: usize, gen: u32, groups: usize) -> &mut [u32] {
+        if self.tables.len() <= shard {
+            self.tables.resize_with(shard + 1, Vec::new);
         }
-        let gens = &mut self.tables[table];
+        let gens = &mut self.tables[shard];
         let i = match gens.iter().position(|g| g.gen == gen) {
             Some(i) => i,
             None => {
@@ -179,7 +179,7 @@ impl Filed {
         tick: u64,
         full: impl Fn(u32) -> u64,
     ) -> File {
-        let stored = &mut self.ticks(at.table, at.gen, at.groups)[at.group];
+        let stored = &mut self.ticks(at.shard, at.gen, at.groups)[at.group];
         match Self::get(*stored, full) {
             Some(filed) if filed <= tick => File::Nothing,
             _ => {
@@ -198,7 +198,7 @@ impl Filed {
         earliest: Option<u64>,
         full: impl Fn(u32) -> u64,
     ) -> File {
-        let stored = &mut self.ticks(at.table, at.gen, at.groups)[at.group];
+        let stored = &mut self.ticks(at.shard, at.gen, at.groups)[at.group];
         let filed = Self::get(*stored, full);
         // None, or due by now: this entry, or another due in this pass, is the one named.
         let named = !matches!(filed, Some(filed) if filed > now);
@@ -221,10 +221,10 @@ impl Filed {
     }
 
     /// The group of a dropped entry has no root left: nothing filed for it.
-    pub(in crate::acker) fn clear(&mut self, table: usize, gen: u32, group: usize) {
+    pub(in crate::acker) fn clear(&mut self, shard: usize, gen: u32, group: usize) {
         if let Some(g) = self
             .tables
-            .get_mut(table)
+            .get_mut(shard)
             .and_then(|gens| gens.iter_mut().find(|g| g.gen == gen))
         {
             if let Some(stored) = g.ticks.get_mut(group) {
@@ -236,18 +236,18 @@ impl Filed {
     /// The filed tick of a group, if it has one (for the tests' coverage count).
     pub(in crate::acker) fn filed(
         &self,
-        table: usize,
+        shard: usize,
         gen: u32,
         group: usize,
         full: impl Fn(u32) -> u64,
     ) -> Option<u64> {
-        let g = self.tables.get(table)?.iter().find(|g| g.gen == gen)?;
+        let g = self.tables.get(shard)?.iter().find(|g| g.gen == gen)?;
         Self::get(*g.ticks.get(group)?, full)
     }
 
-    /// Drops the ticks of `table`'s generations that `keep` says have left its chain.
-    pub(in crate::acker) fn prune(&mut self, table: usize, keep: impl Fn(u32) -> bool) {
-        if let Some(gens) = self.tables.get_mut(table) {
+    /// Drops the ticks of `shard`'s generations that `keep` says have left its chain.
+    pub(in crate::acker) fn prune(&mut self, shard: usize, keep: impl Fn(u32) -> bool) {
+        if let Some(gens) = self.tables.get_mut(shard) {
             gens.retain(|g| keep(g.gen));
         }
     }
@@ -278,7 +278,7 @@ mod tests {
 
     /// Group 3 of generation 5 of table 1 (8 groups).
     const AT: GroupAt = GroupAt {
-        table: 1,
+        shard: 1,
         gen: 5,
         groups: 8,
         group: 3,
@@ -329,7 +329,7 @@ mod tests {
             File::At(250)
         );
         assert_eq!(
-            filed.cover(GroupAt { table: 0, ..AT }, 250, full),
+            filed.cover(GroupAt { shard: 0, ..AT }, 250, full),
             File::At(250)
         );
         assert_eq!(filed.filed(1, 5, 3, full), Some(40));

@@ -354,8 +354,8 @@ fn pass<T: Send + 'static>(engine: &Engine<T>, runner: Runner) -> Pass {
         // a long time, and a large generation's ticks are 4 B a group.
         let mut wheel = engine.reaper.lock().unwrap_or_else(|e| e.into_inner());
         let before = wheel.filed.heap_bytes();
-        for table in 0..wheel.filed.tables() {
-            engine.prune_filed(table, &mut wheel.filed);
+        for shard in 0..wheel.filed.tables() {
+            engine.prune_filed(shard, &mut wheel.filed);
         }
         wheel.released += before.saturating_sub(wheel.filed.heap_bytes());
         std::mem::take(&mut wheel.released)
@@ -391,18 +391,18 @@ fn look_at_group<'e, T: Send + 'static>(
         slot: timer.first,
         tag: timer.gen,
     };
-    let Some((table, roots, first)) = engine.locate(&entry) else {
+    let Some((shard, table, first)) = engine.locate(&entry) else {
         return; // an older generation's: its roots moved, with timers of their own
     };
     // Every slot of the group: the earliest deadline left decides the next look.
     let mut earliest = None;
     for slot in first..first + GROUP_SLOTS {
-        let Some(key) = roots.key_in(slot) else {
+        let Some(key) = table.key_in(slot) else {
             continue;
         };
         let mut effects = Effects::default();
-        let tag = tag_of(key.tag(), roots.gen());
-        let next = match roots.expire_keeping(slot, tag, judge, &mut effects) {
+        let tag = tag_of(key.tag(), table.gen());
+        let next = match table.expire_keeping(slot, tag, judge, &mut effects) {
             Expiry::Gone => None,
             Expiry::Dropped => {
                 // Relaxed: a statistic.
@@ -414,7 +414,7 @@ fn look_at_group<'e, T: Send + 'static>(
             }
             Expiry::TimedOut => {
                 if let Some(completed) = effects.take() {
-                    timed_out.push((table, roots, completed));
+                    timed_out.push((shard, table, completed));
                 }
                 None
             }
@@ -426,9 +426,9 @@ fn look_at_group<'e, T: Send + 'static>(
         }
     }
     let at = GroupAt {
-        table,
-        gen: roots.gen(),
-        groups: roots.groups(),
+        shard,
+        gen: table.gen(),
+        groups: table.groups(),
         group: first / GROUP_SLOTS,
     };
     let decision = wheel.filed.refile(at, now, earliest, |t| full_near(now, t));

@@ -115,12 +115,12 @@ impl Wheel {
     /// The group's filed tick (tests' coverage count).
     pub(in crate::acker::engine) fn filed(
         &self,
-        table: usize,
+        shard: usize,
         gen: u32,
         group: usize,
     ) -> Option<u64> {
         let now = self.now;
-        self.filed.filed(table, gen, group, |t| full_near(now, t))
+        self.filed.filed(shard, gen, group, |t| full_near(now, t))
     }
 
     /// The sweep (module docs), when the wheel holds more than `live` (a bound on its live
@@ -175,14 +175,14 @@ impl Wheel {
             Some((at, true)) => {
                 match (
                     tick,
-                    filed.filed(at.table, at.gen, at.group, |t| full_near(now, t)),
+                    filed.filed(at.shard, at.gen, at.group, |t| full_near(now, t)),
                 ) {
                     (Some(tick), Some(named)) => tick <= named,
                     _ => true,
                 }
             }
             Some((at, false)) => {
-                filed.clear(at.table, at.gen, at.group);
+                filed.clear(at.shard, at.gen, at.group);
                 false
             }
             None => false, // an older generation's: its roots moved, with timers of their own
@@ -204,13 +204,13 @@ pub(in crate::acker::engine) fn file<T: Send + 'static>(
     wheel: &mut Wheel,
     entry: Entry,
 ) {
-    let Some((table, roots, slot)) = engine.locate(&entry) else {
+    let Some((shard, table, slot)) = engine.locate(&entry) else {
         return;
     };
-    if !engine.holds_entry(roots, slot, &entry) {
+    if !engine.holds_entry(table, slot, &entry) {
         return;
     }
-    let Some(deadline) = roots.deadline(slot) else {
+    let Some(deadline) = table.deadline(slot) else {
         return;
     };
     let now = wheel.now;
@@ -218,15 +218,15 @@ pub(in crate::acker::engine) fn file<T: Send + 'static>(
     let tick = wheel.full(deadline).max(now); // due already: the next advance returns it
     let group = slot / GROUP_SLOTS;
     let at = GroupAt {
-        table,
-        gen: roots.gen(),
-        groups: roots.groups(),
+        shard,
+        gen: table.gen(),
+        groups: table.groups(),
         group,
     };
     let decision = wheel.filed.cover(at, tick, |t| full_near(now, t));
     let timer = GroupTimer {
         first: entry.slot - (slot % GROUP_SLOTS) as u32,
-        gen: roots.gen() & GEN_MASK,
+        gen: table.gen() & GEN_MASK,
     };
     wheel.push(decision, timer);
 }

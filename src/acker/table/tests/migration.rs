@@ -65,7 +65,10 @@ fn a_migration_moves_every_entry_with_its_times_timeout_and_payload() {
         .collect();
     let next = begin(&old, 8);
     let mut effects = Effects::default();
-    assert!(old.move_round(&mut effects), "every group clean in one round");
+    assert!(
+        old.move_round(&mut effects),
+        "every group clean in one round"
+    );
     assert!(old.moved_all());
     assert!(effects.is_none());
     let mut filed = std::iter::from_fn(|| effects.take_to_file()).collect::<Vec<_>>();
@@ -90,7 +93,10 @@ fn a_migration_moves_every_entry_with_its_times_timeout_and_payload() {
     for (i, &key) in keys.iter().enumerate().filter(|(i, _)| i % 3 != 0) {
         let mut effects = Effects::default();
         assert_eq!(next.ack(key, 0b11, &mut effects), Applied::Changed);
-        assert_eq!(finish(&next, &mut effects), Some((i as u32, Outcome::Acked)));
+        assert_eq!(
+            finish(&next, &mut effects),
+            Some((i as u32, Outcome::Acked))
+        );
     }
     assert_eq!(old.slots(), 16);
     assert_eq!(next.slots(), 32);
@@ -135,7 +141,8 @@ fn init_joins_nothing_in_a_table_being_migrated() {
         old.init_or(key, 0b11, 5, None, false, &mut effects),
         Err(Refused::Missing(5))
     );
-    next.init_or(key, 0b11, 5, None, true, &mut effects).unwrap();
+    next.init_or(key, 0b11, 5, None, true, &mut effects)
+        .unwrap();
     assert_eq!(next.ack(key, 0b10, &mut effects), Applied::Changed);
     assert_eq!(finish(&next, &mut effects), Some((5, Outcome::Acked)));
 }
@@ -227,7 +234,10 @@ fn tables_of_any_group_count_find_every_entry_and_migrate_between_sizes() {
             let mut effects = Effects::default();
             assert_eq!(next.ack(key, 0b01, &mut effects), Applied::Changed);
             assert_eq!(next.ack(key, 0b10, &mut effects), Applied::Changed);
-            assert_eq!(finish(&next, &mut effects), Some((i as u32, Outcome::Acked)));
+            assert_eq!(
+                finish(&next, &mut effects),
+                Some((i as u32, Outcome::Acked))
+            );
         }
         assert!(next.is_clear(), "{groups} groups: nothing left behind");
     }
@@ -249,7 +259,10 @@ fn a_stranded_entry_is_held_and_init_never_joins_it() {
             .unwrap();
     }
     let mut effects = Effects::default();
-    assert!(old.move_round(&mut effects), "an empty table is clean at once");
+    assert!(
+        old.move_round(&mut effects),
+        "an empty table is clean at once"
+    );
     let key = key_in(4, 2, 42);
     let mut effects = Effects::stamped(Stamp::new(10, 10));
     assert_eq!(old.ack(key, 0b110, &mut effects), Applied::Created);
