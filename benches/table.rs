@@ -176,7 +176,7 @@ fn one_thread(c: &mut Criterion, group: &str, held: u64) {
     group.finish();
 }
 
-/// A lean table with room for `held` roots beside the window, at most about half full.
+/// A table with room for `held` roots beside the window, at most about half full.
 fn lean_sized(held: u64) -> Engine {
     let slots = ((held + 2 * WINDOW) * 2).next_power_of_two() as usize;
     Engine(Table::new((slots / 4).max(1024)))

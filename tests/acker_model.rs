@@ -81,7 +81,7 @@ const ROOTS: [u64; 6] = [
     0x8000_0000_0000_0000,
 ];
 
-/// The most ticks a deadline lies past its base (`lean::MAX_TIMEOUT_TICKS`, 2^30 - 2): a
+/// The most ticks a deadline lies past its base (the engine's `MAX_TIMEOUT_TICKS`, 2^30 - 2): a
 /// timeout of more than `TIMEOUT_TICKS_MAX` ticks is clamped to it (documented on
 /// `init_with_timeout`).
 const TIMEOUT_TICKS_MAX: u64 = (1 << 30) - 3;
@@ -1552,7 +1552,7 @@ fn take_local() -> Vec<(u64, u64, Outcome)> {
 
 /// What the threads saw, for the final accounting.
 #[derive(Default)]
-struct Ledger {
+struct Tally {
     /// payload -> (root, effective timeout ns): inits that returned Ok.
     accepted: HashMap<u64, (u64, u64)>,
     /// Payloads handed back by a refused init.
@@ -1602,18 +1602,18 @@ fn threaded_round(seed: u64) -> Result<String, Vec<String>> {
         "seed {seed}: origin {origin:#x}, resolution {resolution} ns (tick {tick}), timeout {timeout} \
          ns, max_pending {max_pending}"
     );
-    let ledger = Arc::new(Mutex::new(Ledger::default()));
+    let tally = Arc::new(Mutex::new(Tally::default()));
     let stop = Arc::new(AtomicBool::new(false));
     let shut_flag = Arc::new(AtomicBool::new(false));
     let shared: Vec<u64> = (0..6u64).map(|i| 0x5ead_0000 + i).collect();
 
     // The clock thread: moves the clock (far at times, back at times) and runs passes.
     let clock_thread = {
-        let (acker, clock, stop, ledger) = (
+        let (acker, clock, stop, tally) = (
             acker.clone(),
             clock.clone(),
             Arc::clone(&stop),
-            Arc::clone(&ledger),
+            Arc::clone(&tally),
         );
         let mut rng = StdRng::seed_from_u64(seed.wrapping_mul(31) ^ 0xc10c);
         std::thread::spawn(move || {
@@ -1642,7 +1642,7 @@ fn threaded_round(seed: u64) -> Result<String, Vec<String>> {
                 let local = take_local();
                 passes += 1;
                 if n != local.len() || local.iter().any(|c| c.2 != Outcome::TimedOut) {
-                    ledger.lock().unwrap().violations.push(format!(
+                    tally.lock().unwrap().violations.push(format!(
                         "expire() returned {n} but delivered {local:x?} on its thread"
                     ));
                 }
@@ -1656,9 +1656,9 @@ fn threaded_round(seed: u64) -> Result<String, Vec<String>> {
 
     let worker_threads: Vec<_> = (0..workers)
         .map(|w| {
-            let (acker, ledger, shared, shut_flag) = (
+            let (acker, tally, shared, shut_flag) = (
                 acker.clone(),
-                Arc::clone(&ledger),
+                Arc::clone(&tally),
                 shared.clone(),
                 Arc::clone(&shut_flag),
             );
@@ -1667,7 +1667,7 @@ fn threaded_round(seed: u64) -> Result<String, Vec<String>> {
                 let own: Vec<u64> = (0..8u64).map(|i| ((w as u64 + 1) << 40) | i).collect();
                 // Edges of trees this thread inited on its own roots, to ack.
                 let mut edges: HashMap<u64, Vec<u64>> = HashMap::new();
-                let mut local = Ledger::default();
+                let mut local = Tally::default();
                 let mut after_shutdown_msgs = 0u64;
                 for i in 0..ops_per_worker {
                     let root = if rng.random_ratio(1, 3) {
@@ -1783,7 +1783,7 @@ fn threaded_round(seed: u64) -> Result<String, Vec<String>> {
                         std::thread::yield_now();
                     }
                 }
-                let mut l = ledger.lock().unwrap();
+                let mut l = tally.lock().unwrap();
                 l.accepted.extend(local.accepted);
                 l.refused.extend(local.refused);
                 l.full_refusals += local.full_refusals;
@@ -1824,12 +1824,12 @@ fn threaded_round(seed: u64) -> Result<String, Vec<String>> {
     let late_fail = acker.fail(late_root + 1);
     let late_init = acker.init(late_root + 2, 1, u64::MAX);
 
-    let mut ledger = Arc::try_unwrap(ledger)
+    let mut tally = Arc::try_unwrap(tally)
         .ok()
-        .expect("ledger still shared")
+        .expect("tally still shared")
         .into_inner()
         .unwrap();
-    let mut v = std::mem::take(&mut ledger.violations);
+    let mut v = std::mem::take(&mut tally.violations);
     match late_init {
         Err(InitError::Shutdown(p)) if p == u64::MAX => {}
         other => v.push(format!("init after shutdown returned {other:?}")),
@@ -1842,7 +1842,7 @@ fn threaded_round(seed: u64) -> Result<String, Vec<String>> {
             .entry(c.payload)
             .or_default()
             .push(format!("completed {:?} on {:#x}", c.outcome, c.root));
-        match ledger.accepted.get(&c.payload) {
+        match tally.accepted.get(&c.payload) {
             Some(&(root, t)) => {
                 if root != c.root {
                     v.push(format!(
@@ -1869,7 +1869,7 @@ fn threaded_round(seed: u64) -> Result<String, Vec<String>> {
             .entry(*p)
             .or_default()
             .push(format!("handed back on {root:#x}"));
-        match ledger.accepted.get(p) {
+        match tally.accepted.get(p) {
             Some(&(r, _)) if r == *root => {}
             other => v.push(format!(
                 "shutdown handed back ({root:#x}, {p:#x}); accepted as {other:x?}"
@@ -1883,13 +1883,13 @@ fn threaded_round(seed: u64) -> Result<String, Vec<String>> {
                 ways.len()
             ));
         }
-        if ledger.refused.contains(p) {
+        if tally.refused.contains(p) {
             v.push(format!(
                 "payload {p:#x} refused and also came back: {ways:?}"
             ));
         }
     }
-    let lost: Vec<_> = ledger
+    let lost: Vec<_> = tally
         .accepted
         .iter()
         .filter(|(p, _)| !came_back.contains_key(p))
@@ -1916,10 +1916,10 @@ fn threaded_round(seed: u64) -> Result<String, Vec<String>> {
             (stats.acked, stats.failed, stats.timed_out)
         ));
     }
-    if stats.rejected_full < ledger.full_refusals {
+    if stats.rejected_full < tally.full_refusals {
         v.push(format!(
             "rejected_full {} < {} inits refused Full",
-            stats.rejected_full, ledger.full_refusals
+            stats.rejected_full, tally.full_refusals
         ));
     }
     if CHECK_AFTER_SHUTDOWN {
@@ -1940,7 +1940,7 @@ fn threaded_round(seed: u64) -> Result<String, Vec<String>> {
     if v.is_empty() {
         Ok(format!(
             "{describe}: {} accepted, {} completions, {} handed back",
-            ledger.accepted.len(),
+            tally.accepted.len(),
             completions.len(),
             handed_back.len()
         ))
@@ -1957,7 +1957,7 @@ fn check_message(
     delivered: &[(u64, u64, Outcome)],
     outcome: Outcome,
     was_shut: bool,
-    local: &mut Ledger,
+    local: &mut Tally,
 ) {
     if was_shut && CHECK_AFTER_SHUTDOWN && got {
         local.violations.push(format!(

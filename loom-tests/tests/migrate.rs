@@ -367,7 +367,7 @@ fn migrate_twin_across_tables_merges() {
     });
 }
 
-/// A reset of a LIVE tree (as lean's `reset_timeout` does it: the old table, then the
+/// A reset of a LIVE tree (as the engine's `reset_timeout` does it: the old table, then the
 /// successor) races the tree's move. The reset's new base must reach the entry that ends
 /// in the successor: a reset that moved the old entry's base before the mover read the
 /// times is copied with it; one that meets FROZEN waits for MOVED (so its reset of the

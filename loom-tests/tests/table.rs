@@ -126,10 +126,10 @@ fn roots_ack_vs_fail_completes_once() {
     });
 }
 
-/// A duplicated ack: both copies race init of a root nobody has seen (the shape of the
-/// first generation's false `Acked`). The value never reaches 0 with init's XOR in it, so
-/// nothing completes, and the reaper times the tree out. Bounded at 4 like the first
-/// generation's model of the same race.
+/// A duplicated ack: both copies race init of a root nobody has seen (the race that gives
+/// a false `Acked` when the state and the value are separate words). The value never
+/// reaches 0 with init's XOR in it, so nothing completes, and the reaper times the tree
+/// out. Bounded at 4 preemptions.
 #[test]
 fn roots_duplicated_ack_vs_init_never_completes() {
     bounded(4).check(|| {

@@ -4,7 +4,7 @@
 //! compiled with `-C target-feature=+cmpxchg16b` (which a library cannot ask of its users)
 //! it picks `cmpxchg16b` or a fallback at run time and reaches it through a function
 //! pointer, once per load and once per CAS. The caller's registers are spilled around each
-//! of those calls: `perf` put 40-45 % of the lean table's tree in the slot search and these
+//! of those calls: `perf` put 40-45 % of a tree's time in the slot search and these
 //! calls, and compiling with the feature made the whole tree 1.6x faster.
 //!
 //! Here the CPU is checked once (`cmpxchg16b`, AVX, and an Intel or AMD vendor) and the

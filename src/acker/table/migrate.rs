@@ -202,7 +202,7 @@ impl<T> Table<T> {
             })
         });
         // Into the successor or, when it has no room for the root and a successor of its
-        // own (it ran out of room while it filled), into the first generation after it
+        // own (it ran out of room while it filled), into the nearest generation after it
         // that has: lookups walk the whole chain, and the copy merges with any twin left
         // in a skipped generation when that one's entries move on.
         let mut target = next;

@@ -223,7 +223,7 @@ fn busy_threads_are_not_refused_below_max_pending() {
     assert_eq!(acker.pending(), 0);
 }
 
-/// A panicking `Clock` panics the caller before the ledger changes: no slot is left
+/// A panicking `Clock` panics the caller before the table changes: no slot is left
 /// CLAIMED (where every later call for the root would wait forever), nothing is counted,
 /// and a tree whose completing ack panicked is still completed, by its timeout.
 #[test]
