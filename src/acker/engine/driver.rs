@@ -36,7 +36,7 @@ impl<T: Send + 'static> Engine<T> {
         }
     }
 
-    /// The clock time at which full tick `tick` begins (`Ticks::full` of it is `tick`).
+    /// The clock time at which full tick `tick` begins (`TickScale::full` of it is `tick`).
     pub(in crate::acker) fn tick_start(&self, tick: u64) -> u64 {
         // Bits shifted out wrap, as the clock's timeline does.
         self.ticks

@@ -87,7 +87,7 @@
 
 pub(super) mod anchor;
 pub(super) mod batched;
-pub(super) mod clock;
+pub(super) mod time;
 pub(super) mod deliver;
 pub(super) mod driver;
 mod filing;
@@ -115,7 +115,7 @@ use crate::acker::timers::ticks::{reached, Tick};
 use crate::clock::Clock;
 use crate::sync::fences::Fences;
 use crate::sync::{Arc, AtomicBool, AtomicU64, AtomicUsize, Mutex, Ordering};
-use clock::Ticks;
+use time::TickScale;
 use generations::{chain, Generations};
 use growth::Retired;
 use layout::{Layout, Mix};
@@ -212,7 +212,7 @@ pub(super) struct Engine<T> {
     clock: Box<dyn Clock>,
     /// [`Config::tsc_ticks`].
     tsc_ticks: bool,
-    ticks: Ticks,
+    ticks: TickScale,
     /// The full tick every stored `u32` tick is read against ([`anchor`]).
     anchor: CachePadded<AtomicU64>,
     /// One re-anchoring at a time ([`anchor`]).
@@ -222,7 +222,7 @@ pub(super) struct Engine<T> {
     /// The most roots pending at a pass since the allocator was last asked to give memory
     /// back ([`growth`], `give_back_memory`).
     peak_pending: AtomicUsize,
-    /// The default timeout in ticks ([`Ticks::timeout`]).
+    /// The default timeout in ticks ([`TickScale::timeout`]).
     timeout: Tick,
     /// How long a new entry stays in its creator's batch before the reaper gets it (unless
     /// its deadline is sooner): [`HAND_OFF_AGE`] ticks, or a quarter of the default
@@ -307,7 +307,7 @@ impl<T: Send + 'static> Engine<T> {
         let stripes = Credits::stripes_for(cores);
         let credits = Arc::new(Credits::new(config.max_pending, stripes));
         let now = config.clock.now();
-        let ticks = Ticks {
+        let ticks = TickScale {
             epoch: now,
             shift: config.resolution_ns.trailing_zeros(),
         };

@@ -9,7 +9,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use super::generations::chain;
-use super::{reached, Engine, Ticks, MAX_TIMEOUT_TICKS};
+use super::{reached, Engine, TickScale, MAX_TIMEOUT_TICKS};
 use crate::{Acker, Clock, Completion, ManualClock, Outcome};
 
 type Log = Arc<Mutex<Vec<(u64, u32, Outcome)>>>;
@@ -283,7 +283,7 @@ fn concurrent_growth_and_shrink_lose_and_double_nothing() {
 
 #[test]
 fn ticks_round_timeouts_up_and_never_go_before_the_epoch() {
-    let ticks = Ticks {
+    let ticks = TickScale {
         epoch: 1_000,
         shift: 10,
     };
@@ -699,7 +699,7 @@ fn a_pass_with_nothing_pending_sweeps_the_wheel() {
 #[test]
 fn ticks_as_durations_are_exact_past_u64_nanoseconds() {
     for shift in [0, 10, 20, 30] {
-        let ticks = Ticks { epoch: 0, shift };
+        let ticks = TickScale { epoch: 0, shift };
         let bound = u64::MAX >> shift;
         for count in [
             0,

@@ -11,14 +11,15 @@ use crate::acker::table::Stamp;
 use crate::acker::timers::ticks::Tick;
 use crate::clock::tsc;
 
-/// The clock in ticks.
+/// How clock readings map to ticks: the epoch (tick 1 begins there) and the resolution, a
+/// tick of 2^`shift` nanoseconds. (A `Tick` is one tick's number.)
 #[derive(Debug)]
-pub(super) struct Ticks {
+pub(super) struct TickScale {
     pub(super) epoch: u64,
     pub(super) shift: u32,
 }
 
-impl Ticks {
+impl TickScale {
     /// The full tick of `now` (at least 1; a clock read before the epoch is tick 1).
     #[inline]
     pub(super) fn full(&self, now: u64) -> u64 {
