@@ -3,10 +3,8 @@
 //! [`times`](crate::acker::table::times), plus the tree's own or the table's default
 //! timeout).
 
-use super::{
-    full_near, reached, Effects, Expiry, Key, Stamp, Step, Table, Tick, GEN_TAG_BITS, GROUP_SLOTS,
-    TAG_CHECK_MASK,
-};
+use super::{full_near, reached, Effects, Expiry, Key, Stamp, Step, Table, Tick, GROUP_SLOTS};
+use crate::acker::timers::{GEN_TAG_BITS, TAG_CHECK_MASK};
 use crate::sync::{Backoff, Ordering};
 
 /// What the reaper judges a deadline with: the anchor its `u32` ticks decode at

@@ -83,7 +83,7 @@ use probe::{Search, Unclaimed, Vacancy};
 pub use times::Stamp;
 use twins::InFlight;
 
-use super::Outcome;
+use crate::acker::outcome::Outcome;
 use crate::acker::bound::Credits;
 use crate::acker::table::word::{Key, Phase, Step, Word, KEY_SHIFT};
 use crate::sync::{
@@ -111,15 +111,6 @@ pub const MAX_PROBE: usize = 63;
 const _: () = assert!(MAX_PROBE * GROUP_SLOTS <= 1 << 10);
 /// A claim this many groups past home reports its table crowded (`Effects::crowded`).
 const CROWDED_DISTANCE: usize = 2;
-/// The low bits of a batch entry's tag (and of a group timer) that carry its table's
-/// generation ([`engine`](crate::acker::engine)): a tag compares only the bits above.
-pub const GEN_TAG_BITS: u32 = 2;
-/// A batch entry's tag names its root by the bits of its key's tag from [`GEN_TAG_BITS`]
-/// up to this one (18 bits; a later root that matches costs the reaper one look, never a
-/// wrong timeout); the bits above are zero.
-pub const TAG_CHECK_BITS: u32 = 20;
-/// The bits of a batch entry's tag below [`TAG_CHECK_BITS`].
-pub const TAG_CHECK_MASK: u32 = (1 << TAG_CHECK_BITS) - 1;
 /// Under loom one, so models overflow in a few steps.
 #[cfg(loom)]
 pub const MAX_PROBE: usize = 1;

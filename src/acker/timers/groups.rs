@@ -64,7 +64,7 @@ pub(in crate::acker) struct GroupTimer {
 }
 
 /// Bits of [`GroupTimer::gen`] that hold the generation.
-const GEN_BITS: u32 = crate::acker::table::GEN_TAG_BITS;
+const GEN_BITS: u32 = super::GEN_TAG_BITS;
 
 // Every level of the wheel keeps its offsets in the entry (a level-5 bucket spans 2^30
 // ticks, [`wheel`](crate::acker::timers::wheel)): no `u32` beside it.
