@@ -3,7 +3,7 @@
 //! fleet's trees, processes and servers killed on purpose during the run, and an audit that
 //! proves no work item was lost.
 //!
-//! `cargo run --release -p fleet` starts everything itself (`run.rs`): three `nats-server`
+//! `cargo run --release -p fleet` starts everything itself (`run/`): three `nats-server`
 //! processes on loopback forming a cluster with JetStream (`cluster.rs`), a replicated
 //! stream of numbered work items, and P node processes (this binary's `node` subcommand,
 //! `node/`). A node pulls items from a shared durable consumer; for each it becomes the

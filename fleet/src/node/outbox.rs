@@ -2,8 +2,10 @@
 //! message each (`wire.rs`), the way Storm batches acks per acker task. Any thread may add
 //! a record (an owner's completion comes from the Acker's reaper thread); one task sends.
 
+use super::Node;
 use crate::wire::{Done, PartMessage, Task};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 /// The largest frame sent, bytes: well under NATS's default 1 MiB payload limit.
 const MAX_FRAME: usize = 240 * 1024;
@@ -97,5 +99,20 @@ impl Outbox {
             }
         }
         frames
+    }
+}
+
+/// Sends what the outbox gathered, every millisecond: the one task that sends.
+pub async fn flush_loop(node: Arc<Node>) {
+    let run = node.args.run.clone();
+    let mut tick = tokio::time::interval(Duration::from_millis(1));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        for frame in node.outbox.take(&run) {
+            // Core NATS is at most once: a frame lost with a server is a tree that times
+            // out and is replayed.
+            let _ = node.client.publish(frame.subject, frame.bytes.into()).await;
+        }
     }
 }

@@ -27,8 +27,8 @@
 //!
 //! Every violation is printed with the tree's history and makes the run fail.
 //!
-//! This file holds the knobs ([`Config`]) and runs the phases; what the run found and how
-//! it is printed are in [`summary`].
+//! This file holds the knobs ([`Config`]) and runs the phases; the traffic's rig and
+//! threads are in [`traffic`], what the run found and how it is printed in [`summary`].
 
 mod burst;
 mod deadline;
@@ -42,20 +42,18 @@ pub(crate) use memory::{threaded_child, THREADED_ENV};
 mod oracle;
 mod summary;
 mod topology;
+mod traffic;
 
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Barrier};
+use std::sync::atomic::Ordering;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use ackwheel::Acker;
-use crossbeam_utils::CachePadded;
 use serde::Serialize;
 
-use crate::common::report::{self, Progress, Sample};
-use crate::common::{rss, split_seed};
-use oracle::{Oracle, Tally};
-use topology::{Counters, Shape, Topology};
+use crate::common::report::{self, Progress};
+use crate::common::rss;
+use oracle::Tally;
+use traffic::{traffic_phase, Rig};
 
 use summary::{fill_from_counters, fill_from_tally};
 pub(crate) use summary::{print, Summary};
@@ -104,11 +102,56 @@ const MAX_ATTEMPTS: u8 = 3;
 /// Runs the scenario.
 pub(crate) fn run(cfg: &Config) -> Summary {
     let started_at = Instant::now();
-    let mut memory = None;
-    let mut footprint_figures = None;
     let mut setup_problems = Vec::new();
     // --- memory, first: RSS is read best in a process that has not yet allocated (and
     // half-freed, through deferred reclamation) anything big.
+    let (memory, footprint_figures) = memory_phase(cfg, &mut setup_problems);
+    let growth_figures = growth_phase(cfg, &mut setup_problems);
+    let bursts = burst_phase(cfg, &mut setup_problems);
+    let shared_deadline = deadline_phase(cfg, &mut setup_problems);
+    let (rig, checker) = Rig::build(cfg);
+
+    rss::reset_peak();
+    let mut progress = Progress::new(Duration::from_secs_f64(cfg.duration_s));
+    let mut summary = Summary {
+        config: Some(cfg.clone()),
+        memory,
+        footprint: footprint_figures,
+        growth: growth_figures,
+        bursts,
+        shared_deadline,
+        violations: setup_problems.len() as u64,
+        violation_reports: setup_problems,
+        ..Summary::default()
+    };
+    traffic_phase(cfg, &rig, &mut progress, &mut summary);
+
+    // --- drain: every tree completes, then every orphan expires.
+    let quiet_since = drain_phase(&rig, &mut progress, &mut summary);
+    collect_verdicts(&rig, checker, &mut summary);
+
+    // --- cross-checks against the acker's own counters.
+    cross_check(cfg, &rig, &mut summary);
+    summary.peak_rss = rss::peak();
+
+    idle_phase(&rig, quiet_since, &mut summary);
+
+    drop(rig.topo);
+    drop(rig.acker);
+
+    summary.total_seconds = started_at.elapsed().as_secs_f64();
+    summary
+}
+
+/// The memory phase (`--memory-roots`; 0 skips it): bytes per pending root over two waves
+/// ([`memory`]), then the build cost and the churn's peak RSS in fresh child processes
+/// ([`footprint`]).
+fn memory_phase(
+    cfg: &Config,
+    setup_problems: &mut Vec<String>,
+) -> (Option<Memory>, Option<footprint::Footprint>) {
+    let mut memory = None;
+    let mut footprint_figures = None;
     if cfg.memory_roots > 0 {
         eprintln!(
             "  memory phase: {} roots per wave, two waves",
@@ -145,6 +188,11 @@ pub(crate) fn run(cfg: &Config) -> Summary {
             Err(e) => setup_problems.push(format!("VIOLATION: {e}")),
         }
     }
+    (memory, footprint_figures)
+}
+
+/// The growth phase (`--growth-roots`; 0 skips it).
+fn growth_phase(cfg: &Config, setup_problems: &mut Vec<String>) -> Option<growth::Growth> {
     let mut growth_figures = None;
     if cfg.growth_roots > 0 {
         eprintln!(
@@ -156,6 +204,11 @@ pub(crate) fn run(cfg: &Config) -> Summary {
             Err(e) => setup_problems.push(format!("VIOLATION: {e}")),
         }
     }
+    growth_figures
+}
+
+/// The burst phase (`--burst-roots`; 0 skips it).
+fn burst_phase(cfg: &Config, setup_problems: &mut Vec<String>) -> Vec<burst::Burst> {
     let mut bursts = Vec::new();
     if cfg.burst_roots > 0 {
         eprintln!(
@@ -167,6 +220,14 @@ pub(crate) fn run(cfg: &Config) -> Summary {
             Err(e) => setup_problems.push(format!("VIOLATION: {e}")),
         }
     }
+    bursts
+}
+
+/// The shared-deadline phase (`--deadline-roots`; 0 skips it).
+fn deadline_phase(
+    cfg: &Config,
+    setup_problems: &mut Vec<String>,
+) -> Option<deadline::SharedDeadline> {
     let mut shared_deadline = None;
     if cfg.deadline_roots > 0 {
         eprintln!(
@@ -178,169 +239,32 @@ pub(crate) fn run(cfg: &Config) -> Summary {
             Err(e) => setup_problems.push(format!("VIOLATION: {e}")),
         }
     }
-    let timeout = Duration::from_millis(cfg.timeout_ms.max(1));
-    let timeout_ns = timeout.as_nanos() as u64;
-    let per_spout = cfg.in_flight.div_ceil(cfg.spouts).max(1);
-    let (oracle, free, reports) = Oracle::new(cfg.spouts, per_spout, timeout_ns, cfg.plant_bug);
-    let oracle = Arc::new(oracle);
+    shared_deadline
+}
 
-    let (replay_tx, replay_rx): (Vec<_>, Vec<_>) = (0..cfg.spouts)
-        .map(|_| crossbeam_channel::unbounded::<(u64, u8)>())
-        .unzip();
-    let checker = {
-        let replays = cfg.replay.then(|| (replay_tx.clone(), MAX_ATTEMPTS));
-        thread::Builder::new()
-            .name("stress-checker".into())
-            .spawn(move || oracle::check(reports, timeout_ns, replays))
-            .expect("spawn the checker")
-    };
-    drop(replay_tx);
-
-    let sink = Arc::clone(&oracle);
-    let acker: Acker<u32> = Acker::builder()
-        .timeout(timeout)
-        .max_pending(cfg.max_pending)
-        .on_complete(move |c| sink.on_complete(c))
-        .build()
-        .expect("a valid acker configuration");
-
-    let (bolt_tx, bolt_rx): (Vec<_>, Vec<_>) = (0..cfg.bolts)
-        .map(|_| crossbeam_channel::unbounded())
-        .unzip();
-    let topo = Topology {
-        acker: acker.clone(),
-        oracle: Arc::clone(&oracle),
-        shape: Shape {
-            fanout: cfg.fanout.max(1),
-            depth: cfg.depth.max(1),
-            fail_rate: cfg.fail_rate.clamp(0.0, 1.0),
-            drop_rate: cfg.drop_rate.clamp(0.0, 1.0),
-            dup_rate: cfg.dup_rate.clamp(0.0, 1.0),
-            reset_rate: 0.001,
-            ghost_rate: 0.0005,
-            join_rate: 0.03,
-            init_first_rate: 0.25,
-            init_held_rate: 0.10,
-            max_trees: cfg.trees.unwrap_or(u64::MAX),
-            breathe_ns: cfg.breathe_ms.saturating_mul(1_000_000),
-            ack_frames: cfg.ack_frames,
-        },
-        bolts: bolt_tx,
-        outstanding: AtomicI64::new(0),
-        spouts_running: AtomicUsize::new(cfg.spouts),
-        stop: AtomicBool::new(false),
-        started: AtomicU64::new(0),
-        max_pending: cfg.max_pending,
-        refused_with_room: AtomicU64::new(0),
-        pending_at_refusal: AtomicUsize::new(0),
-        // Spouts first, then bolts: each thread its own cache line of counters.
-        counters: (0..cfg.spouts + cfg.bolts)
-            .map(|_| CachePadded::new(Counters::default()))
-            .collect(),
-    };
-
-    rss::reset_peak();
-    let mut progress = Progress::new(Duration::from_secs_f64(cfg.duration_s));
-    let mut summary = Summary {
-        config: Some(cfg.clone()),
-        memory,
-        footprint: footprint_figures,
-        growth: growth_figures,
-        bursts,
-        shared_deadline,
-        violations: setup_problems.len() as u64,
-        violation_reports: setup_problems,
-        ..Summary::default()
-    };
-    let barrier = Barrier::new(cfg.spouts + cfg.bolts + 1);
-    let traffic = thread::scope(|s| {
-        let topo = &topo;
-        let barrier = &barrier;
-        for (i, rx) in bolt_rx.iter().enumerate() {
-            let seed = split_seed(cfg.seed, 1000 + i as u64);
-            thread::Builder::new()
-                .name(format!("bolt-{i}"))
-                .spawn_scoped(s, move || {
-                    barrier.wait();
-                    topo.bolt(cfg.spouts + i, seed, rx);
-                })
-                .expect("spawn a bolt");
-        }
-        let spouts: Vec<_> = free
-            .iter()
-            .zip(&replay_rx)
-            .enumerate()
-            .map(|(i, (free, replays))| {
-                let seed = split_seed(cfg.seed, i as u64);
-                thread::Builder::new()
-                    .name(format!("spout-{i}"))
-                    .spawn_scoped(s, move || {
-                        barrier.wait();
-                        topo.spout(i, seed, free, replays);
-                        topo.spouts_running.fetch_sub(1, Ordering::SeqCst);
-                    })
-                    .expect("spawn a spout")
-            })
-            .collect();
-        barrier.wait();
-        let traffic_start = Instant::now();
-        let duration = Duration::from_secs_f64(cfg.duration_s);
-        let mut last = (Instant::now(), 0u64, 0u64);
-        loop {
-            thread::sleep(progress.period());
-            let elapsed = traffic_start.elapsed();
-            let done = oracle.completions.load(Ordering::Relaxed);
-            let acks = topo.sum(|c| &c.acks);
-            if last.0.elapsed() >= Duration::from_millis(500) {
-                let dt = last.0.elapsed().as_secs_f64();
-                summary.throughput.push(Sample {
-                    t: elapsed.as_secs_f64(),
-                    rate: (done - last.1) as f64 / dt,
-                    rate2: (acks - last.2) as f64 / dt,
-                });
-                last = (Instant::now(), done, acks);
-            }
-            let secs = elapsed.as_secs_f64().max(1e-3);
-            progress.update(&format!(
-                "trees {} ({}/s)  acks {} ({}/s)  in flight {}  pending {}",
-                report::si(done as f64),
-                report::si(done as f64 / secs),
-                report::si(acks as f64),
-                report::si(acks as f64 / secs),
-                oracle.in_flight(&free),
-                acker.pending(),
-            ));
-            if elapsed >= duration || topo.stop.load(Ordering::Relaxed) {
-                break;
-            }
-        }
-        topo.stop.store(true, Ordering::Relaxed);
-        let traffic = traffic_start.elapsed();
-        summary.trees_completed = oracle.completions.load(Ordering::Relaxed);
-        summary.acks = topo.sum(|c| &c.acks);
-        for spout in spouts {
-            let _ = spout.join();
-        }
-        // The bolts leave by themselves once every tuple has been processed.
-        traffic
-    });
-    summary.traffic_seconds = traffic.as_secs_f64();
-    summary.trees_per_s = summary.trees_completed as f64 / summary.traffic_seconds;
-    summary.acks_per_s = summary.acks as f64 / summary.traffic_seconds;
-
-    // --- drain: every tree completes, then every orphan expires.
+/// The drain: every tree completes (within the timeout + 5 s), then every orphan expires
+/// (within the timeout + 3 s). Returns the oracle's clock at its start, from which the idle
+/// phase counts.
+fn drain_phase(rig: &Rig, progress: &mut Progress, summary: &mut Summary) -> u64 {
+    let Rig {
+        oracle,
+        acker,
+        free,
+        ..
+    } = rig;
+    let timeout = rig.timeout;
     let drain_start = Instant::now();
     let quiet_since = oracle.now();
     let limit = drain_start + timeout + Duration::from_secs(5);
-    while oracle.in_flight(&free) > 0 && Instant::now() < limit {
+    while oracle.in_flight(free) > 0 && Instant::now() < limit {
         progress.update(&format!(
             "draining: {} trees in flight, {} entries pending",
-            oracle.in_flight(&free),
+            oracle.in_flight(free),
             acker.pending()
         ));
         thread::sleep(Duration::from_millis(20));
     }
-    oracle.report_stuck(&free);
+    oracle.report_stuck(free);
     let limit = Instant::now() + timeout + Duration::from_secs(3);
     while acker.pending() > 0 && Instant::now() < limit {
         progress.update(&format!(
@@ -352,16 +276,28 @@ pub(crate) fn run(cfg: &Config) -> Summary {
     progress.finish();
     summary.pending_after_drain = acker.pending();
     summary.drain_seconds = drain_start.elapsed().as_secs_f64();
-    oracle.end();
+    quiet_since
+}
+
+/// The checker's verdicts: the oracle ends, the checker hands back its tallies, and the
+/// summary takes them with the topology's counters.
+fn collect_verdicts(rig: &Rig, checker: thread::JoinHandle<Tally>, summary: &mut Summary) {
+    rig.oracle.end();
     let tally = checker.join().unwrap_or_else(|_| Tally {
         violations: 1,
         reports: vec!["VIOLATION: the checker thread panicked".into()],
         ..Tally::default()
     });
-    fill_from_tally(&mut summary, &tally);
-    fill_from_counters(&mut summary, &topo);
+    fill_from_tally(summary, &tally);
+    fill_from_counters(summary, &rig.topo);
+}
 
-    // --- cross-checks against the acker's own counters.
+/// The cross-checks: the acker's `stats()` against the oracle's counts, its own failures
+/// (callbacks, reaper passes, grace-period barriers), `pending()` after the drain, ghost
+/// acks against expired orphans, and inits refused `Full` with room left. Each problem is
+/// a violation.
+fn cross_check(cfg: &Config, rig: &Rig, summary: &mut Summary) {
+    let Rig { acker, topo, .. } = rig;
     let stats = acker.stats();
     summary.stats_acked = stats.acked;
     summary.stats_failed = stats.failed;
@@ -427,8 +363,13 @@ pub(crate) fn run(cfg: &Config) -> Summary {
         summary.violations += 1;
         summary.violation_reports.push(format!("VIOLATION: {p}"));
     }
-    summary.peak_rss = rss::peak();
+}
 
+/// The idle phase: the reaper's wake-ups over one second, once nothing is left for it to
+/// do.
+fn idle_phase(rig: &Rig, quiet_since: u64, summary: &mut Summary) {
+    let Rig { oracle, acker, .. } = rig;
+    let timeout_ns = rig.timeout_ns;
     // --- idle: every deadline (stale wheel timers included) has passed, and the reaper's
     // linger after the last pending tree (four hand-off ages of 64 ticks, 270 ms at the
     // default 1 ms resolution) is over; count wake-ups.
@@ -440,10 +381,4 @@ pub(crate) fn run(cfg: &Config) -> Summary {
     thread::sleep(Duration::from_secs(1));
     summary.idle_wakeups_per_s = acker.idle_wakeups() - before;
     summary.asymmetric_fences = acker.asymmetric_fences();
-
-    drop(topo);
-    drop(acker);
-
-    summary.total_seconds = started_at.elapsed().as_secs_f64();
-    summary
 }
