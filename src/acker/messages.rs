@@ -19,12 +19,8 @@
 //! order, and count the same statistics. The caller's `each` of [`Acker::apply_each`] runs
 //! once a chunk is done, outside any operation, as a callback would.
 
+use super::engine::batched::{Batched, AHEAD};
 use super::{Acker, InitError};
-
-/// Messages a batch places and prefetches at once, while it applies the chunk before:
-/// about as many misses as one core keeps in flight (10-12 line fill buffers on current
-/// x86 cores), so a prefetch runs 8 to 16 messages ahead of its message.
-pub(super) const AHEAD: usize = 8;
 
 /// One message of a batch ([`Acker::apply`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -51,10 +47,15 @@ pub enum Message {
 impl Message {
     /// The root the message is for.
     pub fn root(&self) -> u64 {
+        self.split().0
+    }
+
+    /// The root, and what the message asks of it as the engine applies it.
+    fn split(&self) -> (u64, Batched) {
         match *self {
-            Message::Ack { root, .. } | Message::Fail { root } | Message::ResetTimeout { root } => {
-                root
-            }
+            Message::Ack { root, xor } => (root, Batched::Ack(xor)),
+            Message::Fail { root } => (root, Batched::Fail),
+            Message::ResetTimeout { root } => (root, Batched::ResetTimeout),
         }
     }
 }
@@ -115,7 +116,8 @@ impl<T: Send + 'static> Acker<T> {
     /// assert_eq!(results, [(0, true), (1, true)]);
     /// ```
     pub fn apply_each(&self, messages: &[Message], mut each: impl FnMut(usize, bool)) {
-        self.engine().apply_each(messages, &mut each);
+        self.engine()
+            .apply_each(messages, Message::split, &mut each);
     }
 
     /// Inits the trees `trees` yields, `(root, xor, payload)`, in order, each exactly as

@@ -87,7 +87,6 @@
 
 pub(super) mod anchor;
 pub(super) mod batched;
-pub(super) mod time;
 pub(super) mod deliver;
 pub(super) mod driver;
 mod filing;
@@ -96,6 +95,7 @@ pub(super) mod growth;
 pub(super) mod layout;
 pub(super) mod reaper;
 pub(super) mod shutdown;
+pub(super) mod time;
 
 pub(super) use driver::{ExpiryWaker, Next};
 pub(super) use shutdown::Handle;
@@ -109,17 +109,17 @@ use super::stats::{AckerStats, Counters};
 use super::threads::{Active, Threads};
 use crate::acker::bound::Credits;
 use crate::acker::table::word::{Key, KEY_SHIFT};
-use crate::acker::table::{Applied, Effects, Message, Refused, Table};
 use crate::acker::table::GROUP_SLOTS;
-use crate::acker::timers::{GEN_TAG_BITS, TAG_CHECK_MASK};
+use crate::acker::table::{Applied, Effects, Message, Refused, Table};
 use crate::acker::timers::ticks::{reached, Tick};
+use crate::acker::timers::{GEN_TAG_BITS, TAG_CHECK_MASK};
 use crate::clock::Clock;
 use crate::sync::fences::Fences;
 use crate::sync::{Arc, AtomicBool, AtomicU64, AtomicUsize, Mutex, Ordering};
-use time::TickScale;
 use generations::{chain, Generations};
 use growth::Retired;
 use layout::{Layout, Mix};
+use time::TickScale;
 // The reaper is a std thread even under loom: the models check the table and batch
 // protocols on their own, not this core's thread.
 use std::thread;

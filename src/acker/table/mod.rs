@@ -83,8 +83,8 @@ use probe::{Search, Unclaimed, Vacancy};
 pub use times::Stamp;
 use twins::InFlight;
 
-use crate::acker::outcome::Outcome;
 use crate::acker::bound::Credits;
+use crate::acker::outcome::Outcome;
 use crate::acker::table::word::{Key, Phase, Step, Word, KEY_SHIFT};
 use crate::sync::{
     Arc, AtomicPtr, AtomicU128, AtomicU16, AtomicU32, AtomicU64, AtomicUsize, Ordering,

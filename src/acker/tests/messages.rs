@@ -47,7 +47,7 @@ fn a_batch_does_exactly_what_its_messages_do_one_by_one() {
                 0..=2 => {
                     // Inits: through init_each on one acker, one by one on the other; a
                     // refused init's payload must come back either way.
-                    let len = rng.random_range(1..2 * super::super::messages::AHEAD + 3);
+                    let len = rng.random_range(1..2 * crate::acker::engine::batched::AHEAD + 3);
                     let trees: Vec<(u64, u64, u32)> = (0..len)
                         .map(|_| {
                             (
@@ -71,7 +71,7 @@ fn a_batch_does_exactly_what_its_messages_do_one_by_one() {
                     assert_eq!(batched.expire(), single.expire(), "seed {seed} step {step}");
                 }
                 _ => {
-                    let len = rng.random_range(0..3 * super::super::messages::AHEAD + 2);
+                    let len = rng.random_range(0..3 * crate::acker::engine::batched::AHEAD + 2);
                     let frame: Vec<Message> = (0..len).map(|_| random_message(&mut rng)).collect();
                     let mut results = Vec::new();
                     batched.apply_each(&frame, |i, result| results.push((i, result)));
