@@ -25,8 +25,8 @@
 //!
 //! Inside this module the tokio crate is still written `::tokio`, for the reader's sake.
 
-mod completions;
-pub use completions::{AsyncAcker, Closed, Completions, TreeCompletion};
+mod async_acker;
+pub use async_acker::{AsyncAcker, Closed, Completions, TreeCompletion};
 mod expiry;
 pub use expiry::*;
 pub(crate) mod slab;

@@ -11,7 +11,7 @@ use super::waiter::{Cell, Cells, Waiter};
 use crate::Outcome;
 
 /// A tree's payload inside the inner acker: the number of the cell that holds what the tree
-/// carries ([`completions`](crate::future::completions), "Delivery"), with [`STREAMED`] set
+/// carries ([`async_acker`](crate::future::async_acker), "Delivery"), with [`STREAMED`] set
 /// for a stream tree's slot, clear for a tracked tree's waiter. Owns nothing itself: the
 /// acker delivers or hands back each one exactly once, and whoever gets it ends its cell
 /// ([`Stores::end`]).
