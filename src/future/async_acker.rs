@@ -34,23 +34,23 @@
 //! ## Ending
 //!
 //! `shutdown` closes the semaphore (waiting inits return [`InitError::Shutdown`]), hands
-//! back every pending tree (their `TreeCompletion`s resolve to [`Closed`]) and drops the
-//! inner callback, which holds the queue's only sender: the stream ends once drained.
+//! back every pending tree (their `TreeCompletion`s resolve to
+//! [`Closed`](crate::future::Closed)) and drops the inner callback, which holds the queue's
+//! only sender: the stream ends once drained.
 //! Dropping every handle without `shutdown` ends things the same way, except that the
 //! pending payloads are dropped: the last handle's drop shuts the inner acker down and
 //! drops what it hands back (the table holds only numbers, which own nothing), then closes
 //! the slabs, whose last pages go with the last cells.
 
 use std::fmt;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use ::tokio::sync::{mpsc, Semaphore, SemaphorePermit, TryAcquireError};
 
 use super::stores::{Held, Stores};
+use super::stream::{Completions, Queued};
+use super::tree_completion::TreeCompletion;
 use super::waiter::{self, Receiver};
 
 use crate::{Acker, AckerBuilder, AckerStats, Completion, ConfigError, InitError};
@@ -62,30 +62,6 @@ use crate::{Acker, AckerBuilder, AckerStats, Completion, ConfigError, InitError}
 /// runtime kept busy, p50 of the task's resumption after its deadline: 1.46-1.53 ms at
 /// 2^20 ns, 0.47-0.66 ms at 2^18 ns, tokio 0.92-1.02 ms in the same runs.
 const ASYNC_RESOLUTION: Duration = Duration::from_nanos(1 << 18);
-
-/// A completion waiting in the stream's queue; its tree's permit stays taken until the
-/// consumer takes it, or it is dropped.
-struct Queued<T> {
-    /// `Some` until taken.
-    completion: Option<Completion<T>>,
-    permits: Arc<Semaphore>,
-}
-
-impl<T> Queued<T> {
-    /// The completion; dropping the rest gives the permit back.
-    fn take(mut self) -> Completion<T> {
-        self.completion
-            .take()
-            .expect("a queued completion is taken once")
-    }
-}
-
-impl<T> Drop for Queued<T> {
-    /// Taken, or nobody will take it (the stream was dropped): the permit goes back.
-    fn drop(&mut self) {
-        self.permits.add_permits(1);
-    }
-}
 
 impl<T: Send + 'static> AckerBuilder<T> {
     /// Builds an acker for tokio (the `tokio` feature): an [`AsyncAcker`] whose trees'
@@ -195,7 +171,7 @@ impl<T: Send + 'static> AckerBuilder<T> {
                 stores,
             }),
         };
-        Ok((acker, Completions { rx, ended: false }))
+        Ok((acker, Completions::new(rx)))
     }
 }
 
@@ -462,7 +438,8 @@ impl<T: Send + 'static> AsyncAcker<T> {
     /// Stops the acker and hands back every initialized, uncompleted tree's payload, as
     /// [`Acker::shutdown`]. Inits waiting for room, and every later init or track, return
     /// [`InitError::Shutdown`]; the pending trees' [`TreeCompletion`]s resolve to
-    /// [`Closed`]; the [`Completions`] stream yields what it holds, then ends.
+    /// [`Closed`](crate::future::Closed); the [`Completions`] stream yields what it holds,
+    /// then ends.
     ///
     /// The inner shutdown joins the reaper thread (about one tick of the resolution when
     /// the reaper is idle, longer while it delivers a large batch of timeouts): it runs on
@@ -542,10 +519,7 @@ impl<T: Send + 'static> AsyncAcker<T> {
     ) -> Result<TreeCompletion<T>, InitError<T>> {
         let spot = waiter::start(&self.shared.stores.waiters, payload).map_err(InitError::Full)?;
         match self.init_inner(root, xor, Held::tracked(spot), timeout) {
-            Ok(()) => Ok(TreeCompletion {
-                root,
-                rx: Receiver::new(spot),
-            }),
+            Ok(()) => Ok(TreeCompletion::new(root, Receiver::new(spot))),
             // Safety: refused, so the acker does not hold the number, and no receiver was
             // made.
             Err(refused) => Err(map_payload(refused, |_| unsafe { waiter::reclaim(spot) })),
@@ -608,176 +582,6 @@ fn map_payload<T>(refused: InitError<Held>, payload: impl FnOnce(Held) -> T) -> 
         InitError::Shutdown(h) => InitError::Shutdown(payload(h)),
     }
 }
-
-/// One tree's completion, from [`AsyncAcker::track`]: a future that resolves once, with
-/// `Ok` when the tree completes (whatever its [`Outcome`](crate::Outcome)), or
-/// `Err(Closed)` when the acker shut down (or every handle was dropped) first, the payload
-/// then having gone back through [`AsyncAcker::shutdown`] (or been dropped).
-///
-/// Dropping it does not affect the tree; its completion is then dropped silently when it
-/// comes. Polling it again after it resolved returns `Err(Closed)`.
-///
-/// ```
-/// use ackwheel::{Acker, Outcome};
-/// use std::time::Duration;
-///
-/// let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-/// rt.block_on(async {
-///     let (acker, _completions) = Acker::<&str>::builder()
-///         .timeout(Duration::from_millis(50))
-///         .build_async(16)
-///         .unwrap();
-///     let tree = acker.track(1, 0b01 ^ 0b10, "request").unwrap();
-///     acker.ack(1, 0b01); // the other edge is lost
-///     let done = tree.await.unwrap();
-///     assert_eq!((done.outcome, done.payload), (Outcome::TimedOut, "request"));
-///     assert!(done.elapsed >= Duration::from_millis(50));
-/// });
-/// ```
-pub struct TreeCompletion<T> {
-    root: u64,
-    rx: Receiver<T>,
-}
-
-impl<T> TreeCompletion<T> {
-    /// The tree's root id.
-    pub fn root(&self) -> u64 {
-        self.root
-    }
-}
-
-impl<T> fmt::Debug for TreeCompletion<T> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("TreeCompletion")
-            .field("root", &self.root)
-            .finish_non_exhaustive()
-    }
-}
-
-impl<T> Future for TreeCompletion<T> {
-    type Output = Result<Completion<T>, Closed>;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let root = self.root;
-        // `TreeCompletion` is Unpin: its receiver only points to the waiter cell.
-        self.rx.poll(cx).map(|resolved| {
-            resolved
-                .map(|(payload, outcome, elapsed)| Completion {
-                    root,
-                    payload,
-                    outcome,
-                    elapsed,
-                })
-                .map_err(|()| Closed)
-        })
-    }
-}
-
-/// The completions of every tree not started with `track`, in the order they completed
-/// (per completing thread; across threads, the order in which they reached the queue).
-/// A [`Stream`](futures_core::Stream) with a single consumer, from
-/// [`AckerBuilder::build_async`].
-///
-/// Taking a completion gives its tree's buffer permit back ([`AsyncAcker`], "Buffer"): a
-/// stream nobody reads stops the inits once `buffer` completions wait in it. It ends
-/// (`None`) after [`AsyncAcker::shutdown`], or after every `AsyncAcker` handle was dropped,
-/// once what it held has been taken. Dropping it drops what it holds and every later
-/// untracked completion, giving their permits back.
-///
-/// ```
-/// use ackwheel::Acker;
-///
-/// let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-/// rt.block_on(async {
-///     let (acker, mut completions) = Acker::<u32>::builder().build_async(16).unwrap();
-///     // A task of its own, so that the inits below can wait for room while it runs.
-///     let consumer = tokio::spawn(async move {
-///         let mut total = 0;
-///         while let Some(c) = completions.next().await {
-///             total += c.payload;
-///         }
-///         total // the stream ended: the acker shut down
-///     });
-///     for root in 1..=100 {
-///         // Waits while 16 trees are pending or their completions not yet taken.
-///         acker.init(root, root, 1).await.unwrap();
-///         acker.ack(root, root);
-///     }
-///     assert!(acker.shutdown().await.is_empty());
-///     assert_eq!(consumer.await.unwrap(), 100);
-/// });
-/// ```
-pub struct Completions<T> {
-    rx: mpsc::UnboundedReceiver<Queued<T>>,
-    ended: bool,
-}
-
-impl<T> fmt::Debug for Completions<T> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Completions")
-            .field("ended", &self.ended)
-            .finish_non_exhaustive()
-    }
-}
-
-impl<T> Completions<T> {
-    /// The next completion, waiting for one; `None` once the stream has ended. Cancel
-    /// safe: dropped while waiting, it takes nothing.
-    pub async fn next(&mut self) -> Option<Completion<T>> {
-        std::future::poll_fn(|cx| self.poll_take(cx)).await
-    }
-
-    /// The next completion if one is waiting: `Ok(None)` when none is, `Err(Closed)` once
-    /// the stream has ended.
-    pub fn try_next(&mut self) -> Result<Option<Completion<T>>, Closed> {
-        match self.rx.try_recv() {
-            Ok(queued) => Ok(Some(queued.take())),
-            Err(mpsc::error::TryRecvError::Empty) => Ok(None),
-            Err(mpsc::error::TryRecvError::Disconnected) => {
-                self.ended = true;
-                Err(Closed)
-            }
-        }
-    }
-
-    fn poll_take(&mut self, cx: &mut Context<'_>) -> Poll<Option<Completion<T>>> {
-        if self.ended {
-            return Poll::Ready(None);
-        }
-        self.rx.poll_recv(cx).map(|queued| {
-            self.ended = queued.is_none();
-            queued.map(Queued::take)
-        })
-    }
-}
-
-impl<T> futures_core::Stream for Completions<T> {
-    type Item = Completion<T>;
-
-    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        self.poll_take(cx)
-    }
-}
-
-impl<T> futures_core::FusedStream for Completions<T> {
-    fn is_terminated(&self) -> bool {
-        self.ended
-    }
-}
-
-/// The acker shut down, or every handle of it was dropped: a [`TreeCompletion`] whose tree
-/// had not completed, or a [`Completions`] stream that has ended
-/// ([`Completions::try_next`]).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub struct Closed;
-
-impl fmt::Display for Closed {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("the acker was shut down")
-    }
-}
-
-impl std::error::Error for Closed {}
 
 #[cfg(test)]
 mod tests;
