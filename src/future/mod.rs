@@ -25,10 +25,16 @@
 //!
 //! Inside this module the tokio crate is still written `::tokio`, for the reader's sake.
 
-mod completions;
-pub use completions::{AsyncAcker, Closed, Completions, TreeCompletion};
+mod async_acker;
+pub use async_acker::AsyncAcker;
+mod closed;
+pub use closed::Closed;
 mod expiry;
 pub use expiry::*;
 pub(crate) mod slab;
 mod stores;
+mod stream;
+pub use stream::Completions;
+mod tree_completion;
+pub use tree_completion::TreeCompletion;
 mod waiter;

@@ -11,10 +11,10 @@ use super::waiter::{Cell, Cells, Waiter};
 use crate::Outcome;
 
 /// A tree's payload inside the inner acker: the number of the cell that holds what the tree
-/// carries ([`completions`](crate::future::completions), "Delivery"), with [`STREAMED`] set
-/// for a stream tree's slot, clear for a tracked tree's waiter. Owns nothing itself: the
-/// acker delivers or hands back each one exactly once, and whoever gets it ends its cell
-/// ([`Stores::end`]).
+/// carries ([`build`](crate::future::async_acker::build), "Delivery"), with [`STREAMED`]
+/// set for a stream tree's slot, clear for a tracked tree's waiter. Owns nothing itself:
+/// the acker delivers or hands back each one exactly once, and whoever gets it ends its
+/// cell ([`Stores::end`]).
 pub(super) struct Held(u32);
 
 /// [`Held`]'s bit for a stream tree; the slabs' numbers have 31 bits.

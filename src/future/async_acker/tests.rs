@@ -1,11 +1,15 @@
 use std::collections::HashMap;
+use std::fmt;
+use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 
 use ::tokio::time::timeout;
 
-use super::*;
-use crate::Outcome;
+use super::AsyncAcker;
+use crate::future::{Closed, Completions, TreeCompletion};
+use crate::{Acker, Completion, ConfigError, InitError, Outcome};
 
 /// Long enough that only a lost wake-up or a lost completion reaches it.
 const BOUND: Duration = Duration::from_secs(10);

@@ -1,0 +1,148 @@
+//! Building the async acker, [`AckerBuilder::build_async`]: its inner acker, whose
+//! callback delivers each completion to its tree's future or to the stream.
+//!
+//! ## Delivery
+//!
+//! The inner [`Acker`](crate::Acker) carries each tree as a [`Held`]: the 4-byte number of
+//! the cell that holds what the tree carries, in one of two slabs
+//! ([`slab`](crate::future::slab)): for a tree started with `track`, its waiter cell
+//! ([`waiter`](crate::future::waiter)), which holds the payload and the awaiting task's
+//! waker; for a tree whose completion goes to the stream, the payload alone. A payload of
+//! 4 B keeps the table's side data at 16 B a slot, the plain acker's for a `u32` (anything
+//! from 5 to 16 B would make it 32). Its `on_complete` runs on whichever thread completed
+//! the tree (an acking thread, or for a timeout the reaper thread or a task starting a
+//! tree, which runs the reaper's pass once it is due:
+//! [`init_inner`](AsyncAcker::init_inner)) and must not block or await, so it only ever
+//! does two non-blocking things: complete its tree's waiter (waking the task that awaits
+//! it), or push the completion onto the unbounded queue behind [`Completions`].
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ::tokio::sync::{mpsc, Semaphore};
+
+use super::{AsyncAcker, Shared};
+use crate::future::stores::{Held, Stores};
+use crate::future::stream::{Completions, Queued};
+use crate::{AckerBuilder, Completion, ConfigError};
+
+/// `build_async`'s resolution unless one is set: 2^18 ns. A tree's deadline is its base
+/// tick plus its timeout rounded up to ticks plus one, so a 100 ms timeout at 2^20 ns
+/// fired 1.19 ms late on average, where `tokio::time::timeout` rounds the absolute
+/// deadline up to its 1 ms tick (0.5 ms). `examples/saturated_timeouts.rs`, a 2-worker
+/// runtime kept busy, p50 of the task's resumption after its deadline: 1.46-1.53 ms at
+/// 2^20 ns, 0.47-0.66 ms at 2^18 ns, tokio 0.92-1.02 ms in the same runs.
+const ASYNC_RESOLUTION: Duration = Duration::from_nanos(1 << 18);
+
+impl<T: Send + 'static> AckerBuilder<T> {
+    /// Builds an acker for tokio (the `tokio` feature): an [`AsyncAcker`] whose trees'
+    /// completions come out of the returned [`Completions`] stream, or out of the
+    /// [`TreeCompletion`](crate::future::TreeCompletion) that [`AsyncAcker::track`] returns
+    /// for one tree.
+    ///
+    /// `buffer` bounds initialized trees plus completions not yet taken from the stream;
+    /// when it is reached inits wait or are refused, and no completion is ever dropped
+    /// ([`AsyncAcker`], "Buffer"). Every other setting (timeout, resolution, shards,
+    /// `max_pending`, clock) applies as for [`build`](AckerBuilder::build), which this
+    /// calls: one reaper thread is started. The resolution, unless set, is 2^18 ns (about
+    /// 262 µs) rather than `build`'s 2^20 ns: a timeout then wakes its task about as
+    /// punctually as `tokio::time::timeout` does on the same runtime, or more (see
+    /// [`resolution`](AckerBuilder::resolution)). Callers come first: once the tick a
+    /// due timer is set for has begun, the next `track` or `init` runs the reaper's pass
+    /// (a bounded batch of it) on its own worker, where the tasks it wakes run next; the
+    /// reaper thread delivers what they leave, and the rest of a burst, a backstop's lag
+    /// later. So timeouts do not wait for the scheduler to give that thread a core.
+    ///
+    /// # Errors
+    ///
+    /// Those of `build`; [`ConfigError::Zero`] for a `buffer` of 0;
+    /// [`ConfigError::TooLarge`] for a `buffer` above tokio's `Semaphore::MAX_PERMITS`;
+    /// [`ConfigError::Conflict`] for a builder with
+    /// [`on_complete`](AckerBuilder::on_complete) set (the completions go to the stream and
+    /// the trees' futures instead).
+    ///
+    /// ```
+    /// use ackwheel::{Acker, Outcome};
+    ///
+    /// let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    /// rt.block_on(async {
+    ///     let (acker, mut completions) = Acker::<&str>::builder().build_async(1024).unwrap();
+    ///     acker.init(7, 0b11, "job").await.unwrap();
+    ///     acker.ack(7, 0b11);
+    ///     let done = completions.next().await.unwrap();
+    ///     assert_eq!((done.root, done.payload, done.outcome), (7, "job", Outcome::Acked));
+    /// });
+    /// ```
+    #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
+    pub fn build_async(
+        self,
+        buffer: usize,
+    ) -> Result<(AsyncAcker<T>, Completions<T>), ConfigError> {
+        if buffer == 0 {
+            return Err(ConfigError::Zero { param: "buffer" });
+        }
+        if buffer > Semaphore::MAX_PERMITS {
+            return Err(ConfigError::TooLarge {
+                param: "buffer",
+                got: buffer.to_string(),
+                max: Semaphore::MAX_PERMITS.to_string(),
+            });
+        }
+        if self.on_complete.is_some() {
+            return Err(ConfigError::Conflict {
+                param: "on_complete",
+                with: "build_async",
+                why: "its completions go to the stream and to track's futures",
+            });
+        }
+        let (queue, rx) = mpsc::unbounded_channel::<Queued<T>>();
+        let permits = Arc::new(Semaphore::new(buffer));
+        let for_queue = Arc::clone(&permits);
+        let stores = Stores::new();
+        let cells = stores.clone();
+        let deliver = move |done: Completion<Held>| {
+            let Completion {
+                root,
+                payload: held,
+                outcome,
+                elapsed,
+            } = done;
+            // Safety: the acker delivers each tree once, with the number of its live cell.
+            // A tracked tree's waiter is completed there (a TreeCompletion dropped before
+            // its tree completed: the waiter drops the payload); a stream tree's payload
+            // comes back for the stream.
+            let Some(payload) = (unsafe { cells.complete(held, outcome, elapsed) }) else {
+                return;
+            };
+            let queued = Queued {
+                completion: Some(Completion {
+                    root,
+                    payload,
+                    outcome,
+                    elapsed,
+                }),
+                permits: Arc::clone(&for_queue),
+            };
+            // An error means the Completions was dropped: the completion is dropped with
+            // it, giving its permit back.
+            let _ = queue.send(queued);
+        };
+        let inner = AckerBuilder::<Held> {
+            timeout: self.timeout,
+            resolution: Some(self.resolution.unwrap_or(ASYNC_RESOLUTION)),
+            shards: self.shards,
+            max_pending: self.max_pending,
+            clock: self.clock,
+            on_complete: Some(Box::new(deliver)),
+        };
+        let acker = AsyncAcker {
+            shared: Arc::new(Shared {
+                acker: inner.build()?,
+                permits,
+                buffer,
+                stores,
+            }),
+        };
+        Ok((acker, Completions::new(rx)))
+    }
+}
