@@ -3,7 +3,7 @@
 flight (examples/lifecycle_instructions.rs), counted by callgrind: repeatable whatever
 else the machine is doing, unlike the benches' times.
 
-    cargo build --release --example lifecycle_instructions
+    cargo build --release --features internals --example lifecycle_instructions
     python3 benches/instructions/count.py [acker batched dashmap]
 
 and a tracked request of the async acker (examples/track_instructions.rs, 1k in flight, 4

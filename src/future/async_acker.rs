@@ -275,6 +275,7 @@ impl<T: Send + 'static> AsyncAcker<T> {
     /// figures: not API. (The inner acker itself is not handed out: its payloads are cell
     /// numbers, which only this acker may end.)
     #[doc(hidden)]
+    #[cfg(any(test, loom, feature = "internals"))]
     pub fn covered_roots(&self) -> usize {
         self.shared.acker.covered_roots()
     }
@@ -282,6 +283,7 @@ impl<T: Send + 'static> AsyncAcker<T> {
     /// [`Acker::memory_parts`] of the inner acker, as
     /// [`covered_roots`](Self::covered_roots).
     #[doc(hidden)]
+    #[cfg(any(test, loom, feature = "internals"))]
     pub fn memory_parts(&self) -> [usize; 4] {
         self.shared.acker.memory_parts()
     }

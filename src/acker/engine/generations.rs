@@ -149,6 +149,7 @@ impl<T> Generations<T> {
     ///
     /// # Safety
     /// As for [`current`](Self::current).
+    #[cfg(any(test, loom, feature = "internals"))]
     pub(super) unsafe fn slots(&self) -> usize {
         // Safety: the caller's.
         chain(unsafe { self.current() }).map(Table::slots).sum()

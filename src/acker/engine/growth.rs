@@ -146,6 +146,7 @@ impl<T: Send + 'static> Engine<T> {
     }
 
     /// Migrations started so far: to grow, and to shrink.
+    #[cfg(any(test, loom, feature = "internals"))]
     pub(in crate::acker) fn migrations(&self) -> (u64, u64) {
         // Relaxed: statistics.
         let [grown, shrunk] = &self.migrations;
@@ -376,6 +377,7 @@ impl<T: Send + 'static> Engine<T> {
 
     /// Bytes held now by the tables' current generations, by their successors (a
     /// migration under way), and by retired generations waiting for their grace period.
+    #[cfg(any(test, loom, feature = "internals"))]
     pub(in crate::acker) fn table_bytes(&self) -> [usize; 3] {
         let _active = self.threads.enter();
         let mut bytes = [0; 3];
@@ -411,6 +413,7 @@ impl<T: Send + 'static> Engine<T> {
     }
 
     /// Slots in every table's generations now (current and successor).
+    #[cfg(any(test, loom, feature = "internals"))]
     pub(in crate::acker) fn slots(&self) -> usize {
         let _active = self.threads.enter();
         // Safety: inside the operation `_active` marks.

@@ -111,7 +111,7 @@ use crate::acker::bound::Credits;
 use crate::acker::table::word::{Key, KEY_SHIFT};
 use crate::acker::table::GROUP_SLOTS;
 use crate::acker::table::{Applied, Effects, Message, Refused, Table};
-use crate::acker::timers::ticks::{reached, Tick};
+use crate::acker::timers::ticks::Tick;
 use crate::acker::timers::{GEN_TAG_BITS, TAG_CHECK_MASK};
 use crate::clock::Clock;
 use crate::sync::fences::Fences;
@@ -583,6 +583,7 @@ impl<T: Send + 'static> Engine<T> {
 
     /// Where the acker's memory is, in bytes: tables (current, successors, retired) and
     /// the reaper's wheel. (The batches are their owners' and not counted.)
+    #[cfg(any(test, loom, feature = "internals"))]
     pub(super) fn memory_parts(&self) -> [usize; 4] {
         let [current, successors, retired] = self.table_bytes();
         let wheel = self
@@ -594,6 +595,7 @@ impl<T: Send + 'static> Engine<T> {
     }
 
     /// Entries in the reaper's wheel (for tests).
+    #[cfg(any(test, loom, feature = "internals"))]
     pub(super) fn scheduled_timers(&self) -> usize {
         self.reaper.lock().unwrap_or_else(|e| e.into_inner()).len()
     }
@@ -601,6 +603,7 @@ impl<T: Send + 'static> Engine<T> {
     /// Roots the reaper's timers cover: in a group whose filed tick is at or before their
     /// deadline ([`groups`](crate::acker::timers::groups)). For tests: right after a manual
     /// pass, every pending root.
+    #[cfg(any(test, loom, feature = "internals"))]
     pub(super) fn covered_roots(&self) -> usize {
         let active = self.threads.enter();
         let wheel = self.reaper.lock().unwrap_or_else(|e| e.into_inner());
@@ -614,7 +617,9 @@ impl<T: Send + 'static> Engine<T> {
                         continue;
                     };
                     let filed = wheel.filed(shard, table.gen(), slot / GROUP_SLOTS);
-                    if filed.is_some_and(|filed| reached(filed as Tick, deadline)) {
+                    if filed.is_some_and(|filed| {
+                        crate::acker::timers::ticks::reached(filed as Tick, deadline)
+                    }) {
                         covered += 1;
                     }
                 }
@@ -635,6 +640,7 @@ impl<T: Send + 'static> Engine<T> {
 
     /// The `(table, 0)` a root lives in: its group is not fixed (tables grow), so the loom
     /// models pick roots that share a table.
+    #[cfg(any(test, loom, feature = "internals"))]
     pub(super) fn placement(&self, root: u64) -> (usize, usize) {
         (self.layout.place(root).0, 0)
     }
@@ -649,6 +655,7 @@ impl<T: Send + 'static> Engine<T> {
         self.threads.barrier_failures()
     }
 
+    #[cfg(any(test, loom, feature = "internals"))]
     pub(super) fn reaper_panics(&self) -> u64 {
         self.reaper_panics.load(Ordering::SeqCst)
     }

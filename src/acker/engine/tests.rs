@@ -9,7 +9,8 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use super::generations::chain;
-use super::{reached, Engine, TickScale, MAX_TIMEOUT_TICKS};
+use super::{Engine, TickScale, MAX_TIMEOUT_TICKS};
+use crate::acker::timers::ticks::reached;
 use crate::{Acker, Clock, Completion, ManualClock, Outcome};
 
 type Log = Arc<Mutex<Vec<(u64, u32, Outcome)>>>;

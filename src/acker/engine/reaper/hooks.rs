@@ -50,6 +50,7 @@ impl<T: Send + 'static> Engine<T> {
     }
 
     /// [`Acker::pretend_reaper_late`](crate::Acker::pretend_reaper_late).
+    #[cfg(any(test, loom, feature = "internals"))]
     pub(in crate::acker) fn pretend_reaper_late(&self) {
         let now = self.ticks.full(self.clock.now());
         crate::sync::store_raced(
@@ -60,12 +61,14 @@ impl<T: Send + 'static> Engine<T> {
     }
 
     /// [`Acker::pretend_reaper_running`](crate::Acker::pretend_reaper_running).
+    #[cfg(any(test, loom, feature = "internals"))]
     pub(in crate::acker) fn pretend_reaper_running(&self) {
         crate::sync::store_raced(&self.reaper_wakes_at, AWAKE, Ordering::SeqCst);
     }
 
     /// Whether the published timer says the reaper thread runs (no timer), for the loom
     /// models.
+    #[cfg(any(test, loom, feature = "internals"))]
     pub(in crate::acker) fn reaper_published_running(&self) -> bool {
         self.reaper_wakes_at.load(Ordering::SeqCst) == AWAKE
     }

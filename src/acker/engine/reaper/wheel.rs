@@ -83,11 +83,13 @@ impl Wheel {
         }
     }
 
+    #[cfg(any(test, loom, feature = "internals"))]
     pub(in crate::acker::engine) fn len(&self) -> usize {
         self.timers.len()
     }
 
     /// Heap bytes: the wheel's timers, the filed ticks and the pass's scratch vectors.
+    #[cfg(any(test, loom, feature = "internals"))]
     pub(in crate::acker::engine) fn heap_bytes(&self) -> usize {
         self.timers.heap_bytes()
             + self.filed.heap_bytes()
@@ -113,6 +115,7 @@ impl Wheel {
     }
 
     /// The group's filed tick (tests' coverage count).
+    #[cfg(any(test, loom, feature = "internals"))]
     pub(in crate::acker::engine) fn filed(
         &self,
         shard: usize,
