@@ -37,7 +37,7 @@ mod acker;
 mod clock;
 mod edge_id;
 mod error;
-mod expiry_queue;
+pub mod expiry_queue;
 mod rotating;
 #[allow(dead_code)]
 mod sync;
@@ -65,9 +65,9 @@ pub mod threads {
 pub use clock::{Clock, ManualClock, MonotonicClock};
 pub use edge_id::edge_id;
 pub use error::ConfigError;
-mod wheel;
+pub mod wheel;
 
-pub use expiry_queue::{ExpiryQueue, MAX_TIMEOUT};
+pub use expiry_queue::ExpiryQueue;
 
 /// Async use on tokio (the `tokio` feature, off by default).
 #[cfg(feature = "tokio")]
@@ -85,4 +85,4 @@ pub mod slab;
 #[path = "future/waiter.rs"]
 pub mod waiter;
 pub use rotating::{RotatingMap, TimeCacheMap};
-pub use wheel::{Advance, Expired, Iter, TimerKey, TimerWheel};
+pub use wheel::{TimerKey, TimerWheel};

@@ -1,4 +1,5 @@
-//! ZooKeeper's `ExpiryQueue`, made exact under concurrency.
+//! ZooKeeper's `ExpiryQueue`, made exact under concurrency: [`ExpiryQueue`] (re-exported at
+//! the crate root) and its longest timeout, [`MAX_TIMEOUT`].
 //!
 //! # Algorithm
 //!
@@ -56,7 +57,7 @@
 //!    distinct deadline of an element in the queue (plus, transiently, one set per poll in
 //!    flight) — unlike ZooKeeper's, where empty sets pile up until their time comes.
 //!
-//! Waiting (`wait`, `wait_async`, `close`) and its wake-up protocol live in [`wait`].
+//! Waiting (`wait`, `wait_async`, `close`) and its wake-up protocol live in the `wait` submodule.
 //!
 //! Catch-up is one bucket per `poll`: after a long pause the owner calls `poll` repeatedly,
 //! and each call moves next-expiration by exactly one interval, as in ZooKeeper.

@@ -1,8 +1,10 @@
-//! A single-owner hierarchical timer wheel after Caffeine's `TimerWheel`.
+//! A single-owner hierarchical timer wheel after Caffeine's `TimerWheel`: [`TimerWheel`]
+//! and what it hands out ([`TimerKey`], [`Expired`], the iterators [`Advance`] and
+//! [`Iter`]). The crate root re-exports `TimerWheel` and `TimerKey`.
 //!
 //! ## Algorithm
 //!
-//! Five levels of buckets (see [`geometry`]): a timer due `Δ` from now goes to the finest
+//! Five levels of buckets (the `geometry` submodule): a timer due `Δ` from now goes to the finest
 //! level whose range covers `Δ`, into the bucket of its deadline's tick on that level
 //! (`deadline >> shift`). Buckets are circular doubly-linked lists through a slab, so
 //! schedule, reschedule and cancel are O(1).
