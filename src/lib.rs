@@ -69,20 +69,10 @@ pub mod wheel;
 
 pub use expiry_queue::ExpiryQueue;
 
-/// Async use on tokio (the `tokio` feature, off by default).
-#[cfg(feature = "tokio")]
+/// Async use on tokio (the `tokio` feature, off by default). (Under loom, without the
+/// feature, only the slab and the waiter cell, for their models.)
+#[cfg(any(feature = "tokio", loom))]
 #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 pub mod future;
-/// The async acker's slab, for the `slab` loom models, and the `waiter` module's
-/// `super::slab` under loom.
-#[cfg(loom)]
-#[doc(hidden)]
-#[path = "future/slab.rs"]
-pub mod slab;
-/// A tracked tree's waiter cell, for the `waiter` loom models only.
-#[cfg(loom)]
-#[doc(hidden)]
-#[path = "future/waiter.rs"]
-pub mod waiter;
 pub use rotating::{RotatingMap, TimeCacheMap};
 pub use wheel::{TimerKey, TimerWheel};

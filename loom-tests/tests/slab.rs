@@ -11,7 +11,7 @@
 //! then the only one).
 #![cfg(loom)]
 
-use ackwheel::slab::{Slab, Slot, Spot};
+use ackwheel::future::slab::{Slab, Slot, Spot};
 use loom::sync::Arc;
 use loom::thread;
 

@@ -13,7 +13,7 @@ use std::sync::Arc as StdArc;
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::Duration;
 
-use ackwheel::waiter::{pair, Receiver};
+use ackwheel::future::waiter::{pair, Receiver};
 use ackwheel::Outcome;
 use loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use loom::sync::Arc;

@@ -25,16 +25,37 @@
 //!
 //! Inside this module the tokio crate is still written `::tokio`, for the reader's sake.
 
+#[cfg(feature = "tokio")]
 mod async_acker;
+#[cfg(feature = "tokio")]
 pub use async_acker::AsyncAcker;
+#[cfg(feature = "tokio")]
 mod closed;
+#[cfg(feature = "tokio")]
 pub use closed::Closed;
+#[cfg(feature = "tokio")]
 mod expiry;
+#[cfg(feature = "tokio")]
 pub use expiry::*;
-pub(crate) mod slab;
+#[cfg(feature = "tokio")]
 mod stores;
+#[cfg(feature = "tokio")]
 mod stream;
+#[cfg(feature = "tokio")]
 pub use stream::Completions;
+#[cfg(feature = "tokio")]
 mod tree_completion;
+#[cfg(feature = "tokio")]
 pub use tree_completion::TreeCompletion;
+
+// The slab and the waiter cell are public under loom only, for their models.
+#[cfg(not(loom))]
+pub(crate) mod slab;
+#[cfg(loom)]
+#[doc(hidden)]
+pub mod slab;
+#[cfg(not(loom))]
 mod waiter;
+#[cfg(loom)]
+#[doc(hidden)]
+pub mod waiter;
