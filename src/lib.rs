@@ -39,7 +39,6 @@ mod edge_id;
 mod error;
 pub mod expiry_queue;
 mod rotating;
-#[allow(dead_code)]
 mod sync;
 mod zeroed;
 

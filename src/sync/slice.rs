@@ -83,7 +83,8 @@ pub(crate) fn ask_for_slice(ns: u64) -> bool {
 
 /// The slice of thread `tid` (0: the calling thread) as the kernel reports it, in
 /// nanoseconds: `sched_getattr`'s `sched_runtime`, which a fair thread's slice fills since
-/// Linux 6.12 (0 before). `None` where there is no such call.
+/// Linux 6.12 (0 before). `None` where there is no such call. (For the tests.)
+#[cfg(test)]
 pub(crate) fn slice_of(tid: i32) -> Option<u64> {
     #[cfg(all(target_os = "linux", not(miri), not(loom)))]
     {
