@@ -96,12 +96,12 @@ impl Pair {
             gen,
         }) = effects.take()
         {
-            let roots = self.table(gen);
+            let table = self.table(gen);
             // Safety: the call claimed this completion (its CAS completed the tree); its
             // payload is taken and its slot freed once, here.
-            let payload = unsafe { roots.take(slot) };
+            let payload = unsafe { table.take(slot) };
             // Safety: the same completion, freed once, after its take.
-            unsafe { roots.free(slot, key) };
+            unsafe { table.free(slot, key) };
             completions.push((payload, outcome));
         }
         completions

@@ -22,41 +22,41 @@ fn key(home: usize, low: u64) -> Key {
     Key::new((home as u64) << shift | low)
 }
 
-fn table() -> Arc<Table<u32>> {
+fn new_table() -> Arc<Table<u32>> {
     Arc::new(Table::new(GROUPS))
 }
 
 /// Takes the payload of a completion the call claimed and frees the slot.
-fn finish(roots: &Table<u32>, mut effects: Effects) -> Option<(u32, Outcome)> {
+fn finish(table: &Table<u32>, mut effects: Effects) -> Option<(u32, Outcome)> {
     let Completed {
         slot, key, outcome, ..
     } = effects.take()?;
     assert!(effects.is_none(), "more than one completion in one call");
     // Safety: the call claimed this completion; its payload is taken and its slot freed
     // once, here.
-    let payload = unsafe { roots.take(slot) };
+    let payload = unsafe { table.take(slot) };
     // Safety: the same completion, freed once, after its take.
-    unsafe { roots.free(slot, key) };
+    unsafe { table.free(slot, key) };
     Some((payload, outcome))
 }
 
-fn ack(roots: &Table<u32>, key: Key, xor: u64) -> Option<(u32, Outcome)> {
+fn ack(table: &Table<u32>, key: Key, xor: u64) -> Option<(u32, Outcome)> {
     let mut effects = Effects::default();
-    assert_ne!(roots.ack(key, xor, &mut effects), Applied::Full);
-    finish(roots, effects)
+    assert_ne!(table.ack(key, xor, &mut effects), Applied::Full);
+    finish(table, effects)
 }
 
-fn init(roots: &Table<u32>, key: Key, xor: u64, payload: u32) -> Option<(u32, Outcome)> {
+fn init(table: &Table<u32>, key: Key, xor: u64, payload: u32) -> Option<(u32, Outcome)> {
     let mut effects = Effects::default();
-    roots.init(key, xor, payload, &mut effects).unwrap();
-    finish(roots, effects)
+    table.init(key, xor, payload, &mut effects).unwrap();
+    finish(table, effects)
 }
 
 /// An init of `key` that reports `Ok(true)` when it joined and completed nothing, or how it
 /// was refused.
-fn init_alone(roots: &Table<u32>, key: Key, xor: u64, payload: u32) -> Result<bool, Refused<u32>> {
+fn init_alone(table: &Table<u32>, key: Key, xor: u64, payload: u32) -> Result<bool, Refused<u32>> {
     let mut effects = Effects::default();
-    roots
+    table
         .init(key, xor, payload, &mut effects)
         .map(|()| effects.is_none())
 }
@@ -88,16 +88,16 @@ fn bounded(preemptions: usize) -> loom::model::Builder {
 #[test]
 fn roots_ack_vs_ack_completes_once() {
     loom::model(|| {
-        let roots = table();
+        let table = new_table();
         let k = key(0, 1);
-        assert_eq!(init(&roots, k, 0b11, 7), None);
-        let other = Arc::clone(&roots);
+        assert_eq!(init(&table, k, 0b11, 7), None);
+        let other = Arc::clone(&table);
         let t = thread::spawn(move || ack(&other, k, 0b01));
-        let mine = ack(&roots, k, 0b10);
+        let mine = ack(&table, k, 0b10);
         let theirs = t.join().unwrap();
         let all: Vec<_> = mine.into_iter().chain(theirs).collect();
         assert_eq!(all, [(7, Outcome::Acked)]);
-        assert_eq!(roots.find(k), None);
+        assert_eq!(table.find(k), None);
     });
 }
 
@@ -105,19 +105,19 @@ fn roots_ack_vs_ack_completes_once() {
 #[test]
 fn roots_ack_vs_fail_completes_once() {
     loom::model(|| {
-        let roots = table();
+        let table = new_table();
         let k = key(1, 1);
-        init(&roots, k, 0b1, 7);
-        let other = Arc::clone(&roots);
+        init(&table, k, 0b1, 7);
+        let other = Arc::clone(&table);
         let t = thread::spawn(move || {
             let mut effects = Effects::default();
             other.fail(k, &mut effects);
             finish(&other, effects)
         });
-        let acked = ack(&roots, k, 0b1);
+        let acked = ack(&table, k, 0b1);
         let failed = t.join().unwrap();
         // Whichever came second is held as an orphan of a completed tree.
-        let late = roots.find(k).map(|(_, w)| (w.value(), w.state().failed()));
+        let late = table.find(k).map(|(_, w)| (w.value(), w.state().failed()));
         match (acked, failed) {
             (Some((7, Outcome::Acked)), None) => assert_eq!(late, Some((0, true))),
             (None, Some((7, Outcome::Failed))) => assert_eq!(late, Some((0b1, false))),
@@ -133,20 +133,20 @@ fn roots_ack_vs_fail_completes_once() {
 #[test]
 fn roots_duplicated_ack_vs_init_never_completes() {
     bounded(4).check(|| {
-        let roots = table();
+        let table = new_table();
         let k = key(0, 1);
-        let other = Arc::clone(&roots);
+        let other = Arc::clone(&table);
         let t = thread::spawn(move || [ack(&other, k, 0b01), ack(&other, k, 0b01)]);
-        assert_eq!(init(&roots, k, 0b10, 7), None);
+        assert_eq!(init(&table, k, 0b10, 7), None);
         assert_eq!(t.join().unwrap(), [None, None]);
-        let (slot, word) = roots.find(k).unwrap();
+        let (slot, word) = table.find(k).unwrap();
         assert_eq!(word.value(), 0b10);
         let mut effects = Effects::default();
         assert_eq!(
-            roots.expire(slot, k.tag(), 1, &mut effects),
+            table.expire(slot, k.tag(), 1, &mut effects),
             Expiry::TimedOut
         );
-        assert_eq!(finish(&roots, effects), Some((7, Outcome::TimedOut)));
+        assert_eq!(finish(&table, effects), Some((7, Outcome::TimedOut)));
     });
 }
 
@@ -156,15 +156,15 @@ fn roots_duplicated_ack_vs_init_never_completes() {
 fn roots_init_vs_ack_on_a_new_root_completes_once() {
     // Bounded: with slot reservations (`times.rs`) the unbounded model runs for hours.
     bounded(4).check(|| {
-        let roots = table();
+        let table = new_table();
         let k = key(0, 1);
-        let other = Arc::clone(&roots);
+        let other = Arc::clone(&table);
         let t = thread::spawn(move || ack(&other, k, 0b1));
-        let mine = init(&roots, k, 0b1, 7);
+        let mine = init(&table, k, 0b1, 7);
         let theirs = t.join().unwrap();
         let all: Vec<_> = mine.into_iter().chain(theirs).collect();
         assert_eq!(all, [(7, Outcome::Acked)]);
-        assert_eq!(roots.find(k), None);
+        assert_eq!(table.find(k), None);
     });
 }
 
@@ -175,10 +175,10 @@ fn roots_init_vs_ack_on_a_new_root_completes_once() {
 #[test]
 fn roots_twin_claims_merge_and_complete_once() {
     bounded(3).check(|| {
-        let roots = table();
+        let table = new_table();
         let (x, k) = (key(0, 9), key(0, 1));
-        ack(&roots, x, 0b1);
-        let other = Arc::clone(&roots);
+        ack(&table, x, 0b1);
+        let other = Arc::clone(&table);
         let t = thread::spawn(move || {
             let (slot, _) = other.find(x).unwrap();
             let mut effects = Effects::default();
@@ -188,10 +188,10 @@ fn roots_twin_claims_merge_and_complete_once() {
             );
             ack(&other, k, 0b01)
         });
-        let mine = ack(&roots, k, 0b10);
+        let mine = ack(&table, k, 0b10);
         assert_eq!((mine, t.join().unwrap()), (None, None));
-        assert_eq!(init(&roots, k, 0b11, 7), Some((7, Outcome::Acked)));
-        assert_eq!(roots.find(k), None, "a twin was left behind");
+        assert_eq!(init(&table, k, 0b11, 7), Some((7, Outcome::Acked)));
+        assert_eq!(table.find(k), None, "a twin was left behind");
     });
 }
 
@@ -201,9 +201,9 @@ fn roots_twin_claims_merge_and_complete_once() {
 fn roots_init_vs_init_joins_once() {
     // Bounded: with slot reservations (`times.rs`) the unbounded model runs for hours.
     bounded(4).check(|| {
-        let roots = table();
+        let table = new_table();
         let k = key(1, 1);
-        let other = Arc::clone(&roots);
+        let other = Arc::clone(&table);
         let t = thread::spawn(move || {
             let mut effects = Effects::default();
             other
@@ -211,7 +211,7 @@ fn roots_init_vs_init_joins_once() {
                 .map(|()| effects.is_none())
         });
         let mut effects = Effects::default();
-        let mine = roots
+        let mine = table
             .init(k, 0b1, 7, &mut effects)
             .map(|()| effects.is_none());
         let theirs = t.join().unwrap();
@@ -221,7 +221,7 @@ fn roots_init_vs_init_joins_once() {
             other => panic!("not one init and one duplicate: {other:?}"),
         };
         let _ = refused;
-        assert_eq!(ack(&roots, k, 0b1), Some((winner, Outcome::Acked)));
+        assert_eq!(ack(&table, k, 0b1), Some((winner, Outcome::Acked)));
     });
 }
 
@@ -241,22 +241,22 @@ fn roots_init_vs_init_in_a_twin_window_joins_once() {
 /// completes the tree once, Acked, leaving the table clear.
 fn inits_in_a_twin_window(ack_first: bool, here: &'static [u32]) {
     bounded(4).check(move || {
-        let roots = table();
+        let table = new_table();
         let k = key(0, 1);
-        let t = in_a_twin_window(&roots, move |roots| init_alone(roots, k, 0b11, 8));
+        let t = in_a_twin_window(&table, move |table| init_alone(table, k, 0b11, 8));
         let mut left = 0b11;
         if ack_first {
-            assert_eq!(ack(&roots, k, 0b10), None);
+            assert_eq!(ack(&table, k, 0b10), None);
             left = 0b01;
         }
         let mut results: Vec<_> = here
             .iter()
-            .map(|&p| (p, init_alone(&roots, k, 0b11, p)))
+            .map(|&p| (p, init_alone(&table, k, 0b11, p)))
             .collect();
         results.push((8, t.join().unwrap()));
         let winner = the_one_that_joined(&results);
-        assert_eq!(ack(&roots, k, left), Some((winner, Outcome::Acked)));
-        assert!(roots.is_clear(), "an entry was left behind");
+        assert_eq!(ack(&table, k, left), Some((winner, Outcome::Acked)));
+        assert!(table.is_clear(), "an entry was left behind");
     });
 }
 
@@ -266,21 +266,21 @@ fn inits_in_a_twin_window(ack_first: bool, here: &'static [u32]) {
 #[test]
 fn roots_slot_reuse_vs_late_ack() {
     loom::model(|| {
-        let roots = table();
+        let table = new_table();
         let (k, y) = (key(0, 1), key(0, 2));
-        init(&roots, k, 0b1, 7);
-        let other = Arc::clone(&roots);
+        init(&table, k, 0b1, 7);
+        let other = Arc::clone(&table);
         let t = thread::spawn(move || ack(&other, k, 0b1)); // the late copy, or the last ack
-        let mine = ack(&roots, k, 0b1);
+        let mine = ack(&table, k, 0b1);
         // `y` takes the first EMPTY slot, perhaps `k`'s, while the other copy is in flight.
-        assert_eq!(init(&roots, y, 0b100, 9), None);
+        assert_eq!(init(&table, y, 0b100, 9), None);
         let theirs = t.join().unwrap();
         let all: Vec<_> = mine.into_iter().chain(theirs).collect();
         assert_eq!(all, [(7, Outcome::Acked)]);
-        assert_eq!(roots.find(y).map(|(_, w)| w.value()), Some(0b100));
+        assert_eq!(table.find(y).map(|(_, w)| w.value()), Some(0b100));
         // The copy that came second is an orphan of `k` now.
-        assert_eq!(roots.find(k).map(|(_, w)| w.value()), Some(0b1));
-        assert_eq!(ack(&roots, y, 0b100), Some((9, Outcome::Acked)));
+        assert_eq!(table.find(k).map(|(_, w)| w.value()), Some(0b1));
+        assert_eq!(ack(&table, y, 0b100), Some((9, Outcome::Acked)));
     });
 }
 
@@ -290,21 +290,21 @@ fn roots_slot_reuse_vs_late_ack() {
 #[test]
 fn roots_reset_vs_timeout_is_never_lost() {
     loom::model(|| {
-        let roots = table();
+        let table = new_table();
         let k = key(1, 3);
-        init(&roots, k, 0b1, 7);
-        let (slot, _) = roots.find(k).unwrap();
-        let other = Arc::clone(&roots);
+        init(&table, k, 0b1, 7);
+        let (slot, _) = table.find(k).unwrap();
+        let other = Arc::clone(&table);
         let t = thread::spawn(move || other.reset(k, 11));
         let mut effects = Effects::default();
-        let expiry = roots.expire(slot, k.tag(), 1, &mut effects);
-        let timed_out = finish(&roots, effects);
+        let expiry = table.expire(slot, k.tag(), 1, &mut effects);
+        let timed_out = finish(&table, effects);
         let reset = t.join().unwrap();
         match (expiry, reset) {
             (Expiry::TimedOut, false) => assert_eq!(timed_out, Some((7, Outcome::TimedOut))),
             // The reset landed first: the reaper saw R and must look at the deadline again.
             // The reset landed first: the reaper cleared R, read the new deadline.
-            (Expiry::NotDue(11), true) => assert_eq!(roots.find(k).map(|(s, _)| s), Some(slot)),
+            (Expiry::NotDue(11), true) => assert_eq!(table.find(k).map(|(s, _)| s), Some(slot)),
             // The reaper cleared no R and timed out... only if the reset came after.
             other => panic!("a successful reset was lost: {other:?}"),
         }
@@ -315,12 +315,12 @@ fn roots_reset_vs_timeout_is_never_lost() {
 /// (as the reaper drops an orphan) and then runs `then`, whose claim for `k` may land in
 /// the slot that this thread's claim passed by: a twin window.
 fn in_a_twin_window<R: Send + 'static>(
-    roots: &Arc<Table<u32>>,
+    table: &Arc<Table<u32>>,
     then: impl FnOnce(&Table<u32>) -> R + Send + 'static,
 ) -> thread::JoinHandle<R> {
     let x = key(0, 9);
-    ack(roots, x, 0b1);
-    let other = Arc::clone(roots);
+    ack(table, x, 0b1);
+    let other = Arc::clone(table);
     thread::spawn(move || {
         let (slot, _) = other.find(x).unwrap();
         let mut effects = Effects::default();
@@ -338,20 +338,20 @@ fn in_a_twin_window<R: Send + 'static>(
 #[test]
 fn roots_duplicate_init_in_a_twin_window_is_refused() {
     bounded(4).check(|| {
-        let roots = table();
+        let table = new_table();
         let k = key(0, 1);
-        let t = in_a_twin_window(&roots, move |roots| ack(roots, k, 0b100));
+        let t = in_a_twin_window(&table, move |table| ack(table, k, 0b100));
         let mut first = Effects::default();
-        assert_eq!(roots.init(k, 0b1, 7, &mut first), Ok(()));
+        assert_eq!(table.init(k, 0b1, 7, &mut first), Ok(()));
         let mut second = Effects::default();
         assert_eq!(
-            roots.init(k, 0b1, 8, &mut second),
+            table.init(k, 0b1, 8, &mut second),
             Err(Refused::Duplicate(8))
         );
         assert_eq!(t.join().unwrap(), None);
         assert!(first.is_none() && second.is_none());
-        assert_eq!(ack(&roots, k, 0b101), Some((7, Outcome::Acked)));
-        assert!(roots.is_clear(), "an entry was left behind");
+        assert_eq!(ack(&table, k, 0b101), Some((7, Outcome::Acked)));
+        assert!(table.is_clear(), "an entry was left behind");
     });
 }
 
@@ -360,28 +360,28 @@ fn roots_duplicate_init_in_a_twin_window_is_refused() {
 #[test]
 fn roots_reset_survives_a_twin_merge() {
     bounded(4).check(|| {
-        let roots = table();
+        let table = new_table();
         let k = key(0, 1);
-        let t = in_a_twin_window(&roots, move |roots| ack(roots, k, 0b100));
+        let t = in_a_twin_window(&table, move |table| ack(table, k, 0b100));
         let mut effects = Effects::default();
-        roots.init(k, 0b1, 7, &mut effects).unwrap();
-        assert!(roots.reset(k, 11), "the tree is live");
+        table.init(k, 0b1, 7, &mut effects).unwrap();
+        assert!(table.reset(k, 11), "the tree is live");
         assert_eq!(t.join().unwrap(), None);
-        assert_reset_to_11(&roots, k, 0b101);
+        assert_reset_to_11(&table, k, 0b101);
     });
 }
 
 /// `k` has one entry, of value `value`, and the reaper finds it due at tick 11 (the
 /// reset's), not at its first message's.
-fn assert_reset_to_11(roots: &Table<u32>, k: Key, value: u64) {
-    let (slot, word) = roots.find(k).unwrap();
+fn assert_reset_to_11(table: &Table<u32>, k: Key, value: u64) {
+    let (slot, word) = table.find(k).unwrap();
     assert_eq!(word.value(), value);
     let mut effects = Effects::default();
     assert_eq!(
-        roots.expire(slot, k.tag(), 1, &mut effects),
+        table.expire(slot, k.tag(), 1, &mut effects),
         Expiry::NotDue(11),
         "{:?}",
-        finish(roots, effects)
+        finish(table, effects)
     );
 }
 
@@ -390,16 +390,16 @@ fn assert_reset_to_11(roots: &Table<u32>, k: Key, value: u64) {
 #[test]
 fn roots_init_vs_ack_in_a_twin_window_completes_once() {
     bounded(4).check(|| {
-        let roots = table();
+        let table = new_table();
         let k = key(0, 1);
-        let t = in_a_twin_window(&roots, move |roots| ack(roots, k, 0b1));
+        let t = in_a_twin_window(&table, move |table| ack(table, k, 0b1));
         let mut effects = Effects::default();
-        roots.init(k, 0b1, 7, &mut effects).unwrap();
-        let mine = finish(&roots, effects);
+        table.init(k, 0b1, 7, &mut effects).unwrap();
+        let mine = finish(&table, effects);
         let theirs = t.join().unwrap();
         let all: Vec<_> = mine.into_iter().chain(theirs).collect();
         assert_eq!(all, [(7, Outcome::Acked)]);
-        assert!(roots.is_clear(), "an entry was left behind");
+        assert!(table.is_clear(), "an entry was left behind");
     });
 }
 
@@ -428,21 +428,21 @@ fn roots_three_inits_in_a_twin_window_join_once() {
 #[test]
 fn roots_reset_vs_an_unjoining_init_is_never_lost() {
     bounded(4).check(|| {
-        let roots = table();
+        let table = new_table();
         let k = key(0, 1);
-        let t = in_a_twin_window(&roots, move |roots| {
-            assert_eq!(ack(roots, k, 0b100), None);
-            roots.reset(k, 11)
+        let t = in_a_twin_window(&table, move |table| {
+            assert_eq!(ack(table, k, 0b100), None);
+            table.reset(k, 11)
         });
         let mut effects = Effects::default();
-        roots.init(k, 0b1, 7, &mut effects).unwrap();
+        table.init(k, 0b1, 7, &mut effects).unwrap();
         assert!(effects.is_none());
         assert!(
             t.join().unwrap(),
             "the reset found no entry of a pending root"
         );
-        assert_reset_to_11(&roots, k, 0b101);
-        assert_eq!(ack(&roots, k, 0b101), Some((7, Outcome::Acked)));
-        assert!(roots.is_clear(), "an entry was left behind");
+        assert_reset_to_11(&table, k, 0b101);
+        assert_eq!(ack(&table, k, 0b101), Some((7, Outcome::Acked)));
+        assert!(table.is_clear(), "an entry was left behind");
     });
 }

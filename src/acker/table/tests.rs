@@ -14,44 +14,44 @@ fn key_in(groups: usize, home: usize, low: u64) -> Key {
 }
 
 /// Completes a claimed tree the way the acker will: payload out, slot freed.
-fn finish(roots: &Table<u32>, effects: &mut Effects) -> Option<(u32, Outcome)> {
+fn finish(table: &Table<u32>, effects: &mut Effects) -> Option<(u32, Outcome)> {
     let Completed {
         slot, key, outcome, ..
     } = effects.take()?;
     assert!(effects.is_none(), "one completion per call here");
     // Safety: the call claimed this completion; taken and freed once.
-    let payload = unsafe { roots.take(slot) };
+    let payload = unsafe { table.take(slot) };
     // Safety: the same completion, freed once, after its take.
-    unsafe { roots.free(slot, key) };
+    unsafe { table.free(slot, key) };
     Some((payload, outcome))
 }
 
 #[test]
 fn the_last_ack_completes_once_and_frees_its_slot_at_once() {
-    let roots = Table::new(4);
+    let table = Table::new(4);
     let key = key_in(4, 1, 7);
     let mut effects = Effects::default();
-    assert_eq!(roots.init(key, 0b11, 9, &mut effects), Ok(()));
-    assert_eq!(roots.ack(key, 0b01, &mut effects), Applied::Changed);
+    assert_eq!(table.init(key, 0b11, 9, &mut effects), Ok(()));
+    assert_eq!(table.ack(key, 0b01, &mut effects), Applied::Changed);
     assert!(effects.is_none());
-    assert_eq!(roots.ack(key, 0b10, &mut effects), Applied::Changed);
-    assert_eq!(finish(&roots, &mut effects), Some((9, Outcome::Acked)));
-    assert_eq!(roots.find(key), None, "freed at once, no tombstone");
+    assert_eq!(table.ack(key, 0b10, &mut effects), Applied::Changed);
+    assert_eq!(finish(&table, &mut effects), Some((9, Outcome::Acked)));
+    assert_eq!(table.find(key), None, "freed at once, no tombstone");
     // A late ack is a new orphan, in the same slot.
-    assert_eq!(roots.ack(key, 0b10, &mut effects), Applied::Created);
-    assert_eq!(roots.find(key).map(|(s, _)| s), Some(4));
+    assert_eq!(table.ack(key, 0b10, &mut effects), Applied::Created);
+    assert_eq!(table.find(key).map(|(s, _)| s), Some(4));
 }
 
 #[test]
 fn a_duplicated_ack_on_a_held_orphan_never_completes_the_tree() {
-    let roots = Table::new(4);
+    let table = Table::new(4);
     let key = key_in(4, 0, 1);
     let mut effects = Effects::default();
-    roots.ack(key, 0xA, &mut effects);
-    roots.ack(key, 0xA, &mut effects); // the orphan's value is 0 now
-    roots.init(key, 0xB, 1, &mut effects).unwrap();
+    table.ack(key, 0xA, &mut effects);
+    table.ack(key, 0xA, &mut effects); // the orphan's value is 0 now
+    table.init(key, 0xB, 1, &mut effects).unwrap();
     assert!(effects.is_none(), "init's XOR is unacked");
-    let (slot, word) = roots.find(key).unwrap();
+    let (slot, word) = table.find(key).unwrap();
     assert_eq!(
         (word.state().phase(), word.value()),
         (Some(Phase::Live), 0xB)
@@ -60,114 +60,114 @@ fn a_duplicated_ack_on_a_held_orphan_never_completes_the_tree() {
     let Some(Step::Complete(dead, Outcome::TimedOut)) = word.expired() else {
         panic!("{word:?}")
     };
-    roots.word(slot).cas(word, dead).unwrap();
+    table.word(slot).cas(word, dead).unwrap();
     // Safety: our CAS completed the tree; taken and freed once.
-    assert_eq!(unsafe { roots.take(slot) }, 1);
+    assert_eq!(unsafe { table.take(slot) }, 1);
     // Safety: the same completion, freed once, after its take.
-    unsafe { roots.free(slot, word.key()) };
+    unsafe { table.free(slot, word.key()) };
 }
 
 #[test]
 fn init_after_held_messages_settles_at_once() {
-    let roots = Table::new(4);
+    let table = Table::new(4);
     let (a, b, c) = (key_in(4, 2, 1), key_in(4, 2, 2), key_in(4, 2, 3));
     let mut effects = Effects::default();
-    roots.ack(a, 0b1, &mut effects);
-    roots.fail(a, &mut effects);
-    roots.init(a, 0b1, 10, &mut effects).unwrap();
+    table.ack(a, 0b1, &mut effects);
+    table.fail(a, &mut effects);
+    table.init(a, 0b1, 10, &mut effects).unwrap();
     assert_eq!(
-        finish(&roots, &mut effects),
+        finish(&table, &mut effects),
         Some((10, Outcome::Acked)),
         "Acked wins"
     );
-    roots.fail(b, &mut effects);
-    roots.init(b, 0b1, 20, &mut effects).unwrap();
-    assert_eq!(finish(&roots, &mut effects), Some((20, Outcome::Failed)));
-    roots.init(c, 0b1, 30, &mut effects).unwrap();
+    table.fail(b, &mut effects);
+    table.init(b, 0b1, 20, &mut effects).unwrap();
+    assert_eq!(finish(&table, &mut effects), Some((20, Outcome::Failed)));
+    table.init(c, 0b1, 30, &mut effects).unwrap();
     assert_eq!(
-        roots.init(c, 0b1, 31, &mut effects),
+        table.init(c, 0b1, 31, &mut effects),
         Err(Refused::Duplicate(31))
     );
-    roots.fail(c, &mut effects);
-    assert_eq!(finish(&roots, &mut effects), Some((30, Outcome::Failed)));
+    table.fail(c, &mut effects);
+    assert_eq!(finish(&table, &mut effects), Some((30, Outcome::Failed)));
 }
 
 #[test]
 fn overflowed_roots_are_found_and_their_counts_come_off() {
-    let roots = Table::<u32>::new(4);
+    let table = Table::<u32>::new(4);
     let mut effects = Effects::default();
     let keys: Vec<Key> = (0..GROUP_SLOTS as u64 + 2)
         .map(|i| key_in(4, 3, i))
         .collect();
     for &key in &keys {
-        assert_eq!(roots.ack(key, 1, &mut effects), Applied::Created);
+        assert_eq!(table.ack(key, 1, &mut effects), Applied::Created);
     }
     // Home 3 is full: the last two wrapped to group 0.
     for &key in &keys[GROUP_SLOTS..] {
-        assert_eq!(roots.find(key).unwrap().0 / GROUP_SLOTS, 0);
+        assert_eq!(table.find(key).unwrap().0 / GROUP_SLOTS, 0);
     }
-    assert_eq!(roots.overflow[3].load(Ordering::SeqCst), 2);
+    assert_eq!(table.overflow[3].load(Ordering::SeqCst), 2);
     for &key in &keys {
-        roots.ack(key, 1, &mut effects); // value 0, still HELD: nothing completes
-        let (slot, word) = roots.find(key).unwrap();
-        roots.empty(slot, word).unwrap(); // as the reaper drops an orphan
+        table.ack(key, 1, &mut effects); // value 0, still HELD: nothing completes
+        let (slot, word) = table.find(key).unwrap();
+        table.empty(slot, word).unwrap(); // as the reaper drops an orphan
     }
     assert!(effects.is_none());
-    assert!(roots.overflow.iter().all(|c| c.load(Ordering::SeqCst) == 0));
+    assert!(table.overflow.iter().all(|c| c.load(Ordering::SeqCst) == 0));
 }
 
 #[test]
 fn the_shortcut_applies_only_what_apply_would_and_defers_the_rest() {
-    let roots = Table::<u32>::new(4);
+    let table = Table::<u32>::new(4);
     let mut effects = Effects::default();
     // Home 3 full of other roots: `far` lands in group 0.
     for i in 0..GROUP_SLOTS as u64 {
-        roots
+        table
             .init(key_in(4, 3, i), 1 << 40, 0, &mut effects)
             .unwrap();
     }
     let (near, far) = (key_in(4, 2, 1), key_in(4, 3, 99));
-    roots.init(near, 0b11, 7, &mut effects).unwrap();
-    roots.init(far, 0b111, 8, &mut effects).unwrap();
+    table.init(near, 0b11, 7, &mut effects).unwrap();
+    table.init(far, 0b111, 8, &mut effects).unwrap();
     assert!(effects.is_none());
     assert_eq!(
-        roots.find(far).unwrap().0 / GROUP_SLOTS,
+        table.find(far).unwrap().0 / GROUP_SLOTS,
         0,
         "far is displaced"
     );
     // No entry at all: nothing changed, `apply` decides (and creates).
-    assert_eq!(roots.apply_found(key_in(4, 1, 5), Message::Ack(1)), None);
+    assert_eq!(table.apply_found(key_in(4, 1, 5), Message::Ack(1)), None);
     assert_eq!(
-        roots.find(key_in(4, 1, 5)),
+        table.find(key_in(4, 1, 5)),
         None,
         "the shortcut never creates"
     );
     // A twin's contents need `apply` (its reset moves the base first).
     let twin = Message::Twin(Word::held_ack(near, 0b1), 0);
-    assert_eq!(roots.apply_found(near, twin), None);
-    assert_eq!(roots.find(near).unwrap().1.value(), 0b11);
+    assert_eq!(table.apply_found(near, twin), None);
+    assert_eq!(table.find(near).unwrap().1.value(), 0b11);
     // At home: one CAS, and the completion is the caller's, as `apply`'s would be.
-    assert_eq!(roots.apply_found(near, Message::Ack(0b01)), Some(None));
-    assert_eq!(roots.find(near).unwrap().1.value(), 0b10);
-    let Some(Some(completed)) = roots.apply_found(near, Message::Ack(0b10)) else {
+    assert_eq!(table.apply_found(near, Message::Ack(0b01)), Some(None));
+    assert_eq!(table.find(near).unwrap().1.value(), 0b10);
+    let Some(Some(completed)) = table.apply_found(near, Message::Ack(0b10)) else {
         panic!("the last ack completes");
     };
     assert_eq!(completed.outcome, Outcome::Acked);
     effects.push(completed);
-    assert_eq!(finish(&roots, &mut effects), Some((7, Outcome::Acked)));
-    assert_eq!(roots.find(near), None);
+    assert_eq!(finish(&table, &mut effects), Some((7, Outcome::Acked)));
+    assert_eq!(table.find(near), None);
     // Displaced from its home group: found through the overflow counts, one CAS.
-    assert_eq!(roots.apply_found(far, Message::Ack(0b001)), Some(None));
-    assert_eq!(roots.find(far).unwrap().1.value(), 0b110);
+    assert_eq!(table.apply_found(far, Message::Ack(0b001)), Some(None));
+    assert_eq!(table.find(far).unwrap().1.value(), 0b110);
     // Through `apply` too, the same entry.
-    assert_eq!(roots.ack(far, 0b010, &mut effects), Applied::Changed);
-    let Some(Some(completed)) = roots.apply_found(far, Message::Fail) else {
+    assert_eq!(table.ack(far, 0b010, &mut effects), Applied::Changed);
+    let Some(Some(completed)) = table.apply_found(far, Message::Fail) else {
         panic!("a fail completes a live tree");
     };
     assert_eq!((completed.key, completed.outcome), (far, Outcome::Failed));
     effects.push(completed);
-    assert_eq!(finish(&roots, &mut effects), Some((8, Outcome::Failed)));
-    assert_eq!(roots.find(far), None);
+    assert_eq!(finish(&table, &mut effects), Some((8, Outcome::Failed)));
+    assert_eq!(table.find(far), None);
 }
 
 #[test]
@@ -177,8 +177,8 @@ fn a_group_finds_the_first_word_of_its_key_wherever_it_is_and_defers_the_odd_one
     // Each position, the others holding other roots, each word with its own value: the
     // word found is the one at that position, whole.
     for at in 0..GROUP_SLOTS {
-        let roots = Table::<u32>::new(4);
-        let group = roots.group(1);
+        let table = Table::<u32>::new(4);
+        let group = table.group(1);
         let mine = Word::joining(key, 50 + at as u64);
         for i in 0..GROUP_SLOTS {
             let word = if i == at { mine } else { other(i as u64) };
@@ -197,23 +197,23 @@ fn a_group_finds_the_first_word_of_its_key_wherever_it_is_and_defers_the_odd_one
     }
     // The first word of the key is FROZEN: not an entry to change (`search` reports it
     // FROZEN, and `apply` waits for it to be moved), whatever follows it.
-    let roots = Table::<u32>::new(4);
-    let group = roots.group(1);
+    let table = Table::<u32>::new(4);
+    let group = table.group(1);
     let frozen = Word::held_ack(key, 3).frozen().unwrap();
     group.0[0].cas(Word::EMPTY, other(0)).unwrap();
     group.0[2].cas(Word::EMPTY, frozen).unwrap();
     group.0[3].cas(Word::EMPTY, Word::held_ack(key, 4)).unwrap();
     assert_eq!(group.find(key), Match::Odd);
     // The same in word 0, which is tried first.
-    let roots = Table::<u32>::new(4);
-    roots.group(2).0[0].cas(Word::EMPTY, frozen).unwrap();
-    roots.group(2).0[1]
+    let table = Table::<u32>::new(4);
+    table.group(2).0[0].cas(Word::EMPTY, frozen).unwrap();
+    table.group(2).0[1]
         .cas(Word::EMPTY, Word::held_ack(key, 4))
         .unwrap();
-    assert_eq!(roots.group(2).find(key), Match::Odd);
+    assert_eq!(table.group(2).find(key), Match::Odd);
     // Key 0 is the EMPTY word's key: an EMPTY word never reads as its entry.
     let zero = Key::new(0);
-    assert_eq!(roots.group(3).find(zero), Match::Odd, "an empty group");
+    assert_eq!(table.group(3).find(zero), Match::Odd, "an empty group");
     assert_eq!(group.find(zero), Match::Odd, "word 1 is EMPTY");
     group.0[1]
         .cas(Word::EMPTY, Word::held_ack(zero, 9))
@@ -228,13 +228,13 @@ fn a_group_finds_the_first_word_of_its_key_wherever_it_is_and_defers_the_odd_one
 fn the_shortcut_defers_a_frozen_word_and_stops_where_search_stops() {
     let key = key_in(4, 1, 7);
     let frozen = Word::held_ack(key, 3).frozen().unwrap();
-    let put = |roots: &Table<u32>, group: usize, i: usize, word: Word| {
-        roots.group(group).0[i].cas(Word::EMPTY, word).unwrap();
+    let put = |table: &Table<u32>, group: usize, i: usize, word: Word| {
+        table.group(group).0[i].cas(Word::EMPTY, word).unwrap();
     };
-    let fill = |roots: &Table<u32>, group: usize| {
+    let fill = |table: &Table<u32>, group: usize| {
         for i in 0..GROUP_SLOTS {
             put(
-                roots,
+                table,
                 group,
                 i,
                 Word::held_ack(key_in(4, group, 100 + i as u64), 1),
@@ -243,32 +243,32 @@ fn the_shortcut_defers_a_frozen_word_and_stops_where_search_stops() {
     };
     let twin = Word::held_ack(key, 4);
     // Deferred, with the twin in `(group, word)` left as it was.
-    let deferred = |roots: &Table<u32>, group: usize, i: usize| {
-        assert_eq!(roots.apply_found(key, Message::Ack(1)), None);
-        assert_eq!(roots.group(group).0[i].load(), twin);
+    let deferred = |table: &Table<u32>, group: usize, i: usize| {
+        assert_eq!(table.apply_found(key, Message::Ack(1)), None);
+        assert_eq!(table.group(group).0[i].load(), twin);
     };
     // FROZEN at home, a HELD twin after it.
-    let roots = Table::<u32>::new(4);
-    put(&roots, 1, 0, frozen);
-    put(&roots, 1, 1, twin);
-    deferred(&roots, 1, 1);
+    let table = Table::<u32>::new(4);
+    put(&table, 1, 0, frozen);
+    put(&table, 1, 1, twin);
+    deferred(&table, 1, 1);
     // Home full of other roots, FROZEN one group past it and the twin two past.
-    let roots = Table::<u32>::new(4);
-    fill(&roots, 1);
-    roots.overflow[1].fetch_add(1, Ordering::SeqCst);
-    roots.overflow[2].fetch_add(1, Ordering::SeqCst);
-    put(&roots, 2, 0, frozen);
-    put(&roots, 3, 0, twin);
-    deferred(&roots, 3, 0);
+    let table = Table::<u32>::new(4);
+    fill(&table, 1);
+    table.overflow[1].fetch_add(1, Ordering::SeqCst);
+    table.overflow[2].fetch_add(1, Ordering::SeqCst);
+    put(&table, 2, 0, frozen);
+    put(&table, 3, 0, twin);
+    deferred(&table, 3, 0);
     // The same twin past a group whose count is 0: not in the window, not found.
-    let roots = Table::<u32>::new(4);
-    fill(&roots, 1);
-    put(&roots, 2, 0, twin);
-    deferred(&roots, 2, 0);
+    let table = Table::<u32>::new(4);
+    fill(&table, 1);
+    put(&table, 2, 0, twin);
+    deferred(&table, 2, 0);
     // Counted: found, one CAS.
-    roots.overflow[1].fetch_add(1, Ordering::SeqCst);
-    assert_eq!(roots.apply_found(key, Message::Ack(1)), Some(None));
-    assert_eq!(roots.group(2).0[0].load(), Word::held_ack(key, 5));
+    table.overflow[1].fetch_add(1, Ordering::SeqCst);
+    assert_eq!(table.apply_found(key, Message::Ack(1)), Some(None));
+    assert_eq!(table.group(2).0[0].load(), Word::held_ack(key, 5));
 }
 
 /// A claimer's twin check: any other uncompleted or FROZEN word of the key in the window,
@@ -277,64 +277,64 @@ fn the_shortcut_defers_a_frozen_word_and_stops_where_search_stops() {
 #[test]
 fn a_twin_is_any_other_entry_or_frozen_word_of_the_key_in_the_window() {
     let key = key_in(4, 1, 7);
-    let roots = Table::<u32>::new(4);
+    let table = Table::<u32>::new(4);
     let mine = GROUP_SLOTS; // group 1, word 0
-    roots.group(1).0[0]
+    table.group(1).0[0]
         .cas(Word::EMPTY, Word::joining(key, 1))
         .unwrap();
-    roots.group(1).0[1]
+    table.group(1).0[1]
         .cas(Word::EMPTY, Word::held_ack(key_in(4, 1, 8), 1))
         .unwrap();
-    assert!(!roots.has_twin(key, mine), "alone");
+    assert!(!table.has_twin(key, mine), "alone");
     let frozen = Word::held_ack(key, 3).frozen().unwrap();
-    roots.group(1).0[2].cas(Word::EMPTY, frozen).unwrap();
+    table.group(1).0[2].cas(Word::EMPTY, frozen).unwrap();
     assert!(
-        roots.has_twin(key, mine),
+        table.has_twin(key, mine),
         "a FROZEN word is a twin being moved"
     );
-    roots.group(1).0[2].cas(frozen, frozen.moved()).unwrap();
-    assert!(!roots.has_twin(key, mine), "a MOVED word is dead");
+    table.group(1).0[2].cas(frozen, frozen.moved()).unwrap();
+    assert!(!table.has_twin(key, mine), "a MOVED word is dead");
     // Past home: only through a non-zero count.
-    roots.group(2).0[3]
+    table.group(2).0[3]
         .cas(Word::EMPTY, Word::held_ack(key, 4))
         .unwrap();
-    assert!(!roots.has_twin(key, mine), "past a count of 0");
-    roots.overflow[1].fetch_add(1, Ordering::SeqCst);
-    assert!(roots.has_twin(key, mine), "a HELD twin one group on");
+    assert!(!table.has_twin(key, mine), "past a count of 0");
+    table.overflow[1].fetch_add(1, Ordering::SeqCst);
+    assert!(table.has_twin(key, mine), "a HELD twin one group on");
     assert!(
-        roots.has_twin(key, 2 * GROUP_SLOTS + 3),
+        table.has_twin(key, 2 * GROUP_SLOTS + 3),
         "from the twin's side"
     );
 }
 
 #[test]
 fn a_full_window_refuses_and_gives_the_payload_back() {
-    let roots = Table::<u32>::new(2); // window: both groups
+    let table = Table::<u32>::new(2); // window: both groups
     let mut effects = Effects::default();
     for i in 0..2 * GROUP_SLOTS as u64 {
         assert_eq!(
-            roots.ack(key_in(2, 0, i), 1, &mut effects),
+            table.ack(key_in(2, 0, i), 1, &mut effects),
             Applied::Created
         );
     }
     let key = key_in(2, 1, 99);
-    assert_eq!(roots.ack(key, 1, &mut effects), Applied::Full);
-    assert_eq!(roots.init(key, 1, 5, &mut effects), Err(Refused::Full(5)));
+    assert_eq!(table.ack(key, 1, &mut effects), Applied::Full);
+    assert_eq!(table.init(key, 1, 5, &mut effects), Err(Refused::Full(5)));
 }
 
 #[test]
 fn twin_entries_merge_into_one_with_both_contents() {
-    let roots = Table::<u32>::new(4);
+    let table = Table::<u32>::new(4);
     let mut effects = Effects::default();
     let (other, key) = (key_in(4, 1, 1), key_in(4, 1, 2));
     // `other` takes the home group's first slot, `key` the second.
-    roots.ack(other, 1, &mut effects);
-    roots.ack(key, 0b01, &mut effects);
-    roots.fail(key, &mut effects);
+    table.ack(other, 1, &mut effects);
+    table.ack(key, 0b01, &mut effects);
+    table.fail(key, &mut effects);
     // `other`'s slot empties and a claimer that had not seen `key` takes it: a twin.
-    let (slot, word) = roots.find(other).unwrap();
-    roots.empty(slot, word).unwrap();
-    let twin = roots
+    let (slot, word) = table.find(other).unwrap();
+    table.empty(slot, word).unwrap();
+    let twin = table
         .claim(
             key,
             Word::held_ack(key, 0b10),
@@ -343,27 +343,27 @@ fn twin_entries_merge_into_one_with_both_contents() {
         )
         .unwrap();
     assert_eq!(twin, slot);
-    roots.merge_twins(key, twin, &mut effects);
-    assert_eq!(roots.merged(), 1);
-    let (survivor, word) = roots.find(key).unwrap();
+    table.merge_twins(key, twin, &mut effects);
+    assert_eq!(table.merged(), 1);
+    let (survivor, word) = table.find(key).unwrap();
     assert_eq!(survivor, twin, "the first in probe order wins");
-    assert_eq!(roots.find_other(key, Some(survivor)), None);
+    assert_eq!(table.find_other(key, Some(survivor)), None);
     assert_eq!(word.value(), 0b11);
     assert!(word.state().failed(), "the loser's held fail came along");
-    roots.init(key, 0b01, 3, &mut effects).unwrap();
-    assert_eq!(finish(&roots, &mut effects), Some((3, Outcome::Failed)));
+    table.init(key, 0b01, 3, &mut effects).unwrap();
+    assert_eq!(finish(&table, &mut effects), Some((3, Outcome::Failed)));
 }
 
 #[test]
 fn a_held_twin_merges_into_the_joined_entry() {
-    let roots = Table::<u32>::new(4);
+    let table = Table::<u32>::new(4);
     let mut effects = Effects::default();
     let (other, key) = (key_in(4, 0, 1), key_in(4, 0, 2));
-    roots.ack(other, 1, &mut effects);
-    roots.init(key, 0b11, 4, &mut effects).unwrap(); // LIVE, second in probe order
-    let (slot, word) = roots.find(other).unwrap();
-    roots.empty(slot, word).unwrap();
-    let twin = roots
+    table.ack(other, 1, &mut effects);
+    table.init(key, 0b11, 4, &mut effects).unwrap(); // LIVE, second in probe order
+    let (slot, word) = table.find(other).unwrap();
+    table.empty(slot, word).unwrap();
+    let twin = table
         .claim(
             key,
             Word::held_ack(key, 0b11),
@@ -371,9 +371,9 @@ fn a_held_twin_merges_into_the_joined_entry() {
             &mut Effects::default(),
         )
         .unwrap();
-    roots.merge_twins(key, twin, &mut effects);
-    assert_eq!(finish(&roots, &mut effects), Some((4, Outcome::Acked)));
-    assert_eq!(roots.find(key), None);
+    table.merge_twins(key, twin, &mut effects);
+    assert_eq!(finish(&table, &mut effects), Some((4, Outcome::Acked)));
+    assert_eq!(table.find(key), None);
 }
 
 /// Random messages for a few roots against a sequential model of Storm's semantics.
@@ -386,7 +386,7 @@ fn random_messages_match_a_sequential_model() {
         failed: bool,
     }
     let mut rng = StdRng::seed_from_u64(7);
-    let roots = Table::<u32>::new(8);
+    let table = Table::<u32>::new(8);
     let mut model: HashMap<u64, Model> = HashMap::new();
     let mut effects = Effects::default();
     let rounds = if cfg!(miri) { 500 } else { 200_000 };
@@ -397,19 +397,19 @@ fn random_messages_match_a_sequential_model() {
         let expected = match rng.random_range(0..10) {
             0..=5 => {
                 let xor = rng.random_range(1..8u64);
-                assert_ne!(roots.ack(key, xor, &mut effects), Applied::Full);
+                assert_ne!(table.ack(key, xor, &mut effects), Applied::Full);
                 entry.value ^= xor;
                 (entry.init.is_some() && entry.value == 0).then_some(Outcome::Acked)
             }
             6 => {
-                roots.fail(key, &mut effects);
+                table.fail(key, &mut effects);
                 entry.failed = true;
                 entry.init.is_some().then_some(Outcome::Failed)
             }
             _ => {
                 let xor = rng.random_range(1..8u64);
                 let payload = round as u32;
-                let result = roots.init(key, xor, payload, &mut effects);
+                let result = table.init(key, xor, payload, &mut effects);
                 if entry.init.is_some() {
                     assert_eq!(result, Err(Refused::Duplicate(payload)));
                     None
@@ -425,7 +425,7 @@ fn random_messages_match_a_sequential_model() {
                 }
             }
         };
-        let got = finish(&roots, &mut effects);
+        let got = finish(&table, &mut effects);
         match expected {
             Some(outcome) => {
                 let payload = model.remove(&id).unwrap().init.unwrap();
@@ -434,7 +434,7 @@ fn random_messages_match_a_sequential_model() {
             None => assert_eq!(got, None, "root {id}, round {round}"),
         }
         let held = model.contains_key(&id);
-        assert_eq!(roots.find(key).is_some(), held, "root {id}, round {round}");
+        assert_eq!(table.find(key).is_some(), held, "root {id}, round {round}");
     }
 }
 
@@ -442,12 +442,12 @@ fn random_messages_match_a_sequential_model() {
 fn live_payloads_are_dropped_with_the_table() {
     let payload = Arc::new(());
     {
-        let roots = Table::new(2);
+        let table = Table::new(2);
         let mut effects = Effects::default();
-        roots
+        table
             .init(key_in(2, 0, 1), 1, Arc::clone(&payload), &mut effects)
             .unwrap();
-        roots.ack(key_in(2, 0, 2), 1, &mut effects); // an orphan: no payload
+        table.ack(key_in(2, 0, 2), 1, &mut effects); // an orphan: no payload
         assert_eq!(Arc::strong_count(&payload), 2);
     }
     assert_eq!(Arc::strong_count(&payload), 1);
@@ -461,7 +461,7 @@ fn racing_threads_complete_every_tree_exactly_once() {
     let trees: u64 = if cfg!(miri) { 40 } else { 20_000 };
     // A small table whose roots share two home groups, so that slots are freed and
     // claimed again in every root's window all the time: twin claims happen.
-    let roots = Arc::new(Table::<u64>::new(8));
+    let table = Arc::new(Table::<u64>::new(8));
     // Threads meet every 8 trees, so that at most a few dozen are held at once.
     let barrier = std::sync::Barrier::new(THREADS);
     let edges =
@@ -469,7 +469,7 @@ fn racing_threads_complete_every_tree_exactly_once() {
     let completions: Vec<Vec<(u64, Outcome)>> = std::thread::scope(|s| {
         let workers: Vec<_> = (0..THREADS)
             .map(|me| {
-                let roots = Arc::clone(&roots);
+                let table = Arc::clone(&table);
                 let barrier = &barrier;
                 s.spawn(move || {
                     let mut mine = Vec::new();
@@ -483,19 +483,19 @@ fn racing_threads_complete_every_tree_exactly_once() {
                         // Thread `t % THREADS` inits, the others ack one edge each.
                         let role = (me + t as usize) % THREADS;
                         match role {
-                            0 => roots.init(key, a ^ b ^ c, t, &mut effects).unwrap(),
-                            1 => drop(roots.ack(key, a, &mut effects)),
-                            2 => drop(roots.ack(key, b, &mut effects)),
-                            _ => drop(roots.ack(key, c, &mut effects)),
+                            0 => table.init(key, a ^ b ^ c, t, &mut effects).unwrap(),
+                            1 => drop(table.ack(key, a, &mut effects)),
+                            2 => drop(table.ack(key, b, &mut effects)),
+                            _ => drop(table.ack(key, c, &mut effects)),
                         }
                         if let Some(Completed {
                             slot, key, outcome, ..
                         }) = effects.take()
                         {
                             // Safety: this call claimed it; taken and freed once.
-                            mine.push((unsafe { roots.take(slot) }, outcome));
+                            mine.push((unsafe { table.take(slot) }, outcome));
                             // Safety: the same completion, freed once, after its take.
-                            unsafe { roots.free(slot, key) };
+                            unsafe { table.free(slot, key) };
                         }
                     }
                     mine
@@ -510,7 +510,7 @@ fn racing_threads_complete_every_tree_exactly_once() {
     for (i, (tree, outcome)) in all.into_iter().enumerate() {
         assert_eq!((tree, outcome), (i as u64, Outcome::Acked));
     }
-    assert!((0..roots.slots()).all(|s| roots.word(s).load() == Word::EMPTY));
+    assert!((0..table.slots()).all(|s| table.word(s).load() == Word::EMPTY));
 }
 
 /// Three threads ack a few roots sharing two home groups and drop entries whose value
@@ -524,12 +524,12 @@ fn merges_conserve_every_xor_under_churn() {
     const THREADS: usize = 3;
     const KEYS: u64 = 14;
     let groups = 4;
-    let roots = Table::<u32>::new(groups);
+    let table = Table::<u32>::new(groups);
     let ops = if cfg!(miri) { 300 } else { 300_000 };
     let sent: Vec<Vec<u64>> = std::thread::scope(|s| {
         let workers: Vec<_> = (0..THREADS)
             .map(|me| {
-                let roots = &roots;
+                let table = &table;
                 s.spawn(move || {
                     let mut rng = StdRng::seed_from_u64(me as u64);
                     let mut sent = vec![0u64; KEYS as usize];
@@ -538,14 +538,14 @@ fn merges_conserve_every_xor_under_churn() {
                         let id = rng.random_range(0..KEYS);
                         let key = key_in(groups, (id % 2) as usize, id);
                         if rng.random_range(0..3) == 0 {
-                            if let Some((slot, w)) = roots.find(key) {
+                            if let Some((slot, w)) = table.find(key) {
                                 if w.value() == 0 {
-                                    let _ = roots.empty(slot, w);
+                                    let _ = table.empty(slot, w);
                                 }
                             }
                         } else {
                             let xor = rng.random_range(1..4u64);
-                            if roots.ack(key, xor, &mut effects) != Applied::Full {
+                            if table.ack(key, xor, &mut effects) != Applied::Full {
                                 sent[id as usize] ^= xor;
                             }
                         }
@@ -560,8 +560,8 @@ fn merges_conserve_every_xor_under_churn() {
     for id in 0..KEYS {
         let key = key_in(groups, (id % 2) as usize, id);
         let expected = sent.iter().fold(0, |x, s| x ^ s[id as usize]);
-        let entries: Vec<_> = (0..roots.slots())
-            .map(|s| roots.word(s).load())
+        let entries: Vec<_> = (0..table.slots())
+            .map(|s| table.word(s).load())
             .filter(|w| w.holds(key))
             .collect();
         assert!(entries.len() <= 1, "root {id}: {entries:?}");
@@ -572,16 +572,16 @@ fn merges_conserve_every_xor_under_churn() {
         );
     }
     let mut counts = vec![0u32; groups];
-    for slot in 0..roots.slots() {
-        let w = roots.word(slot).load();
+    for slot in 0..table.slots() {
+        let w = table.word(slot).load();
         if w != Word::EMPTY {
-            let home = roots.home(w.key());
-            for j in 0..roots.distance(w.key(), slot) {
-                counts[roots.wrap(home + j)] += 1;
+            let home = table.home(w.key());
+            for j in 0..table.distance(w.key(), slot) {
+                counts[table.wrap(home + j)] += 1;
             }
         }
     }
-    let have: Vec<u32> = roots
+    let have: Vec<u32> = table
         .overflow
         .iter()
         .map(|c| u32::from(c.load(Ordering::SeqCst)))
@@ -591,99 +591,99 @@ fn merges_conserve_every_xor_under_churn() {
 
 #[test]
 fn a_claim_stamps_the_times_and_emptying_the_slot_frees_them() {
-    let roots = Table::<u32>::new(2);
+    let table = Table::<u32>::new(2);
     let key = key_in(2, 0, 1);
     let mut effects = Effects::stamped(Stamp::new(100, 130));
-    assert_eq!(roots.ack(key, 0b1, &mut effects), Applied::Created);
+    assert_eq!(table.ack(key, 0b1, &mut effects), Applied::Created);
     let slot = effects
         .take_to_file()
         .map(|(_, s)| s)
         .expect("the orphan's slot is reported");
     assert_eq!(effects.take_to_file().map(|(_, s)| s), None);
-    let stamp = roots.times(slot).unwrap();
+    let stamp = table.times(slot).unwrap();
     assert_eq!((stamp.start(), stamp.base()), (100, 130));
     assert_eq!(
-        roots.deadline(slot),
+        table.deadline(slot),
         Some(130),
         "this table's default timeout is 0"
     );
     // Not due before its deadline: the reaper is told when it is.
     let mut reaper = Effects::default();
     assert_eq!(
-        roots.expire(slot, key.tag(), 129, &mut reaper),
+        table.expire(slot, key.tag(), 129, &mut reaper),
         Expiry::NotDue(130)
     );
     assert_eq!(
-        roots.expire(slot, key.tag(), 130, &mut reaper),
+        table.expire(slot, key.tag(), 130, &mut reaper),
         Expiry::Dropped
     );
-    assert_eq!(roots.times(slot), None, "a dropped orphan's slot is free");
-    assert!(roots.is_clear());
+    assert_eq!(table.times(slot), None, "a dropped orphan's slot is free");
+    assert!(table.is_clear());
 }
 
 #[test]
 fn an_init_with_its_own_timeout_counts_from_the_first_message() {
-    let roots = Table::<u32>::bounded(2, None, 30, false);
+    let table = Table::<u32>::bounded(2, None, 30, false);
     let key = key_in(2, 0, 1);
     let mut early = Effects::stamped(Stamp::new(10, 10));
-    roots.ack(key, 0b01, &mut early); // the orphan: first message at tick 10
+    table.ack(key, 0b01, &mut early); // the orphan: first message at tick 10
     let slot = early.take_to_file().map(|(_, s)| s).unwrap();
-    assert_eq!(roots.deadline(slot), Some(40), "the default timeout");
+    assert_eq!(table.deadline(slot), Some(40), "the default timeout");
     let mut init = Effects::stamped(Stamp::new(25, 25));
-    roots.init_with(key, 0b11, 7, Some(100), &mut init).unwrap();
+    table.init_with(key, 0b11, 7, Some(100), &mut init).unwrap();
     assert_eq!(
         init.take_to_file().map(|(_, s)| s),
         None,
         "joined the orphan, due later: no new timer"
     );
-    assert_eq!(roots.times(slot), Some(Stamp::new(10, 10)));
-    assert_eq!(roots.deadline(slot), Some(110));
+    assert_eq!(table.times(slot), Some(Stamp::new(10, 10)));
+    assert_eq!(table.deadline(slot), Some(110));
     // A reset moves the base to now (the deadline to now + the tree's own timeout), and
     // marks R.
-    assert!(roots.reset(key, 50));
-    assert_eq!(roots.deadline(slot), Some(150));
+    assert!(table.reset(key, 50));
+    assert_eq!(table.deadline(slot), Some(150));
     let mut reaper = Effects::default();
     assert_eq!(
-        roots.expire(slot, key.tag(), 149, &mut reaper),
+        table.expire(slot, key.tag(), 149, &mut reaper),
         Expiry::NotDue(150)
     );
     assert_eq!(
-        roots.expire(slot, key.tag(), 150, &mut reaper),
+        table.expire(slot, key.tag(), 150, &mut reaper),
         Expiry::TimedOut
     );
-    assert_eq!(finish(&roots, &mut reaper), Some((7, Outcome::TimedOut)));
-    assert!(roots.is_clear());
+    assert_eq!(finish(&table, &mut reaper), Some((7, Outcome::TimedOut)));
+    assert!(table.is_clear());
 }
 
 #[test]
 fn a_reset_never_brings_a_deadline_earlier() {
-    let roots = Table::<u32>::new(2);
+    let table = Table::<u32>::new(2);
     let key = key_in(2, 0, 1);
     let mut effects = Effects::stamped(Stamp::new(10, 1_000));
-    roots.init(key, 0b1, 7, &mut effects).unwrap();
+    table.init(key, 0b1, 7, &mut effects).unwrap();
     let slot = effects.take_to_file().map(|(_, s)| s).unwrap();
     // A base of 20 would be before the stored 1000: kept.
-    assert!(roots.reset(key, 20));
-    assert_eq!(roots.times(slot).unwrap().base(), 1_000);
+    assert!(table.reset(key, 20));
+    assert_eq!(table.times(slot).unwrap().base(), 1_000);
 }
 
 #[test]
 fn a_shorter_own_timeout_asks_for_another_timer_and_a_reset_before_init_counts() {
-    let roots = Table::<u32>::bounded(2, None, 30, false);
+    let table = Table::<u32>::bounded(2, None, 30, false);
     let key = key_in(2, 0, 1);
     let mut early = Effects::stamped(Stamp::new(10, 10));
-    roots.ack(key, 0b01, &mut early);
+    table.ack(key, 0b01, &mut early);
     let slot = early.take_to_file().map(|(_, s)| s).unwrap();
-    assert!(roots.reset(key, 20)); // before init: the timeout counts from 20
+    assert!(table.reset(key, 20)); // before init: the timeout counts from 20
     let mut init = Effects::stamped(Stamp::new(25, 25));
-    roots.init_with(key, 0b11, 7, Some(5), &mut init).unwrap();
+    table.init_with(key, 0b11, 7, Some(5), &mut init).unwrap();
     assert_eq!(
         init.take_to_file().map(|(_, s)| s),
         Some(slot),
         "due before the timer filed for it"
     );
     assert_eq!(
-        roots.deadline(slot),
+        table.deadline(slot),
         Some(25),
         "the reset's base plus the own timeout"
     );
@@ -691,21 +691,21 @@ fn a_shorter_own_timeout_asks_for_another_timer_and_a_reset_before_init_counts()
 
 #[test]
 fn a_reserved_slot_is_skipped_by_other_claimers() {
-    let roots = Table::<u32>::new(2);
+    let table = Table::<u32>::new(2);
     let (a, b) = (key_in(2, 0, 1), key_in(2, 0, 2));
     // Reserve a's home group's first slot as a claimer would before its word CAS.
-    roots
+    table
         .times_of(0)
         .store(Stamp::default().bits(), crate::sync::Ordering::SeqCst);
     let mut effects = Effects::default();
-    assert_eq!(roots.ack(a, 1, &mut effects), Applied::Created);
+    assert_eq!(table.ack(a, 1, &mut effects), Applied::Created);
     assert_eq!(
         effects.take_to_file().map(|(_, s)| s),
         Some(1),
         "slot 0 is reserved, so the next one"
     );
-    roots.times_of(0).store(0, crate::sync::Ordering::SeqCst);
-    assert_eq!(roots.ack(b, 1, &mut effects), Applied::Created);
+    table.times_of(0).store(0, crate::sync::Ordering::SeqCst);
+    assert_eq!(table.ack(b, 1, &mut effects), Applied::Created);
     assert_eq!(effects.take_to_file().map(|(_, s)| s), Some(0));
 }
 

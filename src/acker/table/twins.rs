@@ -136,14 +136,14 @@ impl<T> Table<T> {
     /// Applies `message` to the root's entry here or in a successor; `false` when the root
     /// has none (nothing is created).
     fn carry(&self, key: Key, message: Message, effects: &mut Effects<'_>) -> bool {
-        let mut roots = self;
+        let mut table = self;
         loop {
-            match roots.apply(key, message, false, effects) {
+            match table.apply(key, message, false, effects) {
                 Applied::Changed => return true,
                 // Moved or moving: on along the chain.
-                Applied::Retry => roots = roots.successor().unwrap_or(roots),
-                Applied::Missing => match roots.successor() {
-                    Some(next) => roots = next,
+                Applied::Retry => table = table.successor().unwrap_or(table),
+                Applied::Missing => match table.successor() {
+                    Some(next) => table = next,
                     None => return false,
                 },
                 Applied::Created | Applied::Full => {
@@ -157,9 +157,9 @@ impl<T> Table<T> {
     /// Applies `message` here or, if the root's entry moves meanwhile, in the successor,
     /// creating an entry if there is none (which room or credit may refuse).
     fn recreate(&self, key: Key, message: Message, effects: &mut Effects<'_>) {
-        let mut roots = self;
-        while roots.apply(key, message, true, effects) == Applied::Retry {
-            roots = roots.successor().unwrap_or(roots);
+        let mut table = self;
+        while table.apply(key, message, true, effects) == Applied::Retry {
+            table = table.successor().unwrap_or(table);
         }
     }
 }

@@ -26,12 +26,12 @@ impl Drop for Next {
     }
 }
 
-/// `roots`'s successor of `groups` groups, begun.
-fn begin(roots: &Table<u32>, groups: usize) -> Next {
-    let next = Box::into_raw(Box::new(roots.successor_of(groups)));
-    // Safety: `next` stays allocated while `roots` is used (the returned value frees it at
+/// `table`'s successor of `groups` groups, begun.
+fn begin(table: &Table<u32>, groups: usize) -> Next {
+    let next = Box::into_raw(Box::new(table.successor_of(groups)));
+    // Safety: `next` stays allocated while `table` is used (the returned value frees it at
     // the test's end), and each table begins once.
-    unsafe { roots.begin_move(next) };
+    unsafe { table.begin_move(next) };
     Next(next)
 }
 
@@ -182,28 +182,28 @@ fn a_successor_without_room_leaves_the_entry_where_it_was() {
 
 #[test]
 fn a_reset_that_waits_out_a_move_put_back_for_want_of_room_still_moves_the_base() {
-    let roots = Arc::new(Table::<u32>::bounded(4, None, 30, false));
+    let table = Arc::new(Table::<u32>::bounded(4, None, 30, false));
     let key = key_in(4, 1, 5);
     let mut effects = Effects::stamped(Stamp::new(10, 10));
-    roots.init(key, 0b1, 7, &mut effects).unwrap();
-    let (slot, live) = roots.find(key).unwrap();
-    assert_eq!(roots.deadline(slot), Some(40));
+    table.init(key, 0b1, 7, &mut effects).unwrap();
+    let (slot, live) = table.find(key).unwrap();
+    assert_eq!(table.deadline(slot), Some(40));
     // A mover froze the entry (its successor then had no room, as the next line shows).
     let frozen = live.frozen().unwrap();
-    roots.word(slot).cas(live, frozen).unwrap();
+    table.word(slot).cas(live, frozen).unwrap();
     let resetter = {
-        let roots = Arc::clone(&roots);
-        std::thread::spawn(move || roots.reset(key, 50))
+        let table = Arc::clone(&table);
+        std::thread::spawn(move || table.reset(key, 50))
     };
     std::thread::sleep(std::time::Duration::from_millis(50)); // the reset waits on FROZEN
-    roots.word(slot).cas(frozen, live).unwrap(); // put back: no room
+    table.word(slot).cas(frozen, live).unwrap(); // put back: no room
     assert!(resetter.join().unwrap(), "the reset landed");
     assert_eq!(
-        roots.deadline(slot),
+        table.deadline(slot),
         Some(80),
         "the base moved to the reset's tick before R was set"
     );
-    assert!(roots.word(slot).load().state().reset());
+    assert!(table.word(slot).load().state().reset());
 }
 
 #[test]
