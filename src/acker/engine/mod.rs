@@ -594,50 +594,6 @@ impl<T: Send + 'static> Engine<T> {
         [current, successors, retired, wheel]
     }
 
-    /// Entries in the reaper's wheel (for tests).
-    #[cfg(any(test, loom, feature = "internals"))]
-    pub(super) fn scheduled_timers(&self) -> usize {
-        self.reaper.lock().unwrap_or_else(|e| e.into_inner()).len()
-    }
-
-    /// Roots the reaper's timers cover: in a group whose filed tick is at or before their
-    /// deadline ([`groups`](crate::acker::timers::groups)). For tests: right after a manual
-    /// pass, every pending root.
-    #[cfg(any(test, loom, feature = "internals"))]
-    pub(super) fn covered_roots(&self) -> usize {
-        let active = self.threads.enter();
-        let wheel = self.reaper.lock().unwrap_or_else(|e| e.into_inner());
-        let mut covered = 0;
-        for (shard, t) in self.tables.iter().enumerate() {
-            // Safety: inside the operation `active` marks.
-            for table in chain(unsafe { t.current() }) {
-                for slot in 0..table.slots() {
-                    let (Some(_), Some(deadline)) = (table.key_in(slot), table.deadline(slot))
-                    else {
-                        continue;
-                    };
-                    let filed = wheel.filed(shard, table.gen(), slot / GROUP_SLOTS);
-                    if filed.is_some_and(|filed| {
-                        crate::acker::timers::ticks::reached(filed as Tick, deadline)
-                    }) {
-                        covered += 1;
-                    }
-                }
-            }
-        }
-        drop(wheel);
-        drop(active);
-        covered
-    }
-
-    /// Manual mode: one reaper pass now, with every batch's entries. Completions delivered.
-    pub(super) fn expire(&self) -> usize {
-        if !self.manual {
-            return 0;
-        }
-        reaper::run_once(self, true).delivered
-    }
-
     /// The `(table, 0)` a root lives in: its group is not fixed (tables grow), so the loom
     /// models pick roots that share a table.
     #[cfg(any(test, loom, feature = "internals"))]
@@ -645,19 +601,10 @@ impl<T: Send + 'static> Engine<T> {
         (self.layout.place(root).0, 0)
     }
 
-    /// The reaper thread ended with a panic its loop did not catch: counted.
-    fn reaper_died(&self) {
-        self.reaper_panics.fetch_add(1, Ordering::SeqCst);
-    }
-
-    /// Panics caught in reaper passes, and reaper threads lost to one.
+    /// Process-wide memory barriers that failed since build
+    /// ([`Acker::grace_barrier_failures`](crate::Acker::grace_barrier_failures)).
     pub(super) fn barrier_failures(&self) -> u64 {
         self.threads.barrier_failures()
-    }
-
-    #[cfg(any(test, loom, feature = "internals"))]
-    pub(super) fn reaper_panics(&self) -> u64 {
-        self.reaper_panics.load(Ordering::SeqCst)
     }
 
     pub(super) fn stopping(&self) -> bool {

@@ -1,6 +1,7 @@
 //! The engine's side of the reaper's publication (module docs, "Sleeping" and "Callers
 //! first"): whether a push must wake the thread, the wake itself, the caller's help, and
-//! the hooks the tests and loom models use to stand in for the thread.
+//! the hooks the tests and loom models use to stand in for the thread or to look at its
+//! wheel, a manual acker's pass, and the count of its panics.
 
 use std::thread;
 
@@ -75,5 +76,61 @@ impl<T: Send + 'static> Engine<T> {
 
     pub(in crate::acker) fn set_reaper_thread(&self, thread: thread::Thread) {
         let _ = self.reaper_thread.set(thread);
+    }
+
+    /// Entries in the reaper's wheel (for tests).
+    #[cfg(any(test, loom, feature = "internals"))]
+    pub(in crate::acker) fn scheduled_timers(&self) -> usize {
+        self.reaper.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    /// Roots the reaper's timers cover: in a group whose filed tick is at or before their
+    /// deadline ([`groups`](crate::acker::timers::groups)). For tests: right after a manual
+    /// pass, every pending root.
+    #[cfg(any(test, loom, feature = "internals"))]
+    pub(in crate::acker) fn covered_roots(&self) -> usize {
+        let active = self.threads.enter();
+        let wheel = self.reaper.lock().unwrap_or_else(|e| e.into_inner());
+        let mut covered = 0;
+        for (shard, t) in self.tables.iter().enumerate() {
+            // Safety: inside the operation `active` marks.
+            for table in crate::acker::engine::generations::chain(unsafe { t.current() }) {
+                for slot in 0..table.slots() {
+                    let (Some(_), Some(deadline)) = (table.key_in(slot), table.deadline(slot))
+                    else {
+                        continue;
+                    };
+                    let filed =
+                        wheel.filed(shard, table.gen(), slot / crate::acker::table::GROUP_SLOTS);
+                    if filed.is_some_and(|filed| {
+                        crate::acker::timers::ticks::reached(filed as Tick, deadline)
+                    }) {
+                        covered += 1;
+                    }
+                }
+            }
+        }
+        drop(wheel);
+        drop(active);
+        covered
+    }
+
+    /// Manual mode: one reaper pass now, with every batch's entries. Completions delivered.
+    pub(in crate::acker) fn expire(&self) -> usize {
+        if !self.manual {
+            return 0;
+        }
+        super::run_once(self, true).delivered
+    }
+
+    /// The reaper thread ended with a panic its loop did not catch: counted.
+    pub(in crate::acker::engine) fn reaper_died(&self) {
+        self.reaper_panics.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// Panics caught in reaper passes, and reaper threads lost to one.
+    #[cfg(any(test, loom, feature = "internals"))]
+    pub(in crate::acker) fn reaper_panics(&self) -> u64 {
+        self.reaper_panics.load(Ordering::SeqCst)
     }
 }
