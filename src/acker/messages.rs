@@ -19,46 +19,8 @@
 //! order, and count the same statistics. The caller's `each` of [`Acker::apply_each`] runs
 //! once a chunk is done, outside any operation, as a callback would.
 
-use super::engine::batched::{Batched, AHEAD};
-use super::{Acker, InitError};
-
-/// One message of a batch ([`Acker::apply`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Message {
-    /// Storm's ACKER_ACK: `xor` into `root`'s value ([`Acker::ack`]).
-    Ack {
-        /// The tree's root id.
-        root: u64,
-        /// The edge ids acked, XORed together.
-        xor: u64,
-    },
-    /// Storm's ACKER_FAIL ([`Acker::fail`]).
-    Fail {
-        /// The tree's root id.
-        root: u64,
-    },
-    /// Storm's ACKER_RESET_TIMEOUT ([`Acker::reset_timeout`]).
-    ResetTimeout {
-        /// The tree's root id.
-        root: u64,
-    },
-}
-
-impl Message {
-    /// The root the message is for.
-    pub fn root(&self) -> u64 {
-        self.split().0
-    }
-
-    /// The root, and what the message asks of it as the engine applies it.
-    fn split(&self) -> (u64, Batched) {
-        match *self {
-            Message::Ack { root, xor } => (root, Batched::Ack(xor)),
-            Message::Fail { root } => (root, Batched::Fail),
-            Message::ResetTimeout { root } => (root, Batched::ResetTimeout),
-        }
-    }
-}
+use super::engine::batched::AHEAD;
+use super::{Acker, InitError, Message};
 
 impl<T: Send + 'static> Acker<T> {
     /// Applies `messages` in order, each exactly as [`ack`](Self::ack),
@@ -116,8 +78,7 @@ impl<T: Send + 'static> Acker<T> {
     /// assert_eq!(results, [(0, true), (1, true)]);
     /// ```
     pub fn apply_each(&self, messages: &[Message], mut each: impl FnMut(usize, bool)) {
-        self.engine()
-            .apply_each(messages, Message::split, &mut each);
+        self.engine().apply_each(messages, &mut each);
     }
 
     /// Inits the trees `trees` yields, `(root, xor, payload)`, in order, each exactly as

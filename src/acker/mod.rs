@@ -79,6 +79,7 @@ pub(crate) mod threads;
 pub(crate) use bound::stripe_index;
 mod engine;
 mod manual;
+mod message;
 mod messages;
 mod outcome;
 mod stats;
@@ -91,7 +92,7 @@ use std::time::Duration;
 
 pub use builder::AckerBuilder;
 use builder::MAX_TIMEOUT_NS;
-pub use messages::Message;
+pub use message::Message;
 pub(crate) use outcome::Callback;
 pub use outcome::{Completion, InitError, Outcome};
 pub use stats::AckerStats;

@@ -5,6 +5,7 @@
 //! release) no longer than one message does.
 
 use super::{Engine, Message};
+use crate::acker::message::Message as PublicMessage;
 use crate::acker::table::word::Key;
 
 /// Messages a batch places and prefetches at once, while it applies the chunk before:
@@ -12,33 +13,19 @@ use crate::acker::table::word::Key;
 /// x86 cores), so a prefetch runs 8 to 16 messages ahead of its message.
 pub(in crate::acker) const AHEAD: usize = 8;
 
-/// What a message of a batch asks of its root, as the engine applies it.
-#[derive(Clone, Copy, Debug)]
-pub(in crate::acker) enum Batched {
-    /// XOR into the root's value, as `ack`.
-    Ack(u64),
-    /// As `fail`.
-    Fail,
-    /// As `reset_timeout`.
-    ResetTimeout,
-}
-
 impl<T: Send + 'static> Engine<T> {
-    /// Applies `messages` in order (`split` tells a message's root and what it asks), a
-    /// chunk of [`AHEAD`] at a time, with the next chunk placed and prefetched first;
-    /// `each(index, result)` for a chunk's messages once the chunk is applied, outside any
-    /// operation (it is the caller's code, like a callback).
-    pub(in crate::acker) fn apply_each<M>(
+    /// Applies `messages` in order, a chunk of [`AHEAD`] at a time, with the next chunk
+    /// placed and prefetched first; `each(index, result)` for a chunk's messages once the
+    /// chunk is applied, outside any operation (it is the caller's code, like a callback).
+    pub(in crate::acker) fn apply_each(
         &self,
-        messages: &[M],
-        split: impl Fn(&M) -> (u64, Batched),
+        messages: &[PublicMessage],
         each: &mut dyn FnMut(usize, bool),
     ) {
         let mut placed = [(0, Key::new(0)); AHEAD];
         let mut next = [(0, Key::new(0)); AHEAD];
         self.place_ahead(
             messages.get(..AHEAD.min(messages.len())).unwrap_or(&[]),
-            &split,
             &mut next,
         );
         for (c, chunk) in messages.chunks(AHEAD).enumerate() {
@@ -46,13 +33,17 @@ impl<T: Send + 'static> Engine<T> {
             let first = c * AHEAD;
             let mut results = [false; AHEAD];
             let after = messages.get(first + AHEAD..).unwrap_or(&[]);
-            self.place_ahead(&after[..after.len().min(AHEAD)], &split, &mut next);
+            self.place_ahead(&after[..after.len().min(AHEAD)], &mut next);
             for ((message, &(shard, key)), result) in chunk.iter().zip(&placed).zip(&mut results) {
                 let active = self.threads.enter();
-                *result = match split(message).1 {
-                    Batched::Ack(xor) => self.message_in(&active, shard, key, Message::Ack(xor)),
-                    Batched::Fail => self.message_in(&active, shard, key, Message::Fail),
-                    Batched::ResetTimeout => self.reset_in(shard, key),
+                *result = match *message {
+                    PublicMessage::Ack { xor, .. } => {
+                        self.message_in(&active, shard, key, Message::Ack(xor))
+                    }
+                    PublicMessage::Fail { .. } => {
+                        self.message_in(&active, shard, key, Message::Fail)
+                    }
+                    PublicMessage::ResetTimeout { .. } => self.reset_in(shard, key),
                 };
             }
             for (i, &result) in results[..chunk.len()].iter().enumerate() {
@@ -69,13 +60,8 @@ impl<T: Send + 'static> Engine<T> {
 
     /// Places `messages`' roots into `placed` and prefetches their home lines.
     #[inline]
-    fn place_ahead<M>(
-        &self,
-        messages: &[M],
-        split: &impl Fn(&M) -> (u64, Batched),
-        placed: &mut [(usize, Key); AHEAD],
-    ) {
-        self.prefetch_homes(messages.iter().map(|m| split(m).0), |i, place| {
+    fn place_ahead(&self, messages: &[PublicMessage], placed: &mut [(usize, Key); AHEAD]) {
+        self.prefetch_homes(messages.iter().map(PublicMessage::root), |i, place| {
             placed[i] = place;
         });
     }
