@@ -134,17 +134,10 @@
 //!
 //! ## Memory per pending root
 //!
-//! Nothing is allocated for `max_pending`: a default acker touches well under 1 MiB before
-//! its first tree. A slot is 32 bytes (its word, and times, own timeout and payload beside
-//! it on the same 128-byte line of four). Tables double as they grow, from sizes staggered
-//! so that they grow at different counts: their loads spread from 3/8 to 3/4 (about 62 B
-//! of table per pending root with a `u32` payload), 4/5 in a full acker (41 B). The
-//! reaper's wheel adds 5-8 B per tree (one 8-byte entry per group of four slots, not per
-//! tree, [`timers::groups`]), and the batches a few bytes per tree in their last tick or
-//! two; what a burst left behind is given back. The stress harness's memory phase and its
-//! `burst` lines measure the total and these parts (`cargo run --release -p stress`: 46-48
-//! B per tree in an acker full at 1M, 69-75 B from 64k up), and `cargo bench --bench
-//! memory` beside the peers.
+//! Nothing is allocated for `max_pending`: the tables start small, follow what is pending
+//! and shrink after it falls. What a pending root costs, measured beside the peers, is one
+//! table in `docs/design.md` ("Memory per pending root"), with the command that produces
+//! it and the parts it is made of.
 
 mod bound;
 mod builder;
@@ -250,13 +243,12 @@ use std::sync::Arc;
 ///   ([`idle_wakeups`](Self::idle_wakeups) stays flat).
 ///   [`build_manual`](AckerBuilder::build_manual) starts none: call
 ///   [`expire`](Self::expire) yourself.
-/// * **Memory**: under 1 MiB before the first tree (tables start small and grow with what
-///   is pending, then shrink after it falls); with a `u32` payload, about 48 B per pending
-///   tree in an acker filled to its `max_pending` (a 32-byte slot in tables 4/5 full, and
-///   one 8-byte timer and a 4-byte filed tick per group of four slots for trees that live
-///   past about 64 ticks), and under 64 B at any pending count from 64k up, where tables
-///   run 3/5 to 3/4 full (`cargo run --release -p stress`, its `burst` lines). A payload
-///   of 5 to 16 B makes a slot 48 B.
+/// * **Memory**: under 1 MiB before the first tree; the tables start small, grow with what
+///   is pending and shrink after it falls. A tree holds a 32-byte slot with a `u32`
+///   payload (a payload of 5 to 16 B makes it 48 B), and, once it lives past about 64
+///   ticks, a share of its group's timer. What a pending tree costs in all, measured beside
+///   a map with a timer wheel, is one table in the repository's `docs/design.md`, "Memory
+///   per pending root".
 /// * **Time**: a message is a hash, a load of the root's 64-byte line and one 128-bit
 ///   compare-and-swap (no lock, no allocation); a tree that completes within about 64
 ///   ticks never reaches the reaper.
