@@ -19,7 +19,7 @@
 //! The timeout is 10 s, so none fires: what is measured is the tracking's own cost. Every
 //! contender's start returns a boxed future (one allocation each, the same for all).
 //!
-//! Run: `cargo bench --features tokio --bench service`. Targets (issue 42), in one run:
+//! Run: `cargo bench --features tokio --bench service`. Targets, in one run:
 //! inline ≥ 2.5x dashmap at fanout 4 and ≥ 4x at 16; spawned ≥ 1.0x.
 
 use std::collections::HashMap;

@@ -2,7 +2,9 @@
 //!
 //! The rules a user relies on (orphans, Acked wins, deadlines from the first message,
 //! capacity, shutdown) and the costs are on the public [`Acker`] type's docs; this module's
-//! docs are about how it is built.
+//! docs are about how it is built. Its section "A tree's path" is the one telling of what
+//! happens to a tree from its first message to its completion; the other pages and
+//! modules point here.
 //!
 //! ## The rooms
 //!
@@ -20,19 +22,16 @@
 //!   [`engine::anchor`]) and messages in batches ([`engine::batched`]) are its too.
 //! * [`table`]: one lock-free hash table of roots, [`table::Table`]. A slot is one 16-byte
 //!   word, key, state and XOR value together ([`table::word`]), changed only by a 128-bit
-//!   CAS: an ack is a search of the root's home line and one CAS, and the CAS that brings
-//!   an initialized tree to 0 also completes it. Slots are reused at once: no grace period,
-//!   no reclamation. Its files: the probe window, init, twin claims, a slot's times and
-//!   deadlines, taking a payload, migration to a successor, the lines in memory.
+//!   CAS. Slots are reused at once: no grace period, no reclamation. Its files: the probe
+//!   window, init, twin claims, a slot's times and deadlines, taking a payload, migration
+//!   to a successor, the lines in memory.
 //! * [`timers`]: time in `u32` ticks that wrap ([`timers::ticks`]), and what the reaper
 //!   keeps: one timer per group of slots, not per tree ([`timers::groups`]), in a compact
 //!   hierarchical wheel ([`timers::wheel`]).
 //! * [`threads`]: what each thread keeps per acker, a [`threads::Record`] registered in the
-//!   acker's [`threads::Threads`]: its timer hand-off (a new entry waits in its creator's
-//!   batch for a tick or two, and only one that outlives that reaches the reaper,
-//!   [`threads::handoff`]), and the marks of its operations in progress, on which the grace
-//!   periods, the callback's closing and re-anchoring rest ([`threads::marks`]) (asymmetric
-//!   fences, [`crate::sync::fences`]).
+//!   acker's [`threads::Threads`]: its timer hand-off ([`threads::handoff`]), and the marks
+//!   of its operations in progress, on which the grace periods, the callback's closing and
+//!   re-anchoring rest ([`threads::marks`]) (asymmetric fences, [`crate::sync::fences`]).
 //! * [`bound`]: `max_pending`, kept as credits in per-thread stripes: a claim takes one,
 //!   emptying the slot gives it back, and the bound stays exact.
 //! * [`manual`] (a manual acker's next expiration, for whoever drives its passes),
@@ -40,36 +39,105 @@
 //!
 //! ## A tree's path
 //!
-//! * **init**: [`Acker::init`] → the engine marks the operation ([`threads::marks`]),
-//!   places the root and calls [`table::Table`]' init: it joins an orphan's entry or claims
-//!   a slot (a credit from [`bound`]), writes the payload and settles the word, reporting
-//!   what it did in a [`table::Effects`]. The engine then files the entry's timer in the
-//!   thread's batch.
-//! * **ack**: [`Acker::ack`] → the engine finds the root's entry in its table and XORs the
-//!   value in with one CAS. The CAS that reaches 0 claims the completion: the engine takes
-//!   the payload, frees the slot, counts, and calls `on_complete`
-//!   ([`engine::deliver`]).
-//! * **timeout**: the reaper thread ([`engine::reaper`]) collects the batches' entries
-//!   into its wheel; when a group's tick is due it asks the table about each slot of the
-//!   group ([`table::Judge`]), and a tree past its deadline completes as `TimedOut`,
-//!   delivered as an ack's completion is.
-//! * **growth**: a claim that finds its table crowded starts a successor; operations and
-//!   the reaper move its groups one at a time, and the old table is freed after a grace
-//!   period ([`threads::marks`], "Grace periods").
+//! ```text
+//!  init / ack / fail / reset_timeout      (any thread, no lock; apply: many in one call)
+//!     |
+//!     |  mix(root): its shard (a chain of table generations), its key, its home group
+//!     v
+//!  +-- table (16 or more) ----------------------------------------------+
+//!  | group: one 64-byte line of 4 slot words (key | state | XOR), and   |
+//!  |        the 64 B beside it: each slot's times, timeout, payload     |
+//!  | doubles past 3/4 load, shrinks while under 1/8                     |
+//!  +--------------------------------------------------------------------+
+//!     |  a created entry (a new root, an orphan)          ^
+//!     v                                                   |  a due group's line read,
+//!  the creating thread's batch                            |  what is due timed out
+//!     |  what outlives the hand-off age (64 ticks),       |
+//!     v  handed over once a tick                          |
+//!  the reaper: one timer per group of slots, in its wheel +
+//! ```
+//!
+//! * **Placement.** Every call first marks its operation in its thread's record
+//!   ([`threads::marks`]: grace periods, the callback's closing and re-anchoring wait on
+//!   those marks) and hashes the root with a bijective mix ([`engine::layout`]; a
+//!   bijection, so a completion can name its root). The hash picks the root's shard, a
+//!   chain of table generations ([`engine::generations`]), and its key there; the key's
+//!   top bits pick its *home group* in the current generation: one 64-byte line of four
+//!   slot words, with their side data (times, own timeout, payload) on the line beside it,
+//!   which the adjacent-line prefetcher fetches with it ([`table::lines`]). A root lives
+//!   in its home group or, when that was full, in one of the next groups of its probe
+//!   window, which a search walks only while a group's overflow count says roots were
+//!   displaced past it ([`table`], "Finding a root").
+//! * **init** ([`Acker::init`]; the table's `init.rs`): it joins the root's HELD entry if
+//!   messages came first, or claims a slot: a credit from [`bound`], the slot's times
+//!   reserved with the tick of this first message ([`table::times`]), then one 128-bit CAS
+//!   of an EMPTY word to JOINING, with the key and the XOR in ([`table::word`]). A search
+//!   for a twin follows ([`table`], "Twin claims"); then init writes the payload and
+//!   settles the word LIVE, or completes the tree at once: `Acked` if held acks cancel its
+//!   XOR (Acked wins, even over a held fail), `Failed` if a fail was held. What it did
+//!   comes back as [`table::Effects`], and the engine files an entry it created in its
+//!   thread's batch, with plain stores ([`threads::handoff`]).
+//! * **ack** ([`Acker::ack`]): a search for the root's word and one 128-bit CAS that XORs
+//!   the value in. Key, state and value change together, so an ack never lands on the
+//!   slot's next root (no grace period guards a slot's reuse: [`table`], "No grace
+//!   period"), and only a LIVE word, whose init XOR is in, can complete (no false
+//!   `Acked`). The CAS that brings a LIVE word to 0 writes it EMPTY in the same step:
+//!   that thread owns the completion.
+//! * **Orphans**: an ack or fail whose root has no entry claims a HELD one (the value, and
+//!   the flag F for a fail; no payload), filed in its thread's batch as a new tree is and
+//!   with its deadline counted from that first message; the init that comes later joins
+//!   it. Two threads that claim one new root at once make *twins*, merged lock-free
+//!   ([`table`], "Twin claims").
+//! * **fail** ([`Acker::fail`]) completes a LIVE tree `Failed` with one CAS; before init
+//!   is settled it is held as F. **reset_timeout** ([`Acker::reset_timeout`]) moves the
+//!   slot's base tick to now and sets R on the word, so that a reaper about to time the
+//!   tree out on its old deadline fails its CAS ([`table::times`]).
+//! * **Completion** ([`engine::deliver`]): the thread whose CAS completed the tree (an
+//!   ack's, a fail's, an init's, or the reaper's for a timeout) takes the payload and
+//!   frees the slot (its times back to 0, its credit back to the stripes) before anything
+//!   that can panic, counts the completion (the tree has left `pending()`), and then calls
+//!   `on_complete`, on that thread.
+//! * **Timers** ([`threads::handoff`]): once a tick (seen at its next push) a thread
+//!   filters its batch: it drops the entries of the tick before whose slot no longer holds
+//!   their root, and hands the reaper those whose hand-off tick has come (the acker's
+//!   hand-off age after the first message, a quarter of its timeout and at most 64 ticks,
+//!   or the tick before a sooner deadline). So a tree that completes within the hand-off
+//!   age costs its slot's lines and its creator's batch: no shared queue, no lock, no
+//!   allocation, no work of the reaper's (which reads its line only if a long-lived group
+//!   mate comes due). The reaper takes over the batch of a thread that went quiet.
+//! * **Timeout** ([`engine::reaper`], "A pass"): the reaper registers each root handed to
+//!   it with its group, one timer per group of slots rather than per root
+//!   ([`timers::groups`]), filed in its wheel ([`engine::reaper::wheel`],
+//!   [`timers::wheel`]) at the earliest deadline of the group's registered roots. It
+//!   sleeps until the next due tick begins; then, for each due group, it reads the
+//!   group's line and judges each slot ([`table::Judge`], `Table::expire`): a slot that no
+//!   longer holds its root is passed over, a tree whose deadline has come is CASed EMPTY
+//!   and completes `TimedOut` (delivered as an ack's completion is), an orphan is dropped
+//!   and counted, and the earliest deadline left files the group again. A deadline is the
+//!   base plus the timeout in ticks, rounded up, plus one tick, judged in full ticks on the
+//!   reaper's own clock ([`engine`], "Times"): never early, and at most a tick late while
+//!   the reaper gets a core. On the async acker, the callers that start trees run a due
+//!   pass themselves when they can ([`engine::reaper`], "Callers first").
+//! * **Growth** ([`engine::growth`]): a claim that lands far from home, or finds no room,
+//!   reports its table crowded, and past 3/4 load the table starts moving to a successor
+//!   twice its size ([`table::migrate`]). Every operation on a migrating table moves a
+//!   group before its own work, the reaper finishes the rest and promotes the successor,
+//!   and the old table is freed after a grace period ([`threads::marks`], "Grace
+//!   periods"). The reaper shrinks a table whose load stayed under 1/8 ([`engine`], "The
+//!   bound, and growth").
+//! * **Messages in batches** ([`Acker::apply`], [`engine::batched`]) take this path one
+//!   message after another, each in an operation of its own, with the home lines of the
+//!   next chunk prefetched while the current one is applied.
+//! * **Shutdown** ([`engine::shutdown`]; [`engine`], "Shutdown") stops the reaper, hands
+//!   back every initialized tree's payload, drops the orphans, and closes the callback;
+//!   every later message changes nothing.
 //!
 //! ## Memory per pending root
 //!
-//! Nothing is allocated for `max_pending`: a default acker touches well under 1 MiB before
-//! its first tree. A slot is 32 bytes (its word, and times, own timeout and payload beside
-//! it on the same 128-byte line of four). Tables double as they grow, from sizes staggered
-//! so that they grow at different counts: their loads spread from 3/8 to 3/4 (about 62 B
-//! of table per pending root with a `u32` payload), 4/5 in a full acker (41 B). The
-//! reaper's wheel adds 5-8 B per tree (one 8-byte entry per group of four slots, not per
-//! tree, [`timers::groups`]), and the batches a few bytes per tree in their last tick or
-//! two; what a burst left behind is given back. The stress harness's memory phase and its
-//! `burst` lines measure the total and these parts (`cargo run --release -p stress`: 46-48
-//! B per tree in an acker full at 1M, 69-75 B from 64k up), and `cargo bench --bench
-//! memory` beside the peers.
+//! Nothing is allocated for `max_pending`: the tables start small, follow what is pending
+//! and shrink after it falls. What a pending root costs, measured beside the peers, is one
+//! table in `docs/design.md` ("Memory per pending root"), with the command that produces
+//! it and the parts it is made of.
 
 mod bound;
 mod builder;
@@ -176,19 +244,19 @@ use std::sync::Arc;
 ///   ([`idle_wakeups`](Self::idle_wakeups) stays flat).
 ///   [`build_manual`](AckerBuilder::build_manual) starts none: call
 ///   [`expire`](Self::expire) yourself.
-/// * **Memory**: under 1 MiB before the first tree (tables start small and grow with what
-///   is pending, then shrink after it falls); with a `u32` payload, about 48 B per pending
-///   tree in an acker filled to its `max_pending` (a 32-byte slot in tables 4/5 full, and
-///   one 8-byte timer and a 4-byte filed tick per group of four slots for trees that live
-///   past about 64 ticks), and under 64 B at any pending count from 64k up, where tables
-///   run 3/5 to 3/4 full (`cargo run --release -p stress`, its `burst` lines). A payload
-///   of 5 to 16 B makes a slot 48 B.
+/// * **Memory**: under 1 MiB before the first tree; the tables start small, grow with what
+///   is pending and shrink after it falls. A tree holds a 32-byte slot with a `u32`
+///   payload (a payload of 5 to 16 B makes it 48 B), and, once it lives past about 64
+///   ticks, a share of its group's timer. What a pending tree costs in all, measured beside
+///   a map with a timer wheel, is one table in the repository's `docs/design.md`, "Memory
+///   per pending root".
 /// * **Time**: a message is a hash, a load of the root's 64-byte line and one 128-bit
 ///   compare-and-swap (no lock, no allocation); a tree that completes within about 64
 ///   ticks never reaches the reaper.
 ///
-/// How it works inside (the tables, the timers, time, the protocols and their loom
-/// models) is one page: `docs/how-it-works.md` in the repository.
+/// How it works inside, in the repository: a tree's path through the tables and the
+/// timers is told in the module docs of `src/acker/mod.rs`; what it costs, time, the
+/// protocols and their loom models are on one page, `docs/how-it-works.md`.
 ///
 /// # Naming the payload type
 ///

@@ -3,8 +3,7 @@
 //! A waiter that only spins or only yields can starve the thread it waits for when both
 //! run on one core under real-time priorities (a `SCHED_FIFO` waiter never lets a lower
 //! thread run: `yield_now` only gives way to threads of its own priority). Sleeping lets
-//! any thread run; the spins and yields before it keep the common, short wait cheap
-//! (issue 22, point 7).
+//! any thread run; the spins and yields before it keep the common, short wait cheap.
 
 use std::time::Duration;
 

@@ -3,16 +3,11 @@
 //!
 //! ## A tree's path
 //!
-//! `hash(root)` (a bijection, so a completion can name its root) picks a shard (a chain
-//! of [`table`](crate::acker::table) generations) and the root's key there. An ack is a search of the
-//! root's home line and one 128-bit CAS on it ([`word`](crate::acker::table::word): key,
-//! state and XOR change together, so no grace period and no false `Acked`); the ack that
-//! brings an initialized tree's value to 0 completes it in that CAS, takes the payload and
-//! frees the slot. A tree that completes within the hand-off age ([`HAND_OFF_AGE`] ticks)
-//! costs its own slot's lines and its creator's batch
-//! ([`handoff`](crate::acker::threads::handoff)), no reaper work (the reaper reads its line
-//! only when a long-lived root of the same group comes due,
-//! [`groups`](crate::acker::timers::groups)).
+//! A tree's path through the engine (placement, the operations, completion, the timers'
+//! hand-off to the reaper, a due group's judgement, growth) is told once, in the
+//! [`acker`](crate::acker) module docs, "A tree's path". The sections below are the details
+//! it points to; the timers' are in [`handoff`](crate::acker::threads::handoff),
+//! [`groups`](crate::acker::timers::groups) and [`reaper`].
 //!
 //! ## Times
 //!
@@ -34,17 +29,6 @@
 //! against the clock's own reading, so a clock that stepped back times nothing out before
 //! its deadline on that clock. A `TimedOut` completion reports at least its timeout.
 //! Timeouts are at most [`MAX_TIMEOUT_TICKS`] ticks.
-//!
-//! ## Timers
-//!
-//! A created entry is filed in its creator's batch; those that outlive the hand-off age go
-//! to the reaper ([`handoff`](crate::acker::threads::handoff)), which keeps one timer per
-//! group of slots rather than per root ([`groups`](crate::acker::timers::groups)): the
-//! group's entry in its wheel ([`wheel`](crate::acker::timers::wheel)) is due by the
-//! earliest deadline of the roots registered in it. When a group comes due the reaper asks
-//! the table about each of its slots (`Table::expire`): gone (completed, reused) is
-//! dropped, an initialized tree whose deadline has come times out, an orphan is dropped,
-//! and the earliest deadline left files the group again. See [`reaper`].
 //!
 //! ## The bound, and growth
 //!

@@ -1,4 +1,4 @@
-//! Faults around the edges (issue 22): the reaper survives panics, every shutdown joins,
+//! Faults around the edges: the reaper survives panics, every shutdown joins,
 //! clocks that step back or jump, a callback that holds its own acker.
 
 use super::*;
@@ -20,8 +20,8 @@ impl Clock for ReaperPanickingClock {
     }
 }
 
-/// Issue 22, item 1: a panic in a reaper pass (here the clock's) is caught and counted, and
-/// the reaper goes on timing trees out.
+/// A panic in a reaper pass (here the clock's) is caught and counted, and the reaper goes
+/// on timing trees out.
 #[test]
 fn the_reaper_survives_a_panicking_clock() {
     let clock = ReaperPanickingClock {
@@ -65,8 +65,8 @@ impl Drop for PanickingDrop {
     }
 }
 
-/// Issue 22, item 1: with no `on_complete`, a timed-out payload is dropped by the reaper; a
-/// panic in that drop is caught and counted, and the reaper goes on.
+/// With no `on_complete`, a timed-out payload is dropped by the reaper; a panic in that
+/// drop is caught and counted, and the reaper goes on.
 #[test]
 fn the_reaper_survives_a_payload_whose_drop_panics() {
     let dropped = Arc::new(std::sync::atomic::AtomicU64::new(0));
@@ -92,8 +92,8 @@ fn the_reaper_survives_a_payload_whose_drop_panics() {
     assert_eq!(acker.pending(), 0);
 }
 
-/// Issue 22, item 2: every `shutdown` returns only after the reaper has stopped, even the
-/// second of two concurrent ones while the reaper runs a slow `on_complete`.
+/// Every `shutdown` returns only after the reaper has stopped, even the second of two
+/// concurrent ones while the reaper runs a slow `on_complete`.
 #[test]
 fn every_concurrent_shutdown_waits_for_the_reaper() {
     let in_callback = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -130,8 +130,8 @@ fn every_concurrent_shutdown_waits_for_the_reaper() {
     });
 }
 
-/// Issue 22, item 3: a clock that steps back below a tree's first message gives an elapsed
-/// time of 0, not a wrapped one.
+/// A clock that steps back below a tree's first message gives an elapsed time of 0, not a
+/// wrapped one.
 #[test]
 fn a_clock_that_steps_back_gives_zero_elapsed() {
     let clock = ManualClock::new(1 << 40);
@@ -149,7 +149,7 @@ fn a_clock_that_steps_back_gives_zero_elapsed() {
     assert_eq!(*elapsed.lock().unwrap(), [Duration::ZERO]);
 }
 
-/// Issue 20's regression: a clock jump of 7 days (over 2^29 ticks at 1 ms) must not alias a
+/// A regression test: a clock jump of 7 days (over 2^29 ticks at 1 ms) must not alias a
 /// deadline: the tree times out at the first pass after the jump, not 144 h later. The
 /// second core compares `u32` ticks wrapping, which holds for jumps up to 2^30 ticks.
 #[test]
@@ -180,9 +180,9 @@ impl Drop for DropWitness {
     }
 }
 
-/// Issue 22, item 6: an `on_complete` that holds a handle of its own acker (the replay
-/// pattern) made a cycle that kept the acker alive after `shutdown`. Shutdown now drops the
-/// callback once no operation can call it, and with it the handle it held.
+/// An `on_complete` that holds a handle of its own acker (the replay pattern) made a cycle
+/// that kept the acker alive after `shutdown`. Shutdown now drops the callback once no
+/// operation can call it, and with it the handle it held.
 #[test]
 fn shutdown_drops_a_callback_that_holds_its_own_acker() {
     let dropped = Arc::new(std::sync::atomic::AtomicBool::new(false));

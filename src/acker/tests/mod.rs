@@ -275,9 +275,9 @@ fn duplicate_full_and_shutdown_hand_the_payload_back() {
     assert_eq!(err.into_payload(), 66);
 }
 
-/// Issue 22, item 4: `max_pending(1 << 30)` was accepted and then allocated and touched
-/// about 78 GB. It is a bound now, not an allocation: the largest accepted value builds an
-/// acker whose tables are the smallest (32,768 slots), and one past it is refused by name.
+/// `max_pending(1 << 30)` was once accepted and then allocated and touched about 78 GB. It
+/// is a bound now, not an allocation: the largest accepted value builds an acker whose
+/// tables are the smallest (32,768 slots), and one past it is refused by name.
 #[test]
 fn the_largest_max_pending_costs_nothing_up_front_and_one_more_is_refused() {
     let acker: Acker<u32> = Acker::builder()
@@ -310,8 +310,8 @@ fn the_largest_max_pending_costs_nothing_up_front_and_one_more_is_refused() {
     assert!(err.to_string().contains("max_pending"), "{err}");
 }
 
-/// Issue 21: what an operator charts beside the counts: orphans held apart from the trees
-/// pending, and how late the reaper delivered timeouts.
+/// What an operator charts beside the counts: orphans held apart from the trees pending,
+/// and how late the reaper delivered timeouts.
 #[test]
 fn stats_say_how_late_timeouts_came_and_orphans_are_counted_apart() {
     let clock = ManualClock::new(0);

@@ -1,5 +1,5 @@
-//! Two more figures of the memory phase (issue 20): what an acker costs before its first
-//! tree, and what it costs at a steady trickle of trees.
+//! Two more figures of the memory phase: what an acker costs before its first tree, and
+//! what it costs at a steady trickle of trees.
 //!
 //! - **Build cost**: the RSS growth and wall time of `Acker::<u32>::builder().build()`,
 //!   default settings and reaper thread, before any tree: the price of an acker that is
@@ -23,8 +23,8 @@
 //! by the next build and hide its cost, or, with a peak, add to it. A fresh process starts
 //! from a clean baseline of a few MiB, and its peak covers nothing but the measurement.
 //!
-//! The targets ([`BUILD_TARGET_RSS`], [`BUILD_TARGET_SECONDS`], [`CHURN_TARGET_RSS`]) are
-//! issue 20's: nothing allocated for `max_pending` up front. They are printed beside the
+//! The targets ([`BUILD_TARGET_RSS`], [`BUILD_TARGET_SECONDS`], [`CHURN_TARGET_RSS`]) say
+//! that nothing is allocated for `max_pending` up front. They are printed beside the
 //! figures and never fail the run; a child that cannot measure, or a churned tree that
 //! does not complete, does. RSS figures are steady from run to run; the times are
 //! wall-clock times of one call, and on a shared machine they vary several-fold.

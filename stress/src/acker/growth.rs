@@ -1,8 +1,8 @@
 //! What an operation pays while the acker's tables grow: the latency of each init and ack,
 //! timed one by one, while what is pending climbs from nothing to `--growth-roots`, beside
-//! the same operations once the tables have grown. Issue 20 asks that growth never block a
-//! shard for long and that its p99.9 be reported; this phase reports it, and judges only
-//! that every operation did what it should.
+//! the same operations once the tables have grown. Growth must never block a shard for
+//! long, and its p99.9 is what shows it: this phase reports it, and judges only that every
+//! operation did what it should.
 //!
 //! One acker, default settings (reaper thread, real clock) but a timeout no root reaches
 //! and `max_pending` room for the fill. Two threads run at once:
