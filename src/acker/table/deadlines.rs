@@ -203,25 +203,6 @@ impl<T> Table<T> {
         }
     }
 
-    /// The slot's times; `None` when the slot is free.
-    #[inline]
-    pub fn times(&self, slot: usize) -> Option<Stamp> {
-        Stamp::from_bits(self.times_of(slot).load(Ordering::SeqCst))
-    }
-
-    /// The slot's deadline: its base plus the tree's timeout. `None` when the slot is free.
-    #[inline]
-    pub fn deadline(&self, slot: usize) -> Option<Tick> {
-        Some(self.deadline_from(slot, self.times(slot)?))
-    }
-
-    /// The deadline of times `stamp` just read from `slot`.
-    #[inline]
-    pub fn deadline_from(&self, slot: usize, stamp: Stamp) -> Tick {
-        let timeout = self.timeout_of(slot).unwrap_or(self.default_timeout);
-        stamp.base().wrapping_add(timeout)
-    }
-
     /// CASes the slot's base to `base(the base)`, keeping its start, unless the slot is
     /// free.
     pub(super) fn move_base(&self, slot: usize, base: impl Fn(Tick) -> Tick) {
@@ -237,15 +218,6 @@ impl<T> Table<T> {
                 Ok(_) => return,
                 Err(now) => seen = now,
             }
-        }
-    }
-
-    /// The tree's own timeout in ticks, if its init gave one.
-    #[inline]
-    pub fn timeout_of(&self, slot: usize) -> Option<Tick> {
-        match self.timeout_cell(slot).load(Ordering::SeqCst) {
-            0 => None,
-            own => Some(own),
         }
     }
 

@@ -306,10 +306,4 @@ impl<T> Table<T> {
             }
         }
     }
-
-    /// The key of the root in `slot`, if the slot holds a LIVE, HELD or FROZEN entry.
-    pub fn key_in(&self, slot: usize) -> Option<Key> {
-        let word = self.word(slot).load();
-        (word.holds(word.key()) || word.frozen_for(word.key())).then(|| word.key())
-    }
 }

@@ -179,6 +179,12 @@ impl<T> Table<T> {
         }
     }
 
+    /// The key of the root in `slot`, if the slot holds a LIVE, HELD or FROZEN entry.
+    pub fn key_in(&self, slot: usize) -> Option<Key> {
+        let word = self.word(slot).load();
+        (word.holds(word.key()) || word.frozen_for(word.key())).then(|| word.key())
+    }
+
     /// The root's entry (the first in probe order), with its word.
     #[inline]
     pub fn find(&self, key: Key) -> Option<(usize, Word)> {

@@ -1,4 +1,5 @@
-//! A slot's times, in ticks of the acker's resolution, beside its word.
+//! A slot's times, in ticks of the acker's resolution, beside its word, and the table's
+//! reads of them (`times`, `deadline`, `deadline_from`, `timeout_of`).
 //!
 //! Each slot has one `AtomicU64`: the tick of the root's first message (high half) and its
 //! *base* (low half), the tick its timeout counts from: the first message, or the last
@@ -26,6 +27,7 @@
 //! an init's own timeout (written while JOINING), makes its CAS fail (`Table::expire`).
 
 use crate::acker::timers::ticks::{full_near, Tick};
+use crate::sync::Ordering;
 
 /// What a slot's times hold: the *base* (low half), the `u32` tick its timeout counts
 /// from, and the *start* (high half), the first message's tick, in one of two forms:
@@ -288,5 +290,35 @@ mod tests {
         assert_eq!(s.kept(5_010), None);
         // One tick behind its base (a caller's tick may lag another's).
         assert_eq!(s.age(4_999, 4_999), 4_899);
+    }
+}
+
+impl<T> super::Table<T> {
+    /// The slot's times; `None` when the slot is free.
+    #[inline]
+    pub fn times(&self, slot: usize) -> Option<Stamp> {
+        Stamp::from_bits(self.times_of(slot).load(Ordering::SeqCst))
+    }
+
+    /// The slot's deadline: its base plus the tree's timeout. `None` when the slot is free.
+    #[inline]
+    pub fn deadline(&self, slot: usize) -> Option<Tick> {
+        Some(self.deadline_from(slot, self.times(slot)?))
+    }
+
+    /// The deadline of times `stamp` just read from `slot`.
+    #[inline]
+    pub fn deadline_from(&self, slot: usize, stamp: Stamp) -> Tick {
+        let timeout = self.timeout_of(slot).unwrap_or(self.default_timeout);
+        stamp.base().wrapping_add(timeout)
+    }
+
+    /// The tree's own timeout in ticks, if its init gave one.
+    #[inline]
+    pub fn timeout_of(&self, slot: usize) -> Option<Tick> {
+        match self.timeout_cell(slot).load(Ordering::SeqCst) {
+            0 => None,
+            own => Some(own),
+        }
     }
 }
