@@ -18,8 +18,8 @@
 //!   operations, grows and shrinks the tables ([`engine::growth`],
 //!   [`engine::generations`]), delivers completions ([`engine::deliver`]), runs the reaper
 //!   ([`engine::reaper`], and its wheel of group timers, [`engine::reaper::wheel`]) and
-//!   shuts down ([`engine::shutdown`]); time in ticks ([`engine::time`],
-//!   [`engine::anchor`]) and messages in batches ([`engine::batched`]) are its too.
+//!   shuts down ([`engine::shutdown`]); time in ticks and the anchor ([`engine::time`]) and
+//!   messages in batches ([`engine::batched`]) are its too.
 //! * [`table`]: one lock-free hash table of roots, [`table::Table`]. A slot is one 16-byte
 //!   word, key, state and XOR value together ([`table::word`]), changed only by a 128-bit
 //!   CAS. Slots are reused at once: no grace period, no reclamation. Its files: the probe

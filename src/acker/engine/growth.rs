@@ -237,7 +237,7 @@ impl<T: Send + 'static> Engine<T> {
     /// whether completions may go to the callback (a move can complete a tree).
     pub(super) fn housekeeping(&self, now: u64, open: bool) -> bool {
         // A move may create an entry (a stranded twin's): stamped with the pass's tick,
-        // which is at the anchor ([`anchor`](crate::acker::engine::anchor)).
+        // which is at the anchor ([`anchor`](crate::acker::engine::time)).
         let stamp = self.stamp_at(now);
         let now = now as Tick;
         let per_table = self.pending() / self.tables.len();

@@ -15,7 +15,7 @@
 //! clock's reading at build (plus one, so that tick 0 is never used). A slot keeps its base
 //! (the first message's tick, or the last reset's) as a `u32` and its start beside it
 //! ([`times`](crate::acker::table::times)), and both are read against the *anchor*
-//! ([`anchor`]), a full tick that every stored tick stays within 2^31 ticks of, whatever
+//! ([`time`]), a full tick that every stored tick stays within 2^31 ticks of, whatever
 //! the gap between passes: a writer re-anchors first when its clock is far past it, and a
 //! re-anchoring rewrites what a stall left behind. The start is a gap from the base while a
 //! tree is young and a coarse full tick once it is old, kept decodable by the reaper's
@@ -69,7 +69,6 @@
 //! no init joins an entry of a table with a successor), so no payload is ever in one; were
 //! one LIVE, it would be taken back and handed back with the rest.
 
-pub(super) mod anchor;
 pub(super) mod batched;
 pub(super) mod deliver;
 pub(super) mod driver;
@@ -109,7 +108,7 @@ use time::TickScale;
 use std::thread;
 
 /// The longest timeout, in ticks: a deadline is at most this far past its base, which
-/// keeps every stored deadline within 2^31 ticks of the anchor ([`anchor`]).
+/// keeps every stored deadline within 2^31 ticks of the anchor ([`time`]).
 pub(super) const MAX_TIMEOUT_TICKS: u64 = (1 << 30) - 2;
 
 /// The most ticks a new entry stays with its creator
@@ -198,10 +197,10 @@ pub(super) struct Engine<T> {
     /// [`Config::tsc_ticks`].
     tsc_ticks: bool,
     ticks: TickScale,
-    /// The full tick every stored `u32` tick is read against ([`anchor`]).
+    /// The full tick every stored `u32` tick is read against ([`time`]).
     anchor: CachePadded<AtomicU64>,
-    /// One re-anchoring at a time ([`anchor`]).
-    reanchoring: anchor::Reanchoring,
+    /// One re-anchoring at a time ([`time`]).
+    reanchoring: time::Reanchoring,
     /// Re-anchorings done (a statistic, for tests and the stress harness).
     reanchored: AtomicU64,
     /// The most roots pending at a pass since the allocator was last asked to give memory
@@ -336,7 +335,7 @@ impl<T: Send + 'static> Engine<T> {
             hand_off_age: (timeout / 4).clamp(1, HAND_OFF_AGE),
             reaper: Mutex::new(reaper::wheel::Wheel::new(ticks.full(now))),
             anchor: CachePadded::new(AtomicU64::new(ticks.full(now))),
-            reanchoring: anchor::Reanchoring::default(),
+            reanchoring: time::Reanchoring::default(),
             reanchored: AtomicU64::new(0),
             peak_pending: AtomicUsize::new(0),
             ticks,
@@ -385,7 +384,7 @@ impl<T: Send + 'static> Engine<T> {
         let mut payload = payload;
         loop {
             // Read here, where the operation holds nothing of the tables
-            // ([`anchor`](crate::acker::engine::anchor)): the first message is this call.
+            // ([`anchor`](crate::acker::engine::time)): the first message is this call.
             let stamp = self.stamp_at(self.write_tick());
             // Safety: inside the operation `active` marks.
             let table = unsafe { self.tables[shard].current() };
@@ -486,7 +485,7 @@ impl<T: Send + 'static> Engine<T> {
         let mut completed = false;
         loop {
             // Read here, where the operation holds nothing of the tables
-            // ([`anchor`](crate::acker::engine::anchor)).
+            // ([`anchor`](crate::acker::engine::time)).
             let stamp = self.stamp_at(self.write_tick());
             // Safety: inside the operation `active` marks.
             let table = unsafe { self.tables[shard].current() };
@@ -556,7 +555,7 @@ impl<T: Send + 'static> Engine<T> {
         stats
     }
 
-    /// Re-anchorings done ([`anchor`]).
+    /// Re-anchorings done ([`time`]).
     pub(super) fn reanchored(&self) -> u64 {
         self.reanchored.load(Ordering::Relaxed) // Relaxed: a statistic
     }

@@ -3,13 +3,65 @@
 //! [`engine`](crate::acker::engine), "Times"). Callers read the tick through
 //! [`Engine::caller_full`](super::Engine::caller_full), which takes it from the time-stamp
 //! counter where it can be trusted; the reaper reads the clock itself.
+//!
+//! ## The anchor
+//!
+//! The anchor: the full tick every stored `u32` tick is read against, so that no gap
+//! between reaper passes and no life of a tree makes one alias.
+//!
+//! A slot keeps its base (and through it its deadline) as a `u32` tick, and batches keep
+//! their hand-off ticks so; 2^32 ticks are 72 minutes at the finest resolution. Each is
+//! decoded as the full tick nearest the *anchor*, a full tick published in
+//! [`Engine::anchor`], which is right while every stored tick lies within 2^31 ticks of it.
+//! The invariant, and what keeps it:
+//!
+//! * **Writers stay near it.** A tick is stored only by a thread inside an operation, and
+//!   it stamps with [`Engine::write_tick`]: its tick, no more than 2^30 ticks behind the
+//!   anchor (a clock that stepped back further stamps later, never earlier: a deadline can
+//!   only move out), and below the anchor plus [`REANCHOR_AFTER`] (2^29 ticks); a writer
+//!   that finds its clock further on re-anchors first. So stored bases are at most 2^29
+//!   ticks ahead of the anchor, and a deadline (a base plus at most 2^30 ticks) at most
+//!   1.5 x 2^30.
+//! * **Passes move it with what is pending.** Each reaper pass raises the anchor to its
+//!   time and times out what is due, so a pending tree's base is never more than about
+//!   2^30 ticks (its timeout) behind it. A pass that finds its time 2^29 ticks or more past
+//!   the anchor re-anchors instead. The reaper thread sleeps at most 2^28 ticks at a time
+//!   while anything is pending (about three days at the default 1 ms, four and a half
+//!   minutes at 1 µs), so a healthy acker never needs more.
+//! * **Re-anchoring rewrites what a jump left behind.** After a stall (a stopped process, a
+//!   paused VM, a manual clock moved far ahead) or a long idle spell, the thread that finds
+//!   the clock 2^29 ticks or more past the anchor moves it there ([`Engine::reanchor`]):
+//!   while every other thread is kept out of the tables
+//!   ([`marks`](crate::acker::threads::marks), "Re-anchoring"), it decodes every stored
+//!   base at the old anchor, raises those more than 2^30 ticks behind the new one to that
+//!   floor (their deadlines had passed and still have: the next pass times them out, late
+//!   by the stall and never early), puts every start in a form decodable at the new anchor
+//!   ([`times`](crate::acker::table::times)), takes every batch's entries into the reaper's
+//!   wheel (full ticks) and forgets the wheel's filed `u32` ticks; then publishes the new
+//!   anchor. It costs a walk of every table, once per stall.
+//!
+//! Readers then decode against the anchor, not against their own clock: `elapsed` is
+//! right whatever the clock reads now, and the reaper judges each deadline in full ticks
+//! against its clock, so a tree is never timed out before its deadline on the clock that
+//! stamped it, whatever the clock did in between.
+//!
+//! One corner stays: a re-anchoring needs every thread's marks
+//! ([`marks`](crate::acker::threads::marks)); if the heavy fence cannot run, or a thread
+//! without a batch (one whose thread-locals are gone) is inside an operation, it gives up,
+//! and the writer stamps at most 2^30 ticks past the old anchor (its deadline then comes
+//! early by the rest of the jump). Neither happens on a Linux machine with `membarrier` and
+//! threads that are not exiting.
 
+use std::sync::{Mutex as StdMutex, TryLockError};
 use std::time::Duration;
 
+use super::generations::chain;
+use super::reaper::wheel::{self, Wheel};
 use super::{Engine, MAX_TIMEOUT_TICKS};
 use crate::acker::table::Stamp;
 use crate::acker::timers::ticks::Tick;
 use crate::clock::tsc;
+use crate::sync::Ordering;
 
 /// How clock readings map to ticks: the epoch (tick 1 begins there) and the resolution, a
 /// tick of 2^`shift` nanoseconds. (A `Tick` is one tick's number.)
@@ -88,9 +140,127 @@ impl<T: Send + 'static> Engine<T> {
     }
 
     /// The stamp a new entry gets at full tick `tick` (a writer's,
-    /// [`anchor`](crate::acker::engine::anchor)): its start and its base.
+    /// [`anchor`](crate::acker::engine::time)): its start and its base.
     #[inline]
     pub(super) fn stamp_at(&self, tick: u64) -> Stamp {
         Stamp::new(tick as Tick, tick as Tick)
+    }
+}
+
+/// Ticks past the anchor at which a writer, or a pass, re-anchors first (module docs).
+pub(super) const REANCHOR_AFTER: u64 = 1 << 29;
+
+/// The most ticks a writer stamps behind the anchor (a clock that stepped back): a pending
+/// tree's base is then at most about 2^30 ticks behind it, as a healthy reaper keeps it.
+const MOST_BEHIND: u64 = 1 << 30;
+
+/// The most ticks a writer stamps past the anchor when a re-anchoring could not be done
+/// (module docs, last paragraph): a deadline then still decodes.
+const MOST_AHEAD: u64 = 1 << 30;
+
+/// Serializes re-anchorings (`std`'s: loom does not model them).
+#[derive(Debug, Default)]
+pub(super) struct Reanchoring(StdMutex<()>);
+
+impl<T: Send + 'static> Engine<T> {
+    /// The anchor: the full tick every stored `u32` tick is read against (module docs).
+    #[inline]
+    pub(super) fn anchor(&self) -> u64 {
+        self.anchor.load(Ordering::SeqCst)
+    }
+
+    /// A re-anchoring is under way (its thread waits for the busy ones, or sweeps).
+    #[cfg(test)]
+    pub(in crate::acker) fn reanchoring(&self) -> bool {
+        self.threads.moving()
+    }
+
+    /// The full tick a writer stamps with (module docs): the caller's tick, at least the
+    /// anchor, re-anchoring first when it is [`REANCHOR_AFTER`] or more past it. Called
+    /// inside an operation, where it holds nothing of the tables: its entry, or the top of
+    /// a retry.
+    #[inline]
+    pub(super) fn write_tick(&self) -> u64 {
+        let tick = self.caller_full();
+        let anchor = self.anchor();
+        if tick < anchor.saturating_add(REANCHOR_AFTER) {
+            return tick.max(anchor.saturating_sub(MOST_BEHIND));
+        }
+        self.reanchor(tick);
+        let anchor = self.anchor();
+        tick.clamp(
+            anchor.saturating_sub(MOST_BEHIND),
+            anchor.saturating_add(MOST_AHEAD),
+        )
+    }
+
+    /// Whether a pass at full tick `now` would re-anchor ([`advance_anchor`](Self::advance_anchor)).
+    pub(super) fn needs_reanchoring(&self, now: u64) -> bool {
+        now >= self.anchor().saturating_add(REANCHOR_AFTER)
+    }
+
+    /// Raises the anchor to the full tick `now` of a pass: at once when it is less than
+    /// [`REANCHOR_AFTER`] ahead (what is pending then is within reach of both), by a
+    /// re-anchoring otherwise. Called inside the pass's operation, before it locks the
+    /// wheel.
+    pub(super) fn advance_anchor(&self, now: u64) {
+        if self.needs_reanchoring(now) {
+            self.reanchor(now);
+        } else if now > self.anchor() {
+            // fetch_max: two manual passes at once must not move it back.
+            self.anchor.fetch_max(now, Ordering::SeqCst);
+        }
+    }
+
+    /// Moves the anchor to `to` (module docs). Called inside an operation that holds
+    /// nothing of the tables, and not under the wheel's lock. A thread that finds another
+    /// at it waits, quiescent, and then finds the anchor moved.
+    pub(super) fn reanchor(&self, to: u64) {
+        let mut backoff = crate::sync::Backoff::default();
+        let _one = loop {
+            match self.reanchoring.0.try_lock() {
+                Ok(guard) => break guard,
+                Err(TryLockError::Poisoned(poisoned)) => break poisoned.into_inner(),
+                Err(TryLockError::WouldBlock) => {
+                    // Quiescent while waiting: the one at it waits for every busy thread.
+                    let _paused = self.threads.pause();
+                    backoff.wait();
+                }
+            }
+        };
+        let from = self.anchor();
+        if to < from.saturating_add(REANCHOR_AFTER) {
+            return; // another thread moved it meanwhile
+        }
+        if self.threads.begin_moving() {
+            let mut wheel = self.reaper.lock().unwrap_or_else(|e| e.into_inner());
+            self.rebase(from, to, &mut wheel);
+            drop(wheel);
+            self.anchor.fetch_max(to, Ordering::SeqCst);
+            self.reanchored.fetch_add(1, Ordering::Relaxed); // Relaxed: a statistic
+        }
+        self.threads.end_moving();
+    }
+
+    /// The sweep of a re-anchoring from `from` to `to`, every other thread quiescent:
+    /// every stored base and start in the tables (each generation of each chain), then the
+    /// batches' entries into the wheel, whose filed `u32` ticks are forgotten.
+    fn rebase(&self, from: u64, to: u64, wheel: &mut Wheel) {
+        for shard in self.tables.iter() {
+            // Safety: the caller is inside an operation (the contract of `reanchor`).
+            let current = unsafe { shard.current() };
+            for table in chain(current) {
+                for slot in 0..table.slots() {
+                    table.rebase(slot, from, to);
+                }
+            }
+            shard.forget_low();
+        }
+        wheel.reanchored(to);
+        let mut collected = Vec::new();
+        self.threads.collect(to as u32, true, &mut collected);
+        for entry in collected {
+            wheel::file(self, wheel, entry);
+        }
     }
 }

@@ -8,7 +8,7 @@ use crate::acker::timers::{GEN_TAG_BITS, TAG_CHECK_MASK};
 use crate::sync::{Backoff, Ordering};
 
 /// What the reaper judges a deadline with: the anchor its `u32` ticks decode at
-/// ([`anchor`](crate::acker::engine::anchor)), and the clock's full tick now.
+/// ([`anchor`](crate::acker::engine::time)), and the clock's full tick now.
 #[derive(Clone, Copy, Debug)]
 pub struct Judge {
     pub anchor: u64,
@@ -185,7 +185,7 @@ impl<T> Table<T> {
         }
     }
 
-    /// A re-anchoring from `from` to `to` ([`anchor`](crate::acker::engine::anchor)), every
+    /// A re-anchoring from `from` to `to` ([`anchor`](crate::acker::engine::time)), every
     /// other thread quiescent: the slot's times as [`Stamp::rebased`] puts them, if it
     /// holds any (a CAS all the same).
     pub fn rebase(&self, slot: usize, from: u64, to: u64) {

@@ -130,7 +130,7 @@ impl Stamp {
     }
 
     /// The base's full tick, given the acker's anchor
-    /// ([`anchor`](crate::acker::engine::anchor): every stored tick is within 2^31 ticks of
+    /// ([`anchor`](crate::acker::engine::time): every stored tick is within 2^31 ticks of
     /// it).
     #[inline]
     pub fn base_full(self, anchor: u64) -> u64 {
@@ -186,7 +186,7 @@ impl Stamp {
         }
     }
 
-    /// The stamp for a new anchor `to` ([`anchor`](crate::acker::engine::anchor)), decoded
+    /// The stamp for a new anchor `to` ([`anchor`](crate::acker::engine::time)), decoded
     /// at the old one `from`: a base more than 2^30 ticks before `to` moves up to `to -
     /// 2^30` (its deadline, at most 2^30 ticks after it, had passed by `to` and still has),
     /// and the start is put in the form decodable at `to`. `None` when this one will do.

@@ -42,7 +42,7 @@
 //! ## Re-anchoring
 //!
 //! The acker's stored ticks are `u32`s read against a published anchor
-//! ([`anchor`](crate::acker::engine::anchor)); after a stall the anchor must move and the
+//! ([`anchor`](crate::acker::engine::time)); after a stall the anchor must move and the
 //! stored ticks with it, while no operation reads or writes them. The re-anchoring thread
 //! stores `moving`, runs the heavy fence and waits until every other thread is *quiescent*:
 //! outside any operation, or *paused* inside one ([`Threads::pause`]: its depth stored in

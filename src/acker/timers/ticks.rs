@@ -1,7 +1,7 @@
 //! Tick arithmetic: the acker stores times as `u32` ticks of its resolution that wrap, and
 //! reads them against a full (`u64`) tick it knows. Two ticks compare correctly while they
 //! are less than 2^31 apart; keeping every stored tick that close to the tick it is read
-//! against is the anchor's job ([`anchor`](crate::acker::engine::anchor)).
+//! against is the anchor's job ([`anchor`](crate::acker::engine::time)).
 
 /// A tick: `u32`, wrapping.
 pub type Tick = u32;

@@ -102,7 +102,7 @@
 //!   the inbox and the batches' list too, leaving their entries when another thread holds
 //!   one (a holder the kernel preempted would hold the caller for its whole wait). It leaves a
 //!   re-anchoring (a walk of every table that waits for every thread,
-//!   [`anchor`](crate::acker::engine::anchor)) to the thread, and runs nothing once
+//!   [`anchor`](crate::acker::engine::time)) to the thread, and runs nothing once
 //!   shutdown has closed the callback, so no pass runs after `shutdown` returned.
 //! * **Its timers only**: no sweep of the wheel, no migration, shrink or freeing of retired
 //!   generations, no pruning and no giving memory back: the upkeep waits for the thread.
@@ -144,7 +144,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::TryLockError;
 use std::time::{Duration, Instant};
 
-use super::anchor::REANCHOR_AFTER;
+use super::time::REANCHOR_AFTER;
 use super::{tag_of, Engine};
 use crate::acker::table::{Completed, Effects, Expiry, Judge, Table, GROUP_SLOTS};
 use crate::acker::threads::{trim, Entry};
@@ -230,7 +230,7 @@ fn pass<T: Send + 'static>(engine: &Engine<T>, runner: Runner) -> Pass {
         Runner::Reaper { behind, .. } => read.saturating_sub(behind),
         Runner::Caller => read,
     };
-    // The anchor first ([`anchor`](crate::acker::engine::anchor)), outside the wheel's
+    // The anchor first ([`anchor`](crate::acker::engine::time)), outside the wheel's
     // lock: after a stall, a re-anchoring, which walks every table: the thread's work.
     if caller && engine.needs_reanchoring(clock) {
         return pass;
@@ -505,7 +505,7 @@ pub(super) fn next_wait<T: Send + 'static>(engine: &Engine<T>) -> Wait {
         (a, b) => a.or(b),
     };
     // At most half the anchor's reach while anything is pending
-    // ([`anchor`](crate::acker::engine::anchor)), so that passes keep the anchor near what
+    // ([`anchor`](crate::acker::engine::time)), so that passes keep the anchor near what
     // is stored and no re-anchoring is ever needed; and the thread, while trees are
     // pending, at most the hand-off age, so that a tree started while it sleeps reaches it
     // in time without a wake-up from the thread that started it (module docs, "Sleeping").

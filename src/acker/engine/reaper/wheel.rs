@@ -98,12 +98,12 @@ impl Wheel {
     }
 
     /// The full tick of a `u32` tick near the wheel's time (within 2^31 ticks: the wheel's
-    /// time is the anchor during a pass, [`anchor`](crate::acker::engine::anchor)).
+    /// time is the anchor during a pass, [`anchor`](crate::acker::engine::time)).
     pub(super) fn full(&self, tick: Tick) -> u64 {
         full_near(self.now, tick)
     }
 
-    /// A re-anchoring to `to` ([`anchor`](crate::acker::engine::anchor)): the wheel's time
+    /// A re-anchoring to `to` ([`anchor`](crate::acker::engine::time)): the wheel's time
     /// moves there (its buckets follow at the next advance), and the groups' filed `u32`
     /// ticks are forgotten, as they would not decode. A group whose entry waits in the
     /// buckets may then get a second one: a stale entry, as
