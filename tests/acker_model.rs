@@ -9,11 +9,15 @@
 //! outcome, elapsed), `pending()` and the `AckerStats` counters.
 //!
 //! Times are in nanoseconds relative to the clock's reading at build (the acker's epoch).
-//! The acker keeps them in ticks (the resolution rounded up to a power of two), so the
-//! model gives each deadline a window: a timeout may fire from `base + timeout` on (never
-//! early, on the clock that stamped it) and must have fired at the first pass at or after
-//! `base + timeout + 2 ticks` (`base tick + timeout ticks rounded up + 1`, see the `engine/`
-//! module docs). A pass inside the window may go either way; the model follows the acker
+//! The acker keeps them in ticks (the resolution rounded up to a power of two, tick 1
+//! beginning at the epoch), and a deadline is the base's tick plus the timeout in ticks,
+//! rounded up, plus one (see the `engine/` module docs). Where the model knows the tick the
+//! acker stamped a base with (its own clock reading), the deadline is exact: a pass in the
+//! tick before it keeps the tree, the first pass in it times the tree out (an orphan is
+//! dropped). Where a step back of the clock leaves the stamp uncertain, the model gives the
+//! deadline a window: a timeout may fire from `base + timeout` on (never early, on the
+//! clock that stamped it) and must have fired at the first pass at or after `base +
+//! timeout + 2 ticks`; a pass inside it may go either way, and the model follows the acker
 //! (trees by their completions, orphans by the drop count, earliest deadlines first).
 //!
 //! `threaded_invariants`: several threads on shared and own roots of one manual acker while
@@ -253,8 +257,8 @@ enum Kind {
     EarlyOrphanDrop,
     /// An orphan due not dropped by a pass.
     LateOrphanDrop,
-    /// `Completion::elapsed` outside first message -> completion +-2 ticks (or a TimedOut
-    /// one below its timeout).
+    /// `Completion::elapsed` outside first message -> completion, from a tick short to 2
+    /// ticks long (or a TimedOut one below its timeout).
     Elapsed,
     /// An `AckerStats` counter differs from the model's.
     Stats,
@@ -346,6 +350,36 @@ impl Harness {
             .unwrap_or(self.cfg.effective(self.cfg.timeout))
     }
 
+    /// The full tick the acker reads at a clock position: tick 1 begins at the epoch, and a
+    /// reading before it is tick 1.
+    fn tick_of(&self, pos: Pos) -> i128 {
+        pos.max(0) / self.tick() + 1
+    }
+
+    /// Where a pass may, must, and must even after a step back time `e` out (or drop it):
+    /// clock positions. `floor`: the lowest base a re-anchoring leaves (2^30 ticks behind
+    /// the latest clock reading).
+    ///
+    /// Exact where the acker stamped the base with the model's own reading (`base_lo ==
+    /// base_hi`) and no re-anchoring can have raised it: from the start of its deadline
+    /// tick, the base's tick plus the timeout in ticks, rounded up, plus one. A pass one
+    /// tick before it keeps the tree; the first pass in it times the tree out. Otherwise a
+    /// window: never before `base + timeout` on the clock, always from 2 ticks past it.
+    fn due_from(&self, e: &Entry, floor: Pos) -> (Pos, Pos, Pos) {
+        let tick = self.tick();
+        let t = i128::from(self.timeout_of(e));
+        if e.base_lo == e.base_hi && e.base_lo >= floor {
+            let deadline_tick = self.tick_of(e.base_lo) + (t + tick - 1) / tick + 1;
+            let at = (deadline_tick - 1) * tick;
+            return (at, at, at);
+        }
+        (
+            e.base_lo + t,
+            e.base_lo + t + 2 * tick,
+            e.base_hi.max(floor) + t + 2 * tick,
+        )
+    }
+
     fn new_entry(&self, value: u64, failed: bool) -> Entry {
         let (lo, hi) = (self.m.pos, self.stamp_hi(self.m.pos));
         Entry {
@@ -372,7 +406,8 @@ impl Harness {
     }
 
     /// `elapsed` of a completion at the clock now for `entry`: from the first message to
-    /// now on the clock, +-2 ticks (a TimedOut one at least its timeout; past 2^29 ticks of
+    /// now on the clock, at most a tick short (whole ticks between the two readings' ticks)
+    /// and at most 2 ticks long (a TimedOut one at least its timeout; past 2^29 ticks of
     /// life long by at most about a part in 2^23 of the life, which counts up to the latest
     /// clock reading, as a coarse start is rounded then).
     ///
@@ -393,7 +428,7 @@ impl Harness {
         let slack = 2 * tick + (life >> 22);
         let t = i128::from(self.timeout_of(entry));
         let window = |age_lo: i128, age_hi: i128| {
-            let (mut lo, mut hi) = (age_lo - 2 * tick, age_hi + slack);
+            let (mut lo, mut hi) = (age_lo - tick, age_hi + slack);
             if outcome == Outcome::TimedOut {
                 lo = lo.max(t);
                 hi = hi.max(t + tick);
@@ -849,11 +884,8 @@ impl Harness {
         let floor = self.m.hw - MOST_BEHIND_TICKS * tick;
         // Each entry: may (never early), must (strict), must even after a step back.
         let judge = |e: &Entry| {
-            let t = i128::from(self.timeout_of(e));
-            let may = now >= e.base_lo + t;
-            let must = now >= e.base_lo + t + 2 * tick;
-            let must_tolerant = now >= e.base_hi.max(floor) + t + 2 * tick;
-            (may, must, must_tolerant)
+            let (may, must, must_tolerant) = self.due_from(e, floor);
+            (now >= may, now >= must, now >= must_tolerant)
         };
         let mut late = None;
         let mut orphans: Vec<(u8, i128, Pos, u64)> = Vec::new();
@@ -900,18 +932,23 @@ impl Harness {
                 ));
             }
             let t = i128::from(self.timeout_of(e));
-            if now < e.base_lo + t {
+            let (may, must, _) = self.due_from(e, floor);
+            if now < may {
                 return Err((
                     Kind::EarlyTimeout,
                     format!(
-                        "root {:#x} timed out at {now}, before its deadline {} (base {} + \
+                        "root {:#x} timed out at {now}, before {may}, where {} begins (base {}, \
                          timeout {t}; first message at {}): {} ns ({:.2} ticks) early",
                         c.root,
-                        e.base_lo + t,
+                        if may == must {
+                            "its deadline tick"
+                        } else {
+                            "its window"
+                        },
                         e.base_lo,
                         e.first_lo,
-                        e.base_lo + t - now,
-                        (e.base_lo + t - now) as f64 / tick as f64
+                        may - now,
+                        (may - now) as f64 / tick as f64
                     ),
                 ));
             }
@@ -920,14 +957,19 @@ impl Harness {
             if kind == Kind::LateTimeout || CHECK_LATE_AFTER_STEP_BACK {
                 let e = &self.m.entries[&r];
                 let t = i128::from(self.timeout_of(e));
+                let (may, must, _) = self.due_from(e, floor);
                 return Err((
                     kind,
                     format!(
-                        "root {r:#x} not timed out at {now}: deadline {} (base {} + timeout \
-                         {t}), {:.2} ticks past it (stamp up to {}, latest clock {})",
-                        e.base_lo + t,
+                        "root {r:#x} not timed out at {now}: due from {must} ({}; base {}, \
+                         timeout {t}), {:.2} ticks past it (stamp up to {}, latest clock {})",
+                        if may == must {
+                            "its deadline tick"
+                        } else {
+                            "2 ticks past base + timeout"
+                        },
                         e.base_lo,
-                        (now - e.base_lo - t) as f64 / tick as f64,
+                        (now - must) as f64 / tick as f64,
                         e.base_hi,
                         self.m.hw
                     ),
