@@ -1378,6 +1378,16 @@ fn sequence(seed: u64) -> (Config, Vec<Op>) {
     let shutdown_at = rng
         .random_ratio(2, 5)
         .then(|| rng.random_range(len / 3..len));
+    // In a third of those, a second shutdown later (it hands back nothing). From an rng of
+    // its own, so that the other operations stay those of the seed.
+    let mut again = StdRng::seed_from_u64(seed ^ 0x5348_5554_444f_574e);
+    let shutdown_again = shutdown_at
+        .filter(|&at| at + 1 < len && again.random_ratio(1, 3))
+        .map(|at| again.random_range(at + 1..len));
+    let mut shutdowns = [shutdown_at, shutdown_again]
+        .into_iter()
+        .flatten()
+        .peekable();
     let mut g = Gen {
         rng,
         cfg,
@@ -1389,7 +1399,8 @@ fn sequence(seed: u64) -> (Config, Vec<Op>) {
     };
     let mut ops = Vec::with_capacity(len + 8);
     while ops.len() < len {
-        if Some(ops.len()) == shutdown_at {
+        // At its place, or right after a clock move and its pass stepped over it.
+        if shutdowns.next_if(|&at| ops.len() >= at).is_some() {
             ops.push(Op::Shutdown);
             continue;
         }
