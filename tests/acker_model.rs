@@ -1658,20 +1658,28 @@ fn threaded_round(seed: u64) -> Result<String, Vec<String>> {
     let tally = Arc::new(Mutex::new(Tally::default()));
     let stop = Arc::new(AtomicBool::new(false));
     let shut_flag = Arc::new(AtomicBool::new(false));
+    // Set before shutdown is called (`shut_flag` once it has returned).
+    let shutting = Arc::new(AtomicBool::new(false));
     let shared: Vec<u64> = (0..6u64).map(|i| 0x5ead_0000 + i).collect();
 
-    // The clock thread: moves the clock (far at times, back at times) and runs passes.
+    // The clock thread: moves the clock (far at times, back at times) and runs passes. It
+    // returns how many of its passes ran, before shutdown was called, with the clock more
+    // than 2^29 ticks past any earlier reading (so past the anchor by 2^29 ticks or more:
+    // each of those re-anchors, if no writer did first).
     let clock_thread = {
-        let (acker, clock, stop, tally) = (
+        let (acker, clock, stop, shutting, tally) = (
             acker.clone(),
             clock.clone(),
             Arc::clone(&stop),
+            Arc::clone(&shutting),
             Arc::clone(&tally),
         );
         let mut rng = StdRng::seed_from_u64(seed.wrapping_mul(31) ^ 0xc10c);
         std::thread::spawn(move || {
             let mut pos: i128 = 0;
+            let mut latest: i128 = 0;
             let mut passes = 0u64;
+            let mut far_passes = 0u64;
             while !stop.load(Ordering::SeqCst) {
                 let r = rng.random_range(0..1000);
                 let step: i128 = if r < 700 {
@@ -1690,10 +1698,15 @@ fn threaded_round(seed: u64) -> Result<String, Vec<String>> {
                 // Keep within the budget (and no further back than the floor).
                 pos = (pos + step).clamp(POS_FLOOR, POS_BUDGET);
                 clock.set(origin.wrapping_add(pos as i64 as u64));
+                let far = pos > latest + ((1 << 29) + 1) * tick as i128;
+                latest = latest.max(pos);
                 take_local();
                 let n = acker.expire();
                 let local = take_local();
                 passes += 1;
+                if far && !shutting.load(Ordering::SeqCst) {
+                    far_passes += 1;
+                }
                 if n != local.len() || local.iter().any(|c| c.2 != Outcome::TimedOut) {
                     tally.lock().unwrap().violations.push(format!(
                         "expire() returned {n} but delivered {local:x?} on its thread"
@@ -1703,7 +1716,7 @@ fn threaded_round(seed: u64) -> Result<String, Vec<String>> {
                     std::thread::yield_now();
                 }
             }
-            passes
+            far_passes
         })
     };
 
@@ -1851,22 +1864,25 @@ fn threaded_round(seed: u64) -> Result<String, Vec<String>> {
     let wait =
         Duration::from_millis(rng.random_range(1..if cfg!(debug_assertions) { 60 } else { 25 }));
     let handed_back;
+    let far_passes;
     let mut msgs_after = 0;
     if shutdown_early {
         std::thread::sleep(wait);
+        shutting.store(true, Ordering::SeqCst);
         handed_back = acker.shutdown();
         shut_flag.store(true, Ordering::SeqCst);
         for t in worker_threads {
             msgs_after += t.join().expect("worker panicked");
         }
         stop.store(true, Ordering::SeqCst);
-        clock_thread.join().expect("clock thread panicked");
+        far_passes = clock_thread.join().expect("clock thread panicked");
     } else {
         for t in worker_threads {
             msgs_after += t.join().expect("worker panicked");
         }
         stop.store(true, Ordering::SeqCst);
-        clock_thread.join().expect("clock thread panicked");
+        far_passes = clock_thread.join().expect("clock thread panicked");
+        shutting.store(true, Ordering::SeqCst);
         handed_back = acker.shutdown();
         shut_flag.store(true, Ordering::SeqCst);
     }
@@ -1969,6 +1985,13 @@ fn threaded_round(seed: u64) -> Result<String, Vec<String>> {
             (stats.acked, stats.failed, stats.timed_out)
         ));
     }
+    // A pass 2^29 ticks or more past the anchor re-anchors (engine/anchor.rs).
+    if far_passes > 0 && acker.reanchorings() == 0 {
+        v.push(format!(
+            "no re-anchoring after {far_passes} passes more than 2^29 ticks past any earlier \
+             clock reading"
+        ));
+    }
     if stats.rejected_full < tally.full_refusals {
         v.push(format!(
             "rejected_full {} < {} inits refused Full",
@@ -1992,10 +2015,12 @@ fn threaded_round(seed: u64) -> Result<String, Vec<String>> {
     }
     if v.is_empty() {
         Ok(format!(
-            "{describe}: {} accepted, {} completions, {} handed back",
+            "{describe}: {} accepted, {} completions, {} handed back, {} re-anchorings \
+             ({far_passes} far passes)",
             tally.accepted.len(),
             completions.len(),
-            handed_back.len()
+            handed_back.len(),
+            acker.reanchorings()
         ))
     } else {
         v.insert(0, describe);
