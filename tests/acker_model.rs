@@ -14,17 +14,19 @@
 //! rounded up, plus one (see the `engine/` module docs). Where the model knows the tick the
 //! acker stamped a base with (its own clock reading), the deadline is exact: a pass in the
 //! tick before it keeps the tree, the first pass in it times the tree out (an orphan is
-//! dropped). Where a step back of the clock leaves the stamp uncertain, the model gives the
-//! deadline a window: a timeout may fire from `base + timeout` on (never early, on the
-//! clock that stamped it) and must have fired at the first pass at or after `base +
-//! timeout + 2 ticks`; a pass inside it may go either way, and the model follows the acker
-//! (trees by their completions, orphans by the drop count, earliest deadlines first).
+//! dropped); a fifth of the sequences move the clock by whole ticks only, so that passes
+//! land on the first nanosecond of a deadline's tick, or of the tick before it. Where a
+//! step back of the clock leaves the stamp uncertain, the model gives the deadline a
+//! window: a timeout may fire from `base + timeout` on (never early, on the clock that
+//! stamped it) and must have fired at the first pass at or after `base + timeout + 2
+//! ticks`; a pass inside it may go either way, and the model follows the acker (trees by
+//! their completions, orphans by the drop count, earliest deadlines first).
 //!
 //! `threaded_invariants`: several threads on shared and own roots of one manual acker while
 //! another moves the clock (far, back) and runs passes; invariants only (every payload back
 //! exactly once, by a completion or by shutdown; nothing pending after shutdown; counters
 //! as the completions seen; return values consistent with the completions each call
-//! delivered on its own thread).
+//! delivered on its own thread; a re-anchoring once the clock has jumped 2^29 ticks).
 //!
 //! Knobs: the consts below. Env: `ACKER_MODEL_SEEDS=n` runs n seeds, `ACKER_MODEL_SEED=s`
 //! replays one (printing every step with `ACKER_MODEL_TRACE=1`), `ACKER_MODEL_THREAD_ROUNDS=n`.
@@ -113,6 +115,9 @@ struct Config {
     max_pending: usize,
     /// Sequences built around keep-alive resets over more than 2^32 ticks.
     long_lived: bool,
+    /// Every clock move and the builder's timeout are whole ticks, so that passes land on
+    /// the first nanosecond of a deadline's tick, or of the tick before it.
+    whole_ticks: bool,
 }
 
 impl Config {
@@ -124,14 +129,15 @@ impl Config {
     fn describe(&self) -> String {
         format!(
             "origin {:#x}, resolution {} ns (tick 2^{} ns), timeout {} ns ({:.3} ticks), \
-             max_pending {}, long_lived {}",
+             max_pending {}, long_lived {}, whole_ticks {}",
             self.origin,
             self.resolution,
             self.tick.trailing_zeros(),
             self.timeout,
             self.timeout as f64 / self.tick as f64,
             self.max_pending,
-            self.long_lived
+            self.long_lived,
+            self.whole_ticks
         )
     }
 }
@@ -1148,7 +1154,7 @@ impl Gen {
             _ => self.rng.random_range(1..=64 * tick),
         };
         let room = (POS_BUDGET - self.max_pos).max(0) as u128;
-        ns.min(room) as u64
+        self.on_ticks(ns.min(room) as u64)
     }
 
     fn backward(&mut self) -> u64 {
@@ -1170,7 +1176,16 @@ impl Gen {
             0
         };
         let room = (self.pos - floor).max(0) as u128;
-        ns.min(room) as u64
+        self.on_ticks(ns.min(room) as u64)
+    }
+
+    /// A clock move as the configuration has them: down to whole ticks under `whole_ticks`.
+    fn on_ticks(&self, ns: u64) -> u64 {
+        if self.cfg.whole_ticks {
+            ns - ns % self.cfg.tick
+        } else {
+            ns
+        }
     }
 
     fn advance(&mut self, ns: u64) {
@@ -1315,7 +1330,7 @@ impl Gen {
                 let t = self.cfg.effective(self.cfg.timeout);
                 let f = self.rng.random_range(0.3..0.95);
                 let room = (POS_BUDGET - self.max_pos).max(0) as u64;
-                let ns = ((t as f64 * f) as u64).min(room);
+                let ns = self.on_ticks(((t as f64 * f) as u64).min(room));
                 self.advance(ns);
                 Op::KeepAlive { ns }
             }
@@ -1364,12 +1379,19 @@ fn config(rng: &mut StdRng) -> Config {
         timeout,
         max_pending,
         long_lived,
+        whole_ticks: false,
     }
 }
 
 fn sequence(seed: u64) -> (Config, Vec<Op>) {
     let mut rng = StdRng::seed_from_u64(seed);
-    let cfg = config(&mut rng);
+    let mut cfg = config(&mut rng);
+    // A fifth of the sequences on whole ticks. From an rng of its own, as the second
+    // shutdown below, so that the other operations stay those of the seed.
+    if StdRng::seed_from_u64(seed ^ 0x5748_4f4c_4554_4943).random_ratio(1, 5) {
+        cfg.whole_ticks = true;
+        cfg.timeout = cfg.timeout.div_ceil(cfg.tick) * cfg.tick;
+    }
     let len = if cfg.long_lived {
         rng.random_range(150..350)
     } else {
@@ -1378,8 +1400,7 @@ fn sequence(seed: u64) -> (Config, Vec<Op>) {
     let shutdown_at = rng
         .random_ratio(2, 5)
         .then(|| rng.random_range(len / 3..len));
-    // In a third of those, a second shutdown later (it hands back nothing). From an rng of
-    // its own, so that the other operations stay those of the seed.
+    // In a third of those, a second shutdown later (it hands back nothing).
     let mut again = StdRng::seed_from_u64(seed ^ 0x5348_5554_444f_574e);
     let shutdown_again = shutdown_at
         .filter(|&at| at + 1 < len && again.random_ratio(1, 3))
