@@ -9,18 +9,24 @@
 //! outcome, elapsed), `pending()` and the `AckerStats` counters.
 //!
 //! Times are in nanoseconds relative to the clock's reading at build (the acker's epoch).
-//! The acker keeps them in ticks (the resolution rounded up to a power of two), so the
-//! model gives each deadline a window: a timeout may fire from `base + timeout` on (never
-//! early, on the clock that stamped it) and must have fired at the first pass at or after
-//! `base + timeout + 2 ticks` (`base tick + timeout ticks rounded up + 1`, see the `engine/`
-//! module docs). A pass inside the window may go either way; the model follows the acker
-//! (trees by their completions, orphans by the drop count, earliest deadlines first).
+//! The acker keeps them in ticks (the resolution rounded up to a power of two, tick 1
+//! beginning at the epoch), and a deadline is the base's tick plus the timeout in ticks,
+//! rounded up, plus one (see the `engine/` module docs). Where the model knows the tick the
+//! acker stamped a base with (its own clock reading), the deadline is exact: a pass in the
+//! tick before it keeps the tree, the first pass in it times the tree out (an orphan is
+//! dropped); a fifth of the sequences move the clock by whole ticks only, so that passes
+//! land on the first nanosecond of a deadline's tick, or of the tick before it. Where a
+//! step back of the clock leaves the stamp uncertain, the model gives the deadline a
+//! window: a timeout may fire from `base + timeout` on (never early, on the clock that
+//! stamped it) and must have fired at the first pass at or after `base + timeout + 2
+//! ticks`; a pass inside it may go either way, and the model follows the acker (trees by
+//! their completions, orphans by the drop count, earliest deadlines first).
 //!
 //! `threaded_invariants`: several threads on shared and own roots of one manual acker while
 //! another moves the clock (far, back) and runs passes; invariants only (every payload back
 //! exactly once, by a completion or by shutdown; nothing pending after shutdown; counters
 //! as the completions seen; return values consistent with the completions each call
-//! delivered on its own thread).
+//! delivered on its own thread; a re-anchoring once the clock has jumped 2^29 ticks).
 //!
 //! Knobs: the consts below. Env: `ACKER_MODEL_SEEDS=n` runs n seeds, `ACKER_MODEL_SEED=s`
 //! replays one (printing every step with `ACKER_MODEL_TRACE=1`), `ACKER_MODEL_THREAD_ROUNDS=n`.
@@ -109,6 +115,9 @@ struct Config {
     max_pending: usize,
     /// Sequences built around keep-alive resets over more than 2^32 ticks.
     long_lived: bool,
+    /// Every clock move and the builder's timeout are whole ticks, so that passes land on
+    /// the first nanosecond of a deadline's tick, or of the tick before it.
+    whole_ticks: bool,
 }
 
 impl Config {
@@ -120,14 +129,15 @@ impl Config {
     fn describe(&self) -> String {
         format!(
             "origin {:#x}, resolution {} ns (tick 2^{} ns), timeout {} ns ({:.3} ticks), \
-             max_pending {}, long_lived {}",
+             max_pending {}, long_lived {}, whole_ticks {}",
             self.origin,
             self.resolution,
             self.tick.trailing_zeros(),
             self.timeout,
             self.timeout as f64 / self.tick as f64,
             self.max_pending,
-            self.long_lived
+            self.long_lived,
+            self.whole_ticks
         )
     }
 }
@@ -253,8 +263,8 @@ enum Kind {
     EarlyOrphanDrop,
     /// An orphan due not dropped by a pass.
     LateOrphanDrop,
-    /// `Completion::elapsed` outside first message -> completion +-2 ticks (or a TimedOut
-    /// one below its timeout).
+    /// `Completion::elapsed` outside first message -> completion, from a tick short to 2
+    /// ticks long (or a TimedOut one below its timeout).
     Elapsed,
     /// An `AckerStats` counter differs from the model's.
     Stats,
@@ -346,6 +356,36 @@ impl Harness {
             .unwrap_or(self.cfg.effective(self.cfg.timeout))
     }
 
+    /// The full tick the acker reads at a clock position: tick 1 begins at the epoch, and a
+    /// reading before it is tick 1.
+    fn tick_of(&self, pos: Pos) -> i128 {
+        pos.max(0) / self.tick() + 1
+    }
+
+    /// Where a pass may, must, and must even after a step back time `e` out (or drop it):
+    /// clock positions. `floor`: the lowest base a re-anchoring leaves (2^30 ticks behind
+    /// the latest clock reading).
+    ///
+    /// Exact where the acker stamped the base with the model's own reading (`base_lo ==
+    /// base_hi`) and no re-anchoring can have raised it: from the start of its deadline
+    /// tick, the base's tick plus the timeout in ticks, rounded up, plus one. A pass one
+    /// tick before it keeps the tree; the first pass in it times the tree out. Otherwise a
+    /// window: never before `base + timeout` on the clock, always from 2 ticks past it.
+    fn due_from(&self, e: &Entry, floor: Pos) -> (Pos, Pos, Pos) {
+        let tick = self.tick();
+        let t = i128::from(self.timeout_of(e));
+        if e.base_lo == e.base_hi && e.base_lo >= floor {
+            let deadline_tick = self.tick_of(e.base_lo) + (t + tick - 1) / tick + 1;
+            let at = (deadline_tick - 1) * tick;
+            return (at, at, at);
+        }
+        (
+            e.base_lo + t,
+            e.base_lo + t + 2 * tick,
+            e.base_hi.max(floor) + t + 2 * tick,
+        )
+    }
+
     fn new_entry(&self, value: u64, failed: bool) -> Entry {
         let (lo, hi) = (self.m.pos, self.stamp_hi(self.m.pos));
         Entry {
@@ -372,7 +412,8 @@ impl Harness {
     }
 
     /// `elapsed` of a completion at the clock now for `entry`: from the first message to
-    /// now on the clock, +-2 ticks (a TimedOut one at least its timeout; past 2^29 ticks of
+    /// now on the clock, at most a tick short (whole ticks between the two readings' ticks)
+    /// and at most 2 ticks long (a TimedOut one at least its timeout; past 2^29 ticks of
     /// life long by at most about a part in 2^23 of the life, which counts up to the latest
     /// clock reading, as a coarse start is rounded then).
     ///
@@ -393,7 +434,7 @@ impl Harness {
         let slack = 2 * tick + (life >> 22);
         let t = i128::from(self.timeout_of(entry));
         let window = |age_lo: i128, age_hi: i128| {
-            let (mut lo, mut hi) = (age_lo - 2 * tick, age_hi + slack);
+            let (mut lo, mut hi) = (age_lo - tick, age_hi + slack);
             if outcome == Outcome::TimedOut {
                 lo = lo.max(t);
                 hi = hi.max(t + tick);
@@ -849,11 +890,8 @@ impl Harness {
         let floor = self.m.hw - MOST_BEHIND_TICKS * tick;
         // Each entry: may (never early), must (strict), must even after a step back.
         let judge = |e: &Entry| {
-            let t = i128::from(self.timeout_of(e));
-            let may = now >= e.base_lo + t;
-            let must = now >= e.base_lo + t + 2 * tick;
-            let must_tolerant = now >= e.base_hi.max(floor) + t + 2 * tick;
-            (may, must, must_tolerant)
+            let (may, must, must_tolerant) = self.due_from(e, floor);
+            (now >= may, now >= must, now >= must_tolerant)
         };
         let mut late = None;
         let mut orphans: Vec<(u8, i128, Pos, u64)> = Vec::new();
@@ -900,18 +938,23 @@ impl Harness {
                 ));
             }
             let t = i128::from(self.timeout_of(e));
-            if now < e.base_lo + t {
+            let (may, must, _) = self.due_from(e, floor);
+            if now < may {
                 return Err((
                     Kind::EarlyTimeout,
                     format!(
-                        "root {:#x} timed out at {now}, before its deadline {} (base {} + \
+                        "root {:#x} timed out at {now}, before {may}, where {} begins (base {}, \
                          timeout {t}; first message at {}): {} ns ({:.2} ticks) early",
                         c.root,
-                        e.base_lo + t,
+                        if may == must {
+                            "its deadline tick"
+                        } else {
+                            "its window"
+                        },
                         e.base_lo,
                         e.first_lo,
-                        e.base_lo + t - now,
-                        (e.base_lo + t - now) as f64 / tick as f64
+                        may - now,
+                        (may - now) as f64 / tick as f64
                     ),
                 ));
             }
@@ -920,14 +963,19 @@ impl Harness {
             if kind == Kind::LateTimeout || CHECK_LATE_AFTER_STEP_BACK {
                 let e = &self.m.entries[&r];
                 let t = i128::from(self.timeout_of(e));
+                let (may, must, _) = self.due_from(e, floor);
                 return Err((
                     kind,
                     format!(
-                        "root {r:#x} not timed out at {now}: deadline {} (base {} + timeout \
-                         {t}), {:.2} ticks past it (stamp up to {}, latest clock {})",
-                        e.base_lo + t,
+                        "root {r:#x} not timed out at {now}: due from {must} ({}; base {}, \
+                         timeout {t}), {:.2} ticks past it (stamp up to {}, latest clock {})",
+                        if may == must {
+                            "its deadline tick"
+                        } else {
+                            "2 ticks past base + timeout"
+                        },
                         e.base_lo,
-                        (now - e.base_lo - t) as f64 / tick as f64,
+                        (now - must) as f64 / tick as f64,
                         e.base_hi,
                         self.m.hw
                     ),
@@ -1106,7 +1154,7 @@ impl Gen {
             _ => self.rng.random_range(1..=64 * tick),
         };
         let room = (POS_BUDGET - self.max_pos).max(0) as u128;
-        ns.min(room) as u64
+        self.on_ticks(ns.min(room) as u64)
     }
 
     fn backward(&mut self) -> u64 {
@@ -1128,7 +1176,16 @@ impl Gen {
             0
         };
         let room = (self.pos - floor).max(0) as u128;
-        ns.min(room) as u64
+        self.on_ticks(ns.min(room) as u64)
+    }
+
+    /// A clock move as the configuration has them: down to whole ticks under `whole_ticks`.
+    fn on_ticks(&self, ns: u64) -> u64 {
+        if self.cfg.whole_ticks {
+            ns - ns % self.cfg.tick
+        } else {
+            ns
+        }
     }
 
     fn advance(&mut self, ns: u64) {
@@ -1273,7 +1330,7 @@ impl Gen {
                 let t = self.cfg.effective(self.cfg.timeout);
                 let f = self.rng.random_range(0.3..0.95);
                 let room = (POS_BUDGET - self.max_pos).max(0) as u64;
-                let ns = ((t as f64 * f) as u64).min(room);
+                let ns = self.on_ticks(((t as f64 * f) as u64).min(room));
                 self.advance(ns);
                 Op::KeepAlive { ns }
             }
@@ -1322,12 +1379,19 @@ fn config(rng: &mut StdRng) -> Config {
         timeout,
         max_pending,
         long_lived,
+        whole_ticks: false,
     }
 }
 
 fn sequence(seed: u64) -> (Config, Vec<Op>) {
     let mut rng = StdRng::seed_from_u64(seed);
-    let cfg = config(&mut rng);
+    let mut cfg = config(&mut rng);
+    // A fifth of the sequences on whole ticks. From an rng of its own, as the second
+    // shutdown below, so that the other operations stay those of the seed.
+    if StdRng::seed_from_u64(seed ^ 0x5748_4f4c_4554_4943).random_ratio(1, 5) {
+        cfg.whole_ticks = true;
+        cfg.timeout = cfg.timeout.div_ceil(cfg.tick) * cfg.tick;
+    }
     let len = if cfg.long_lived {
         rng.random_range(150..350)
     } else {
@@ -1336,6 +1400,15 @@ fn sequence(seed: u64) -> (Config, Vec<Op>) {
     let shutdown_at = rng
         .random_ratio(2, 5)
         .then(|| rng.random_range(len / 3..len));
+    // In a third of those, a second shutdown later (it hands back nothing).
+    let mut again = StdRng::seed_from_u64(seed ^ 0x5348_5554_444f_574e);
+    let shutdown_again = shutdown_at
+        .filter(|&at| at + 1 < len && again.random_ratio(1, 3))
+        .map(|at| again.random_range(at + 1..len));
+    let mut shutdowns = [shutdown_at, shutdown_again]
+        .into_iter()
+        .flatten()
+        .peekable();
     let mut g = Gen {
         rng,
         cfg,
@@ -1347,7 +1420,8 @@ fn sequence(seed: u64) -> (Config, Vec<Op>) {
     };
     let mut ops = Vec::with_capacity(len + 8);
     while ops.len() < len {
-        if Some(ops.len()) == shutdown_at {
+        // At its place, or right after a clock move and its pass stepped over it.
+        if shutdowns.next_if(|&at| ops.len() >= at).is_some() {
             ops.push(Op::Shutdown);
             continue;
         }
@@ -1605,20 +1679,28 @@ fn threaded_round(seed: u64) -> Result<String, Vec<String>> {
     let tally = Arc::new(Mutex::new(Tally::default()));
     let stop = Arc::new(AtomicBool::new(false));
     let shut_flag = Arc::new(AtomicBool::new(false));
+    // Set before shutdown is called (`shut_flag` once it has returned).
+    let shutting = Arc::new(AtomicBool::new(false));
     let shared: Vec<u64> = (0..6u64).map(|i| 0x5ead_0000 + i).collect();
 
-    // The clock thread: moves the clock (far at times, back at times) and runs passes.
+    // The clock thread: moves the clock (far at times, back at times) and runs passes. It
+    // returns how many of its passes ran, before shutdown was called, with the clock more
+    // than 2^29 ticks past any earlier reading (so past the anchor by 2^29 ticks or more:
+    // each of those re-anchors, if no writer did first).
     let clock_thread = {
-        let (acker, clock, stop, tally) = (
+        let (acker, clock, stop, shutting, tally) = (
             acker.clone(),
             clock.clone(),
             Arc::clone(&stop),
+            Arc::clone(&shutting),
             Arc::clone(&tally),
         );
         let mut rng = StdRng::seed_from_u64(seed.wrapping_mul(31) ^ 0xc10c);
         std::thread::spawn(move || {
             let mut pos: i128 = 0;
+            let mut latest: i128 = 0;
             let mut passes = 0u64;
+            let mut far_passes = 0u64;
             while !stop.load(Ordering::SeqCst) {
                 let r = rng.random_range(0..1000);
                 let step: i128 = if r < 700 {
@@ -1637,10 +1719,15 @@ fn threaded_round(seed: u64) -> Result<String, Vec<String>> {
                 // Keep within the budget (and no further back than the floor).
                 pos = (pos + step).clamp(POS_FLOOR, POS_BUDGET);
                 clock.set(origin.wrapping_add(pos as i64 as u64));
+                let far = pos > latest + ((1 << 29) + 1) * tick as i128;
+                latest = latest.max(pos);
                 take_local();
                 let n = acker.expire();
                 let local = take_local();
                 passes += 1;
+                if far && !shutting.load(Ordering::SeqCst) {
+                    far_passes += 1;
+                }
                 if n != local.len() || local.iter().any(|c| c.2 != Outcome::TimedOut) {
                     tally.lock().unwrap().violations.push(format!(
                         "expire() returned {n} but delivered {local:x?} on its thread"
@@ -1650,7 +1737,7 @@ fn threaded_round(seed: u64) -> Result<String, Vec<String>> {
                     std::thread::yield_now();
                 }
             }
-            passes
+            far_passes
         })
     };
 
@@ -1798,22 +1885,25 @@ fn threaded_round(seed: u64) -> Result<String, Vec<String>> {
     let wait =
         Duration::from_millis(rng.random_range(1..if cfg!(debug_assertions) { 60 } else { 25 }));
     let handed_back;
+    let far_passes;
     let mut msgs_after = 0;
     if shutdown_early {
         std::thread::sleep(wait);
+        shutting.store(true, Ordering::SeqCst);
         handed_back = acker.shutdown();
         shut_flag.store(true, Ordering::SeqCst);
         for t in worker_threads {
             msgs_after += t.join().expect("worker panicked");
         }
         stop.store(true, Ordering::SeqCst);
-        clock_thread.join().expect("clock thread panicked");
+        far_passes = clock_thread.join().expect("clock thread panicked");
     } else {
         for t in worker_threads {
             msgs_after += t.join().expect("worker panicked");
         }
         stop.store(true, Ordering::SeqCst);
-        clock_thread.join().expect("clock thread panicked");
+        far_passes = clock_thread.join().expect("clock thread panicked");
+        shutting.store(true, Ordering::SeqCst);
         handed_back = acker.shutdown();
         shut_flag.store(true, Ordering::SeqCst);
     }
@@ -1916,6 +2006,13 @@ fn threaded_round(seed: u64) -> Result<String, Vec<String>> {
             (stats.acked, stats.failed, stats.timed_out)
         ));
     }
+    // A pass 2^29 ticks or more past the anchor re-anchors (engine/anchor.rs).
+    if far_passes > 0 && acker.reanchorings() == 0 {
+        v.push(format!(
+            "no re-anchoring after {far_passes} passes more than 2^29 ticks past any earlier \
+             clock reading"
+        ));
+    }
     if stats.rejected_full < tally.full_refusals {
         v.push(format!(
             "rejected_full {} < {} inits refused Full",
@@ -1939,10 +2036,12 @@ fn threaded_round(seed: u64) -> Result<String, Vec<String>> {
     }
     if v.is_empty() {
         Ok(format!(
-            "{describe}: {} accepted, {} completions, {} handed back",
+            "{describe}: {} accepted, {} completions, {} handed back, {} re-anchorings \
+             ({far_passes} far passes)",
             tally.accepted.len(),
             completions.len(),
-            handed_back.len()
+            handed_back.len(),
+            acker.reanchorings()
         ))
     } else {
         v.insert(0, describe);

@@ -690,6 +690,5 @@ impl Clock for FlakyClock {
 mod endings;
 mod faults;
 mod messages;
-mod model;
 mod threads;
 mod time;
