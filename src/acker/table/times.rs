@@ -225,6 +225,36 @@ impl Default for Stamp {
     }
 }
 
+impl<T> super::Table<T> {
+    /// The slot's times; `None` when the slot is free.
+    #[inline]
+    pub fn times(&self, slot: usize) -> Option<Stamp> {
+        Stamp::from_bits(self.times_of(slot).load(Ordering::SeqCst))
+    }
+
+    /// The slot's deadline: its base plus the tree's timeout. `None` when the slot is free.
+    #[inline]
+    pub fn deadline(&self, slot: usize) -> Option<Tick> {
+        Some(self.deadline_from(slot, self.times(slot)?))
+    }
+
+    /// The deadline of times `stamp` just read from `slot`.
+    #[inline]
+    pub fn deadline_from(&self, slot: usize, stamp: Stamp) -> Tick {
+        let timeout = self.timeout_of(slot).unwrap_or(self.default_timeout);
+        stamp.base().wrapping_add(timeout)
+    }
+
+    /// The tree's own timeout in ticks, if its init gave one.
+    #[inline]
+    pub fn timeout_of(&self, slot: usize) -> Option<Tick> {
+        match self.timeout_cell(slot).load(Ordering::SeqCst) {
+            0 => None,
+            own => Some(own),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -290,35 +320,5 @@ mod tests {
         assert_eq!(s.kept(5_010), None);
         // One tick behind its base (a caller's tick may lag another's).
         assert_eq!(s.age(4_999, 4_999), 4_899);
-    }
-}
-
-impl<T> super::Table<T> {
-    /// The slot's times; `None` when the slot is free.
-    #[inline]
-    pub fn times(&self, slot: usize) -> Option<Stamp> {
-        Stamp::from_bits(self.times_of(slot).load(Ordering::SeqCst))
-    }
-
-    /// The slot's deadline: its base plus the tree's timeout. `None` when the slot is free.
-    #[inline]
-    pub fn deadline(&self, slot: usize) -> Option<Tick> {
-        Some(self.deadline_from(slot, self.times(slot)?))
-    }
-
-    /// The deadline of times `stamp` just read from `slot`.
-    #[inline]
-    pub fn deadline_from(&self, slot: usize, stamp: Stamp) -> Tick {
-        let timeout = self.timeout_of(slot).unwrap_or(self.default_timeout);
-        stamp.base().wrapping_add(timeout)
-    }
-
-    /// The tree's own timeout in ticks, if its init gave one.
-    #[inline]
-    pub fn timeout_of(&self, slot: usize) -> Option<Tick> {
-        match self.timeout_cell(slot).load(Ordering::SeqCst) {
-            0 => None,
-            own => Some(own),
-        }
     }
 }
