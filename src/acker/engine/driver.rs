@@ -68,7 +68,7 @@ impl<T: Send + 'static> Engine<T> {
                 true
             }
             Err(_) => {
-                self.reaper_panics.fetch_add(1, Ordering::SeqCst);
+                self.count_reaper_panic();
                 false
             }
         }

@@ -167,7 +167,7 @@ impl<T: Send + 'static> Handle<T> {
             // The loop catches panics ([`reaper`](crate::acker::engine::reaper)); a join
             // error is one it could not.
             if handle.join().is_err() {
-                self.engine.reaper_died();
+                self.engine.count_reaper_panic();
             }
         }
     }

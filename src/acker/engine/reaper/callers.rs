@@ -20,7 +20,12 @@ pub(super) const LATE_AFTER_NS: u64 = 250_000;
 /// [`LATE_AFTER_NS`] in ticks of `shift` (2^shift ns), rounded up: one at the async
 /// acker's 2^18 ns and at `build`'s 2^20, 245 at 2^10 (about 1 µs).
 pub(in crate::acker::engine) fn late_after(shift: u32) -> u64 {
-    LATE_AFTER_NS.div_ceil(1 << shift).max(1)
+    ticks_at_least_one(LATE_AFTER_NS, shift)
+}
+
+/// `ns` in ticks of `shift` (2^shift ns), rounded up, and at least one.
+fn ticks_at_least_one(ns: u64, shift: u32) -> u64 {
+    ns.div_ceil(1 << shift).max(1)
 }
 
 /// The thread's lag behind its timers while callers lead (module docs, "Callers first"),
@@ -35,7 +40,7 @@ pub(super) fn backstop_lag<T: Send + 'static>(engine: &Engine<T>) -> u64 {
     // Relaxed: a hint for the thread's timing, set by callers' passes and cleared by its
     // own; a stale read costs one pass a lag's lateness or the callers one race.
     if engine.callers_lead.load(Ordering::Relaxed) {
-        BACKSTOP_NS.div_ceil(1 << engine.ticks.shift).max(1)
+        ticks_at_least_one(BACKSTOP_NS, engine.ticks.shift)
     } else {
         0
     }
@@ -54,7 +59,7 @@ pub(in crate::acker::engine) fn help_if_late<T: Send + 'static>(engine: &Engine<
     // panic must not reach the caller (its future, payload and stream permit would be
     // lost). Counted as a pass's panic, as the thread counts one.
     let Ok(now) = catch_unwind(AssertUnwindSafe(|| engine.caller_full())) else {
-        engine.reaper_panics.fetch_add(1, Ordering::SeqCst);
+        engine.count_reaper_panic();
         return false;
     };
     if now < wakes_at {
@@ -90,7 +95,7 @@ pub(in crate::acker::engine) fn help_if_late<T: Send + 'static>(engine: &Engine<
         (ran, left) = match catch_unwind(AssertUnwindSafe(|| pass(engine, Runner::Caller))) {
             Ok(pass) => (pass.ran, pass.left),
             Err(_) => {
-                engine.reaper_panics.fetch_add(1, Ordering::SeqCst);
+                engine.count_reaper_panic();
                 (true, false)
             }
         };
@@ -124,12 +129,7 @@ pub(in crate::acker::engine) fn help_if_late<T: Send + 'static>(engine: &Engine<
             let ours = next.unwrap_or(AWAKE);
             let published = engine
                 .reaper_wakes_at
-                .compare_exchange(
-                    now + 1,
-                    next.unwrap_or(AWAKE),
-                    Ordering::SeqCst,
-                    Ordering::SeqCst,
-                )
+                .compare_exchange(now + 1, ours, Ordering::SeqCst, Ordering::SeqCst)
                 .is_ok();
             // A push between the check above and the CAS read `now + 1` and did not wake
             // the thread ("Sleeping"); its entry must not wait for the later tick. The

@@ -6,7 +6,11 @@
 use std::thread;
 
 use super::{help_if_late, late_after, AWAKE};
+#[cfg(any(test, loom, feature = "internals"))]
+use crate::acker::engine::generations::chain;
 use crate::acker::engine::Engine;
+#[cfg(any(test, loom, feature = "internals"))]
+use crate::acker::table::GROUP_SLOTS;
 use crate::acker::timers::ticks::{reached, Tick};
 use crate::sync::Ordering;
 
@@ -94,17 +98,14 @@ impl<T: Send + 'static> Engine<T> {
         let mut covered = 0;
         for (shard, t) in self.tables.iter().enumerate() {
             // Safety: inside the operation `active` marks.
-            for table in crate::acker::engine::generations::chain(unsafe { t.current() }) {
+            for table in chain(unsafe { t.current() }) {
                 for slot in 0..table.slots() {
                     let (Some(_), Some(deadline)) = (table.key_in(slot), table.deadline(slot))
                     else {
                         continue;
                     };
-                    let filed =
-                        wheel.filed(shard, table.gen(), slot / crate::acker::table::GROUP_SLOTS);
-                    if filed.is_some_and(|filed| {
-                        crate::acker::timers::ticks::reached(filed as Tick, deadline)
-                    }) {
+                    let filed = wheel.filed(shard, table.gen(), slot / GROUP_SLOTS);
+                    if filed.is_some_and(|filed| reached(filed as Tick, deadline)) {
                         covered += 1;
                     }
                 }
@@ -123,8 +124,9 @@ impl<T: Send + 'static> Engine<T> {
         super::run_once(self, true).delivered
     }
 
-    /// The reaper thread ended with a panic its loop did not catch: counted.
-    pub(in crate::acker::engine) fn reaper_died(&self) {
+    /// A panic in a reaper pass (the thread's or a caller's, or the caller's clock before
+    /// one), or a reaper thread lost to one: counted.
+    pub(in crate::acker::engine) fn count_reaper_panic(&self) {
         self.reaper_panics.fetch_add(1, Ordering::SeqCst);
     }
 

@@ -584,7 +584,7 @@ fn reaper_loop<T: Send + 'static>(engine: &Engine<T>) {
         let pass = match catch_unwind(AssertUnwindSafe(|| pass(engine, runner))) {
             Ok(pass) => pass,
             Err(_) => {
-                engine.reaper_panics.fetch_add(1, Ordering::SeqCst);
+                engine.count_reaper_panic();
                 thread::park_timeout(tick); // do not spin on a clock that keeps panicking
                 continue;
             }
