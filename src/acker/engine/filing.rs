@@ -4,11 +4,12 @@
 //! entry or a group timer in the tables' generations (module docs, "Timers").
 
 use super::generations::chain;
-use super::{generation, tag_of, Engine, GEN_MASK};
+use super::Engine;
 use crate::acker::table::{Effects, Table, GROUP_SLOTS};
 use crate::acker::threads::{Entry, Pushed};
 use crate::acker::timers::groups::{Filed, GroupAt, GroupTimer};
 use crate::acker::timers::ticks::reached;
+use crate::acker::timers::{GEN_TAG_BITS, TAG_CHECK_MASK};
 use crate::sync::Ordering;
 
 impl<T: Send + 'static> Engine<T> {
@@ -163,3 +164,30 @@ impl<T: Send + 'static> Engine<T> {
         (slot < table.slots()).then_some((shard, table, slot))
     }
 }
+
+/// `table` or the successor of the generation `gen` (an operation's table calls start at
+/// `table` and only ever move forward).
+#[inline]
+pub(in crate::acker::engine) fn generation<T>(table: &Table<T>, gen: u32) -> &Table<T> {
+    let mut at = table;
+    while at.gen() != gen {
+        match at.successor() {
+            Some(next) => at = next,
+            None => {
+                debug_assert!(false, "generation {gen} is not {} or after it", table.gen());
+                return table;
+            }
+        }
+    }
+    at
+}
+
+/// A batch entry's tag: the key's tag's check bits, with the generation in the low bits
+/// and the bits above zero.
+#[inline]
+pub(in crate::acker::engine) fn tag_of(key_tag: u32, gen: u32) -> u32 {
+    key_tag & TAG_CHECK_MASK & !GEN_MASK | gen & GEN_MASK
+}
+
+/// The generation bits of a timer entry's tag.
+pub(in crate::acker::engine) const GEN_MASK: u32 = (1 << GEN_TAG_BITS) - 1;

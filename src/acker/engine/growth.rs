@@ -16,6 +16,37 @@ use crate::acker::threads::Grace;
 use crate::acker::timers::ticks::Tick;
 use crate::sync::Ordering;
 
+/// The fewest slots per table: 512 groups, 64 KiB of lines for a `u32` payload, 1 MiB of
+/// mapped memory for the default 16 tables (untouched until used:
+/// [`lines`](crate::acker::table::lines)). A few thousand roots in flight then sit at a
+/// load of an eighth or less: few are displaced from their home group (the ack's short
+/// path), and two threads' roots seldom share a line. Sharing is what two threads pay most
+/// for: with 1k trees in flight each, their roots in tables of their own ran 1.6x faster
+/// than in shared tables of 128 groups, where about 4 roots in 10 had the other thread's on
+/// their line. Memory per root matters at scale, where tables grow past this anyway. (Under
+/// loom, one probe window: models stay small; under Miri, which interprets every slot, 32
+/// groups.)
+pub(super) const MIN_TABLE_SLOTS: usize = if cfg!(loom) {
+    (crate::acker::table::MAX_PROBE + 1) * GROUP_SLOTS
+} else if cfg!(miri) {
+    32 * GROUP_SLOTS
+} else {
+    512 * GROUP_SLOTS
+};
+
+/// The groups shard `shard` of `tables` starts with: [`MIN_TABLE_SLOTS`]' times
+/// 2^(`shard` / `tables`), so that the tables' sizes, and the pending counts at which they
+/// grow, spread evenly over a doubling (the engine's module docs, "The bound, and
+/// growth"). Equal under loom, whose models count on the smallest tables.
+pub(super) fn staggered(shard: usize, tables: usize) -> usize {
+    let smallest = MIN_TABLE_SLOTS / GROUP_SLOTS;
+    if cfg!(loom) {
+        return smallest;
+    }
+    let step = (shard as f64 / tables as f64).exp2();
+    (smallest as f64 * step).round() as usize
+}
+
 /// Groups a reaper pass moves between two finishes of a migration round (`housekeeping`).
 const MOVE_PART: usize = 256;
 
@@ -287,10 +318,9 @@ impl<T: Send + 'static> Engine<T> {
     }
 
     /// The slots shard `shard`'s table starts with, and shrinks back to
-    /// ([`staggered`](super::staggered)).
+    /// ([`staggered`]).
     pub(super) fn smallest_slots(&self, shard: usize) -> usize {
-        super::staggered(shard, self.tables.len()).min(self.max_table_slots / GROUP_SLOTS)
-            * GROUP_SLOTS
+        staggered(shard, self.tables.len()).min(self.max_table_slots / GROUP_SLOTS) * GROUP_SLOTS
     }
 
     /// Frees the retired generations whose grace period is over.

@@ -34,8 +34,9 @@
 //!
 //! `max_pending` credits ([`bound`](crate::acker::bound)): a claim takes one and emptying
 //! the slot gives it back, inside the table, so the bound is exact. Tables start at
-//! [`MIN_TABLE_SLOTS`] or up to twice that, staggered ([`staggered`]), and follow what is
-//! pending ([`growth`], [`generations`], [`migrate`](crate::acker::table::migrate)): a
+//! [`MIN_TABLE_SLOTS`](growth::MIN_TABLE_SLOTS) or up to twice that, staggered
+//! ([`staggered`](growth::staggered)), and follow what is pending ([`growth`],
+//! [`generations`], [`migrate`](crate::acker::table::migrate)): a
 //! claim that lands far from its home, or finds no room, reports its table crowded, and
 //! when the pending count per table is over 3/4 of its slots (or there was no room at all)
 //! the table starts moving to one twice as large; every operation on it moves a group
@@ -72,7 +73,7 @@
 pub(super) mod batched;
 pub(super) mod deliver;
 pub(super) mod driver;
-mod filing;
+pub(super) mod filing;
 pub(super) mod generations;
 pub(super) mod growth;
 pub(super) mod layout;
@@ -95,12 +96,11 @@ use crate::acker::table::word::{Key, KEY_SHIFT};
 use crate::acker::table::GROUP_SLOTS;
 use crate::acker::table::{Applied, Effects, Message, Refused, Table};
 use crate::acker::timers::ticks::Tick;
-use crate::acker::timers::{GEN_TAG_BITS, TAG_CHECK_MASK};
 use crate::clock::Clock;
 use crate::sync::fences::Fences;
 use crate::sync::{Arc, AtomicBool, AtomicU64, AtomicUsize, Mutex, Ordering};
 use generations::{chain, Generations};
-use growth::Retired;
+use growth::{staggered, Retired, MIN_TABLE_SLOTS};
 use layout::{Layout, Mix};
 use time::TickScale;
 // The reaper is a std thread even under loom: the models check the table and batch
@@ -121,37 +121,6 @@ const HAND_OFF_AGE: Tick = 64;
 /// The fewest tables: a key drops the top [`KEY_SHIFT`] bits of the root's hash, which
 /// the table's index must carry.
 const MIN_TABLES: usize = 1 << KEY_SHIFT;
-
-/// The fewest slots per table: 512 groups, 64 KiB of lines for a `u32` payload, 1 MiB of
-/// mapped memory for the default 16 tables (untouched until used:
-/// [`lines`](crate::acker::table::lines)). A few thousand roots in flight then sit at a
-/// load of an eighth or less: few are displaced from their home group (the ack's short
-/// path), and two threads' roots seldom share a line. Sharing is what two threads pay most
-/// for: with 1k trees in flight each, their roots in tables of their own ran 1.6x faster
-/// than in shared tables of 128 groups, where about 4 roots in 10 had the other thread's on
-/// their line. Memory per root matters at scale, where tables grow past this anyway. (Under
-/// loom, one probe window: models stay small; under Miri, which interprets every slot, 32
-/// groups.)
-const MIN_TABLE_SLOTS: usize = if cfg!(loom) {
-    (crate::acker::table::MAX_PROBE + 1) * GROUP_SLOTS
-} else if cfg!(miri) {
-    32 * GROUP_SLOTS
-} else {
-    512 * GROUP_SLOTS
-};
-
-/// The groups shard `shard` of `tables` starts with: [`MIN_TABLE_SLOTS`]' times
-/// 2^(`shard` / `tables`), so that the tables' sizes, and the pending counts at which they
-/// grow, spread evenly over a doubling (module docs, "The bound, and growth"). Equal under
-/// loom, whose models count on the smallest tables.
-fn staggered(shard: usize, tables: usize) -> usize {
-    let smallest = MIN_TABLE_SLOTS / GROUP_SLOTS;
-    if cfg!(loom) {
-        return smallest;
-    }
-    let step = (shard as f64 / tables as f64).exp2();
-    (smallest as f64 * step).round() as usize
-}
 
 /// What the builder settled, for [`Engine::new`].
 pub(super) struct Config<T> {
@@ -589,42 +558,7 @@ impl<T: Send + 'static> Engine<T> {
     pub(super) fn barrier_failures(&self) -> u64 {
         self.threads.barrier_failures()
     }
-
-    pub(super) fn stopping(&self) -> bool {
-        self.shutdown.load(Ordering::SeqCst)
-    }
-
-    pub(super) fn stop_flag(&self) {
-        self.shutdown.store(true, Ordering::SeqCst);
-    }
 }
-
-/// `table` or the successor of the generation `gen` (an operation's table calls start at
-/// `table` and only ever move forward).
-#[inline]
-fn generation<T>(table: &Table<T>, gen: u32) -> &Table<T> {
-    let mut at = table;
-    while at.gen() != gen {
-        match at.successor() {
-            Some(next) => at = next,
-            None => {
-                debug_assert!(false, "generation {gen} is not {} or after it", table.gen());
-                return table;
-            }
-        }
-    }
-    at
-}
-
-/// A batch entry's tag: the key's tag's check bits, with the generation in the low bits
-/// and the bits above zero.
-#[inline]
-fn tag_of(key_tag: u32, gen: u32) -> u32 {
-    key_tag & TAG_CHECK_MASK & !GEN_MASK | gen & GEN_MASK
-}
-
-/// The generation bits of a timer entry's tag.
-const GEN_MASK: u32 = (1 << GEN_TAG_BITS) - 1;
 
 #[cfg(all(test, not(loom)))]
 mod tests;

@@ -11,6 +11,17 @@ use crate::acker::table::word::Key;
 use crate::sync::Ordering;
 
 impl<T: Send + 'static> Engine<T> {
+    /// Shutdown has begun: the reaper's loop ends and a manual driver stops.
+    pub(in crate::acker) fn stopping(&self) -> bool {
+        self.shutdown.load(Ordering::SeqCst)
+    }
+
+    /// Begins shutdown: the reaper's loop ends, and an init that reads the flag refuses
+    /// its tree (or takes it back, if it settled the tree meanwhile).
+    pub(super) fn stop_flag(&self) {
+        self.shutdown.store(true, Ordering::SeqCst);
+    }
+
     /// Stops the reaper (joined by the caller), then takes back every initialized tree.
     pub(in crate::acker) fn take_back_all(&self) -> Vec<(u64, T)> {
         self.shutdown.store(true, Ordering::SeqCst);

@@ -38,7 +38,7 @@ fn manual(clock: &ManualClock, max_pending: usize) -> (Acker<u32>, Log) {
     (acker, log)
 }
 
-/// The slots of `acker`'s tables at their smallest (staggered: `super::staggered`).
+/// The slots of `acker`'s tables at their smallest (staggered: `growth::staggered`).
 fn smallest(acker: &Acker<u32>) -> usize {
     let engine = acker.engine();
     (0..engine.tables.len())
@@ -521,7 +521,7 @@ fn shutdown_frees_an_entry_stranded_in_a_retired_table() {
     // 16 tables of the smallest size, which is as large as this bound lets one grow.
     let (acker, _log) = manual(&clock, 4096);
     let engine = acker.engine();
-    let groups = super::MIN_TABLE_SLOTS / super::GROUP_SLOTS;
+    let groups = super::growth::MIN_TABLE_SLOTS / super::GROUP_SLOTS;
     // A key of table 0 whose home is `home` in a table of `groups` groups.
     let key = |home: usize, low: u64| {
         let shift = 64 - KEY_SHIFT - groups.trailing_zeros();

@@ -54,19 +54,17 @@
 //! init) then claim a twin, which is merged in turn; a reset, which creates nothing, would
 //! report a pending root missing and lose its new deadline. The table therefore counts
 //! merges started and merges whose contents landed ([`InFlight`]), and a reset that found
-//! nothing looks again if a merge overlapped its walk ([`deadlines`]).
+//! nothing looks again if a merge overlapped its walk ([`times`]).
 
 // This file: the slot word, a table's layout and the message path (ack and fail). Beside
 // it: [`probe`](crate::acker::table::probe) (search, claim, empty: the probe window and its
 // overflow counts), [`init`](crate::acker::table::init) (init's join and settle),
 // [`twins`](crate::acker::table::twins) (merging twin claims),
-// [`deadlines`](crate::acker::table::deadlines) (the reaper's expiry and resets),
 // [`taking`](crate::acker::table::taking) (a completion's payload and free, shutdown's
 // take-back), [`migrate`](crate::acker::table::migrate) (growth),
 // [`lines`](crate::acker::table::lines) (memory), [`times`](crate::acker::table::times) (a
-// slot's ticks), [`effects`](crate::acker::table::effects) (what an operation reports).
-mod deadlines;
-pub use deadlines::Judge;
+// slot's ticks, the reaper's expiry and resets), [`effects`](crate::acker::table::effects)
+// (what an operation reports).
 mod effects;
 mod init;
 pub(in crate::acker) mod lines;
@@ -74,10 +72,11 @@ pub(in crate::acker) mod migrate;
 mod probe;
 mod taking;
 pub(in crate::acker) mod times;
+pub use times::Judge;
 mod twins;
 #[allow(dead_code)] // parts used by the loom models and the tests only
 pub(crate) mod word;
-pub use crate::acker::timers::ticks::{full_near, reached, Tick};
+pub use crate::acker::timers::ticks::{reached, Tick};
 pub use effects::{Completed, Effects};
 use probe::{Search, Unclaimed, Vacancy};
 pub use times::Stamp;

@@ -144,8 +144,9 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::TryLockError;
 use std::time::{Duration, Instant};
 
+use super::filing::tag_of;
 use super::time::REANCHOR_AFTER;
-use super::{tag_of, Engine};
+use super::Engine;
 use crate::acker::table::{Completed, Effects, Expiry, Judge, Table, GROUP_SLOTS};
 use crate::acker::threads::{trim, Entry};
 use crate::acker::timers::groups::{GroupAt, GroupTimer};

@@ -34,7 +34,8 @@
 //! sweep may keep some: the next one waits until an eighth more were filed, and each entry
 //! is still swept at O(1) amortized.
 
-use crate::acker::engine::{Engine, GEN_MASK};
+use crate::acker::engine::filing::GEN_MASK;
+use crate::acker::engine::Engine;
 use crate::acker::table::GROUP_SLOTS;
 use crate::acker::threads::Entry;
 use crate::acker::timers::groups::{File, Filed, GroupAt, GroupTimer};
