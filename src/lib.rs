@@ -27,6 +27,10 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs, missing_debug_implementations)]
+// With `internals`, the table's items are re-exported (hidden) for the loom models and the
+// `table` bench, which makes them public to rustdoc; their docs link the private modules
+// beside them, which is how they read in the engineers' docs (`--document-private-items`).
+#![cfg_attr(feature = "internals", allow(rustdoc::private_intra_doc_links))]
 
 // The README's examples are doctests, so they cannot rot.
 #[cfg(doctest)]

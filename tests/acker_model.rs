@@ -96,7 +96,7 @@ const TIMEOUT_TICKS_MAX: u64 = (1 << 30) - 3;
 const POS_BUDGET: i128 = 1 << 62;
 const POS_FLOOR: i128 = -(1 << 61);
 /// A writer stamps no earlier than 2^30 ticks behind the acker's anchor (a clock that
-/// stepped back far stamps later: `engine/anchor.rs`); the model bounds the anchor by the
+/// stepped back far stamps later: `engine/time.rs`); the model bounds the anchor by the
 /// latest clock reading any call saw.
 const MOST_BEHIND_TICKS: i128 = 1 << 30;
 
@@ -346,7 +346,7 @@ impl Harness {
 
     /// The latest position the acker may stamp a message at `pos` with: the epoch's tick
     /// for a clock before the epoch, 2^30 ticks behind the anchor for a clock stepped back
-    /// further (`engine/anchor.rs`). The earliest is `pos` itself.
+    /// further (`engine/time.rs`). The earliest is `pos` itself.
     fn stamp_hi(&self, pos: Pos) -> Pos {
         pos.max(0).max(self.m.hw - MOST_BEHIND_TICKS * self.tick())
     }
@@ -2006,7 +2006,7 @@ fn threaded_round(seed: u64) -> Result<String, Vec<String>> {
             (stats.acked, stats.failed, stats.timed_out)
         ));
     }
-    // A pass 2^29 ticks or more past the anchor re-anchors (engine/anchor.rs).
+    // A pass 2^29 ticks or more past the anchor re-anchors (engine/time.rs).
     if far_passes > 0 && acker.reanchorings() == 0 {
         v.push(format!(
             "no re-anchoring after {far_passes} passes more than 2^29 ticks past any earlier \

@@ -183,7 +183,7 @@ fn totals(ticks: &Ticks) -> Vec<u64> {
 }
 
 /// The re-anchorer: `begin_moving`, the sweep, `end_moving`, as `Engine::reanchor` does
-/// (`engine/anchor.rs`). `begin_moving` must succeed where every thread has a batch (loom's
+/// (`engine/time.rs`). `begin_moving` must succeed where every thread has a batch (loom's
 /// fences are symmetric, so the heavy side cannot fail).
 fn reanchor(batches: &Threads, ticks: &Ticks) {
     assert!(

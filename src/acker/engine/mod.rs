@@ -34,9 +34,8 @@
 //!
 //! `max_pending` credits ([`bound`](crate::acker::bound)): a claim takes one and emptying
 //! the slot gives it back, inside the table, so the bound is exact. Tables start at
-//! [`MIN_TABLE_SLOTS`](growth::MIN_TABLE_SLOTS) or up to twice that, staggered
-//! ([`staggered`](growth::staggered)), and follow what is pending ([`growth`],
-//! [`generations`], [`migrate`](crate::acker::table::migrate)): a
+//! [`MIN_TABLE_SLOTS`] or up to twice that, staggered ([`staggered`]), and follow what is
+//! pending ([`growth`], [`generations`], [`migrate`](crate::acker::table::migrate)): a
 //! claim that lands far from its home, or finds no room, reports its table crowded, and
 //! when the pending count per table is over 3/4 of its slots (or there was no room at all)
 //! the table starts moving to one twice as large; every operation on it moves a group

@@ -483,29 +483,13 @@ fn slots_are_reused_without_mixing_trees() {
         .all(|(i, (_, p, o))| *p == i as u32 && *o == Outcome::Acked));
 }
 
-// ---------------------------------------------------------------- the model test
-
-/// The reference's view of one root.
-#[derive(Debug, Default, Clone)]
-struct Tree {
-    value: u64,
-    payload: Option<u32>,
-    failed: bool,
-    deadline: u64,
-    timeout: u64,
-}
-
-/// A sequential reference: what the acker must do for each call, in manual mode. Every
-/// time is a whole number of wheel ticks, so an entry is reaped exactly by the first
-/// `expire` at or after its deadline and the reference can predict each outcome.
+/// After every pass, each pending root (orphans too) is covered by its group's timer: the
+/// reaper never loses sight of a root, whatever mix of inits, acks, fails, resets and
+/// clock steps came before (the Acker's outcomes against a reference are
+/// `tests/acker_model.rs`'s; this is the internal invariant they rest on).
 #[test]
-fn model_test_against_a_sequential_reference() {
+fn after_every_pass_each_pending_root_is_covered_by_its_groups_timer() {
     const TICK: u64 = 1 << 20; // the wheel tick of a 1 ms resolution
-                               // Large enough that completed slots awaiting their epoch
-                               // grace period never fill a bucket (capacity refusals have
-                               // their own test): this test is about the semantics.
-    const CAP: usize = 4096;
-    let default_timeout = 48 * TICK;
     let steps = if cfg!(miri) { 200 } else { 20_000 };
     for (seed, origin) in [
         (1u64, 0u64),
@@ -516,158 +500,60 @@ fn model_test_against_a_sequential_reference() {
         let clock = ManualClock::new(origin);
         let (acker, log) = manual(&clock, |b| {
             b.shards(2)
-                .max_pending(CAP)
-                .timeout(Duration::from_nanos(default_timeout))
+                .max_pending(4096)
+                .timeout(Duration::from_nanos(48 * TICK))
                 .resolution(Duration::from_millis(1))
         });
-        let mut model: HashMap<u64, Tree> = HashMap::new();
-        let mut now = 0u64; // ticks * TICK since origin
         let roots: Vec<u64> = (0..24)
             .map(|i| if i == 0 { u64::MAX } else { i * 7919 })
             .collect();
-        let fresh = |now: u64, timeout: u64| Tree {
-            deadline: now + timeout,
-            timeout,
-            ..Tree::default()
-        };
+        let mut now = 0u64;
+        let mut passes_with_roots = 0;
         for step in 0..steps {
             let root = roots[rng.random_range(0..roots.len())];
-            let ctx = format!("seed {seed} step {step} root {root} now {now}");
-            let mut expected: Vec<(u64, u32, Outcome)> = Vec::new();
             match rng.random_range(0..10) {
                 0..=2 => {
+                    let timeout = TICK * if rng.random_bool(0.2) { 20 } else { 48 };
                     let xor = if rng.random_bool(0.3) {
                         0
                     } else {
-                        rng.random::<u64>()
+                        rng.random()
                     };
-                    let payload = step as u32;
-                    let timeout = if rng.random_bool(0.2) {
-                        20 * TICK
-                    } else {
-                        default_timeout
-                    };
-                    let result =
-                        acker.init_with_timeout(root, xor, payload, Duration::from_nanos(timeout));
-                    let known = model.contains_key(&root);
-                    if model.get(&root).is_some_and(|t| t.payload.is_some()) {
-                        assert!(
-                            matches!(result, Err(InitError::Duplicate(p)) if p == payload),
-                            "{ctx}: {result:?}"
-                        );
-                    } else if !known && model.len() >= CAP {
-                        assert!(
-                            matches!(result, Err(InitError::Full(p)) if p == payload),
-                            "{ctx}: {result:?}"
-                        );
-                    } else {
-                        assert!(result.is_ok(), "{ctx}: {result:?}");
-                        let t = model.entry(root).or_insert_with(|| fresh(now, timeout));
-                        // From the first message or the last reset before init, whichever
-                        // is later (`deadline - timeout`), with the tree's own timeout.
-                        t.deadline = t.deadline - t.timeout + timeout;
-                        t.value ^= xor;
-                        t.payload = Some(payload);
-                        t.timeout = timeout;
-                        let outcome = if t.value == 0 {
-                            Some(Outcome::Acked)
-                        } else if t.failed {
-                            Some(Outcome::Failed)
-                        } else {
-                            None
-                        };
-                        if let Some(o) = outcome {
-                            model.remove(&root);
-                            expected.push((root, payload, o));
-                        }
-                    }
+                    let _ = acker.init_with_timeout(
+                        root,
+                        xor,
+                        step as u32,
+                        Duration::from_nanos(timeout),
+                    );
                 }
                 3..=5 => {
-                    let xor = rng.random::<u64>() | 1;
-                    let completed = acker.ack(root, xor);
-                    let mut expect_completed = false;
-                    if let Some(t) = model.get_mut(&root) {
-                        t.value ^= xor;
-                        if t.value == 0 && t.payload.is_some() {
-                            let t = model.remove(&root).unwrap();
-                            expected.push((root, t.payload.unwrap(), Outcome::Acked));
-                            expect_completed = true;
-                        }
-                    } else if model.len() < CAP {
-                        model.insert(
-                            root,
-                            Tree {
-                                value: xor,
-                                ..fresh(now, default_timeout)
-                            },
-                        );
-                    }
-                    assert_eq!(completed, expect_completed, "{ctx}");
+                    acker.ack(root, rng.random::<u64>() | 1);
                 }
                 6 => {
-                    let completed = acker.fail(root);
-                    let mut expect_completed = false;
-                    if let Some(t) = model.get_mut(&root) {
-                        t.failed = true;
-                        if let Some(p) = t.payload {
-                            model.remove(&root);
-                            expected.push((root, p, Outcome::Failed));
-                            expect_completed = true;
-                        }
-                    } else if model.len() < CAP {
-                        model.insert(
-                            root,
-                            Tree {
-                                failed: true,
-                                ..fresh(now, default_timeout)
-                            },
-                        );
-                    }
-                    assert_eq!(completed, expect_completed, "{ctx}");
+                    acker.fail(root);
                 }
                 7 => {
-                    assert_eq!(
-                        acker.reset_timeout(root),
-                        model.contains_key(&root),
-                        "{ctx}"
-                    );
-                    if let Some(t) = model.get_mut(&root) {
-                        t.deadline = now + t.timeout;
-                    }
+                    acker.reset_timeout(root);
                 }
                 _ => {
                     now += TICK * rng.random_range(0..30);
                     clock.set(origin.wrapping_add(now));
-                    let delivered = acker.expire();
-                    // Deadlines are a tick later than the model's: a first message's tick
-                    // may be up to one tick old ([`engine`](crate::acker::engine)).
-                    let late = TICK;
-                    let due: Vec<u64> = model
-                        .iter()
-                        .filter(|(_, t)| t.deadline + late <= now)
-                        .map(|(r, _)| *r)
-                        .collect();
-                    for r in due {
-                        let t = model.remove(&r).unwrap();
-                        if let Some(p) = t.payload {
-                            expected.push((r, p, Outcome::TimedOut));
-                        }
-                    }
-                    assert_eq!(delivered, expected.len(), "{ctx}");
-                    // Right after a pass, every pending root (orphans too) is covered by
-                    // its group's timer.
-                    assert_eq!(covered(&acker), acker.pending(), "{ctx}");
-                    assert!(covered(&acker) >= model.len(), "{ctx}");
+                    acker.expire();
+                    let pending = acker.pending();
+                    passes_with_roots += usize::from(pending > 0);
+                    assert_eq!(
+                        covered(&acker),
+                        pending,
+                        "seed {seed} step {step} now {now}"
+                    );
                 }
             }
-            let mut got = take(&log);
-            got.sort_unstable_by_key(|c| c.0);
-            expected.sort_unstable_by_key(|c| c.0);
-            assert_eq!(got, expected, "{ctx}");
-            assert_eq!(acker.pending(), model.len(), "{ctx}: pending");
         }
-        let stats = acker.stats();
-        assert_eq!(stats.pending, model.len());
+        drop(take(&log));
+        assert!(
+            passes_with_roots > steps / 20,
+            "seed {seed}: the passes saw roots"
+        );
     }
 }
 

@@ -8,14 +8,13 @@
 //! not carried: the table holds only the payload) and while its completion waits in the
 //! queue, and is given back when the consumer takes that completion, when the completion
 //! is dropped (the stream is gone), when the init is refused, or when `shutdown` hands the
-//! tree back. So such trees plus
-//! completions waiting in the queue never exceed `buffer`, the callback always has room,
-//! and back pressure lands on the inits instead: they wait (`init`) or are refused
-//! [`InitError::Full`] (`try_init`). A tracked tree takes no permit: its completion goes
-//! into its own oneshot, which never waits, so only `max_pending` bounds those trees, and
-//! `track` never waits either (it is refused `Full` at the bound): its tree's deadline
-//! counts from the call. Orphans (acks or fails before their init) take no permit and
-//! produce no completion.
+//! tree back. So such trees plus completions waiting in the queue never exceed `buffer`,
+//! the callback always has room, and back pressure lands on the inits instead: they wait
+//! (`init`) or are refused [`InitError::Full`] (`try_init`). A tracked tree takes no
+//! permit: its completion goes into its own waiter cell ([`waiter`]), whose store never
+//! waits, so only `max_pending` bounds those trees, and `track` never waits either (it is
+//! refused `Full` at the bound): its tree's deadline counts from the call. Orphans (acks
+//! or fails before their init) take no permit and produce no completion.
 
 use std::time::Duration;
 
