@@ -129,7 +129,7 @@ def main():
         print(f"{kind}: {per_tree(['Ir']):.0f} instructions a tree, "
               f"{per_tree(['locked']):.2f} locked a tree")
         by = lambda events: collections.Counter({f: per_tree(events, f) for f in large[1]})
-        for f, c in by(["Ir"]).most_common(10):
+        for f, c in by(["Ir"]).most_common(int(os.environ.get("COUNT_TOP", "10"))):
             print(f"  {c:8.1f}  {f[:100]}")
         for f, c in by(["locked"]).most_common():
             if c >= 0.05:
