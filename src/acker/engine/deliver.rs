@@ -78,8 +78,7 @@ impl<T: Send + 'static> Engine<T> {
         let Completed {
             slot, key, outcome, ..
         } = completed;
-        let stamp = table.times(slot);
-        let own_timeout = table.timeout_of(slot);
+        let (stamp, own_timeout) = table.completed_times(slot);
         // Safety: `completed` is a completion this acker's call claimed, finished once
         // here.
         let payload = unsafe { table.take(slot) };

@@ -56,11 +56,9 @@ impl<T: Send + 'static> Engine<T> {
     ) {
         while let Some((gen, slot)) = effects.take_to_file() {
             let table = generation(table, gen);
-            let Some(stamp) = table.times(slot) else {
+            let Some((stamp, deadline, key)) = table.to_file(slot) else {
                 continue; // completed and freed already
             };
-            let deadline = table.deadline_from(slot, stamp);
-            let key = table.word(slot).load().key();
             let entry = Entry {
                 slot: (shard << self.slot_bits | slot) as u32,
                 tag: tag_of(key.tag(), gen),

@@ -24,6 +24,9 @@ pub struct Completed {
 }
 
 /// Almost always none or one value: the first without an allocation, any more in a `Vec`.
+/// `more` is empty whenever `first` is `None` (a push fills `first` first, a take empties
+/// `more` first), so an empty one is told by `first` alone: the common case, on every
+/// operation's way out, is one test.
 #[derive(Debug)]
 struct Few<T> {
     first: Option<T>,
@@ -51,12 +54,17 @@ impl<T> Few<T> {
 
     #[inline]
     fn take(&mut self) -> Option<T> {
+        if self.first.is_none() {
+            debug_assert!(self.more.is_empty(), "values past an empty first");
+            return None;
+        }
         self.more.pop().or_else(|| self.first.take())
     }
 
     #[inline]
     fn is_empty(&self) -> bool {
-        self.first.is_none() && self.more.is_empty()
+        debug_assert!(self.first.is_some() || self.more.is_empty());
+        self.first.is_none()
     }
 }
 

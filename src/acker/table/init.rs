@@ -122,8 +122,9 @@ impl<T> Table<T> {
                 Err(_) => search = self.search(key, None),
             }
         };
+        let (slot_word, side) = self.parts(slot);
         // SeqCst (the word's): `settle` below publishes it.
-        self.payload(slot).0.with_mut(|cell| {
+        side.payload.0.with_mut(|cell| {
             // Safety: our claim or join CAS made the slot JOINING: until our settle CAS
             // below, no other thread reads or writes its payload cell (module docs, `Sync`
             // impl).
@@ -131,21 +132,21 @@ impl<T> Table<T> {
         });
         if let Some(own) = timeout {
             // SeqCst: a reset's or a reaper's read of it follows the word it loaded.
-            self.timeout_cell(slot).store(own, Ordering::SeqCst);
+            side.timeout.store(own, Ordering::SeqCst);
             if own < self.default_timeout {
                 // Earlier than the timer filed for the entry (an orphan's or a claim's is
                 // the default's): it needs another.
                 effects.file_later(self.gen, slot);
             }
         }
-        let mut word = self.word(slot).load();
+        let mut word = slot_word.load();
         loop {
             let Some(step) = word.settled() else {
                 // Only the joining init leaves JOINING, and that is us.
                 debug_assert!(false, "settling {word:?}");
                 return Ok(());
             };
-            match self.word(slot).cas(word, step.word()) {
+            match slot_word.cas(word, step.word()) {
                 Ok(()) => {
                     if let Step::Complete(_, outcome) = step {
                         self.claimed(effects, slot, key, outcome);

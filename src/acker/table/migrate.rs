@@ -44,7 +44,7 @@
 //! in the successor would still find it. The mover's copy into the successor merges with a
 //! HELD twin there as any claim does (`merge_twins`).
 
-use super::{Effects, Key, Stamp, Table, Unclaimed, Word, GROUP_SLOTS};
+use super::{Effects, Key, Side, Stamp, Table, Unclaimed, Word, GROUP_SLOTS};
 use crate::acker::table::word::State;
 use crate::sync::Backoff;
 use crate::sync::Ordering;
@@ -251,11 +251,11 @@ impl<T> Table<T> {
         let key = word.key();
         let mut payload = payload;
         let slot = loop {
-            let fill = |slot: usize| {
+            let fill = |side: &Side<T>| {
                 // Relaxed: published by the claim CAS.
-                self.timeout_cell(slot).store(timeout, Ordering::Relaxed);
+                side.timeout.store(timeout, Ordering::Relaxed);
                 if let Some(value) = payload.take() {
-                    self.payload(slot).0.with_mut(|cell| {
+                    side.payload.0.with_mut(|cell| {
                         // Safety: the slot is reserved (times CASed from 0) and its word is
                         // EMPTY: nobody else touches its payload cell until our claim CAS
                         // publishes it.

@@ -4,7 +4,9 @@
 //! [`Table::empty`] undoes both (module docs of [`table`](crate::acker::table), "Finding a
 //! root").
 
-use super::{Effects, Key, Stamp, Table, Word, CROWDED_DISTANCE, GROUP_SLOTS, MAX_PROBE};
+use super::{
+    Effects, Key, Side, Stamp, Table, Word, CROWDED_DISTANCE, GROUP_SLOTS, MAX_PROBE,
+};
 use crate::sync::{store_raced, Ordering};
 
 /// Why [`Table::claim`] claimed nothing.
@@ -204,9 +206,9 @@ impl<T> Table<T> {
     ) -> Result<usize, Unclaimed> {
         // First, before anything is taken: making the stamp may read a clock that panics.
         let stamp = effects.stamp();
-        let claimed = self.claim_with(key, word, vacancy, stamp, true, |slot| {
+        let claimed = self.claim_with(key, word, vacancy, stamp, true, |side| {
             // Relaxed: published by the claim CAS, before which no one reads it.
-            self.timeout_cell(slot).store(0, Ordering::Relaxed);
+            side.timeout.store(0, Ordering::Relaxed);
         });
         match claimed {
             Ok((_, d)) if d < CROWDED_DISTANCE => {}
@@ -217,7 +219,8 @@ impl<T> Table<T> {
     }
 
     /// [`claim`](Self::claim)'s work: reserves a slot with `stamp`, takes a credit if
-    /// `credit`, runs `fill` on the slot (its timeout, a moved entry's payload), then CASes
+    /// `credit`, runs `fill` on the slot's side data (its timeout, a moved entry's
+    /// payload), then CASes
     /// `word` in. The slot and its distance from home.
     pub(super) fn claim_with(
         &self,
@@ -226,7 +229,7 @@ impl<T> Table<T> {
         vacancy: Option<Vacancy>,
         stamp: Stamp,
         credit: bool,
-        fill: impl FnOnce(usize),
+        fill: impl FnOnce(&Side<T>),
     ) -> Result<(usize, usize), Unclaimed> {
         let home = self.home(key);
         let reserve = |slot: usize| {
@@ -251,10 +254,11 @@ impl<T> Table<T> {
             give_credit();
             return Err(Unclaimed::NoRoom);
         };
-        fill(slot);
+        let (cell, side) = self.parts(slot);
+        fill(side);
         // The counts first: a search that sees the word must be able to reach it.
         self.count_overflow(home, d, 1);
-        match self.word(slot).cas(Word::EMPTY, word) {
+        match cell.cas(Word::EMPTY, word) {
             Ok(()) => Ok((slot, d)),
             Err(_) => {
                 // Cannot happen: times are 0 only while the word is EMPTY and unreserved
@@ -264,7 +268,7 @@ impl<T> Table<T> {
                 debug_assert!(false, "a reserved slot's word left EMPTY");
                 self.count_overflow(home, d, -1);
                 // Release: as in `empty`.
-                store_raced(self.times_of(slot), 0, Ordering::Release);
+                store_raced(&side.times, 0, Ordering::Release);
                 give_credit();
                 Err(Unclaimed::Raced)
             }
@@ -295,7 +299,8 @@ impl<T> Table<T> {
     }
 
     /// The end of an emptied entry of `key` in `slot`: its overflow counts come off, then
-    /// its reservation ends and its credit goes back.
+    /// its reservation ends and its credit goes back. Inline: every completion ends here.
+    #[inline]
     pub(super) fn release(&self, slot: usize, key: Key) {
         self.count_overflow(self.home(key), self.distance(key, slot), -1);
         // Last: the slot's reservation ends ([`times`](crate::acker::table::times)), and

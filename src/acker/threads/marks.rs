@@ -78,6 +78,7 @@ pub struct Active {
 }
 
 impl Drop for Active {
+    #[inline]
     fn drop(&mut self) {
         // Safety: the counter is in a batch this thread's `LOCAL` keeps alive, or in the
         // `Threads` of the acker the operation runs on, and an `Active` lives within one
@@ -101,23 +102,41 @@ pub struct Paused<'a> {
 }
 
 impl Drop for Paused<'_> {
+    #[inline]
     fn drop(&mut self) {
         let Some(record) = self.record else {
             return;
         };
         // Relaxed load: only this thread writes it.
         let depth = record.active.load(Ordering::Relaxed);
+        // Relaxed: ordered before the `moving` load by the light fence (module docs).
+        record.paused.store(0, Ordering::Relaxed);
+        self.threads.fences.light();
+        // Acquire: as in `enter_with`, a sweep that ended happens before what follows.
+        if self.threads.moving.load(Ordering::Acquire) {
+            self.threads.resume_after_moved(record, depth);
+        }
+    }
+}
+
+impl Threads {
+    /// The rest of a [`Paused`]'s drop when a re-anchoring was under way: quiescent again
+    /// at `depth` until it ends, then as the drop's first try. Apart, and cold: every
+    /// callback's pause ends in the drop's fast path.
+    #[cold]
+    #[inline(never)]
+    fn resume_after_moved(&self, record: &Record, depth: u32) {
         loop {
-            // Relaxed: ordered before the `moving` load by the light fence (module docs).
-            record.paused.store(0, Ordering::Relaxed);
-            self.threads.fences.light();
-            // Acquire: as in `enter_with`, a sweep that ended happens before what follows.
-            if !self.threads.moving.load(Ordering::Acquire) {
-                return;
-            }
             // Release: as in `pause`.
             record.paused.store(depth, Ordering::Release);
-            self.threads.wait_moved();
+            self.wait_moved();
+            // Relaxed: ordered before the `moving` load by the light fence (module docs).
+            record.paused.store(0, Ordering::Relaxed);
+            self.fences.light();
+            // Acquire: as in `enter_with`.
+            if !self.moving.load(Ordering::Acquire) {
+                return;
+            }
         }
     }
 }
