@@ -29,12 +29,12 @@ fn batches_owner_vs_takeover_loses_and_duplicates_nothing() {
     loom::model(|| {
         let batches = Arc::new(Threads::new(Fences::Symmetric));
         let batch = batches.register();
-        batches.push_to(&batch, entry(1), 1, 1, |_| true);
+        batches.push_to(&batch, entry(1), 1, 1, |_: &Entry| true);
         let owner = {
             let (batches, batch) = (Arc::clone(&batches), Arc::clone(&batch));
             thread::spawn(move || {
-                batches.push_to(&batch, entry(2), 1, 1, |_| true);
-                batches.push_to(&batch, entry(3), 2, 2, |_| true);
+                batches.push_to(&batch, entry(2), 1, 1, |_: &Entry| true);
+                batches.push_to(&batch, entry(3), 2, 2, |_: &Entry| true);
             })
         };
         let mut got = Vec::new();
@@ -55,7 +55,7 @@ fn batches_first_push_vs_park_check_never_strands_an_entry() {
         let batch = batches.register();
         let owner = {
             let (batches, batch) = (Arc::clone(&batches), Arc::clone(&batch));
-            thread::spawn(move || batches.push_to(&batch, entry(1), 1, 1, |_| true))
+            thread::spawn(move || batches.push_to(&batch, entry(1), 1, 1, |_: &Entry| true))
         };
         let waiting = batches.park_check();
         let pushed = owner.join().unwrap();

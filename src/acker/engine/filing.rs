@@ -6,7 +6,7 @@
 use super::generations::chain;
 use super::Engine;
 use crate::acker::table::{Effects, Table, GROUP_SLOTS};
-use crate::acker::threads::{Entry, Pushed};
+use crate::acker::threads::{Entry, Liveness, Pushed};
 use crate::acker::timers::groups::{Filed, GroupAt, GroupTimer};
 use crate::acker::timers::ticks::reached;
 use crate::acker::timers::{GEN_TAG_BITS, TAG_CHECK_MASK};
@@ -75,7 +75,7 @@ impl<T: Send + 'static> Engine<T> {
             };
             let mut pushed = self
                 .threads
-                .push(entry, hand_off, stamp.start(), |e| self.entry_live(e));
+                .push(entry, hand_off, stamp.start(), EntrySlots(self));
             // A push into an empty batch checks whether the reaper is idle; one due before
             // the hand-off age checks too, as the reaper's timer may end after it even
             // when the batch's first entry's did not (`reaper_sleeps_past`).
@@ -85,6 +85,22 @@ impl<T: Send + 'static> Engine<T> {
             if pushed == Pushed::WakeReaper && self.reaper_sleeps_past(hand_off) {
                 self.wake_reaper();
             }
+        }
+    }
+
+    /// Asks for the line of a batch entry's slot (in its table's current generation, where
+    /// nearly every entry is; another's is not worth the walk for a hint). Called inside
+    /// an acker operation.
+    #[inline]
+    pub(in crate::acker::engine) fn prefetch_entry(&self, entry: &Entry) {
+        let shard = entry.slot as usize >> self.slot_bits;
+        let Some(generations) = self.tables.get(shard) else {
+            return;
+        };
+        // Safety: the caller's contract.
+        let current = unsafe { generations.current() };
+        if current.gen() & GEN_MASK == entry.tag & GEN_MASK {
+            current.prefetch_slot(entry.slot as usize & ((1 << self.slot_bits) - 1));
         }
     }
 
@@ -189,3 +205,19 @@ pub(in crate::acker::engine) fn tag_of(key_tag: u32, gen: u32) -> u32 {
 
 /// The generation bits of a timer entry's tag.
 pub(in crate::acker::engine) const GEN_MASK: u32 = (1 << GEN_TAG_BITS) - 1;
+
+/// The engine as the batches' filter sees it: whether an entry's slot still holds its
+/// root, and its line asked for ahead of that look. Used inside an acker operation.
+struct EntrySlots<'a, T: Send + 'static>(&'a Engine<T>);
+
+impl<T: Send + 'static> Liveness for EntrySlots<'_, T> {
+    #[inline]
+    fn live(&mut self, entry: &Entry) -> bool {
+        self.0.entry_live(entry)
+    }
+
+    #[inline]
+    fn prefetch(&self, entry: &Entry) {
+        self.0.prefetch_entry(entry);
+    }
+}

@@ -172,6 +172,24 @@ impl<T> Table<T> {
         }
     }
 
+    /// Asks for `slot`'s line, its group's words and side data (what
+    /// [`key_in`](Self::key_in) and [`deadline`](Self::deadline) read), without waiting;
+    /// nothing for a slot past the table's end.
+    #[inline]
+    pub fn prefetch_slot(&self, slot: usize) {
+        #[cfg(all(target_arch = "x86_64", not(loom), not(miri)))]
+        if let Some(line) = self.lines.get(slot / GROUP_SLOTS) {
+            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+            // Safety: as in `prefetch_home`.
+            unsafe {
+                _mm_prefetch::<_MM_HINT_T0>(std::ptr::from_ref(&line.group).cast());
+                _mm_prefetch::<_MM_HINT_T0>(std::ptr::from_ref(&line.sides).cast());
+            }
+        }
+        #[cfg(not(all(target_arch = "x86_64", not(loom), not(miri))))]
+        let _ = slot;
+    }
+
     /// Entries of `key`'s root in probe order, but for `skip`: the first, with its word.
     /// (A FROZEN entry is not one: its mover merges it with any twin in the successor.)
     pub(super) fn find_other(&self, key: Key, skip: Option<usize>) -> Option<(usize, Word)> {

@@ -44,10 +44,42 @@
 //! `taken = false` (release) if the reaper was ever there, so the owner sees the batch the
 //! reaper emptied. The owner's cost per push: two plain stores, a compiler fence, a load.
 //!
+//! ## Looking ahead
+//!
+//! An entry that survives its first filter is looked at again only at its hand-off tick,
+//! by when a thread that fills the acker fast (a burst of new roots) has long evicted its
+//! line: each such look waits for memory. The filter therefore asks for the lines of the
+//! aged entries [`LOOK_AHEAD`] places ahead of the one it checks
+//! ([`Liveness::prefetch`]), so their misses overlap instead of queueing one behind the
+//! other. The first filter does not: its entries were filed in the tick before, and their
+//! lines are most likely still in this core's cache.
 
 use super::{trim, Record, Threads, KEEP_ROOM};
 use crate::acker::timers::ticks::{reached, Tick};
 use crate::sync::{Arc, MutexGuard, Ordering};
+
+/// Entries the filter (and the reaper's filing) asks for ahead of the one it checks:
+/// enough misses in flight to
+/// fill a core's queue of them (10 to 16 on current x86 cores), few enough that the lines
+/// asked for first are still in cache when their entry's turn comes.
+pub const LOOK_AHEAD: usize = 8;
+
+/// What a batch's filter asks of the engine about an entry's slot. A closure that answers
+/// [`live`](Liveness::live) is one (its prefetch does nothing), as the tests use.
+pub trait Liveness {
+    /// Whether the entry's slot still holds its root (or one being moved).
+    fn live(&mut self, entry: &Entry) -> bool;
+
+    /// Asks for the line [`live`](Liveness::live) will read for `entry` to be brought
+    /// towards the caches, without waiting: a hint, which may do nothing.
+    fn prefetch(&self, _entry: &Entry) {}
+}
+
+impl<F: FnMut(&Entry) -> bool> Liveness for F {
+    fn live(&mut self, entry: &Entry) -> bool {
+        self(entry)
+    }
+}
 
 /// A new entry, for the reaper to find again: its slot (across the acker's tables) and a
 /// tag: its table's generation and 18 bits of its root's key, which tell nearly every
@@ -129,7 +161,7 @@ impl Threads {
         entry: Entry,
         hand_off: Tick,
         now: Tick,
-        live: impl FnMut(&Entry) -> bool,
+        live: impl Liveness,
     ) -> Pushed {
         // Relaxed: ordered before the `taken` load by the light fence (module docs).
         record.pin.store(true, Ordering::Relaxed);
@@ -173,10 +205,12 @@ impl Threads {
     /// last aged one); then the aged ones whose hand-off tick has come by `now` and are
     /// still live go to the reaper.
     #[cold]
-    fn filter(&self, entries: &mut Entries, now: Tick, mut live: impl FnMut(&Entry) -> bool) {
+    fn filter(&self, entries: &mut Entries, now: Tick, mut live: impl Liveness) {
         let mut due = Vec::new();
+        // No look-ahead here: the fresh entries were filed in the tick before, and their
+        // lines are most likely still in this core's cache.
         for held in entries.fresh.drain(..) {
-            if !live(&held.entry) {
+            if !live.live(&held.entry) {
                 continue;
             }
             let in_order = entries
@@ -189,8 +223,15 @@ impl Threads {
                 due.push(held.entry);
             }
         }
-        while let Some(held) = entries.aged.front().filter(|h| reached(h.hand_off, now)) {
-            if live(&held.entry) {
+        let is_due = |held: &&Held| reached(held.hand_off, now);
+        for held in entries.aged.iter().take(LOOK_AHEAD).take_while(is_due) {
+            live.prefetch(&held.entry);
+        }
+        while let Some(held) = entries.aged.front().filter(is_due) {
+            if let Some(ahead) = entries.aged.get(LOOK_AHEAD).filter(is_due) {
+                live.prefetch(&ahead.entry);
+            }
+            if live.live(&held.entry) {
                 due.push(held.entry);
             }
             entries.aged.pop_front();

@@ -31,7 +31,7 @@ pub(super) mod marks;
 pub(super) mod wake;
 
 use handoff::Entries;
-pub use handoff::{Entry, Pushed};
+pub use handoff::{Entry, Liveness, Pushed, LOOK_AHEAD};
 pub use marks::{Active, Grace};
 
 /// One thread's record for one acker: its batch of timer entries ([`handoff`]) and the
@@ -210,13 +210,7 @@ impl Threads {
     /// [`push_to`](Self::push_to) on the calling thread's batch for this acker (registered
     /// at its first push).
     #[inline]
-    pub fn push(
-        &self,
-        entry: Entry,
-        hand_off: Tick,
-        now: Tick,
-        live: impl FnMut(&Entry) -> bool,
-    ) -> Pushed {
+    pub fn push(&self, entry: Entry, hand_off: Tick, now: Tick, live: impl Liveness) -> Pushed {
         let (id, last) = LAST.get();
         if id == self.id {
             // Safety: `LAST` names a batch that this thread's `LOCAL` holds an `Arc` of (it
@@ -234,7 +228,8 @@ impl Threads {
 
     /// Marks an acker operation in progress on the calling thread until the returned
     /// `Active` drops; its `open` says whether the operation may call the callback.
-    #[inline]
+    // Always: every operation's first step, and a call here costs more than its body.
+    #[inline(always)]
     pub fn enter(&self) -> Active {
         match self.own() {
             Some(record) => self.enter_with(record),
@@ -305,13 +300,7 @@ impl Threads {
 
     /// Under loom, where the models drive [`push_to`](Self::push_to) with explicit
     /// batches, an entry filed without one goes straight to the inbox.
-    pub fn push(
-        &self,
-        entry: Entry,
-        _hand_off: Tick,
-        _now: Tick,
-        _live: impl FnMut(&Entry) -> bool,
-    ) -> Pushed {
+    pub fn push(&self, entry: Entry, _hand_off: Tick, _now: Tick, _live: impl Liveness) -> Pushed {
         self.hand_off(std::iter::once(entry));
         self.wake_check()
     }

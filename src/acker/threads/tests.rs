@@ -10,7 +10,10 @@ fn entry(slot: u32) -> Entry {
 fn only_entries_that_outlive_their_tick_reach_the_reaper() {
     let threads = Threads::new(Fences::detect());
     for slot in 0..10 {
-        assert_eq!(threads.push(entry(slot), 5, 5, |_| true), Pushed::Filed);
+        assert_eq!(
+            threads.push(entry(slot), 5, 5, |_: &Entry| true),
+            Pushed::Filed
+        );
     }
     let mut due = Vec::new();
     threads.collect(5, false, &mut due);
@@ -19,7 +22,7 @@ fn only_entries_that_outlive_their_tick_reach_the_reaper() {
         "a batch of the current tick is left to its owner"
     );
     // Tick 6: the owner hands off the survivors (the even slots) at its next push.
-    threads.push(entry(10), 6, 6, |e| e.slot % 2 == 0);
+    threads.push(entry(10), 6, 6, |e: &Entry| e.slot % 2 == 0);
     threads.collect(6, false, &mut due);
     due.sort_by_key(|e| e.slot);
     assert_eq!(due, (0..10).step_by(2).map(entry).collect::<Vec<_>>());
@@ -64,22 +67,77 @@ fn the_owner_keeps_entries_until_their_hand_off_tick_and_drops_the_dead() {
 #[test]
 fn manual_collection_takes_the_current_tick_too() {
     let threads = Threads::new(Fences::detect());
-    threads.push(entry(1), 5, 5, |_| true);
+    threads.push(entry(1), 5, 5, |_: &Entry| true);
     let mut due = Vec::new();
     threads.collect(5, true, &mut due);
     assert_eq!(due, vec![entry(1)]);
     // The owner goes on with an empty batch after the takeover.
-    threads.push(entry(2), 5, 5, |_| true);
+    threads.push(entry(2), 5, 5, |_: &Entry| true);
     due.clear();
     threads.collect(5, true, &mut due);
     assert_eq!(due, vec![entry(2)]);
+}
+
+/// What a filter asked about which slots, in order: `(prefetch, slot)`.
+struct Looks(std::cell::RefCell<Vec<(bool, u32)>>);
+
+impl Liveness for &Looks {
+    fn live(&mut self, entry: &Entry) -> bool {
+        self.0.borrow_mut().push((false, entry.slot));
+        true
+    }
+
+    fn prefetch(&self, entry: &Entry) {
+        self.0.borrow_mut().push((true, entry.slot));
+    }
+}
+
+#[test]
+fn the_filter_asks_for_aged_entries_lines_ahead_of_its_looks() {
+    let threads = Threads::new(Fences::detect());
+    let record = threads.register();
+    let looks = Looks(std::cell::RefCell::new(Vec::new()));
+    let aged = 3 * LOOK_AHEAD as u32;
+    for slot in 0..aged {
+        threads.push_to(&record, entry(slot), 10, 1, &looks);
+    }
+    // Tick 2: the first filter keeps them (fresh lines are in cache: no look-ahead).
+    threads.push_to(&record, entry(100), 50, 2, &looks);
+    let first = std::mem::take(&mut *looks.0.borrow_mut());
+    assert_eq!(first, (0..aged).map(|s| (false, s)).collect::<Vec<_>>());
+    // Tick 10: their hand-off; each is asked for once, before its look and while the
+    // entry `LOOK_AHEAD` before it is looked at.
+    threads.push_to(&record, entry(101), 50, 10, &looks);
+    let events = std::mem::take(&mut *looks.0.borrow_mut());
+    let at = |prefetch: bool, slot: u32| {
+        let mut at = events
+            .iter()
+            .enumerate()
+            .filter(|(_, &e)| e == (prefetch, slot));
+        let first = at.next().map(|(i, _)| i);
+        assert!(at.next().is_none(), "{slot} asked about twice: {events:?}");
+        first.unwrap_or_else(|| panic!("{slot} not asked about: {events:?}"))
+    };
+    for slot in 0..aged {
+        assert!(at(true, slot) < at(false, slot), "{events:?}");
+        // Not sooner than the look at the entry before that one.
+        if let Some(looked) = slot.checked_sub(LOOK_AHEAD as u32) {
+            assert!(at(true, slot) < at(false, looked), "{events:?}");
+            if let Some(earlier) = looked.checked_sub(1) {
+                assert!(at(true, slot) > at(false, earlier), "{events:?}");
+            }
+        }
+    }
+    let mut due = Vec::new();
+    threads.collect(11, false, &mut due);
+    assert_eq!(due, (0..aged).map(entry).collect::<Vec<_>>(), "handed off");
 }
 
 #[test]
 fn a_pinned_owner_keeps_the_reaper_out_and_a_taken_batch_keeps_the_owner_out() {
     let threads = Threads::new(Fences::detect());
     let record = threads.register();
-    threads.push_to(&record, entry(1), 5, 5, |_| true);
+    threads.push_to(&record, entry(1), 5, 5, |_: &Entry| true);
     // The owner is inside (as if preempted mid-push): the reaper leaves the batch.
     record.pin.store(true, Ordering::SeqCst);
     let mut due = Vec::new();
@@ -89,7 +147,7 @@ fn a_pinned_owner_keeps_the_reaper_out_and_a_taken_batch_keeps_the_owner_out() {
     record.pin.store(false, Ordering::SeqCst);
     // The reaper is inside: the owner's push goes to the inbox instead.
     record.taken.store(true, Ordering::SeqCst);
-    threads.push_to(&record, entry(2), 6, 6, |_| true);
+    threads.push_to(&record, entry(2), 6, 6, |_: &Entry| true);
     record.taken.store(false, Ordering::SeqCst);
     threads.collect(7, false, &mut due);
     assert_eq!(due, vec![entry(2), entry(1)]);
@@ -99,9 +157,15 @@ fn a_pinned_owner_keeps_the_reaper_out_and_a_taken_batch_keeps_the_owner_out() {
 fn the_first_entry_after_idle_wakes_the_reaper_and_an_idle_reaper_sees_waiting_entries() {
     let threads = Threads::new(Fences::detect());
     assert!(!threads.park_check(), "nothing waits");
-    assert_eq!(threads.push(entry(1), 1, 1, |_| true), Pushed::WakeReaper);
+    assert_eq!(
+        threads.push(entry(1), 1, 1, |_: &Entry| true),
+        Pushed::WakeReaper
+    );
     threads.unidle();
-    assert_eq!(threads.push(entry(2), 1, 1, |_| true), Pushed::Filed);
+    assert_eq!(
+        threads.push(entry(2), 1, 1, |_: &Entry| true),
+        Pushed::Filed
+    );
     assert!(threads.park_check(), "entries wait: do not park");
 }
 
@@ -110,7 +174,7 @@ fn without_the_barrier_no_grace_ends_no_batch_is_taken_and_shutdown_waits() {
     for fences in [Fences::Failing, Fences::Symmetric] {
         let works = fences == Fences::Symmetric;
         let threads = Threads::new(fences);
-        threads.push(entry(1), 5, 5, |_| true);
+        threads.push(entry(1), 5, 5, |_: &Entry| true);
         // Nobody is inside an operation: only the barrier can prove it.
         let mut grace = threads.grace();
         assert_eq!(threads.grace_over(&mut grace), works);
@@ -140,7 +204,7 @@ fn a_burst_taken_over_or_handed_off_leaves_no_room_behind() {
     // Above twice the room kept, so that what is kept shows (Miri: small and slow).
     let burst = if cfg!(miri) { 5_000 } else { 100_000u32 };
     for slot in 0..burst {
-        threads.push_to(&record, entry(slot), 50, 5, |_| true);
+        threads.push_to(&record, entry(slot), 50, 5, |_: &Entry| true);
     }
     assert!(room(&record) >= burst as usize);
     let mut due = Vec::new();
@@ -149,10 +213,10 @@ fn a_burst_taken_over_or_handed_off_leaves_no_room_behind() {
     assert!(room(&record) <= 2 * KEEP_ROOM, "{} kept", room(&record));
     // A burst that ages in the batch and goes to the reaper at its hand-off tick.
     for slot in 0..burst {
-        threads.push_to(&record, entry(slot), 7, 6, |_| true);
+        threads.push_to(&record, entry(slot), 7, 6, |_: &Entry| true);
     }
-    threads.push_to(&record, entry(0), 100, 7, |_| true); // files the burst as aged
-    threads.push_to(&record, entry(1), 100, 8, |_| true); // hands it off
+    threads.push_to(&record, entry(0), 100, 7, |_: &Entry| true); // files the burst as aged
+    threads.push_to(&record, entry(1), 100, 8, |_: &Entry| true); // hands it off
     assert!(room(&record) <= 2 * KEEP_ROOM, "{} kept", room(&record));
     due.clear();
     threads.collect(8, false, &mut due);
@@ -164,7 +228,7 @@ fn a_finished_thread_strands_nothing_and_its_batch_is_dropped() {
     let threads = Arc::new(Threads::new(Fences::detect()));
     let other = Arc::clone(&threads);
     std::thread::spawn(move || {
-        other.push(entry(7), 3, 3, |_| true);
+        other.push(entry(7), 3, 3, |_: &Entry| true);
     })
     .join()
     .unwrap();
@@ -201,7 +265,7 @@ fn owners_and_a_reaper_lose_no_entry_and_duplicate_none() {
             std::thread::spawn(move || {
                 for i in 0..per_thread {
                     let now = tick.load(Ordering::SeqCst);
-                    threads.push(entry(t * per_thread + i), now, now, |_| true);
+                    threads.push(entry(t * per_thread + i), now, now, |_: &Entry| true);
                 }
             })
         })

@@ -148,7 +148,7 @@ use super::filing::tag_of;
 use super::time::REANCHOR_AFTER;
 use super::Engine;
 use crate::acker::table::{Completed, Effects, Expiry, Judge, Table, GROUP_SLOTS};
-use crate::acker::threads::{trim, Entry};
+use crate::acker::threads::{trim, Entry, LOOK_AHEAD};
 use crate::acker::timers::groups::{GroupAt, GroupTimer};
 use crate::acker::timers::ticks::{full_near, Tick};
 use crate::sync::{store_raced, Ordering};
@@ -280,9 +280,18 @@ fn pass<T: Send + 'static>(engine: &Engine<T>, runner: Runner) -> Pass {
         if !caller {
             pass.worked |= wheel.sweep_if_crowded(engine, live);
         }
-        for entry in collected.drain(..) {
-            file(engine, wheel, entry);
+        // Filing reads each entry's line, long out of cache for a tree past its hand-off
+        // age: asked for ahead, as the batches' filter does.
+        for entry in collected.iter().take(LOOK_AHEAD) {
+            engine.prefetch_entry(entry);
         }
+        for i in 0..collected.len() {
+            if let Some(ahead) = collected.get(i + LOOK_AHEAD) {
+                engine.prefetch_entry(ahead);
+            }
+            file(engine, wheel, collected[i]);
+        }
+        collected.clear();
         wheel.collected = collected;
         let mut due = std::mem::take(&mut wheel.due);
         let before = wheel.timers.len();
