@@ -13,7 +13,8 @@ inline acks each, or `--fanout N`), against DashMap + oneshot (`track-dashmap`):
     python3 benches/instructions/count.py [--fanout 16] track track-dashmap
 
 Each kind runs twice (100k and 300k trees); the difference over 200k trees is the cost of
-a tree, setup excluded. Locked instructions are the `lock`-prefixed ones and `xchg` with a
+a tree, setup excluded. The functions that cost the most are listed below each total, ten
+of them (`COUNT_TOP=30` lists thirty). Locked instructions are the `lock`-prefixed ones and `xchg` with a
 memory operand (an `xchg` between registers, as around `cmpxchg16b`, is not locked). All
 threads are counted (the Acker's reaper included).
 
