@@ -107,10 +107,8 @@ impl<T: Send + 'static> Engine<T> {
         if outcome == Outcome::TimedOut {
             // Never less than the timeout (the deadline was reached: this only undoes the
             // rounding of ticks).
-            let timeout = self
-                .ticks
-                .nanos(u64::from(own_timeout.unwrap_or(self.timeout) - 1));
-            elapsed = elapsed.max(timeout);
+            let timeout = table.timeout_or_default(own_timeout);
+            elapsed = elapsed.max(self.ticks.nanos(u64::from(timeout - 1)));
         }
         if count {
             let counters = self.counters();

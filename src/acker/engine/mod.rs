@@ -174,8 +174,6 @@ pub(super) struct Engine<T> {
     /// The most roots pending at a pass since the allocator was last asked to give memory
     /// back ([`growth`], `give_back_memory`).
     peak_pending: AtomicUsize,
-    /// The default timeout in ticks ([`TickScale::timeout`]).
-    timeout: Tick,
     /// How long a new entry stays in its creator's batch before the reaper gets it (unless
     /// its deadline is sooner): [`HAND_OFF_AGE`] ticks, or a quarter of the default
     /// timeout if that is shorter.
@@ -299,7 +297,6 @@ impl<T: Send + 'static> Engine<T> {
             } else {
                 Fences::detect()
             }),
-            timeout,
             hand_off_age: (timeout / 4).clamp(1, HAND_OFF_AGE),
             reaper: Mutex::new(reaper::wheel::Wheel::new(ticks.full(now))),
             anchor: CachePadded::new(AtomicU64::new(ticks.full(now))),

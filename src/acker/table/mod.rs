@@ -403,35 +403,6 @@ impl<T> Table<T> {
         (&line.group.0[i], &line.sides[i])
     }
 
-    /// What filing the timer of the entry in `slot` reads: its times, then its own timeout
-    /// (for its deadline, as [`deadline_from`](Self::deadline_from) makes it), then its
-    /// word's key; `None`, after the times alone, when the slot is free (completed and
-    /// freed already). One indexing of the slot for the three.
-    #[inline]
-    pub fn to_file(&self, slot: usize) -> Option<(Stamp, Tick, Key)> {
-        let (word, side) = self.parts(slot);
-        let stamp = Stamp::from_bits(side.times.load(Ordering::SeqCst))?;
-        let timeout = match side.timeout.load(Ordering::SeqCst) {
-            0 => self.default_timeout,
-            own => own,
-        };
-        Some((stamp, stamp.base().wrapping_add(timeout), word.load().key()))
-    }
-
-    /// A completed slot's times and own timeout ([`times`](Self::times),
-    /// [`timeout_of`](Self::timeout_of)), for its completion's report, with one indexing
-    /// of the slot for the two.
-    #[inline]
-    pub fn completed_times(&self, slot: usize) -> (Option<Stamp>, Option<Tick>) {
-        let side = self.side(slot);
-        let stamp = Stamp::from_bits(side.times.load(Ordering::SeqCst));
-        let own = match side.timeout.load(Ordering::SeqCst) {
-            0 => None,
-            own => Some(own),
-        };
-        (stamp, own)
-    }
-
     /// A slot's times ([`times`]).
     #[inline]
     fn times_of(&self, slot: usize) -> &AtomicU64 {

@@ -1,5 +1,6 @@
 //! A slot's times, in ticks of the acker's resolution, beside its word; the table's reads
-//! of them (`times`, `deadline`, `deadline_from`, `timeout_of`); and their two writers
+//! of them (`times`, `deadline`, `deadline_from`, `timeout_of`, and what filing a timer and
+//! reporting a completion read: `to_file`, `completed_times`); and their two writers
 //! after the claim: the reaper's check of an entry at its deadline (`expire`) and a
 //! reset's move of the base (`reset`).
 //!
@@ -28,6 +29,7 @@
 //! after it loaded the word and CASes from that word, so a deadline moved by a reset, or by
 //! an init's own timeout (written while JOINING), makes its CAS fail (`Table::expire`).
 
+use super::lines::Side;
 use super::{reached, Effects, Expiry, Key, Step, Table, GROUP_SLOTS};
 use crate::acker::timers::ticks::{full_near, Tick};
 use crate::acker::timers::{GEN_TAG_BITS, TAG_CHECK_MASK};
@@ -245,17 +247,66 @@ impl<T> super::Table<T> {
     /// The deadline of times `stamp` just read from `slot`.
     #[inline]
     pub fn deadline_from(&self, slot: usize, stamp: Stamp) -> Tick {
-        let timeout = self.timeout_of(slot).unwrap_or(self.default_timeout);
-        stamp.base().wrapping_add(timeout)
+        self.deadline_in(stamp, self.side(slot))
     }
 
     /// The tree's own timeout in ticks, if its init gave one.
     #[inline]
     pub fn timeout_of(&self, slot: usize) -> Option<Tick> {
-        match self.timeout_cell(slot).load(Ordering::SeqCst) {
-            0 => None,
-            own => Some(own),
-        }
+        own_timeout(self.side(slot))
+    }
+
+    /// What filing the timer of the entry in `slot` reads: its times, then its own timeout
+    /// (for its deadline, as [`deadline_from`](Self::deadline_from) makes it), then its
+    /// word's key; `None`, after the times alone, when the slot is free (completed and
+    /// freed already). One indexing of the slot for the three.
+    #[inline]
+    pub fn to_file(&self, slot: usize) -> Option<(Stamp, Tick, Key)> {
+        let (word, side) = self.parts(slot);
+        let stamp = Stamp::from_bits(side.times.load(Ordering::SeqCst))?;
+        let deadline = self.deadline_in(stamp, side);
+        Some((stamp, deadline, word.load().key()))
+    }
+
+    /// A completed slot's times and own timeout ([`times`](Self::times),
+    /// [`timeout_of`](Self::timeout_of)), for its completion's report, with one indexing
+    /// of the slot for the two. (The own timeout, not the tree's: a report needs that only
+    /// for a timeout, [`timeout_or_default`](Self::timeout_or_default).)
+    #[inline]
+    pub fn completed_times(&self, slot: usize) -> (Option<Stamp>, Option<Tick>) {
+        let side = self.side(slot);
+        let stamp = Stamp::from_bits(side.times.load(Ordering::SeqCst));
+        (stamp, own_timeout(side))
+    }
+
+    /// The timeout of a tree whose own is `own` ([`timeout_of`](Self::timeout_of)): that,
+    /// or the table's default.
+    #[inline]
+    pub fn timeout_or_default(&self, own: Option<Tick>) -> Tick {
+        own.unwrap_or(self.default_timeout)
+    }
+
+    /// The deadline of times `stamp` just read from the slot of `side`: the base plus the
+    /// tree's timeout.
+    #[inline]
+    fn deadline_in(&self, stamp: Stamp, side: &Side<T>) -> Tick {
+        stamp.base().wrapping_add(self.timeout_in(side))
+    }
+
+    /// The timeout of the tree in the slot of `side`: its own, or the table's default.
+    #[inline]
+    fn timeout_in(&self, side: &Side<T>) -> Tick {
+        self.timeout_or_default(own_timeout(side))
+    }
+}
+
+/// The own timeout in the slot of `side`, if its tree's init gave one (the cell holds 0
+/// otherwise).
+#[inline]
+fn own_timeout<T>(side: &Side<T>) -> Option<Tick> {
+    match side.timeout.load(Ordering::SeqCst) {
+        0 => None,
+        own => Some(own),
     }
 }
 
