@@ -8,7 +8,10 @@
 //! calls, and compiling with the feature made the whole tree 1.6x faster.
 //!
 //! Here the CPU is checked once (`cmpxchg16b`, AVX, and an Intel or AMD vendor) and the
-//! answer cached in a static, so each operation costs one L1 load and a predicted branch,
+//! answer cached in a static. A caller keeps a copy of it ([`Cpu`]: a table has one, made
+//! at its build) and passes it to each operation, so that an operation costs a compare of
+//! a byte the caller has at hand and a predicted branch (the static, defined in this crate
+//! and read from the caller's, is reached through the global offset table: two loads),
 //! and then:
 //!
 //! * a CAS is an inlined `lock cmpxchg16b`, a full barrier on x86: SeqCst;
@@ -32,7 +35,30 @@
 
 use std::sync::atomic::Ordering;
 
-/// A 128-bit atomic integer with a load and a compare-exchange; see the module docs.
+/// Which path (module docs) this CPU's accesses take: what the static says, copied out for a
+/// caller to keep and pass to each operation (module docs).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Cpu {
+    /// The inlined instructions may be used on this CPU. True only as [`Cpu::get`] makes
+    /// it, from `x86::available` (the field is private to this module), and a CPU's
+    /// features do not change, so every copy stays exact.
+    #[cfg(all(target_arch = "x86_64", not(miri), not(ackwheel_tsan)))]
+    inlined: bool,
+}
+
+impl Cpu {
+    /// This CPU's path (checking the CPU if no one has yet).
+    #[inline(always)]
+    pub(crate) fn get() -> Cpu {
+        Cpu {
+            #[cfg(all(target_arch = "x86_64", not(miri), not(ackwheel_tsan)))]
+            inlined: x86::available(),
+        }
+    }
+}
+
+/// A 128-bit atomic integer with a load and a compare-exchange; see the module docs. Each
+/// operation takes the path `cpu` found ([`Cpu::get`]).
 #[derive(Debug)]
 #[repr(transparent)]
 pub(crate) struct AtomicU128(portable_atomic::AtomicU128);
@@ -44,14 +70,15 @@ impl AtomicU128 {
 
     /// Loads the value. The inlined path is SeqCst whatever `order` asks.
     #[inline]
-    pub(crate) fn load(&self, order: Ordering) -> u128 {
+    #[allow(unused_variables)] // `cpu`, where there is one path
+    pub(crate) fn load(&self, cpu: Cpu, order: Ordering) -> u128 {
         #[cfg(ackwheel_tsan)]
         let _stripe = tsan::lock(self);
         #[cfg(all(target_arch = "x86_64", not(miri), not(ackwheel_tsan)))]
-        if x86::available() {
+        if cpu.inlined {
             // Safety: `as_ptr` is valid and 16-byte aligned (portable-atomic's type is
-            // `align(16)`) for as long as `self` is borrowed, and `available` checked the
-            // CPU features the instruction needs.
+            // `align(16)`) for as long as `self` is borrowed, and `cpu.inlined` says
+            // `available` checked the CPU features the instruction needs.
             return unsafe { x86::load(self.0.as_ptr()) };
         }
         self.0.load(order)
@@ -59,24 +86,32 @@ impl AtomicU128 {
 
     /// Loads each of `words` in order, each atomically (the array is not one snapshot: it
     /// is what `N` loads one after the other give). With the inlined path, four words are
-    /// four `vmovdqa` in one block and one check of the CPU.
+    /// four `vmovdqa` in one block.
     #[inline(always)]
-    pub(crate) fn load_each<const N: usize>(words: &[AtomicU128; N], order: Ordering) -> [u128; N] {
+    #[allow(unused_variables)] // `cpu`, where there is one path
+    pub(crate) fn load_each<const N: usize>(
+        words: &[AtomicU128; N],
+        cpu: Cpu,
+        order: Ordering,
+    ) -> [u128; N] {
         #[cfg(all(target_arch = "x86_64", not(miri), not(ackwheel_tsan)))]
-        if N == 4 && x86::available() {
+        if N == 4 && cpu.inlined {
             // Safety: `words` is four valid, 16-byte aligned atomics (the array has its
-            // element's alignment and no padding); `available` checked the CPU.
+            // element's alignment and no padding); `cpu.inlined` says `available` checked
+            // the CPU.
             let four = unsafe { x86::load4(words.as_ptr().cast::<u128>()) };
             return std::array::from_fn(|i| four[i]);
         }
-        std::array::from_fn(|i| words[i].load(order))
+        std::array::from_fn(|i| words[i].load(cpu, order))
     }
 
     /// Stores `new` if the value is `current`: `Ok(current)`, else `Err(value seen)`.
     /// The inlined path is SeqCst whatever the orderings ask.
     #[inline]
+    #[allow(unused_variables)] // `cpu`, where there is one path
     pub(crate) fn compare_exchange(
         &self,
+        cpu: Cpu,
         current: u128,
         new: u128,
         success: Ordering,
@@ -85,8 +120,9 @@ impl AtomicU128 {
         #[cfg(ackwheel_tsan)]
         let _stripe = tsan::lock(self);
         #[cfg(all(target_arch = "x86_64", not(miri), not(ackwheel_tsan)))]
-        if x86::available() {
-            // Safety: as in `load`; `available` checked for `cmpxchg16b`.
+        if cpu.inlined {
+            // Safety: as in `load`; `cpu.inlined` says `available` checked for
+            // `cmpxchg16b`.
             let seen = unsafe { x86::cmpxchg16b(self.0.as_ptr(), current, new) };
             return if seen == current { Ok(seen) } else { Err(seen) };
         }
@@ -237,23 +273,27 @@ mod x86 {
 
 #[cfg(test)]
 mod tests {
-    use super::AtomicU128;
+    use super::{AtomicU128, Cpu};
     use std::sync::atomic::Ordering::SeqCst;
 
     #[test]
     fn load_and_compare_exchange_see_both_halves() {
         let word = AtomicU128::new(0x0123_4567_89ab_cdef_fedc_ba98_7654_3210);
-        assert_eq!(word.load(SeqCst), 0x0123_4567_89ab_cdef_fedc_ba98_7654_3210);
+        assert_eq!(
+            word.load(Cpu::get(), SeqCst),
+            0x0123_4567_89ab_cdef_fedc_ba98_7654_3210
+        );
         // A mismatch in either half fails and reports the whole value.
         for wrong in [0x0123_4567_89ab_cdef_0000_0000_0000_0000, 0x7654_3210] {
             assert_eq!(
-                word.compare_exchange(wrong, 1, SeqCst, SeqCst),
+                word.compare_exchange(Cpu::get(), wrong, 1, SeqCst, SeqCst),
                 Err(0x0123_4567_89ab_cdef_fedc_ba98_7654_3210)
             );
         }
         let new = u128::MAX - 5;
         assert_eq!(
             word.compare_exchange(
+                Cpu::get(),
                 0x0123_4567_89ab_cdef_fedc_ba98_7654_3210,
                 new,
                 SeqCst,
@@ -261,7 +301,7 @@ mod tests {
             ),
             Ok(0x0123_4567_89ab_cdef_fedc_ba98_7654_3210)
         );
-        assert_eq!(word.load(SeqCst), new);
+        assert_eq!(word.load(Cpu::get(), SeqCst), new);
     }
 
     #[test]
@@ -273,10 +313,10 @@ mod tests {
             for _ in 0..4 {
                 s.spawn(|| {
                     for _ in 0..if cfg!(miri) { 50 } else { 50_000 } {
-                        let mut seen = word.load(SeqCst);
+                        let mut seen = word.load(Cpu::get(), SeqCst);
                         loop {
                             let next = seen + (1u128 << 64) + 1;
-                            match word.compare_exchange(seen, next, SeqCst, SeqCst) {
+                            match word.compare_exchange(Cpu::get(), seen, next, SeqCst, SeqCst) {
                                 Ok(_) => break,
                                 Err(now) => seen = now,
                             }
@@ -285,7 +325,7 @@ mod tests {
                 });
             }
         });
-        let total = word.load(SeqCst);
+        let total = word.load(Cpu::get(), SeqCst);
         let n = if cfg!(miri) { 200 } else { 200_000 };
         assert_eq!((total >> 64, total as u64 as u128), (n, n));
     }

@@ -92,7 +92,7 @@ pub(crate) mod slice;
 pub(crate) mod spin;
 
 #[cfg(not(loom))]
-pub(crate) use atomic_u128::AtomicU128;
+pub(crate) use atomic_u128::{AtomicU128, Cpu};
 pub(crate) use backoff::Backoff;
 #[cfg_attr(not(feature = "tokio"), allow(unused_imports))]
 pub(crate) use spin::{Guard, Lock};
@@ -111,22 +111,39 @@ pub(crate) use spin::{Guard, Lock};
 #[derive(Debug)]
 pub(crate) struct AtomicU128(loom::sync::Mutex<u128>);
 
+/// Under loom, the stand-in's one path: nothing to find.
+#[cfg(loom)]
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Cpu;
+
+#[cfg(loom)]
+impl Cpu {
+    pub(crate) fn get() -> Cpu {
+        Cpu
+    }
+}
+
 #[cfg(loom)]
 impl AtomicU128 {
     pub(crate) fn new(value: u128) -> Self {
         AtomicU128(loom::sync::Mutex::new(value))
     }
 
-    pub(crate) fn load(&self, _: Ordering) -> u128 {
+    pub(crate) fn load(&self, _: Cpu, _: Ordering) -> u128 {
         *self.0.lock().unwrap()
     }
 
-    pub(crate) fn load_each<const N: usize>(words: &[AtomicU128; N], order: Ordering) -> [u128; N] {
-        std::array::from_fn(|i| words[i].load(order))
+    pub(crate) fn load_each<const N: usize>(
+        words: &[AtomicU128; N],
+        cpu: Cpu,
+        order: Ordering,
+    ) -> [u128; N] {
+        std::array::from_fn(|i| words[i].load(cpu, order))
     }
 
     pub(crate) fn compare_exchange(
         &self,
+        _: Cpu,
         current: u128,
         new: u128,
         _: Ordering,

@@ -113,7 +113,7 @@ impl<T> Table<T> {
                 search = self.search(key, None);
                 continue;
             }
-            match self.word(slot).cas(word, joined) {
+            match self.word(slot).cas_on(self.cpu, word, joined) {
                 Ok(()) => {
                     effects.set_joined();
                     break slot;
@@ -139,14 +139,14 @@ impl<T> Table<T> {
                 effects.file_later(self.gen, slot);
             }
         }
-        let mut word = slot_word.load();
+        let mut word = slot_word.load_on(self.cpu);
         loop {
             let Some(step) = word.settled() else {
                 // Only the joining init leaves JOINING, and that is us.
                 debug_assert!(false, "settling {word:?}");
                 return Ok(());
             };
-            match slot_word.cas(word, step.word()) {
+            match slot_word.cas_on(self.cpu, word, step.word()) {
                 Ok(()) => {
                     if let Step::Complete(_, outcome) = step {
                         self.claimed(effects, slot, key, outcome);
@@ -199,13 +199,13 @@ impl<T> Table<T> {
     /// until it lands: messages may change the word meanwhile, but only its claimer leaves
     /// JOINING.
     fn unjoin(&self, slot: usize, xor: u64) {
-        let mut word = self.word(slot).load();
+        let mut word = self.word(slot).load_on(self.cpu);
         loop {
             let Some(held) = word.unjoined(xor) else {
                 debug_assert!(false, "unjoining {word:?}");
                 return;
             };
-            match self.word(slot).cas(word, held) {
+            match self.word(slot).cas_on(self.cpu, word, held) {
                 Ok(()) => return,
                 Err(now) => word = now, // an ack or a fail landed; take ours out of that
             }

@@ -170,7 +170,7 @@ impl<T> Table<T> {
 
     /// Moves the slot's entry to `next` if it is HELD or LIVE (module docs).
     fn move_slot(&self, slot: usize, next: &Table<T>, effects: &mut Effects<'_>) -> Slot {
-        let mut word = self.word(slot).load();
+        let mut word = self.word(slot).load_on(self.cpu);
         let frozen = loop {
             if word == Word::EMPTY || word.state() == State::MOVED {
                 return Slot::Clean;
@@ -178,7 +178,7 @@ impl<T> Table<T> {
             let Some(frozen) = word.frozen() else {
                 return Slot::Busy;
             };
-            match self.word(slot).cas(word, frozen) {
+            match self.word(slot).cas_on(self.cpu, word, frozen) {
                 Ok(()) => break frozen,
                 Err(now) => word = now,
             }
@@ -217,7 +217,7 @@ impl<T> Table<T> {
         }
         match adopted {
             Ok(()) => {
-                let moved = self.word(slot).cas(frozen, frozen.moved());
+                let moved = self.word(slot).cas_on(self.cpu, frozen, frozen.moved());
                 debug_assert!(moved.is_ok(), "a FROZEN word changed under its mover");
                 effects.note_moved();
                 Slot::Clean
@@ -230,7 +230,7 @@ impl<T> Table<T> {
                         unsafe { (*cell).write(payload) };
                     });
                 }
-                let restored = self.word(slot).cas(frozen, word);
+                let restored = self.word(slot).cas_on(self.cpu, frozen, word);
                 debug_assert!(restored.is_ok(), "a FROZEN word changed under its mover");
                 Slot::NoRoom
             }
@@ -285,7 +285,7 @@ impl<T> Table<T> {
     pub(super) fn await_moved(&self, slot: usize, word: Word) -> Word {
         let mut backoff = Backoff::default();
         loop {
-            let now = self.word(slot).load();
+            let now = self.word(slot).load_on(self.cpu);
             if now != word {
                 return now;
             }

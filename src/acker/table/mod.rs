@@ -86,7 +86,7 @@ use crate::acker::bound::Credits;
 use crate::acker::outcome::Outcome;
 use crate::acker::table::word::{Key, Phase, Step, Word, KEY_SHIFT};
 use crate::sync::{
-    Arc, AtomicPtr, AtomicU128, AtomicU16, AtomicU32, AtomicU64, AtomicUsize, Ordering,
+    Arc, AtomicPtr, AtomicU128, AtomicU16, AtomicU32, AtomicU64, AtomicUsize, Cpu, Ordering,
 };
 use lines::{Group, Lines, Payload, Side};
 
@@ -129,16 +129,31 @@ impl SlotWord {
         SlotWord(AtomicU128::new(0))
     }
 
+    /// The word, the CPU's path ([`Cpu`]) checked for this access alone.
     #[inline]
     pub fn load(&self) -> Word {
-        Word::from_bits(self.0.load(Ordering::SeqCst))
+        self.load_on(Cpu::get())
     }
 
-    /// `Ok(())` when the word was `current` and is now `new`; else the word it is.
+    /// The word, on the path `cpu` found: an operation of several accesses finds it once.
+    #[inline]
+    pub fn load_on(&self, cpu: Cpu) -> Word {
+        Word::from_bits(self.0.load(cpu, Ordering::SeqCst))
+    }
+
+    /// `Ok(())` when the word was `current` and is now `new`; else the word it is. The
+    /// CPU's path checked for this access alone.
     #[inline]
     pub fn cas(&self, current: Word, new: Word) -> Result<(), Word> {
+        self.cas_on(Cpu::get(), current, new)
+    }
+
+    /// [`cas`](Self::cas) on the path `cpu` found.
+    #[inline]
+    pub fn cas_on(&self, cpu: Cpu, current: Word, new: Word) -> Result<(), Word> {
         self.0
             .compare_exchange(
+                cpu,
                 current.to_bits(),
                 new.to_bits(),
                 Ordering::SeqCst,
@@ -150,15 +165,16 @@ impl SlotWord {
 }
 
 impl Group {
-    /// Each word of the group, loaded one after the other (SeqCst each; not a snapshot).
+    /// Each word of the group, loaded one after the other (SeqCst each; not a snapshot),
+    /// on the path `cpu` found.
     #[inline]
-    fn load(&self) -> [Word; GROUP_SLOTS] {
+    fn load(&self, cpu: Cpu) -> [Word; GROUP_SLOTS] {
         // Safety: `SlotWord` is a `repr(transparent)` `AtomicU128`, so the arrays have one
         // layout.
         let words = unsafe {
             &*(&self.0 as *const [SlotWord; GROUP_SLOTS]).cast::<[AtomicU128; GROUP_SLOTS]>()
         };
-        AtomicU128::load_each(words, Ordering::SeqCst).map(Word::from_bits)
+        AtomicU128::load_each(words, cpu, Ordering::SeqCst).map(Word::from_bits)
     }
 
     /// The first of the group's words whose key is `key`'s: [`Match::Holds`] with its
@@ -173,8 +189,8 @@ impl Group {
     /// cache costs the miss a second time (an ack at 64k pending in a table at its bound's
     /// load: 47 ns with a branch a word, 39 without).
     #[inline]
-    fn find(&self, key: Key) -> Match {
-        let words = self.load();
+    fn find(&self, key: Key, cpu: Cpu) -> Match {
+        let words = self.load(cpu);
         let of = |i: usize, word: Word| {
             if word.holds(key) {
                 Match::Holds(i, word)
@@ -305,6 +321,10 @@ pub struct Table<T> {
     merged: AtomicU64,
     /// Merges whose contents are in flight, for a reset that finds nothing (module docs).
     in_flight: InFlight,
+    /// The path of this CPU's accesses to the words ([`Cpu`]), found at build: read here,
+    /// beside the fields an operation reads anyway, rather than from a static at each
+    /// access.
+    cpu: Cpu,
     /// The acker's `max_pending` credits: a claim takes one, emptying its slot gives it
     /// back, so an entry holds one exactly while its slot is reserved (an entry moved by
     /// growth keeps its credit). `None`: unbounded.
@@ -365,6 +385,7 @@ impl<T> Table<T> {
                 groups,
                 merged: AtomicU64::new(0),
                 in_flight: InFlight::default(),
+                cpu: Cpu::get(),
                 credits,
                 default_timeout,
                 gen: 0,
@@ -456,7 +477,7 @@ impl<T> Table<T> {
     /// Every slot EMPTY and every overflow count 0: nothing is left behind (for tests and
     /// models; it reads the whole table).
     pub fn is_clear(&self) -> bool {
-        (0..self.slots()).all(|slot| self.word(slot).load() == Word::EMPTY)
+        (0..self.slots()).all(|slot| self.word(slot).load_on(self.cpu) == Word::EMPTY)
             && (0..self.slots()).all(|slot| self.times_of(slot).load(Ordering::SeqCst) == 0)
             && self.overflow.iter().all(|c| c.load(Ordering::SeqCst) == 0)
     }
@@ -524,7 +545,7 @@ impl<T> Table<T> {
         // line; either way the first word of the key in probe order, if it is an entry.
         let home = self.home(key);
         let group = self.group(home);
-        let (slot, cell, word) = match group.find(key) {
+        let (slot, cell, word) = match group.find(key, self.cpu) {
             Match::Holds(i, word) => (home * GROUP_SLOTS + i, &group.0[i], word),
             Match::Odd => return None,
             Match::Absent => {
@@ -533,7 +554,7 @@ impl<T> Table<T> {
             }
         };
         let step = message.step(word)?;
-        cell.cas(word, step.word()).ok()?;
+        cell.cas_on(self.cpu, word, step.word()).ok()?;
         Some(match step {
             Step::To(_) => None,
             Step::Complete(_, outcome) => Some(Completed {
@@ -561,7 +582,7 @@ impl<T> Table<T> {
                 return None;
             }
             group = self.wrap(group + 1);
-            match self.group(group).find(key) {
+            match self.group(group).find(key, self.cpu) {
                 Match::Holds(i, word) => return Some((group * GROUP_SLOTS + i, word)),
                 Match::Odd => return None,
                 Match::Absent => {}
@@ -607,7 +628,7 @@ impl<T> Table<T> {
                         self.move_base(slot, |b| if reached(base, b) { b } else { base });
                     }
                 }
-                match self.word(slot).cas(word, step.word()) {
+                match self.word(slot).cas_on(self.cpu, word, step.word()) {
                     Ok(()) => {
                         if let Step::Complete(_, outcome) = step {
                             self.claimed(effects, slot, key, outcome);
@@ -653,7 +674,7 @@ unsafe fn zeroed<T>(n: usize, make: impl Fn() -> T) -> Box<[T]> {
 impl<T> Drop for Table<T> {
     fn drop(&mut self) {
         for slot in 0..self.slots() {
-            let word = self.word(slot).load();
+            let word = self.word(slot).load_on(self.cpu);
             let joined = matches!(word.state().phase(), Some(Phase::Joining | Phase::Live));
             if joined {
                 self.payload(slot).0.with_mut(|cell| {

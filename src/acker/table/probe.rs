@@ -4,9 +4,7 @@
 //! [`Table::empty`] undoes both (module docs of [`table`](crate::acker::table), "Finding a
 //! root").
 
-use super::{
-    Effects, Key, Side, Stamp, Table, Word, CROWDED_DISTANCE, GROUP_SLOTS, MAX_PROBE,
-};
+use super::{Effects, Key, Side, Stamp, Table, Word, CROWDED_DISTANCE, GROUP_SLOTS, MAX_PROBE};
 use crate::sync::{store_raced, Ordering};
 
 /// Why [`Table::claim`] claimed nothing.
@@ -85,7 +83,7 @@ impl<T> Table<T> {
         self.prefetch_home(home, false);
         let mut vacancy = None;
         for (d, group) in self.walk(home) {
-            let words = self.group(group).load();
+            let words = self.group(group).load(self.cpu);
             // Masks of the group's words of the key (any state) and of its EMPTY words:
             // most groups hold no word of the key, and then only the first EMPTY matters.
             let (mut mine, mut empty) = (0u32, 0u32);
@@ -120,7 +118,7 @@ impl<T> Table<T> {
     #[inline]
     pub(super) fn has_twin(&self, key: Key, mine: usize) -> bool {
         self.walk(self.home(key)).any(|(_, group)| {
-            let words = self.group(group).load();
+            let words = self.group(group).load(self.cpu);
             (0..GROUP_SLOTS).any(|i| {
                 let w = words[i];
                 group * GROUP_SLOTS + i != mine && (w.holds(key) || w.frozen_for(key))
@@ -201,7 +199,7 @@ impl<T> Table<T> {
 
     /// The key of the root in `slot`, if the slot holds a LIVE, HELD or FROZEN entry.
     pub fn key_in(&self, slot: usize) -> Option<Key> {
-        let word = self.word(slot).load();
+        let word = self.word(slot).load_on(self.cpu);
         (word.holds(word.key()) || word.frozen_for(word.key())).then(|| word.key())
     }
 
@@ -276,7 +274,7 @@ impl<T> Table<T> {
         fill(side);
         // The counts first: a search that sees the word must be able to reach it.
         self.count_overflow(home, d, 1);
-        match cell.cas(Word::EMPTY, word) {
+        match cell.cas_on(self.cpu, Word::EMPTY, word) {
             Ok(()) => Ok((slot, d)),
             Err(_) => {
                 // Cannot happen: times are 0 only while the word is EMPTY and unreserved
@@ -298,7 +296,7 @@ impl<T> Table<T> {
     fn vacancy(&self, home: usize, reserve: impl Fn(usize) -> bool) -> Option<Vacancy> {
         (0..=self.window()).find_map(|d| {
             let group = self.wrap(home + d);
-            let words = self.group(group).load();
+            let words = self.group(group).load(self.cpu);
             let i = (0..GROUP_SLOTS)
                 .find(|&i| words[i] == Word::EMPTY && reserve(group * GROUP_SLOTS + i))?;
             Some(Vacancy {
@@ -311,7 +309,7 @@ impl<T> Table<T> {
     /// Empties a slot whose word was `word` (an orphan dropped, a twin merged, a tree
     /// freed) and takes its overflow counts off. `Err(now)` when the word moved.
     pub(super) fn empty(&self, slot: usize, word: Word) -> Result<(), Word> {
-        self.word(slot).cas(word, Word::EMPTY)?;
+        self.word(slot).cas_on(self.cpu, word, Word::EMPTY)?;
         self.release(slot, word.key());
         Ok(())
     }

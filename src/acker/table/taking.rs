@@ -9,7 +9,7 @@ impl<T> Table<T> {
     /// payload taken, its slot freed). `None` when the slot holds no LIVE tree of `key`
     /// (completed by someone, not initialized, or taken back already: one CAS decides).
     pub fn take_back(&self, slot: usize, key: Key) -> Option<T> {
-        let mut word = self.word(slot).load();
+        let mut word = self.word(slot).load_on(self.cpu);
         loop {
             if word.frozen_for(key) {
                 word = self.await_moved(slot, word); // then it is the successor's to take
@@ -19,7 +19,7 @@ impl<T> Table<T> {
                 return None;
             }
             let done = word.taken_back()?;
-            match self.word(slot).cas(word, done) {
+            match self.word(slot).cas_on(self.cpu, word, done) {
                 // Safety: our CAS completed the tree from LIVE: the completion is ours,
                 // taken and freed once, here.
                 Ok(()) => unsafe {
@@ -35,7 +35,7 @@ impl<T> Table<T> {
     /// Shutdown, after the callback closed: drops `slot`'s HELD entry of `key` (messages
     /// whose init never came). `false` when the slot holds no HELD entry of `key`.
     pub fn discard(&self, slot: usize, key: Key) -> bool {
-        let mut word = self.word(slot).load();
+        let mut word = self.word(slot).load_on(self.cpu);
         loop {
             if word.frozen_for(key) {
                 word = self.await_moved(slot, word); // then it is the successor's
@@ -75,7 +75,7 @@ impl<T> Table<T> {
     /// would steal.
     pub unsafe fn free(&self, slot: usize, key: Key) {
         debug_assert!(
-            !self.word(slot).load().holds(key),
+            !self.word(slot).load_on(self.cpu).holds(key),
             "freeing a slot that still holds its root"
         );
         self.release(slot, key);

@@ -185,12 +185,12 @@ fn a_group_finds_the_first_word_of_its_key_wherever_it_is_and_defers_the_odd_one
             group.0[i].cas(Word::EMPTY, word).unwrap();
         }
         assert_eq!(
-            group.find(key),
+            group.find(key, Cpu::get()),
             Match::Holds(at, mine),
             "the key in word {at}"
         );
         assert_eq!(
-            group.find(key_in(4, 1, 8)),
+            group.find(key_in(4, 1, 8), Cpu::get()),
             Match::Absent,
             "no word of the key"
         );
@@ -203,22 +203,29 @@ fn a_group_finds_the_first_word_of_its_key_wherever_it_is_and_defers_the_odd_one
     group.0[0].cas(Word::EMPTY, other(0)).unwrap();
     group.0[2].cas(Word::EMPTY, frozen).unwrap();
     group.0[3].cas(Word::EMPTY, Word::held_ack(key, 4)).unwrap();
-    assert_eq!(group.find(key), Match::Odd);
+    assert_eq!(group.find(key, Cpu::get()), Match::Odd);
     // The same in word 0, which is tried first.
     let table = Table::<u32>::new(4);
     table.group(2).0[0].cas(Word::EMPTY, frozen).unwrap();
     table.group(2).0[1]
         .cas(Word::EMPTY, Word::held_ack(key, 4))
         .unwrap();
-    assert_eq!(table.group(2).find(key), Match::Odd);
+    assert_eq!(table.group(2).find(key, Cpu::get()), Match::Odd);
     // Key 0 is the EMPTY word's key: an EMPTY word never reads as its entry.
     let zero = Key::new(0);
-    assert_eq!(table.group(3).find(zero), Match::Odd, "an empty group");
-    assert_eq!(group.find(zero), Match::Odd, "word 1 is EMPTY");
+    assert_eq!(
+        table.group(3).find(zero, Cpu::get()),
+        Match::Odd,
+        "an empty group"
+    );
+    assert_eq!(group.find(zero, Cpu::get()), Match::Odd, "word 1 is EMPTY");
     group.0[1]
         .cas(Word::EMPTY, Word::held_ack(zero, 9))
         .unwrap();
-    assert_eq!(group.find(zero), Match::Holds(1, Word::held_ack(zero, 9)));
+    assert_eq!(
+        group.find(zero, Cpu::get()),
+        Match::Holds(1, Word::held_ack(zero, 9))
+    );
 }
 
 /// The shortcut walks the window as `search` does and defers what `search` would not

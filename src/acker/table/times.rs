@@ -265,7 +265,7 @@ impl<T> super::Table<T> {
         let (word, side) = self.parts(slot);
         let stamp = Stamp::from_bits(side.times.load(Ordering::SeqCst))?;
         let deadline = self.deadline_in(stamp, side);
-        Some((stamp, deadline, word.load().key()))
+        Some((stamp, deadline, word.load_on(self.cpu).key()))
     }
 
     /// A completed slot's times and own timeout ([`times`](Self::times),
@@ -357,7 +357,7 @@ impl<T> Table<T> {
         judge: Judge,
         effects: &mut Effects<'_>,
     ) -> Expiry {
-        let mut word = self.word(slot).load();
+        let mut word = self.word(slot).load_on(self.cpu);
         loop {
             let key = word.key();
             if ((key.tag() ^ tag) & TAG_CHECK_MASK) >> GEN_TAG_BITS != 0 {
@@ -371,7 +371,7 @@ impl<T> Table<T> {
                 return Expiry::Gone;
             }
             if let Some(seen) = word.reset_seen() {
-                word = match self.word(slot).cas(word, seen) {
+                word = match self.word(slot).cas_on(self.cpu, word, seen) {
                     Ok(()) => seen, // now read the deadline the reset stored
                     Err(now) => now,
                 };
@@ -391,10 +391,12 @@ impl<T> Table<T> {
             }
             let result = match step {
                 Step::To(_) => self.empty(slot, word).map(|()| Expiry::Dropped),
-                Step::Complete(dead, outcome) => self.word(slot).cas(word, dead).map(|()| {
-                    self.claimed(effects, slot, key, outcome);
-                    Expiry::TimedOut
-                }),
+                Step::Complete(dead, outcome) => {
+                    self.word(slot).cas_on(self.cpu, word, dead).map(|()| {
+                        self.claimed(effects, slot, key, outcome);
+                        Expiry::TimedOut
+                    })
+                }
             };
             match result {
                 Ok(expiry) => return expiry,
@@ -433,7 +435,7 @@ impl<T> Table<T> {
             let group = self.wrap(home + d);
             for (i, slot_word) in self.group(group).0.iter().enumerate() {
                 let slot = group * GROUP_SLOTS + i;
-                let mut word = slot_word.load();
+                let mut word = slot_word.load_on(self.cpu);
                 loop {
                     if word.frozen_for(key) {
                         // Moving: the caller resets the successor's entry after this
@@ -454,7 +456,7 @@ impl<T> Table<T> {
                     // FROZEN then and put back for want of room in the successor: the soak
                     // with tables growing and shrinking timed 568 trees out early.)
                     self.move_base(slot, |base| if reached(now, base) { base } else { now });
-                    match slot_word.cas(word, next) {
+                    match slot_word.cas_on(self.cpu, word, next) {
                         Ok(()) => {
                             any = true;
                             break;
@@ -529,7 +531,7 @@ impl<T> Table<T> {
     pub fn held(&self) -> usize {
         (0..self.slots())
             .filter(|&slot| {
-                let word = self.word(slot).load();
+                let word = self.word(slot).load_on(self.cpu);
                 word.holds(word.key()) && word.state().phase() == Some(super::Phase::Held)
             })
             .count()

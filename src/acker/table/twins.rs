@@ -60,7 +60,7 @@ impl<T> Table<T> {
     /// may complete the tree (into `effects`).
     pub(super) fn merge_twins(&self, key: Key, mine: usize, effects: &mut Effects<'_>) {
         while let Some((other, theirs)) = self.find_other(key, Some(mine)) {
-            let ours = self.word(mine).load();
+            let ours = self.word(mine).load_on(self.cpu);
             if !ours.holds(key) {
                 // Merged away by the other claimer, or completed: nothing of ours is left.
                 return;
@@ -92,7 +92,11 @@ impl<T> Table<T> {
             // counts, credit) until its contents have landed, so no claim can take it.
             // Counted from before the CAS to the landing, for resets ([`InFlight`]).
             self.in_flight.start();
-            if self.word(loser).cas(lost, Word::EMPTY).is_err() {
+            if self
+                .word(loser)
+                .cas_on(self.cpu, lost, Word::EMPTY)
+                .is_err()
+            {
                 self.in_flight.land(); // nothing moved
                 continue; // it moved: look at the pair again
             }
@@ -114,7 +118,11 @@ impl<T> Table<T> {
                 // like any new one: moved if a migration has begun, else merged with any
                 // twin claimed meanwhile (searched again after the restore, as after a
                 // claim).
-                if self.word(loser).cas(Word::EMPTY, lost).is_err() {
+                if self
+                    .word(loser)
+                    .cas_on(self.cpu, Word::EMPTY, lost)
+                    .is_err()
+                {
                     // Cannot happen: a reserved slot's EMPTY word changes only by its
                     // reserver (`claim_with`). Were it to, the contents go as a new entry.
                     debug_assert!(false, "a reserved slot's word left EMPTY");
