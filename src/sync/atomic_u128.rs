@@ -85,24 +85,28 @@ impl AtomicU128 {
     }
 
     /// Loads each of `words` in order, each atomically (the array is not one snapshot: it
-    /// is what `N` loads one after the other give). With the inlined path, four words are
-    /// four `vmovdqa` in one block.
+    /// is what `N` loads one after the other give), and returns what `then` makes of them.
+    /// With the inlined path, four words are four `vmovdqa` in one block, and `then` is
+    /// inlined into each path on its own: the words are not merged from the two paths
+    /// into general registers first, so that what `then` leaves unused stays in vector
+    /// registers (a match in a group's first word moves only that word out).
     #[inline(always)]
     #[allow(unused_variables)] // `cpu`, where there is one path
-    pub(crate) fn load_each<const N: usize>(
+    pub(crate) fn load_each<const N: usize, R>(
         words: &[AtomicU128; N],
         cpu: Cpu,
         order: Ordering,
-    ) -> [u128; N] {
+        then: impl FnOnce([u128; N]) -> R,
+    ) -> R {
         #[cfg(all(target_arch = "x86_64", not(miri), not(ackwheel_tsan)))]
         if N == 4 && cpu.inlined {
             // Safety: `words` is four valid, 16-byte aligned atomics (the array has its
             // element's alignment and no padding); `cpu.inlined` says `available` checked
             // the CPU.
             let four = unsafe { x86::load4(words.as_ptr().cast::<u128>()) };
-            return std::array::from_fn(|i| four[i]);
+            return then(std::array::from_fn(|i| four[i]));
         }
-        std::array::from_fn(|i| words[i].load(cpu, order))
+        then(std::array::from_fn(|i| words[i].load(cpu, order)))
     }
 
     /// Stores `new` if the value is `current`: `Ok(current)`, else `Err(value seen)`.

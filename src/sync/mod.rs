@@ -133,12 +133,13 @@ impl AtomicU128 {
         *self.0.lock().unwrap()
     }
 
-    pub(crate) fn load_each<const N: usize>(
+    pub(crate) fn load_each<const N: usize, R>(
         words: &[AtomicU128; N],
         cpu: Cpu,
         order: Ordering,
-    ) -> [u128; N] {
-        std::array::from_fn(|i| words[i].load(cpu, order))
+        then: impl FnOnce([u128; N]) -> R,
+    ) -> R {
+        then(std::array::from_fn(|i| words[i].load(cpu, order)))
     }
 
     pub(crate) fn compare_exchange(

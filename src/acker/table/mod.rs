@@ -169,12 +169,21 @@ impl Group {
     /// on the path `cpu` found.
     #[inline]
     fn load(&self, cpu: Cpu) -> [Word; GROUP_SLOTS] {
+        self.load_then(cpu, |words| words)
+    }
+
+    /// What `then` makes of the group's words, loaded as [`load`](Self::load) loads them;
+    /// `then` is inlined into each of the CPU's paths ([`AtomicU128::load_each`]).
+    #[inline(always)]
+    fn load_then<R>(&self, cpu: Cpu, then: impl FnOnce([Word; GROUP_SLOTS]) -> R) -> R {
         // Safety: `SlotWord` is a `repr(transparent)` `AtomicU128`, so the arrays have one
         // layout.
         let words = unsafe {
             &*(&self.0 as *const [SlotWord; GROUP_SLOTS]).cast::<[AtomicU128; GROUP_SLOTS]>()
         };
-        AtomicU128::load_each(words, cpu, Ordering::SeqCst).map(Word::from_bits)
+        AtomicU128::load_each(words, cpu, Ordering::SeqCst, |bits| {
+            then(bits.map(Word::from_bits))
+        })
     }
 
     /// The first of the group's words whose key is `key`'s: [`Match::Holds`] with its
@@ -190,7 +199,12 @@ impl Group {
     /// load: 47 ns with a branch a word, 39 without).
     #[inline]
     fn find(&self, key: Key, cpu: Cpu) -> Match {
-        let words = self.load(cpu);
+        self.load_then(cpu, |words| Self::find_in(words, key))
+    }
+
+    /// [`find`](Self::find) in the group's words.
+    #[inline(always)]
+    fn find_in(words: [Word; GROUP_SLOTS], key: Key) -> Match {
         let of = |i: usize, word: Word| {
             if word.holds(key) {
                 Match::Holds(i, word)
@@ -208,12 +222,16 @@ impl Group {
         }
         let i = hits.trailing_zeros() as usize;
         // Chosen with masks, not an index into the array: an index sends the words
-        // through the stack, and the loads that read them back wait on the stores.
-        let word = (2..GROUP_SLOTS).fold(words[1].to_bits(), |word, j| {
-            let take = 0u128.wrapping_sub(u128::from(i == j));
-            word ^ ((word ^ words[j].to_bits()) & take)
+        // through the stack, and the loads that read them back wait on the stores. Half by
+        // half: a choice between whole words, which the inlined load leaves in vector
+        // registers, becomes a branch on `i` (x86 has no conditional move for those).
+        let halves = |word: Word| (word.to_bits() as u64, (word.to_bits() >> 64) as u64);
+        let (lo, hi) = (2..GROUP_SLOTS).fold(halves(words[1]), |(lo, hi), j| {
+            let take = u64::from(i == j).wrapping_neg();
+            let (j_lo, j_hi) = halves(words[j]);
+            (lo ^ ((lo ^ j_lo) & take), hi ^ ((hi ^ j_hi) & take))
         });
-        of(i, Word::from_bits(word))
+        of(i, Word::from_bits(u128::from(hi) << 64 | u128::from(lo)))
     }
 }
 
