@@ -83,24 +83,19 @@ impl<T> Table<T> {
         self.prefetch_home(home, false);
         let mut vacancy = None;
         for (d, group) in self.walk(home) {
-            let words = self.group(group).load(self.cpu);
             // Masks of the group's words of the key (any state) and of its EMPTY words:
             // most groups hold no word of the key, and then only the first EMPTY matters.
-            let (mut mine, mut empty) = (0u32, 0u32);
-            for (i, w) in words.iter().enumerate() {
-                mine |= u32::from(w.key() == key) << i;
-                empty |= u32::from(*w == Word::EMPTY) << i;
-            }
-            while mine != 0 {
-                let i = mine.trailing_zeros() as usize;
-                mine &= mine - 1;
-                let (slot, w) = (group * GROUP_SLOTS + i, words[i]);
-                if w.holds(key) && Some(slot) != skip {
-                    return Search::Found(slot, w);
+            let (found, empty) = self.group(group).load_then(self.cpu, |words| {
+                let (mut mine, mut empty) = (0u32, 0u32);
+                for (i, w) in words.iter().enumerate() {
+                    mine |= u32::from(w.key() == key) << i;
+                    empty |= u32::from(*w == Word::EMPTY) << i;
                 }
-                if w.frozen_for(key) {
-                    return Search::Frozen(slot, w);
-                }
+                let found = (mine != 0).then(|| Self::entry_in(words, group, mine, key, skip));
+                (found.flatten(), empty)
+            });
+            if let Some(found) = found {
+                return found;
             }
             if vacancy.is_none() && empty != 0 {
                 let slot = group * GROUP_SLOTS + empty.trailing_zeros() as usize;
@@ -108,6 +103,31 @@ impl<T> Table<T> {
             }
         }
         Search::Missing(vacancy)
+    }
+
+    /// [`search`](Self::search)'s look at the words of `group` whose key is `key`'s (the
+    /// bits of `mine`): the first that is the root's entry (but for `skip`), or FROZEN.
+    /// Apart, so that the words are indexed (through memory) only in a group that has one.
+    #[inline(never)]
+    fn entry_in(
+        words: [Word; GROUP_SLOTS],
+        group: usize,
+        mut mine: u32,
+        key: Key,
+        skip: Option<usize>,
+    ) -> Option<Search> {
+        while mine != 0 {
+            let i = mine.trailing_zeros() as usize;
+            mine &= mine - 1;
+            let (slot, w) = (group * GROUP_SLOTS + i, words[i]);
+            if w.holds(key) && Some(slot) != skip {
+                return Some(Search::Found(slot, w));
+            }
+            if w.frozen_for(key) {
+                return Some(Search::Frozen(slot, w));
+            }
+        }
+        None
     }
 
     /// Whether `key`'s root has an entry other than `mine` (an uncompleted or FROZEN word
