@@ -78,12 +78,9 @@ impl<T: Send + 'static> Engine<T> {
         let Completed {
             slot, key, outcome, ..
         } = completed;
-        let (stamp, own_timeout) = table.completed_times(slot);
-        // Safety: `completed` is a completion this acker's call claimed, finished once
-        // here.
-        let payload = unsafe { table.take(slot) };
-        // Safety: the same completion, freed once, after its take.
-        unsafe { table.free(slot, key) };
+        // Safety: `completed` is a completion this acker's call claimed, ended (its payload
+        // taken, its slot freed) once, here.
+        let (stamp, own_timeout, payload) = unsafe { table.end(slot, key) };
         // The tree is complete and its slot free: a clock that panics now must not lose the
         // completion. It is delivered (elapsed 0), and then the panic goes on to the
         // caller.

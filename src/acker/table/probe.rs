@@ -138,10 +138,11 @@ impl<T> Table<T> {
     #[inline]
     pub(super) fn has_twin(&self, key: Key, mine: usize) -> bool {
         self.walk(self.home(key)).any(|(_, group)| {
-            let words = self.group(group).load(self.cpu);
-            (0..GROUP_SLOTS).any(|i| {
-                let w = words[i];
-                group * GROUP_SLOTS + i != mine && (w.holds(key) || w.frozen_for(key))
+            self.group(group).load_then(self.cpu, |words| {
+                (0..GROUP_SLOTS).any(|i| {
+                    let w = words[i];
+                    group * GROUP_SLOTS + i != mine && (w.holds(key) || w.frozen_for(key))
+                })
             })
         })
     }
@@ -338,12 +339,18 @@ impl<T> Table<T> {
     /// its reservation ends and its credit goes back. Inline: every completion ends here.
     #[inline]
     pub(super) fn release(&self, slot: usize, key: Key) {
+        self.release_in(slot, self.side(slot), key);
+    }
+
+    /// [`release`](Self::release) of `slot`, whose side data is `side`.
+    #[inline]
+    pub(super) fn release_in(&self, slot: usize, side: &Side<T>, key: Key) {
         self.count_overflow(self.home(key), self.distance(key, slot), -1);
         // Last: the slot's reservation ends ([`times`](crate::acker::table::times)), and
         // its credit goes back. Release: a claimer whose reservation CAS reads this 0 then
         // sees the EMPTY word and the counts above; nothing here is a store-then-load pair,
         // so no SeqCst (a plain store, not a locked exchange, on x86).
-        store_raced(self.times_of(slot), 0, Ordering::Release);
+        store_raced(&side.times, 0, Ordering::Release);
         self.give_credit();
     }
 

@@ -1,7 +1,8 @@
 //! The end of a tree's entry: its payload taken by the thread whose CAS completed it, its
 //! slot freed, and shutdown's take-back of a LIVE tree.
 
-use super::Table;
+use super::lines::Side;
+use super::{Stamp, Table, Tick};
 use crate::acker::table::word::Key;
 
 impl<T> Table<T> {
@@ -51,14 +52,42 @@ impl<T> Table<T> {
         }
     }
 
+    /// Ends a completion this thread claimed in `slot`, with one indexing of the slot: reads
+    /// its times and own timeout for the completion's report
+    /// ([`completed_times`](Self::completed_times)), takes the payload
+    /// ([`take`](Self::take)), then frees the slot ([`free`](Self::free)).
+    ///
+    /// # Safety `slot` and `key` are those of a [`Completed`](super::Completed) this
+    /// thread's call claimed, not yet taken nor freed: once per completion (as for `take`
+    /// and `free`).
+    #[inline]
+    pub unsafe fn end(&self, slot: usize, key: Key) -> (Option<Stamp>, Option<Tick>, T) {
+        let side = self.side(slot);
+        let (stamp, own_timeout) = Self::completed_times(side);
+        // Safety: the caller's contract: this completion's payload, taken once.
+        let payload = unsafe { Self::take_in(side) };
+        // Safety: the same completion, freed once, after its take.
+        unsafe { self.free_in(slot, side, key) };
+        (stamp, own_timeout, payload)
+    }
+
     /// Moves the payload out of a slot whose completion this thread claimed.
     ///
     /// # Safety `slot` is the slot of a [`Completed`](super::Completed) this thread's call
     /// claimed, and its payload has not been taken: once per completion.
     pub unsafe fn take(&self, slot: usize) -> T {
+        // Safety: the caller's contract.
+        unsafe { Self::take_in(self.side(slot)) }
+    }
+
+    /// [`take`](Self::take) from the slot whose side data is `side`.
+    ///
+    /// # Safety As for `take`, of that slot.
+    #[inline]
+    unsafe fn take_in(side: &Side<T>) -> T {
         // The caller's CAS completed the tree from LIVE or JOINING, which only the settle
         // CAS after the payload write enters (the caller's CAS read from it, SeqCst).
-        self.payload(slot).0.with(|cell| {
+        side.payload.0.with(|cell| {
             // Safety: the cell is written (above), and the slot stays reserved until the
             // caller frees it, so the caller is its only reader, once (the contract).
             unsafe { (*cell).assume_init_read() }
@@ -74,10 +103,19 @@ impl<T> Table<T> {
     /// freed once: after this the slot may hold another root, whose payload a second `take`
     /// would steal.
     pub unsafe fn free(&self, slot: usize, key: Key) {
+        // Safety: the caller's contract.
+        unsafe { self.free_in(slot, self.side(slot), key) }
+    }
+
+    /// [`free`](Self::free) of `slot`, whose side data is `side`.
+    ///
+    /// # Safety As for `free`.
+    #[inline]
+    unsafe fn free_in(&self, slot: usize, side: &Side<T>, key: Key) {
         debug_assert!(
             !self.word(slot).load_on(self.cpu).holds(key),
             "freeing a slot that still holds its root"
         );
-        self.release(slot, key);
+        self.release_in(slot, side, key);
     }
 }

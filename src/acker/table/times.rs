@@ -269,12 +269,11 @@ impl<T> super::Table<T> {
     }
 
     /// A completed slot's times and own timeout ([`times`](Self::times),
-    /// [`timeout_of`](Self::timeout_of)), for its completion's report, with one indexing
-    /// of the slot for the two. (The own timeout, not the tree's: a report needs that only
-    /// for a timeout, [`timeout_or_default`](Self::timeout_or_default).)
+    /// [`timeout_of`](Self::timeout_of)), read from its side data `side`, for its
+    /// completion's report ([`end`](Self::end)). (The own timeout, not the tree's: a report
+    /// needs that only for a timeout, [`timeout_or_default`](Self::timeout_or_default).)
     #[inline]
-    pub fn completed_times(&self, slot: usize) -> (Option<Stamp>, Option<Tick>) {
-        let side = self.side(slot);
+    pub(super) fn completed_times(side: &Side<T>) -> (Option<Stamp>, Option<Tick>) {
         let stamp = Stamp::from_bits(side.times.load(Ordering::SeqCst));
         (stamp, own_timeout(side))
     }
