@@ -10,14 +10,16 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use super::Engine;
 use crate::acker::outcome::{Completion, Outcome};
 use crate::acker::table::{Completed, Table};
+use crate::acker::threads::Active;
 use crate::acker::timers::ticks::full_near;
 use crate::sync::Ordering;
 
 impl<T: Send + 'static> Engine<T> {
     /// Finishes a completion claimed in `table` (a generation of `shard`): takes the
     /// payload, frees the slot, counts and delivers. `now` is the reaper's tick for a
-    /// timeout (it has it), else the clock is read. `open`: the calling operation's
-    /// [`Active::open`](crate::acker::threads::Active::open): it may call the callback.
+    /// timeout (it has it), else the clock is read. `active`: the calling operation, on the
+    /// calling thread; it may call the callback if it found it
+    /// [`open`](crate::acker::threads::Active::open).
     #[inline]
     pub(super) fn deliver(
         &self,
@@ -25,9 +27,9 @@ impl<T: Send + 'static> Engine<T> {
         table: &Table<T>,
         completed: Completed,
         now: Option<u64>,
-        open: bool,
+        active: &Active,
     ) {
-        self.finish_completion(shard, table, completed, now, open, true);
+        self.finish_completion(shard, table, completed, now, active, true);
     }
 
     /// The timeouts of one reaper pass at full tick `now`: counted first, all at once
@@ -38,7 +40,7 @@ impl<T: Send + 'static> Engine<T> {
         &self,
         timed_out: Vec<(usize, &Table<T>, Completed)>,
         now: u64,
-        open: bool,
+        active: &Active,
     ) {
         if timed_out.is_empty() {
             return;
@@ -59,7 +61,7 @@ impl<T: Send + 'static> Engine<T> {
             .timed_out
             .fetch_add(timed_out.len() as u64, Ordering::Relaxed);
         for (shard, table, completed) in timed_out {
-            self.finish_completion(shard, table, completed, Some(now), open, false);
+            self.finish_completion(shard, table, completed, Some(now), active, false);
         }
     }
 
@@ -72,7 +74,7 @@ impl<T: Send + 'static> Engine<T> {
         table: &Table<T>,
         completed: Completed,
         now: Option<u64>,
-        open: bool,
+        active: &Active,
         count: bool,
     ) {
         let Completed {
@@ -130,7 +132,7 @@ impl<T: Send + 'static> Engine<T> {
         };
         // Caught: a panicking callback, or payload drop when there is none, must not unwind
         // through an acker operation (or end the reaper).
-        let callback = if open {
+        let callback = if active.open {
             // Safety: the calling operation found the callback open, so shutdown drops it
             // only after this operation ends ([`marks`](crate::acker::threads::marks),
             // "Closing the callback").
@@ -143,7 +145,7 @@ impl<T: Send + 'static> Engine<T> {
         // wait for a thread that is itself at an acker entry; a re-anchoring goes on
         // without them. The completion holds nothing of the tables, and what the operation
         // does after it reads its times again.
-        let paused = self.threads.pause();
+        let paused = self.threads.pause_in(active);
         let delivered = catch_unwind(AssertUnwindSafe(|| match callback {
             Some(f) => f(completion),
             None => drop(completion),

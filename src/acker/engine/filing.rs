@@ -6,7 +6,7 @@
 use super::generations::chain;
 use super::Engine;
 use crate::acker::table::{Effects, Table, GROUP_SLOTS};
-use crate::acker::threads::{Entry, Liveness, Pushed};
+use crate::acker::threads::{Active, Entry, Liveness, Pushed};
 use crate::acker::timers::groups::{Filed, GroupAt, GroupTimer};
 use crate::acker::timers::ticks::reached;
 use crate::acker::timers::{GEN_TAG_BITS, TAG_CHECK_MASK};
@@ -22,14 +22,14 @@ impl<T: Send + 'static> Engine<T> {
         shard: usize,
         table: &Table<T>,
         effects: &mut Effects<'_>,
-        open: bool,
+        active: &Active,
     ) -> bool {
         let crowded = effects.crowded();
         loop {
-            self.file_timers(shard, table, effects);
+            self.file_timers(shard, table, effects, active);
             while let Some(completed) = effects.take() {
                 let in_gen = generation(table, completed.gen);
-                self.deliver(shard, in_gen, completed, None, open);
+                self.deliver(shard, in_gen, completed, None, active);
             }
             let Some((gen, slot)) = effects.take_stranded() else {
                 let moved = effects.take_moved();
@@ -46,13 +46,14 @@ impl<T: Send + 'static> Engine<T> {
     }
 
     /// Files the entries `effects` reports created in `table` or its successors in this
-    /// thread's batch, and wakes the reaper if it may be asleep with no deadline.
+    /// thread's batch (the one `active`, the calling operation, entered with), and wakes the reaper if it may be asleep with no deadline.
     #[inline]
     pub(in crate::acker::engine) fn file_timers(
         &self,
         shard: usize,
         table: &Table<T>,
         effects: &mut Effects<'_>,
+        active: &Active,
     ) {
         while let Some((gen, slot)) = effects.take_to_file() {
             let table = generation(table, gen);
@@ -73,9 +74,9 @@ impl<T: Send + 'static> Engine<T> {
             } else {
                 (last, true) // a short timeout of its own
             };
-            let mut pushed = self
-                .threads
-                .push(entry, hand_off, stamp.start(), EntrySlots(self));
+            let mut pushed =
+                self.threads
+                    .push_in(active, entry, hand_off, stamp.start(), EntrySlots(self));
             // A push into an empty batch checks whether the reaper is idle; one due before
             // the hand-off age checks too, as the reaper's timer may end after it even
             // when the batch's first entry's did not (`reaper_sleeps_past`).

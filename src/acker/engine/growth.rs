@@ -12,7 +12,7 @@ use std::ptr::NonNull;
 use super::generations::chain;
 use super::Engine;
 use crate::acker::table::{Effects, Table, GROUP_SLOTS};
-use crate::acker::threads::Grace;
+use crate::acker::threads::{Active, Grace};
 use crate::acker::timers::ticks::Tick;
 use crate::sync::Ordering;
 
@@ -264,9 +264,10 @@ impl<T: Send + 'static> Engine<T> {
 
     /// Reaper passes: helps every migration under way (and promotes those that finish),
     /// shrinks tables whose load stayed low, and frees retired generations whose grace
-    /// period is over. Called inside an acker operation (the pass's), whose `open` says
-    /// whether completions may go to the callback (a move can complete a tree).
-    pub(super) fn housekeeping(&self, now: u64, open: bool) -> bool {
+    /// period is over. Called inside an acker operation (the pass's, `active`), whose
+    /// `open` says whether completions may go to the callback (a move can complete a
+    /// tree).
+    pub(super) fn housekeeping(&self, now: u64, active: &Active) -> bool {
         // A move may create an entry (a stranded twin's): stamped with the pass's tick,
         // which is at the anchor ([`anchor`](crate::acker::engine::time)).
         let stamp = self.stamp_at(now);
@@ -298,7 +299,7 @@ impl<T: Send + 'static> Engine<T> {
                     // A move can complete a tree (a twin's contents carried to it):
                     // delivered through the callback when the pass found it open, as any
                     // completion.
-                    self.finish(index, table, &mut effects, open);
+                    self.finish(index, table, &mut effects, active);
                 }
                 worked = true;
             }

@@ -374,7 +374,7 @@ impl<T: Send + 'static> Engine<T> {
                     .orphans_joined
                     .fetch_add(1, Ordering::Relaxed);
             }
-            let crowded = self.finish(shard, table, &mut effects, active.open);
+            let crowded = self.finish(shard, table, &mut effects, &active);
             return match result {
                 Ok(()) => {
                     if crowded {
@@ -466,7 +466,7 @@ impl<T: Send + 'static> Engine<T> {
                 let Some(completed) = completed else {
                     return false;
                 };
-                self.deliver(shard, table, completed, None, active.open);
+                self.deliver(shard, table, completed, None, active);
                 return true;
             }
         }
@@ -508,7 +508,7 @@ impl<T: Send + 'static> Engine<T> {
                 }
             };
             completed |= !effects.is_none();
-            let crowded = self.finish(shard, table, &mut effects, active.open);
+            let crowded = self.finish(shard, table, &mut effects, active);
             match applied {
                 Applied::Retry | Applied::Missing => continue,
                 Applied::Full if crowded && self.make_room(shard, table) => continue,

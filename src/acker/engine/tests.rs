@@ -325,7 +325,7 @@ fn a_tree_completed_by_a_reaper_move_reaches_the_callback() {
         let mut effects = Effects::stamped(engine.stamp_at(engine.write_tick()));
         let twin = next.apply(key, Message::Ack(0b10), true, &mut effects);
         assert_eq!(twin, Applied::Created, "the twin holds the last edge");
-        assert!(!engine.finish(shard, table, &mut effects, active.open));
+        assert!(!engine.finish(shard, table, &mut effects, &active));
     }
     assert!(log.lock().unwrap().is_empty());
     for _ in 0..64 {
@@ -563,7 +563,7 @@ fn shutdown_frees_an_entry_stranded_in_a_retired_table() {
     assert_eq!(engine.pending(), live as usize + 1);
     // Shutdown stops the wait for room: the entry is given up.
     engine.stop_flag();
-    engine.finish(0, old, &mut effects, active.open);
+    engine.finish(0, old, &mut effects, &active);
     assert_eq!(
         engine.pending(),
         live as usize,

@@ -71,10 +71,34 @@ use crate::sync::{fence, Arc, AtomicU32, Ordering};
 pub struct Active {
     /// The thread's depth counter, or [`Threads::shared`].
     depth: *const AtomicU32,
-    /// `depth` is the count shared by threads without a batch.
+    /// `depth` is the count shared by threads without a batch. Otherwise it is the
+    /// `active` field of the thread's record, reached through a pointer to the whole record
+    /// (so that [`record`](Self::record) may go back to it).
     shared: bool,
     /// The callback was open when the operation began: it may call it.
     pub open: bool,
+}
+
+impl Active {
+    /// The calling thread's record the operation entered with; `None` for a thread
+    /// without a batch.
+    #[inline]
+    pub(super) fn record<'a>(&self) -> Option<&'a Record> {
+        if self.shared {
+            return None;
+        }
+        // Safety: `depth` points at the `active` field of the record the operation entered
+        // with, derived from a pointer to the whole record (`enter_with`), so stepping back
+        // by the field's offset is that record; it is alive as in `drop` (the batches this
+        // thread's `LOCAL` keeps), and an `Active` lives within one operation on this
+        // thread, which is where the reference is used.
+        Some(unsafe {
+            &*self
+                .depth
+                .byte_sub(std::mem::offset_of!(Record, active))
+                .cast::<Record>()
+        })
+    }
 }
 
 impl Drop for Active {
@@ -187,7 +211,10 @@ impl Threads {
             self.wait_moved();
         }
         Active {
-            depth: depth as *const AtomicU32,
+            // Through a pointer to the whole record: `record` steps back from it.
+            depth: std::ptr::from_ref(record)
+                .wrapping_byte_add(std::mem::offset_of!(Record, active))
+                .cast::<AtomicU32>(),
             shared: false,
             // Relaxed: ordered after the depth store by the light fence (module docs).
             open: !self.closed.load(Ordering::Relaxed),
@@ -210,6 +237,13 @@ impl Threads {
     #[inline]
     pub fn pause(&self) -> Paused<'_> {
         self.pause_on(self.own())
+    }
+
+    /// [`pause`](Self::pause) inside the operation `active` marks: on the record it entered
+    /// with, which is the calling thread's (no lookup).
+    #[inline]
+    pub fn pause_in(&self, active: &Active) -> Paused<'_> {
+        self.pause_on(active.record())
     }
 
     /// [`pause`](Self::pause) on `record`, which must be the calling thread's (loom's

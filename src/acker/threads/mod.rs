@@ -226,6 +226,35 @@ impl Threads {
         self.push_to(&record, entry, hand_off, now, live)
     }
 
+    /// [`push`](Self::push) inside the operation `active` marks: to the batch it entered
+    /// with (no lookup), else (a thread without a batch) as `push`, out of line.
+    #[inline]
+    pub fn push_in(
+        &self,
+        active: &Active,
+        entry: Entry,
+        hand_off: Tick,
+        now: Tick,
+        live: impl Liveness,
+    ) -> Pushed {
+        match active.record() {
+            Some(record) => self.push_to(record, entry, hand_off, now, live),
+            None => self.push_outlined(entry, hand_off, now, live),
+        }
+    }
+
+    /// [`push`](Self::push), never inlined ([`push_in`](Self::push_in)'s rare case).
+    #[inline(never)]
+    fn push_outlined(
+        &self,
+        entry: Entry,
+        hand_off: Tick,
+        now: Tick,
+        live: impl Liveness,
+    ) -> Pushed {
+        self.push(entry, hand_off, now, live)
+    }
+
     /// Marks an acker operation in progress on the calling thread until the returned
     /// `Active` drops; its `open` says whether the operation may call the callback.
     // Always: every operation's first step, and a call here costs more than its body.
@@ -303,6 +332,18 @@ impl Threads {
     pub fn push(&self, entry: Entry, _hand_off: Tick, _now: Tick, _live: impl Liveness) -> Pushed {
         self.hand_off(std::iter::once(entry));
         self.wake_check()
+    }
+
+    /// Under loom, as [`push`](Self::push) (the operations' `Active` has no batch).
+    pub fn push_in(
+        &self,
+        _active: &Active,
+        entry: Entry,
+        hand_off: Tick,
+        now: Tick,
+        live: impl Liveness,
+    ) -> Pushed {
+        self.push(entry, hand_off, now, live)
     }
 }
 

@@ -342,7 +342,7 @@ fn pass<T: Send + 'static>(engine: &Engine<T>, runner: Runner) -> Pass {
     }
     if let Some(started) = started {
         // Its timers only: the upkeep waits for the thread ("A caller's pass").
-        engine.deliver_timeouts(timed_out, read, active.open);
+        engine.deliver_timeouts(timed_out, read, &active);
         // Counted inside the operation, which shutdown waits for: no count after it.
         let took = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
         // Relaxed (both): statistics.
@@ -357,7 +357,7 @@ fn pass<T: Send + 'static>(engine: &Engine<T>, runner: Runner) -> Pass {
     // Migrations, shrinking, retired generations
     // ([`generations`](crate::acker::engine::generations)); outside the wheel's lock, as
     // moving entries files timers and may complete trees.
-    pass.worked |= engine.housekeeping(now, active.open);
+    pass.worked |= engine.housekeeping(now, &active);
     let released = {
         // The filed ticks of generations that left their tables' chains, this pass's
         // promotions included: the pass that shrinks a burst's tables may be the last for
@@ -370,7 +370,7 @@ fn pass<T: Send + 'static>(engine: &Engine<T>, runner: Runner) -> Pass {
         wheel.released += before.saturating_sub(wheel.filed.heap_bytes());
         std::mem::take(&mut wheel.released)
     };
-    engine.deliver_timeouts(timed_out, read, active.open);
+    engine.deliver_timeouts(timed_out, read, &active);
     drop(active);
     // Out of the operation: the generations this pass retired wait for no one but other
     // threads now (the pass itself was one of those their grace periods waited for).
