@@ -10,9 +10,9 @@
 //! Here the CPU is checked once (`cmpxchg16b`, AVX, and an Intel or AMD vendor) and the
 //! answer cached in a static. A caller keeps a copy of it ([`Cpu`]: a table has one, made
 //! at its build) and passes it to each operation, so that an operation costs a compare of
-//! a byte the caller has at hand and a predicted branch (the static, defined in this crate
-//! and read from the caller's, is reached through the global offset table: two loads),
-//! and then:
+//! a byte the caller has at hand and a predicted branch (read from the acker's generic
+//! code, which is compiled in the user's crate, the static is reached through the global
+//! offset table of a position-independent program: two loads and a compare), and then:
 //!
 //! * a CAS is an inlined `lock cmpxchg16b`, a full barrier on x86: SeqCst;
 //! * a load is an inlined `vmovdqa`. Intel's and AMD's manuals guarantee that an aligned
