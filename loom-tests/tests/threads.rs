@@ -311,10 +311,10 @@ fn reanchor_waits_for_nothing_paused_in_a_callback() {
 /// waiting for each other show as "Model exceeded maximum number of branches". The model
 /// checks that the operation ran on both sides of the sweep.
 ///
-/// Fails at loom's branch limit with the nested-entry check in `enter_with` removed (the
-/// nested entry then waits for `moving` to clear, and the re-anchorer for the thread);
-/// as a race if that check let a paused operation's nested entry go on (the
-/// callback model above).
+/// Fails at loom's branch limit with the nested-entry check of `enter_with` (in
+/// `enter_moving`) removed (the nested entry then waits for `moving` to clear, and the
+/// re-anchorer for the thread); as a race if that check let a paused operation's nested
+/// entry go on (the callback model above).
 #[test]
 fn reanchor_waits_for_an_operation_whose_nested_entry_goes_on() {
     static SEEN: Seen = Seen::new();

@@ -189,26 +189,13 @@ impl Threads {
             record.begun.store(begun.wrapping_add(1), Ordering::Relaxed);
         }
         let entered = depth.load(Ordering::Relaxed);
-        loop {
-            depth.store(entered + 1, Ordering::Relaxed);
-            self.fences.light();
-            // Ordered after the depth store by the light fence (module docs). Acquire: a
-            // `false` read from `end_moving` orders the re-anchorer's sweep before this
-            // operation's reads of the tables (a Relaxed load let loom's model race them).
-            if !self.moving.load(Ordering::Acquire) {
-                break;
-            }
-            // Nested in an operation that is not paused ("Re-anchoring"): the re-anchorer
-            // counts this thread busy and waits for that operation, so its sweep has not
-            // begun and cannot begin before this one ends or pauses. Relaxed: only this
-            // thread writes `paused`.
-            if entered > 0 && record.paused.load(Ordering::Relaxed) != entered {
-                break;
-            }
-            // Quiescent again (its depth as before: 0, or its callback's) while the
-            // re-anchorer works ("Re-anchoring"). Release: as when an operation ends.
-            depth.store(entered, Ordering::Release);
-            self.wait_moved();
+        depth.store(entered + 1, Ordering::Relaxed);
+        self.fences.light();
+        // Ordered after the depth store by the light fence (module docs). Acquire: a
+        // `false` read from `end_moving` orders the re-anchorer's sweep before this
+        // operation's reads of the tables (a Relaxed load let loom's model race them).
+        if self.moving.load(Ordering::Acquire) {
+            self.enter_moving(record, entered);
         }
         Active {
             // Through a pointer to the whole record: `record` steps back from it.
@@ -218,6 +205,37 @@ impl Threads {
             shared: false,
             // Relaxed: ordered after the depth store by the light fence (module docs).
             open: !self.closed.load(Ordering::Relaxed),
+        }
+    }
+
+    /// [`enter_with`](Self::enter_with) after its first look found a re-anchoring under
+    /// way, with the depth `entered` at its entry stored one up: the rest of its loop (out
+    /// of line, so that the common entry keeps nothing of it in registers). The same
+    /// steps in the same order: each round either stays entered or undoes its depth
+    /// store, waits, stores it again and looks again.
+    #[cold]
+    #[inline(never)]
+    fn enter_moving(&self, record: &Record, entered: u32) {
+        let depth = &record.active;
+        loop {
+            // Nested in an operation that is not paused ("Re-anchoring"): the re-anchorer
+            // counts this thread busy and waits for that operation, so its sweep has not
+            // begun and cannot begin before this one ends or pauses. Relaxed: only this
+            // thread writes `paused`.
+            if entered > 0 && record.paused.load(Ordering::Relaxed) != entered {
+                return;
+            }
+            // Quiescent again (its depth as before: 0, or its callback's) while the
+            // re-anchorer works ("Re-anchoring"). Release: as when an operation ends.
+            depth.store(entered, Ordering::Release);
+            self.wait_moved();
+            // Relaxed: as in `enter_with`, ordered by the light fence.
+            depth.store(entered + 1, Ordering::Relaxed);
+            self.fences.light();
+            // Acquire: as in `enter_with`.
+            if !self.moving.load(Ordering::Acquire) {
+                return;
+            }
         }
     }
 
