@@ -94,14 +94,14 @@ impl<T: Send + 'static> Engine<T> {
     /// an acker operation.
     #[inline]
     pub(in crate::acker::engine) fn prefetch_entry(&self, entry: &Entry) {
-        let shard = entry.slot as usize >> self.slot_bits;
+        let (shard, slot) = self.shard_and_slot(entry);
         let Some(generations) = self.tables.get(shard) else {
             return;
         };
         // Safety: the caller's contract.
         let current = unsafe { generations.current() };
         if current.gen() & GEN_MASK == entry.tag & GEN_MASK {
-            current.prefetch_slot(entry.slot as usize & ((1 << self.slot_bits) - 1));
+            current.prefetch_slot(slot);
         }
     }
 
@@ -168,15 +168,22 @@ impl<T: Send + 'static> Engine<T> {
         &self,
         entry: &Entry,
     ) -> Option<(usize, &Table<T>, usize)> {
-        let (shard, slot) = (
-            entry.slot as usize >> self.slot_bits,
-            entry.slot as usize & ((1 << self.slot_bits) - 1),
-        );
+        let (shard, slot) = self.shard_and_slot(entry);
         let gen = entry.tag & GEN_MASK;
         // Safety: the caller's contract.
         let current = unsafe { self.tables[shard].current() };
         let table = chain(current).find(|g| g.gen() & GEN_MASK == gen)?;
         (slot < table.slots()).then_some((shard, table, slot))
+    }
+
+    /// A timer entry's shard and its slot in the shard's tables: the slot number's top
+    /// bits and the rest.
+    #[inline]
+    fn shard_and_slot(&self, entry: &Entry) -> (usize, usize) {
+        (
+            entry.slot as usize >> self.slot_bits,
+            entry.slot as usize & ((1 << self.slot_bits) - 1),
+        )
     }
 }
 

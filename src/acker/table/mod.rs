@@ -56,9 +56,11 @@
 //! merges started and merges whose contents landed ([`InFlight`]), and a reset that found
 //! nothing looks again if a merge overlapped its walk ([`times`]).
 
-// This file: the slot word, a table's layout and the message path (ack and fail). Beside
-// it: [`probe`](crate::acker::table::probe) (search, claim, empty: the probe window and its
-// overflow counts), [`init`](crate::acker::table::init) (init's join and settle),
+// This file: a table's layout and the message path (ack and fail). Beside it:
+// [`group`](crate::acker::table::group) (a slot word's atomic accesses and a group's
+// match of a key), [`probe`](crate::acker::table::probe) (search, claim, empty: the probe
+// window and its overflow counts), [`init`](crate::acker::table::init) (init's join and
+// settle),
 // [`twins`](crate::acker::table::twins) (merging twin claims),
 // [`taking`](crate::acker::table::taking) (a completion's payload and free, shutdown's
 // take-back), [`migrate`](crate::acker::table::migrate) (growth),
@@ -66,6 +68,7 @@
 // slot's ticks, the reaper's expiry and resets), [`effects`](crate::acker::table::effects)
 // (what an operation reports).
 mod effects;
+mod group;
 mod init;
 pub(in crate::acker) mod lines;
 pub(in crate::acker) mod migrate;
@@ -78,6 +81,8 @@ mod twins;
 pub(crate) mod word;
 pub use crate::acker::timers::ticks::{reached, Tick};
 pub use effects::{Completed, Effects};
+use group::Match;
+pub(crate) use group::SlotWord;
 use probe::{Search, Unclaimed, Vacancy};
 pub use times::Stamp;
 use twins::InFlight;
@@ -85,9 +90,7 @@ use twins::InFlight;
 use crate::acker::bound::Credits;
 use crate::acker::outcome::Outcome;
 use crate::acker::table::word::{Key, Phase, Step, Word, KEY_SHIFT};
-use crate::sync::{
-    Arc, AtomicPtr, AtomicU128, AtomicU16, AtomicU32, AtomicU64, AtomicUsize, Cpu, Ordering,
-};
+use crate::sync::{Arc, AtomicPtr, AtomicU16, AtomicU32, AtomicU64, AtomicUsize, Cpu, Ordering};
 use lines::{Group, Lines, Payload, Side};
 
 /// Words per group: four 16-byte words fill a 64-byte line.
@@ -113,138 +116,6 @@ const CROWDED_DISTANCE: usize = 2;
 /// Under loom one, so models overflow in a few steps.
 #[cfg(loom)]
 pub const MAX_PROBE: usize = 1;
-
-/// One slot's word: a [`Word`] in a 128-bit atomic.
-///
-/// Every access is SeqCst. On x86_64 that costs nothing over acquire/release (a 128-bit CAS
-/// is a locked instruction either way, and a load is a plain `vmovdqa`), the twin search
-/// needs it (a claimer writes its word, then reads the others'), and it is what the loom
-/// stand-in, a value behind a lock, gives: the models check exactly this.
-#[derive(Debug)]
-#[repr(transparent)]
-pub(crate) struct SlotWord(AtomicU128);
-
-impl SlotWord {
-    fn new() -> Self {
-        SlotWord(AtomicU128::new(0))
-    }
-
-    /// The word, the CPU's path ([`Cpu`]) checked for this access alone.
-    #[inline]
-    pub fn load(&self) -> Word {
-        self.load_on(Cpu::get())
-    }
-
-    /// The word, on the path `cpu` found: an operation of several accesses finds it once.
-    #[inline]
-    pub fn load_on(&self, cpu: Cpu) -> Word {
-        Word::from_bits(self.0.load(cpu, Ordering::SeqCst))
-    }
-
-    /// `Ok(())` when the word was `current` and is now `new`; else the word it is. The
-    /// CPU's path checked for this access alone.
-    #[inline]
-    pub fn cas(&self, current: Word, new: Word) -> Result<(), Word> {
-        self.cas_on(Cpu::get(), current, new)
-    }
-
-    /// [`cas`](Self::cas) on the path `cpu` found.
-    #[inline]
-    pub fn cas_on(&self, cpu: Cpu, current: Word, new: Word) -> Result<(), Word> {
-        self.0
-            .compare_exchange(
-                cpu,
-                current.to_bits(),
-                new.to_bits(),
-                Ordering::SeqCst,
-                Ordering::SeqCst,
-            )
-            .map(|_| ())
-            .map_err(Word::from_bits)
-    }
-}
-
-impl Group {
-    /// Each word of the group, loaded one after the other (SeqCst each; not a snapshot),
-    /// on the path `cpu` found.
-    #[inline]
-    fn load(&self, cpu: Cpu) -> [Word; GROUP_SLOTS] {
-        self.load_then(cpu, |words| words)
-    }
-
-    /// What `then` makes of the group's words, loaded as [`load`](Self::load) loads them;
-    /// `then` is inlined into each of the CPU's paths ([`AtomicU128::load_each`]).
-    #[inline(always)]
-    fn load_then<R>(&self, cpu: Cpu, then: impl FnOnce([Word; GROUP_SLOTS]) -> R) -> R {
-        // Safety: `SlotWord` is a `repr(transparent)` `AtomicU128`, so the arrays have one
-        // layout.
-        let words = unsafe {
-            &*(&self.0 as *const [SlotWord; GROUP_SLOTS]).cast::<[AtomicU128; GROUP_SLOTS]>()
-        };
-        AtomicU128::load_each(words, cpu, Ordering::SeqCst, |bits| {
-            then(bits.map(Word::from_bits))
-        })
-    }
-
-    /// The first of the group's words whose key is `key`'s: [`Match::Holds`] with its
-    /// index and word when it is an uncompleted entry of the root, [`Match::Odd`] when it
-    /// is not (FROZEN, MOVED, or an EMPTY word when the key is 0: the full search sorts
-    /// those out), [`Match::Absent`] when no word has the key.
-    ///
-    /// The common ack's match. Word 0 is tried with a branch: a claim takes the first EMPTY
-    /// word of its group, so below the brim most entries are there and the branch is
-    /// predicted. The other three are compared without a branch a word: which of them
-    /// holds a root is random, and a mispredicted branch on a word whose load missed the
-    /// cache costs the miss a second time (an ack at 64k pending in a table at its bound's
-    /// load: 47 ns with a branch a word, 39 without).
-    #[inline]
-    fn find(&self, key: Key, cpu: Cpu) -> Match {
-        self.load_then(cpu, |words| Self::find_in(words, key))
-    }
-
-    /// [`find`](Self::find) in the group's words.
-    #[inline(always)]
-    fn find_in(words: [Word; GROUP_SLOTS], key: Key) -> Match {
-        let of = |i: usize, word: Word| {
-            if word.holds(key) {
-                Match::Holds(i, word)
-            } else {
-                Match::Odd
-            }
-        };
-        if words[0].key() == key {
-            return of(0, words[0]);
-        }
-        let hits =
-            (1..GROUP_SLOTS).fold(0u32, |hits, i| hits | u32::from(words[i].key() == key) << i);
-        if hits == 0 {
-            return Match::Absent;
-        }
-        let i = hits.trailing_zeros() as usize;
-        // Chosen with masks, not an index into the array: an index sends the words
-        // through the stack, and the loads that read them back wait on the stores. Half by
-        // half: a choice between whole words, which the inlined load leaves in vector
-        // registers, becomes a branch on `i` (x86 has no conditional move for those).
-        let halves = |word: Word| (word.to_bits() as u64, (word.to_bits() >> 64) as u64);
-        let (lo, hi) = (2..GROUP_SLOTS).fold(halves(words[1]), |(lo, hi), j| {
-            let take = u64::from(i == j).wrapping_neg();
-            let (j_lo, j_hi) = halves(words[j]);
-            (lo ^ ((lo ^ j_lo) & take), hi ^ ((hi ^ j_hi) & take))
-        });
-        of(i, Word::from_bits(u128::from(hi) << 64 | u128::from(lo)))
-    }
-}
-
-/// What [`Group::find`] found.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Match {
-    /// The group's first word of the key, an uncompleted entry: its index and word.
-    Holds(usize, Word),
-    /// The group's first word of the key is not an entry to change.
-    Odd,
-    /// No word of the key.
-    Absent,
-}
 
 /// What an operation did to its root's entry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

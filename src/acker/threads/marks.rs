@@ -83,15 +83,15 @@ impl Active {
     /// The calling thread's record the operation entered with; `None` for a thread
     /// without a batch.
     #[inline]
-    pub(super) fn record<'a>(&self) -> Option<&'a Record> {
+    pub(super) fn record(&self) -> Option<&Record> {
         if self.shared {
             return None;
         }
         // Safety: `depth` points at the `active` field of the record the operation entered
         // with, derived from a pointer to the whole record (`enter_with`), so stepping back
         // by the field's offset is that record; it is alive as in `drop` (the batches this
-        // thread's `LOCAL` keeps), and an `Active` lives within one operation on this
-        // thread, which is where the reference is used.
+        // thread's `LOCAL` keeps), and the reference lives no longer than this `Active`,
+        // which lives within one operation on this thread.
         Some(unsafe {
             &*self
                 .depth
@@ -260,7 +260,7 @@ impl Threads {
     /// [`pause`](Self::pause) inside the operation `active` marks: on the record it entered
     /// with, which is the calling thread's (no lookup).
     #[inline]
-    pub fn pause_in(&self, active: &Active) -> Paused<'_> {
+    pub fn pause_in<'a>(&'a self, active: &'a Active) -> Paused<'a> {
         self.pause_on(active.record())
     }
 
