@@ -22,7 +22,7 @@ use std::ptr::NonNull;
 
 use crate::acker::table::Table;
 use crate::acker::timers::ticks::Tick;
-use crate::sync::{AtomicPtr, AtomicU32, Mutex, Ordering};
+use crate::sync::{AtomicBool, AtomicPtr, AtomicU32, Mutex, Ordering};
 
 /// One table's generations.
 pub(super) struct Generations<T> {
@@ -31,6 +31,10 @@ pub(super) struct Generations<T> {
     migrations: Mutex<()>,
     /// The tick since which the reaper has seen the load low enough to shrink (0: not).
     low_since: AtomicU32,
+    /// A caller found the chain's last generation loaded enough to grow, and left the
+    /// growth to the reaper thread ([`growth`](crate::acker::engine::growth), "Who builds
+    /// a successor").
+    growth_asked: AtomicBool,
     _owns: PhantomData<Table<T>>,
 }
 
@@ -40,6 +44,7 @@ impl<T> Generations<T> {
             current: AtomicPtr::new(Box::into_raw(Box::new(table))),
             migrations: Mutex::new(()),
             low_since: AtomicU32::new(0),
+            growth_asked: AtomicBool::new(false),
             _owns: PhantomData,
         }
     }
@@ -138,6 +143,24 @@ impl<T> Generations<T> {
             0 => 0,
             since => now.wrapping_sub(since),
         }
+    }
+
+    /// Asks the reaper thread to grow the chain: `true` when no request was waiting (the
+    /// caller then wakes the thread).
+    pub(super) fn ask_growth(&self) -> bool {
+        // Relaxed (both): a request is a hint, and the thread re-reads the load and the
+        // chain it acts on; the wake that follows (`unpark`) makes the flag visible to the
+        // pass it starts. The load first: callers keep finding the table crowded until the
+        // growth starts, and a request already waiting costs them no locked instruction.
+        !self.growth_asked.load(Ordering::Relaxed)
+            && !self.growth_asked.swap(true, Ordering::Relaxed)
+    }
+
+    /// The reaper: takes the waiting request to grow the chain, if there is one.
+    pub(super) fn take_growth_request(&self) -> bool {
+        // Relaxed (both): as in `ask_growth`.
+        self.growth_asked.load(Ordering::Relaxed)
+            && self.growth_asked.swap(false, Ordering::Relaxed)
     }
 
     /// Holds off new migrations (shutdown's scan).

@@ -1,11 +1,28 @@
 //! Growth and shrink as the acker drives them: operations help the oldest migration of
 //! their table's chain, grow the chain's last generation when a claim finds it crowded and
-//! the load calls for it (or unconditionally when it had no room), and move the entries
+//! the load calls for it (or ask the reaper thread to, for a large one; unconditionally
+//! when it had no room), and move the entries
 //! they stranded; reaper passes finish migrations, promote what has moved, shrink tables
 //! whose load stayed low (to 2/3, or to a load of 1/4 at once), and free retired
 //! generations after their grace period. The protocol itself is
 //! [`migrate`](crate::acker::table::migrate); the generations' ownership is
 //! [`generations`](crate::acker::engine::generations).
+//!
+//! ## Who builds a successor
+//!
+//! A growing table's successor has its pages faulted in at once
+//! ([`zeroed`](crate::zeroed), "Pages written at once"): the kernel zeroes every page
+//! of it in the call that builds it, about 0.1 ms a MiB. Built by the caller whose claim
+//! found the table crowded, that was a filling thread's time: `perf` put an eighth of a
+//! 1M fill's filler samples in `clear_page_erms`. So with a reaper thread, a caller
+//! that finds a large table loaded enough to grow ([`REAPER_BUILDS_FROM`]) only asks:
+//! it sets its chain's request flag and wakes the thread, whose next pass builds the
+//! successor (`housekeeping`) while the caller goes on filling the crowded table. A
+//! request already waiting costs a caller one load. Nothing waits on it: a claim that
+//! finds no room at all grows the chain itself (`make_room`), as before, so a thread that
+//! gets no core delays a growth, never an init. Small successors (the first steps of a
+//! fill, which the tables' load would outrun in the time a wake-up takes) and a manual
+//! acker's (no thread) are built by the caller.
 
 use std::ptr::NonNull;
 
@@ -46,6 +63,12 @@ pub(super) fn staggered(shard: usize, tables: usize) -> usize {
     let step = (shard as f64 / tables as f64).exp2();
     (smallest as f64 * step).round() as usize
 }
+
+/// The size, in bytes of lines, from which a growing table's successor is built by the
+/// reaper thread (module docs, "Who builds a successor"): 256 KiB, 8,192 slots for a `u32`
+/// payload, about 25 µs of zeroing; a table that size takes a few milliseconds of a fill
+/// to go from 3/4 full to its probe windows' limit.
+const REAPER_BUILDS_FROM: usize = 256 << 10;
 
 /// Groups a reaper pass moves between two finishes of a migration round (`housekeeping`).
 const MOVE_PART: usize = 256;
@@ -147,17 +170,48 @@ impl<T: Send + 'static> Engine<T> {
     }
 
     /// After a claim found its table crowded: starts growth of the chain's last generation
-    /// when the pending count per table is over 3/4 of its slots.
+    /// when [`loaded`](Self::loaded), or asks the reaper thread to (module docs, "Who
+    /// builds a successor").
     #[cold]
     pub(super) fn grow_if_loaded(&self, shard: usize, table: &Table<T>) {
-        let Some(last) = chain(table).last() else {
+        let Some(last) = chain(table).last().filter(|last| self.loaded(last)) else {
             return;
         };
-        let per_table = self.pending() / self.tables.len();
-        if per_table * 4 > last.slots() * 3 && last.slots() < self.max_table_slots {
-            let groups = self.grown(last, self.max_table_slots);
-            self.start_migration(shard, last, groups, false);
+        let groups = self.grown(last, self.max_table_slots);
+        match self.reaper_thread.get() {
+            Some(thread) if Table::<T>::line_bytes(groups) >= REAPER_BUILDS_FROM => {
+                if self.tables[shard].ask_growth() {
+                    thread.unpark();
+                }
+            }
+            _ => {
+                self.start_migration(shard, last, groups, false);
+            }
         }
+    }
+
+    /// Whether the pending count per table is over 3/4 of `last`'s slots (the last
+    /// generation of a chain), and `last` is smaller than load grows a table to.
+    fn loaded(&self, last: &Table<T>) -> bool {
+        let per_table = self.pending() / self.tables.len();
+        per_table * 4 > last.slots() * 3 && last.slots() < self.max_table_slots
+    }
+
+    /// A growth a caller asked the reaper thread for ([`grow_if_loaded`](Self::grow_if_loaded)),
+    /// started if the chain still calls for it: `true` when it was.
+    fn grow_as_asked(&self, shard: usize, table: &Table<T>) -> bool {
+        let Some(last) = chain(table).last().filter(|last| self.loaded(last)) else {
+            return false;
+        };
+        let groups = self.grown(last, self.max_table_slots);
+        // A caller that holds the lock (`make_room`, which found no room) grows the
+        // chain itself.
+        let started = self.start_migration(shard, last, groups, false) == Some(true);
+        if started {
+            // Relaxed: a statistic.
+            self.grown_by_reaper.fetch_add(1, Ordering::Relaxed);
+        }
+        started
     }
 
     /// [`Generations::start_migration`](super::generations::Generations::start_migration), counted.
@@ -174,6 +228,13 @@ impl<T: Send + 'static> Engine<T> {
             self.migrations[shrink].fetch_add(1, Ordering::Relaxed); // a statistic
         }
         started
+    }
+
+    /// Growths the reaper thread started at a caller's request (module docs, "Who builds a
+    /// successor").
+    #[cfg(test)]
+    pub(in crate::acker) fn grown_by_reaper(&self) -> u64 {
+        self.grown_by_reaper.load(Ordering::Relaxed) // Relaxed: a statistic
     }
 
     /// Migrations started so far: to grow, and to shrink.
@@ -277,6 +338,9 @@ impl<T: Send + 'static> Engine<T> {
         for (index, shard) in self.tables.iter().enumerate() {
             // Safety: the caller's contract.
             let table = unsafe { shard.current() };
+            if shard.take_growth_request() {
+                worked |= self.grow_as_asked(index, table);
+            }
             // Only a load that stayed low for SHRINK_AFTER ticks: a shrink while what is
             // pending rises again fills the smaller table before its migration ends.
             if shard.low_for(self.shrinkable(index, table, per_table), now) >= SHRINK_AFTER {

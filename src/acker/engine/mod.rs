@@ -38,7 +38,8 @@
 //! pending ([`growth`], [`generations`], [`migrate`](crate::acker::table::migrate)): a
 //! claim that lands far from its home, or finds no room, reports its table crowded, and
 //! when the pending count per table is over 3/4 of its slots (or there was no room at all)
-//! the table starts moving to one twice as large; every operation on it moves a group
+//! the table starts moving to one twice as large (built by the reaper thread when it is
+//! large: [`growth`], "Who builds a successor"); every operation on it moves a group
 //! before its own work, and the reaper finishes what is left. Doubling moves a root about
 //! once as the tables fill (growing by a quarter moved it about four times, which made a
 //! fill from empty cost 3x a `DashMap`'s), and leaves a table that has just grown at 3/8
@@ -221,6 +222,9 @@ pub(super) struct Engine<T> {
     caller_pass_longest: AtomicU64,
     /// Migrations started: to grow, to shrink.
     migrations: [AtomicU64; 2],
+    /// Of the growths, those the reaper thread started at a caller's request
+    /// ([`growth`], "Who builds a successor").
+    grown_by_reaper: AtomicU64,
 }
 
 // Safety: `on_complete` is the only part that is not `Sync` by itself: it is read only by
@@ -322,6 +326,7 @@ impl<T: Send + 'static> Engine<T> {
             caller_passes: AtomicU64::new(0),
             caller_pass_longest: AtomicU64::new(0),
             migrations: [AtomicU64::new(0), AtomicU64::new(0)],
+            grown_by_reaper: AtomicU64::new(0),
         }
     }
 

@@ -780,3 +780,59 @@ fn memory_per_root_stays_bounded_while_the_tables_grow() {
     );
     acker.shutdown();
 }
+
+#[test]
+#[cfg(not(miri))] // a real reaper thread and tables of 8,192 slots and more
+fn with_a_reaper_thread_large_successors_are_built_by_it() {
+    let log: Log = Arc::default();
+    let sink = Arc::clone(&log);
+    let acker = Acker::builder()
+        .timeout(Duration::from_secs(600))
+        .max_pending(1 << 20)
+        .on_complete(move |c: Completion<u32>| {
+            sink.lock().unwrap().push((c.root, c.payload, c.outcome))
+        })
+        .build()
+        .unwrap();
+    let root = |i: u64| i.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    // The fewest tables (16, whatever `shards` asks) grow from 2,048-3,900 slots to hold
+    // 100k roots, each at least once to a successor of 8,192 slots (256 KiB) or more. In
+    // parts with pauses, so that the thread has a core to answer the requests even on a
+    // loaded machine.
+    let trees: u64 = 100_000;
+    for i in 0..trees {
+        acker.init(root(i), 0b11, i as u32).unwrap();
+        if i % 2_000 == 1_999 {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+    let engine = acker.engine();
+    let waited = std::time::Instant::now();
+    while engine.grown_by_reaper() == 0 && waited.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let (grown, _) = acker.table_migrations();
+    assert!(
+        engine.grown_by_reaper() >= 1,
+        "of {grown} growths, none started by the reaper thread"
+    );
+    assert_eq!(acker.pending(), trees as usize);
+    assert_eq!(acker.stats().rejected_full, 0);
+    for i in 0..trees {
+        assert!(!acker.ack(root(i), 0b01));
+        assert!(
+            acker.ack(root(i), 0b10),
+            "tree {i} completes on its last ack"
+        );
+    }
+    acker.shutdown();
+    let mut log = std::mem::take(&mut *log.lock().unwrap());
+    log.sort_unstable_by_key(|&(_, payload, _)| payload);
+    assert_eq!(log.len(), trees as usize);
+    for (i, &(r, payload, outcome)) in log.iter().enumerate() {
+        assert_eq!(
+            (r, payload, outcome),
+            (root(i as u64), i as u32, Outcome::Acked)
+        );
+    }
+}

@@ -285,6 +285,11 @@ impl<T> Table<T> {
         }
     }
 
+    /// Bytes of lines a table of `groups` groups maps (its overflow counts apart).
+    pub fn line_bytes(groups: usize) -> usize {
+        groups * std::mem::size_of::<lines::Line<T>>()
+    }
+
     /// Bytes the table holds (its lines and overflow counts).
     pub fn bytes(&self) -> usize {
         self.lines.len() * std::mem::size_of::<lines::Line<T>>()
