@@ -133,6 +133,77 @@ fn the_filter_asks_for_aged_entries_lines_ahead_of_its_looks() {
     assert_eq!(due, (0..aged).map(entry).collect::<Vec<_>>(), "handed off");
 }
 
+/// A filter's looks, counted, with the answer the test sets: `(looks, prefetches, live)`.
+/// Slot `u32::MAX` (the test's pushes that only move the tick on) is dead and not counted.
+struct Counted(std::cell::Cell<(u32, u32, bool)>);
+
+impl Liveness for &Counted {
+    fn live(&mut self, entry: &Entry) -> bool {
+        if entry.slot == u32::MAX {
+            return false;
+        }
+        let (looks, prefetches, live) = self.0.get();
+        self.0.set((looks + 1, prefetches, live));
+        live
+    }
+
+    fn prefetch(&self, entry: &Entry) {
+        if entry.slot == u32::MAX {
+            return;
+        }
+        let (looks, prefetches, live) = self.0.get();
+        self.0.set((looks, prefetches + 1, live));
+    }
+}
+
+#[test]
+fn second_looks_that_find_everything_live_become_a_sample_until_they_find_the_dead() {
+    use super::handoff::{JUDGE_AFTER, SAMPLE};
+    let threads = Threads::new(Fences::detect());
+    let record = threads.register();
+    let counted = Counted(std::cell::Cell::new((0, 0, true)));
+    // A round: `n` entries filed at `tick`, kept by their first filter (live then) at
+    // `tick + 1`, and due at `tick + 10`, when `live` answers their second looks. Returns
+    // the second looks and prefetches made, and the entries handed to the reaper.
+    let mut next_slot = 0;
+    let mut round = |tick: Tick, n: u32, live: bool| {
+        for _ in 0..n {
+            threads.push_to(&record, entry(next_slot), tick + 10, tick, &counted);
+            next_slot += 1;
+        }
+        threads.push_to(&record, entry(u32::MAX), tick + 1_000, tick + 1, &counted);
+        counted.0.set((0, 0, live));
+        threads.push_to(&record, entry(u32::MAX), tick + 1_000, tick + 10, &counted);
+        let (looks, prefetches, _) = counted.0.get();
+        counted.0.set((0, 0, true));
+        let mut due = Vec::new();
+        threads.collect(tick + 10, false, &mut due);
+        (looks, prefetches, due.len() as u32)
+    };
+    // Every look finds its entry live: after JUDGE_AFTER of them, one in SAMPLE.
+    assert_eq!(
+        round(100, JUDGE_AFTER, true),
+        (JUDGE_AFTER, JUDGE_AFTER, JUDGE_AFTER)
+    );
+    let n = JUDGE_AFTER * SAMPLE;
+    assert_eq!(
+        round(200, n, true),
+        (JUDGE_AFTER, JUDGE_AFTER, n),
+        "a sample"
+    );
+    // The trees now complete before their hand-off: the sample finds them dead, and
+    // the others reach the reaper unlooked until JUDGE_AFTER looks are in.
+    let n = JUDGE_AFTER * SAMPLE;
+    assert_eq!(
+        round(300, n, false),
+        (JUDGE_AFTER, JUDGE_AFTER, n - JUDGE_AFTER),
+        "the dead looked at are dropped, the rest handed off"
+    );
+    // Looking pays again: every entry is looked at, the dead dropped.
+    let n = 2 * JUDGE_AFTER;
+    assert_eq!(round(400, n, false), (n, n, 0), "every entry looked at");
+}
+
 #[test]
 fn a_pinned_owner_keeps_the_reaper_out_and_a_taken_batch_keeps_the_owner_out() {
     let threads = Threads::new(Fences::detect());
