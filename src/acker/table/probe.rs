@@ -4,6 +4,7 @@
 //! [`Table::empty`] undoes both (module docs of [`table`](crate::acker::table), "Finding a
 //! root").
 
+use super::group::masks;
 use super::{Effects, Key, Side, Stamp, Table, Word, CROWDED_DISTANCE, GROUP_SLOTS, MAX_PROBE};
 use crate::sync::{store_raced, Ordering};
 
@@ -82,27 +83,33 @@ impl<T> Table<T> {
         let home = self.home(key);
         self.prefetch_home(home, false);
         let mut vacancy = None;
-        for (d, group) in self.walk(home) {
+        // `walk(home)` written out, as in `find_displaced`: the iterator's state cost a
+        // search a dozen instructions more.
+        let (mut group, mut d) = (home, 0);
+        loop {
             // Masks of the group's words of the key (any state) and of its EMPTY words:
             // most groups hold no word of the key, and then only the first EMPTY matters.
-            let (found, empty) = self.group(group).load_then(self.cpu, |words| {
-                let (mut mine, mut empty) = (0u32, 0u32);
-                for (i, w) in words.iter().enumerate() {
-                    mine |= u32::from(w.key() == key) << i;
-                    empty |= u32::from(*w == Word::EMPTY) << i;
+            let looked = self.group(group).load_then(self.cpu, |words| {
+                let (mine, empty) = masks(&words, key);
+                match mine {
+                    0 => Err(empty),
+                    _ => Self::entry_in(&words, group, mine, key, skip).ok_or(empty),
                 }
-                let found = (mine != 0).then(|| Self::entry_in(words, group, mine, key, skip));
-                (found.flatten(), empty)
             });
-            if let Some(found) = found {
-                return found;
-            }
+            let empty = match looked {
+                Ok(found) => return found,
+                Err(empty) => empty,
+            };
             if vacancy.is_none() && empty != 0 {
                 let slot = group * GROUP_SLOTS + empty.trailing_zeros() as usize;
                 vacancy = Some(Vacancy { slot, d });
             }
+            if d == self.window() || self.overflow[group].load(Ordering::SeqCst) == 0 {
+                return Search::Missing(vacancy);
+            }
+            d += 1;
+            group = self.wrap(group + 1);
         }
-        Search::Missing(vacancy)
     }
 
     /// [`search`](Self::search)'s look at the words of `group` whose key is `key`'s (the
@@ -110,7 +117,7 @@ impl<T> Table<T> {
     /// Apart, so that the words are indexed (through memory) only in a group that has one.
     #[inline(never)]
     fn entry_in(
-        words: [Word; GROUP_SLOTS],
+        words: &[Word; GROUP_SLOTS],
         group: usize,
         mut mine: u32,
         key: Key,

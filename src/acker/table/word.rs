@@ -200,6 +200,13 @@ impl Key {
     pub fn tag(self) -> u32 {
         self.0 as u32
     }
+
+    /// The key where a word's low half holds it, the state bits zero: a word's key is this
+    /// one exactly when its low half without its state bits ([`Word::STATE_MASK`]) is this.
+    #[inline]
+    pub fn in_low(self) -> u64 {
+        self.0 << STATE_BITS
+    }
 }
 
 /// What a transition did, for the operation that made it.
@@ -243,6 +250,9 @@ impl std::fmt::Debug for Word {
 impl Word {
     /// An empty slot's word.
     pub const EMPTY: Word = Word { low: 0, value: 0 };
+
+    /// The state's bits of a word's low half (the key is above them).
+    pub const STATE_MASK: u64 = (1 << STATE_BITS) - 1;
 
     #[inline]
     fn new(key: Key, state: State, value: u64) -> Word {
