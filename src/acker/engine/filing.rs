@@ -16,7 +16,9 @@ impl<T: Send + 'static> Engine<T> {
     /// After an operation's table calls on `table` (and its successors): files the timers
     /// and delivers the completions `effects` reports. Whether a claim found the table
     /// crowded.
-    #[inline]
+    // Always: in the operation's frame
+    // ([`Table::init_or`](crate::acker::table::Table::init_or)).
+    #[inline(always)]
     pub(in crate::acker::engine) fn finish(
         &self,
         shard: usize,
@@ -46,8 +48,10 @@ impl<T: Send + 'static> Engine<T> {
     }
 
     /// Files the entries `effects` reports created in `table` or its successors in this
-    /// thread's batch (the one `active`, the calling operation, entered with), and wakes the reaper if it may be asleep with no deadline.
-    #[inline]
+    /// thread's batch (the one `active`, the calling operation, entered with), and wakes the
+    /// reaper if it may be asleep with no deadline.
+    // Always: as `finish`.
+    #[inline(always)]
     pub(in crate::acker::engine) fn file_timers(
         &self,
         shard: usize,

@@ -179,7 +179,9 @@ impl<T: Send + 'static> Engine<T> {
     /// anchor, re-anchoring first when it is [`REANCHOR_AFTER`] or more past it. Called
     /// inside an operation, where it holds nothing of the tables: its entry, or the top of
     /// a retry.
-    #[inline]
+    // Always: in the operation's frame
+    // ([`Table::init_or`](crate::acker::table::Table::init_or)).
+    #[inline(always)]
     pub(super) fn write_tick(&self) -> u64 {
         let tick = self.caller_full();
         let anchor = self.anchor();

@@ -78,7 +78,9 @@ impl<T> Table<T> {
 
     /// Looks for `key`'s entry (the first in probe order, but for `skip`) and, on the way,
     /// for the first EMPTY slot, where a new entry could go.
-    #[inline]
+    // Always: in the frame of init's path and a message's general path
+    // ([`init_or`](Self::init_or)).
+    #[inline(always)]
     pub(super) fn search(&self, key: Key, skip: Option<usize>) -> Search {
         let home = self.home(key);
         self.prefetch_home(home, false);
