@@ -148,10 +148,10 @@ impl<T> Table<T> {
     pub(super) fn has_twin(&self, key: Key, mine: usize) -> bool {
         self.walk(self.home(key)).any(|(_, group)| {
             self.group(group).load_then(self.cpu, |words| {
-                (0..GROUP_SLOTS).any(|i| {
-                    let w = words[i];
-                    group * GROUP_SLOTS + i != mine && (w.holds(key) || w.frozen_for(key))
-                })
+                // The words of the key but `mine` (a mask of none outside its group).
+                let own = u32::from(mine / GROUP_SLOTS == group);
+                let others = masks(&words, key).0 & !(own << (mine % GROUP_SLOTS));
+                others != 0 && Self::entry_in(&words, group, others, key, None).is_some()
             })
         })
     }
