@@ -53,21 +53,6 @@
 //! ([`Liveness::prefetch`]), so their misses overlap instead of queueing one behind the
 //! other. The first filter does not: its entries were filed in the tick before, and their
 //! lines are most likely still in this core's cache.
-//!
-//! ## Looking only where it pays
-//!
-//! The second look drops the trees that completed between their first filter and their
-//! hand-off, so that the reaper does not file them: one reaper serves every thread, and
-//! this spreads the work over them. Where nearly every tree outlives the hand-off age (a
-//! fill: trees that live seconds), the look finds every entry live, and the reaper reads
-//! the same line again when it files the entry anyway ([`groups`](crate::acker::timers::groups)):
-//! at a million pending, the filling thread's second looks were a fifth of its time,
-//! each a line evicted long ago. So a batch keeps count of what its second looks find
-//! ([`Trust`]): once [`JUDGE_AFTER`] of them found fewer than one in [`DEAD_SHARE`] dead,
-//! it looks at only one aged entry in [`SAMPLE`] and hands the others to the reaper
-//! unlooked, until a sample's share of dead entries is back over that line. The reaper
-//! then files at most about one entry in `DEAD_SHARE` that a look would have dropped,
-//! and drops it itself, as it drops a tree that completes just after its look.
 
 use super::{trim, Record, Threads, KEEP_ROOM};
 use crate::acker::timers::ticks::{reached, Tick};
@@ -78,73 +63,6 @@ use crate::sync::{Arc, MutexGuard, Ordering};
 /// fill a core's queue of them (10 to 16 on current x86 cores), few enough that the lines
 /// asked for first are still in cache when their entry's turn comes.
 pub const LOOK_AHEAD: usize = 8;
-
-/// Second looks a batch counts before it judges whether they pay (module docs, "Looking
-/// only where it pays").
-pub const JUDGE_AFTER: u32 = 32;
-
-/// Second looks pay while at least one in this many finds its entry dead.
-pub const DEAD_SHARE: u32 = 16;
-
-/// While they do not, one aged entry in this many is looked at.
-pub const SAMPLE: u32 = 16;
-
-/// A batch's count of what its second looks found (module docs, "Looking only where it
-/// pays").
-#[derive(Debug)]
-pub(super) struct Trust {
-    /// One aged entry in `sample` is looked at: 1 or [`SAMPLE`].
-    sample: u32,
-    /// Aged entries since the last look, of this round.
-    skipped: u32,
-    /// Looks and dead entries found since the last judgement.
-    looked: u32,
-    dead: u32,
-}
-
-impl Default for Trust {
-    fn default() -> Self {
-        Trust {
-            sample: 1,
-            skipped: 0,
-            looked: 0,
-            dead: 0,
-        }
-    }
-}
-
-impl Trust {
-    /// Whether the next aged entry is looked at.
-    #[inline]
-    fn looks(&mut self) -> bool {
-        self.skipped += 1;
-        if self.skipped < self.sample {
-            return false;
-        }
-        self.skipped = 0;
-        true
-    }
-
-    /// Whether the aged entry `ahead` places after the next one is looked at (so its line
-    /// is worth asking for).
-    #[inline]
-    fn will_look(&self, ahead: u32) -> bool {
-        (self.skipped + 1 + ahead) % self.sample == 0
-    }
-
-    /// Counts a look; judges once [`JUDGE_AFTER`] looks are in.
-    fn count(&mut self, live: bool) {
-        self.looked += 1;
-        self.dead += u32::from(!live);
-        if self.looked >= JUDGE_AFTER {
-            let pays = self.dead * DEAD_SHARE >= self.looked;
-            self.sample = if pays { 1 } else { SAMPLE };
-            self.skipped = self.skipped.min(self.sample - 1);
-            self.looked = 0;
-            self.dead = 0;
-        }
-    }
-}
 
 /// What a batch's filter asks of the engine about an entry's slot. A closure that answers
 /// [`live`](Liveness::live) is one (its prefetch does nothing), as the tests use.
@@ -185,12 +103,11 @@ pub(super) struct Held {
 }
 
 /// A batch's entries: those filed since the last filter, and the survivors of their first
-/// filter, in hand-off order; and what the second looks found.
+/// filter, in hand-off order.
 #[derive(Debug, Default)]
 pub(super) struct Entries {
     pub(super) fresh: Vec<Held>,
     pub(super) aged: std::collections::VecDeque<Held>,
-    trust: Trust,
 }
 
 impl Entries {
@@ -307,28 +224,15 @@ impl Threads {
             }
         }
         let is_due = |held: &&Held| reached(held.hand_off, now);
-        let trust = &mut entries.trust;
-        for (i, held) in entries.aged.iter().take(LOOK_AHEAD).enumerate() {
-            if !is_due(&held) {
-                break;
-            }
-            if trust.will_look(i as u32) {
-                live.prefetch(&held.entry);
-            }
+        for held in entries.aged.iter().take(LOOK_AHEAD).take_while(is_due) {
+            live.prefetch(&held.entry);
         }
         while let Some(held) = entries.aged.front().filter(is_due) {
             if let Some(ahead) = entries.aged.get(LOOK_AHEAD).filter(is_due) {
-                if trust.will_look(LOOK_AHEAD as u32) {
-                    live.prefetch(&ahead.entry);
-                }
+                live.prefetch(&ahead.entry);
             }
-            if !trust.looks() {
+            if live.live(&held.entry) {
                 due.push(held.entry);
-            } else if live.live(&held.entry) {
-                trust.count(true);
-                due.push(held.entry);
-            } else {
-                trust.count(false);
             }
             entries.aged.pop_front();
         }
