@@ -52,22 +52,37 @@ impl Mix {
 /// its home line) without its low [`KEY_SHIFT`] bits, which are the table index's low bits.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Layout {
-    pub(super) mix: Mix,
-    pub(super) table_bits: u32,
+    mix: Mix,
+    /// 64 less the table bits: the shift that leaves a hash's table, and the rotation
+    /// right that is a rotation left by the table bits. Kept as such, so that a placement
+    /// uses it as it is (one shift count for both, none computed per message).
+    shard_shift: u32,
 }
 
 impl Layout {
+    /// The layout of `mix` over `1 << table_bits` tables (1 to 63 bits).
+    pub(super) fn new(mix: Mix, table_bits: u32) -> Self {
+        debug_assert!((1..64).contains(&table_bits), "{table_bits} table bits");
+        Layout {
+            mix,
+            shard_shift: 64 - table_bits,
+        }
+    }
+
     #[inline]
     pub(super) fn place(self, root: u64) -> (usize, Key) {
         let h = self.mix.hash(root);
-        let shard = (h >> (64 - self.table_bits)) as usize;
-        (shard, Key::new(h.rotate_left(self.table_bits) >> KEY_SHIFT))
+        let shard = (h >> self.shard_shift) as usize;
+        (
+            shard,
+            Key::new(h.rotate_right(self.shard_shift) >> KEY_SHIFT),
+        )
     }
 
     pub(super) fn root(self, shard: usize, key: Key) -> u64 {
         let low = shard as u64 & ((1 << KEY_SHIFT) - 1);
         let rotated = key.bits() << KEY_SHIFT | low;
-        self.mix.root(rotated.rotate_right(self.table_bits))
+        self.mix.root(rotated.rotate_left(self.shard_shift))
     }
 }
 
@@ -81,7 +96,7 @@ mod tests {
             seed: 0x1234_5678_9abc_def0,
         };
         for table_bits in [4, 5, 8, 16] {
-            let layout = Layout { mix, table_bits };
+            let layout = Layout::new(mix, table_bits);
             for root in [0, 1, 2, 7, u64::MAX, 1 << 63, 0xdead_beef_cafe_f00d] {
                 assert_eq!(mix.root(mix.hash(root)), root);
                 let (shard, key) = layout.place(root);
@@ -101,12 +116,12 @@ mod tests {
     fn patterned_roots_spread_over_tables_homes_and_tags() {
         const N: u64 = 1 << 16;
         const HOMES: usize = 1024; // a table's home lines: the key's top 10 bits
-        let layout = Layout {
-            mix: Mix {
+        let layout = Layout::new(
+            Mix {
                 seed: 0x1234_5678_9abc_def0,
             },
-            table_bits: 4,
-        };
+            4,
+        );
         type Pattern = (&'static str, fn(u64) -> u64);
         let patterns: [Pattern; 6] = [
             ("a counter", |i| i),

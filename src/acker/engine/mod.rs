@@ -283,10 +283,7 @@ impl<T: Send + 'static> Engine<T> {
                     Generations::new(Table::bounded(groups, credits, timeout, false))
                 })
                 .collect(),
-            layout: Layout {
-                mix: Mix { seed },
-                table_bits: tables.trailing_zeros(),
-            },
+            layout: Layout::new(Mix { seed }, tables.trailing_zeros()),
             max_table_slots,
             room_table_slots,
             slot_bits: room_table_slots.next_power_of_two().trailing_zeros(),
