@@ -95,7 +95,12 @@ impl TickScale {
         // years of nanoseconds), since a `u128` division is a library call that cost a
         // tree more than the rest of this function.
         if ticks <= u64::MAX >> self.shift {
-            return Duration::from_nanos(ticks << self.shift);
+            let nanos = ticks << self.shift;
+            // Under a second (most trees): no division into seconds and nanoseconds.
+            if nanos < 1_000_000_000 {
+                return Duration::new(0, nanos as u32);
+            }
+            return Duration::from_nanos(nanos);
         }
         let nanos = u128::from(ticks) << self.shift;
         // Past `Duration::MAX` (2^64 ticks of 2^30 ns and more): the longest there is.
