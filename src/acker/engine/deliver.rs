@@ -29,7 +29,22 @@ impl<T: Send + 'static> Engine<T> {
         now: Option<u64>,
         active: &Active,
     ) {
-        self.finish_completion(shard, table, completed, now, active, true);
+        self.finish_completion(shard, table, completed, now, active, true, None);
+    }
+
+    /// [`deliver`](Self::deliver) of a message's completion (`now` `None`), with its
+    /// `root` (the tree's id, which the completion reports) when the caller has it at
+    /// hand: then the id is not computed back from the key.
+    #[inline]
+    pub(super) fn deliver_root(
+        &self,
+        root: Option<u64>,
+        shard: usize,
+        table: &Table<T>,
+        completed: Completed,
+        active: &Active,
+    ) {
+        self.finish_completion(shard, table, completed, None, active, true, root);
     }
 
     /// The timeouts of one reaper pass at full tick `now`: counted first, all at once
@@ -61,13 +76,14 @@ impl<T: Send + 'static> Engine<T> {
             .timed_out
             .fetch_add(timed_out.len() as u64, Ordering::Relaxed);
         for (shard, table, completed) in timed_out {
-            self.finish_completion(shard, table, completed, Some(now), active, false);
+            self.finish_completion(shard, table, completed, Some(now), active, false, None);
         }
     }
 
     /// [`deliver`](Self::deliver), counting the completion unless `count` is false (its
-    /// caller counted it).
+    /// caller counted it); `root`, the tree's id when the caller has it.
     #[inline]
+    #[allow(clippy::too_many_arguments)] // inlined into each caller, whose constants fold
     fn finish_completion(
         &self,
         shard: usize,
@@ -76,6 +92,7 @@ impl<T: Send + 'static> Engine<T> {
         now: Option<u64>,
         active: &Active,
         count: bool,
+        root: Option<u64>,
     ) {
         let Completed {
             slot, key, outcome, ..
@@ -125,7 +142,7 @@ impl<T: Send + 'static> Engine<T> {
             };
         }
         let completion = Completion {
-            root: self.layout.root(shard, key),
+            root: root.unwrap_or_else(|| self.layout.root(shard, key)),
             payload,
             outcome,
             elapsed,

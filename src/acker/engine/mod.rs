@@ -430,7 +430,7 @@ impl<T: Send + 'static> Engine<T> {
     fn message(&self, root: u64, message: Message) -> bool {
         let active = self.threads.enter();
         let (shard, key) = self.layout.place(root);
-        self.message_with(&active, shard, key, message, || {
+        self.message_with(&active, Some(root), shard, key, message, || {
             self.message_general_outlined(&active, shard, key, message)
         })
     }
@@ -441,17 +441,20 @@ impl<T: Send + 'static> Engine<T> {
     /// cost more there than it saved.
     #[inline]
     fn message_in(&self, active: &Active, shard: usize, key: Key, message: Message) -> bool {
-        self.message_with(active, shard, key, message, || {
+        // No root: a batch's frame keeps less across its messages without it.
+        self.message_with(active, None, shard, key, message, || {
             self.message_general(active, shard, key, message)
         })
     }
 
     /// A message's common case first (no migration, and the entry exists: `apply_found`),
     /// else `general`, the general path ([`message_general`](Self::message_general)).
+    /// `root`: the message's root id, if the caller has it, for the completion to report.
     #[inline(always)]
     fn message_with(
         &self,
         active: &Active,
+        root: Option<u64>,
         shard: usize,
         key: Key,
         message: Message,
@@ -468,7 +471,7 @@ impl<T: Send + 'static> Engine<T> {
                 let Some(completed) = completed else {
                     return false;
                 };
-                self.deliver(shard, table, completed, None, active);
+                self.deliver_root(root, shard, table, completed, active);
                 return true;
             }
         }
