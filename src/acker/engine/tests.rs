@@ -38,6 +38,20 @@ fn manual(clock: &ManualClock, max_pending: usize) -> (Acker<u32>, Log) {
     (acker, log)
 }
 
+/// Takes the log and checks it holds `trees` completions, tree `i` (root `root(i)`,
+/// payload `i`) acked once each.
+fn assert_each_acked_once(log: &Log, trees: u64, root: impl Fn(u64) -> u64) {
+    let mut log = std::mem::take(&mut *log.lock().unwrap());
+    log.sort_unstable_by_key(|&(_, payload, _)| payload);
+    assert_eq!(log.len(), trees as usize);
+    for (i, &(r, payload, outcome)) in log.iter().enumerate() {
+        assert_eq!(
+            (r, payload, outcome),
+            (root(i as u64), i as u32, Outcome::Acked)
+        );
+    }
+}
+
 /// The slots of `acker`'s tables at their smallest (staggered: `growth::staggered`).
 fn smallest(acker: &Acker<u32>) -> usize {
     let engine = acker.engine();
@@ -93,15 +107,7 @@ fn tables_grow_with_pending_and_shrink_after_it_falls() {
             "tree {i} completes on its last ack"
         );
     }
-    let mut log = std::mem::take(&mut *log.lock().unwrap());
-    log.sort_unstable_by_key(|&(_, payload, _)| payload);
-    assert_eq!(log.len(), TREES as usize);
-    for (i, &(r, payload, outcome)) in log.iter().enumerate() {
-        assert_eq!(
-            (r, payload, outcome),
-            (root(i as u64), i as u32, Outcome::Acked)
-        );
-    }
+    assert_each_acked_once(&log, TREES, root);
     assert_eq!(acker.pending(), 0);
     // The first pass sees the load low; the reaper then sleeps until the shrink is due
     // rather than waking every tick to look again.
@@ -826,13 +832,5 @@ fn with_a_reaper_thread_large_successors_are_built_by_it() {
         );
     }
     acker.shutdown();
-    let mut log = std::mem::take(&mut *log.lock().unwrap());
-    log.sort_unstable_by_key(|&(_, payload, _)| payload);
-    assert_eq!(log.len(), trees as usize);
-    for (i, &(r, payload, outcome)) in log.iter().enumerate() {
-        assert_eq!(
-            (r, payload, outcome),
-            (root(i as u64), i as u32, Outcome::Acked)
-        );
-    }
+    assert_each_acked_once(&log, trees, root);
 }
