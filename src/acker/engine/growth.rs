@@ -170,14 +170,13 @@ impl<T: Send + 'static> Engine<T> {
     }
 
     /// After a claim found its table crowded: starts growth of the chain's last generation
-    /// when [`loaded`](Self::loaded), or asks the reaper thread to (module docs, "Who
+    /// when [`growth_due`](Self::growth_due), or asks the reaper thread to (module docs, "Who
     /// builds a successor").
     #[cold]
     pub(super) fn grow_if_loaded(&self, shard: usize, table: &Table<T>) {
-        let Some(last) = chain(table).last().filter(|last| self.loaded(last)) else {
+        let Some((last, groups)) = self.growth_due(table) else {
             return;
         };
-        let groups = self.grown(last, self.max_table_slots);
         match self.reaper_thread.get() {
             Some(thread) if Table::<T>::line_bytes(groups) >= REAPER_BUILDS_FROM => {
                 if self.tables[shard].ask_growth() {
@@ -190,20 +189,22 @@ impl<T: Send + 'static> Engine<T> {
         }
     }
 
-    /// Whether the pending count per table is over 3/4 of `last`'s slots (the last
-    /// generation of a chain), and `last` is smaller than load grows a table to.
-    fn loaded(&self, last: &Table<T>) -> bool {
+    /// The last generation of `table`'s chain and the groups it grows to, when the pending
+    /// count per table is over 3/4 of its slots and it is smaller than load grows a table
+    /// to.
+    fn growth_due<'t>(&self, table: &'t Table<T>) -> Option<(&'t Table<T>, usize)> {
+        let last = chain(table).last()?;
         let per_table = self.pending() / self.tables.len();
-        per_table * 4 > last.slots() * 3 && last.slots() < self.max_table_slots
+        let loaded = per_table * 4 > last.slots() * 3 && last.slots() < self.max_table_slots;
+        loaded.then(|| (last, self.grown(last, self.max_table_slots)))
     }
 
     /// A growth a caller asked the reaper thread for ([`grow_if_loaded`](Self::grow_if_loaded)),
     /// started if the chain still calls for it: `true` when it was.
     fn grow_as_asked(&self, shard: usize, table: &Table<T>) -> bool {
-        let Some(last) = chain(table).last().filter(|last| self.loaded(last)) else {
+        let Some((last, groups)) = self.growth_due(table) else {
             return false;
         };
-        let groups = self.grown(last, self.max_table_slots);
         // A caller that holds the lock (`make_room`, which found no room) grows the
         // chain itself.
         let started = self.start_migration(shard, last, groups, false) == Some(true);
