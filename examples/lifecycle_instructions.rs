@@ -12,7 +12,9 @@
 //! `Acker::apply` in frames of 64) and `dashmap` (a `DashMap<u64, (u64, bool)>`: entry,
 //! XOR, remove at zero). BACKGROUND roots (default 0) are inited first and never acked, as
 //! in the bench's `1M-pending` groups: the tables are large and cold, and `count.py
-//! --cache` counts the lines a tree misses there. RESOLUTION_MS is the acker's tick
+//! --cache` counts the lines a tree misses there. `ack` and `ack-dashmap` are the bench's
+//! `ack/1t` groups instead: BACKGROUND roots held, then TREES acks of them one at a time in
+//! a shuffled order, none completing a tree (each "tree" of `count.py` is then one ack). RESOLUTION_MS is the acker's tick
 //! (default 1): `count.py` makes it 64 under callgrind, which runs about 50 times slower,
 //! so that a tree lives as many ticks as it does natively (a few tenths of one) and is
 //! dropped from its thread's batch before the reaper ever sees it, as natively.
@@ -87,6 +89,18 @@ impl Tracker for Dash {
     }
 }
 
+/// The acker's `max_pending`, as the benches' `Tracker::build` sets it: 1 << 20, or twice
+/// `background` past half of that, so that the tables sit at the load growth leaves them at
+/// rather than at the brim.
+fn bound(background: u64) -> usize {
+    let background = background as usize;
+    if background > 1 << 19 {
+        2 * background
+    } else {
+        1 << 20
+    }
+}
+
 /// Roots inited before the lifecycle and never acked: ids no tree of `run` has.
 fn hold(tracker: &dyn Tracker, background: u64) {
     for i in 0..background {
@@ -144,10 +158,37 @@ fn run(tracker: &dyn Tracker, trees: u64, batched: bool) {
     tracker.apply(&frame);
 }
 
+/// Set in every `ack` root's init value and never acked, so no ack completes a tree.
+const KEEP: u64 = 1 << 63;
+
+/// The `ack` kind: `acks` acks, one at a time, of the `roots` held (visited in a fixed
+/// shuffle, so that no two acks in a row are near each other in any table), none of which
+/// completes: the common ack of the benches' `ack/1t` groups, with the tables as large as
+/// `roots` makes them.
+fn ack_only(tracker: &dyn Tracker, roots: &[u64], acks: u64) {
+    for i in 0..acks as usize {
+        tracker.ack(roots[i % roots.len()], edge(i as u64, 0) & !KEEP);
+    }
+}
+
+/// `count` root ids for the `ack` kind, inited with [`KEEP`], in a shuffled order.
+fn held_roots(tracker: &dyn Tracker, count: u64) -> Vec<u64> {
+    let mut roots: Vec<u64> = (0..count).map(|i| mix(i | 1 << 61)).collect();
+    for &root in &roots {
+        tracker.init(root, KEEP | 1);
+    }
+    // Fisher-Yates with the mix as its random source.
+    for i in (1..roots.len()).rev() {
+        let j = (mix(i as u64 ^ 0xac4) % (i as u64 + 1)) as usize;
+        roots.swap(i, j);
+    }
+    roots
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let usage =
-        "usage: lifecycle_instructions acker|batched|dashmap TREES [BACKGROUND [RESOLUTION_MS]]";
+        "usage: lifecycle_instructions acker|batched|dashmap|ack|ack-dashmap TREES [BACKGROUND [RESOLUTION_MS]]";
     let (Some(kind), Some(trees)) = (args.get(1), args.get(2).and_then(|t| t.parse().ok())) else {
         eprintln!("{usage}");
         std::process::exit(2);
@@ -162,7 +203,7 @@ fn main() {
             let acker = Acker::<u32>::builder()
                 .timeout(Duration::from_secs(600))
                 .resolution(Duration::from_millis(resolution_ms))
-                .max_pending((1 << 16) + background as usize)
+                .max_pending(bound(background))
                 .on_complete(|_| {})
                 .build()
                 .expect("a valid configuration");
@@ -170,6 +211,25 @@ fn main() {
             settle(&acker);
             run(&acker, trees, kind == "batched");
             assert_eq!(acker.pending() as u64, background, "every tree completed");
+        }
+        "ack" => {
+            let acker = Acker::<u32>::builder()
+                .timeout(Duration::from_secs(600))
+                .resolution(Duration::from_millis(resolution_ms))
+                .max_pending(bound(background))
+                .on_complete(|_| {})
+                .build()
+                .expect("a valid configuration");
+            let roots = held_roots(&acker, background.max(1));
+            settle(&acker);
+            ack_only(&acker, &roots, trees);
+            assert_eq!(acker.pending(), roots.len(), "no tree completed");
+        }
+        "ack-dashmap" => {
+            let map = Dash(DashMap::new());
+            let roots = held_roots(&map, background.max(1));
+            ack_only(&map, &roots, trees);
+            assert_eq!(map.0.len(), roots.len(), "no tree completed");
         }
         "dashmap" => {
             let map = Dash(DashMap::new());

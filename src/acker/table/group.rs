@@ -1,7 +1,7 @@
 //! A group's words as the table reads and writes them: each slot's [`Word`] in a 128-bit
 //! atomic ([`SlotWord`], every access SeqCst, on the CPU's path [`Cpu`] found), a group's
 //! four words loaded in one block, and a group's match of a key ([`Group::find`]: the
-//! first word of the key, chosen without branching on which one).
+//! first word of the key, chosen without branching on which one past a low load).
 
 use super::lines::Group;
 use super::word::{Key, Word};
@@ -85,20 +85,24 @@ impl Group {
     /// is not (FROZEN, MOVED, or an EMPTY word when the key is 0: the full search sorts
     /// those out), [`Match::Absent`] when no word has the key.
     ///
-    /// The common ack's match. Word 0 is tried with a branch: a claim takes the first EMPTY
-    /// word of its group, so below the brim most entries are there and the branch is
-    /// predicted. The other three are compared without a branch a word: which of them
-    /// holds a root is random, and a mispredicted branch on a word whose load missed the
-    /// cache costs the miss a second time (an ack at 64k pending in a table at its bound's
-    /// load: 47 ns with a branch a word, 39 without).
+    /// The common ack's match. With `first_word_first`, word 0 is tried with a branch
+    /// first: at a low load most entries are there (a claim takes its group's first EMPTY
+    /// word) and the branch is predicted. Otherwise, and when word 0 does not hold the
+    /// key, the four words are matched with no branch on which one holds it: past a low
+    /// load that is random (at a load of a half, 3 entries in 5 sit past word 0), and a
+    /// mispredicted branch on words whose load missed the cache waits for the miss, then
+    /// throws away what ran ahead of it. An ack at 64k pending (grown tables): 33.1 ns
+    /// with the branch on word 0, 26.7 ns without (`ack/1t/64k-pending`, three
+    /// alternating pairs); at 1k in flight (the tables an acker starts with, where word 0
+    /// holds almost every entry) the branch saves a tenth of the lifecycle's time.
     #[inline]
-    pub(super) fn find(&self, key: Key, cpu: Cpu) -> Match {
-        self.load_then(cpu, |words| Self::find_in(words, key))
+    pub(super) fn find(&self, key: Key, cpu: Cpu, first_word_first: bool) -> Match {
+        self.load_then(cpu, |words| Self::find_in(words, key, first_word_first))
     }
 
     /// [`find`](Self::find) in the group's words.
     #[inline(always)]
-    pub(super) fn find_in(words: [Word; GROUP_SLOTS], key: Key) -> Match {
+    pub(super) fn find_in(words: [Word; GROUP_SLOTS], key: Key, first_word_first: bool) -> Match {
         let of = |i: usize, word: Word| {
             if word.holds(key) {
                 Match::Holds(i, word)
@@ -106,26 +110,37 @@ impl Group {
                 Match::Odd
             }
         };
-        if words[0].key() == key {
+        if first_word_first && words[0].key() == key {
             return of(0, words[0]);
         }
-        let hits =
-            (1..GROUP_SLOTS).fold(0u32, |hits, i| hits | u32::from(words[i].key() == key) << i);
-        if hits == 0 {
+        let (mine, _) = masks(&words, key);
+        if mine == 0 {
             return Match::Absent;
         }
-        let i = hits.trailing_zeros() as usize;
-        // Chosen with masks, not an index into the array: an index sends the words
-        // through the stack, and the loads that read them back wait on the stores. Half by
-        // half: a choice between whole words, which the inlined load leaves in vector
-        // registers, becomes a branch on `i` (x86 has no conditional move for those).
+        let i = mine.trailing_zeros() as usize;
+        of(i, select(&words, i))
+    }
+}
+
+/// Word `i` of `words`, chosen with masks rather than an index into the array: an index
+/// sends the words through the stack, and the loads that read them back wait on the
+/// stores.
+#[inline(always)]
+fn select(words: &[Word; GROUP_SLOTS], i: usize) -> Word {
+    #[cfg(all(target_arch = "x86_64", not(loom), not(miri)))]
+    {
+        sse2::select(words, i)
+    }
+    #[cfg(not(all(target_arch = "x86_64", not(loom), not(miri))))]
+    {
+        // Half by half: a choice between whole words becomes a branch on `i`.
         let halves = |word: Word| (word.to_bits() as u64, (word.to_bits() >> 64) as u64);
-        let (lo, hi) = (2..GROUP_SLOTS).fold(halves(words[1]), |(lo, hi), j| {
+        let (lo, hi) = (1..GROUP_SLOTS).fold(halves(words[0]), |(lo, hi), j| {
             let take = u64::from(i == j).wrapping_neg();
             let (j_lo, j_hi) = halves(words[j]);
             (lo ^ ((lo ^ j_lo) & take), hi ^ ((hi ^ j_hi) & take))
         });
-        of(i, Word::from_bits(u128::from(hi) << 64 | u128::from(lo)))
+        Word::from_bits(u128::from(hi) << 64 | u128::from(lo))
     }
 }
 
@@ -164,6 +179,28 @@ mod sse2 {
     };
 
     const _: () = assert!(GROUP_SLOTS == 4, "two words to a register, two registers");
+
+    /// Word `i` of `words` (`i` below 4): each word ANDed with a mask that is all ones
+    /// for word `i` alone, and the four ORed, in the vector registers the group's load
+    /// left the words in.
+    #[inline(always)]
+    pub(super) fn select(words: &[Word; GROUP_SLOTS], i: usize) -> Word {
+        // Safety: as in `masks`: SSE2 intrinsics, and `__m128i` and `u128` are both 16
+        // plain bytes.
+        #[allow(unused_unsafe)]
+        unsafe {
+            let at = _mm_set1_epi32(i as i32);
+            let pick = |j: i32, word: Word| {
+                let bits = std::mem::transmute::<u128, __m128i>(word.to_bits());
+                _mm_and_si128(bits, _mm_cmpeq_epi32(at, _mm_set1_epi32(j)))
+            };
+            let word = _mm_or_si128(
+                _mm_or_si128(pick(0, words[0]), pick(1, words[1])),
+                _mm_or_si128(pick(2, words[2]), pick(3, words[3])),
+            );
+            Word::from_bits(std::mem::transmute::<__m128i, u128>(word))
+        }
+    }
 
     #[inline(always)]
     pub(super) fn masks(words: &[Word; GROUP_SLOTS], key: Key) -> (u32, u32) {

@@ -172,6 +172,14 @@ fn the_shortcut_applies_only_what_apply_would_and_defers_the_rest() {
 
 #[test]
 fn a_group_finds_the_first_word_of_its_key_wherever_it_is_and_defers_the_odd_ones() {
+    // Both ways of matching: word 0 first with a branch (the tables an acker starts
+    // with), and all four words at once (successors).
+    for first_word_first in [true, false] {
+        finds_the_first_word_of_its_key(first_word_first);
+    }
+}
+
+fn finds_the_first_word_of_its_key(first: bool) {
     let key = key_in(4, 1, 7);
     let other = |i: u64| Word::held_ack(key_in(4, 1, 100 + i), 1000 + i);
     // Each position, the others holding other roots, each word with its own value: the
@@ -185,12 +193,12 @@ fn a_group_finds_the_first_word_of_its_key_wherever_it_is_and_defers_the_odd_one
             group.0[i].cas(Word::EMPTY, word).unwrap();
         }
         assert_eq!(
-            group.find(key, Cpu::get()),
+            group.find(key, Cpu::get(), first),
             Match::Holds(at, mine),
-            "the key in word {at}"
+            "the key in word {at} (word 0 first: {first})"
         );
         assert_eq!(
-            group.find(key_in(4, 1, 8), Cpu::get()),
+            group.find(key_in(4, 1, 8), Cpu::get(), first),
             Match::Absent,
             "no word of the key"
         );
@@ -203,27 +211,27 @@ fn a_group_finds_the_first_word_of_its_key_wherever_it_is_and_defers_the_odd_one
     group.0[0].cas(Word::EMPTY, other(0)).unwrap();
     group.0[2].cas(Word::EMPTY, frozen).unwrap();
     group.0[3].cas(Word::EMPTY, Word::held_ack(key, 4)).unwrap();
-    assert_eq!(group.find(key, Cpu::get()), Match::Odd);
+    assert_eq!(group.find(key, Cpu::get(), first), Match::Odd);
     // The same in word 0, which is tried first.
     let table = Table::<u32>::new(4);
     table.group(2).0[0].cas(Word::EMPTY, frozen).unwrap();
     table.group(2).0[1]
         .cas(Word::EMPTY, Word::held_ack(key, 4))
         .unwrap();
-    assert_eq!(table.group(2).find(key, Cpu::get()), Match::Odd);
+    assert_eq!(table.group(2).find(key, Cpu::get(), first), Match::Odd);
     // Key 0 is the EMPTY word's key: an EMPTY word never reads as its entry.
     let zero = Key::new(0);
     assert_eq!(
-        table.group(3).find(zero, Cpu::get()),
+        table.group(3).find(zero, Cpu::get(), first),
         Match::Odd,
         "an empty group"
     );
-    assert_eq!(group.find(zero, Cpu::get()), Match::Odd, "word 1 is EMPTY");
+    assert_eq!(group.find(zero, Cpu::get(), first), Match::Odd, "word 1 is EMPTY");
     group.0[1]
         .cas(Word::EMPTY, Word::held_ack(zero, 9))
         .unwrap();
     assert_eq!(
-        group.find(zero, Cpu::get()),
+        group.find(zero, Cpu::get(), first),
         Match::Holds(1, Word::held_ack(zero, 9))
     );
 }
