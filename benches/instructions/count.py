@@ -26,6 +26,12 @@ to L3 or memory, which a single thread waits for.
 
     python3 benches/instructions/count.py --background 1000000 --cache acker dashmap
 
+`ack` and `ack-dashmap` count the benches' `ack/1t` groups instead: BACKGROUND roots held,
+then acks of them one at a time in a shuffled order, none completing (a "tree" is then
+one ack):
+
+    python3 benches/instructions/count.py --background 1000000 --cache ack ack-dashmap
+
 Callgrind runs the threads one at a time and about 50x slower than natively, so the
 lifecycle's acker ticks every 64 ms under it instead of every 1 ms: a tree lives as many
 ticks as natively (a fraction of one), and what is done by the clock (a thread's hand-off
