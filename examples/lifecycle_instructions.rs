@@ -12,8 +12,8 @@
 //! `Acker::apply` in frames of 64) and `dashmap` (a `DashMap<u64, (u64, bool)>`: entry,
 //! XOR, remove at zero). BACKGROUND roots (default 0) are inited first and never acked, as
 //! in the bench's `1M-pending` groups: the tables are large and cold, and `count.py
-//! --cache` counts the lines a tree misses there. `ack` and `ack-dashmap` are the bench's
-//! `ack/1t` groups instead: BACKGROUND roots held, then TREES acks of them one at a time in
+//! --cache` counts the lines a tree misses there. `ack`, `ack-batched` (frames of 64 through
+//! `apply`) and `ack-dashmap` are the bench's `ack/1t` groups instead: BACKGROUND roots held, then TREES acks of them one at a time in
 //! a shuffled order, none completing a tree (each "tree" of `count.py` is then one ack). RESOLUTION_MS is the acker's tick
 //! (default 1): `count.py` makes it 64 under callgrind, which runs about 50 times slower,
 //! so that a tree lives as many ticks as it does natively (a few tenths of one) and is
@@ -171,6 +171,23 @@ fn ack_only(tracker: &dyn Tracker, roots: &[u64], acks: u64) {
     }
 }
 
+/// [`ack_only`] in frames of 64 through `apply` (the `ack-batched` kind, the benches'
+/// `ackwheel-batched` in the `ack/1t` groups).
+fn ack_only_batched(tracker: &dyn Tracker, roots: &[u64], acks: u64) {
+    let mut frame = Vec::with_capacity(64);
+    for i in 0..acks as usize {
+        frame.push(Message::Ack {
+            root: roots[i % roots.len()],
+            xor: edge(i as u64, 0) & !KEEP,
+        });
+        if frame.len() == 64 {
+            tracker.apply(&frame);
+            frame.clear();
+        }
+    }
+    tracker.apply(&frame);
+}
+
 /// `count` root ids for the `ack` kind, inited with [`KEEP`], in a shuffled order.
 fn held_roots(tracker: &dyn Tracker, count: u64) -> Vec<u64> {
     let mut roots: Vec<u64> = (0..count).map(|i| mix(i | 1 << 61)).collect();
@@ -188,7 +205,7 @@ fn held_roots(tracker: &dyn Tracker, count: u64) -> Vec<u64> {
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let usage =
-        "usage: lifecycle_instructions acker|batched|dashmap|ack|ack-dashmap TREES [BACKGROUND [RESOLUTION_MS]]";
+        "usage: lifecycle_instructions acker|batched|dashmap|ack|ack-batched|ack-dashmap TREES [BACKGROUND [RESOLUTION_MS]]";
     let (Some(kind), Some(trees)) = (args.get(1), args.get(2).and_then(|t| t.parse().ok())) else {
         eprintln!("{usage}");
         std::process::exit(2);
@@ -212,7 +229,7 @@ fn main() {
             run(&acker, trees, kind == "batched");
             assert_eq!(acker.pending() as u64, background, "every tree completed");
         }
-        "ack" => {
+        "ack" | "ack-batched" => {
             let acker = Acker::<u32>::builder()
                 .timeout(Duration::from_secs(600))
                 .resolution(Duration::from_millis(resolution_ms))
@@ -222,7 +239,11 @@ fn main() {
                 .expect("a valid configuration");
             let roots = held_roots(&acker, background.max(1));
             settle(&acker);
-            ack_only(&acker, &roots, trees);
+            if kind == "ack" {
+                ack_only(&acker, &roots, trees);
+            } else {
+                ack_only_batched(&acker, &roots, trees);
+            }
             assert_eq!(acker.pending(), roots.len(), "no tree completed");
         }
         "ack-dashmap" => {

@@ -20,7 +20,7 @@ impl<T: Send + 'static> Engine<T> {
     pub(in crate::acker) fn apply_each(
         &self,
         messages: &[PublicMessage],
-        each: &mut dyn FnMut(usize, bool),
+        each: &mut impl FnMut(usize, bool),
     ) {
         let mut placed = [(0, Key::new(0)); AHEAD];
         let mut next = [(0, Key::new(0)); AHEAD];
