@@ -226,7 +226,11 @@ fn finds_the_first_word_of_its_key(first: bool) {
         Match::Odd,
         "an empty group"
     );
-    assert_eq!(group.find(zero, Cpu::get(), first), Match::Odd, "word 1 is EMPTY");
+    assert_eq!(
+        group.find(zero, Cpu::get(), first),
+        Match::Odd,
+        "word 1 is EMPTY"
+    );
     group.0[1]
         .cas(Word::EMPTY, Word::held_ack(zero, 9))
         .unwrap();

@@ -94,6 +94,13 @@ impl State {
     const RESET: u8 = 2;
     /// Codes 2..=13: `2 + 4 * phase + flags`.
     const PHASE_BASE: u8 = 2;
+    /// How many codes the phases take from [`PHASE_BASE`](Self::PHASE_BASE) (FROZEN is
+    /// the first after them): a code `c` is an uncompleted entry's exactly when
+    /// `c.wrapping_sub(PHASE_BASE) < PHASE_CODES`, one compare.
+    const PHASE_CODES: u8 = Self::FROZEN.0 - Self::PHASE_BASE;
+    /// LIVE's first code, counted from [`PHASE_BASE`](Self::PHASE_BASE): LIVE is the last
+    /// phase, so an uncompleted entry's code counted so is LIVE exactly from here.
+    const LIVE_FROM: u8 = Self::of(Phase::Live, 0).0 - Self::PHASE_BASE;
 
     #[inline]
     const fn of(phase: Phase, flags: u8) -> State {
@@ -283,10 +290,9 @@ impl Word {
     /// An uncompleted entry of `key`'s root (not EMPTY, FROZEN or MOVED).
     #[inline]
     pub fn holds(self, key: Key) -> bool {
-        // The phase codes are PHASE_BASE.. PHASE_BASE + 12: one compare of the code, and
-        // one of the key bits.
+        // One compare of the code (`State::PHASE_CODES`), and one of the key bits.
         let code = (self.low & ((1 << STATE_BITS) - 1)) as u8;
-        self.low >> STATE_BITS == key.0 && code.wrapping_sub(State::PHASE_BASE) < 12
+        self.low >> STATE_BITS == key.0 && code.wrapping_sub(State::PHASE_BASE) < State::PHASE_CODES
     }
 
     /// A FROZEN word of `key`'s root: a mover is copying it to the successor.
@@ -361,12 +367,12 @@ impl Word {
     #[inline]
     pub fn acked(self, xor: u64) -> Option<Step> {
         // The phase as `holds` tests it (one compare of the code), so that an ack that
-        // matched its word with `holds` tests it once: codes 2..=13, LIVE from 10.
+        // matched its word with `holds` tests it once.
         let n = self.state().0.wrapping_sub(State::PHASE_BASE);
-        if n >= 12 {
+        if n >= State::PHASE_CODES {
             return None;
         }
-        let live = n >= 4 * 2;
+        let live = n >= State::LIVE_FROM;
         let next = Word {
             value: self.value ^ xor,
             ..self
@@ -523,6 +529,20 @@ mod tests {
         }
         assert_eq!(Word::from_bits(0), Word::EMPTY);
         assert_eq!(Word::EMPTY.state(), State::EMPTY);
+    }
+
+    #[test]
+    fn the_one_compare_tests_of_a_code_agree_with_its_phase() {
+        // Every code the state bits can hold: `holds` and `acked` test the phase with one
+        // compare each (`PHASE_CODES`, `LIVE_FROM`), which must say what `phase` says.
+        for code in 0..=u8::MAX >> (8 - STATE_BITS) {
+            let word = Word::held_ack(key(), 1).with(State(code));
+            let phase = State(code).phase();
+            assert_eq!(word.holds(key()), phase.is_some(), "code {code}");
+            let completes = matches!(word.acked(1), Some(Step::Complete(..)));
+            assert_eq!(completes, phase == Some(Phase::Live), "code {code}");
+            assert_eq!(word.acked(1).is_some(), phase.is_some(), "code {code}");
+        }
     }
 
     #[test]
