@@ -101,6 +101,18 @@ fn bound(background: u64) -> usize {
     }
 }
 
+/// The acker every Acker kind runs: trees that outlive the run, a tick of
+/// `resolution_ms`, `max_pending` as the benches set it for `background` roots.
+fn acker(background: u64, resolution_ms: u64) -> Acker<u32> {
+    Acker::<u32>::builder()
+        .timeout(Duration::from_secs(600))
+        .resolution(Duration::from_millis(resolution_ms))
+        .max_pending(bound(background))
+        .on_complete(|_| {})
+        .build()
+        .expect("a valid configuration")
+}
+
 /// Roots inited before the lifecycle and never acked: ids no tree of `run` has.
 fn hold(tracker: &dyn Tracker, background: u64) {
     for i in 0..background {
@@ -217,26 +229,14 @@ fn main() {
     };
     match kind.as_str() {
         "acker" | "batched" => {
-            let acker = Acker::<u32>::builder()
-                .timeout(Duration::from_secs(600))
-                .resolution(Duration::from_millis(resolution_ms))
-                .max_pending(bound(background))
-                .on_complete(|_| {})
-                .build()
-                .expect("a valid configuration");
+            let acker = acker(background, resolution_ms);
             hold(&acker, background);
             settle(&acker);
             run(&acker, trees, kind == "batched");
             assert_eq!(acker.pending() as u64, background, "every tree completed");
         }
         "ack" | "ack-batched" => {
-            let acker = Acker::<u32>::builder()
-                .timeout(Duration::from_secs(600))
-                .resolution(Duration::from_millis(resolution_ms))
-                .max_pending(bound(background))
-                .on_complete(|_| {})
-                .build()
-                .expect("a valid configuration");
+            let acker = acker(background, resolution_ms);
             let roots = held_roots(&acker, background.max(1));
             settle(&acker);
             if kind == "ack" {
