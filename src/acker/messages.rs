@@ -9,8 +9,9 @@
 //! messages (their tables and keys) and asks the CPU for their home lines (a prefetch: a
 //! hint that never faults and never waits) while it applies the chunk before, so that the
 //! misses of a whole chunk overlap with one another and with the work of the chunk before.
-//! Each message is then applied in an acker operation of its own, as one at a time, so a
-//! batch delays a grace period no longer than one message does. A root that lives outside
+//! A chunk's messages are then applied one after another in one acker operation, which
+//! also places the next chunk, so a batch delays a grace period by one chunk at most, not
+//! by the whole batch. A root that lives outside
 //! its home group, or a table that moved to a successor in the meantime, costs what it
 //! costs one at a time: the prefetch is a hint, and each message is applied by the same
 //! code as [`Acker::ack`], [`Acker::fail`] and [`Acker::reset_timeout`]

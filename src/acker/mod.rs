@@ -126,7 +126,7 @@
 //!   periods"). The reaper shrinks a table whose load stayed under 1/8 ([`engine`], "The
 //!   bound, and growth").
 //! * **Messages in batches** ([`Acker::apply`], [`engine::batched`]) take this path one
-//!   message after another, each in an operation of its own, with the home lines of the
+//!   message after another, a chunk of them in one operation, with the home lines of the
 //!   next chunk prefetched while the current one is applied.
 //! * **Shutdown** ([`engine::shutdown`]; [`engine`], "Shutdown") stops the reaper, hands
 //!   back every initialized tree's payload, drops the orphans, and closes the callback;
