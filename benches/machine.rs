@@ -19,7 +19,11 @@
 //!   the load and a plain store (a shard-locked map's update, as dashmap's);
 //! * `prefetched load+cas128`: `load+cas128` with the line [`AHEAD`] operations on
 //!   prefetched first, the shape of `Acker::apply` (its floor when messages come in
-//!   batches).
+//!   batches);
+//! * `load+cas128, 192 instructions apart` and `lock+load+store+unlock, 192 instructions
+//!   apart`: those two shapes with [`PADDING`] instructions of other work after each
+//!   operation, about a real message's path: how much of the next miss the core still
+//!   overlaps once each operation's own work fills its window.
 //!
 //! The 16-byte operations are the instructions the Acker's own inlined path runs
 //! (`vmovdqa` loads, `lock cmpxchg16b`), written here the same way; elsewhere than on x86_64
@@ -31,7 +35,12 @@
 //! operation wait for its own miss, where the 8-byte locked operations overlap the next
 //! one's: the shard lock's shape over the Acker's (0.64) is about the one-at-a-time ack's
 //! ratio to dashmap in `benches/acker.rs` (0.72-0.74), and an ack with an 8-byte CAS would
-//! have half the floor.
+//! have half the floor. A later run on the same VM: `load+cas128` 36.4 ns,
+//! `lock+load+store+unlock` 24.3, `prefetched load+cas128` 11.5, and with 192 instructions
+//! between operations 181.1 and 171.0: a whole trip to memory each, whichever the shape.
+//! So one message at a time is paced by how much of its path lies between two misses,
+//! more than by its CAS; the Acker's ack (about 150 instructions, 101 ns at 1M pending)
+//! and dashmap's (about 60, 74-108 ns in the same runs) both sit between those floors.
 
 use std::alloc::{alloc_zeroed, dealloc, Layout};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -141,6 +150,44 @@ fn cas128(word: *mut u128, current: u128, new: u128) -> u128 {
         );
     }
     u128::from(hi) << 64 | u128::from(lo)
+}
+
+/// Instructions of other work [`padded`] runs after each operation: about what a
+/// message's path runs beside its own load and CAS (the Acker's common ack is about 150
+/// instructions, and a caller's loop adds some).
+const PADDING: u32 = 192;
+const _: () = assert!(PADDING == 4 * 48, "the asm's .rept count");
+
+/// [`PADDING`] instructions that depend on nothing the operation loaded: four chains of
+/// adds on `seed`, so that the work is short in latency and long in the core's window
+/// (each instruction holds a place in the reorder buffer until it retires).
+fn padded(seed: u64) -> u64 {
+    let (mut a, mut b, mut c, mut d) = (seed, seed ^ 1, seed ^ 2, seed ^ 3);
+    #[cfg(target_arch = "x86_64")]
+    // Safety: register arithmetic only.
+    unsafe {
+        std::arch::asm!(
+            ".rept 48",
+            "add {a}, 1",
+            "add {b}, 3",
+            "add {c}, 5",
+            "add {d}, 7",
+            ".endr",
+            a = inout(reg) a, b = inout(reg) b, c = inout(reg) c, d = inout(reg) d,
+            options(nomem, nostack),
+        );
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    for i in 0..u64::from(PADDING / 4) {
+        (a, b, c, d) = (
+            a.wrapping_add(i),
+            b.wrapping_add(3 * i),
+            c.wrapping_add(5 * i),
+            d.wrapping_add(7 * i),
+        );
+        std::hint::black_box(a);
+    }
+    a ^ b ^ c ^ d
 }
 
 /// Asks for `line` to be brought to the cache, without waiting.
@@ -253,6 +300,38 @@ fn line_ops(c: &mut Criterion) {
                 assert_eq!(now, seen, "only this thread writes the region");
             })
         })
+    });
+    group.bench_function("load+cas128, 192 instructions apart", |b| {
+        let mut sum = 0u64;
+        b.iter_custom(|iters| {
+            run(&picks, &mut next, iters, |i, _| {
+                let word = region.word(i);
+                let (seen, rest) = load4(word);
+                std::hint::black_box(rest);
+                let now = cas128(word, seen, seen ^ 2);
+                assert_eq!(now, seen, "only this thread writes the region");
+                sum = sum.wrapping_add(padded(i as u64));
+            })
+        });
+        std::hint::black_box(sum);
+    });
+    group.bench_function("lock+load+store+unlock, 192 instructions apart", |b| {
+        let mut sum = 0u64;
+        b.iter_custom(|iters| {
+            run(&picks, &mut next, iters, |i, _| {
+                while lock
+                    .compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed)
+                    .is_err()
+                {}
+                let w = region.first(i);
+                // Relaxed: under the lock.
+                let seen = w.load(Ordering::Relaxed);
+                w.store(seen ^ 2, Ordering::Relaxed);
+                lock.fetch_sub(1, Ordering::Release);
+                sum = sum.wrapping_add(padded(i as u64));
+            })
+        });
+        std::hint::black_box(sum);
     });
     group.bench_function("lock+load+store+unlock", |b| {
         b.iter_custom(|iters| {
