@@ -2,9 +2,11 @@
 //! and their home lines prefetched while the current chunk is applied, each message by the
 //! same code as one at a time (`message_in`, `reset_in`). A chunk's messages and the next
 //! chunk's placement share one operation: one entry and exit a chunk rather than a message
-//! (a batched ack at 64 a frame: 307 to 276 instructions), and a batch holds back a grace
+//! (a batched ack at 64 a frame: 307 to 279 instructions), and a batch holds back a grace
 //! period (a migration's hand-over, a retired generation's release) no longer than a chunk
-//! of [`AHEAD`] messages does.
+//! of [`AHEAD`] messages does. After each message the operation looks again whether the
+//! callback is open (`Threads::reopen`): a callback that shut the acker down leaves the
+//! chunk's later messages changing nothing, as the same calls one at a time would.
 
 use super::{Engine, Message};
 use crate::acker::message::Message as PublicMessage;
@@ -40,7 +42,7 @@ impl<T: Send + 'static> Engine<T> {
             let first = c * AHEAD;
             let mut results = [false; AHEAD];
             let after = messages.get(first + AHEAD..).unwrap_or(&[]);
-            let active = self.threads.enter();
+            let mut active = self.threads.enter();
             self.place_ahead(&active, &after[..after.len().min(AHEAD)], &mut next);
             for ((message, &(shard, key)), result) in chunk.iter().zip(&placed).zip(&mut results) {
                 *result = match *message {
@@ -52,6 +54,8 @@ impl<T: Send + 'static> Engine<T> {
                     }
                     PublicMessage::ResetTimeout { .. } => self.reset_in(shard, key),
                 };
+                // A callback this message ran may have shut the acker down.
+                self.threads.reopen(&mut active);
             }
             drop(active);
             for (i, &result) in results[..chunk.len()].iter().enumerate() {

@@ -214,6 +214,42 @@ fn shutdown_drops_a_callback_that_holds_its_own_acker() {
     );
 }
 
+/// A callback that shuts its acker down in the middle of a batch: the batch's later
+/// messages change nothing, as the same calls one at a time would not after the shutdown
+/// (`apply_each` applies a chunk in one operation, which must look at the callback again
+/// after each message).
+#[test]
+fn a_shutdown_from_a_callback_mid_batch_stops_the_rest_of_the_batch() {
+    let holder: Arc<std::sync::OnceLock<Acker<u32>>> = Arc::default();
+    let in_callback = Arc::clone(&holder);
+    let handed_back = Arc::new(StdMutex::new(None));
+    let sink = Arc::clone(&handed_back);
+    let acker: Acker<u32> = Acker::builder()
+        .clock(ManualClock::new(0))
+        .on_complete(move |_| {
+            *sink.lock().unwrap() = Some(in_callback.get().unwrap().shutdown());
+        })
+        .build_manual()
+        .unwrap();
+    holder.set(acker.clone()).unwrap();
+    acker.init(1, 0b1, 1).unwrap();
+    acker.init(2, 0b11, 2).unwrap();
+    let frame = [
+        Message::Ack { root: 1, xor: 0b1 }, // completes tree 1: the callback shuts down
+        Message::Ack { root: 2, xor: 0b01 },
+        Message::Fail { root: 3 },
+    ];
+    let mut results = Vec::new();
+    acker.apply_each(&frame, |i, result| results.push((i, result)));
+    assert_eq!(results, [(0, true), (1, false), (2, false)]);
+    assert_eq!(handed_back.lock().unwrap().take(), Some(vec![(2, 2)]));
+    assert_eq!(
+        acker.pending(),
+        0,
+        "the messages after the shutdown held nothing"
+    );
+}
+
 /// A callback that calls `shutdown` on its own acker returns (it cannot wait for itself),
 /// and the callback is not dropped under its own feet.
 #[test]

@@ -392,6 +392,18 @@ impl Threads {
         grace.busy.is_empty() && !grace.shared
     }
 
+    /// Looks again whether the callback is open, for an operation that goes on past a
+    /// message whose callback ran inside it (a batch's chunk, `Acker::apply`): that
+    /// callback may have shut the acker down, and the operation's next messages must then
+    /// change nothing, as the same calls made one at a time after it would not.
+    #[inline]
+    pub fn reopen(&self, active: &mut Active) {
+        // Relaxed: a close from this thread (a callback's shutdown) is seen in program
+        // order. One from another thread waits for this operation to end before it goes
+        // on; reading it here or not are both orders a message entering now could see.
+        active.open = !self.closed.load(Ordering::Relaxed);
+    }
+
     /// Marks an operation of a thread without a batch: one shared count, an RMW (rare:
     /// exiting threads; every thread under loom).
     pub(super) fn enter_shared(&self) -> Active {
