@@ -37,7 +37,8 @@
 //! ratio to dashmap in `benches/acker.rs` (0.72-0.74), and an ack with an 8-byte CAS would
 //! have half the floor. A later run on the same VM: `load+cas128` 36.4 ns,
 //! `lock+load+store+unlock` 24.3, `prefetched load+cas128` 11.5, and with 192 instructions
-//! between operations 181.1 and 171.0: a whole trip to memory each, whichever the shape.
+//! between operations 150-181 and 157-171 (two runs): a whole trip to memory each,
+//! whichever the shape.
 //! So one message at a time is paced by how much of its path lies between two misses,
 //! more than by its CAS; the Acker's ack (about 150 instructions, 101 ns at 1M pending)
 //! and dashmap's (about 60, 74-108 ns in the same runs) both sit between those floors.
@@ -262,16 +263,30 @@ fn line_ops(c: &mut Criterion) {
         });
         std::hint::black_box(sum);
     });
+    // The Acker's ack: the line's words loaded, then a 16-byte CAS on its first.
+    let ack128 = |i: usize| {
+        let word = region.word(i);
+        let (seen, rest) = load4(word);
+        std::hint::black_box(rest);
+        let now = cas128(word, seen, seen ^ 2);
+        assert_eq!(now, seen, "only this thread writes the region");
+    };
+    // A shard-locked map's update: a locked acquire and release of one hot lock word
+    // around a load and a plain store.
+    let locked = |i: usize| {
+        // Acquire and release: a lock's own orderings.
+        while lock
+            .compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {}
+        let w = region.first(i);
+        // Relaxed: under the lock, as a map's plain access would be.
+        let seen = w.load(Ordering::Relaxed);
+        w.store(seen ^ 2, Ordering::Relaxed);
+        lock.fetch_sub(1, Ordering::Release);
+    };
     group.bench_function("load+cas128", |b| {
-        b.iter_custom(|iters| {
-            run(&picks, &mut next, iters, |i, _| {
-                let word = region.word(i);
-                let (seen, rest) = load4(word);
-                std::hint::black_box(rest);
-                let now = cas128(word, seen, seen ^ 2);
-                assert_eq!(now, seen, "only this thread writes the region");
-            })
-        })
+        b.iter_custom(|iters| run(&picks, &mut next, iters, |i, _| ack128(i)))
     });
     group.bench_function("load+cas64", |b| {
         b.iter_custom(|iters| {
@@ -293,61 +308,30 @@ fn line_ops(c: &mut Criterion) {
         b.iter_custom(|iters| {
             run(&picks, &mut next, iters, |i, ahead| {
                 prefetch(region.word(ahead));
-                let word = region.word(i);
-                let (seen, rest) = load4(word);
-                std::hint::black_box(rest);
-                let now = cas128(word, seen, seen ^ 2);
-                assert_eq!(now, seen, "only this thread writes the region");
+                ack128(i);
             })
         })
     });
-    group.bench_function("load+cas128, 192 instructions apart", |b| {
-        let mut sum = 0u64;
-        b.iter_custom(|iters| {
-            run(&picks, &mut next, iters, |i, _| {
-                let word = region.word(i);
-                let (seen, rest) = load4(word);
-                std::hint::black_box(rest);
-                let now = cas128(word, seen, seen ^ 2);
-                assert_eq!(now, seen, "only this thread writes the region");
-                sum = sum.wrapping_add(padded(i as u64));
-            })
+    for (name, op) in [
+        (
+            "load+cas128, 192 instructions apart",
+            &ack128 as &dyn Fn(usize),
+        ),
+        ("lock+load+store+unlock, 192 instructions apart", &locked),
+    ] {
+        group.bench_function(name, |b| {
+            let mut sum = 0u64;
+            b.iter_custom(|iters| {
+                run(&picks, &mut next, iters, |i, _| {
+                    op(i);
+                    sum = sum.wrapping_add(padded(i as u64));
+                })
+            });
+            std::hint::black_box(sum);
         });
-        std::hint::black_box(sum);
-    });
-    group.bench_function("lock+load+store+unlock, 192 instructions apart", |b| {
-        let mut sum = 0u64;
-        b.iter_custom(|iters| {
-            run(&picks, &mut next, iters, |i, _| {
-                while lock
-                    .compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed)
-                    .is_err()
-                {}
-                let w = region.first(i);
-                // Relaxed: under the lock.
-                let seen = w.load(Ordering::Relaxed);
-                w.store(seen ^ 2, Ordering::Relaxed);
-                lock.fetch_sub(1, Ordering::Release);
-                sum = sum.wrapping_add(padded(i as u64));
-            })
-        });
-        std::hint::black_box(sum);
-    });
+    }
     group.bench_function("lock+load+store+unlock", |b| {
-        b.iter_custom(|iters| {
-            run(&picks, &mut next, iters, |i, _| {
-                // Acquire and release: a lock's own orderings.
-                while lock
-                    .compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed)
-                    .is_err()
-                {}
-                let w = region.first(i);
-                // Relaxed: under the lock, as a map's plain access would be.
-                let seen = w.load(Ordering::Relaxed);
-                w.store(seen ^ 2, Ordering::Relaxed);
-                lock.fetch_sub(1, Ordering::Release);
-            })
-        })
+        b.iter_custom(|iters| run(&picks, &mut next, iters, |i, _| locked(i)))
     });
     group.finish();
 }

@@ -214,15 +214,15 @@ fn shutdown_drops_a_callback_that_holds_its_own_acker() {
     );
 }
 
-/// A callback that shuts its acker down in the middle of a batch: the batch's later
-/// messages change nothing, as the same calls one at a time would not after the shutdown
-/// (`apply_each` applies a chunk in one operation, which must look at the callback again
-/// after each message).
-#[test]
-fn a_shutdown_from_a_callback_mid_batch_stops_the_rest_of_the_batch() {
+/// What a callback's `shutdown` handed back, once it has run.
+type HandedBack = Arc<StdMutex<Option<Vec<(u64, u32)>>>>;
+
+/// A manual acker whose callback calls `shutdown` on the acker itself, and where that
+/// call's hand-back lands.
+fn shut_down_by_its_callback() -> (Acker<u32>, HandedBack) {
     let holder: Arc<std::sync::OnceLock<Acker<u32>>> = Arc::default();
     let in_callback = Arc::clone(&holder);
-    let handed_back = Arc::new(StdMutex::new(None));
+    let handed_back = HandedBack::default();
     let sink = Arc::clone(&handed_back);
     let acker: Acker<u32> = Acker::builder()
         .clock(ManualClock::new(0))
@@ -232,6 +232,16 @@ fn a_shutdown_from_a_callback_mid_batch_stops_the_rest_of_the_batch() {
         .build_manual()
         .unwrap();
     holder.set(acker.clone()).unwrap();
+    (acker, handed_back)
+}
+
+/// A callback that shuts its acker down in the middle of a batch: the batch's later
+/// messages change nothing, as the same calls one at a time would not after the shutdown
+/// (`apply_each` applies a chunk in one operation, which must look at the callback again
+/// after each message).
+#[test]
+fn a_shutdown_from_a_callback_mid_batch_stops_the_rest_of_the_batch() {
+    let (acker, handed_back) = shut_down_by_its_callback();
     acker.init(1, 0b1, 1).unwrap();
     acker.init(2, 0b11, 2).unwrap();
     let frame = [
@@ -254,19 +264,7 @@ fn a_shutdown_from_a_callback_mid_batch_stops_the_rest_of_the_batch() {
 /// and the callback is not dropped under its own feet.
 #[test]
 fn shutdown_from_inside_the_callback_returns() {
-    let holder: Arc<std::sync::OnceLock<Acker<u32>>> = Arc::default();
-    let in_callback = Arc::clone(&holder);
-    let handed_back = Arc::new(StdMutex::new(None));
-    let sink = Arc::clone(&handed_back);
-    let clock = ManualClock::new(0);
-    let acker: Acker<u32> = Acker::builder()
-        .clock(clock.clone())
-        .on_complete(move |_| {
-            *sink.lock().unwrap() = Some(in_callback.get().unwrap().shutdown());
-        })
-        .build_manual()
-        .unwrap();
-    holder.set(acker.clone()).unwrap();
+    let (acker, handed_back) = shut_down_by_its_callback();
     acker.init(1, 0b1, 1).unwrap();
     acker.init(2, 0b1, 2).unwrap();
     assert!(acker.ack(1, 0b1));
