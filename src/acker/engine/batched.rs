@@ -75,16 +75,16 @@ impl<T: Send + 'static> Engine<T> {
     }
 
     /// Places `messages`' roots into `placed` and prefetches their home lines, inside the
-    /// operation `_active` marks.
+    /// operation `active` marks.
     #[inline]
     fn place_ahead(
         &self,
-        _active: &Active,
+        active: &Active,
         messages: &[PublicMessage],
         placed: &mut [(usize, Key); AHEAD],
     ) {
         self.prefetch_homes(
-            _active,
+            active,
             messages.iter().map(PublicMessage::root),
             |i, place| {
                 placed[i] = place;

@@ -15,10 +15,11 @@ use crate::acker::timers::ticks::full_near;
 use crate::sync::Ordering;
 
 impl<T: Send + 'static> Engine<T> {
-    /// Finishes a completion claimed in `table` (a generation of `shard`): takes the
-    /// payload, frees the slot, counts and delivers. `now` is the reaper's tick for a
-    /// timeout (it has it), else the clock is read. `active`: the calling operation, on the
-    /// calling thread; it may call the callback if it found it
+    /// Finishes a message's completion claimed in `table` (a generation of `shard`): takes
+    /// the payload, frees the slot, reads the clock, counts and delivers. `root`: the
+    /// tree's id, which the completion reports, when the caller has it at hand (else it is
+    /// computed back from the key). `active`: the calling operation, on the calling
+    /// thread; it may call the callback if it found it
     /// [`open`](crate::acker::threads::Active::open).
     #[inline]
     pub(super) fn deliver(
@@ -26,22 +27,7 @@ impl<T: Send + 'static> Engine<T> {
         shard: usize,
         table: &Table<T>,
         completed: Completed,
-        now: Option<u64>,
-        active: &Active,
-    ) {
-        self.finish_completion(shard, table, completed, now, active, true, None);
-    }
-
-    /// [`deliver`](Self::deliver) of a message's completion (`now` `None`), with its
-    /// `root` (the tree's id, which the completion reports) when the caller has it at
-    /// hand: then the id is not computed back from the key.
-    #[inline]
-    pub(super) fn deliver_root(
-        &self,
         root: Option<u64>,
-        shard: usize,
-        table: &Table<T>,
-        completed: Completed,
         active: &Active,
     ) {
         self.finish_completion(shard, table, completed, None, active, true, root);
@@ -80,8 +66,10 @@ impl<T: Send + 'static> Engine<T> {
         }
     }
 
-    /// [`deliver`](Self::deliver), counting the completion unless `count` is false (its
-    /// caller counted it); `root`, the tree's id when the caller has it.
+    /// A message's completion ([`deliver`](Self::deliver)) or a timeout's: `now` is the
+    /// reaper's tick for a timeout (it has it), else the clock is read; the completion is
+    /// counted unless `count` is false (its caller counted it); `root`, the tree's id when
+    /// the caller has it.
     #[inline]
     #[allow(clippy::too_many_arguments)] // inlined into each caller, whose constants fold
     fn finish_completion(

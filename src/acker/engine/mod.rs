@@ -471,7 +471,7 @@ impl<T: Send + 'static> Engine<T> {
                 let Some(completed) = completed else {
                     return false;
                 };
-                self.deliver_root(root, shard, table, completed, active);
+                self.deliver(shard, table, completed, root, active);
                 return true;
             }
         }
