@@ -214,13 +214,6 @@ pub struct Table<T> {
     /// beside the fields an operation reads anyway, rather than from a static at each
     /// access.
     cpu: Cpu,
-    /// Whether a match of a root's group tries word 0 first, with a branch
-    /// ([`Group::find`](lines::Group::find)): in the tables an acker starts with, whose load is
-    /// low for as long as they are not outgrown, most entries sit in word 0 and the branch
-    /// is predicted. A successor is built for a load of a quarter or more (3/8 after
-    /// growth), where most entries sit past word 0, so its matches take no branch on the
-    /// word.
-    first_word_first: bool,
     /// The acker's `max_pending` credits: a claim takes one, emptying its slot gives it
     /// back, so an entry holds one exactly while its slot is reserved (an entry moved by
     /// growth keeps its credit). `None`: unbounded.
@@ -282,7 +275,6 @@ impl<T> Table<T> {
                 merged: AtomicU64::new(0),
                 in_flight: InFlight::default(),
                 cpu: Cpu::get(),
-                first_word_first: true,
                 credits,
                 default_timeout,
                 gen: 0,
@@ -354,6 +346,18 @@ impl<T> Table<T> {
         self.gen
     }
 
+    /// Whether a match of a root's group tries word 0 first, with a branch
+    /// ([`Group::find`](lines::Group::find)): in the tables an acker starts with
+    /// (generation 0), whose load is low for as long as they are not outgrown, most entries
+    /// sit in word 0 and the branch is predicted. A successor is built for a load of a
+    /// quarter or more (3/8 after growth), where most entries sit past word 0, so its
+    /// matches take no branch on the word. (A generation number that wrapped to 0 only
+    /// picks the other way of matching.)
+    #[inline]
+    fn first_word_first(&self) -> bool {
+        self.gen == 0
+    }
+
     /// A table to move this one's entries to: `groups` groups, the next generation, the
     /// same credits and default timeout. A larger one has its pages faulted in at once: the
     /// moves reach every one of them ([`zeroed`](crate::zeroed), "Pages written at once");
@@ -363,7 +367,6 @@ impl<T> Table<T> {
         let grows = groups > self.groups;
         let mut next = Self::bounded(groups, self.credits.clone(), self.default_timeout, grows);
         next.gen = self.gen.wrapping_add(1);
-        next.first_word_first = false;
         next
     }
 
@@ -448,7 +451,7 @@ impl<T> Table<T> {
         // line; either way the first word of the key in probe order, if it is an entry.
         let home = self.home(key);
         let group = self.group(home);
-        let (slot, cell, word) = match group.find(key, self.cpu, self.first_word_first) {
+        let (slot, cell, word) = match group.find(key, self.cpu, self.first_word_first()) {
             Match::Holds(i, word) => (home * GROUP_SLOTS + i, &group.0[i], word),
             Match::Odd => return None,
             Match::Absent => {
@@ -485,7 +488,10 @@ impl<T> Table<T> {
                 return None;
             }
             group = self.wrap(group + 1);
-            match self.group(group).find(key, self.cpu, self.first_word_first) {
+            match self
+                .group(group)
+                .find(key, self.cpu, self.first_word_first())
+            {
                 Match::Holds(i, word) => return Some((group * GROUP_SLOTS + i, word)),
                 Match::Odd => return None,
                 Match::Absent => {}
