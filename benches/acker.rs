@@ -53,7 +53,9 @@
 //! 7. `fill/1t/1M-from-empty` and `fill+acks/1t/1M-from-empty` — one thread inits a
 //!    million trees one at a time into a tracker built empty (its tables grow all the
 //!    way), and then, in the second, acks their four edges each in a random order; one
-//!    fill per sample, criterion's time per fill (the summary divides it per tree).
+//!    fill per sample, criterion's time per fill (the summary divides it per tree). One
+//!    more contender, `ackwheel-batched`, inits the million through one
+//!    `Acker::init_each` and applies the acks in frames of 64 through `Acker::apply`.
 //! 6. `reaper/expire` — the Acker alone, on each core (the reaper's throughput): one
 //!    `expire` of a manual Acker times out 50,000 trees whose timers are already on the wheels;
 //!    criterion's throughput is expirations.
@@ -908,6 +910,7 @@ fn fill_1t_1m(c: &mut Criterion) {
         group.throughput(Throughput::Elements(FILL));
         group.sampling_mode(SamplingMode::Flat);
         fill::<Acker<u32>>(&mut group, "ackwheel", acks);
+        fill_batched(&mut group, acks);
         fill::<StormAcker>(&mut group, "storm_port", acks);
         fill::<DashTracker>(&mut group, "dashmap", acks);
         fill::<DashWheelTracker>(&mut group, "dashmap+wheel", acks);
@@ -970,6 +973,75 @@ fn fill<T: Tracker>(group: &mut BenchmarkGroup<'_, WallTime>, name: &str, acks: 
     } else {
         assert_eq!(completed, 0, "{name}: a tree completed in a fill");
     }
+    assert_eq!(
+        OTHER.load(Ordering::Relaxed),
+        other_before,
+        "{name}: trees failed or timed out"
+    );
+}
+
+/// As [`fill`], for the Acker with its inits through one `Acker::init_each` over the
+/// million (lines fetched ahead, as a bulk load would) and its acks through `Acker::apply`
+/// in frames of [`FRAME`], in the same order.
+fn fill_batched(group: &mut BenchmarkGroup<'_, WallTime>, acks: bool) {
+    let name = "ackwheel-batched";
+    let edges = Edges::get();
+    let mut order: Vec<u32> = (0..4 * FILL as u32).collect();
+    order.shuffle(&mut StdRng::seed_from_u64(0xf111));
+    let (mut full, mut fills, mut errors) = (0u64, 0u64, 0u64);
+    let delivered_before = acked_here();
+    let other_before = OTHER.load(Ordering::Relaxed);
+    let mut refused = vec![false; FILL as usize];
+    let mut frame = Vec::with_capacity(FRAME);
+    group.bench_function(name, |b| {
+        b.iter_custom(|iters| {
+            let mut took = Duration::ZERO;
+            for _ in 0..iters {
+                let tracker =
+                    <Acker<u32> as Tracker>::build(LONG_TIMEOUT, FILL as usize, counting_sink());
+                let start = Instant::now();
+                let trees = (0..FILL).map(|tree| (mix(FILL_SEED + tree), edges.init(tree), 0));
+                tracker.init_each(trees, |tree, result| {
+                    refused[tree] = match result {
+                        Ok(()) => false,
+                        Err(InitError::Full(_)) => {
+                            full += 1;
+                            true
+                        }
+                        Err(_) => {
+                            errors += 1;
+                            true
+                        }
+                    };
+                });
+                if acks {
+                    for pairs in order.chunks(FRAME) {
+                        frame.clear();
+                        frame.extend(
+                            pairs
+                                .iter()
+                                .map(|&pair| (u64::from(pair / 4), u64::from(pair % 4)))
+                                .filter(|&(tree, _)| !refused[tree as usize])
+                                .map(|(tree, edge)| Message::Ack {
+                                    root: mix(FILL_SEED + tree),
+                                    xor: edges.edge(tree, edge),
+                                }),
+                        );
+                        tracker.apply(&frame);
+                    }
+                }
+                took += start.elapsed();
+                fills += 1;
+                drop(tracker);
+            }
+            took
+        })
+    });
+    assert_eq!(errors, 0, "{name}: a fill init refused other than full");
+    refusals(name, "fill", full, fills * FILL);
+    let completed = acked_here() - delivered_before;
+    let expected = if acks { fills * FILL - full } else { 0 };
+    assert_eq!(completed, expected, "{name}: trees not acked once each");
     assert_eq!(
         OTHER.load(Ordering::Relaxed),
         other_before,
