@@ -1,10 +1,13 @@
 //! A created entry's way to the reaper, and back to its slot: an operation's effects
-//! finished (its new entries filed in the thread's batch, its completions delivered,
-//! what it stranded moved), and the lookups the batches' filter and the reaper make of an
-//! entry or a group timer in the tables' generations (module docs, "Timers").
+//! finished (its new entries filed in the thread's batch, or on the wheel for the roots a
+//! reaper pass moves; its completions delivered; what it stranded moved), and the lookups
+//! the batches' filter and the reaper make of an entry or a group timer in the tables'
+//! generations (module docs, "Timers").
 
 use super::generations::chain;
+use super::reaper::wheel::file;
 use super::Engine;
+use crate::acker::table::word::Key;
 use crate::acker::table::{Effects, Table, GROUP_SLOTS};
 use crate::acker::threads::{Active, Entry, Liveness, Pushed};
 use crate::acker::timers::groups::{Filed, GroupAt, GroupTimer};
@@ -60,14 +63,10 @@ impl<T: Send + 'static> Engine<T> {
         active: &Active,
     ) {
         while let Some((gen, slot)) = effects.take_to_file() {
-            let table = generation(table, gen);
-            let Some((stamp, deadline, key)) = table.to_file(slot) else {
+            let Some((stamp, deadline, key)) = generation(table, gen).to_file(slot) else {
                 continue; // completed and freed already
             };
-            let entry = Entry {
-                slot: (shard << self.slot_bits | slot) as u32,
-                tag: tag_of(key.tag(), gen),
-            };
+            let entry = self.entry_of(shard, slot, key, gen);
             // To the reaper after the hand-off age, or a tick before the deadline.
             let (aged, last) = (
                 stamp.start().wrapping_add(self.hand_off_age),
@@ -90,6 +89,40 @@ impl<T: Send + 'static> Engine<T> {
             if pushed == Pushed::WakeReaper && self.reaper_sleeps_past(hand_off) {
                 self.wake_reaper();
             }
+        }
+    }
+
+    /// The reaper's own moves (`housekeeping`): files the entries `effects` reports created
+    /// in `table`'s successors straight on the wheel, not in the thread's batch. The lines
+    /// were just written, and the batch would hand the same entries back to this thread a
+    /// tick later, to be looked at twice more (its filter, then the filing) once a fill has
+    /// pushed those lines out of the cache: in a fill, each root moves about once and a half
+    /// (module docs of `growth`), and the reaper thread is what paces it.
+    pub(in crate::acker::engine) fn file_on_wheel(
+        &self,
+        shard: usize,
+        table: &Table<T>,
+        effects: &mut Effects<'_>,
+    ) {
+        let Some(first) = effects.take_to_file() else {
+            return;
+        };
+        let mut wheel = self.reaper.lock().unwrap_or_else(|e| e.into_inner());
+        for (gen, slot) in
+            std::iter::once(first).chain(std::iter::from_fn(|| effects.take_to_file()))
+        {
+            if let Some((_, _, key)) = generation(table, gen).to_file(slot) {
+                file(self, &mut wheel, self.entry_of(shard, slot, key, gen));
+            }
+        }
+    }
+
+    /// The batch entry of `slot` of `shard`'s generation `gen`, which holds `key`.
+    #[inline(always)]
+    fn entry_of(&self, shard: usize, slot: usize, key: Key, gen: u32) -> Entry {
+        Entry {
+            slot: (shard << self.slot_bits | slot) as u32,
+            tag: tag_of(key.tag(), gen),
         }
     }
 

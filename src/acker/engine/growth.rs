@@ -4,7 +4,10 @@
 //! when it had no room), and move the entries
 //! they stranded; reaper passes finish migrations, promote what has moved, shrink tables
 //! whose load stayed low (to 2/3, or to a load of 1/4 at once), and free retired
-//! generations after their grace period. The protocol itself is
+//! generations after their grace period. A pass files the roots it moves on its wheel at
+//! once (`Engine::file_on_wheel`), where an operation files those it moves in its batch:
+//! in a fill the reaper thread moves most roots, and through its own batch each came back
+//! a tick later to be read twice more, its line gone from the cache by then. The protocol itself is
 //! [`migrate`](crate::acker::table::migrate); the generations' ownership is
 //! [`generations`](crate::acker::engine::generations).
 //!
@@ -361,6 +364,7 @@ impl<T: Send + 'static> Engine<T> {
                 for from in (0..groups).step_by(MOVE_PART) {
                     let mut effects = Effects::stamped(stamp);
                     migrating.move_groups(from..(from + MOVE_PART).min(groups), &mut effects);
+                    self.file_on_wheel(index, table, &mut effects);
                     // A move can complete a tree (a twin's contents carried to it):
                     // delivered through the callback when the pass found it open, as any
                     // completion.

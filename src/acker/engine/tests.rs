@@ -126,6 +126,30 @@ fn tables_grow_with_pending_and_shrink_after_it_falls() {
     assert!(shrunk <= 16, "{shrunk} migrations to shrink 16 tables");
 }
 
+/// The pass whose housekeeping moves a table files the moved roots' timers on its wheel as
+/// it moves them: right after it every pending root is covered, with no later pass to take
+/// the moved entries over from the thread's batch.
+#[test]
+fn the_pass_that_moves_a_table_covers_every_root_it_moved() {
+    let clock = ManualClock::new(0);
+    let (acker, _log) = manual(&clock, 1 << 20);
+    let root = |i: u64| i.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    let mut i = 0;
+    // Up to the init that starts a migration: every other group of it is left to move.
+    while acker.table_migrations().0 == 0 {
+        acker.init(root(i), 0b1, 0).unwrap();
+        i += 1;
+        assert!(i < TREES, "no table grew in {TREES} inits");
+    }
+    clock.advance(Duration::from_millis(5));
+    acker.expire();
+    assert!(
+        acker.table_slots() > smallest(&acker),
+        "the pass finished the migration"
+    );
+    assert_eq!(acker.covered_roots(), acker.pending(), "after {i} inits");
+}
+
 #[test]
 fn trees_pending_across_growth_time_out_once_and_resets_move_with_them() {
     let clock = ManualClock::new(0);
