@@ -122,7 +122,7 @@
 //!   reports its table crowded, and past 3/4 load the table starts moving to a successor
 //!   twice its size ([`table::migrate`]). Every operation on a migrating table moves a
 //!   group before its own work (its moved roots filed in its batch, as new ones are), the
-//!   reaper finishes the rest (filing the roots it moves straight on its wheel) and
+//!   reaper finishes the rest (filing the groups it moves straight on its wheel) and
 //!   promotes the successor, and the old table is freed after a grace period ([`threads::marks`], "Grace
 //!   periods"). The reaper shrinks a table whose load stayed under 1/8 ([`engine`], "The
 //!   bound, and growth").

@@ -5,6 +5,7 @@
 //! generations (module docs, "Timers").
 
 use super::generations::chain;
+use super::reaper::publish_timers;
 use super::reaper::wheel::file;
 use super::Engine;
 use crate::acker::table::word::Key;
@@ -92,12 +93,13 @@ impl<T: Send + 'static> Engine<T> {
         }
     }
 
-    /// The reaper's own moves (`housekeeping`): files the entries `effects` reports created
-    /// in `table`'s successors straight on the wheel, not in the thread's batch. The lines
-    /// were just written, and the batch would hand the same entries back to this thread a
-    /// tick later, to be looked at twice more (its filter, then the filing) once a fill has
-    /// pushed those lines out of the cache: in a fill, each root moves about once and a half
-    /// (module docs of `growth`), and the reaper thread is what paces it.
+    /// The groups a reaper pass moves (`housekeeping`): files the entries `effects` reports
+    /// created in `table`'s successors straight on the wheel, not in the thread's batch, and
+    /// publishes the wheel's next due tick again (`publish_timers`). The lines were just
+    /// written, and the batch would hand the same entries back to this thread a tick later,
+    /// to be read twice more (its filter, then the filing) once a fill has pushed them out
+    /// of the cache; in a fill the reaper thread moves most roots, and its time paces the
+    /// fill. Takes the wheel's lock: called outside it.
     pub(in crate::acker::engine) fn file_on_wheel(
         &self,
         shard: usize,
@@ -115,6 +117,7 @@ impl<T: Send + 'static> Engine<T> {
                 file(self, &mut wheel, self.entry_of(shard, slot, key, gen));
             }
         }
+        publish_timers(self, &wheel);
     }
 
     /// The batch entry of `slot` of `shard`'s generation `gen`, which holds `key`.

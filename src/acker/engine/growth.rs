@@ -4,7 +4,7 @@
 //! when it had no room), and move the entries
 //! they stranded; reaper passes finish migrations, promote what has moved, shrink tables
 //! whose load stayed low (to 2/3, or to a load of 1/4 at once), and free retired
-//! generations after their grace period. A pass files the roots it moves on its wheel at
+//! generations after their grace period. A pass files the groups it moves on its wheel at
 //! once (`Engine::file_on_wheel`), where an operation files those it moves in its batch:
 //! in a fill the reaper thread moves most roots, and through its own batch each came back
 //! a tick later to be read twice more, its line gone from the cache by then. The protocol itself is

@@ -38,8 +38,10 @@
 //!   tick that read as none (below), the one a registered root needs.
 //!
 //! Every entry the reaper files at a tick at or before its time comes out of the wheel's
-//! next advance, in the same pass (the pass registers before it advances): so "`filed` at
-//! or before now" means its entry is due in this pass, and never means it was lost.
+//! next advance, before any look of that advance's pass: a pass registers what it collected
+//! before it advances, and the groups its upkeep moved after its looks (their entries come
+//! out of the next pass's advance). So "`filed` at or before now" means its entry is due in
+//! this pass, and never means it was lost.
 //!
 //! Ticks are kept as their low 32 bits plus one, 0 meaning none. A tick whose low bits are
 //! all ones (once in 2^32 ticks) reads as none: a stale entry that comes due is then taken

@@ -274,9 +274,10 @@ fn pass<T: Send + 'static>(engine: &Engine<T>, runner: Runner) -> Pass {
             }
         }
         pass.worked |= !collected.is_empty();
-        // Before filing: a growth's hand-off files every moved group again, and the dead
-        // entries of the generations it left are best gone before the wheel's vectors
-        // grow for the new ones.
+        // Before filing: the groups operations moved come through their batches, filed
+        // again in their successors, and the dead entries of the generations they left
+        // are best gone before the wheel's vectors grow for the new ones. (The groups a
+        // pass moves are filed at once, `Engine::file_on_wheel`, and swept at the next.)
         if !caller {
             pass.worked |= wheel.sweep_if_crowded(engine, live);
         }
@@ -356,7 +357,8 @@ fn pass<T: Send + 'static>(engine: &Engine<T>, runner: Runner) -> Pass {
     let now = engine.reaper.lock().unwrap_or_else(|e| e.into_inner()).now;
     // Migrations, shrinking, retired generations
     // ([`generations`](crate::acker::engine::generations)); outside the wheel's lock, as
-    // moving entries files timers and may complete trees.
+    // a move may complete a tree (its callback may call `expire`), and the filing of the
+    // groups it moved takes the lock itself (`Engine::file_on_wheel`; not reentrant).
     pass.worked |= engine.housekeeping(now, &active);
     let released = {
         // The filed ticks of generations that left their tables' chains, this pass's
@@ -536,7 +538,10 @@ pub(super) fn next_wait<T: Send + 'static>(engine: &Engine<T>) -> Wait {
 
 /// Publishes the wheel's next due tick for callers (`Engine::timers_due_at`, "Callers
 /// first").
-fn publish_timers<T: Send + 'static>(engine: &Engine<T>, wheel: &Wheel) {
+pub(in crate::acker::engine) fn publish_timers<T: Send + 'static>(
+    engine: &Engine<T>,
+    wheel: &Wheel,
+) {
     let due = wheel.timers.next_due().unwrap_or(AWAKE);
     // Relaxed: a hint; a stale one costs a caller a pass with no timer due, or leaves a
     // due one to the thread a lateness longer.
