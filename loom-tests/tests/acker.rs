@@ -1,6 +1,7 @@
 //! Loom models of the Acker's operations on its core (`src/acker/engine/`): who completes a
-//! tree, timeouts and resets against a reaper pass, init against shutdown, and the
-//! `max_pending` credits, through the public API.
+//! tree, timeouts and resets against a reaper pass, a pass's moves of a growing table
+//! against an ack, init against shutdown, and the `max_pending` credits, through the public
+//! API.
 //!
 //! Each model asserts exactly-once delivery (one `Completion` per initialized root, with
 //! the outcome the racing calls' return values agree with) and that nothing is left behind
@@ -596,5 +597,61 @@ fn init_in_a_twin_window_vs_shutdown_hands_back_once() {
         expected.sort_unstable();
         assert_eq!(handed_back, expected);
         assert_eq!(completions(&log), [(first, 100, Outcome::Acked)]);
+    });
+}
+
+/// A pass finishes a table's migration (its upkeep moves the group no operation moved,
+/// `src/acker/engine/growth.rs`) and files the roots it moved on its wheel at once
+/// (`Engine::file_on_wheel`), while an ack completes one of them: in the old table, while
+/// it is being moved (the ack's own operation may move the group first), or in the
+/// successor before or after its filing. The tree completes once and every other root
+/// times out once, at its deadline, not before. Five roots of one home group fill its
+/// probe window (four slots under loom), so the fifth init grows the table and moves one
+/// of its two groups. Bounded at 3 preemptions.
+///
+/// Catches: a pass's moved roots taken from its `Effects` and not filed (a timer lost).
+#[test]
+fn a_pass_that_moves_a_group_vs_an_ack_loses_no_timer() {
+    bounded(3).check(|| {
+        let clock = ManualClock::new(0);
+        // Room for the table to double: its share of `max_pending` at 4/5 load is past
+        // 8 slots.
+        let (acker, log) = manual_with(clock.clone(), 128);
+        let mut roots = vec![1];
+        roots.extend(group_mates(&acker, 1, 4));
+        for (i, &root) in roots.iter().enumerate() {
+            acker.init(root, 0b1, i as u32).unwrap();
+        }
+        assert_eq!(
+            acker.table_migrations().0,
+            1,
+            "the fifth init grew the table"
+        );
+        // The fifth init moved group 0 (a migration moves its groups in order): group 1,
+        // left to the pass, holds the home group's two roots or the two past it.
+        let acked = if home(1).1 == 1 { 0 } else { 2 };
+        let root = roots[acked];
+        let ((), _) = race_with_a_pass(&acker, move |acker| {
+            assert!(acker.ack(root, 0b1), "the last ack completes the tree");
+        });
+        clock.set(SEC - 1);
+        assert_eq!(acker.expire(), 0, "a root timed out before its deadline");
+        clock.set(SEC + SEC / 100);
+        assert_eq!(acker.expire(), 4, "a moved root's timer was lost");
+        let mut expected: Vec<_> = roots
+            .iter()
+            .enumerate()
+            .map(|(i, &r)| {
+                let outcome = if i == acked {
+                    Outcome::Acked
+                } else {
+                    Outcome::TimedOut
+                };
+                (r, i as u32, outcome)
+            })
+            .collect();
+        expected.sort_unstable_by_key(|c| c.0);
+        assert_eq!(completions(&log), expected);
+        drain(&clock, &acker);
     });
 }
