@@ -7,8 +7,8 @@
 //! generations after their grace period. A pass files the groups it moves on its wheel at
 //! once (`Engine::file_on_wheel`), where an operation files those it moves in its batch:
 //! in a fill the reaper thread moves most roots, and through its own batch each came back
-//! a tick later to be read twice more, its line gone from the cache by then. The protocol itself is
-//! [`migrate`](crate::acker::table::migrate); the generations' ownership is
+//! a tick later to be read twice more, its line gone from the cache by then. The protocol
+//! itself is [`migrate`](crate::acker::table::migrate); the generations' ownership is
 //! [`generations`](crate::acker::engine::generations).
 //!
 //! ## Who builds a successor
