@@ -123,9 +123,9 @@
 //!   twice its size ([`table::migrate`]). Every operation on a migrating table moves a
 //!   group before its own work (its moved roots filed in its batch, as new ones are), the
 //!   reaper finishes the rest (filing the groups it moves straight on its wheel) and
-//!   promotes the successor, and the old table is freed after a grace period ([`threads::marks`], "Grace
-//!   periods"). The reaper shrinks a table whose load stayed under 1/8 ([`engine`], "The
-//!   bound, and growth").
+//!   promotes the successor, and the old table is freed after a grace period
+//!   ([`threads::marks`], "Grace periods"). The reaper shrinks a table whose load stayed
+//!   under 1/8 ([`engine`], "The bound, and growth").
 //! * **Messages in batches** ([`Acker::apply`], [`engine::batched`]) take this path one
 //!   message after another, a chunk of them in one operation, with the home lines of the
 //!   next chunk prefetched while the current one is applied.
