@@ -302,6 +302,61 @@ fn reanchor_waits_for_nothing_paused_in_a_callback() {
     );
 }
 
+/// Nested pauses against a re-anchoring: the outer operation (depth 1) touches the stored
+/// ticks and pauses for its callback; the callback calls the acker (depth 2), which touches
+/// them, completes a tree and pauses for that tree's callback; the nested callback returns
+/// and the nested call touches them once more and ends. The outer callback then waits for
+/// the re-anchoring to finish (as a callback waiting for another thread that the
+/// re-anchorer holds at its entry would) before it returns and the outer operation touches
+/// the ticks a last time. Loom reports two accesses at once, and the two sides waiting for
+/// each other as "Model exceeded maximum number of branches" (both spin with yields). The
+/// model checks that the nested call ran on both sides of the sweep.
+///
+/// Fails at the branch limit with `Paused::drop` storing 0 instead of the `paused` it
+/// replaced: the thread then sits at depth 1 with nothing paused for the rest of its outer
+/// callback, and the re-anchorer waits for it while it waits for the re-anchorer.
+#[test]
+fn reanchor_waits_for_nothing_paused_after_a_nested_callback() {
+    static SEEN: Seen = Seen::new();
+    loom::model(|| {
+        let batches = Arc::new(Threads::new(Fences::Symmetric));
+        let ticks = ticks(1);
+        let swept = Arc::new(loom::sync::atomic::AtomicBool::new(false));
+        let thread = {
+            let (batches, ticks, swept) =
+                (Arc::clone(&batches), Arc::clone(&ticks), Arc::clone(&swept));
+            thread::spawn(move || {
+                let batch = batches.register();
+                let outer = batches.enter_with(&batch);
+                touch(&ticks[0]);
+                let paused = batches.pause_with(&batch);
+                // The callback calls the acker, and that call completes a tree.
+                let nested = batches.enter_with(&batch);
+                SEEN.note(touch(&ticks[0]));
+                drop(batches.pause_with(&batch));
+                touch(&ticks[0]);
+                drop(nested);
+                // Acquire: pairs with the re-anchorer's store below (the model's own flag).
+                while !swept.load(loom::sync::atomic::Ordering::Acquire) {
+                    thread::yield_now();
+                }
+                drop(paused);
+                touch(&ticks[0]);
+                drop(outer);
+            })
+        };
+        reanchor(&batches, &ticks);
+        // Release: the sweep happens before the callback's wait ends.
+        swept.store(true, loom::sync::atomic::Ordering::Release);
+        thread.join().unwrap();
+        assert_eq!(totals(&ticks), [SWEEP + 4]);
+    });
+    assert!(
+        SEEN.both(),
+        "the nested call never ran on both sides of the sweep"
+    );
+}
+
 /// A nested entry in an operation that is not paused (a reaper pass's look at the tables
 /// inside its own operation) against a re-anchoring: the outer operation (depth 1) touches
 /// the stored ticks, enters again (depth 2) and touches them, leaves, touches them once

@@ -412,3 +412,76 @@ fn a_callback_waiting_for_another_threads_call_does_not_hold_a_re_anchoring_up()
     assert_eq!(acker.reanchorings(), 1);
     assert_eq!(acker.pending(), 1, "B's tree");
 }
+
+/// The same with a callback that has itself completed a tree before it waits: thread A's
+/// callback for tree 1 acks tree 4 (whose callback runs nested in A's and returns), then
+/// waits for thread C's ack of tree 2 while thread B re-anchors. Once the nested call has
+/// returned, A is paused in its outer callback again, so B does not wait for it and C's
+/// ack, held at its entry while B works, returns. (When the nested callback's pause ended
+/// by clearing A's pause, B waited for A, C for B and A for C: the callback's wait ran out.)
+#[test]
+fn a_callback_that_completed_a_tree_does_not_hold_a_re_anchoring_up() {
+    let clock = ManualClock::new(1 << 62);
+    let log: Timed = Arc::default();
+    let sink = Arc::clone(&log);
+    let handle: Replay = Arc::default();
+    let inner = Arc::clone(&handle);
+    let (in_callback, callback_entered) = std::sync::mpsc::channel();
+    let (acked, ack_returned) = std::sync::mpsc::channel::<bool>();
+    let ack_returned = StdMutex::new(ack_returned);
+    let (verdict, callback_saw) = std::sync::mpsc::channel();
+    let acker = fine(&clock, move |c: Completion<u32>| {
+        sink.lock().unwrap().push((c.root, c.outcome, c.elapsed));
+        if c.root == 1 {
+            let acker = inner.lock().unwrap().clone().expect("the acker");
+            let nested = acker.ack(4, 0x44);
+            in_callback.send(nested).unwrap();
+            // Bounded, so that the test fails instead of hanging.
+            let ack = ack_returned.lock().unwrap().recv_timeout(12 * SEC);
+            verdict.send(ack).unwrap();
+        }
+    });
+    *handle.lock().unwrap() = Some(acker.clone());
+    acker.init(1, 0x11, 10).unwrap();
+    acker.init(2, 0x22, 20).unwrap();
+    acker.init(4, 0x44, 40).unwrap();
+    let a = {
+        let acker = acker.clone();
+        std::thread::spawn(move || acker.ack(1, 0x11))
+    };
+    let nested = callback_entered
+        .recv_timeout(20 * SEC)
+        .expect("the callback ran");
+    assert!(nested, "the callback's ack completed tree 4");
+    clock.advance(Duration::from_nanos(1024 << 31)); // 2^31 ticks
+    let b = {
+        let acker = acker.clone();
+        std::thread::spawn(move || acker.reset_timeout(2))
+    };
+    let c = {
+        let acker = acker.clone();
+        std::thread::spawn(move || {
+            until_re_anchoring(&acker);
+            let _ = acked.send(acker.ack(2, 0x22));
+        })
+    };
+    let saw = callback_saw
+        .recv_timeout(30 * SEC)
+        .expect("the callback returned");
+    assert!(a.join().unwrap(), "A's ack completed tree 1");
+    assert!(
+        b.join().unwrap(),
+        "B's reset found tree 2 (or C completed it after)"
+    );
+    c.join().unwrap();
+    assert_eq!(
+        saw,
+        Ok(true),
+        "the ack the callback waited for never returned: the re-anchorer waited for the callback"
+    );
+    assert_eq!(acker.reanchorings(), 1);
+    assert_eq!(acker.pending(), 0);
+    let roots: Vec<u64> = log.lock().unwrap().iter().map(|d| d.0).collect();
+    assert_eq!(roots, [1, 4, 2], "each tree completed once, by its acks");
+    handle.lock().unwrap().take();
+}

@@ -49,10 +49,18 @@
 //! `paused`) where it holds nothing of the tables: in the callback (and a payload's drop)
 //! that delivers a completion, or in a wait (for room, for another re-anchorer). Each step
 //! that leaves quiescence (an outermost entry, an entry nested in a paused operation, a
-//! pause's end) stores its depth (or clears `paused`), runs the light fence and reads
+//! pause's end) stores its depth (or restores `paused`), runs the light fence and reads
 //! `moving`; if it is set, it undoes its store and waits until it is clear. The same Dekker
 //! pair again: the re-anchorer sees the thread busy and waits for it, or the thread sees
 //! `moving` and waits for the re-anchorer.
+//!
+//! Pauses nest: a callback (paused at depth 1) that calls the acker enters at depth 2, and
+//! when that call completes a tree it pauses again for the tree's callback. A pause keeps
+//! the `paused` it replaced and restores it when it ends (pauses on one thread end in the
+//! reverse order they began), so once the nested call returns the thread is paused at
+//! depth 1 again, as quiescent as before it. A pause that ended by clearing `paused`
+//! instead would leave the rest of the outer callback looking busy, and a re-anchorer
+//! would wait for user code that may itself wait for a thread the re-anchorer holds.
 //!
 //! An entry nested in an operation that is *not* paused (a reaper pass's look at the
 //! tables inside its own operation) never waits: that thread was seen busy, so the
@@ -123,6 +131,12 @@ impl Drop for Active {
 pub struct Paused<'a> {
     threads: &'a Threads,
     record: Option<&'a Record>,
+    /// The `paused` this pause replaced, restored when it ends: the depth of an outer
+    /// operation paused around this one (a callback that called the acker, whose call
+    /// completed a tree and paused for that callback), or 0. Pauses on a thread end in the
+    /// reverse order they began, so restoring it leaves the thread as quiescent as it was
+    /// before: paused in the outer callback once the nested call has ended.
+    previous: u32,
 }
 
 impl Drop for Paused<'_> {
@@ -134,28 +148,29 @@ impl Drop for Paused<'_> {
         // Relaxed load: only this thread writes it.
         let depth = record.active.load(Ordering::Relaxed);
         // Relaxed: ordered before the `moving` load by the light fence (module docs).
-        record.paused.store(0, Ordering::Relaxed);
+        record.paused.store(self.previous, Ordering::Relaxed);
         self.threads.fences.light();
         // Acquire: as in `enter_with`, a sweep that ended happens before what follows.
         if self.threads.moving.load(Ordering::Acquire) {
-            self.threads.resume_after_moved(record, depth);
+            self.threads
+                .resume_after_moved(record, depth, self.previous);
         }
     }
 }
 
 impl Threads {
     /// The rest of a [`Paused`]'s drop when a re-anchoring was under way: quiescent again
-    /// at `depth` until it ends, then as the drop's first try. Apart, and cold: every
-    /// callback's pause ends in the drop's fast path.
+    /// at `depth` until it ends, then as the drop's first try, restoring `previous`. Apart,
+    /// and cold: every callback's pause ends in the drop's fast path.
     #[cold]
     #[inline(never)]
-    fn resume_after_moved(&self, record: &Record, depth: u32) {
+    fn resume_after_moved(&self, record: &Record, depth: u32, previous: u32) {
         loop {
             // Release: as in `pause`.
             record.paused.store(depth, Ordering::Release);
             self.wait_moved();
             // Relaxed: ordered before the `moving` load by the light fence (module docs).
-            record.paused.store(0, Ordering::Relaxed);
+            record.paused.store(previous, Ordering::Relaxed);
             self.fences.light();
             // Acquire: as in `enter_with`.
             if !self.moving.load(Ordering::Acquire) {
@@ -273,15 +288,19 @@ impl Threads {
 
     #[inline]
     fn pause_on<'a>(&'a self, record: Option<&'a Record>) -> Paused<'a> {
+        let mut previous = 0;
         if let Some(record) = record {
-            // Relaxed load: only this thread writes it. Release: the operation's accesses
-            // so far happen before a re-anchorer that reads it (Acquire) and then sweeps.
+            // Relaxed loads: only this thread writes them. Release: the operation's
+            // accesses so far happen before a re-anchorer that reads it (Acquire) and then
+            // sweeps.
+            previous = record.paused.load(Ordering::Relaxed);
             let depth = record.active.load(Ordering::Relaxed);
             record.paused.store(depth, Ordering::Release);
         }
         Paused {
             threads: self,
             record,
+            previous,
         }
     }
 

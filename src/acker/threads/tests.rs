@@ -278,3 +278,39 @@ fn owners_and_a_reaper_lose_no_entry_and_duplicate_none() {
     assert_eq!(got.len(), 4 * per_thread as usize);
     assert!(got.iter().enumerate().all(|(i, e)| e.slot == i as u32));
 }
+
+/// Nested pauses: an operation paused for its callback, which calls the acker, whose call
+/// pauses for a callback of its own. Once the nested pause and the nested call have ended,
+/// the thread is paused in the outer callback again, so a re-anchoring begun on another
+/// thread finishes (it waited for this thread forever when a pause's end cleared `paused`
+/// instead of restoring the outer pause's depth).
+#[test]
+fn a_nested_pause_leaves_the_outer_callback_paused() {
+    let threads = Arc::new(Threads::new(Fences::detect()));
+    let record = threads.register();
+    let outer = threads.enter_with(&record);
+    let outer_paused = threads.pause_with(&record);
+    let nested = threads.enter_with(&record);
+    drop(threads.pause_with(&record));
+    drop(nested);
+    let (began, began_moving) = std::sync::mpsc::channel();
+    let reanchorer = {
+        let threads = Arc::clone(&threads);
+        std::thread::spawn(move || {
+            let excluded = threads.begin_moving();
+            let _ = began.send(excluded);
+            threads.end_moving();
+        })
+    };
+    // Bounded: a re-anchorer that waits for this thread is released below when this
+    // thread's outer pause and operation end, so the test fails instead of hanging.
+    let verdict = began_moving.recv_timeout(std::time::Duration::from_secs(10));
+    drop(outer_paused);
+    drop(outer);
+    reanchorer.join().unwrap();
+    assert_eq!(
+        verdict,
+        Ok(true),
+        "the re-anchorer waited for a thread paused in its outer callback"
+    );
+}
