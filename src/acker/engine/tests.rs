@@ -858,3 +858,78 @@ fn with_a_reaper_thread_large_successors_are_built_by_it() {
     acker.shutdown();
     assert_each_acked_once(&log, trees, root);
 }
+
+/// A pass that has claimed due timeouts delivers them before its upkeep: here a successor
+/// a caller asked for (a chain whose load calls for growth, with its request flag set, as
+/// a caller with a reaper thread leaves it). Building it zeroes its pages, and a thread
+/// published as running meanwhile gets no caller's help, so the timeout's callback runs
+/// before the growth starts; the same pass then starts it.
+#[test]
+#[cfg(not(miri))] // 25k trees
+fn a_pass_delivers_its_timeouts_before_it_builds_a_requested_successor() {
+    let clock = ManualClock::new(1 << 40);
+    let seen: Arc<Mutex<Vec<(u64, u64)>>> = Arc::default();
+    let handle: Arc<Mutex<Option<Acker<u32>>>> = Arc::default();
+    let (sink, inner) = (Arc::clone(&seen), Arc::clone(&handle));
+    let acker = Acker::builder()
+        .timeout(Duration::from_secs(30))
+        .resolution(Duration::from_millis(1))
+        .clock(clock.clone())
+        .shards(16)
+        .max_pending(1 << 20)
+        .on_complete(move |c: Completion<u32>| {
+            // The growths started when the callback runs.
+            let acker = inner.lock().unwrap().clone().expect("the acker");
+            sink.lock()
+                .unwrap()
+                .push((c.root, acker.table_migrations().0));
+        })
+        .build_manual()
+        .unwrap();
+    *handle.lock().unwrap() = Some(acker.clone());
+    let engine = acker.engine();
+    acker.init(1, 0x11, 0).unwrap();
+    clock.advance(Duration::from_secs(20));
+    // Fills until some shard's chain calls for growth and has no successor yet (it crossed
+    // 3/4 of its last generation's slots, and no claim there has grown it).
+    let root = |i: u64| i.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 2;
+    let growable = |engine: &Engine<u32>| {
+        let _active = engine.threads.enter();
+        // Without tree 1, which times out before the upkeep looks at the load.
+        let per_table = (engine.pending() - 1) / engine.tables.len();
+        (0..engine.tables.len()).find(|&shard| {
+            // Safety: inside the operation `_active` marks.
+            let last = chain(unsafe { engine.tables[shard].current() }).last();
+            last.is_some_and(|last| {
+                last.successor().is_none()
+                    && per_table * 4 > last.slots() * 3
+                    && last.slots() < engine.max_table_slots
+            })
+        })
+    };
+    let mut i = 0;
+    let shard = loop {
+        acker.init(root(i), 0x22, i as u32).unwrap();
+        i += 1;
+        if let Some(shard) = growable(engine) {
+            break shard;
+        }
+        assert!(i < 200_000, "no chain ever called for growth");
+    };
+    assert!(engine.tables[shard].ask_growth());
+    let grown = acker.table_migrations().0;
+    clock.advance(Duration::from_secs(11)); // tree 1 is due, the fill's trees are not
+    assert_eq!(acker.expire(), 1);
+    assert_eq!(
+        *seen.lock().unwrap(),
+        [(1, grown)],
+        "the timeout's callback ran after the pass began the requested growth"
+    );
+    assert_eq!(
+        acker.table_migrations().0,
+        grown + 1,
+        "the pass began the requested growth after its delivery"
+    );
+    handle.lock().unwrap().take();
+    acker.shutdown();
+}

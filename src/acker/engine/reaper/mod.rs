@@ -10,10 +10,17 @@
 //!    already; an entry whose slot no longer holds an uncompleted root of its tag is
 //!    dropped.
 //! 3. Advance the wheel to now, and for each due group look at every slot of it
-//!    (`Table::expire`): `TimedOut` is delivered here, after the wheel's lock is released;
-//!    `Dropped` counts an orphan; `NotDue(deadline)` (a reset, a joining init, or a root
-//!    that is simply due later) and `Joining` (an init writing its payload, a root being
-//!    moved: the next tick) give the group's next look, filed at the earliest of them.
+//!    (`Table::expire`): `TimedOut` claims the tree for step 4; `Dropped` counts an
+//!    orphan; `NotDue(deadline)` (a reset, a joining init, or a root that is simply due
+//!    later) and `Joining` (an init writing its payload, a root being moved: the next
+//!    tick) give the group's next look, filed at the earliest of them.
+//! 4. Deliver the timeouts, once the wheel's lock is released (a callback may call back
+//!    into the acker).
+//! 5. The upkeep (the reaper's passes only): migrations helped and finished, successors
+//!    that callers asked for built, tables shrunk, retired generations freed, memory given
+//!    back ([`growth`](crate::acker::engine::growth)). After the deliveries: building a
+//!    successor zeroes its pages (about 0.1 ms a MiB) and a migration moves whole tables,
+//!    and timeouts already claimed must not wait behind either.
 //!
 //! ## Sleeping
 //!
@@ -341,9 +348,14 @@ fn pass<T: Send + 'static>(engine: &Engine<T>, runner: Runner) -> Pass {
     } else if !caller && pass.delivered > 0 {
         engine.callers_lead.store(false, Ordering::Relaxed);
     }
+    // Outside the lock: `on_complete` may call back into the acker, even `expire`. Before
+    // the upkeep below: it may build a successor a caller asked for (the kernel zeroes its
+    // pages, about 0.1 ms a MiB) and finish whole migrations, while the thread is
+    // published as running and no caller delivers in its place; the timeouts this pass
+    // has claimed are due now.
+    engine.deliver_timeouts(timed_out, read, &active);
     if let Some(started) = started {
         // Its timers only: the upkeep waits for the thread ("A caller's pass").
-        engine.deliver_timeouts(timed_out, read, &active);
         // Counted inside the operation, which shutdown waits for: no count after it.
         let took = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
         // Relaxed (both): statistics.
@@ -353,7 +365,6 @@ fn pass<T: Send + 'static>(engine: &Engine<T>, runner: Runner) -> Pass {
             .fetch_max(took, Ordering::Relaxed);
         return pass;
     }
-    // Outside the lock: `on_complete` may call back into the acker, even `expire`.
     let now = engine.reaper.lock().unwrap_or_else(|e| e.into_inner()).now;
     // Migrations, shrinking, retired generations
     // ([`generations`](crate::acker::engine::generations)); outside the wheel's lock, as
@@ -372,7 +383,6 @@ fn pass<T: Send + 'static>(engine: &Engine<T>, runner: Runner) -> Pass {
         wheel.released += before.saturating_sub(wheel.filed.heap_bytes());
         std::mem::take(&mut wheel.released)
     };
-    engine.deliver_timeouts(timed_out, read, &active);
     drop(active);
     // Out of the operation: the generations this pass retired wait for no one but other
     // threads now (the pass itself was one of those their grace periods waited for).
