@@ -21,8 +21,13 @@
 //!    this machine at that moment (a worker preempted mid-call by the reaper thread, by
 //!    the other worker, by another process).
 //!
+//! 4. The peer's million: the same number of tasks, each awaiting `tokio::time::timeout`
+//!    at one shared deadline (what a user without the acker writes), under the same load,
+//!    for how late tokio's own timer delivers the same burst on the same runtime.
+//!
 //! It reports every call's time (p50, p99, p99.9, p99.99, max), the peer's beside it, how many passes callers ran
-//! and the longest of them (`AckerStats`), and how late the million's timeouts were.
+//! and the longest of them (`AckerStats`), and how late the last of each million's
+//! timeouts was, the acker's and tokio's.
 //! Targets (reported, not enforced: a shared machine's scheduler can hold any thread): the
 //! longest `track` ≤ 100 µs at p99.99 and ≤ 1 ms at most.
 
@@ -72,6 +77,10 @@ pub(crate) struct SharedDeadline {
     /// deadline (ms).
     pub(crate) timed_out: usize,
     pub(crate) last_timeout_ms: f64,
+    /// The peer's million (`tokio::time::timeout`, step 4): how many timed out, and the
+    /// last one's lateness after its shared deadline (ms).
+    pub(crate) peer_timed_out: usize,
+    pub(crate) peer_last_timeout_ms: f64,
 }
 
 /// Runs the phase with `roots` trees sharing the deadline.
@@ -121,6 +130,35 @@ async fn phase(roots: usize) -> Result<SharedDeadline, String> {
             shared_deadline(roots)
         ));
     }
+    let (calls, peer_calls) = under_load(&acker, deadline, roots, &timed_out).await?;
+    let (peer_timed_out, peer_last_timeout_ms) = tokio_peer(&acker, roots).await?;
+    let stats = acker.stats();
+    let last = *last.lock().unwrap();
+    Ok(SharedDeadline {
+        roots,
+        fill_seconds,
+        track: Percentiles::of(&calls),
+        track_p9999_us: calls.value_at_quantile(0.9999) as f64 / 1e3,
+        peer: Percentiles::of(&peer_calls),
+        peer_p9999_us: peer_calls.value_at_quantile(0.9999) as f64 / 1e3,
+        caller_passes: stats.caller_passes,
+        caller_pass_longest_us: stats.caller_pass_longest.as_secs_f64() * 1e6,
+        timed_out: timed_out.load(Ordering::Relaxed),
+        last_timeout_ms: last.saturating_duration_since(deadline).as_secs_f64() * 1e3,
+        peer_timed_out,
+        peer_last_timeout_ms,
+    })
+}
+
+/// Step 3: from [`LEAD`] before `deadline` until `roots` trees have timed out (or
+/// [`DRAIN`] after it), [`BUSY`] spinning tasks and [`CALLERS`] timing their calls; their
+/// histograms of `track` and of the peer's start.
+async fn under_load(
+    acker: &AsyncAcker<u32>,
+    deadline: Instant,
+    roots: usize,
+    timed_out: &std::sync::atomic::AtomicUsize,
+) -> Result<(Histogram<u64>, Histogram<u64>), String> {
     tokio::time::sleep_until((deadline - LEAD).into()).await;
     let stop = Arc::new(AtomicBool::new(false));
     let busy: Vec<_> = (0..BUSY)
@@ -164,20 +202,40 @@ async fn phase(roots: usize) -> Result<SharedDeadline, String> {
     for task in busy {
         let _ = task.await;
     }
-    let stats = acker.stats();
+    Ok((calls, peer_calls))
+}
+
+/// Step 4: `roots` tasks each awaiting `tokio::time::timeout` at one shared deadline, under
+/// the same load as step 3 (the callers' figures are not kept); how many timed out, and
+/// the last one's lateness (ms).
+async fn tokio_peer(acker: &AsyncAcker<u32>, roots: usize) -> Result<(usize, f64), String> {
+    let started = Instant::now();
+    let deadline = started + shared_deadline(roots);
+    let timed_out = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let last = Arc::new(std::sync::Mutex::new(started));
+    for i in 0..roots {
+        let (timed_out, last) = (Arc::clone(&timed_out), Arc::clone(&last));
+        tokio::spawn(async move {
+            let never = std::future::pending::<()>();
+            if tokio::time::timeout_at(deadline.into(), never)
+                .await
+                .is_err()
+            {
+                timed_out.fetch_add(1, Ordering::Relaxed);
+                let mut last = last.lock().unwrap();
+                *last = (*last).max(Instant::now());
+            }
+        });
+        if i % 4096 == 0 {
+            tokio::task::yield_now().await; // let the awaiting tasks register
+        }
+    }
+    under_load(acker, deadline, roots, &timed_out).await?;
     let last = *last.lock().unwrap();
-    Ok(SharedDeadline {
-        roots,
-        fill_seconds,
-        track: Percentiles::of(&calls),
-        track_p9999_us: calls.value_at_quantile(0.9999) as f64 / 1e3,
-        peer: Percentiles::of(&peer_calls),
-        peer_p9999_us: peer_calls.value_at_quantile(0.9999) as f64 / 1e3,
-        caller_passes: stats.caller_passes,
-        caller_pass_longest_us: stats.caller_pass_longest.as_secs_f64() * 1e6,
-        timed_out: timed_out.load(Ordering::Relaxed),
-        last_timeout_ms: last.saturating_duration_since(deadline).as_secs_f64() * 1e3,
-    })
+    Ok((
+        timed_out.load(Ordering::Relaxed),
+        last.saturating_duration_since(deadline).as_secs_f64() * 1e3,
+    ))
 }
 
 /// One caller's loop until `stop`: `track`, timed, then the ack and the await; and the

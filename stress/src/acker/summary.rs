@@ -289,7 +289,7 @@ pub(crate) fn print(s: &Summary) {
 fn print_shared_deadline(d: &deadline::SharedDeadline) {
     let us = report::duration_us;
     println!(
-        "  deadline     one `track` call while {} trees time out at once on a saturated runtime: p50 {}, p99 {}, p99.9 {}, p99.99 {} (target ≤ 100 µs), max {} (target ≤ 1 ms), {} calls; the peer's start in the same loops (DashMap + oneshot + tokio::time::timeout) p50 {}, p99 {}, p99.9 {}, p99.99 {}, max {}; {} passes run by callers (longest {}); {} of the trees timed out, the last {:.1} ms after the deadline; fill {:.2} s",
+        "  deadline     one `track` call while {} trees time out at once on a saturated runtime: p50 {}, p99 {}, p99.9 {}, p99.99 {} (target ≤ 100 µs), max {} (target ≤ 1 ms), {} calls; the peer's start in the same loops (DashMap + oneshot + tokio::time::timeout) p50 {}, p99 {}, p99.9 {}, p99.99 {}, max {}; {} passes run by callers (longest {}); {} of the trees timed out, the last {:.1} ms after the deadline (tokio::time::timeout on the same number under the same load: {} timed out, the last {:.1} ms after theirs); fill {:.2} s",
         report::si(d.roots as f64),
         us(d.track.p50_us),
         us(d.track.p99_us),
@@ -306,6 +306,8 @@ fn print_shared_deadline(d: &deadline::SharedDeadline) {
         us(d.caller_pass_longest_us),
         d.timed_out,
         d.last_timeout_ms,
+        d.peer_timed_out,
+        d.peer_last_timeout_ms,
         d.fill_seconds,
     );
 }
