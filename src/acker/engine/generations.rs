@@ -63,7 +63,7 @@ impl<T> Generations<T> {
     }
 
     /// Starts moving `from` (the last generation of the chain) to a new table of `groups`
-    /// groups (its pages faulted in at once if `populate`), unless `stopping()` (checked under the lock that shutdown's scan holds).
+    /// groups, unless `stopping()` (checked under the lock that shutdown's scan holds).
     /// When another thread is starting one, waits for it if `wait`, else gives up.
     /// `Some(true)` when this call started it, `Some(false)` when `from` has a successor
     /// anyway (another thread's) or is retired, `None` when nothing started.
@@ -71,7 +71,6 @@ impl<T> Generations<T> {
         &self,
         from: &Table<T>,
         groups: usize,
-        populate: bool,
         wait: bool,
         stopping: impl Fn() -> bool,
     ) -> Option<bool> {
@@ -89,7 +88,7 @@ impl<T> Generations<T> {
             return None;
         }
         debug_assert!(groups >= 2);
-        let next = Box::into_raw(Box::new(from.successor_of(groups, populate)));
+        let next = Box::into_raw(Box::new(from.successor_of(groups)));
         // Safety: the table owns `next` from here (as `from`'s successor, then as current)
         // and frees it only after `from` (see `Drop` and the module docs); one migration
         // per generation (checked above, under the lock).

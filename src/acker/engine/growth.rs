@@ -26,20 +26,6 @@
 //! gets no core delays a growth, never an init. Small successors (the first steps of a
 //! fill, which the tables' load would outrun in the time a wake-up takes) and a manual
 //! acker's (no thread) are built by the caller.
-//!
-//! ## Which successors are faulted in
-//!
-//! Every successor but a shard's smallest table has its pages faulted in when it is built
-//! ([`zeroed`](crate::zeroed), "Pages written at once"): a growing table's, and a shrinking
-//! one's too. A shrink's successor holds the table's entries at a load of 1/4 or more
-//! (2/3 of the groups of a table under 1/8 full, or a load of 1/4 at once), dozens of
-//! roots to each 4 KiB page, so its moves and inits touch every page anyway; left to
-//! fault, each first touch was a fault on whichever thread made it. In the stress run's
-//! shared-deadline phase (a million timeouts at once), a shrink mid-drain made the
-//! callers' inits fault twice each (a read, then the write) for a few hundred
-//! milliseconds, at 25-60 µs a `track` call while other threads unmapped the drained
-//! pages: the phase's p99 and p99.9. The smallest table is left to fault as its entries
-//! need: it is where an idle acker and a drained one stay, at a few dozen KiB each.
 
 use std::ptr::NonNull;
 
@@ -232,9 +218,7 @@ impl<T: Send + 'static> Engine<T> {
         started
     }
 
-    /// [`Generations::start_migration`](super::generations::Generations::start_migration), counted,
-    /// with the successor faulted in at once unless it is the shard's smallest table
-    /// (module docs, "Which successors are faulted in").
+    /// [`Generations::start_migration`](super::generations::Generations::start_migration), counted.
     pub(super) fn start_migration(
         &self,
         shard: usize,
@@ -242,9 +226,7 @@ impl<T: Send + 'static> Engine<T> {
         groups: usize,
         wait: bool,
     ) -> Option<bool> {
-        let populate = groups * GROUP_SLOTS > self.smallest_slots(shard);
-        let started =
-            self.tables[shard].start_migration(from, groups, populate, wait, || self.stopping());
+        let started = self.tables[shard].start_migration(from, groups, wait, || self.stopping());
         if started == Some(true) {
             let shrink = usize::from(groups < from.groups());
             self.migrations[shrink].fetch_add(1, Ordering::Relaxed); // a statistic

@@ -359,13 +359,13 @@ impl<T> Table<T> {
     }
 
     /// A table to move this one's entries to: `groups` groups, the next generation, the
-    /// same credits and default timeout. With `populate`, its pages are faulted in at once
-    /// ([`zeroed`](crate::zeroed), "Pages written at once"): for a table whose moves and
-    /// inits will reach every page anyway, where each first touch would otherwise be a
-    /// fault on whichever thread made it ([`growth`](crate::acker::engine::growth), "Which
-    /// successors are faulted in").
-    pub fn successor_of(&self, groups: usize, populate: bool) -> Self {
-        let mut next = Self::bounded(groups, self.credits.clone(), self.default_timeout, populate);
+    /// same credits and default timeout. A larger one has its pages faulted in at once: the
+    /// moves reach every one of them ([`zeroed`](crate::zeroed), "Pages written at once");
+    /// a smaller one, which a drained table shrinks into, is left to fault as its few
+    /// entries need.
+    pub fn successor_of(&self, groups: usize) -> Self {
+        let grows = groups > self.groups;
+        let mut next = Self::bounded(groups, self.credits.clone(), self.default_timeout, grows);
         next.gen = self.gen.wrapping_add(1);
         next
     }
