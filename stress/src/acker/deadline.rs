@@ -27,7 +27,11 @@
 //!
 //! It reports every call's time (p50, p99, p99.9, p99.99, max), the peer's beside it, how many passes callers ran
 //! and the longest of them (`AckerStats`), and how late the last of each million's
-//! timeouts was, the acker's and tokio's.
+//! timeouts was, the acker's and tokio's. And where the tail comes from: around each timed
+//! call it reads its thread's CPU time, involuntary context switches and minor page
+//! faults (`CLOCK_THREAD_CPUTIME_ID`, `getrusage(RUSAGE_THREAD)`), and the callers' pass
+//! count, so that each call over [`SLOW`] is told apart: held off its core (preempted),
+//! faulting, running a caller's pass, or simply working.
 //! Targets (reported, not enforced: a shared machine's scheduler can hold any thread): the
 //! longest `track` ≤ 100 µs at p99.99 and ≤ 1 ms at most.
 
@@ -57,6 +61,89 @@ fn shared_deadline(roots: usize) -> Duration {
 const LEAD: Duration = Duration::from_millis(500);
 /// The most the phase waits for the million to time out after the deadline.
 const DRAIN: Duration = Duration::from_secs(10);
+/// A `track` call this long or longer is looked into ([`Slow`]).
+const SLOW: Duration = Duration::from_micros(100);
+
+/// The `track` calls of [`SLOW`] or more, and what each was doing.
+#[derive(Debug, Clone, Default, Serialize)]
+pub(crate) struct Slow {
+    pub(crate) calls: u64,
+    /// Off its core for over half of its time (preempted: its CPU time under half its wall
+    /// time).
+    pub(crate) preempted: u64,
+    /// With a minor page fault.
+    pub(crate) faulted: u64,
+    /// That ran a caller's pass (the callers' pass count moved during it: another caller's
+    /// pass may be counted too).
+    pub(crate) in_pass: u64,
+    /// The slowest: its wall and CPU time (µs), involuntary switches, minor faults, and
+    /// whether a caller's pass ran.
+    pub(crate) slowest_us: f64,
+    pub(crate) slowest_cpu_us: f64,
+    pub(crate) slowest_switches: u64,
+    pub(crate) slowest_faults: u64,
+    pub(crate) slowest_in_pass: bool,
+}
+
+impl Slow {
+    fn note(&mut self, wall: Duration, around: &Around, in_pass: bool) {
+        if wall < SLOW {
+            return;
+        }
+        let cpu = Duration::from_nanos(around.cpu_ns);
+        self.calls += 1;
+        self.preempted += u64::from(cpu * 2 < wall);
+        self.faulted += u64::from(around.faults > 0);
+        self.in_pass += u64::from(in_pass);
+        let wall_us = wall.as_secs_f64() * 1e6;
+        if wall_us > self.slowest_us {
+            self.slowest_us = wall_us;
+            self.slowest_cpu_us = cpu.as_secs_f64() * 1e6;
+            self.slowest_switches = around.switches;
+            self.slowest_faults = around.faults;
+            self.slowest_in_pass = in_pass;
+        }
+    }
+
+    /// Another caller's slow calls, added to these.
+    fn add(&mut self, other: &Slow) {
+        let counts = (
+            self.calls + other.calls,
+            self.preempted + other.preempted,
+            self.faulted + other.faulted,
+            self.in_pass + other.in_pass,
+        );
+        if other.slowest_us > self.slowest_us {
+            *self = other.clone();
+        }
+        (self.calls, self.preempted, self.faulted, self.in_pass) = counts;
+    }
+}
+
+/// What the calling thread's counters moved by over a call.
+struct Around {
+    cpu_ns: u64,
+    switches: u64,
+    faults: u64,
+}
+
+/// The calling thread's CPU time (ns), involuntary context switches and minor page faults.
+fn thread_counters() -> (u64, u64, u64) {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // Safety: `rusage` is plain integers, valid all-zero.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // Safety: both calls write only the structures passed, which live on this stack; a
+    // failure leaves them zero (the figures then read as no time and no event).
+    unsafe {
+        libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts);
+        libc::getrusage(libc::RUSAGE_THREAD, &mut ru);
+    }
+    let cpu = ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64;
+    (cpu, ru.ru_nivcsw as u64, ru.ru_minflt as u64)
+}
 
 /// The phase's figures.
 #[derive(Debug, Clone, Serialize)]
@@ -81,6 +168,8 @@ pub(crate) struct SharedDeadline {
     /// last one's lateness after its shared deadline (ms).
     pub(crate) peer_timed_out: usize,
     pub(crate) peer_last_timeout_ms: f64,
+    /// The calls of [`SLOW`] or more, and what they were doing.
+    pub(crate) slow: Slow,
 }
 
 /// Runs the phase with `roots` trees sharing the deadline.
@@ -130,7 +219,7 @@ async fn phase(roots: usize) -> Result<SharedDeadline, String> {
             shared_deadline(roots)
         ));
     }
-    let (calls, peer_calls) = under_load(&acker, deadline, roots, &timed_out).await?;
+    let (calls, peer_calls, slow) = under_load(&acker, deadline, roots, &timed_out).await?;
     let (peer_timed_out, peer_last_timeout_ms) = tokio_peer(&acker, roots).await?;
     let stats = acker.stats();
     let last = *last.lock().unwrap();
@@ -147,18 +236,19 @@ async fn phase(roots: usize) -> Result<SharedDeadline, String> {
         last_timeout_ms: last.saturating_duration_since(deadline).as_secs_f64() * 1e3,
         peer_timed_out,
         peer_last_timeout_ms,
+        slow,
     })
 }
 
 /// Step 3: from [`LEAD`] before `deadline` until `roots` trees have timed out (or
 /// [`DRAIN`] after it), [`BUSY`] spinning tasks and [`CALLERS`] timing their calls; their
-/// histograms of `track` and of the peer's start.
+/// histograms of `track` and of the peer's start, and the slow calls.
 async fn under_load(
     acker: &AsyncAcker<u32>,
     deadline: Instant,
     roots: usize,
     timed_out: &std::sync::atomic::AtomicUsize,
-) -> Result<(Histogram<u64>, Histogram<u64>), String> {
+) -> Result<(Histogram<u64>, Histogram<u64>, Slow), String> {
     tokio::time::sleep_until((deadline - LEAD).into()).await;
     let stop = Arc::new(AtomicBool::new(false));
     let busy: Vec<_> = (0..BUSY)
@@ -190,19 +280,21 @@ async fn under_load(
     let mut calls = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3)
         .map_err(|e| format!("shared-deadline phase: {e}"))?;
     let mut peer_calls = calls.clone();
+    let mut slow = Slow::default();
     for caller in callers {
-        let (mine, peers) = caller
+        let (mine, peers, its_slow) = caller
             .await
             .map_err(|e| format!("shared-deadline phase: a caller failed: {e}"))??;
         calls
             .add(&mine)
             .and_then(|()| peer_calls.add(&peers))
             .map_err(|e| format!("shared-deadline phase: {e}"))?;
+        slow.add(&its_slow);
     }
     for task in busy {
         let _ = task.await;
     }
-    Ok((calls, peer_calls))
+    Ok((calls, peer_calls, slow))
 }
 
 /// Step 4: `roots` tasks each awaiting `tokio::time::timeout` at one shared deadline, under
@@ -241,13 +333,14 @@ async fn tokio_peer(acker: &AsyncAcker<u32>, roots: usize) -> Result<(usize, f64
 /// One caller's loop until `stop`: `track`, timed, then the ack and the await; and the
 /// start of the same request the way a user without the acker would write it, timed too
 /// (the peer: a `DashMap` entry with a oneshot, under `tokio::time::timeout`), whose tail
-/// is what the scheduler alone does to a call on this machine at this moment.
+/// is what the scheduler alone does to a call on this machine at this moment. Each slow
+/// `track` call is looked into ([`Slow`]).
 async fn time_tracks(
     caller: u64,
     acker: &AsyncAcker<u32>,
     peer: &DashMap<u64, oneshot::Sender<Outcome>>,
     stop: &AtomicBool,
-) -> Result<(Histogram<u64>, Histogram<u64>), String> {
+) -> Result<(Histogram<u64>, Histogram<u64>, Slow), String> {
     let histogram = || {
         Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3)
             .map_err(|e| format!("shared-deadline phase: {e}"))
@@ -258,12 +351,22 @@ async fn time_tracks(
             .map_err(|e| format!("shared-deadline phase: {e}"))
     };
     let mut n = 0u64;
+    let mut slow = Slow::default();
     while !stop.load(Ordering::Relaxed) {
         n += 1;
         let root = (caller << 48 | n).wrapping_mul(0xD6E8_FEB8_6659_FD93) & !(1 << 63) | 1;
+        let passes = acker.stats().caller_passes;
+        let (cpu, switches, faults) = thread_counters();
         let call = Instant::now();
         let tree = acker.track(root, 0b1, 0);
         let took = call.elapsed();
+        let after = thread_counters();
+        let around = Around {
+            cpu_ns: after.0.saturating_sub(cpu),
+            switches: after.1.saturating_sub(switches),
+            faults: after.2.saturating_sub(faults),
+        };
+        slow.note(took, &around, acker.stats().caller_passes != passes);
         let tree = tree.map_err(|e| format!("shared-deadline phase: track refused: {e}"))?;
         record(&mut calls, took)?;
         acker.ack(root, 0b1);
@@ -293,5 +396,5 @@ async fn time_tracks(
         // (the phase's own clock) would never run.
         tokio::task::yield_now().await;
     }
-    Ok((calls, peer_calls))
+    Ok((calls, peer_calls, slow))
 }

@@ -310,6 +310,21 @@ fn print_shared_deadline(d: &deadline::SharedDeadline) {
         d.peer_last_timeout_ms,
         d.fill_seconds,
     );
+    let slow = &d.slow;
+    if slow.calls > 0 {
+        println!(
+            "               its {} calls of 100 µs or more: {} off their core for over half their time, {} faulting, {} running a caller's pass; the slowest {} ({} on its core, {} involuntary switches, {} faults, {})",
+            slow.calls,
+            slow.preempted,
+            slow.faulted,
+            slow.in_pass,
+            us(slow.slowest_us),
+            us(slow.slowest_cpu_us),
+            slow.slowest_switches,
+            slow.slowest_faults,
+            if slow.slowest_in_pass { "a caller's pass" } else { "no caller's pass" },
+        );
+    }
 }
 
 /// The build and churn lines, each figure with its target beside it (not judged).
