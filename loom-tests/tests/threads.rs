@@ -208,7 +208,7 @@ fn beside_a_reanchoring(op: impl FnOnce(&Threads, &Ticks) + Send + 'static) {
     assert_eq!(totals(&ticks), [SWEEP + 3]);
 }
 
-/// Re-anchoring (`batches/mod.rs`, "Re-anchoring") against two threads' operations: one
+/// Re-anchoring (`src/acker/threads/marks.rs`, "Re-anchoring") against two threads' operations: one
 /// thread's operation reads and rewrites its stored ticks (a loom cell) between
 /// `enter_with` and the drop of its `Active`, then starts a second thread, which does so
 /// twice (quiescent in between, so the sweep may fall between its two operations); the
