@@ -369,6 +369,19 @@ fn a_callback_that_calls_the_acker_during_another_threads_re_anchoring_returns()
     handle.lock().unwrap().take();
 }
 
+/// Thread C: once a re-anchoring is under way, acks tree 2 (root 2, xor 0x22) and sends
+/// what the ack returned.
+fn ack_once_re_anchoring(
+    acker: &Acker<u32>,
+    acked: std::sync::mpsc::Sender<bool>,
+) -> std::thread::JoinHandle<()> {
+    let acker = acker.clone();
+    std::thread::spawn(move || {
+        until_re_anchoring(&acker);
+        let _ = acked.send(acker.ack(2, 0x22));
+    })
+}
+
 /// A callback that waits for another thread's acker call (a bounded channel to a thread
 /// that acks, say) while a third thread re-anchors: the callback runs paused, so the
 /// re-anchorer does not wait for it, and the other thread's call, held at its entry while
@@ -391,13 +404,7 @@ fn a_callback_waiting_for_another_threads_call_does_not_hold_a_re_anchoring_up()
     acker.init(1, 0x11, 10).unwrap();
     acker.init(2, 0x22, 20).unwrap();
     let (a, b) = ack_then_stall(&acker, &clock, &callback_entered);
-    let c = {
-        let acker = acker.clone();
-        std::thread::spawn(move || {
-            until_re_anchoring(&acker);
-            let _ = acked.send(acker.ack(2, 0x22));
-        })
-    };
+    let c = ack_once_re_anchoring(&acker, acked);
     let saw = callback_saw
         .recv_timeout(30 * SEC)
         .expect("the callback returned");
@@ -458,21 +465,12 @@ fn a_callback_that_completed_a_tree_does_not_hold_a_re_anchoring_up() {
         let acker = acker.clone();
         std::thread::spawn(move || acker.reset_timeout(2))
     };
-    let c = {
-        let acker = acker.clone();
-        std::thread::spawn(move || {
-            until_re_anchoring(&acker);
-            let _ = acked.send(acker.ack(2, 0x22));
-        })
-    };
+    let c = ack_once_re_anchoring(&acker, acked);
     let saw = callback_saw
         .recv_timeout(30 * SEC)
         .expect("the callback returned");
     assert!(a.join().unwrap(), "A's ack completed tree 1");
-    assert!(
-        b.join().unwrap(),
-        "B's reset found tree 2 (or C completed it after)"
-    );
+    assert!(b.join().unwrap(), "B's reset found tree 2");
     c.join().unwrap();
     assert_eq!(
         saw,
