@@ -18,6 +18,10 @@ pub struct AckerBuilder<T> {
     pub(crate) max_pending: usize,
     pub(crate) clock: Option<Box<dyn Clock>>,
     pub(crate) on_complete: Option<Callback<T>>,
+    /// The order in which a pass delivers a burst of timeouts, by a key of each payload
+    /// (`Engine::deliver_timeouts`): set by the async acker (its cells' numbers), not by
+    /// users.
+    pub(crate) delivery_order: Option<fn(&T) -> u32>,
 }
 
 impl<T> fmt::Debug for AckerBuilder<T> {
@@ -56,6 +60,7 @@ impl<T: Send + 'static> AckerBuilder<T> {
             max_pending: 1 << 20,
             clock: None,
             on_complete: None,
+            delivery_order: None,
         }
     }
 
@@ -202,6 +207,7 @@ impl<T: Send + 'static> AckerBuilder<T> {
                 .clock
                 .unwrap_or_else(|| Box::new(MonotonicClock::new())),
             on_complete: self.on_complete,
+            delivery_order: self.delivery_order,
             manual,
         };
         Ok(Acker {

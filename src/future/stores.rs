@@ -51,6 +51,14 @@ impl Held {
     pub(super) fn is_streamed(&self) -> bool {
         self.0 & STREAMED != 0
     }
+
+    /// The order a burst of timeouts is delivered in: the cell's number, which the slabs
+    /// hand out in about the order trees are started (each thread fills pages of its own
+    /// in turn), so that the tasks woken are reached in about the order they were created
+    /// ([`deliver`](crate::acker::engine::deliver), "A burst's order").
+    pub(super) fn order(&self) -> u32 {
+        self.0
+    }
 }
 
 impl<T> Stores<T> {

@@ -4,6 +4,23 @@
 //! statistics, and the callback if the calling operation found it open. A completion is
 //! always counted before its callback runs; the reaper counts a pass's timeouts all at
 //! once, before the first.
+//!
+//! ## A burst's order
+//!
+//! A pass claims its timeouts group by group, in the order of the tables' slots, which is
+//! the order of the roots' hashes: unrelated to the order in which the trees were started.
+//! The async acker's callback wakes each tree's task, so a pass that delivers a burst
+//! touches a million task headers (and the runtime then polls and frees those tasks) in
+//! a random order, a cache and TLB miss each; tokio's own timer fires the entries of one
+//! deadline in the order they were registered. So an acker built with a delivery order (the
+//! async acker's: each payload's cell number, which its slab hands out in about the order
+//! the trees are started) delivers a pass of [`ORDER_FROM`] timeouts or more sorted by it.
+//! In the stress run's shared-deadline phase (a million trees timing out at once on a
+//! saturated two-worker runtime, 2-core VM), the last of the million timed out 0.73-2.33 s
+//! after the deadline sorted (median 2.14 s), against 2.81-3.26 s in hash order (median
+//! 3.03 s), five alternating pairs, with `tokio::time::timeout`'s last at 0.52-1.97 s in
+//! the same runs. A caller's pass (at most a few dozen groups) is left unsorted: too few
+//! to pay for the sort.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
@@ -13,6 +30,10 @@ use crate::acker::table::{Completed, Table};
 use crate::acker::threads::Active;
 use crate::acker::timers::ticks::full_near;
 use crate::sync::Ordering;
+
+/// The fewest timeouts of one pass that are delivered in the acker's delivery order (module
+/// docs, "A burst's order").
+const ORDER_FROM: usize = 1024;
 
 impl<T: Send + 'static> Engine<T> {
     /// Finishes a message's completion claimed in `table` (a generation of `shard`): takes
@@ -39,12 +60,23 @@ impl<T: Send + 'static> Engine<T> {
     /// before the first callback, as [`deliver`](Self::deliver) counts before its own.
     pub(super) fn deliver_timeouts(
         &self,
-        timed_out: Vec<(usize, &Table<T>, Completed)>,
+        mut timed_out: Vec<(usize, &Table<T>, Completed)>,
         now: u64,
         active: &Active,
     ) {
         if timed_out.is_empty() {
             return;
+        }
+        if let Some(order) = self
+            .delivery_order
+            .filter(|_| timed_out.len() >= ORDER_FROM)
+        {
+            // A burst: in the payloads' order (module docs, "A burst's order").
+            timed_out.sort_by_cached_key(|(_, table, completed)| {
+                // Safety: this pass claimed the completion and ends it only below, after
+                // the sort; the reference does not leave this closure.
+                order(unsafe { table.claimed_payload(completed.slot) })
+            });
         }
         let (mut late_max, mut late_total) = (0, 0);
         for (_, table, completed) in &timed_out {

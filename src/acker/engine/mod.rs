@@ -133,6 +133,9 @@ pub(super) struct Config<T> {
     /// ticks from the time-stamp counter ([`tsc`](crate::clock::tsc)).
     pub tsc_ticks: bool,
     pub on_complete: Option<Callback<T>>,
+    /// A key of each payload that a burst of timeouts is delivered in the order of
+    /// ([`deliver`](crate::acker::engine::deliver), "A burst's order").
+    pub delivery_order: Option<fn(&T) -> u32>,
     pub manual: bool,
 }
 
@@ -183,6 +186,8 @@ pub(super) struct Engine<T> {
     /// ([`marks`](crate::acker::threads::marks), "Closing the callback"), which breaks the
     /// cycle of a callback that holds a handle of its acker.
     on_complete: std::cell::UnsafeCell<Option<Callback<T>>>,
+    /// [`Config::delivery_order`].
+    delivery_order: Option<fn(&T) -> u32>,
     shutdown: AtomicBool,
     manual: bool,
     /// The reaper's wheel and scratch, owned by whoever runs a pass.
@@ -308,6 +313,7 @@ impl<T: Send + 'static> Engine<T> {
             clock: config.clock,
             tsc_ticks: config.tsc_ticks,
             on_complete: std::cell::UnsafeCell::new(config.on_complete),
+            delivery_order: config.delivery_order,
             shutdown: AtomicBool::new(false),
             manual: config.manual,
             reaper_thread: std::sync::OnceLock::new(),

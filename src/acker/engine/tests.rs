@@ -933,3 +933,54 @@ fn a_pass_delivers_its_timeouts_before_it_builds_a_requested_successor() {
     handle.lock().unwrap().take();
     acker.shutdown();
 }
+
+/// An acker with a delivery order (the async acker's: its cells' numbers) delivers a pass's
+/// burst of timeouts sorted by it, not in the order its wheel files them (about the order
+/// the trees were started, here a permutation of the payloads); a pass of fewer than
+/// `ORDER_FROM` in the wheel's order.
+#[test]
+#[cfg(not(miri))] // 5,000 trees
+fn a_burst_of_timeouts_is_delivered_in_the_delivery_order() {
+    let clock = ManualClock::new(1 << 40);
+    let seen: Arc<Mutex<Vec<u32>>> = Arc::default();
+    let sink = Arc::clone(&seen);
+    let mut builder = Acker::builder()
+        .timeout(Duration::from_secs(30))
+        .resolution(Duration::from_millis(1))
+        .clock(clock.clone())
+        .on_complete(move |c: Completion<u32>| {
+            assert_eq!(c.outcome, Outcome::TimedOut);
+            sink.lock().unwrap().push(c.payload);
+        });
+    builder.delivery_order = Some(|payload: &u32| *payload);
+    let acker = builder.build_manual().unwrap();
+    let root = |i: u64| i.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    // Started in an order unrelated to the payloads' (7,919 is prime to both counts).
+    let start = |trees: u32, base: u64| {
+        for i in 0..trees {
+            let payload = i * 7_919 % trees;
+            acker
+                .init(root(base + u64::from(i)), 0b11, payload)
+                .unwrap();
+        }
+    };
+    // A burst: one pass of 5,000 timeouts.
+    start(5_000, 0);
+    clock.advance(Duration::from_secs(31));
+    assert_eq!(acker.expire(), 5_000);
+    let burst = std::mem::take(&mut *seen.lock().unwrap());
+    assert_eq!(
+        burst,
+        (0..5_000).collect::<Vec<u32>>(),
+        "a burst in the delivery order"
+    );
+    // Fewer than ORDER_FROM: in the wheel's order.
+    start(100, 10_000);
+    clock.advance(Duration::from_secs(31));
+    assert_eq!(acker.expire(), 100);
+    let few = std::mem::take(&mut *seen.lock().unwrap());
+    let mut sorted = few.clone();
+    sorted.sort_unstable();
+    assert_eq!(sorted, (0..100).collect::<Vec<u32>>());
+    assert_ne!(few, sorted, "a pass of 100 sorted");
+}

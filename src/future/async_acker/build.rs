@@ -134,6 +134,9 @@ impl<T: Send + 'static> AckerBuilder<T> {
             max_pending: self.max_pending,
             clock: self.clock,
             on_complete: Some(Box::new(deliver)),
+            // A burst's wake-ups in about the order the trees were started
+            // ([`deliver`](crate::acker::engine::deliver), "A burst's order").
+            delivery_order: Some(Held::order),
         };
         let acker = AsyncAcker {
             shared: Arc::new(Shared {

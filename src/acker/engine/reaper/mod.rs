@@ -15,7 +15,8 @@
 //!    later) and `Joining` (an init writing its payload, a root being moved: the next
 //!    tick) give the group's next look, filed at the earliest of them.
 //! 4. Deliver the timeouts, once the wheel's lock is released (a callback may call back
-//!    into the acker).
+//!    into the acker); a burst in the acker's delivery order, where it has one
+//!    ([`deliver`](crate::acker::engine::deliver), "A burst's order").
 //! 5. The upkeep (the reaper's passes only): migrations helped and finished, successors
 //!    that callers asked for built, tables shrunk, retired generations freed, memory given
 //!    back ([`growth`](crate::acker::engine::growth)). After the deliveries: building a
