@@ -55,7 +55,7 @@ impl Held {
     /// The order a burst of timeouts is delivered in: the cell's number, which the slabs
     /// hand out in about the order trees are started (each thread fills pages of its own
     /// in turn), so that the tasks woken are reached in about the order they were created
-    /// ([`deliver`](crate::acker::engine::deliver), "A burst's order").
+    /// (`acker/engine/deliver.rs`, "A burst's order").
     pub(super) fn order(&self) -> u32 {
         self.0
     }

@@ -134,7 +134,7 @@ pub(super) struct Config<T> {
     pub tsc_ticks: bool,
     pub on_complete: Option<Callback<T>>,
     /// A key of each payload that a burst of timeouts is delivered in the order of
-    /// ([`deliver`](crate::acker::engine::deliver), "A burst's order").
+    /// ([`deliver`], "A burst's order").
     pub delivery_order: Option<fn(&T) -> u32>,
     pub manual: bool,
 }
