@@ -80,10 +80,6 @@ impl<T> Table<T> {
         unsafe { Self::take_in(self.side(slot)) }
     }
 
-    /// [`take`](Self::take) from the slot whose side data is `side`.
-    ///
-    /// # Safety As for `take`, of that slot.
-    #[inline]
     /// The payload of a slot whose completion this thread claimed, before it ends it
     /// ([`end`](Self::end)): to order a pass's deliveries by it.
     ///
@@ -103,6 +99,10 @@ impl<T> Table<T> {
         })
     }
 
+    /// [`take`](Self::take) from the slot whose side data is `side`.
+    ///
+    /// # Safety As for `take`, of that slot.
+    #[inline]
     unsafe fn take_in(side: &Side<T>) -> T {
         // The caller's CAS completed the tree from LIVE or JOINING, which only the settle
         // CAS after the payload write enters (the caller's CAS read from it, SeqCst).
