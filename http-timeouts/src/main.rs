@@ -1,14 +1,18 @@
-//! How late an HTTP service's 504s are under a real load: ackwheel's
-//! [`AsyncAcker::track`] against `tokio::time::timeout`, as a new user would write either.
+//! An HTTP service under a real load, tracking its requests with ackwheel's
+//! [`AsyncAcker::track`] or with `DashMap` + oneshot + `tokio::time::timeout`, as a new user
+//! would write either: its requests/s, its memory, its responses' latency from the client,
+//! and how late its 504s are.
 //!
 //! ## What runs
 //!
-//! * **The server** (`serve`): hyper 1.x (HTTP/1.1, keep-alive) on a multi-thread tokio
-//!   runtime with two workers. Each request takes a fresh root, picks four random edges,
-//!   starts tracking the tree (timeout 100 ms), and spawns four sub-tasks; each spins for
+//! * **The server** (`serve`): an axum 0.8 service (one route; HTTP/1.1, keep-alive) on a
+//!   multi-thread tokio runtime with two workers. Each request takes a fresh root, picks
+//!   four random edges, starts tracking the tree (timeout 100 ms), and spawns four
+//!   sub-tasks; each sleeps a random time up to `--sleep-ms` (none at 0), spins for
 //!   `--work-us` microseconds (its "work"), then acks its edge. In a share `--lost` of the
 //!   requests the fourth sub-task never acks, so the request times out and is answered
-//!   504; the others are answered 200 once all four acks are in.
+//!   504; in a share `--fail` of the others the first sub-task fails the tree instead,
+//!   answered 502; the rest are answered 200 once all four acks are in.
 //! * **The load** (`load`): a separate process (its own two-worker runtime) holding
 //!   `--connections` keep-alive connections (1024), each sending its next request as soon
 //!   as the last response is read (a closed loop). Server and load share the machine's
@@ -50,7 +54,13 @@
 //! `task-cb`). The callback trackers give *fired* too (the callback's time minus the
 //! deadline). Throughput is every response (200 and 504) answered in the window.
 //!
-//! Every figure is in milliseconds: mean, p50, p99, p99.9, max.
+//! Client-side, per status (`c200`, `c502`, `c504`): each request sent after the warm-up
+//! and before the end, from its sending to its whole response read. The server reports
+//! its peak resident set (`VmHWM`) and its resident set at the end. With two trackers,
+//! `bench` prints each pair's requests/s and peak RSS as the first tracker's over the
+//! second's, and their medians.
+//!
+//! Every latency is in milliseconds: mean, p50, p99, p99.9, max.
 //!
 //! ## Running it
 //!
@@ -58,13 +68,16 @@
 //! cargo run --release --manifest-path http-timeouts/Cargo.toml -- bench
 //! cargo run --release --manifest-path http-timeouts/Cargo.toml -- bench --runs 3 --secs 20 track tokio
 //! cargo run --release --manifest-path http-timeouts/Cargo.toml -- bench --runs 3 track+tokio
+//! cargo run --release --manifest-path http-timeouts/Cargo.toml -- bench --runs 5 \
+//!     --lost 0.005 --fail 0.005 --sleep-ms 10 --work-us 0 --probe off track tokio
 //! cargo run --release --manifest-path http-timeouts/Cargo.toml -- serve --tracker track --port 8055 --secs 60
 //! cargo run --release --manifest-path http-timeouts/Cargo.toml -- load --port 8055 --secs 60
 //! ```
 //!
 //! Options (each `--name value`): `--secs` (20, per run), `--warm-up` (3), `--runs` (2, per
 //! tracker), `--connections` (1024), `--lost` (0.25: the share of requests whose fourth
-//! sub-task never acks), `--work-us` (5), `--timeout-ms` (100), `--resolution-us` (the
+//! sub-task never acks), `--fail` (0: the share whose first sub-task fails the tree),
+//! `--sleep-ms` (0: the longest a sub-task sleeps), `--work-us` (5), `--timeout-ms` (100), `--resolution-us` (the
 //! acker's, unset: the builder's default), `--global-queue-interval` and `--event-interval`
 //! (the server runtime's, unset: tokio's), `--client-threads` (2), `--probe` (`on`/`off`),
 //! `--port` (0 for `serve`: any), `--max-other` (0.1: see below). `bench` takes tracker
@@ -80,7 +93,6 @@
 //! about 35,000 requests and 9,000 504s a second, as measured on the development machine,
 //! the 504s a few milliseconds late on average.
 
-use std::convert::Infallible;
 use std::future::Future;
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
@@ -93,6 +105,9 @@ use std::time::{Duration, Instant};
 
 use ackwheel::future::{spawn_expiry, AsyncAcker};
 use ackwheel::{Acker, Outcome};
+use axum::routing::get;
+use axum::serve::ListenerExt;
+use axum::Router;
 use bytes::Bytes;
 use dashmap::DashMap;
 use http_body_util::{BodyExt, Empty, Full};
@@ -117,6 +132,8 @@ struct Settings {
     runs: usize,
     connections: usize,
     lost: f64,
+    fail: f64,
+    sleep_ms: u64,
     work_us: u64,
     timeout_ms: u64,
     resolution_us: Option<u64>,
@@ -139,6 +156,8 @@ fn parse(args: &[String]) -> Settings {
         runs: 2,
         connections: 1024,
         lost: 0.25,
+        fail: 0.0,
+        sleep_ms: 0,
         work_us: 5,
         timeout_ms: 100,
         resolution_us: None,
@@ -174,6 +193,8 @@ fn parse(args: &[String]) -> Settings {
             "runs" => s.runs = num() as usize,
             "connections" => s.connections = num() as usize,
             "lost" => s.lost = num(),
+            "fail" => s.fail = num(),
+            "sleep-ms" => s.sleep_ms = num() as u64,
             "work-us" => s.work_us = num() as u64,
             "timeout-ms" => s.timeout_ms = num() as u64,
             "resolution-us" => s.resolution_us = Some(num() as u64),
@@ -215,6 +236,10 @@ fn child_args(s: &Settings) -> Vec<String> {
         s.connections.to_string(),
         "--lost".into(),
         s.lost.to_string(),
+        "--fail".into(),
+        s.fail.to_string(),
+        "--sleep-ms".into(),
+        s.sleep_ms.to_string(),
         "--work-us".into(),
         s.work_us.to_string(),
         "--timeout-ms".into(),
@@ -326,13 +351,13 @@ type CbPayload = oneshot::Sender<(Instant, Outcome)>;
 #[derive(Clone)]
 enum Tracker {
     Track(AsyncAcker<()>),
-    Tokio(Arc<DashMap<u64, (u64, oneshot::Sender<()>)>>),
+    /// Pending XORs, each with the sender its request awaits: `true` acked, `false` failed.
+    Tokio(Arc<DashMap<u64, (u64, oneshot::Sender<bool>)>>),
     Callback(Acker<CbPayload>),
 }
 
-/// What the awaited tree came to: timed out or not, and when the acker fired it (callback
-/// trackers).
-type Waited = (bool, Option<Instant>);
+/// What the awaited tree came to, and when the acker fired it (callback trackers).
+type Waited = (Outcome, Option<Instant>);
 
 impl Tracker {
     fn build(name: &str, s: &Settings) -> Tracker {
@@ -383,7 +408,7 @@ impl Tracker {
                 let tree = acker.track(root, xor, ()).expect("a fresh root, room");
                 Box::pin(async move {
                     let done = tree.await.expect("the acker runs");
-                    (done.outcome == Outcome::TimedOut, None)
+                    (done.outcome, None)
                 })
             }
             Tracker::Tokio(map) => {
@@ -392,10 +417,11 @@ impl Tracker {
                 let map = Arc::clone(map);
                 Box::pin(async move {
                     match tokio::time::timeout(timeout, rx).await {
-                        Ok(_) => (false, None),
+                        Ok(Ok(true)) => (Outcome::Acked, None),
+                        Ok(_) => (Outcome::Failed, None),
                         Err(_) => {
                             map.remove(&root);
-                            (true, None)
+                            (Outcome::TimedOut, None)
                         }
                     }
                 })
@@ -405,7 +431,7 @@ impl Tracker {
                 acker.init(root, xor, tx).expect("a fresh root, room");
                 Box::pin(async move {
                     let (at, outcome) = rx.await.expect("the tree completes");
-                    (outcome == Outcome::TimedOut, Some(at))
+                    (outcome, Some(at))
                 })
             }
         }
@@ -426,12 +452,28 @@ impl Tracker {
                 };
                 if done {
                     if let Some((_, (_, tx))) = map.remove_if(&root, |_, p| p.0 == 0) {
-                        let _ = tx.send(());
+                        let _ = tx.send(true);
                     }
                 }
             }
             Tracker::Callback(acker) => {
                 acker.ack(root, edge);
+            }
+        }
+    }
+
+    fn fail(&self, root: u64) {
+        match self {
+            Tracker::Track(acker) => {
+                acker.fail(root);
+            }
+            Tracker::Tokio(map) => {
+                if let Some((_, (_, tx))) = map.remove(&root) {
+                    let _ = tx.send(false);
+                }
+            }
+            Tracker::Callback(acker) => {
+                acker.fail(root);
             }
         }
     }
@@ -458,6 +500,9 @@ struct Server {
     trackers: Vec<(String, Tracker)>,
     timeout: Duration,
     lost_per_million: u64,
+    fail_per_million: u64,
+    /// The longest a sub-task sleeps (each sleeps a random time up to it), if any.
+    sleep: Duration,
     work: Duration,
     probe: bool,
     roots: AtomicU64,
@@ -465,6 +510,7 @@ struct Server {
     window: (u64, u64),
     samples: Mutex<Vec<Sample>>,
     ok: AtomicU64,
+    failed: AtomicU64,
     timed_out: AtomicU64,
 }
 
@@ -496,45 +542,52 @@ impl Server {
         }
         let xor = edges.iter().fold(0, |a, e| a ^ e);
         let lose = splitmix(!root) % 1_000_000 < self.lost_per_million;
+        let fail = !lose && splitmix(root ^ 0x5EED) % 1_000_000 < self.fail_per_million;
         let kind = (root % self.trackers.len() as u64) as usize;
         let tracker = &self.trackers[kind].1;
         let waiting = tracker.start(root, xor, self.timeout);
         for (i, &edge) in edges.iter().enumerate() {
             let tracker = tracker.clone();
-            let work = self.work;
-            let acks = !(lose && i == 3);
+            let (work, sleep) = (self.work, self.sleep);
             tokio::spawn(async move {
-                spin(work);
-                if acks {
-                    tracker.ack(root, edge);
+                if !sleep.is_zero() {
+                    let nanos = splitmix(root.wrapping_mul(8) + i as u64 + 4)
+                        % (sleep.as_nanos() as u64 + 1);
+                    tokio::time::sleep(Duration::from_nanos(nanos)).await;
+                }
+                if !work.is_zero() {
+                    spin(work);
+                }
+                match i {
+                    3 if lose => {}
+                    0 if fail => tracker.fail(root),
+                    _ => tracker.ack(root, edge),
                 }
             });
         }
-        let (timed_out, fired, probe) = if self.probe {
+        let (outcome, fired, probe) = if self.probe {
             let probed = Probed::new(waiting);
             let probe = Arc::clone(&probed.probe);
-            let (t, f) = probed.await;
-            (t, f, Some(probe))
+            let (o, f) = probed.await;
+            (o, f, Some(probe))
         } else {
-            let (t, f) = waiting.await;
-            (t, f, None)
+            let (o, f) = waiting.await;
+            (o, f, None)
         };
+        let timed_out = outcome == Outcome::TimedOut;
         let resumed = stamp();
+        let (status, body, count): (_, &'static [u8], _) = match outcome {
+            Outcome::Acked => (StatusCode::OK, b"ok", &self.ok),
+            Outcome::Failed => (StatusCode::BAD_GATEWAY, b"failed", &self.failed),
+            _ => (StatusCode::GATEWAY_TIMEOUT, b"timed out", &self.timed_out),
+        };
         let response = Response::builder()
-            .status(if timed_out {
-                StatusCode::GATEWAY_TIMEOUT
-            } else {
-                StatusCode::OK
-            })
-            .body(Full::new(Bytes::from_static(if timed_out {
-                b"timed out"
-            } else {
-                b"ok"
-            })))
+            .status(status)
+            .body(Full::new(Bytes::from_static(body)))
             .expect("a response");
         let answered = stamp();
         if answered >= self.window.0 && answered < self.window.1 {
-            if timed_out { &self.timed_out } else { &self.ok }.fetch_add(1, Ordering::Relaxed);
+            count.fetch_add(1, Ordering::Relaxed);
         }
         let due = stamp_of(start) + self.timeout.as_nanos() as u64;
         if timed_out && due >= self.window.0 && due < self.window.1 {
@@ -581,12 +634,15 @@ fn serve(s: &Settings) {
                 .collect(),
             timeout: Duration::from_millis(s.timeout_ms),
             lost_per_million: (s.lost * 1e6) as u64,
+            fail_per_million: (s.fail * 1e6) as u64,
+            sleep: Duration::from_millis(s.sleep_ms),
             work: Duration::from_micros(s.work_us),
             probe: s.probe,
             roots: AtomicU64::new(1),
             window: (began + secs(s.warm_up), began + secs(s.secs)),
             samples: Mutex::new(Vec::new()),
             ok: AtomicU64::new(0),
+            failed: AtomicU64::new(0),
             timed_out: AtomicU64::new(0),
         })
     });
@@ -594,26 +650,21 @@ fn serve(s: &Settings) {
         .block_on(TcpListener::bind(("127.0.0.1", s.port)))
         .expect("a port");
     println!("LISTENING {}", listener.local_addr().unwrap().port());
-    let accepting = Arc::clone(&server);
+    // An axum service, as a user would write it: one route, its handler the request's
+    // fan-out.
+    let handling = Arc::clone(&server);
+    let app = Router::new().route(
+        "/",
+        get(move || {
+            let server = Arc::clone(&handling);
+            async move { server.handle().await }
+        }),
+    );
+    let listener = listener.tap_io(|stream| {
+        let _ = stream.set_nodelay(true);
+    });
     runtime.spawn(async move {
-        loop {
-            let Ok((stream, _)) = listener.accept().await else {
-                continue;
-            };
-            let _ = stream.set_nodelay(true);
-            let server = Arc::clone(&accepting);
-            tokio::spawn(async move {
-                let service =
-                    hyper::service::service_fn(move |_req: Request<hyper::body::Incoming>| {
-                        let server = Arc::clone(&server);
-                        async move { Ok::<_, Infallible>(server.handle().await) }
-                    });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .keep_alive(true)
-                    .serve_connection(TokioIo::new(stream), service)
-                    .await;
-            });
-        }
+        let _ = axum::serve(listener, app).await;
     });
     // The deadlines recorded end at `secs`; their responses come by then plus the timeout
     // plus some lateness.
@@ -623,17 +674,15 @@ fn serve(s: &Settings) {
     std::thread::sleep(end.saturating_sub(Duration::from_nanos(stamp() - began)));
     let samples = std::mem::take(&mut *server.samples.lock().unwrap());
     let window = s.secs - s.warm_up;
+    let answered = [&server.ok, &server.failed, &server.timed_out]
+        .iter()
+        .map(|c| c.load(Ordering::Relaxed))
+        .sum::<u64>();
     let mut out = vec![
         ("tracker".to_string(), s.tracker.clone()),
-        (
-            "rps".into(),
-            format!(
-                "{:.0}",
-                (server.ok.load(Ordering::Relaxed) + server.timed_out.load(Ordering::Relaxed))
-                    as f64
-                    / window
-            ),
-        ),
+        ("rps".into(), format!("{:.0}", answered as f64 / window)),
+        ("peak_rss_mb".into(), format!("{:.1}", memory_mb("VmHWM"))),
+        ("rss_mb".into(), format!("{:.1}", memory_mb("VmRSS"))),
         (
             "t504ps".into(),
             format!(
@@ -703,6 +752,19 @@ fn serve(s: &Settings) {
     std::process::exit(0);
 }
 
+/// This process's `/proc/self/status` figure `field` (`VmHWM`: its peak resident set;
+/// `VmRSS`: now), in MB; 0 where there is none.
+fn memory_mb(field: &str) -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            let line = status.lines().find(|l| l.starts_with(field))?;
+            let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+            Some(kb / 1e3)
+        })
+        .unwrap_or(0.0)
+}
+
 /// `[mean, p50, p99, p99.9, max]` in milliseconds.
 fn summary(nanos: &mut [i64]) -> [f64; 5] {
     nanos.sort_unstable();
@@ -730,10 +792,20 @@ fn load(s: &Settings) {
         .expect("a runtime");
     let addr: SocketAddr = ([127, 0, 0, 1], s.port).into();
     let sent = Arc::new(AtomicU64::new(0));
+    // Each request started in the window (after the warm-up, before `secs`): its status
+    // and its time from sending to the whole response read, in nanoseconds.
+    let began = Instant::now();
+    let window = (
+        Duration::from_secs_f64(s.warm_up),
+        Duration::from_secs_f64(s.secs),
+    );
+    let timed = Arc::new(Mutex::new(Vec::<(u16, u64)>::new()));
     runtime.block_on(async {
         for _ in 0..s.connections {
             let sent = Arc::clone(&sent);
+            let timed = Arc::clone(&timed);
             tokio::spawn(async move {
+                let mut mine = Vec::new();
                 let Ok(stream) = TcpStream::connect(addr).await else {
                     return;
                 };
@@ -749,19 +821,48 @@ fn load(s: &Settings) {
                         .header("host", "localhost")
                         .body(Empty::<Bytes>::new())
                         .expect("a request");
+                    let start = Instant::now();
                     let Ok(res) = sender.send_request(req).await else {
-                        return;
+                        break;
                     };
+                    let status = res.status().as_u16();
                     if res.into_body().collect().await.is_err() {
-                        return;
+                        break;
+                    }
+                    let since = start.duration_since(began);
+                    if since >= window.0 && since < window.1 {
+                        mine.push((status, start.elapsed().as_nanos() as u64));
                     }
                     sent.fetch_add(1, Ordering::Relaxed);
+                    if since >= window.1 {
+                        break;
+                    }
                 }
+                timed.lock().unwrap().extend(mine);
             });
         }
         tokio::time::sleep(Duration::from_secs_f64(s.secs + 0.5)).await;
     });
     eprintln!("load: {} responses", sent.load(Ordering::Relaxed));
+    // Per status: how many, and their latencies (`c200.p99`, ...), for `bench`.
+    let mut timed = std::mem::take(&mut *timed.lock().unwrap());
+    timed.sort_unstable();
+    let mut out = Vec::new();
+    for status in [200u16, 502, 504] {
+        let mut nanos: Vec<i64> = timed
+            .iter()
+            .filter(|(st, _)| *st == status)
+            .map(|&(_, n)| n as i64)
+            .collect();
+        out.push(format!("c{status}.n={}", nanos.len()));
+        if nanos.is_empty() {
+            continue;
+        }
+        for (q, f) in COLUMNS.iter().zip(summary(&mut nanos)) {
+            out.push(format!("c{status}.{q}={f:.3}"));
+        }
+    }
+    println!("CLIENT {}", out.join(" "));
     std::process::exit(0);
 }
 
@@ -856,10 +957,11 @@ fn run_once(s: &Settings, tracker: &str) -> Figures {
         .strip_prefix("LISTENING ")
         .unwrap_or_else(|| panic!("the server said {first:?}"))
         .to_string();
-    let mut load = Command::new(&exe)
+    let load = Command::new(&exe)
         .arg("load")
         .args(["--port", &port])
         .args(child_args(s))
+        .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
         .expect("a load");
@@ -871,11 +973,15 @@ fn run_once(s: &Settings, tracker: &str) -> Figures {
         }
     }
     let _ = server.wait();
-    let _ = load.kill();
-    let _ = load.wait();
+    // The load ends half a second after the window, and then tells its figures.
+    let client = load.wait_with_output().expect("the load's figures");
+    let client = String::from_utf8_lossy(&client.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix("CLIENT ").map(str::to_string))
+        .unwrap_or_default();
     let (machine, ours) = cpu_seconds();
     let wall = began.elapsed().as_secs_f64();
-    let result = result.expect("the server's result");
+    let result = result.expect("the server's result") + " " + &client;
     let mut figures: Figures = result
         .split_whitespace()
         .filter_map(|kv| kv.split_once('='))
@@ -921,12 +1027,17 @@ fn print_row(label: &str, figures: &Figures, series: &str) {
     let prefix = series
         .rsplit_once(':')
         .map_or(String::new(), |(t, _)| format!("{t}:"));
+    // The client's series (`c200`, ...) count their own responses.
+    let n = match get(&format!("{series}.n")) {
+        own if own != "-" => own,
+        _ => get(&format!("{prefix}n")),
+    };
     println!(
         "  {label:<16} {:<17} {:>6} {:>6} {:>6}{cells} {:>6}",
         series,
         get("rps"),
         get("t504ps"),
-        get(&format!("{prefix}n")),
+        n,
         get(&format!("{prefix}on_worker")),
     );
 }
@@ -984,11 +1095,40 @@ fn bench(mut s: Settings) {
                 .map(|(k, v)| format!(" {k} {v} ms"))
                 .collect();
             println!(
-                "  {label:<16} cores used: ours {}, other processes' {};{acker}",
+                "  {label:<16} cores used: ours {}, other processes' {}; server RSS peak {} MB, \
+                 at the end {} MB;{acker}",
                 get("cpu_ours"),
                 get("cpu_other"),
+                get("peak_rss_mb"),
+                get("rss_mb"),
             );
             all.push((tracker, figures));
+        }
+    }
+    // Each run's requests/s and peak RSS over the second tracker's in the same pair.
+    if s.trackers.len() == 2 {
+        let figure = |f: &Figures, k: &str| {
+            f.iter()
+                .find(|(n, _)| n == k)
+                .and_then(|(_, v)| v.parse::<f64>().ok())
+                .unwrap_or(f64::NAN)
+        };
+        let ratios = |k: &str| -> Vec<f64> {
+            all.chunks(2)
+                .filter(|pair| pair.len() == 2)
+                .map(|pair| figure(&pair[0].1, k) / figure(&pair[1].1, k))
+                .collect()
+        };
+        for (k, what) in [("rps", "requests/s"), ("peak_rss_mb", "peak RSS")] {
+            let r = ratios(k);
+            let each: Vec<String> = r.iter().map(|x| format!("{x:.3}")).collect();
+            println!(
+                "{} over {}, {what}, each pair: {} (median {:.3})",
+                s.trackers[0],
+                s.trackers[1],
+                each.join(" "),
+                median(r.clone())
+            );
         }
     }
     println!("medians over runs:");
