@@ -42,11 +42,16 @@ mod clock;
 mod edge_id;
 mod error;
 pub mod expiry_queue;
+/// Async use on tokio (the `tokio` feature, off by default). (Under loom, without the
+/// feature, only the slab and the waiter cell, for their models.)
+#[cfg(any(feature = "tokio", loom))]
+#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
+pub mod future;
 mod rotating;
 mod sync;
+pub mod wheel;
 mod zeroed;
 
-pub use acker::{Acker, AckerBuilder, AckerStats, Completion, InitError, Message, Outcome};
 /// The Acker's table and slot word, for the `table` loom models and the
 /// `table` bench only (`--features internals`): not part of the API.
 #[cfg(any(loom, feature = "internals"))]
@@ -65,17 +70,11 @@ pub mod threads {
     pub use crate::acker::threads::{Entry, Pushed, Record, Threads};
     pub use crate::sync::fences::Fences;
 }
+
+pub use acker::{Acker, AckerBuilder, AckerStats, Completion, InitError, Message, Outcome};
 pub use clock::{Clock, ManualClock, MonotonicClock};
 pub use edge_id::edge_id;
 pub use error::ConfigError;
-pub mod wheel;
-
 pub use expiry_queue::ExpiryQueue;
-
-/// Async use on tokio (the `tokio` feature, off by default). (Under loom, without the
-/// feature, only the slab and the waiter cell, for their models.)
-#[cfg(any(feature = "tokio", loom))]
-#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
-pub mod future;
 pub use rotating::{RotatingMap, TimeCacheMap};
 pub use wheel::{TimerKey, TimerWheel};

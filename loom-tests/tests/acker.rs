@@ -296,7 +296,7 @@ fn duplicated_ack_vs_init(held: bool) {
 /// The shape of a false `Acked` that a long soak once found: the second copy of an ack
 /// races init on the orphan the first copy left, and takes its value to 0 (`a ^ a`) around
 /// init's join. A value of 0 without init's XOR in it must never complete the tree (a HELD
-/// or JOINING word does not complete: `src/acker/table/word.rs`). Unbounded.
+/// or JOINING word does not complete: `src/acker/table/word/mod.rs`). Unbounded.
 #[test]
 fn duplicated_ack_vs_init_of_a_held_orphan_never_completes() {
     model(|| duplicated_ack_vs_init(true));

@@ -38,7 +38,7 @@ fn key(home: usize, low: u64) -> Key {
 const NONE: [(u32, Outcome); 0] = [];
 
 /// Every creation stamp: start and base at tick 1.
-fn stamped() -> Effects<'static> {
+fn stamped() -> Effects {
     Effects::stamped(Stamp::new(1, 1))
 }
 
@@ -81,7 +81,7 @@ impl Pair {
     /// After a call on the pair: drops the timers to file, asserts nothing was stranded,
     /// and finishes each completion the call claimed in the table its `gen` names (takes
     /// the payload, frees the slot).
-    fn finish(&self, effects: &mut Effects<'_>) -> Vec<(u32, Outcome)> {
+    fn finish(&self, effects: &mut Effects) -> Vec<(u32, Outcome)> {
         while effects.take_to_file().is_some() {}
         assert_eq!(
             effects.take_stranded(),

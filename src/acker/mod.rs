@@ -142,7 +142,6 @@
 
 mod bound;
 mod builder;
-#[allow(dead_code)] // parts used by the loom models and the tests only
 pub(crate) mod threads;
 #[cfg_attr(not(feature = "tokio"), allow(unused_imports))]
 pub(crate) use bound::stripe_index;
@@ -152,7 +151,6 @@ mod message;
 mod messages;
 mod outcome;
 mod stats;
-#[allow(dead_code)] // parts used by the loom models, the tests and the `table` bench only
 pub(crate) mod table;
 mod timers;
 

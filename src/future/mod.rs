@@ -36,7 +36,7 @@ pub use closed::Closed;
 #[cfg(feature = "tokio")]
 mod expiry;
 #[cfg(feature = "tokio")]
-pub use expiry::*;
+pub use expiry::spawn_expiry;
 #[cfg(feature = "tokio")]
 mod stores;
 #[cfg(feature = "tokio")]

@@ -27,7 +27,7 @@ impl<T: Send + 'static> Engine<T> {
         &self,
         shard: usize,
         table: &Table<T>,
-        effects: &mut Effects<'_>,
+        effects: &mut Effects,
         active: &Active,
     ) -> bool {
         let crowded = effects.crowded();
@@ -60,7 +60,7 @@ impl<T: Send + 'static> Engine<T> {
         &self,
         shard: usize,
         table: &Table<T>,
-        effects: &mut Effects<'_>,
+        effects: &mut Effects,
         active: &Active,
     ) {
         while let Some((gen, slot)) = effects.take_to_file() {
@@ -104,7 +104,7 @@ impl<T: Send + 'static> Engine<T> {
         &self,
         shard: usize,
         table: &Table<T>,
-        effects: &mut Effects<'_>,
+        effects: &mut Effects,
     ) {
         let Some(first) = effects.take_to_file() else {
             return;

@@ -228,7 +228,8 @@ pub(super) struct Engine<T> {
     /// Migrations started: to grow, to shrink.
     migrations: [AtomicU64; 2],
     /// Of the growths, those the reaper thread started at a caller's request
-    /// ([`growth`], "Who builds a successor").
+    /// ([`growth`], "Who builds a successor"): for the tests.
+    #[cfg(test)]
     grown_by_reaper: AtomicU64,
 }
 
@@ -329,6 +330,7 @@ impl<T: Send + 'static> Engine<T> {
             caller_passes: AtomicU64::new(0),
             caller_pass_longest: AtomicU64::new(0),
             migrations: [AtomicU64::new(0), AtomicU64::new(0)],
+            #[cfg(test)]
             grown_by_reaper: AtomicU64::new(0),
         }
     }

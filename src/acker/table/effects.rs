@@ -78,11 +78,9 @@ impl<T> Few<T> {
 /// entry: see the `times` module) and, out, the slots whose entries need
 /// a timer filed: those it created, and those whose deadline it moved earlier.
 #[derive(Default)]
-pub struct Effects<'a> {
+pub struct Effects {
     completed: Few<Completed>,
     stamp: Stamp,
-    /// Makes the stamp when a claim needs one (the acker reads its clock only then).
-    stamper: Option<&'a dyn Fn() -> Stamp>,
     to_file: Few<(u32, usize)>,
     /// A claim found the root's window full, or had to go far from home: the table
     /// should grow ([`engine`](crate::acker::engine)).
@@ -97,7 +95,7 @@ pub struct Effects<'a> {
     moved: u32,
 }
 
-impl std::fmt::Debug for Effects<'_> {
+impl std::fmt::Debug for Effects {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Effects")
             .field("completed", &self.completed)
@@ -107,28 +105,19 @@ impl std::fmt::Debug for Effects<'_> {
     }
 }
 
-impl<'a> Effects<'a> {
+impl Effects {
     /// An operation whose new entries, if it creates any, get `stamp`.
     #[inline]
-    pub fn stamped(stamp: Stamp) -> Effects<'a> {
+    pub fn stamped(stamp: Stamp) -> Effects {
         Effects {
             stamp,
             ..Effects::default()
         }
     }
 
-    /// An operation whose new entries get the stamp `stamper` makes at their claim.
-    #[inline]
-    pub fn stamped_by(stamper: &'a dyn Fn() -> Stamp) -> Effects<'a> {
-        Effects {
-            stamper: Some(stamper),
-            ..Effects::default()
-        }
-    }
-
     #[inline]
     pub(super) fn stamp(&self) -> Stamp {
-        self.stamper.map_or(self.stamp, |make| make())
+        self.stamp
     }
 
     /// Takes one slot, with its table's generation, whose entry needs a timer filed, if

@@ -19,12 +19,14 @@ use crate::sync::{AtomicU128, Cpu, Ordering};
 pub(crate) struct SlotWord(AtomicU128);
 
 impl SlotWord {
+    #[cfg(loom)] // the loom stand-in's lines; outside loom they are zero pages
     pub(super) fn new() -> Self {
         SlotWord(AtomicU128::new(0))
     }
 
     /// The word, the CPU's path ([`Cpu`]) checked for this access alone.
     #[inline]
+    #[cfg(test)] // the tests only
     pub fn load(&self) -> Word {
         self.load_on(Cpu::get())
     }
@@ -38,11 +40,12 @@ impl SlotWord {
     /// `Ok(())` when the word was `current` and is now `new`; else the word it is. The
     /// CPU's path checked for this access alone.
     #[inline]
+    #[cfg(test)] // the tests only
     pub fn cas(&self, current: Word, new: Word) -> Result<(), Word> {
         self.cas_on(Cpu::get(), current, new)
     }
 
-    /// [`cas`](Self::cas) on the path `cpu` found.
+    /// `cas` on the path `cpu` found.
     #[inline]
     pub fn cas_on(&self, cpu: Cpu, current: Word, new: Word) -> Result<(), Word> {
         self.0

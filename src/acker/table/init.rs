@@ -38,12 +38,13 @@ impl<T> Table<T> {
     /// entry wins. So a payload never lands in a loser, and a second init finds the root
     /// joined (`Duplicate`) rather than a twin to join. `effects` may hold a completion even
     /// when init is refused: carrying a twin's contents may complete another init's tree.
+    #[cfg(any(test, loom, feature = "internals"))] // the tests, loom models and `table` bench only
     pub fn init(
         &self,
         key: Key,
         xor: u64,
         payload: T,
-        effects: &mut Effects<'_>,
+        effects: &mut Effects,
     ) -> Result<(), Refused<T>> {
         self.init_with(key, xor, payload, None, effects)
     }
@@ -51,18 +52,19 @@ impl<T> Table<T> {
     /// [`init`](Self::init) with the tree's own timeout in ticks: the deadline becomes the
     /// base (the first message, or the last reset) plus `timeout`
     /// ([`times`](crate::acker::table::times)).
+    #[cfg(any(test, loom, feature = "internals"))] // the tests, loom models and `table` bench only
     pub fn init_with(
         &self,
         key: Key,
         xor: u64,
         payload: T,
         timeout: Option<Tick>,
-        effects: &mut Effects<'_>,
+        effects: &mut Effects,
     ) -> Result<(), Refused<T>> {
         self.init_or(key, xor, payload, timeout, true, effects)
     }
 
-    /// [`init_with`](Self::init_with), claiming no new entry unless `create`
+    /// `init_with`, claiming no new entry unless `create`
     /// ([`Refused::Missing`]). In a table whose migration has begun init joins nothing: it
     /// moves the root's HELD entry to the successor and reports [`Refused::Retry`], so that
     /// a joined entry in a table never has a twin in its successor
@@ -78,7 +80,7 @@ impl<T> Table<T> {
         payload: T,
         timeout: Option<Tick>,
         create: bool,
-        effects: &mut Effects<'_>,
+        effects: &mut Effects,
     ) -> Result<(), Refused<T>> {
         let mut search = self.search(key, None);
         let slot = loop {
@@ -173,7 +175,7 @@ impl<T> Table<T> {
         key: Key,
         xor: u64,
         vacancy: Option<Vacancy>,
-        effects: &mut Effects<'_>,
+        effects: &mut Effects,
     ) -> Claimed {
         match self.claim(key, Word::joining(key, xor), vacancy, effects) {
             // `next` is checked after the claim, as a joiner checks it before its join: a

@@ -97,7 +97,7 @@ impl<T> Table<T> {
 
     /// Helps a migration under way: moves the group the cursor gives. `true` when this
     /// call made the last group clean (the caller then promotes the successor, once).
-    pub fn help_move(&self, effects: &mut Effects<'_>) -> bool {
+    pub fn help_move(&self, effects: &mut Effects) -> bool {
         let Some(next) = self.successor() else {
             return false;
         };
@@ -112,14 +112,15 @@ impl<T> Table<T> {
 
     /// Moves every group that is not clean yet, once each. `true` when this call made the
     /// last one clean.
-    pub fn move_round(&self, effects: &mut Effects<'_>) -> bool {
+    #[cfg(any(test, loom, feature = "internals"))] // the tests, loom models and `table` bench only
+    pub fn move_round(&self, effects: &mut Effects) -> bool {
         self.move_groups(0..self.groups(), effects)
     }
 
-    /// [`move_round`](Self::move_round) over `groups` only: a round in parts, each
+    /// `move_round` over `groups` only: a round in parts, each
     /// finished (its timers filed) before the next, keeps what an operation collects
     /// small.
-    pub fn move_groups(&self, groups: std::ops::Range<usize>, effects: &mut Effects<'_>) -> bool {
+    pub fn move_groups(&self, groups: std::ops::Range<usize>, effects: &mut Effects) -> bool {
         let Some(next) = self.successor() else {
             return false;
         };
@@ -130,7 +131,7 @@ impl<T> Table<T> {
         finished
     }
 
-    fn move_group(&self, group: usize, next: &Table<T>, effects: &mut Effects<'_>) -> bool {
+    fn move_group(&self, group: usize, next: &Table<T>, effects: &mut Effects) -> bool {
         let (word, bit) = (group / 64, 1u64 << (group % 64));
         if self.clean[word].load(Ordering::SeqCst) & bit != 0 {
             return false;
@@ -153,14 +154,14 @@ impl<T> Table<T> {
     /// table is current or migrating; should the table be retired meanwhile (its group
     /// was clean before the claim), the entry is out of sight until moved, and any twin
     /// created meanwhile merges with it then.
-    pub(super) fn relocate(&self, slot: usize, next: &Table<T>, effects: &mut Effects<'_>) {
+    pub(super) fn relocate(&self, slot: usize, next: &Table<T>, effects: &mut Effects) {
         if self.move_slot(slot, next, effects) == Slot::NoRoom {
             effects.strand(self.gen, slot);
         }
     }
 
     /// Tries a stranded entry's move again: `false` when the successor still has no room.
-    pub fn relocate_stranded(&self, slot: usize, effects: &mut Effects<'_>) -> bool {
+    pub fn relocate_stranded(&self, slot: usize, effects: &mut Effects) -> bool {
         let Some(next) = self.successor() else {
             debug_assert!(false, "a stranded entry in a table with no successor");
             return true;
@@ -169,7 +170,7 @@ impl<T> Table<T> {
     }
 
     /// Moves the slot's entry to `next` if it is HELD or LIVE (module docs).
-    fn move_slot(&self, slot: usize, next: &Table<T>, effects: &mut Effects<'_>) -> Slot {
+    fn move_slot(&self, slot: usize, next: &Table<T>, effects: &mut Effects) -> Slot {
         let mut word = self.word(slot).load_on(self.cpu);
         let frozen = loop {
             if word == Word::EMPTY || word.state() == State::MOVED {
@@ -246,7 +247,7 @@ impl<T> Table<T> {
         stamp: Stamp,
         timeout: u32,
         payload: Option<T>,
-        effects: &mut Effects<'_>,
+        effects: &mut Effects,
     ) -> Result<(), Option<T>> {
         let key = word.key();
         let mut payload = payload;
@@ -293,7 +294,7 @@ impl<T> Table<T> {
         }
     }
 
-    /// The root's entry, as [`find`](Self::find) gives it, after waiting out a move under
+    /// The root's entry, as `find` gives it, after waiting out a move under
     /// way: `None` when the entry is not (or no longer) in this table.
     pub fn find_waiting(&self, key: Key) -> Option<(usize, Word)> {
         loop {

@@ -77,7 +77,6 @@ mod taking;
 pub(in crate::acker) mod times;
 pub use times::Judge;
 mod twins;
-#[allow(dead_code)] // parts used by the loom models and the tests only
 pub(crate) mod word;
 pub use crate::acker::timers::ticks::{reached, Tick};
 pub use effects::{Completed, Effects};
@@ -133,7 +132,7 @@ pub enum Applied {
     Retry,
 }
 
-/// What [`Table::expire`] did.
+/// What `Table::expire` did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Expiry {
     /// The root's entry is no longer in the slot: nothing to do.
@@ -148,7 +147,7 @@ pub enum Expiry {
     NotDue(Tick),
 }
 
-/// What [`Table::init`] could not do; the payload comes back.
+/// What `Table::init` could not do; the payload comes back.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Refused<T> {
     /// The root is already initialized (or being initialized).
@@ -245,6 +244,7 @@ unsafe impl<T: Send> Send for Table<T> {}
 impl<T> Table<T> {
     /// A table of `groups` groups (at least 2), without a bound.
     /// Its default timeout is 0 ticks: a deadline is its base.
+    #[cfg(any(test, loom, feature = "internals"))] // the tests, loom models and `table` bench only
     pub fn new(groups: usize) -> Self {
         Self::bounded(groups, None, 0, false)
     }
@@ -291,6 +291,7 @@ impl<T> Table<T> {
     }
 
     /// Bytes the table holds (its lines and overflow counts).
+    #[cfg(any(test, loom, feature = "internals"))] // the tests, loom models and `table` bench only
     pub fn bytes(&self) -> usize {
         self.lines.len() * std::mem::size_of::<lines::Line<T>>()
             + self.overflow.len() * std::mem::size_of::<AtomicU16>()
@@ -382,6 +383,7 @@ impl<T> Table<T> {
 
     /// Every slot EMPTY and every overflow count 0: nothing is left behind (for tests and
     /// models; it reads the whole table).
+    #[cfg(any(test, loom, feature = "internals"))] // the tests, loom models and `table` bench only
     pub fn is_clear(&self) -> bool {
         (0..self.slots()).all(|slot| self.word(slot).load_on(self.cpu) == Word::EMPTY)
             && (0..self.slots()).all(|slot| self.times_of(slot).load(Ordering::SeqCst) == 0)
@@ -424,12 +426,14 @@ impl<T> Table<T> {
     }
 
     /// An ack: XORs `xor` into the root's value, or holds it in a new entry.
-    pub fn ack(&self, key: Key, xor: u64, effects: &mut Effects<'_>) -> Applied {
+    #[cfg(any(test, loom, feature = "internals"))] // the tests, loom models and `table` bench only
+    pub fn ack(&self, key: Key, xor: u64, effects: &mut Effects) -> Applied {
         self.apply(key, Message::Ack(xor), true, effects)
     }
 
     /// A fail: completes an initialized tree `Failed`, or is held until init.
-    pub fn fail(&self, key: Key, effects: &mut Effects<'_>) -> Applied {
+    #[cfg(any(test, loom, feature = "internals"))] // the tests, loom models and `table` bench only
+    pub fn fail(&self, key: Key, effects: &mut Effects) -> Applied {
         self.apply(key, Message::Fail, true, effects)
     }
 
@@ -509,7 +513,7 @@ impl<T> Table<T> {
         key: Key,
         message: Message,
         create: bool,
-        effects: &mut Effects<'_>,
+        effects: &mut Effects,
     ) -> Applied {
         loop {
             let (slot, mut word) = match self.search(key, None) {

@@ -235,6 +235,7 @@ impl<T> Table<T> {
 
     /// The root's entry (the first in probe order), with its word.
     #[inline]
+    #[cfg(any(test, loom, feature = "internals"))] // the tests, loom models and `table` bench only
     pub fn find(&self, key: Key) -> Option<(usize, Word)> {
         self.find_other(key, None)
     }
@@ -248,7 +249,7 @@ impl<T> Table<T> {
         key: Key,
         word: Word,
         vacancy: Option<Vacancy>,
-        effects: &mut Effects<'_>,
+        effects: &mut Effects,
     ) -> Result<usize, Unclaimed> {
         // First, before anything is taken: making the stamp may read a clock that panics.
         let stamp = effects.stamp();

@@ -252,6 +252,7 @@ impl<T> super::Table<T> {
 
     /// The tree's own timeout in ticks, if its init gave one.
     #[inline]
+    #[cfg(any(test, loom, feature = "internals"))] // the tests, loom models and `table` bench only
     pub fn timeout_of(&self, slot: usize) -> Option<Tick> {
         own_timeout(self.side(slot))
     }
@@ -269,7 +270,7 @@ impl<T> super::Table<T> {
     }
 
     /// A completed slot's times and own timeout ([`times`](Self::times),
-    /// [`timeout_of`](Self::timeout_of)), read from its side data `side`, for its
+    /// `timeout_of`), read from its side data `side`, for its
     /// completion's report ([`end`](Self::end)). (The own timeout, not the tree's: a report
     /// needs that only for a timeout, [`timeout_or_default`](Self::timeout_or_default).)
     #[inline]
@@ -278,7 +279,7 @@ impl<T> super::Table<T> {
         (stamp, own_timeout(side))
     }
 
-    /// The timeout of a tree whose own is `own` ([`timeout_of`](Self::timeout_of)): that,
+    /// The timeout of a tree whose own is `own` (`timeout_of`): that,
     /// or the table's default.
     #[inline]
     pub fn timeout_or_default(&self, own: Option<Tick>) -> Tick {
@@ -334,7 +335,8 @@ impl<T> Table<T> {
     /// tag has the same bits in the slot is treated as the root, which is harmless, as its
     /// own deadline decides.
     ///
-    pub fn expire(&self, slot: usize, tag: u32, now: Tick, effects: &mut Effects<'_>) -> Expiry {
+    #[cfg(any(test, loom, feature = "internals"))] // the tests, loom models and `table` bench only
+    pub fn expire(&self, slot: usize, tag: u32, now: Tick, effects: &mut Effects) -> Expiry {
         let now = u64::from(now);
         let judge = Judge {
             anchor: now,
@@ -343,7 +345,7 @@ impl<T> Table<T> {
         self.expire_keeping(slot, tag, judge, effects)
     }
 
-    /// [`expire`](Self::expire) as the reaper's pass does it: the deadline decoded at the
+    /// `expire` as the reaper's pass does it: the deadline decoded at the
     /// anchor and judged in full ticks against the clock (which may have stepped back
     /// behind the anchor: a deadline is never judged come before the clock reads it). A
     /// tree not yet due has its start kept decodable at the anchor until the next look
@@ -354,7 +356,7 @@ impl<T> Table<T> {
         slot: usize,
         tag: u32,
         judge: Judge,
-        effects: &mut Effects<'_>,
+        effects: &mut Effects,
     ) -> Expiry {
         let mut word = self.word(slot).load_on(self.cpu);
         loop {

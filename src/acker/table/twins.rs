@@ -46,7 +46,7 @@ impl InFlight {
 impl<T> Table<T> {
     /// After claiming `slot` for `key`: files its timer and merges any twin, or, when a
     /// migration has begun, moves the entry to the successor (where that happens).
-    pub(super) fn created(&self, key: Key, slot: usize, effects: &mut Effects<'_>) {
+    pub(super) fn created(&self, key: Key, slot: usize, effects: &mut Effects) {
         if let Some(next) = self.successor() {
             self.relocate(slot, next, effects);
             return;
@@ -58,7 +58,7 @@ impl<T> Table<T> {
     /// After claiming `mine` for `key`: merges every twin entry (module docs) until `mine`
     /// is the root's only entry or has been merged into another. Carrying a twin's contents
     /// may complete the tree (into `effects`).
-    pub(super) fn merge_twins(&self, key: Key, mine: usize, effects: &mut Effects<'_>) {
+    pub(super) fn merge_twins(&self, key: Key, mine: usize, effects: &mut Effects) {
         while let Some((other, theirs)) = self.find_other(key, Some(mine)) {
             let ours = self.word(mine).load_on(self.cpu);
             if !ours.holds(key) {
@@ -143,7 +143,7 @@ impl<T> Table<T> {
 
     /// Applies `message` to the root's entry here or in a successor; `false` when the root
     /// has none (nothing is created).
-    fn carry(&self, key: Key, message: Message, effects: &mut Effects<'_>) -> bool {
+    fn carry(&self, key: Key, message: Message, effects: &mut Effects) -> bool {
         let mut table = self;
         loop {
             match table.apply(key, message, false, effects) {
@@ -164,7 +164,7 @@ impl<T> Table<T> {
 
     /// Applies `message` here or, if the root's entry moves meanwhile, in the successor,
     /// creating an entry if there is none (which room or credit may refuse).
-    fn recreate(&self, key: Key, message: Message, effects: &mut Effects<'_>) {
+    fn recreate(&self, key: Key, message: Message, effects: &mut Effects) {
         let mut table = self;
         while table.apply(key, message, true, effects) == Applied::Retry {
             table = table.successor().unwrap_or(table);

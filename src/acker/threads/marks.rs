@@ -282,6 +282,7 @@ impl Threads {
     /// [`pause`](Self::pause) on `record`, which must be the calling thread's (loom's
     /// models pass it explicitly, as to [`enter_with`](Self::enter_with)).
     #[inline]
+    #[cfg(any(test, loom))] // the tests and loom models only
     pub fn pause_with<'a>(&'a self, record: &'a Record) -> Paused<'a> {
         self.pause_on(Some(record))
     }

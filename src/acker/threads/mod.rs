@@ -99,7 +99,9 @@ pub(crate) fn trim<E>(v: &mut Vec<E>) {
 /// Every batch of one acker, and the reaper's inbox.
 #[derive(Debug)]
 pub struct Threads {
-    /// This acker among all of the process's, for the per-thread lookup.
+    /// This acker among all of the process's, for the per-thread lookup (not under loom,
+    /// whose models pass each thread's record explicitly).
+    #[cfg_attr(loom, allow(dead_code))]
     id: usize,
     fences: Fences,
     all: Mutex<Vec<Arc<Record>>>,
@@ -175,6 +177,7 @@ impl Threads {
     }
 
     /// Records registered and not yet dropped.
+    #[cfg(any(test, loom))] // the tests and loom models only
     pub fn records(&self) -> usize {
         self.all.lock().unwrap().len()
     }

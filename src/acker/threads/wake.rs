@@ -62,12 +62,6 @@ impl Threads {
             })
     }
 
-    /// Whether the reaper has marked itself idle (tests).
-    #[cfg(test)]
-    pub fn idle(&self) -> bool {
-        self.idle.load(Ordering::Relaxed) // Relaxed: a test's poll
-    }
-
     /// The reaper is awake.
     pub fn unidle(&self) {
         self.idle.store(false, Ordering::Relaxed); // Relaxed: a hint for pushers.
