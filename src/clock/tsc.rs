@@ -60,8 +60,8 @@
 //! interrupt (4 ms steps on the development kernel, HZ=250): up to a jiffy behind the
 //! clock, so a tick taken from it could make a deadline early. The price that makes the
 //! counter worth it: `rdtsc` about 9 ns against 23-36 for `clock_gettime`, which took the
-//! one-thread lifecycle (init and 4 acks) from 287 to 262 ns a tree (commit 67151a1, by
-//! alternating runs of a probe that is not in the tree). Not measured here: `quanta`'s own
+//! one-thread lifecycle (init and 4 acks) from 287 to 262 ns a tree (by alternating runs
+//! of a probe that is not in the tree). Not measured here: `quanta`'s own
 //! read cost and drift on this machine.
 
 use std::cell::Cell;

@@ -34,8 +34,8 @@
 //! instructions (`python3 benches/instructions/count.py acker`). `crossbeam-epoch` pins
 //! with a `lock cmpxchg` and collects garbage on the pinning thread every 128 pins; when a
 //! table's retirement used it, its pin was 37 % of an in-cache ack by `perf`, and dropping
-//! it took a probe from 95 to 87 ns an operation on one thread and 72 to 66 on two (commit
-//! 1b2241d). `seize` can enter as cheaply (with `membarrier` too), but it leaves with a
+//! it took a probe from 95 to 87 ns an operation on one thread and 72 to 66 on two.
+//! `seize` can enter as cheaply (with `membarrier` too), but it leaves with a
 //! locked `xchg`, and the last thread to leave frees a retired batch: a worker's ack could
 //! end by unmapping a table. Not measured: `seize` itself.
 //!

@@ -75,8 +75,8 @@
 //! due and drops or re-files it. So this wheel keeps 8-byte `Copy` entries in `Vec`s, with
 //! the tick's offset in the entry's spare bits, and frees emptied buckets. By the stress
 //! harness's memory phase at 1M pending (`stress acker --memory-roots 1000000`): 12.1 B a
-//! root with the offsets beside the entries, 8.1 B with them inside (commit 41249c2), 4.9 B
-//! with one entry per group of slots (72de84f); a burst's run shows 4.5 B a tree at 1M and
+//! root with the offsets beside the entries, 8.1 B with them inside, 4.9 B
+//! with one entry per group of slots; a burst's run shows 4.5 B a tree at 1M and
 //! 32.4 KiB once it completed (README, `burst plain`). A node per group would cost more
 //! than the whole wheel does now.
 
