@@ -72,6 +72,7 @@ impl<T> Generations<T> {
         from: &Table<T>,
         groups: usize,
         wait: bool,
+        fault_in: bool,
         stopping: impl Fn() -> bool,
     ) -> Option<bool> {
         let _guard = match self.migrations.try_lock() {
@@ -88,7 +89,12 @@ impl<T> Generations<T> {
             return None;
         }
         debug_assert!(groups >= 2);
-        let next = Box::into_raw(Box::new(from.successor_of(groups)));
+        let next = if fault_in {
+            from.successor_of(groups)
+        } else {
+            from.successor_unfaulted(groups)
+        };
+        let next = Box::into_raw(Box::new(next));
         // Safety: the table owns `next` from here (as `from`'s successor, then as current)
         // and frees it only after `from` (see `Drop` and the module docs); one migration
         // per generation (checked above, under the lock).

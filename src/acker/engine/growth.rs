@@ -23,7 +23,10 @@
 //! successor (`housekeeping`) while the caller goes on filling the crowded table. A
 //! request already waiting costs a caller one load. Nothing waits on it: a claim that
 //! finds no room at all grows the chain itself (`make_room`), as before, so a thread that
-//! gets no core delays a growth, never an init. Small successors (the first steps of a
+//! gets no core delays a growth, never an init; a successor it builds from
+//! [`REAPER_BUILDS_FROM`] up is left to fault its pages as the moves write them (a
+//! million trees draining from near-full tables made a `track` that found no room take
+//! 190 faults and 4-5 ms on its core). Small successors (the first steps of a
 //! fill, which the tables' load would outrun in the time a wake-up takes) and a manual
 //! acker's (no thread) are built by the caller.
 
@@ -71,7 +74,7 @@ pub(super) fn staggered(shard: usize, tables: usize) -> usize {
 /// reaper thread (module docs, "Who builds a successor"): 256 KiB, 8,192 slots for a `u32`
 /// payload, about 25 µs of zeroing; a table that size takes a few milliseconds of a fill
 /// to go from 3/4 full to its probe windows' limit.
-const REAPER_BUILDS_FROM: usize = 256 << 10;
+pub(super) const REAPER_BUILDS_FROM: usize = 256 << 10;
 
 /// Groups a reaper pass moves between two finishes of a migration round (`housekeeping`).
 const MOVE_PART: usize = 256;
@@ -227,7 +230,21 @@ impl<T: Send + 'static> Engine<T> {
         groups: usize,
         wait: bool,
     ) -> Option<bool> {
-        let started = self.tables[shard].start_migration(from, groups, wait, || self.stopping());
+        self.start_migration_faulting(shard, from, groups, wait, true)
+    }
+
+    /// [`start_migration`](Self::start_migration); `fault_in`: a growing successor has its
+    /// pages faulted in at once (module docs, "Who builds a successor").
+    fn start_migration_faulting(
+        &self,
+        shard: usize,
+        from: &Table<T>,
+        groups: usize,
+        wait: bool,
+        fault_in: bool,
+    ) -> Option<bool> {
+        let started =
+            self.tables[shard].start_migration(from, groups, wait, fault_in, || self.stopping());
         if started == Some(true) {
             let shrink = usize::from(groups < from.groups());
             self.migrations[shrink].fetch_add(1, Ordering::Relaxed); // a statistic
@@ -270,8 +287,14 @@ impl<T: Send + 'static> Engine<T> {
         } else {
             (last.groups() + last.groups().div_ceil(8)).min(self.room_table_slots / GROUP_SLOTS)
         };
+        // A large successor's pages are left to fault as the moves write them: built here,
+        // in the call of an init (a `track` on a worker), zeroing them would hold it for
+        // milliseconds (module docs, "Who builds a successor").
+        let fault_in = Table::<T>::line_bytes(groups) < REAPER_BUILDS_FROM;
         last.slots() < self.room_table_slots
-            && self.start_migration(shard, last, groups, true).is_some()
+            && self
+                .start_migration_faulting(shard, last, groups, true, fault_in)
+                .is_some()
     }
 
     /// An entry this operation created in `from` while it migrates, with no room in the

@@ -365,8 +365,18 @@ impl<T> Table<T> {
     /// a smaller one, which a drained table shrinks into, is left to fault as its few
     /// entries need.
     pub fn successor_of(&self, groups: usize) -> Self {
-        let grows = groups > self.groups;
-        let mut next = Self::bounded(groups, self.credits.clone(), self.default_timeout, grows);
+        self.next_generation(groups, groups > self.groups)
+    }
+
+    /// [`successor_of`](Self::successor_of), its pages left to fault as they are written
+    /// even when it is larger: for a successor built in the call of an init that found no
+    /// room, which must not wait for the kernel to zero a large table.
+    pub fn successor_unfaulted(&self, groups: usize) -> Self {
+        self.next_generation(groups, false)
+    }
+
+    fn next_generation(&self, groups: usize, populate: bool) -> Self {
+        let mut next = Self::bounded(groups, self.credits.clone(), self.default_timeout, populate);
         next.gen = self.gen.wrapping_add(1);
         next
     }
