@@ -53,7 +53,7 @@ impl Pair {
     /// The pair, its migration not begun yet.
     fn new() -> Arc<Pair> {
         let old = Table::new(GROUPS);
-        let next = Box::new(old.successor_of(2 * GROUPS));
+        let next = Box::new(old.successor_of(2 * GROUPS, true));
         assert_eq!(next.gen(), old.gen() + 1);
         Arc::new(Pair { old, next })
     }

@@ -89,12 +89,7 @@ impl<T> Generations<T> {
             return None;
         }
         debug_assert!(groups >= 2);
-        let next = if fault_in {
-            from.successor_of(groups)
-        } else {
-            from.successor_unfaulted(groups)
-        };
-        let next = Box::into_raw(Box::new(next));
+        let next = Box::into_raw(Box::new(from.successor_of(groups, fault_in)));
         // Safety: the table owns `next` from here (as `from`'s successor, then as current)
         // and frees it only after `from` (see `Drop` and the module docs); one migration
         // per generation (checked above, under the lock).

@@ -360,22 +360,13 @@ impl<T> Table<T> {
     }
 
     /// A table to move this one's entries to: `groups` groups, the next generation, the
-    /// same credits and default timeout. A larger one has its pages faulted in at once: the
-    /// moves reach every one of them ([`zeroed`](crate::zeroed), "Pages written at once");
-    /// a smaller one, which a drained table shrinks into, is left to fault as its few
-    /// entries need.
-    pub fn successor_of(&self, groups: usize) -> Self {
-        self.next_generation(groups, groups > self.groups)
-    }
-
-    /// [`successor_of`](Self::successor_of), its pages left to fault as they are written
-    /// even when it is larger: for a successor built in the call of an init that found no
-    /// room, which must not wait for the kernel to zero a large table.
-    pub fn successor_unfaulted(&self, groups: usize) -> Self {
-        self.next_generation(groups, false)
-    }
-
-    fn next_generation(&self, groups: usize, populate: bool) -> Self {
+    /// same credits and default timeout. A larger one, with `fault_in`, has its pages
+    /// faulted in at once: the moves reach every one of them ([`zeroed`](crate::zeroed),
+    /// "Pages written at once"); without it (built in the call of an init that found no
+    /// room, which must not wait for the kernel to zero a large table), and a smaller one
+    /// (which a drained table shrinks into), are left to fault as their entries need.
+    pub fn successor_of(&self, groups: usize, fault_in: bool) -> Self {
+        let populate = fault_in && groups > self.groups;
         let mut next = Self::bounded(groups, self.credits.clone(), self.default_timeout, populate);
         next.gen = self.gen.wrapping_add(1);
         next

@@ -28,7 +28,7 @@ impl Drop for Next {
 
 /// `table`'s successor of `groups` groups, begun.
 fn begin(table: &Table<u32>, groups: usize) -> Next {
-    let next = Box::into_raw(Box::new(table.successor_of(groups)));
+    let next = Box::into_raw(Box::new(table.successor_of(groups, true)));
     // Safety: `next` stays allocated while `table` is used (the returned value frees it at
     // the test's end), and each table begins once.
     unsafe { table.begin_move(next) };
