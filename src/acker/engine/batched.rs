@@ -102,9 +102,9 @@ impl<T: Send + 'static> Engine<T> {
         mut placed: impl FnMut(usize, (usize, Key)),
     ) {
         for (i, root) in roots.enumerate() {
-            let (shard, key) = self.layout.place(root);
+            let (shard, key) = self.tables.layout.place(root);
             // Safety: inside the operation `_active` marks (the prefetch reads nothing).
-            let table = unsafe { self.tables[shard].current() };
+            let table = unsafe { self.tables.shards[shard].current() };
             table.prefetch(key);
             placed(i, (shard, key));
         }

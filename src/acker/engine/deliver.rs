@@ -126,9 +126,9 @@ impl<T: Send + 'static> Engine<T> {
         let (now, clock_panic) = match now {
             Some(now) => (Some(now), None),
             // The counter's path reads `MonotonicClock`, which does not panic.
-            None if self.tsc_ticks => (Some(self.caller_full()), None),
-            None => match catch_unwind(AssertUnwindSafe(|| self.clock.now())) {
-                Ok(ns) => (Some(self.ticks.full(ns)), None),
+            None if self.time.tsc_ticks => (Some(self.caller_full()), None),
+            None => match catch_unwind(AssertUnwindSafe(|| self.time.clock.now())) {
+                Ok(ns) => (Some(self.time.ticks.full(ns)), None),
                 Err(panic) => (None, Some(panic)),
             },
         };
@@ -139,12 +139,12 @@ impl<T: Send + 'static> Engine<T> {
             (Some(stamp), Some(now)) => stamp.age(self.anchor(), now),
             _ => 0,
         };
-        let mut elapsed = self.ticks.nanos(ticks);
+        let mut elapsed = self.time.ticks.nanos(ticks);
         if outcome == Outcome::TimedOut {
             // Never less than the timeout (the deadline was reached: this only undoes the
             // rounding of ticks).
             let timeout = table.timeout_or_default(own_timeout);
-            elapsed = elapsed.max(self.ticks.nanos(u64::from(timeout - 1)));
+            elapsed = elapsed.max(self.time.ticks.nanos(u64::from(timeout - 1)));
         }
         if count {
             let counters = self.counters();
@@ -162,7 +162,7 @@ impl<T: Send + 'static> Engine<T> {
             };
         }
         let completion = Completion {
-            root: root.unwrap_or_else(|| self.layout.root(shard, key)),
+            root: root.unwrap_or_else(|| self.tables.layout.root(shard, key)),
             payload,
             outcome,
             elapsed,

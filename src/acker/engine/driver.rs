@@ -39,19 +39,20 @@ impl<T: Send + 'static> Engine<T> {
     /// The clock time at which full tick `tick` begins (`TickScale::full` of it is `tick`).
     pub(in crate::acker) fn tick_start(&self, tick: u64) -> u64 {
         // Bits shifted out wrap, as the clock's timeline does.
-        self.ticks
+        self.time
+            .ticks
             .epoch
-            .wrapping_add(tick.wrapping_sub(1) << self.ticks.shift)
+            .wrapping_add(tick.wrapping_sub(1) << self.time.ticks.shift)
     }
 
     /// The clock's reading.
     pub(in crate::acker) fn now(&self) -> u64 {
-        self.clock.now()
+        self.time.clock.now()
     }
 
     /// One tick of the resolution.
     pub(in crate::acker) fn tick(&self) -> Duration {
-        Duration::from_nanos(1 << self.ticks.shift)
+        Duration::from_nanos(1 << self.time.ticks.shift)
     }
 
     /// Manual mode, a driver's pass: the reaper thread's (batches taken once quiet, so
@@ -63,7 +64,7 @@ impl<T: Send + 'static> Engine<T> {
         match catch_unwind(AssertUnwindSafe(|| reaper::run_once(self, false))) {
             Ok(pass) => {
                 if !pass.worked {
-                    self.idle_wakeups.fetch_add(1, Ordering::Relaxed); // a statistic
+                    self.reaper.idle_wakeups.fetch_add(1, Ordering::Relaxed); // a statistic
                 }
                 true
             }
@@ -82,12 +83,12 @@ impl<T: Send + 'static> Engine<T> {
     /// Manual mode: sets the hook [`Engine::wake_reaper`] calls. `false` when one is set
     /// already, or the acker has a reaper thread.
     pub(in crate::acker) fn set_expiry_waker(&self, wake: ExpiryWaker) -> bool {
-        self.manual && self.expiry_waker.set(wake).is_ok()
+        self.manual && self.reaper.expiry_waker.set(wake).is_ok()
     }
 
     /// Shutdown: a driver asleep must see it.
     pub(in crate::acker) fn wake_driver(&self) {
-        if let Some(wake) = self.expiry_waker.get() {
+        if let Some(wake) = self.reaper.expiry_waker.get() {
             wake();
         }
     }

@@ -109,7 +109,7 @@ impl<T: Send + 'static> Engine<T> {
         let Some(first) = effects.take_to_file() else {
             return;
         };
-        let mut wheel = self.reaper.lock().unwrap_or_else(|e| e.into_inner());
+        let mut wheel = self.reaper.wheel.lock().unwrap_or_else(|e| e.into_inner());
         for (gen, slot) in
             std::iter::once(first).chain(std::iter::from_fn(|| effects.take_to_file()))
         {
@@ -124,7 +124,7 @@ impl<T: Send + 'static> Engine<T> {
     #[inline(always)]
     fn entry_of(&self, shard: usize, slot: usize, key: Key, gen: u32) -> Entry {
         Entry {
-            slot: (shard << self.slot_bits | slot) as u32,
+            slot: (shard << self.tables.slot_bits | slot) as u32,
             tag: tag_of(key.tag(), gen),
         }
     }
@@ -135,7 +135,7 @@ impl<T: Send + 'static> Engine<T> {
     #[inline]
     pub(in crate::acker::engine) fn prefetch_entry(&self, entry: &Entry) {
         let (shard, slot) = self.shard_and_slot(entry);
-        let Some(generations) = self.tables.get(shard) else {
+        let Some(generations) = self.tables.shards.get(shard) else {
             return;
         };
         // Safety: the caller's contract.
@@ -191,7 +191,7 @@ impl<T: Send + 'static> Engine<T> {
     /// Drops the reaper's filed ticks of `shard`'s generations that left its chain. Called
     /// inside an acker operation.
     pub(in crate::acker::engine) fn prune_filed(&self, shard: usize, filed: &mut Filed) {
-        if let Some(t) = self.tables.get(shard) {
+        if let Some(t) = self.tables.shards.get(shard) {
             // Safety: the caller's contract.
             let current = unsafe { t.current() };
             filed.prune(shard, |gen| chain(current).any(|g| g.gen() == gen));
@@ -211,7 +211,7 @@ impl<T: Send + 'static> Engine<T> {
         let (shard, slot) = self.shard_and_slot(entry);
         let gen = entry.tag & GEN_MASK;
         // Safety: the caller's contract.
-        let current = unsafe { self.tables[shard].current() };
+        let current = unsafe { self.tables.shards[shard].current() };
         let table = chain(current).find(|g| g.gen() & GEN_MASK == gen)?;
         (slot < table.slots()).then_some((shard, table, slot))
     }
@@ -221,8 +221,8 @@ impl<T: Send + 'static> Engine<T> {
     #[inline]
     fn shard_and_slot(&self, entry: &Entry) -> (usize, usize) {
         (
-            entry.slot as usize >> self.slot_bits,
-            entry.slot as usize & ((1 << self.slot_bits) - 1),
+            entry.slot as usize >> self.tables.slot_bits,
+            entry.slot as usize & ((1 << self.tables.slot_bits) - 1),
         )
     }
 }

@@ -133,7 +133,7 @@ impl<T: Send + 'static> Engine<T> {
     pub(super) fn groups_in_use(&self) -> usize {
         let _active = self.threads.enter();
         let mut groups = 0;
-        for shard in self.tables.iter() {
+        for shard in self.tables.shards.iter() {
             // Safety: inside the operation `_active` marks.
             let current = unsafe { shard.current() };
             groups += chain(current).map(Table::groups).sum::<usize>();
@@ -159,13 +159,17 @@ impl<T: Send + 'static> Engine<T> {
     pub(super) fn promote_moved(&self, shard: usize) {
         loop {
             // Safety: called inside an acker operation.
-            let current = unsafe { self.tables[shard].current() };
+            let current = unsafe { self.tables.shards[shard].current() };
             if current.successor().is_none() || !current.moved_all() {
                 return;
             }
-            if let Some(old) = self.tables[shard].promote(current) {
+            if let Some(old) = self.tables.shards[shard].promote(current) {
                 let grace = self.threads.grace();
-                let mut retired = self.retired.lock().unwrap_or_else(|e| e.into_inner());
+                let mut retired = self
+                    .tables
+                    .retired
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner());
                 // Generations retired earlier are most likely past their grace by now (a
                 // table grows step by step): freed here rather than at the next reaper
                 // pass, so that a table that grows fast does not hold all its past sizes.
@@ -183,9 +187,9 @@ impl<T: Send + 'static> Engine<T> {
         let Some((last, groups)) = self.growth_due(table) else {
             return;
         };
-        match self.reaper_thread.get() {
+        match self.reaper.thread.get() {
             Some(thread) if Table::<T>::line_bytes(groups) >= REAPER_BUILDS_FROM => {
-                if self.tables[shard].ask_growth() {
+                if self.tables.shards[shard].ask_growth() {
                     thread.unpark();
                 }
             }
@@ -200,9 +204,9 @@ impl<T: Send + 'static> Engine<T> {
     /// to.
     fn growth_due<'t>(&self, table: &'t Table<T>) -> Option<(&'t Table<T>, usize)> {
         let last = chain(table).last()?;
-        let per_table = self.pending() / self.tables.len();
-        let loaded = per_table * 4 > last.slots() * 3 && last.slots() < self.max_table_slots;
-        loaded.then(|| (last, self.grown(last, self.max_table_slots)))
+        let per_table = self.pending() / self.tables.shards.len();
+        let loaded = per_table * 4 > last.slots() * 3 && last.slots() < self.tables.max_table_slots;
+        loaded.then(|| (last, self.grown(last, self.tables.max_table_slots)))
     }
 
     /// A growth a caller asked the reaper thread for ([`grow_if_loaded`](Self::grow_if_loaded)),
@@ -217,7 +221,7 @@ impl<T: Send + 'static> Engine<T> {
         #[cfg(test)]
         if started {
             // Relaxed: a statistic.
-            self.grown_by_reaper.fetch_add(1, Ordering::Relaxed);
+            self.tables.grown_by_reaper.fetch_add(1, Ordering::Relaxed);
         }
         started
     }
@@ -244,10 +248,11 @@ impl<T: Send + 'static> Engine<T> {
         fault_in: bool,
     ) -> Option<bool> {
         let started =
-            self.tables[shard].start_migration(from, groups, wait, fault_in, || self.stopping());
+            self.tables.shards[shard]
+                .start_migration(from, groups, wait, fault_in, || self.stopping());
         if started == Some(true) {
             let shrink = usize::from(groups < from.groups());
-            self.migrations[shrink].fetch_add(1, Ordering::Relaxed); // a statistic
+            self.tables.migrations[shrink].fetch_add(1, Ordering::Relaxed); // a statistic
         }
         started
     }
@@ -256,14 +261,14 @@ impl<T: Send + 'static> Engine<T> {
     /// successor").
     #[cfg(test)]
     pub(in crate::acker) fn grown_by_reaper(&self) -> u64 {
-        self.grown_by_reaper.load(Ordering::Relaxed) // Relaxed: a statistic
+        self.tables.grown_by_reaper.load(Ordering::Relaxed) // Relaxed: a statistic
     }
 
     /// Migrations started so far: to grow, and to shrink.
     #[cfg(any(test, loom, feature = "internals"))]
     pub(in crate::acker) fn migrations(&self) -> (u64, u64) {
         // Relaxed: statistics.
-        let [grown, shrunk] = &self.migrations;
+        let [grown, shrunk] = &self.tables.migrations;
         (
             grown.load(Ordering::Relaxed),
             shrunk.load(Ordering::Relaxed),
@@ -282,16 +287,17 @@ impl<T: Send + 'static> Engine<T> {
         };
         // Past the size load grows a table to, a table is near the brim by design: a
         // step of an eighth makes room for the clustered window without the quarter.
-        let groups = if last.slots() < self.max_table_slots {
-            self.grown(last, self.max_table_slots)
+        let groups = if last.slots() < self.tables.max_table_slots {
+            self.grown(last, self.tables.max_table_slots)
         } else {
-            (last.groups() + last.groups().div_ceil(8)).min(self.room_table_slots / GROUP_SLOTS)
+            (last.groups() + last.groups().div_ceil(8))
+                .min(self.tables.room_table_slots / GROUP_SLOTS)
         };
         // A large successor's pages are left to fault as the moves write them: built here,
         // in the call of an init (a `track` on a worker), zeroing them would hold it for
         // milliseconds (module docs, "Who builds a successor").
         let fault_in = Table::<T>::line_bytes(groups) < REAPER_BUILDS_FROM;
-        last.slots() < self.room_table_slots
+        last.slots() < self.tables.room_table_slots
             && self
                 .start_migration_faulting(shard, last, groups, true, fault_in)
                 .is_some()
@@ -337,7 +343,7 @@ impl<T: Send + 'static> Engine<T> {
         };
         if let Some(payload) = from.take_back(slot, key) {
             debug_assert!(false, "a stranded entry was LIVE");
-            let root = self.layout.root(shard, key);
+            let root = self.tables.layout.root(shard, key);
             let mut late = self
                 .late_handed_back
                 .lock()
@@ -361,9 +367,9 @@ impl<T: Send + 'static> Engine<T> {
         // which is at the anchor ([`anchor`](crate::acker::engine::time)).
         let stamp = self.stamp_at(now);
         let now = now as Tick;
-        let per_table = self.pending() / self.tables.len();
+        let per_table = self.pending() / self.tables.shards.len();
         let mut worked = false;
-        for (index, shard) in self.tables.iter().enumerate() {
+        for (index, shard) in self.tables.shards.iter().enumerate() {
             // Safety: the caller's contract.
             let table = unsafe { shard.current() };
             if shard.take_growth_request() {
@@ -414,12 +420,17 @@ impl<T: Send + 'static> Engine<T> {
     /// The slots shard `shard`'s table starts with, and shrinks back to
     /// ([`staggered`]).
     pub(super) fn smallest_slots(&self, shard: usize) -> usize {
-        staggered(shard, self.tables.len()).min(self.max_table_slots / GROUP_SLOTS) * GROUP_SLOTS
+        staggered(shard, self.tables.shards.len()).min(self.tables.max_table_slots / GROUP_SLOTS)
+            * GROUP_SLOTS
     }
 
     /// Frees the retired generations whose grace period is over.
     pub(super) fn free_retired(&self) {
-        let mut retired = self.retired.lock().unwrap_or_else(|e| e.into_inner());
+        let mut retired = self
+            .tables
+            .retired
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         retired.retain_mut(|r| !self.threads.grace_over(&mut r.grace));
     }
 
@@ -430,12 +441,18 @@ impl<T: Send + 'static> Engine<T> {
     /// reaper sleeps that long, so waiting for a shrink costs no wake-up per tick.
     pub(super) fn housekeeping_due(&self, now: Tick) -> Option<Tick> {
         let _active = self.threads.enter();
-        if !(self.retired.lock().unwrap_or_else(|e| e.into_inner())).is_empty() {
+        if !(self
+            .tables
+            .retired
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()))
+        .is_empty()
+        {
             return Some(1);
         }
-        let per_table = self.pending() / self.tables.len();
+        let per_table = self.pending() / self.tables.shards.len();
         let mut due: Option<Tick> = None;
-        for (index, shard) in self.tables.iter().enumerate() {
+        for (index, shard) in self.tables.shards.iter().enumerate() {
             // Safety: inside the operation `_active` marks.
             let table = unsafe { shard.current() };
             if table.successor().is_some() {
@@ -475,28 +492,32 @@ impl<T: Send + 'static> Engine<T> {
     pub(super) fn give_back_memory(&self, now: Tick, released: usize) -> usize {
         let pending = self.pending();
         // Relaxed (both): only passes, which the reaper's lock serializes, touch it.
-        let peak = self.peak_pending.load(Ordering::Relaxed).max(pending);
+        let peak = self
+            .tables
+            .peak_pending
+            .load(Ordering::Relaxed)
+            .max(pending);
         let settled = || match self.housekeeping_due(now) {
             None => true,
             Some(due) => due == self.look_at_load() && due > 1,
         };
         if peak >= GIVE_BACK_FROM && pending < peak / 4 && settled() {
-            self.peak_pending.store(pending, Ordering::Relaxed);
+            self.tables.peak_pending.store(pending, Ordering::Relaxed);
             crate::sync::give_back_free_memory();
             0
         } else if released >= GIVE_BACK_RELEASED {
-            self.peak_pending.store(peak, Ordering::Relaxed);
+            self.tables.peak_pending.store(peak, Ordering::Relaxed);
             crate::sync::give_back_free_memory();
             0
         } else {
-            self.peak_pending.store(peak, Ordering::Relaxed);
+            self.tables.peak_pending.store(peak, Ordering::Relaxed);
             released
         }
     }
 
     /// [`LOOK_AT_LOAD_NS`] in ticks (at least 1).
     fn look_at_load(&self) -> Tick {
-        (LOOK_AT_LOAD_NS >> self.ticks.shift).clamp(1, Tick::MAX as u64) as Tick
+        (LOOK_AT_LOAD_NS >> self.time.ticks.shift).clamp(1, Tick::MAX as u64) as Tick
     }
 
     /// Bytes held now by the tables' current generations, by their successors (a
@@ -505,13 +526,17 @@ impl<T: Send + 'static> Engine<T> {
     pub(in crate::acker) fn table_bytes(&self) -> [usize; 3] {
         let _active = self.threads.enter();
         let mut bytes = [0; 3];
-        for shard in self.tables.iter() {
+        for shard in self.tables.shards.iter() {
             // Safety: inside the operation `_active` marks.
             let current = unsafe { shard.current() };
             bytes[0] += current.bytes();
             bytes[1] += chain(current).skip(1).map(Table::bytes).sum::<usize>();
         }
-        let retired = self.retired.lock().unwrap_or_else(|e| e.into_inner());
+        let retired = self
+            .tables
+            .retired
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         bytes[2] = retired
             .iter()
             .map(|r| {
@@ -528,7 +553,7 @@ impl<T: Send + 'static> Engine<T> {
     pub(in crate::acker) fn orphans_held(&self) -> usize {
         let _active = self.threads.enter();
         let mut held = 0;
-        for shard in self.tables.iter() {
+        for shard in self.tables.shards.iter() {
             // Safety: inside the operation `_active` marks.
             let current = unsafe { shard.current() };
             held += chain(current).map(Table::held).sum::<usize>();
@@ -541,6 +566,10 @@ impl<T: Send + 'static> Engine<T> {
     pub(in crate::acker) fn slots(&self) -> usize {
         let _active = self.threads.enter();
         // Safety: inside the operation `_active` marks.
-        self.tables.iter().map(|t| unsafe { t.slots() }).sum()
+        self.tables
+            .shards
+            .iter()
+            .map(|t| unsafe { t.slots() })
+            .sum()
     }
 }

@@ -34,7 +34,8 @@
 //!
 //! `max_pending` credits ([`bound`](crate::acker::bound)): a claim takes one and emptying
 //! the slot gives it back, inside the table, so the bound is exact. Tables start at
-//! [`MIN_TABLE_SLOTS`] or up to twice that, staggered ([`staggered`]), and follow what is
+//! [`MIN_TABLE_SLOTS`](growth::MIN_TABLE_SLOTS) or up to twice that, staggered
+//! ([`staggered`](growth::staggered)), and follow what is
 //! pending ([`growth`], [`generations`], [`migrate`](crate::acker::table::migrate)): a
 //! claim that lands far from its home, or finds no room, reports its table crowded, and
 //! when the pending count per table is over 3/4 of its slots (or there was no room at all)
@@ -79,6 +80,7 @@ pub(super) mod growth;
 pub(super) mod layout;
 pub(super) mod reaper;
 pub(super) mod shutdown;
+pub(super) mod tables;
 pub(super) mod time;
 
 pub(super) use driver::{ExpiryWaker, Next};
@@ -93,19 +95,15 @@ use super::stats::{AckerStats, Counters};
 use super::threads::{Active, Threads};
 use crate::acker::bound::Credits;
 use crate::acker::table::word::{Key, KEY_SHIFT};
-use crate::acker::table::GROUP_SLOTS;
-use crate::acker::table::{Applied, Effects, Message, Refused, Table};
+use crate::acker::table::{Applied, Effects, Message, Refused};
 use crate::acker::timers::ticks::Tick;
 use crate::clock::Clock;
 use crate::sync::fences::Fences;
-use crate::sync::{Arc, AtomicBool, AtomicU64, AtomicUsize, Mutex, Ordering};
-use generations::{chain, Generations};
-use growth::{staggered, Retired, MIN_TABLE_SLOTS};
-use layout::{Layout, Mix};
-use time::TickScale;
-// The reaper is a std thread even under loom: the models check the table and batch
-// protocols on their own, not this core's thread.
-use std::thread;
+use crate::sync::{Arc, AtomicBool, Mutex, Ordering};
+use generations::chain;
+use layout::Mix;
+use tables::Tables;
+use time::{TickScale, TimeBase};
 
 /// The longest timeout, in ticks: a deadline is at most this far past its base, which
 /// keeps every stored deadline within 2^31 ticks of the anchor ([`time`]).
@@ -141,43 +139,16 @@ pub(super) struct Config<T> {
 
 /// The engine every [`Acker`](crate::Acker) call delegates to. See the module docs.
 pub(super) struct Engine<T> {
-    tables: Box<[Generations<T>]>,
-    layout: Layout,
-    /// The most slots a table grows to as its load rises: its share of `max_pending` at a
-    /// load of 4/5, in whole groups (any group count works: the home is a multiply-shift).
-    /// A power of two here left the tables of a full acker at a load of 0.48 (1M pending:
-    /// 64 B of table per root, against 41-43 B now). Even so, 2 of 2^20 random roots found
-    /// their probe window full at the brim: `make_room` grows a table past this.
-    max_table_slots: usize,
-    /// The most slots a table grows to for want of room (`make_room`): its share of
-    /// `max_pending` at a load of 2/3. The bound is exact (credits); a full probe window
-    /// in a table at `max_table_slots` is no reason to refuse.
-    room_table_slots: usize,
-    /// Bits of a timer entry's slot number that hold the slot (the rest, above, the
-    /// table): enough for `room_table_slots`. Tables times 2^slot_bits stays within `u32`:
-    /// 2 x max_pending (at most 2^31) rounded up to a power of two per table.
-    slot_bits: u32,
-    /// Generations retired, waiting for their grace period (freed by reaper passes).
-    retired: Mutex<Vec<Retired<T>>>,
+    /// The shards' tables, their sizes and growth ([`tables`]).
+    tables: Tables<T>,
     /// Trees taken back by an operation that shutdown stopped ([`growth`],
     /// `give_up_stranded`), for shutdown to hand back with the rest.
     late_handed_back: Mutex<Vec<(u64, T)>>,
     credits: Arc<Credits>,
     counters: Box<[CachePadded<Counters>]>,
     threads: Threads,
-    clock: Box<dyn Clock>,
-    /// [`Config::tsc_ticks`].
-    tsc_ticks: bool,
-    ticks: TickScale,
-    /// The full tick every stored `u32` tick is read against ([`time`]).
-    anchor: CachePadded<AtomicU64>,
-    /// One re-anchoring at a time ([`time`]).
-    reanchoring: time::Reanchoring,
-    /// Re-anchorings done (a statistic, for tests and the stress harness).
-    reanchored: AtomicU64,
-    /// The most roots pending at a pass since the allocator was last asked to give memory
-    /// back ([`growth`], `give_back_memory`).
-    peak_pending: AtomicUsize,
+    /// The clock, its ticks and the anchor they are read against ([`time`]).
+    time: TimeBase,
     /// How long a new entry stays in its creator's batch before the reaper gets it (unless
     /// its deadline is sooner): [`HAND_OFF_AGE`] ticks, or a quarter of the default
     /// timeout if that is shorter.
@@ -190,47 +161,9 @@ pub(super) struct Engine<T> {
     delivery_order: Option<fn(&T) -> u32>,
     shutdown: AtomicBool,
     manual: bool,
-    /// The reaper's wheel and scratch, owned by whoever runs a pass.
-    reaper: Mutex<reaper::wheel::Wheel>,
-    reaper_thread: std::sync::OnceLock<thread::Thread>,
-    /// The full tick whose start the reaper thread's timer is set for while it sleeps on
-    /// one, else [`reaper::AWAKE`]: a caller that reads a tick at or past it runs the pass
-    /// when a timer is due, and a lateness past it when none is ([`reaper`], "Callers
-    /// first").
-    reaper_wakes_at: CachePadded<AtomicU64>,
-    /// A caller is running the reaper's pass: one at a time.
-    helping: AtomicBool,
-    /// The full tick the reaper thread's timed sleep ends in, its backstop's lag included,
-    /// else [`reaper::AWAKE`]: a caller whose publication is more than a lag earlier
-    /// wakes the thread to plan again ([`reaper`], "Callers first").
-    thread_wakes_at: AtomicU64,
-    /// The wheel's next due tick as the last pass left it, else [`reaper::AWAKE`]: callers
-    /// run a pass for its timers ([`reaper`], "Callers first"), not for the thread's tick
-    /// by tick collection of the batches.
-    timers_due_at: AtomicU64,
-    /// Callers ran the last passes due, and the thread is their backstop: it sleeps past
-    /// its timers and judges its passes behind the clock ([`reaper`], "Callers first").
-    callers_lead: AtomicBool,
-    /// The last full tick at which the reaper's sleep decision saw trees pending, 0 before
-    /// the first ([`reaper`], "Sleeping").
-    busy_at: AtomicU64,
-    /// Manual mode: what wakes a task that runs the passes in place of the reaper thread
-    /// ([`manual`](crate::acker::manual)), called where the thread would be unparked. Set
-    /// once, by that task.
-    expiry_waker: std::sync::OnceLock<ExpiryWaker>,
-    /// Reaper wake-ups that found nothing to do.
-    idle_wakeups: AtomicU64,
-    /// Panics caught in reaper passes (a clock, a payload's drop).
-    reaper_panics: AtomicU64,
-    /// Late reapers' passes run by callers, and the longest of them in nanoseconds.
-    caller_passes: AtomicU64,
-    caller_pass_longest: AtomicU64,
-    /// Migrations started: to grow, to shrink.
-    migrations: [AtomicU64; 2],
-    /// Of the growths, those the reaper thread started at a caller's request
-    /// ([`growth`], "Who builds a successor"): for the tests.
-    #[cfg(test)]
-    grown_by_reaper: AtomicU64,
+    /// The reaper's state: its wheel, its thread, what it publishes to callers, its
+    /// counters ([`reaper`]).
+    reaper: reaper::Reaper,
 }
 
 // Safety: `on_complete` is the only part that is not `Sync` by itself: it is read only by
@@ -241,8 +174,8 @@ unsafe impl<T: Send> Sync for Engine<T> {}
 impl<T> std::fmt::Debug for Engine<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Engine")
-            .field("tables", &self.tables.len())
-            .field("max_table_slots", &self.max_table_slots)
+            .field("tables", &self.tables.shards.len())
+            .field("max_table_slots", &self.tables.max_table_slots)
             .field("pending", &self.credits.held())
             .field("manual", &self.manual)
             .finish_non_exhaustive()
@@ -251,18 +184,7 @@ impl<T> std::fmt::Debug for Engine<T> {
 
 impl<T: Send + 'static> Engine<T> {
     pub(super) fn new(config: Config<T>) -> Self {
-        let tables = config.tables.max(MIN_TABLES).next_power_of_two();
-        // About 4/5 full at max_pending (a full acker's memory is its tables: 2/3 cost 5 B
-        // more per root at 1M), and at least the smallest table.
-        let share = config.max_pending.div_ceil(tables);
-        let max_table_slots = (share * 5)
-            .div_ceil(4)
-            .max(MIN_TABLE_SLOTS)
-            .next_multiple_of(GROUP_SLOTS);
-        let room_table_slots = (share * 3)
-            .div_ceil(2)
-            .max(max_table_slots)
-            .next_multiple_of(GROUP_SLOTS);
+        let shards = config.tables.max(MIN_TABLES).next_power_of_two();
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let stripes = Credits::stripes_for(cores);
         let credits = Arc::new(Credits::new(config.max_pending, stripes));
@@ -281,19 +203,7 @@ impl<T: Send + 'static> Engine<T> {
         };
         let timeout = ticks.timeout(config.timeout_ns);
         Engine {
-            tables: (0..tables)
-                .map(|shard| {
-                    let credits = Some(Arc::clone(&credits));
-                    // As `smallest_slots`, which needs the engine.
-                    let groups = staggered(shard, tables).min(max_table_slots / GROUP_SLOTS);
-                    Generations::new(Table::bounded(groups, credits, timeout, false))
-                })
-                .collect(),
-            layout: Layout::new(Mix { seed }, tables.trailing_zeros()),
-            max_table_slots,
-            room_table_slots,
-            slot_bits: room_table_slots.next_power_of_two().trailing_zeros(),
-            retired: Mutex::new(Vec::new()),
+            tables: Tables::new(shards, config.max_pending, &credits, timeout, Mix { seed }),
             late_handed_back: Mutex::new(Vec::new()),
             credits,
             counters: (0..stripes)
@@ -305,33 +215,12 @@ impl<T: Send + 'static> Engine<T> {
                 Fences::detect()
             }),
             hand_off_age: (timeout / 4).clamp(1, HAND_OFF_AGE),
-            reaper: Mutex::new(reaper::wheel::Wheel::new(ticks.full(now))),
-            anchor: CachePadded::new(AtomicU64::new(ticks.full(now))),
-            reanchoring: time::Reanchoring::default(),
-            reanchored: AtomicU64::new(0),
-            peak_pending: AtomicUsize::new(0),
-            ticks,
-            clock: config.clock,
-            tsc_ticks: config.tsc_ticks,
+            reaper: reaper::Reaper::new(ticks.full(now)),
+            time: TimeBase::new(config.clock, config.tsc_ticks, ticks),
             on_complete: std::cell::UnsafeCell::new(config.on_complete),
             delivery_order: config.delivery_order,
             shutdown: AtomicBool::new(false),
             manual: config.manual,
-            reaper_thread: std::sync::OnceLock::new(),
-            reaper_wakes_at: CachePadded::new(AtomicU64::new(reaper::AWAKE)),
-            thread_wakes_at: AtomicU64::new(reaper::AWAKE),
-            timers_due_at: AtomicU64::new(reaper::AWAKE),
-            helping: AtomicBool::new(false),
-            callers_lead: AtomicBool::new(false),
-            busy_at: AtomicU64::new(0),
-            expiry_waker: std::sync::OnceLock::new(),
-            idle_wakeups: AtomicU64::new(0),
-            reaper_panics: AtomicU64::new(0),
-            caller_passes: AtomicU64::new(0),
-            caller_pass_longest: AtomicU64::new(0),
-            migrations: [AtomicU64::new(0), AtomicU64::new(0)],
-            #[cfg(test)]
-            grown_by_reaper: AtomicU64::new(0),
         }
     }
 
@@ -354,15 +243,15 @@ impl<T: Send + 'static> Engine<T> {
         if !active.open || self.shutdown.load(Ordering::SeqCst) {
             return Err(InitError::Shutdown(payload));
         }
-        let (shard, key) = self.layout.place(root);
-        let timeout = timeout_ns.map(|ns| self.ticks.timeout(ns));
+        let (shard, key) = self.tables.layout.place(root);
+        let timeout = timeout_ns.map(|ns| self.time.ticks.timeout(ns));
         let mut payload = payload;
         loop {
             // Read here, where the operation holds nothing of the tables
             // ([`anchor`](crate::acker::engine::time)): the first message is this call.
             let stamp = self.stamp_at(self.write_tick());
             // Safety: inside the operation `active` marks.
-            let table = unsafe { self.tables[shard].current() };
+            let table = unsafe { self.tables.shards[shard].current() };
             let mut effects = Effects::stamped(stamp);
             self.help(shard, table, &mut effects);
             // Along the chain (one table but during a migration): create only in the last.
@@ -437,7 +326,7 @@ impl<T: Send + 'static> Engine<T> {
     #[inline]
     fn message(&self, root: u64, message: Message) -> bool {
         let active = self.threads.enter();
-        let (shard, key) = self.layout.place(root);
+        let (shard, key) = self.tables.layout.place(root);
         self.message_with(&active, Some(root), shard, key, message, || {
             self.message_general_outlined(&active, shard, key, message)
         })
@@ -473,7 +362,7 @@ impl<T: Send + 'static> Engine<T> {
             return false;
         }
         // Safety: inside the operation `active` marks.
-        let table = unsafe { self.tables[shard].current() };
+        let table = unsafe { self.tables.shards[shard].current() };
         if table.successor().is_none() {
             if let Some(completed) = table.apply_found(key, message) {
                 let Some(completed) = completed else {
@@ -508,7 +397,7 @@ impl<T: Send + 'static> Engine<T> {
             // ([`anchor`](crate::acker::engine::time)).
             let stamp = self.stamp_at(self.write_tick());
             // Safety: inside the operation `active` marks.
-            let table = unsafe { self.tables[shard].current() };
+            let table = unsafe { self.tables.shards[shard].current() };
             let mut effects = Effects::stamped(stamp);
             self.help(shard, table, &mut effects);
             // Along the chain (one table but during a migration): create only in the last.
@@ -539,7 +428,7 @@ impl<T: Send + 'static> Engine<T> {
 
     pub(super) fn reset_timeout(&self, root: u64) -> bool {
         let _active = self.threads.enter();
-        let (shard, key) = self.layout.place(root);
+        let (shard, key) = self.tables.layout.place(root);
         self.reset_in(shard, key)
     }
 
@@ -548,7 +437,7 @@ impl<T: Send + 'static> Engine<T> {
     fn reset_in(&self, shard: usize, key: Key) -> bool {
         let now = self.write_tick() as Tick;
         // Safety: inside the operation `active` marks.
-        let table = unsafe { self.tables[shard].current() };
+        let table = unsafe { self.tables.shards[shard].current() };
         // The entry's timer is in a batch or the reaper's wheel since its creation; the
         // reaper files it again when the old deadline comes (R, or `NotDue`). During a
         // migration the old table's entry first (`reset` waits for one being moved), then
@@ -564,24 +453,24 @@ impl<T: Send + 'static> Engine<T> {
     }
 
     pub(super) fn stats(&self) -> AckerStats {
-        let shift = self.ticks.shift;
+        let shift = self.time.ticks.shift;
         let mut stats = Counters::sum(&self.counters, self.pending(), |ticks| {
             Duration::from_nanos(ticks.saturating_mul(1 << shift))
         });
         // Relaxed (both): statistics.
-        stats.caller_passes = self.caller_passes.load(Ordering::Relaxed);
+        stats.caller_passes = self.reaper.caller_passes.load(Ordering::Relaxed);
         stats.caller_pass_longest =
-            Duration::from_nanos(self.caller_pass_longest.load(Ordering::Relaxed));
+            Duration::from_nanos(self.reaper.caller_pass_longest.load(Ordering::Relaxed));
         stats
     }
 
     /// Re-anchorings done ([`time`]).
     pub(super) fn reanchored(&self) -> u64 {
-        self.reanchored.load(Ordering::Relaxed) // Relaxed: a statistic
+        self.time.reanchored.load(Ordering::Relaxed) // Relaxed: a statistic
     }
 
     pub(super) fn idle_wakeups(&self) -> u64 {
-        self.idle_wakeups.load(Ordering::SeqCst)
+        self.reaper.idle_wakeups.load(Ordering::SeqCst)
     }
 
     /// Where the acker's memory is, in bytes: tables (current, successors, retired) and
@@ -591,6 +480,7 @@ impl<T: Send + 'static> Engine<T> {
         let [current, successors, retired] = self.table_bytes();
         let wheel = self
             .reaper
+            .wheel
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .heap_bytes();
@@ -601,7 +491,7 @@ impl<T: Send + 'static> Engine<T> {
     /// models pick roots that share a table.
     #[cfg(any(test, loom, feature = "internals"))]
     pub(super) fn placement(&self, root: u64) -> (usize, usize) {
-        (self.layout.place(root).0, 0)
+        (self.tables.layout.place(root).0, 0)
     }
 
     /// Process-wide memory barriers that failed since build

@@ -49,7 +49,7 @@ impl<T: Send + 'static> Engine<T> {
     fn scan(&self, handed_back: &mut Vec<(u64, T)>, drop_orphans: bool) {
         let _active = self.threads.enter();
         let mut dropped = 0;
-        for (index, shard) in self.tables.iter().enumerate() {
+        for (index, shard) in self.tables.shards.iter().enumerate() {
             // No migration starts under the scan; one under way moves entries only
             // forward, from the table scanned first to the one scanned next.
             let _held = shard.hold_migrations();
@@ -61,7 +61,7 @@ impl<T: Send + 'static> Engine<T> {
                         continue;
                     };
                     if let Some(payload) = table.take_back(slot, key) {
-                        handed_back.push((self.layout.root(index, key), payload));
+                        handed_back.push((self.tables.layout.root(index, key), payload));
                     } else if drop_orphans && table.discard(slot, key) {
                         dropped += 1;
                     }
@@ -78,7 +78,7 @@ impl<T: Send + 'static> Engine<T> {
     /// in the current generation and its successor.
     pub(in crate::acker) fn take_back_root(&self, shard: usize, key: Key) -> Option<T> {
         // Safety: called inside the init's operation.
-        let table = unsafe { self.tables[shard].current() };
+        let table = unsafe { self.tables.shards[shard].current() };
         chain(table).find_map(|table| {
             let (slot, _) = table.find_waiting(key)?;
             table.take_back(slot, key)
@@ -166,7 +166,8 @@ impl<T: Send + 'static> Handle<T> {
         self.engine.wake_driver();
         if self
             .engine
-            .reaper_thread
+            .reaper
+            .thread
             .get()
             .is_some_and(|t| t.id() == thread::current().id())
         {

@@ -55,7 +55,7 @@ fn assert_each_acked_once(log: &Log, trees: u64, root: impl Fn(u64) -> u64) {
 /// The slots of `acker`'s tables at their smallest (staggered: `growth::staggered`).
 fn smallest(acker: &Acker<u32>) -> usize {
     let engine = acker.engine();
-    (0..engine.tables.len())
+    (0..engine.tables.shards.len())
         .map(|shard| engine.smallest_slots(shard))
         .sum()
 }
@@ -341,11 +341,11 @@ fn a_tree_completed_by_a_reaper_move_reaches_the_callback() {
     let root = 77;
     acker.init(root, 0b11, 5).unwrap();
     assert!(!acker.ack(root, 0b01));
-    let (shard, key) = engine.layout.place(root);
+    let (shard, key) = engine.tables.layout.place(root);
     {
         let active = engine.threads.enter();
         // Safety: inside the operation `active` marks.
-        let table = unsafe { engine.tables[shard].current() };
+        let table = unsafe { engine.tables.shards[shard].current() };
         let groups = table.groups() + table.groups() / 2;
         assert_eq!(
             engine.start_migration(shard, table, groups, false),
@@ -375,9 +375,9 @@ impl<T: Send + 'static> Engine<T> {
     #[allow(dead_code)] // a debugging aid for the Acker's tests
     pub(in crate::acker) fn describe(&self, root: u64) -> String {
         let _active = self.threads.enter();
-        let (shard, key) = self.layout.place(root);
+        let (shard, key) = self.tables.layout.place(root);
         // Safety: inside the operation `_active` marks.
-        let table = unsafe { self.tables[shard].current() };
+        let table = unsafe { self.tables.shards[shard].current() };
         match table.find(key) {
             Some((slot, word)) => format!(
                 "shard {shard} slot {slot} {word:?} times {:?} own timeout {:?}",
@@ -393,7 +393,7 @@ impl<T: Send + 'static> Engine<T> {
     pub(in crate::acker) fn describe_tables(&self) -> String {
         let _active = self.threads.enter();
         let mut out = format!("pending {}\n", self.pending());
-        for (index, shard) in self.tables.iter().enumerate() {
+        for (index, shard) in self.tables.shards.iter().enumerate() {
             // Safety: inside the operation `_active` marks.
             let table = unsafe { shard.current() };
             for table in chain(table) {
@@ -427,7 +427,7 @@ fn a_callers_tick_is_never_behind_the_clock_and_at_most_one_ahead() {
         .build_manual()
         .unwrap();
     let engine = acker.engine();
-    assert_eq!(engine.tsc_ticks, crate::clock::tsc::available());
+    assert_eq!(engine.time.tsc_ticks, crate::clock::tsc::available());
     let iterations = if cfg!(miri) { 100 } else { 300_000 };
     for i in 0..iterations {
         if i % 20_000 == 0 {
@@ -446,9 +446,9 @@ fn a_callers_tick_is_never_behind_the_clock_and_at_most_one_ahead() {
 /// Where `root` lives: its table and slot in the table's current generation.
 fn slot_of(acker: &Acker<u32>, root: u64) -> Option<(usize, usize)> {
     let engine = acker.engine();
-    let (shard, key) = engine.layout.place(root);
+    let (shard, key) = engine.tables.layout.place(root);
     // Safety: a manual acker with no other thread: nothing retires a generation under us.
-    let table = unsafe { engine.tables[shard].current() };
+    let table = unsafe { engine.tables.shards[shard].current() };
     (0..table.slots())
         .find(|&slot| table.key_in(slot) == Some(key))
         .map(|slot| (shard, slot))
@@ -460,10 +460,10 @@ fn slot_of(acker: &Acker<u32>, root: u64) -> Option<(usize, usize)> {
 /// mate's deadline.
 #[test]
 fn a_group_timer_at_a_tick_that_reads_as_none_survives_a_sweep() {
-    use super::GROUP_SLOTS;
+    use crate::acker::table::GROUP_SLOTS;
     let clock = ManualClock::new(0);
     let (acker, log) = manual(&clock, 1 << 16);
-    let ticks = &acker.engine().ticks;
+    let ticks = &acker.engine().time.ticks;
     let (own, mates) = (Duration::from_secs(10), Duration::from_secs(20));
     // The clock where a root with timeout `own` is due at tick 2^32 - 1.
     let due = u64::from(u32::MAX);
@@ -486,7 +486,7 @@ fn a_group_timer_at_a_tick_that_reads_as_none_survives_a_sweep() {
             acker.init_with_timeout(r, 0b1, 1, own).unwrap();
             let (shard, slot) = slot_of(&acker, r).unwrap();
             // Safety: as in `slot_of`.
-            let table = unsafe { acker.engine().tables[shard].current() };
+            let table = unsafe { acker.engine().tables.shards[shard].current() };
             let group = slot / GROUP_SLOTS * GROUP_SLOTS;
             if (group..group + GROUP_SLOTS).any(|s| table.key_in(s).is_none()) {
                 return Some((r, shard, slot));
@@ -496,7 +496,7 @@ fn a_group_timer_at_a_tick_that_reads_as_none_survives_a_sweep() {
         })
         .expect("every group the candidates landed in is full");
     // Safety: as in `slot_of`.
-    let table = unsafe { acker.engine().tables[shard].current() };
+    let table = unsafe { acker.engine().tables.shards[shard].current() };
     assert_eq!(
         table.deadline(slot),
         Some(u32::MAX),
@@ -551,7 +551,7 @@ fn shutdown_frees_an_entry_stranded_in_a_retired_table() {
     // 16 tables of the smallest size, which is as large as this bound lets one grow.
     let (acker, _log) = manual(&clock, 4096);
     let engine = acker.engine();
-    let groups = super::growth::MIN_TABLE_SLOTS / super::GROUP_SLOTS;
+    let groups = super::growth::MIN_TABLE_SLOTS / crate::acker::table::GROUP_SLOTS;
     // A key of table 0 whose home is `home` in a table of `groups` groups.
     let key = |home: usize, low: u64| {
         let shift = 64 - KEY_SHIFT - groups.trailing_zeros();
@@ -559,9 +559,9 @@ fn shutdown_frees_an_entry_stranded_in_a_retired_table() {
     };
     let active = engine.threads.enter();
     // Safety: inside the operation `active` marks.
-    let old = unsafe { engine.tables[0].current() };
+    let old = unsafe { engine.tables.shards[0].current() };
     assert_eq!(
-        (old.groups(), engine.room_table_slots),
+        (old.groups(), engine.tables.room_table_slots),
         (groups, groups * 4)
     );
     assert_eq!(engine.start_migration(0, old, groups, true), Some(true));
@@ -570,7 +570,7 @@ fn shutdown_frees_an_entry_stranded_in_a_retired_table() {
     let window = crate::acker::table::MAX_PROBE + 1;
     let mut live = 0;
     for home in 100..100 + window + 1 {
-        for low in 0..super::GROUP_SLOTS as u64 {
+        for low in 0..crate::acker::table::GROUP_SLOTS as u64 {
             let mut effects = Effects::stamped(Stamp::new(1, 1));
             next.init(key(home, low), 0b1, live, &mut effects).unwrap();
             live += 1;
@@ -588,7 +588,7 @@ fn shutdown_frees_an_entry_stranded_in_a_retired_table() {
     effects.strand(stranded.0, stranded.1);
     engine.promote_moved(0);
     // Safety: inside the operation `active` marks.
-    let current = unsafe { engine.tables[0].current() };
+    let current = unsafe { engine.tables.shards[0].current() };
     assert!(std::ptr::eq(current, next), "retired");
     assert_eq!(engine.pending(), live as usize + 1);
     // Shutdown stops the wait for room: the entry is given up.
@@ -896,14 +896,14 @@ fn a_pass_delivers_its_timeouts_before_it_builds_a_requested_successor() {
     let growable = |engine: &Engine<u32>| {
         let _active = engine.threads.enter();
         // Without tree 1, which times out before the upkeep looks at the load.
-        let per_table = (engine.pending() - 1) / engine.tables.len();
-        (0..engine.tables.len()).find(|&shard| {
+        let per_table = (engine.pending() - 1) / engine.tables.shards.len();
+        (0..engine.tables.shards.len()).find(|&shard| {
             // Safety: inside the operation `_active` marks.
-            let last = chain(unsafe { engine.tables[shard].current() }).last();
+            let last = chain(unsafe { engine.tables.shards[shard].current() }).last();
             last.is_some_and(|last| {
                 last.successor().is_none()
                     && per_table * 4 > last.slots() * 3
-                    && last.slots() < engine.max_table_slots
+                    && last.slots() < engine.tables.max_table_slots
             })
         })
     };
@@ -916,7 +916,7 @@ fn a_pass_delivers_its_timeouts_before_it_builds_a_requested_successor() {
         }
         assert!(i < 200_000, "no chain ever called for growth");
     };
-    assert!(engine.tables[shard].ask_growth());
+    assert!(engine.tables.shards[shard].ask_growth());
     let grown = acker.table_migrations().0;
     clock.advance(Duration::from_secs(11)); // tree 1 is due, the fill's trees are not
     assert_eq!(acker.expire(), 1);
@@ -1009,7 +1009,7 @@ fn an_init_that_makes_room_leaves_a_large_successor_unfaulted() {
     let engine = acker.engine();
     let active = engine.threads.enter();
     // Safety: inside the operation `active` marks.
-    let old = unsafe { engine.tables[0].current() };
+    let old = unsafe { engine.tables.shards[0].current() };
     // Table 0 at 1,024 groups first: room makes it 2,048, 256 KiB of lines.
     let groups = 1024;
     assert!(old.groups() < groups);
@@ -1020,16 +1020,18 @@ fn an_init_that_makes_room_leaves_a_large_successor_unfaulted() {
     );
     engine.promote_moved(0);
     // Safety: inside the operation `active` marks.
-    let current = unsafe { engine.tables[0].current() };
+    let current = unsafe { engine.tables.shards[0].current() };
     assert_eq!(current.groups(), groups);
     let grown = 2 * groups;
-    assert!(super::Table::<u32>::line_bytes(grown) >= super::growth::REAPER_BUILDS_FROM);
+    assert!(
+        crate::acker::table::Table::<u32>::line_bytes(grown) >= super::growth::REAPER_BUILDS_FROM
+    );
     let before = thread_faults();
     assert!(engine.make_room(0, current));
     let faults = thread_faults() - before;
     let next = current.successor().expect("room made");
     assert_eq!(next.groups(), grown);
-    let pages = super::Table::<u32>::line_bytes(grown) / 4096;
+    let pages = crate::acker::table::Table::<u32>::line_bytes(grown) / 4096;
     assert!(
         faults < pages as i64 / 4,
         "{faults} faults building a successor of {pages} pages"

@@ -61,7 +61,9 @@ use super::{Engine, MAX_TIMEOUT_TICKS};
 use crate::acker::table::Stamp;
 use crate::acker::timers::ticks::Tick;
 use crate::clock::tsc;
-use crate::sync::Ordering;
+use crate::clock::Clock;
+use crate::sync::{AtomicU64, Ordering};
+use crossbeam_utils::CachePadded;
 
 /// How clock readings map to ticks: the epoch (tick 1 begins there) and the resolution, a
 /// tick of 2^`shift` nanoseconds. (A `Tick` is one tick's number.)
@@ -115,7 +117,7 @@ impl<T: Send + 'static> Engine<T> {
     /// The tick now (tests).
     #[cfg(test)]
     pub(super) fn tick_now(&self) -> Tick {
-        self.ticks.full(self.clock.now()) as Tick
+        self.time.ticks.full(self.time.clock.now()) as Tick
     }
 
     /// [`caller_full`](super::Engine::caller_full) as a stored tick.
@@ -130,18 +132,18 @@ impl<T: Send + 'static> Engine<T> {
     /// one), else a read.
     #[inline]
     pub(super) fn caller_full(&self) -> u64 {
-        if self.tsc_ticks {
+        if self.time.tsc_ticks {
             if let Some((lo, hi)) = tsc::bounds() {
-                let tick = self.ticks.full(hi);
-                if self.ticks.full(lo) == tick {
+                let tick = self.time.ticks.full(hi);
+                if self.time.ticks.full(lo) == tick {
                     return tick;
                 }
             }
             // The range straddles a tick boundary (or there is no anchor yet): read, and
             // anchor this thread again. `tsc_ticks` says the clock is this one.
-            return self.ticks.full(tsc::read());
+            return self.time.ticks.full(tsc::read());
         }
-        self.ticks.full(self.clock.now())
+        self.time.ticks.full(self.time.clock.now())
     }
 
     /// The stamp a new entry gets at full tick `tick` (a writer's,
@@ -163,6 +165,38 @@ const MOST_BEHIND: u64 = 1 << 30;
 /// (module docs, last paragraph): a deadline then still decodes.
 const MOST_AHEAD: u64 = 1 << 30;
 
+/// The engine's time: the clock, how its readings map to ticks, and the anchor every
+/// stored tick is read against (module docs). A re-anchoring, which rewrites the tables and
+/// the reaper's wheel, is the engine's ([`Engine::reanchor`]).
+pub(super) struct TimeBase {
+    pub(super) clock: Box<dyn Clock>,
+    /// The clock is [`MonotonicClock`](crate::MonotonicClock) and callers may take their
+    /// ticks from the time-stamp counter ([`tsc`]).
+    pub(super) tsc_ticks: bool,
+    pub(super) ticks: TickScale,
+    /// The full tick every stored `u32` tick is read against (module docs).
+    pub(super) anchor: CachePadded<AtomicU64>,
+    /// One re-anchoring at a time (`std`'s lock: loom does not model them).
+    pub(super) reanchoring: Reanchoring,
+    /// Re-anchorings done (a statistic, for tests and the stress harness).
+    pub(super) reanchored: AtomicU64,
+}
+
+impl TimeBase {
+    /// Time on `clock` in ticks of `ticks`, anchored at the epoch's tick.
+    pub(super) fn new(clock: Box<dyn Clock>, tsc_ticks: bool, ticks: TickScale) -> Self {
+        let now = ticks.full(ticks.epoch);
+        TimeBase {
+            clock,
+            tsc_ticks,
+            ticks,
+            anchor: CachePadded::new(AtomicU64::new(now)),
+            reanchoring: Reanchoring::default(),
+            reanchored: AtomicU64::new(0),
+        }
+    }
+}
+
 /// Serializes re-anchorings (`std`'s: loom does not model them).
 #[derive(Debug, Default)]
 pub(super) struct Reanchoring(StdMutex<()>);
@@ -171,7 +205,7 @@ impl<T: Send + 'static> Engine<T> {
     /// The anchor: the full tick every stored `u32` tick is read against (module docs).
     #[inline]
     pub(super) fn anchor(&self) -> u64 {
-        self.anchor.load(Ordering::SeqCst)
+        self.time.anchor.load(Ordering::SeqCst)
     }
 
     /// A re-anchoring is under way (its thread waits for the busy ones, or sweeps).
@@ -215,7 +249,7 @@ impl<T: Send + 'static> Engine<T> {
             self.reanchor(now);
         } else if now > self.anchor() {
             // fetch_max: two manual passes at once must not move it back.
-            self.anchor.fetch_max(now, Ordering::SeqCst);
+            self.time.anchor.fetch_max(now, Ordering::SeqCst);
         }
     }
 
@@ -225,7 +259,7 @@ impl<T: Send + 'static> Engine<T> {
     pub(super) fn reanchor(&self, to: u64) {
         let mut backoff = crate::sync::Backoff::default();
         let _one = loop {
-            match self.reanchoring.0.try_lock() {
+            match self.time.reanchoring.0.try_lock() {
                 Ok(guard) => break guard,
                 Err(TryLockError::Poisoned(poisoned)) => break poisoned.into_inner(),
                 Err(TryLockError::WouldBlock) => {
@@ -240,11 +274,11 @@ impl<T: Send + 'static> Engine<T> {
             return; // another thread moved it meanwhile
         }
         if self.threads.begin_moving() {
-            let mut wheel = self.reaper.lock().unwrap_or_else(|e| e.into_inner());
+            let mut wheel = self.reaper.wheel.lock().unwrap_or_else(|e| e.into_inner());
             self.rebase(from, to, &mut wheel);
             drop(wheel);
-            self.anchor.fetch_max(to, Ordering::SeqCst);
-            self.reanchored.fetch_add(1, Ordering::Relaxed); // Relaxed: a statistic
+            self.time.anchor.fetch_max(to, Ordering::SeqCst);
+            self.time.reanchored.fetch_add(1, Ordering::Relaxed); // Relaxed: a statistic
         }
         self.threads.end_moving();
     }
@@ -253,7 +287,7 @@ impl<T: Send + 'static> Engine<T> {
     /// every stored base and start in the tables (each generation of each chain), then the
     /// batches' entries into the wheel, whose filed `u32` ticks are forgotten.
     fn rebase(&self, from: u64, to: u64, wheel: &mut Wheel) {
-        for shard in self.tables.iter() {
+        for shard in self.tables.shards.iter() {
             // Safety: the caller is inside an operation (the contract of `reanchor`).
             let current = unsafe { shard.current() };
             for table in chain(current) {

@@ -39,8 +39,8 @@ pub(super) const BACKSTOP_NS: u64 = 500_000;
 pub(super) fn backstop_lag<T: Send + 'static>(engine: &Engine<T>) -> u64 {
     // Relaxed: a hint for the thread's timing, set by callers' passes and cleared by its
     // own; a stale read costs one pass a lag's lateness or the callers one race.
-    if engine.callers_lead.load(Ordering::Relaxed) {
-        ticks_at_least_one(BACKSTOP_NS, engine.ticks.shift)
+    if engine.reaper.callers_lead.load(Ordering::Relaxed) {
+        ticks_at_least_one(BACKSTOP_NS, engine.time.ticks.shift)
     } else {
         0
     }
@@ -51,7 +51,7 @@ pub(super) fn backstop_lag<T: Send + 'static>(engine: &Engine<T>) -> u64 {
 /// `true` when it ran one. Cheap when no pass is due: a load, and the caller's tick if the
 /// thread sleeps on a timer.
 pub(in crate::acker::engine) fn help_if_late<T: Send + 'static>(engine: &Engine<T>) -> bool {
-    let wakes_at = engine.reaper_wakes_at.load(Ordering::SeqCst);
+    let wakes_at = engine.reaper.wakes_at.load(Ordering::SeqCst);
     if wakes_at == AWAKE {
         return false;
     }
@@ -68,23 +68,24 @@ pub(in crate::acker::engine) fn help_if_late<T: Send + 'static>(engine: &Engine<
     // Callers first for timers; for the thread's collection of the batches (its tick by
     // tick sleeps while entries wait), only once the thread is late for it, its backstop's
     // lag included.
-    let late = late_after(engine.ticks.shift);
+    let late = late_after(engine.time.ticks.shift);
     // Relaxed: a hint (`publish_timers`).
-    let timers_due = now >= engine.timers_due_at.load(Ordering::Relaxed);
+    let timers_due = now >= engine.reaper.timers_due_at.load(Ordering::Relaxed);
     let late_at = wakes_at
         .saturating_add(late)
         .saturating_add(backstop_lag(engine));
     if (!timers_due && now < late_at) || engine.stopping() {
         return false;
     }
-    if engine.helping.swap(true, Ordering::SeqCst) {
+    if engine.reaper.helping.swap(true, Ordering::SeqCst) {
         return false; // another caller runs it
     }
     // Claim this pass: fails if the thread ran since the load (it published again) or
     // another caller claimed it. Until the thread runs, the next help is a tick from now
     // (and a lateness more with no timer due).
     let claimed = engine
-        .reaper_wakes_at
+        .reaper
+        .wakes_at
         .compare_exchange(wakes_at, now + 1, Ordering::SeqCst, Ordering::SeqCst)
         .is_ok();
     // From here, the tick this caller published last.
@@ -111,7 +112,7 @@ pub(in crate::acker::engine) fn help_if_late<T: Send + 'static>(engine: &Engine<
         } else {
             // Not waited for: a pass under way (the thread's, which publishes its own
             // tick) leaves the claim's.
-            let wheel = match engine.reaper.try_lock() {
+            let wheel = match engine.reaper.wheel.try_lock() {
                 Ok(wheel) => Some(wheel),
                 Err(TryLockError::Poisoned(poisoned)) => Some(poisoned.into_inner()),
                 Err(TryLockError::WouldBlock) => None,
@@ -128,7 +129,8 @@ pub(in crate::acker::engine) fn help_if_late<T: Send + 'static>(engine: &Engine<
         if let Some(next) = next {
             let ours = next.unwrap_or(AWAKE);
             let published = engine
-                .reaper_wakes_at
+                .reaper
+                .wakes_at
                 .compare_exchange(now + 1, ours, Ordering::SeqCst, Ordering::SeqCst)
                 .is_ok();
             // A push between the check above and the CAS read `now + 1` and did not wake
@@ -143,7 +145,8 @@ pub(in crate::acker::engine) fn help_if_late<T: Send + 'static>(engine: &Engine<
                     && !left
                     && engine.threads.waiting_or_busy()
                     && engine
-                        .reaper_wakes_at
+                        .reaper
+                        .wakes_at
                         .compare_exchange(ours, now + 1, Ordering::SeqCst, Ordering::SeqCst)
                         .is_ok()
                 {
@@ -152,7 +155,7 @@ pub(in crate::acker::engine) fn help_if_late<T: Send + 'static>(engine: &Engine<
             }
         }
     }
-    engine.helping.store(false, Ordering::SeqCst);
+    engine.reaper.helping.store(false, Ordering::SeqCst);
     // The tick published last is a promise to pushers ("Sleeping"): the thread, their
     // backstop, must wake within a lag of it. Its sleep may end later (it was planned
     // before this pass filed earlier deadlines): then it plans again. Waking it at every
@@ -162,9 +165,9 @@ pub(in crate::acker::engine) fn help_if_late<T: Send + 'static>(engine: &Engine<
         && (left
             || wakes_at != AWAKE
                 && wakes_at.saturating_add(backstop_lag(engine))
-                    < engine.thread_wakes_at.load(Ordering::SeqCst))
+                    < engine.reaper.thread_wakes_at.load(Ordering::SeqCst))
     {
-        if let Some(thread) = engine.reaper_thread.get() {
+        if let Some(thread) = engine.reaper.thread.get() {
             thread.unpark();
         }
     }

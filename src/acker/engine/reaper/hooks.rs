@@ -27,23 +27,23 @@ impl<T: Send + 'static> Engine<T> {
         if self.manual {
             return true;
         }
-        let wakes_at = self.reaper_wakes_at.load(Ordering::SeqCst);
+        let wakes_at = self.reaper.wakes_at.load(Ordering::SeqCst);
         wakes_at == AWAKE || !reached(wakes_at as Tick, hand_off)
     }
 
     pub(in crate::acker::engine) fn wake_reaper(&self) {
-        if let Some(thread) = self.reaper_thread.get() {
+        if let Some(thread) = self.reaper.thread.get() {
             // Its pass is due now: if it gets no core within a lateness, a caller runs it
             // ([`reaper`](super), "Callers first"); not at once, or the caller that pushed would
             // run the pass it has just woken the thread for. The thread publishes again
             // when it runs.
-            let late = self.caller_full() + late_after(self.ticks.shift);
-            self.reaper_wakes_at.fetch_min(late, Ordering::SeqCst);
+            let late = self.caller_full() + late_after(self.time.ticks.shift);
+            self.reaper.wakes_at.fetch_min(late, Ordering::SeqCst);
             // For callers, as a timer due then, so that they help a thread starved that
             // long (a pass publishes the wheel's own again). Relaxed: a hint.
-            self.timers_due_at.fetch_min(late, Ordering::Relaxed);
+            self.reaper.timers_due_at.fetch_min(late, Ordering::Relaxed);
             thread.unpark();
-        } else if let Some(wake) = self.expiry_waker.get() {
+        } else if let Some(wake) = self.reaper.expiry_waker.get() {
             wake();
         }
     }
@@ -57,9 +57,9 @@ impl<T: Send + 'static> Engine<T> {
     /// [`Acker::pretend_reaper_late`](crate::Acker::pretend_reaper_late).
     #[cfg(any(test, loom, feature = "internals"))]
     pub(in crate::acker) fn pretend_reaper_late(&self) {
-        let now = self.ticks.full(self.clock.now());
+        let now = self.time.ticks.full(self.time.clock.now());
         crate::sync::store_raced(
-            &self.reaper_wakes_at,
+            &self.reaper.wakes_at,
             now.saturating_sub(2),
             Ordering::SeqCst,
         );
@@ -68,24 +68,28 @@ impl<T: Send + 'static> Engine<T> {
     /// [`Acker::pretend_reaper_running`](crate::Acker::pretend_reaper_running).
     #[cfg(any(test, loom, feature = "internals"))]
     pub(in crate::acker) fn pretend_reaper_running(&self) {
-        crate::sync::store_raced(&self.reaper_wakes_at, AWAKE, Ordering::SeqCst);
+        crate::sync::store_raced(&self.reaper.wakes_at, AWAKE, Ordering::SeqCst);
     }
 
     /// Whether the published timer says the reaper thread runs (no timer), for the loom
     /// models.
     #[cfg(any(test, loom, feature = "internals"))]
     pub(in crate::acker) fn reaper_published_running(&self) -> bool {
-        self.reaper_wakes_at.load(Ordering::SeqCst) == AWAKE
+        self.reaper.wakes_at.load(Ordering::SeqCst) == AWAKE
     }
 
     pub(in crate::acker) fn set_reaper_thread(&self, thread: thread::Thread) {
-        let _ = self.reaper_thread.set(thread);
+        let _ = self.reaper.thread.set(thread);
     }
 
     /// Entries in the reaper's wheel (for tests).
     #[cfg(any(test, loom, feature = "internals"))]
     pub(in crate::acker) fn scheduled_timers(&self) -> usize {
-        self.reaper.lock().unwrap_or_else(|e| e.into_inner()).len()
+        self.reaper
+            .wheel
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .len()
     }
 
     /// Roots the reaper's timers cover: in a group whose filed tick is at or before their
@@ -94,9 +98,9 @@ impl<T: Send + 'static> Engine<T> {
     #[cfg(any(test, loom, feature = "internals"))]
     pub(in crate::acker) fn covered_roots(&self) -> usize {
         let active = self.threads.enter();
-        let wheel = self.reaper.lock().unwrap_or_else(|e| e.into_inner());
+        let wheel = self.reaper.wheel.lock().unwrap_or_else(|e| e.into_inner());
         let mut covered = 0;
-        for (shard, t) in self.tables.iter().enumerate() {
+        for (shard, t) in self.tables.shards.iter().enumerate() {
             // Safety: inside the operation `active` marks.
             for table in chain(unsafe { t.current() }) {
                 for slot in 0..table.slots() {
@@ -127,12 +131,12 @@ impl<T: Send + 'static> Engine<T> {
     /// A panic in a reaper pass (the thread's or a caller's, or the caller's clock before
     /// one), or a reaper thread lost to one: counted.
     pub(in crate::acker::engine) fn count_reaper_panic(&self) {
-        self.reaper_panics.fetch_add(1, Ordering::SeqCst);
+        self.reaper.panics.fetch_add(1, Ordering::SeqCst);
     }
 
     /// Panics caught in reaper passes, and reaper threads lost to one.
     #[cfg(any(test, loom, feature = "internals"))]
     pub(in crate::acker) fn reaper_panics(&self) -> u64 {
-        self.reaper_panics.load(Ordering::SeqCst)
+        self.reaper.panics.load(Ordering::SeqCst)
     }
 }

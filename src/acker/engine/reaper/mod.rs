@@ -63,9 +63,9 @@
 //! impossible.
 //!
 //! So the callers that start trees on the async acker run the passes when they can. The
-//! thread publishes the tick its timer is set for (`Engine::reaper_wakes_at`; [`AWAKE`]
+//! thread publishes the tick its timer is set for (`Reaper::wakes_at`; [`AWAKE`]
 //! while it runs, or sleeps with nothing pending), every pass the wheel's next due tick
-//! (`Engine::timers_due_at`), and a caller reads them after its init: once the thread's
+//! (`Reaper::timers_due_at`), and a caller reads them after its init: once the thread's
 //! tick has begun and a timer is due, the caller runs the pass's timers itself
 //! ([`help_if_late`]). A tick the thread wakes at only to collect the batches (every tick
 //! while entries wait) is left to it unless it is [`LATE_AFTER_NS`] (250 µs) late: a pass
@@ -80,7 +80,7 @@
 //! tick, "Sleeping"): woken at every caller's pass, the thread would run beside the
 //! workers, and callers find no pass to claim while it runs.
 //!
-//! A caller's pass makes callers lead (`Engine::callers_lead`), and the thread becomes
+//! A caller's pass makes callers lead (`Reaper::callers_lead`), and the thread becomes
 //! their backstop: it sleeps [`BACKSTOP_NS`] (500 µs) past each timer (a tick it wakes at
 //! only to collect the batches too: callers then leave that to it unless it is a lateness
 //! past the lag, and the thread kept waking beside the workers made an HTTP load's 504s
@@ -155,13 +155,78 @@ use std::time::{Duration, Instant};
 use super::filing::tag_of;
 use super::time::REANCHOR_AFTER;
 use super::Engine;
+use super::ExpiryWaker;
 use crate::acker::table::{Completed, Effects, Expiry, Judge, Table, GROUP_SLOTS};
 use crate::acker::threads::{trim, Entry, LOOK_AHEAD};
 use crate::acker::timers::groups::{GroupAt, GroupTimer};
 use crate::acker::timers::ticks::{full_near, Tick};
-use crate::sync::{store_raced, Ordering};
+use crate::sync::{store_raced, AtomicBool, AtomicU64, Mutex, Ordering};
+use crossbeam_utils::CachePadded;
 use std::sync::Arc;
+use std::sync::OnceLock;
 use std::thread;
+
+/// The reaper's state, one per acker: the wheel a pass files and advances, the thread that
+/// runs the passes, what it publishes to the callers that may run one in its place
+/// ("Callers first"), and its counters. Its passes and its thread's loop are the functions
+/// of this module.
+pub(in crate::acker::engine) struct Reaper {
+    /// The wheel and its scratch, owned by whoever runs a pass.
+    pub(in crate::acker::engine) wheel: Mutex<Wheel>,
+    pub(in crate::acker::engine) thread: OnceLock<thread::Thread>,
+    /// The full tick whose start the reaper thread's timer is set for while it sleeps on
+    /// one, else [`AWAKE`]: a caller that reads a tick at or past it runs the pass when a
+    /// timer is due, and a lateness past it when none is ("Callers first").
+    pub(in crate::acker::engine) wakes_at: CachePadded<AtomicU64>,
+    /// A caller is running the reaper's pass: one at a time.
+    pub(in crate::acker::engine) helping: AtomicBool,
+    /// The full tick the reaper thread's timed sleep ends in, its backstop's lag included,
+    /// else [`AWAKE`]: a caller whose publication is more than a lag earlier wakes the
+    /// thread to plan again ("Callers first").
+    pub(in crate::acker::engine) thread_wakes_at: AtomicU64,
+    /// The wheel's next due tick as the last pass left it, else [`AWAKE`]: callers run a
+    /// pass for its timers ("Callers first"), not for the thread's tick by tick collection
+    /// of the batches.
+    pub(in crate::acker::engine) timers_due_at: AtomicU64,
+    /// Callers ran the last passes due, and the thread is their backstop: it sleeps past
+    /// its timers and judges its passes behind the clock ("Callers first").
+    pub(in crate::acker::engine) callers_lead: AtomicBool,
+    /// The last full tick at which the reaper's sleep decision saw trees pending, 0 before
+    /// the first ("Sleeping").
+    pub(in crate::acker::engine) busy_at: AtomicU64,
+    /// Manual mode: what wakes a task that runs the passes in place of the reaper thread
+    /// ([`manual`](crate::acker::manual)), called where the thread would be unparked. Set
+    /// once, by that task.
+    pub(in crate::acker::engine) expiry_waker: OnceLock<ExpiryWaker>,
+    /// Reaper wake-ups that found nothing to do.
+    pub(in crate::acker::engine) idle_wakeups: AtomicU64,
+    /// Panics caught in reaper passes (a clock, a payload's drop).
+    pub(in crate::acker::engine) panics: AtomicU64,
+    /// Late reapers' passes run by callers, and the longest of them in nanoseconds.
+    pub(in crate::acker::engine) caller_passes: AtomicU64,
+    pub(in crate::acker::engine) caller_pass_longest: AtomicU64,
+}
+
+impl Reaper {
+    /// A reaper whose wheel starts at full tick `now`, its thread not started.
+    pub(in crate::acker::engine) fn new(now: u64) -> Self {
+        Reaper {
+            wheel: Mutex::new(Wheel::new(now)),
+            thread: OnceLock::new(),
+            wakes_at: CachePadded::new(AtomicU64::new(AWAKE)),
+            helping: AtomicBool::new(false),
+            thread_wakes_at: AtomicU64::new(AWAKE),
+            timers_due_at: AtomicU64::new(AWAKE),
+            callers_lead: AtomicBool::new(false),
+            busy_at: AtomicU64::new(0),
+            expiry_waker: OnceLock::new(),
+            idle_wakeups: AtomicU64::new(0),
+            panics: AtomicU64::new(0),
+            caller_passes: AtomicU64::new(0),
+            caller_pass_longest: AtomicU64::new(0),
+        }
+    }
+}
 
 /// What a pass did.
 #[derive(Clone, Copy, Debug, Default)]
@@ -232,7 +297,7 @@ fn pass<T: Send + 'static>(engine: &Engine<T>, runner: Runner) -> Pass {
     // times out nothing before its deadline as read on that clock; the wheel's time (the
     // anchor's), which files and advances the group timers, never goes back. (While the
     // clock is behind it, a group it judges not yet due is looked at again each pass.)
-    let read = engine.ticks.full(engine.clock.now());
+    let read = engine.time.ticks.full(engine.time.clock.now());
     // The thread as the callers' backstop judges what they left that late ("Callers
     // first"); its deliveries' lateness is counted on the clock as read.
     let clock = match runner {
@@ -252,8 +317,12 @@ fn pass<T: Send + 'static>(engine: &Engine<T>, runner: Runner) -> Pass {
     };
     {
         let mut wheel = match runner {
-            Runner::Reaper { .. } => engine.reaper.lock().unwrap_or_else(|e| e.into_inner()),
-            Runner::Caller => match engine.reaper.try_lock() {
+            Runner::Reaper { .. } => engine
+                .reaper
+                .wheel
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()),
+            Runner::Caller => match engine.reaper.wheel.try_lock() {
                 Ok(wheel) => wheel,
                 Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
                 // Another pass is under way (the thread's after all, or a manual
@@ -343,11 +412,11 @@ fn pass<T: Send + 'static>(engine: &Engine<T>, runner: Runner) -> Pass {
     // thread's delivers timeouts they left (judged a lag behind: they no longer come in
     // time) ("Callers first"). Relaxed: `backstop_lag`'s hint.
     if caller && pass.left {
-        engine.callers_lead.store(false, Ordering::Relaxed);
+        engine.reaper.callers_lead.store(false, Ordering::Relaxed);
     } else if caller && timers {
-        engine.callers_lead.store(true, Ordering::Relaxed);
+        engine.reaper.callers_lead.store(true, Ordering::Relaxed);
     } else if !caller && pass.delivered > 0 {
-        engine.callers_lead.store(false, Ordering::Relaxed);
+        engine.reaper.callers_lead.store(false, Ordering::Relaxed);
     }
     // Outside the lock: `on_complete` may call back into the acker, even `expire`. Before
     // the upkeep below: it may build a successor a caller asked for (the kernel zeroes its
@@ -360,13 +429,19 @@ fn pass<T: Send + 'static>(engine: &Engine<T>, runner: Runner) -> Pass {
         // Counted inside the operation, which shutdown waits for: no count after it.
         let took = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
         // Relaxed (both): statistics.
-        engine.caller_passes.fetch_add(1, Ordering::Relaxed);
+        engine.reaper.caller_passes.fetch_add(1, Ordering::Relaxed);
         engine
+            .reaper
             .caller_pass_longest
             .fetch_max(took, Ordering::Relaxed);
         return pass;
     }
-    let now = engine.reaper.lock().unwrap_or_else(|e| e.into_inner()).now;
+    let now = engine
+        .reaper
+        .wheel
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .now;
     // Migrations, shrinking, retired generations
     // ([`generations`](crate::acker::engine::generations)); outside the wheel's lock, as
     // a move may complete a tree (its callback may call `expire`), and the filing of the
@@ -376,7 +451,11 @@ fn pass<T: Send + 'static>(engine: &Engine<T>, runner: Runner) -> Pass {
         // The filed ticks of generations that left their tables' chains, this pass's
         // promotions included: the pass that shrinks a burst's tables may be the last for
         // a long time, and a large generation's ticks are 4 B a group.
-        let mut wheel = engine.reaper.lock().unwrap_or_else(|e| e.into_inner());
+        let mut wheel = engine
+            .reaper
+            .wheel
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         let before = wheel.filed.heap_bytes();
         for shard in 0..wheel.filed.tables() {
             engine.prune_filed(shard, &mut wheel.filed);
@@ -393,6 +472,7 @@ fn pass<T: Send + 'static>(engine: &Engine<T>, runner: Runner) -> Pass {
         // Not given back yet: counted again at the next pass.
         engine
             .reaper
+            .wheel
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .released += kept;
@@ -458,7 +538,7 @@ fn look_at_group<'e, T: Send + 'static>(
     wheel.push(decision, timer);
 }
 
-/// [`Engine::reaper_wakes_at`] while the reaper thread is not asleep on its timer: running,
+/// [`Reaper::wakes_at`] while the reaper thread is not asleep on its timer: running,
 /// parked with nothing pending, or not started (a manual acker's is always this).
 pub(super) const AWAKE: u64 = u64::MAX;
 
@@ -499,7 +579,11 @@ pub(super) enum Wait {
 /// tick or housekeeping's next work, or until woken when neither has any.
 pub(super) fn next_wait<T: Send + 'static>(engine: &Engine<T>) -> Wait {
     let (waiting_in_batches, next_due, now) = {
-        let mut wheel = engine.reaper.lock().unwrap_or_else(|e| e.into_inner());
+        let mut wheel = engine
+            .reaper
+            .wheel
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         // Dead entries with nothing pending: the next tick's pass sweeps them, rather than
         // their deadlines ([`wheel`], "Dead entries").
         let next_due = if wheel.ask_idle_sweep(engine.pending()) {
@@ -547,7 +631,7 @@ pub(super) fn next_wait<T: Send + 'static>(engine: &Engine<T>) -> Wait {
     }
 }
 
-/// Publishes the wheel's next due tick for callers (`Engine::timers_due_at`, "Callers
+/// Publishes the wheel's next due tick for callers (`Reaper::timers_due_at`, "Callers
 /// first").
 pub(in crate::acker::engine) fn publish_timers<T: Send + 'static>(
     engine: &Engine<T>,
@@ -556,7 +640,7 @@ pub(in crate::acker::engine) fn publish_timers<T: Send + 'static>(
     let due = wheel.timers.next_due().unwrap_or(AWAKE);
     // Relaxed: a hint; a stale one costs a caller a pass with no timer due, or leaves a
     // due one to the thread a lateness longer.
-    engine.timers_due_at.store(due, Ordering::Relaxed);
+    engine.reaper.timers_due_at.store(due, Ordering::Relaxed);
 }
 
 /// How long, in hand-off ages, the reaper thread keeps sleeping a hand-off age at a time
@@ -576,10 +660,10 @@ fn longest_sleep<T: Send + 'static>(engine: &Engine<T>, now: u64) -> u64 {
     if engine.pending() > 0 {
         // Relaxed (both): a hint for how long to sleep; the thread alone reads it to
         // decide, and a caller's publication only ever shortens a sleep with it.
-        engine.busy_at.fetch_max(now, Ordering::Relaxed);
+        engine.reaper.busy_at.fetch_max(now, Ordering::Relaxed);
         return age;
     }
-    let busy_at = engine.busy_at.load(Ordering::Relaxed); // Relaxed: as above
+    let busy_at = engine.reaper.busy_at.load(Ordering::Relaxed); // Relaxed: as above
     if busy_at != 0 && now < busy_at + LINGER_AGES * age {
         age
     } else {
@@ -593,12 +677,12 @@ fn reaper_loop<T: Send + 'static>(engine: &Engine<T>) {
     crate::sync::slice::ask_for_slice(crate::sync::slice::REAPER_SLICE_NS);
     // The tick the last timed sleep aimed at (`sleep_until`).
     let mut aimed = None;
-    let tick = Duration::from_nanos(1 << engine.ticks.shift);
+    let tick = Duration::from_nanos(1 << engine.time.ticks.shift);
     while !engine.stopping() {
         // Running: no caller runs this pass in its place ("Callers first").
         // Raced by callers' CASes (`store_raced`: the loom models see a real store).
-        store_raced(&engine.reaper_wakes_at, AWAKE, Ordering::SeqCst);
-        engine.thread_wakes_at.store(AWAKE, Ordering::SeqCst);
+        store_raced(&engine.reaper.wakes_at, AWAKE, Ordering::SeqCst);
+        engine.reaper.thread_wakes_at.store(AWAKE, Ordering::SeqCst);
         // A pass that panics (a clock's `now`) is counted and the loop goes on: a reaper
         // that stopped would leave every deadline unserved. A panic in a pass happens
         // before it moves entries out of the wheel or after it has delivered them
@@ -616,7 +700,7 @@ fn reaper_loop<T: Send + 'static>(engine: &Engine<T>) {
             }
         };
         if !pass.worked {
-            engine.idle_wakeups.fetch_add(1, Ordering::Relaxed); // a statistic
+            engine.reaper.idle_wakeups.fetch_add(1, Ordering::Relaxed); // a statistic
         }
         match next_wait(engine) {
             Wait::Tick { from } => {
@@ -654,7 +738,7 @@ fn sleep_until<T: Send + 'static>(
     ticks: u64,
     aimed: &mut Option<u64>,
 ) {
-    let tick_nanos = 1u64 << engine.ticks.shift;
+    let tick_nanos = 1u64 << engine.time.ticks.shift;
     let most = ticks.saturating_mul(tick_nanos);
     let again = aimed.replace(tick) == Some(tick);
     let now = catch_unwind(AssertUnwindSafe(|| engine.now())).ok();
@@ -677,11 +761,12 @@ fn sleep_until<T: Send + 'static>(
         // pass once it begins ("Callers first"); a push relies on the thread or a caller
         // to run it by then ("Sleeping").
         let ends = now.map_or(AWAKE, |now| {
-            tick.max(engine.ticks.full(now.wrapping_add(wait)))
+            tick.max(engine.time.ticks.full(now.wrapping_add(wait)))
         });
-        store_raced(&engine.reaper_wakes_at, ends, Ordering::SeqCst);
-        let lag_ticks = lag >> engine.ticks.shift;
+        store_raced(&engine.reaper.wakes_at, ends, Ordering::SeqCst);
+        let lag_ticks = lag >> engine.time.ticks.shift;
         engine
+            .reaper
             .thread_wakes_at
             .store(ends.saturating_add(lag_ticks), Ordering::SeqCst);
         thread::park_timeout(Duration::from_nanos(wait + lag));

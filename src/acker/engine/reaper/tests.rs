@@ -28,8 +28,8 @@ fn a_caller_runs_the_pass_once_the_threads_timer_is_due() {
         .build_manual()
         .unwrap();
     let engine = acker.engine();
-    let tick = Duration::from_nanos(1 << engine.ticks.shift);
-    let now = || engine.ticks.full(clock.now());
+    let tick = Duration::from_nanos(1 << engine.time.ticks.shift);
+    let now = || engine.time.ticks.full(clock.now());
     acker.init(1, 0b1, 0).unwrap();
     acker
         .init_with_timeout(2, 0b1, 0, Duration::from_secs(1))
@@ -38,7 +38,7 @@ fn a_caller_runs_the_pass_once_the_threads_timer_is_due() {
     clock.advance(50 * MS);
     // Due, but no reaper sleeps on a timer.
     assert!(!acker.help_late_reaper());
-    engine.reaper_wakes_at.store(now() + 1, SeqCst);
+    engine.reaper.wakes_at.store(now() + 1, SeqCst);
     assert!(!acker.help_late_reaper(), "ran a pass before its tick");
     assert!(log.lock().unwrap().is_empty());
     clock.advance(tick);
@@ -46,7 +46,7 @@ fn a_caller_runs_the_pass_once_the_threads_timer_is_due() {
     assert_eq!(*log.lock().unwrap(), [(1, Outcome::TimedOut)]);
     // Claimed, then moved to the next timer (root 2's, about a second on): no help
     // until that one's tick.
-    let next = engine.reaper_wakes_at.load(SeqCst);
+    let next = engine.reaper.wakes_at.load(SeqCst);
     assert!(next > now() + 500, "published {next} at {}", now());
     while now() + 1 < next {
         clock.advance(tick);
@@ -57,7 +57,7 @@ fn a_caller_runs_the_pass_once_the_threads_timer_is_due() {
     assert!(acker.help_late_reaper());
     assert_eq!(log.lock().unwrap()[1], (2, Outcome::TimedOut));
     // No timer left: nothing published, no help.
-    assert_eq!(engine.reaper_wakes_at.load(SeqCst), AWAKE);
+    assert_eq!(engine.reaper.wakes_at.load(SeqCst), AWAKE);
     clock.advance(100 * MS);
     assert!(!acker.help_late_reaper());
 }
@@ -81,17 +81,17 @@ fn manual_at_1ms() -> (ManualClock, Acker<u32>) {
 fn callers_run_passes_at_once_for_timers_only() {
     let (clock, acker) = manual_at_1ms();
     let engine = acker.engine();
-    let tick = Duration::from_nanos(1 << engine.ticks.shift);
-    let now = || engine.ticks.full(clock.now());
+    let tick = Duration::from_nanos(1 << engine.time.ticks.shift);
+    let now = || engine.time.ticks.full(clock.now());
     acker.init(1, 0b1, 0).unwrap();
     assert_eq!(acker.expire(), 0, "filed, not due");
     // The thread's next tick, for entries in batches: no timer due.
-    engine.reaper_wakes_at.store(now(), SeqCst);
+    engine.reaper.wakes_at.store(now(), SeqCst);
     assert!(
         !acker.help_late_reaper(),
         "a caller ran a pass with no timer due"
     );
-    for _ in 0..late_after(engine.ticks.shift) {
+    for _ in 0..late_after(engine.time.ticks.shift) {
         clock.advance(tick);
     }
     assert!(
@@ -100,7 +100,7 @@ fn callers_run_passes_at_once_for_timers_only() {
     );
     // Past the tree's deadline: at once.
     clock.advance(20 * MS);
-    engine.reaper_wakes_at.store(now(), SeqCst);
+    engine.reaper.wakes_at.store(now(), SeqCst);
     assert!(acker.help_late_reaper(), "a due timer waited");
     assert_eq!(acker.stats().timed_out, 1);
 }
@@ -122,7 +122,7 @@ fn callers_lead_until_the_threads_pass_delivers_what_they_left() {
             .unwrap()
     };
     let (led, alone) = (acker(), acker());
-    let tick = Duration::from_nanos(1 << led.engine().ticks.shift);
+    let tick = Duration::from_nanos(1 << led.engine().time.ticks.shift);
     let threads = |acker: &Acker<u32>| {
         let engine = acker.engine();
         pass(
@@ -191,13 +191,13 @@ fn a_push_that_wakes_the_thread_leaves_it_its_pass() {
     let (clock, acker) = manual_at_1ms();
     let engine = acker.engine();
     engine.set_reaper_thread(std::thread::current());
-    let tick = Duration::from_nanos(1 << engine.ticks.shift);
+    let tick = Duration::from_nanos(1 << engine.time.ticks.shift);
     acker.init(1, 0b1, 0).unwrap();
     acker.expire();
     clock.advance(50 * MS);
     // Due, and the thread idle: a push wakes it.
     engine.wake_reaper();
-    for _ in 0..late_after(engine.ticks.shift) {
+    for _ in 0..late_after(engine.time.ticks.shift) {
         assert!(
             !acker.help_late_reaper(),
             "a caller ran the pass a push had just woken the thread for"
@@ -230,8 +230,9 @@ fn a_clock_that_panics_in_a_callers_check_is_caught_and_counted() {
     acker.init(1, 0b1, 0).unwrap();
     clock.time.advance(50 * MS);
     engine
-        .reaper_wakes_at
-        .store(engine.ticks.full(clock.now()) - 2, SeqCst);
+        .reaper
+        .wakes_at
+        .store(engine.time.ticks.full(clock.now()) - 2, SeqCst);
     clock.panicking.store(true, SeqCst);
     let helped = catch_unwind(AssertUnwindSafe(|| acker.help_late_reaper()));
     clock.panicking.store(false, SeqCst);
@@ -258,13 +259,13 @@ fn the_reaper_thread_publishes_the_tick_it_sleeps_until() {
         .build()
         .unwrap();
     let engine = acker.engine();
-    assert_eq!(engine.reaper_wakes_at.load(SeqCst), AWAKE);
+    assert_eq!(engine.reaper.wakes_at.load(SeqCst), AWAKE);
     acker.init(1, 0b1, 0).unwrap();
     let age = u64::from(engine.hand_off_age);
     let waited = Instant::now();
     loop {
-        let now = engine.ticks.full(engine.clock.now());
-        let wakes_at = engine.reaper_wakes_at.load(SeqCst);
+        let now = engine.time.ticks.full(engine.time.clock.now());
+        let wakes_at = engine.reaper.wakes_at.load(SeqCst);
         if wakes_at != AWAKE && wakes_at > now + age / 2 {
             assert!(wakes_at <= now + age, "asleep until {wakes_at} at {now}");
             break;
@@ -298,8 +299,8 @@ fn asleep_past_the_next_tick(acker: &Acker<u32>, clock: &ManualClock, step: Dura
     let engine = acker.engine();
     let waited = Instant::now();
     loop {
-        let wakes_at = engine.reaper_wakes_at.load(SeqCst);
-        if wakes_at != AWAKE && wakes_at > engine.ticks.full(clock.now()) + 1 {
+        let wakes_at = engine.reaper.wakes_at.load(SeqCst);
+        if wakes_at != AWAKE && wakes_at > engine.time.ticks.full(clock.now()) + 1 {
             return wakes_at;
         }
         assert!(
@@ -324,7 +325,7 @@ fn a_tree_started_beside_pending_ones_does_not_wake_the_reaper_one_due_sooner_do
     let asleep_until = asleep_past_the_next_tick(&acker, &clock, 20 * MS);
     acker.init(2, 0b1, 0).unwrap();
     assert_eq!(
-        engine.reaper_wakes_at.load(SeqCst),
+        engine.reaper.wakes_at.load(SeqCst),
         asleep_until,
         "the init woke the reaper"
     );
@@ -355,7 +356,7 @@ fn the_reaper_lingers_after_the_last_tree_then_parks() {
     acker.init(1, 0b1, 0).unwrap();
     // Until the reaper has seen it pending: its timer is then at most an age away.
     let waited = Instant::now();
-    while engine.busy_at.load(SeqCst) == 0 {
+    while engine.reaper.busy_at.load(SeqCst) == 0 {
         assert!(waited.elapsed() < Duration::from_secs(10), "never saw it");
         clock.advance(20 * MS);
         std::thread::sleep(MS);
@@ -367,18 +368,18 @@ fn the_reaper_lingers_after_the_last_tree_then_parks() {
     let asleep_until = asleep_past_the_next_tick(&acker, &clock, Duration::ZERO);
     acker.init(2, 0b1, 0).unwrap();
     assert_eq!(
-        engine.reaper_wakes_at.load(SeqCst),
+        engine.reaper.wakes_at.load(SeqCst),
         asleep_until,
         "the next request's init woke the reaper"
     );
     assert!(acker.ack(2, 0b1));
     // Four ages on, it parks: no timer published, and no wake-ups.
     let parked = Instant::now();
-    while engine.reaper_wakes_at.load(SeqCst) != AWAKE {
+    while engine.reaper.wakes_at.load(SeqCst) != AWAKE {
         assert!(
             parked.elapsed() < Duration::from_secs(10),
             "still polling {} ticks after the last tree",
-            engine.ticks.full(clock.now()) - engine.busy_at.load(SeqCst)
+            engine.time.ticks.full(clock.now()) - engine.reaper.busy_at.load(SeqCst)
         );
         clock.advance(20 * MS * age as u32 / 4);
         engine.wake_reaper();
@@ -434,7 +435,7 @@ fn a_callers_pass_times_out_a_bounded_batch_and_leaves_the_burst_to_the_thread()
     // Left due, for the thread: the next caller helps a lateness later.
     assert!(!acker.help_late_reaper(), "the next caller helped at once");
     clock.advance(Duration::from_nanos(
-        late_after(engine.ticks.shift) << engine.ticks.shift,
+        late_after(engine.time.ticks.shift) << engine.time.ticks.shift,
     ));
     assert!(acker.help_late_reaper(), "the next caller did not help");
     let second = log.lock().unwrap().len() - first;
@@ -455,7 +456,7 @@ fn a_callers_pass_times_out_a_bounded_batch_and_leaves_the_burst_to_the_thread()
 fn a_callers_pass_does_not_wait_for_the_wheel() {
     let (_clock, acker, log) = overdue(10);
     let acker = Arc::new(acker);
-    let held = acker.engine().reaper.lock().unwrap();
+    let held = acker.engine().reaper.wheel.lock().unwrap();
     let (sent, returned) = std::sync::mpsc::channel();
     let caller = {
         let acker = Arc::clone(&acker);
@@ -548,7 +549,7 @@ fn trees_that_come_and_go_do_not_wake_the_reaper_every_tick() {
         acker.init(root, 0b1, 0).unwrap();
         acker.expire(); // reads it pending, files it
         assert!(acker.ack(root, 0b1)); // its entry now dead
-        let tick = engine.ticks.full(clock.now());
+        let tick = engine.time.ticks.full(clock.now());
         match engine.next_pass() {
             Next::At(at) if at == engine.tick_start(tick + 1) => next_tick_passes += 1,
             Next::At(at) => assert!(at > engine.tick_start(tick + 1000), "{at}"),
