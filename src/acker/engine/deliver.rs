@@ -80,7 +80,7 @@ impl<T: Send + 'static> Engine<T> {
         }
         let (mut late_max, mut late_total) = (0, 0);
         for (_, table, completed) in &timed_out {
-            let late = lateness(table, completed.slot, self.anchor(), now);
+            let late = lateness(table, completed.slot, self.time.anchor(), now);
             late_max = late_max.max(late);
             late_total += late;
         }
@@ -126,7 +126,7 @@ impl<T: Send + 'static> Engine<T> {
         let (now, clock_panic) = match now {
             Some(now) => (Some(now), None),
             // The counter's path reads `MonotonicClock`, which does not panic.
-            None if self.time.tsc_ticks => (Some(self.caller_full()), None),
+            None if self.time.tsc_ticks => (Some(self.time.caller_full()), None),
             None => match catch_unwind(AssertUnwindSafe(|| self.time.clock.now())) {
                 Ok(ns) => (Some(self.time.ticks.full(ns)), None),
                 Err(panic) => (None, Some(panic)),
@@ -136,7 +136,7 @@ impl<T: Send + 'static> Engine<T> {
         // aliases, whatever the tree's life); a clock that stepped back below the start
         // gives 0.
         let ticks = match (stamp, now) {
-            (Some(stamp), Some(now)) => stamp.age(self.anchor(), now),
+            (Some(stamp), Some(now)) => stamp.age(self.time.anchor(), now),
             _ => 0,
         };
         let mut elapsed = self.time.ticks.nanos(ticks);
@@ -153,7 +153,7 @@ impl<T: Send + 'static> Engine<T> {
                 Outcome::Acked => counters.acked.fetch_add(1, Ordering::Relaxed),
                 Outcome::Failed => counters.failed.fetch_add(1, Ordering::Relaxed),
                 Outcome::TimedOut => {
-                    let anchor = self.anchor();
+                    let anchor = self.time.anchor();
                     let late = now.map_or(0, |now| lateness(table, slot, anchor, now));
                     counters.lateness_max.fetch_max(late, Ordering::Relaxed);
                     counters.lateness_total.fetch_add(late, Ordering::Relaxed);

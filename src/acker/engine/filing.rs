@@ -1,19 +1,15 @@
-//! A created entry's way to the reaper, and back to its slot: an operation's effects
-//! finished (its new entries filed in the thread's batch, or on the wheel for the roots a
-//! reaper pass moves; its completions delivered; what it stranded moved), and the lookups
-//! the batches' filter and the reaper make of an entry or a group timer in the tables'
-//! generations (module docs, "Timers").
+//! A created entry's way to the reaper: an operation's effects finished (its new entries
+//! filed in the thread's batch, or on the wheel for the roots a reaper pass moves; its
+//! completions delivered; what it stranded moved). The way back, from an entry to its
+//! slot, is the tables' ([`tables`](super::tables)).
 
-use super::generations::chain;
 use super::reaper::publish_timers;
 use super::reaper::wheel::file;
+use super::tables::EntrySlots;
 use super::Engine;
-use crate::acker::table::word::Key;
-use crate::acker::table::{Effects, Table, GROUP_SLOTS};
-use crate::acker::threads::{Active, Entry, Liveness, Pushed};
-use crate::acker::timers::groups::{Filed, GroupAt, GroupTimer};
+use crate::acker::table::{Effects, Table};
+use crate::acker::threads::{Active, Pushed};
 use crate::acker::timers::ticks::reached;
-use crate::acker::timers::{GEN_TAG_BITS, TAG_CHECK_MASK};
 use crate::sync::Ordering;
 
 impl<T: Send + 'static> Engine<T> {
@@ -67,7 +63,7 @@ impl<T: Send + 'static> Engine<T> {
             let Some((stamp, deadline, key)) = generation(table, gen).to_file(slot) else {
                 continue; // completed and freed already
             };
-            let entry = self.entry_of(shard, slot, key, gen);
+            let entry = self.tables.entry_of(shard, slot, key, gen);
             // To the reaper after the hand-off age, or a tick before the deadline.
             let (aged, last) = (
                 stamp.start().wrapping_add(self.hand_off_age),
@@ -78,9 +74,13 @@ impl<T: Send + 'static> Engine<T> {
             } else {
                 (last, true) // a short timeout of its own
             };
-            let mut pushed =
-                self.threads
-                    .push_in(active, entry, hand_off, stamp.start(), EntrySlots(self));
+            let mut pushed = self.threads.push_in(
+                active,
+                entry,
+                hand_off,
+                stamp.start(),
+                EntrySlots(&self.tables),
+            );
             // A push into an empty batch checks whether the reaper is idle; one due before
             // the hand-off age checks too, as the reaper's timer may end after it even
             // when the batch's first entry's did not (`reaper_sleeps_past`).
@@ -114,116 +114,14 @@ impl<T: Send + 'static> Engine<T> {
             std::iter::once(first).chain(std::iter::from_fn(|| effects.take_to_file()))
         {
             if let Some((_, _, key)) = generation(table, gen).to_file(slot) {
-                file(self, &mut wheel, self.entry_of(shard, slot, key, gen));
+                file(
+                    self,
+                    &mut wheel,
+                    self.tables.entry_of(shard, slot, key, gen),
+                );
             }
         }
         publish_timers(self, &wheel);
-    }
-
-    /// The batch entry of `slot` of `shard`'s generation `gen`, which holds `key`.
-    #[inline(always)]
-    fn entry_of(&self, shard: usize, slot: usize, key: Key, gen: u32) -> Entry {
-        Entry {
-            slot: (shard << self.tables.slot_bits | slot) as u32,
-            tag: tag_of(key.tag(), gen),
-        }
-    }
-
-    /// Asks for the line of a batch entry's slot (in its table's current generation, where
-    /// nearly every entry is; another's is not worth the walk for a hint). Called inside
-    /// an acker operation.
-    #[inline]
-    pub(in crate::acker::engine) fn prefetch_entry(&self, entry: &Entry) {
-        let (shard, slot) = self.shard_and_slot(entry);
-        let Some(generations) = self.tables.shards.get(shard) else {
-            return;
-        };
-        // Safety: the caller's contract.
-        let current = unsafe { generations.current() };
-        if current.gen() & GEN_MASK == entry.tag & GEN_MASK {
-            current.prefetch_slot(slot);
-        }
-    }
-
-    /// Whether a batch entry's slot still holds an uncompleted (or moving) root of its
-    /// tag. Called inside an acker operation.
-    #[inline]
-    pub(in crate::acker::engine) fn entry_live(&self, entry: &Entry) -> bool {
-        self.locate(entry)
-            .is_some_and(|(_, table, slot)| self.holds_entry(table, slot, entry))
-    }
-
-    /// Whether `slot` of `table` (where [`locate`](Self::locate) put `entry`) still holds
-    /// the entry's root.
-    #[inline]
-    pub(in crate::acker::engine) fn holds_entry(
-        &self,
-        table: &Table<T>,
-        slot: usize,
-        entry: &Entry,
-    ) -> bool {
-        table
-            .key_in(slot)
-            .is_some_and(|key| tag_of(key.tag(), table.gen()) == entry.tag)
-    }
-
-    /// A group timer's group, and whether any slot of it holds a root (or one being
-    /// moved); `None` for an older generation's. Called inside an acker operation.
-    pub(in crate::acker::engine) fn group_state(
-        &self,
-        timer: &GroupTimer,
-    ) -> Option<(GroupAt, bool)> {
-        let entry = Entry {
-            slot: timer.first,
-            tag: timer.gen,
-        };
-        let (shard, table, first) = self.locate(&entry)?;
-        let live = (first..first + GROUP_SLOTS).any(|slot| table.key_in(slot).is_some());
-        let at = GroupAt {
-            shard,
-            gen: table.gen(),
-            groups: table.groups(),
-            group: first / GROUP_SLOTS,
-        };
-        Some((at, live))
-    }
-
-    /// Drops the reaper's filed ticks of `shard`'s generations that left its chain. Called
-    /// inside an acker operation.
-    pub(in crate::acker::engine) fn prune_filed(&self, shard: usize, filed: &mut Filed) {
-        if let Some(t) = self.tables.shards.get(shard) {
-            // Safety: the caller's contract.
-            let current = unsafe { t.current() };
-            filed.prune(shard, |gen| chain(current).any(|g| g.gen() == gen));
-        }
-    }
-
-    /// A timer entry's table generation and slot: the table is the slot number's top bits
-    /// (a shift and a mask: the batch filter does this per entry), the generation the
-    /// tag's low bits, which must be the current one's or its successor's. `None` for an
-    /// entry of an older generation: its root was moved, with a timer of its own.
-    /// Called inside an acker operation, and the result used only within it.
-    #[inline]
-    pub(in crate::acker::engine) fn locate(
-        &self,
-        entry: &Entry,
-    ) -> Option<(usize, &Table<T>, usize)> {
-        let (shard, slot) = self.shard_and_slot(entry);
-        let gen = entry.tag & GEN_MASK;
-        // Safety: the caller's contract.
-        let current = unsafe { self.tables.shards[shard].current() };
-        let table = chain(current).find(|g| g.gen() & GEN_MASK == gen)?;
-        (slot < table.slots()).then_some((shard, table, slot))
-    }
-
-    /// A timer entry's shard and its slot in the shard's tables: the slot number's top
-    /// bits and the rest.
-    #[inline]
-    fn shard_and_slot(&self, entry: &Entry) -> (usize, usize) {
-        (
-            entry.slot as usize >> self.tables.slot_bits,
-            entry.slot as usize & ((1 << self.tables.slot_bits) - 1),
-        )
     }
 }
 
@@ -242,30 +140,4 @@ pub(in crate::acker::engine) fn generation<T>(table: &Table<T>, gen: u32) -> &Ta
         }
     }
     at
-}
-
-/// A batch entry's tag: the key's tag's check bits, with the generation in the low bits
-/// and the bits above zero.
-#[inline]
-pub(in crate::acker::engine) fn tag_of(key_tag: u32, gen: u32) -> u32 {
-    key_tag & TAG_CHECK_MASK & !GEN_MASK | gen & GEN_MASK
-}
-
-/// The generation bits of a timer entry's tag.
-pub(in crate::acker::engine) const GEN_MASK: u32 = (1 << GEN_TAG_BITS) - 1;
-
-/// The engine as the batches' filter sees it: whether an entry's slot still holds its
-/// root, and its line asked for ahead of that look. Used inside an acker operation.
-struct EntrySlots<'a, T: Send + 'static>(&'a Engine<T>);
-
-impl<T: Send + 'static> Liveness for EntrySlots<'_, T> {
-    #[inline]
-    fn live(&mut self, entry: &Entry) -> bool {
-        self.0.entry_live(entry)
-    }
-
-    #[inline]
-    fn prefetch(&self, entry: &Entry) {
-        self.0.prefetch_entry(entry);
-    }
 }

@@ -365,7 +365,7 @@ impl<T: Send + 'static> Engine<T> {
     pub(super) fn housekeeping(&self, now: u64, active: &Active) -> bool {
         // A move may create an entry (a stranded twin's): stamped with the pass's tick,
         // which is at the anchor ([`anchor`](crate::acker::engine::time)).
-        let stamp = self.stamp_at(now);
+        let stamp = super::time::stamp_at(now);
         let now = now as Tick;
         let per_table = self.pending() / self.tables.shards.len();
         let mut worked = false;

@@ -22,7 +22,7 @@
 //! looks, so `elapsed` never aliases either. A writer reads its tick once per operation
 //! round, where it holds nothing of the tables ([`Engine::write_tick`]); with the default
 //! clock that read is of the time-stamp counter where the CPU and kernel allow it
-//! ([`Engine::caller_full`], [`tsc`](crate::clock::tsc)): the clock's tick or the next one,
+//! ([`TimeBase::caller_full`](time::TimeBase::caller_full), [`tsc`](crate::clock::tsc)): the clock's tick or the next one,
 //! never an earlier one; the reaper reads the clock itself. A tree's deadline is its base
 //! plus its timeout in ticks, rounded up, plus one: a tick read at the first message may be
 //! up to one tick old, so the deadline is never early. The reaper judges it in full ticks
@@ -224,6 +224,38 @@ impl<T: Send + 'static> Engine<T> {
         }
     }
 
+    /// The full tick a writer stamps with ([`TimeBase::write_tick`]), re-anchoring first
+    /// when the clock is far past the anchor ([`time`]). Called inside an operation, where
+    /// it holds nothing of the tables: its entry, or the top of a retry.
+    // Always: in the operation's frame
+    // ([`Table::init_or`](crate::acker::table::Table::init_or)).
+    #[inline(always)]
+    fn write_tick(&self) -> u64 {
+        self.time
+            .write_tick(&self.threads, |from, to| self.rebase(from, to))
+    }
+
+    /// A re-anchoring's rewrite from the anchor `from` to `to`, every other thread
+    /// quiescent ([`time`]): every stored base and start in the tables, then the batches'
+    /// entries into the reaper's wheel, whose filed `u32` ticks are forgotten. Called
+    /// inside an operation, not under the wheel's lock.
+    fn rebase(&self, from: u64, to: u64) {
+        let mut wheel = self.reaper.wheel.lock().unwrap_or_else(|e| e.into_inner());
+        self.tables.rebase(from, to);
+        wheel.reanchored(to);
+        let mut collected = Vec::new();
+        self.threads.collect(to as u32, true, &mut collected);
+        for entry in collected {
+            reaper::wheel::file(self, &mut wheel, entry);
+        }
+    }
+
+    /// A re-anchoring is under way (its thread waits for the busy ones, or sweeps).
+    #[cfg(test)]
+    pub(in crate::acker) fn reanchoring(&self) -> bool {
+        self.threads.moving()
+    }
+
     #[inline]
     fn counters(&self) -> &Counters {
         Counters::own(&self.counters)
@@ -249,7 +281,7 @@ impl<T: Send + 'static> Engine<T> {
         loop {
             // Read here, where the operation holds nothing of the tables
             // ([`anchor`](crate::acker::engine::time)): the first message is this call.
-            let stamp = self.stamp_at(self.write_tick());
+            let stamp = time::stamp_at(self.write_tick());
             // Safety: inside the operation `active` marks.
             let table = unsafe { self.tables.shards[shard].current() };
             let mut effects = Effects::stamped(stamp);
@@ -395,7 +427,7 @@ impl<T: Send + 'static> Engine<T> {
         loop {
             // Read here, where the operation holds nothing of the tables
             // ([`anchor`](crate::acker::engine::time)).
-            let stamp = self.stamp_at(self.write_tick());
+            let stamp = time::stamp_at(self.write_tick());
             // Safety: inside the operation `active` marks.
             let table = unsafe { self.tables.shards[shard].current() };
             let mut effects = Effects::stamped(stamp);

@@ -1,13 +1,20 @@
-//! The tables: one chain of generations per shard ([`generations`](super::generations)), where a root lives
-//! ([`layout`](super::layout)), how large a shard's table may grow ([`growth`](super::growth)), and the generations
-//! retired by migrations until their grace period ends.
+//! The tables: one chain of generations per shard ([`generations`](super::generations)),
+//! where a root lives ([`layout`](super::layout)), how large a shard's table may grow
+//! ([`growth`](super::growth)), and the generations retired by migrations until their
+//! grace period ends; and the way back from a timer entry (a thread's hand-off list, the
+//! reaper's wheel) to its slot: an entry names its shard and slot in one `u32` and its
+//! generation in its tag's low bits, and is live while its slot holds a root of its tag.
 
-use super::generations::Generations;
+use super::generations::{chain, Generations};
 use super::growth::{staggered, Retired, MIN_TABLE_SLOTS};
 use super::layout::{Layout, Mix};
 use crate::acker::bound::Credits;
+use crate::acker::table::word::Key;
 use crate::acker::table::{Table, GROUP_SLOTS};
+use crate::acker::threads::{Entry, Liveness};
+use crate::acker::timers::groups::{Filed, GroupAt, GroupTimer};
 use crate::acker::timers::ticks::Tick;
+use crate::acker::timers::{GEN_TAG_BITS, TAG_CHECK_MASK};
 use crate::sync::{Arc, AtomicU64, AtomicUsize, Mutex};
 
 /// Every shard's chain of table generations, and what governs their sizes.
@@ -82,5 +89,144 @@ impl<T> Tables<T> {
             #[cfg(test)]
             grown_by_reaper: AtomicU64::new(0),
         }
+    }
+}
+
+impl<T: Send + 'static> Tables<T> {
+    /// The batch entry of `slot` of `shard`'s generation `gen`, which holds `key`.
+    #[inline(always)]
+    pub(super) fn entry_of(&self, shard: usize, slot: usize, key: Key, gen: u32) -> Entry {
+        Entry {
+            slot: (shard << self.slot_bits | slot) as u32,
+            tag: tag_of(key.tag(), gen),
+        }
+    }
+
+    /// Asks for the line of a batch entry's slot (in its table's current generation, where
+    /// nearly every entry is; another's is not worth the walk for a hint). Called inside
+    /// an acker operation.
+    #[inline]
+    pub(super) fn prefetch_entry(&self, entry: &Entry) {
+        let (shard, slot) = self.shard_and_slot(entry);
+        let Some(generations) = self.shards.get(shard) else {
+            return;
+        };
+        // Safety: the caller's contract.
+        let current = unsafe { generations.current() };
+        if current.gen() & GEN_MASK == entry.tag & GEN_MASK {
+            current.prefetch_slot(slot);
+        }
+    }
+
+    /// Whether a batch entry's slot still holds an uncompleted (or moving) root of its
+    /// tag. Called inside an acker operation.
+    #[inline]
+    pub(super) fn entry_live(&self, entry: &Entry) -> bool {
+        self.locate(entry)
+            .is_some_and(|(_, table, slot)| self.holds_entry(table, slot, entry))
+    }
+
+    /// Whether `slot` of `table` (where [`locate`](Self::locate) put `entry`) still holds
+    /// the entry's root.
+    #[inline]
+    pub(super) fn holds_entry(&self, table: &Table<T>, slot: usize, entry: &Entry) -> bool {
+        table
+            .key_in(slot)
+            .is_some_and(|key| tag_of(key.tag(), table.gen()) == entry.tag)
+    }
+
+    /// A group timer's group, and whether any slot of it holds a root (or one being
+    /// moved); `None` for an older generation's. Called inside an acker operation.
+    pub(super) fn group_state(&self, timer: &GroupTimer) -> Option<(GroupAt, bool)> {
+        let entry = Entry {
+            slot: timer.first,
+            tag: timer.gen,
+        };
+        let (shard, table, first) = self.locate(&entry)?;
+        let live = (first..first + GROUP_SLOTS).any(|slot| table.key_in(slot).is_some());
+        let at = GroupAt {
+            shard,
+            gen: table.gen(),
+            groups: table.groups(),
+            group: first / GROUP_SLOTS,
+        };
+        Some((at, live))
+    }
+
+    /// Drops the reaper's filed ticks of `shard`'s generations that left its chain. Called
+    /// inside an acker operation.
+    pub(super) fn prune_filed(&self, shard: usize, filed: &mut Filed) {
+        if let Some(t) = self.shards.get(shard) {
+            // Safety: the caller's contract.
+            let current = unsafe { t.current() };
+            filed.prune(shard, |gen| chain(current).any(|g| g.gen() == gen));
+        }
+    }
+
+    /// A timer entry's table generation and slot: the table is the slot number's top bits
+    /// (a shift and a mask: the batch filter does this per entry), the generation the
+    /// tag's low bits, which must be the current one's or its successor's. `None` for an
+    /// entry of an older generation: its root was moved, with a timer of its own.
+    /// Called inside an acker operation, and the result used only within it.
+    #[inline]
+    pub(super) fn locate(&self, entry: &Entry) -> Option<(usize, &Table<T>, usize)> {
+        let (shard, slot) = self.shard_and_slot(entry);
+        let gen = entry.tag & GEN_MASK;
+        // Safety: the caller's contract.
+        let current = unsafe { self.shards[shard].current() };
+        let table = chain(current).find(|g| g.gen() & GEN_MASK == gen)?;
+        (slot < table.slots()).then_some((shard, table, slot))
+    }
+
+    /// A re-anchoring's rewrite of the tables from the anchor `from` to `to`
+    /// ([`time`](super::time)): every stored base and start, in each generation of each
+    /// chain. Called inside an operation, every other thread quiescent.
+    pub(super) fn rebase(&self, from: u64, to: u64) {
+        for shard in self.shards.iter() {
+            // Safety: the caller's contract.
+            let current = unsafe { shard.current() };
+            for table in chain(current) {
+                for slot in 0..table.slots() {
+                    table.rebase(slot, from, to);
+                }
+            }
+            shard.forget_low();
+        }
+    }
+
+    /// A timer entry's shard and its slot in the shard's tables: the slot number's top
+    /// bits and the rest.
+    #[inline]
+    fn shard_and_slot(&self, entry: &Entry) -> (usize, usize) {
+        (
+            entry.slot as usize >> self.slot_bits,
+            entry.slot as usize & ((1 << self.slot_bits) - 1),
+        )
+    }
+}
+
+/// A batch entry's tag: the key's tag's check bits, with the generation in the low bits
+/// and the bits above zero.
+#[inline]
+pub(super) fn tag_of(key_tag: u32, gen: u32) -> u32 {
+    key_tag & TAG_CHECK_MASK & !GEN_MASK | gen & GEN_MASK
+}
+
+/// The generation bits of a timer entry's tag.
+pub(super) const GEN_MASK: u32 = (1 << GEN_TAG_BITS) - 1;
+
+/// The tables as the batches' filter sees them: whether an entry's slot still holds its
+/// root, and its line asked for ahead of that look. Used inside an acker operation.
+pub(super) struct EntrySlots<'a, T: Send + 'static>(pub(super) &'a Tables<T>);
+
+impl<T: Send + 'static> Liveness for EntrySlots<'_, T> {
+    #[inline]
+    fn live(&mut self, entry: &Entry) -> bool {
+        self.0.entry_live(entry)
+    }
+
+    #[inline]
+    fn prefetch(&self, entry: &Entry) {
+        self.0.prefetch_entry(entry);
     }
 }

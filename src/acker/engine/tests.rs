@@ -112,7 +112,9 @@ fn tables_grow_with_pending_and_shrink_after_it_falls() {
     // The first pass sees the load low; the reaper then sleeps until the shrink is due
     // rather than waking every tick to look again.
     acker.expire();
-    let due = acker.engine().housekeeping_due(acker.engine().tick_now());
+    let due = acker
+        .engine()
+        .housekeeping_due(acker.engine().time.tick_now());
     assert!(
         due.is_some_and(|ticks| ticks > 1),
         "a shrink SHRINK_AFTER ticks away: {due:?}"
@@ -352,7 +354,7 @@ fn a_tree_completed_by_a_reaper_move_reaches_the_callback() {
             Some(true)
         );
         let next = table.successor().expect("migrating");
-        let mut effects = Effects::stamped(engine.stamp_at(engine.write_tick()));
+        let mut effects = Effects::stamped(super::time::stamp_at(engine.write_tick()));
         let twin = next.apply(key, Message::Ack(0b10), true, &mut effects);
         assert_eq!(twin, Applied::Created, "the twin holds the last edge");
         assert!(!engine.finish(shard, table, &mut effects, &active));
@@ -433,9 +435,9 @@ fn a_callers_tick_is_never_behind_the_clock_and_at_most_one_ahead() {
         if i % 20_000 == 0 {
             std::thread::sleep(Duration::from_micros(700));
         }
-        let before = engine.tick_now();
-        let tick = engine.caller_tick();
-        let after = engine.tick_now();
+        let before = engine.time.tick_now();
+        let tick = engine.time.caller_tick();
+        let after = engine.time.tick_now();
         assert!(
             reached(before, tick) && reached(tick, after.wrapping_add(1)),
             "caller's tick {tick} outside {before}..={after} + 1"

@@ -1,7 +1,7 @@
 //! Time in ticks: the clock's reading at build is the epoch, a tick is a power of two of
 //! nanoseconds (the resolution), and tick 0 is never used (module docs of
 //! [`engine`](crate::acker::engine), "Times"). Callers read the tick through
-//! [`Engine::caller_full`](super::Engine::caller_full), which takes it from the time-stamp
+//! [`TimeBase::caller_full`], which takes it from the time-stamp
 //! counter where it can be trusted; the reaper reads the clock itself.
 //!
 //! ## The anchor
@@ -12,11 +12,11 @@
 //! A slot keeps its base (and through it its deadline) as a `u32` tick, and batches keep
 //! their hand-off ticks so; 2^32 ticks are 72 minutes at the finest resolution. Each is
 //! decoded as the full tick nearest the *anchor*, a full tick published in
-//! [`Engine::anchor`], which is right while every stored tick lies within 2^31 ticks of it.
+//! [`TimeBase::anchor`], which is right while every stored tick lies within 2^31 ticks of it.
 //! The invariant, and what keeps it:
 //!
 //! * **Writers stay near it.** A tick is stored only by a thread inside an operation, and
-//!   it stamps with [`Engine::write_tick`]: its tick, no more than 2^30 ticks behind the
+//!   it stamps with [`TimeBase::write_tick`]: its tick, no more than 2^30 ticks behind the
 //!   anchor (a clock that stepped back further stamps later, never earlier: a deadline can
 //!   only move out), and below the anchor plus [`REANCHOR_AFTER`] (2^29 ticks); a writer
 //!   that finds its clock further on re-anchors first. So stored bases are at most 2^29
@@ -30,7 +30,7 @@
 //!   minutes at 1 µs), so a healthy acker never needs more.
 //! * **Re-anchoring rewrites what a jump left behind.** After a stall (a stopped process, a
 //!   paused VM, a manual clock moved far ahead) or a long idle spell, the thread that finds
-//!   the clock 2^29 ticks or more past the anchor moves it there ([`Engine::reanchor`]):
+//!   the clock 2^29 ticks or more past the anchor moves it there ([`TimeBase::reanchor`]):
 //!   while every other thread is kept out of the tables
 //!   ([`marks`](crate::acker::threads::marks), "Re-anchoring"), it decodes every stored
 //!   base at the old anchor, raises those more than 2^30 ticks behind the new one to that
@@ -55,10 +55,9 @@
 use std::sync::{Mutex as StdMutex, TryLockError};
 use std::time::Duration;
 
-use super::generations::chain;
-use super::reaper::wheel::{self, Wheel};
-use super::{Engine, MAX_TIMEOUT_TICKS};
+use super::MAX_TIMEOUT_TICKS;
 use crate::acker::table::Stamp;
+use crate::acker::threads::Threads;
 use crate::acker::timers::ticks::Tick;
 use crate::clock::tsc;
 use crate::clock::Clock;
@@ -113,47 +112,6 @@ impl TickScale {
     }
 }
 
-impl<T: Send + 'static> Engine<T> {
-    /// The tick now (tests).
-    #[cfg(test)]
-    pub(super) fn tick_now(&self) -> Tick {
-        self.time.ticks.full(self.time.clock.now()) as Tick
-    }
-
-    /// [`caller_full`](super::Engine::caller_full) as a stored tick.
-    #[cfg(test)]
-    pub(super) fn caller_tick(&self) -> Tick {
-        self.caller_full() as Tick
-    }
-
-    /// The full tick now on a caller's thread: from the time-stamp counter when the clock
-    /// is the monotonic one and the counter can be trusted ([`crate::clock::tsc`]: the
-    /// clock's tick, or the next one within nanoseconds of a boundary, never an earlier
-    /// one), else a read.
-    #[inline]
-    pub(super) fn caller_full(&self) -> u64 {
-        if self.time.tsc_ticks {
-            if let Some((lo, hi)) = tsc::bounds() {
-                let tick = self.time.ticks.full(hi);
-                if self.time.ticks.full(lo) == tick {
-                    return tick;
-                }
-            }
-            // The range straddles a tick boundary (or there is no anchor yet): read, and
-            // anchor this thread again. `tsc_ticks` says the clock is this one.
-            return self.time.ticks.full(tsc::read());
-        }
-        self.time.ticks.full(self.time.clock.now())
-    }
-
-    /// The stamp a new entry gets at full tick `tick` (a writer's,
-    /// [`anchor`](crate::acker::engine::time)): its start and its base.
-    #[inline]
-    pub(super) fn stamp_at(&self, tick: u64) -> Stamp {
-        Stamp::new(tick as Tick, tick as Tick)
-    }
-}
-
 /// Ticks past the anchor at which a writer, or a pass, re-anchors first (module docs).
 pub(super) const REANCHOR_AFTER: u64 = 1 << 29;
 
@@ -166,8 +124,8 @@ const MOST_BEHIND: u64 = 1 << 30;
 const MOST_AHEAD: u64 = 1 << 30;
 
 /// The engine's time: the clock, how its readings map to ticks, and the anchor every
-/// stored tick is read against (module docs). A re-anchoring, which rewrites the tables and
-/// the reaper's wheel, is the engine's ([`Engine::reanchor`]).
+/// stored tick is read against (module docs). A re-anchoring's rewrite of the tables and the
+/// reaper's wheel is the engine's (`Engine::rebase`).
 pub(super) struct TimeBase {
     pub(super) clock: Box<dyn Clock>,
     /// The clock is [`MonotonicClock`](crate::MonotonicClock) and callers may take their
@@ -201,33 +159,59 @@ impl TimeBase {
 #[derive(Debug, Default)]
 pub(super) struct Reanchoring(StdMutex<()>);
 
-impl<T: Send + 'static> Engine<T> {
+impl TimeBase {
+    /// The tick now on the clock (tests).
+    #[cfg(test)]
+    pub(super) fn tick_now(&self) -> Tick {
+        self.ticks.full(self.clock.now()) as Tick
+    }
+
+    /// [`caller_full`](Self::caller_full) as a stored tick.
+    #[cfg(test)]
+    pub(super) fn caller_tick(&self) -> Tick {
+        self.caller_full() as Tick
+    }
+
+    /// The full tick now on a caller's thread: from the time-stamp counter when the clock
+    /// is the monotonic one and the counter can be trusted ([`crate::clock::tsc`]: the
+    /// clock's tick, or the next one within nanoseconds of a boundary, never an earlier
+    /// one), else a read.
+    #[inline]
+    pub(super) fn caller_full(&self) -> u64 {
+        if self.tsc_ticks {
+            if let Some((lo, hi)) = tsc::bounds() {
+                let tick = self.ticks.full(hi);
+                if self.ticks.full(lo) == tick {
+                    return tick;
+                }
+            }
+            // The range straddles a tick boundary (or there is no anchor yet): read, and
+            // anchor this thread again. `tsc_ticks` says the clock is this one.
+            return self.ticks.full(tsc::read());
+        }
+        self.ticks.full(self.clock.now())
+    }
+
     /// The anchor: the full tick every stored `u32` tick is read against (module docs).
     #[inline]
     pub(super) fn anchor(&self) -> u64 {
-        self.time.anchor.load(Ordering::SeqCst)
-    }
-
-    /// A re-anchoring is under way (its thread waits for the busy ones, or sweeps).
-    #[cfg(test)]
-    pub(in crate::acker) fn reanchoring(&self) -> bool {
-        self.threads.moving()
+        self.anchor.load(Ordering::SeqCst)
     }
 
     /// The full tick a writer stamps with (module docs): the caller's tick, at least the
-    /// anchor, re-anchoring first when it is [`REANCHOR_AFTER`] or more past it. Called
-    /// inside an operation, where it holds nothing of the tables: its entry, or the top of
-    /// a retry.
+    /// anchor, re-anchoring first (`rewrite`, [`reanchor`](Self::reanchor)) when it is
+    /// [`REANCHOR_AFTER`] or more past it. Called inside an operation, where it holds
+    /// nothing of the tables: its entry, or the top of a retry.
     // Always: in the operation's frame
     // ([`Table::init_or`](crate::acker::table::Table::init_or)).
     #[inline(always)]
-    pub(super) fn write_tick(&self) -> u64 {
+    pub(super) fn write_tick(&self, threads: &Threads, rewrite: impl FnOnce(u64, u64)) -> u64 {
         let tick = self.caller_full();
         let anchor = self.anchor();
         if tick < anchor.saturating_add(REANCHOR_AFTER) {
             return tick.max(anchor.saturating_sub(MOST_BEHIND));
         }
-        self.reanchor(tick);
+        self.reanchor(tick, threads, rewrite);
         let anchor = self.anchor();
         tick.clamp(
             anchor.saturating_sub(MOST_BEHIND),
@@ -242,29 +226,37 @@ impl<T: Send + 'static> Engine<T> {
 
     /// Raises the anchor to the full tick `now` of a pass: at once when it is less than
     /// [`REANCHOR_AFTER`] ahead (what is pending then is within reach of both), by a
-    /// re-anchoring otherwise. Called inside the pass's operation, before it locks the
-    /// wheel.
-    pub(super) fn advance_anchor(&self, now: u64) {
+    /// re-anchoring (`rewrite`, [`reanchor`](Self::reanchor)) otherwise. Called inside the
+    /// pass's operation, before it locks the wheel.
+    pub(super) fn advance_anchor(
+        &self,
+        now: u64,
+        threads: &Threads,
+        rewrite: impl FnOnce(u64, u64),
+    ) {
         if self.needs_reanchoring(now) {
-            self.reanchor(now);
+            self.reanchor(now, threads, rewrite);
         } else if now > self.anchor() {
             // fetch_max: two manual passes at once must not move it back.
-            self.time.anchor.fetch_max(now, Ordering::SeqCst);
+            self.anchor.fetch_max(now, Ordering::SeqCst);
         }
     }
 
-    /// Moves the anchor to `to` (module docs). Called inside an operation that holds
-    /// nothing of the tables, and not under the wheel's lock. A thread that finds another
-    /// at it waits, quiescent, and then finds the anchor moved.
-    pub(super) fn reanchor(&self, to: u64) {
+    /// Moves the anchor to `to` (module docs): one re-anchoring at a time, every other
+    /// thread of `threads` kept out of the tables while `rewrite(from, to)` rewrites what
+    /// is stored (the engine's tables and the reaper's wheel, `Engine::rebase`), then the
+    /// new anchor published. Called inside an operation that holds nothing of the tables,
+    /// and not under the wheel's lock. A thread that finds another at it waits, quiescent,
+    /// and then finds the anchor moved.
+    pub(super) fn reanchor(&self, to: u64, threads: &Threads, rewrite: impl FnOnce(u64, u64)) {
         let mut backoff = crate::sync::Backoff::default();
         let _one = loop {
-            match self.time.reanchoring.0.try_lock() {
+            match self.reanchoring.0.try_lock() {
                 Ok(guard) => break guard,
                 Err(TryLockError::Poisoned(poisoned)) => break poisoned.into_inner(),
                 Err(TryLockError::WouldBlock) => {
                     // Quiescent while waiting: the one at it waits for every busy thread.
-                    let _paused = self.threads.pause();
+                    let _paused = threads.pause();
                     backoff.wait();
                 }
             }
@@ -273,35 +265,18 @@ impl<T: Send + 'static> Engine<T> {
         if to < from.saturating_add(REANCHOR_AFTER) {
             return; // another thread moved it meanwhile
         }
-        if self.threads.begin_moving() {
-            let mut wheel = self.reaper.wheel.lock().unwrap_or_else(|e| e.into_inner());
-            self.rebase(from, to, &mut wheel);
-            drop(wheel);
-            self.time.anchor.fetch_max(to, Ordering::SeqCst);
-            self.time.reanchored.fetch_add(1, Ordering::Relaxed); // Relaxed: a statistic
+        if threads.begin_moving() {
+            rewrite(from, to);
+            self.anchor.fetch_max(to, Ordering::SeqCst);
+            self.reanchored.fetch_add(1, Ordering::Relaxed); // Relaxed: a statistic
         }
-        self.threads.end_moving();
+        threads.end_moving();
     }
+}
 
-    /// The sweep of a re-anchoring from `from` to `to`, every other thread quiescent:
-    /// every stored base and start in the tables (each generation of each chain), then the
-    /// batches' entries into the wheel, whose filed `u32` ticks are forgotten.
-    fn rebase(&self, from: u64, to: u64, wheel: &mut Wheel) {
-        for shard in self.tables.shards.iter() {
-            // Safety: the caller is inside an operation (the contract of `reanchor`).
-            let current = unsafe { shard.current() };
-            for table in chain(current) {
-                for slot in 0..table.slots() {
-                    table.rebase(slot, from, to);
-                }
-            }
-            shard.forget_low();
-        }
-        wheel.reanchored(to);
-        let mut collected = Vec::new();
-        self.threads.collect(to as u32, true, &mut collected);
-        for entry in collected {
-            wheel::file(self, wheel, entry);
-        }
-    }
+/// The stamp a new entry gets at full tick `tick` (a writer's, module docs): its start and
+/// its base.
+#[inline]
+pub(super) fn stamp_at(tick: u64) -> Stamp {
+    Stamp::new(tick as Tick, tick as Tick)
 }

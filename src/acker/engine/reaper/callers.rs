@@ -58,7 +58,7 @@ pub(in crate::acker::engine) fn help_if_late<T: Send + 'static>(engine: &Engine<
     // The clock is the user's, and the caller's init has already taken its tree in: a
     // panic must not reach the caller (its future, payload and stream permit would be
     // lost). Counted as a pass's panic, as the thread counts one.
-    let Ok(now) = catch_unwind(AssertUnwindSafe(|| engine.caller_full())) else {
+    let Ok(now) = catch_unwind(AssertUnwindSafe(|| engine.time.caller_full())) else {
         engine.count_reaper_panic();
         return false;
     };

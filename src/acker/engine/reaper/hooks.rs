@@ -37,7 +37,7 @@ impl<T: Send + 'static> Engine<T> {
             // ([`reaper`](super), "Callers first"); not at once, or the caller that pushed would
             // run the pass it has just woken the thread for. The thread publishes again
             // when it runs.
-            let late = self.caller_full() + late_after(self.time.ticks.shift);
+            let late = self.time.caller_full() + late_after(self.time.ticks.shift);
             self.reaper.wakes_at.fetch_min(late, Ordering::SeqCst);
             // For callers, as a timer due then, so that they help a thread starved that
             // long (a pass publishes the wheel's own again). Relaxed: a hint.

@@ -152,7 +152,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::TryLockError;
 use std::time::{Duration, Instant};
 
-use super::filing::tag_of;
+use super::tables::tag_of;
 use super::time::REANCHOR_AFTER;
 use super::Engine;
 use super::ExpiryWaker;
@@ -306,10 +306,12 @@ fn pass<T: Send + 'static>(engine: &Engine<T>, runner: Runner) -> Pass {
     };
     // The anchor first ([`anchor`](crate::acker::engine::time)), outside the wheel's
     // lock: after a stall, a re-anchoring, which walks every table: the thread's work.
-    if caller && engine.needs_reanchoring(clock) {
+    if caller && engine.time.needs_reanchoring(clock) {
         return pass;
     }
-    engine.advance_anchor(clock);
+    engine
+        .time
+        .advance_anchor(clock, &engine.threads, |from, to| engine.rebase(from, to));
     // The sweep's bound ([`wheel`], "Dead entries"), read outside the wheel's lock.
     let live = match runner {
         Runner::Reaper { .. } => engine.pending().min(engine.groups_in_use()),
@@ -332,7 +334,7 @@ fn pass<T: Send + 'static>(engine: &Engine<T>, runner: Runner) -> Pass {
         };
         let wheel = &mut *wheel;
         pass.ran = true;
-        let anchor = engine.anchor();
+        let anchor = engine.time.anchor();
         let now = anchor.max(wheel.now);
         wheel.now = now;
         wheel.clock = clock;
@@ -361,11 +363,11 @@ fn pass<T: Send + 'static>(engine: &Engine<T>, runner: Runner) -> Pass {
         // Filing reads each entry's line, long out of cache for a tree past its hand-off
         // age: asked for ahead, as the batches' filter does.
         for entry in collected.iter().take(LOOK_AHEAD) {
-            engine.prefetch_entry(entry);
+            engine.tables.prefetch_entry(entry);
         }
         for i in 0..collected.len() {
             if let Some(ahead) = collected.get(i + LOOK_AHEAD) {
-                engine.prefetch_entry(ahead);
+                engine.tables.prefetch_entry(ahead);
             }
             file(engine, wheel, collected[i]);
         }
@@ -458,7 +460,7 @@ fn pass<T: Send + 'static>(engine: &Engine<T>, runner: Runner) -> Pass {
             .unwrap_or_else(|e| e.into_inner());
         let before = wheel.filed.heap_bytes();
         for shard in 0..wheel.filed.tables() {
-            engine.prune_filed(shard, &mut wheel.filed);
+            engine.tables.prune_filed(shard, &mut wheel.filed);
         }
         wheel.released += before.saturating_sub(wheel.filed.heap_bytes());
         std::mem::take(&mut wheel.released)
@@ -494,7 +496,7 @@ fn look_at_group<'e, T: Send + 'static>(
         slot: timer.first,
         tag: timer.gen,
     };
-    let Some((shard, table, first)) = engine.locate(&entry) else {
+    let Some((shard, table, first)) = engine.tables.locate(&entry) else {
         return; // an older generation's: its roots moved, with timers of their own
     };
     // Every slot of the group: the earliest deadline left decides the next look.

@@ -34,7 +34,7 @@
 //! sweep may keep some: the next one waits until an eighth more were filed, and each entry
 //! is still swept at O(1) amortized.
 
-use crate::acker::engine::filing::GEN_MASK;
+use crate::acker::engine::tables::GEN_MASK;
 use crate::acker::engine::Engine;
 use crate::acker::table::GROUP_SLOTS;
 use crate::acker::threads::Entry;
@@ -172,7 +172,7 @@ impl Wheel {
     fn sweep<T: Send + 'static>(&mut self, engine: &Engine<T>) {
         let now = self.now;
         let Wheel { timers, filed, .. } = self;
-        timers.retain_filed(|tick, timer| match engine.group_state(timer) {
+        timers.retain_filed(|tick, timer| match engine.tables.group_state(timer) {
             // Entries after the group's named one are covered by it
             // ([`groups`](crate::acker::timers::groups)); earlier ones, one waiting for the
             // next advance, or any when nothing reads as named, are kept.
@@ -208,10 +208,10 @@ pub(in crate::acker::engine) fn file<T: Send + 'static>(
     wheel: &mut Wheel,
     entry: Entry,
 ) {
-    let Some((shard, table, slot)) = engine.locate(&entry) else {
+    let Some((shard, table, slot)) = engine.tables.locate(&entry) else {
         return;
     };
-    if !engine.holds_entry(table, slot, &entry) {
+    if !engine.tables.holds_entry(table, slot, &entry) {
         return;
     }
     let Some(deadline) = table.deadline(slot) else {
