@@ -23,12 +23,13 @@
 //! to pay for the sort.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::time::Duration;
 
 use super::Engine;
 use crate::acker::outcome::{Completion, Outcome};
-use crate::acker::table::{Completed, Table};
+use crate::acker::table::{Completed, Stamp, Table};
 use crate::acker::threads::Active;
-use crate::acker::timers::ticks::full_near;
+use crate::acker::timers::ticks::{full_near, Tick};
 use crate::sync::Ordering;
 
 /// The fewest timeouts of one pass that are delivered in the acker's delivery order (module
@@ -132,34 +133,9 @@ impl<T: Send + 'static> Engine<T> {
                 Err(panic) => (None, Some(panic)),
             },
         };
-        // From the start in full ticks ([`times`](crate::acker::table::times): it never
-        // aliases, whatever the tree's life); a clock that stepped back below the start
-        // gives 0.
-        let ticks = match (stamp, now) {
-            (Some(stamp), Some(now)) => stamp.age(self.time.anchor(), now),
-            _ => 0,
-        };
-        let mut elapsed = self.time.ticks.nanos(ticks);
-        if outcome == Outcome::TimedOut {
-            // Never less than the timeout (the deadline was reached: this only undoes the
-            // rounding of ticks).
-            let timeout = table.timeout_or_default(own_timeout);
-            elapsed = elapsed.max(self.time.ticks.nanos(u64::from(timeout - 1)));
-        }
+        let elapsed = self.elapsed(table, stamp, own_timeout, outcome, now);
         if count {
-            let counters = self.counters();
-            // Relaxed (all of them): statistics.
-            match outcome {
-                Outcome::Acked => counters.acked.fetch_add(1, Ordering::Relaxed),
-                Outcome::Failed => counters.failed.fetch_add(1, Ordering::Relaxed),
-                Outcome::TimedOut => {
-                    let anchor = self.time.anchor();
-                    let late = now.map_or(0, |now| lateness(table, slot, anchor, now));
-                    counters.lateness_max.fetch_max(late, Ordering::Relaxed);
-                    counters.lateness_total.fetch_add(late, Ordering::Relaxed);
-                    counters.timed_out.fetch_add(1, Ordering::Relaxed)
-                }
-            };
+            self.count_outcome(table, slot, outcome, now);
         }
         let completion = Completion {
             root: root.unwrap_or_else(|| self.tables.layout.root(shard, key)),
@@ -167,6 +143,61 @@ impl<T: Send + 'static> Engine<T> {
             outcome,
             elapsed,
         };
+        self.hand_over(completion, active);
+        if let Some(panic) = clock_panic {
+            std::panic::resume_unwind(panic);
+        }
+    }
+
+    /// A completion's `elapsed` (`now`: the full tick it completed at, if the clock could be
+    /// read), from its start in full ticks ([`times`](crate::acker::table::times): it never
+    /// aliases, whatever the tree's life); a clock that stepped back below the start gives
+    /// 0.
+    #[inline(always)]
+    fn elapsed(
+        &self,
+        table: &Table<T>,
+        stamp: Option<Stamp>,
+        own_timeout: Option<Tick>,
+        outcome: Outcome,
+        now: Option<u64>,
+    ) -> Duration {
+        let ticks = match (stamp, now) {
+            (Some(stamp), Some(now)) => stamp.age(self.time.anchor(), now),
+            _ => 0,
+        };
+        let elapsed = self.time.ticks.nanos(ticks);
+        if outcome != Outcome::TimedOut {
+            return elapsed;
+        }
+        // Never less than the timeout (the deadline was reached: this only undoes the
+        // rounding of ticks).
+        let timeout = table.timeout_or_default(own_timeout);
+        elapsed.max(self.time.ticks.nanos(u64::from(timeout - 1)))
+    }
+
+    /// Counts a completion of `slot` of `table` by its outcome, a timeout's lateness too.
+    #[inline(always)]
+    fn count_outcome(&self, table: &Table<T>, slot: usize, outcome: Outcome, now: Option<u64>) {
+        let counters = self.counters();
+        // Relaxed (all of them): statistics.
+        match outcome {
+            Outcome::Acked => counters.acked.fetch_add(1, Ordering::Relaxed),
+            Outcome::Failed => counters.failed.fetch_add(1, Ordering::Relaxed),
+            Outcome::TimedOut => {
+                let anchor = self.time.anchor();
+                let late = now.map_or(0, |now| lateness(table, slot, anchor, now));
+                counters.lateness_max.fetch_max(late, Ordering::Relaxed);
+                counters.lateness_total.fetch_add(late, Ordering::Relaxed);
+                counters.timed_out.fetch_add(1, Ordering::Relaxed)
+            }
+        };
+    }
+
+    /// Hands a completion to the callback, inside the operation `active` marks, or drops
+    /// it when there is none (or shutdown closed it).
+    #[inline(always)]
+    fn hand_over(&self, completion: Completion<T>, active: &Active) {
         // Caught: a panicking callback, or payload drop when there is none, must not unwind
         // through an acker operation (or end the reaper).
         let callback = if active.open {
@@ -193,9 +224,6 @@ impl<T: Send + 'static> Engine<T> {
             self.counters()
                 .callback_panics
                 .fetch_add(1, Ordering::Relaxed);
-        }
-        if let Some(panic) = clock_panic {
-            std::panic::resume_unwind(panic);
         }
     }
 }

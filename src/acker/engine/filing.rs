@@ -109,7 +109,7 @@ impl<T: Send + 'static> Engine<T> {
         let Some(first) = effects.take_to_file() else {
             return;
         };
-        let mut wheel = self.reaper.wheel.lock().unwrap_or_else(|e| e.into_inner());
+        let mut wheel = self.reaper.lock_wheel();
         for (gen, slot) in
             std::iter::once(first).chain(std::iter::from_fn(|| effects.take_to_file()))
         {

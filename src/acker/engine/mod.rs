@@ -240,7 +240,7 @@ impl<T: Send + 'static> Engine<T> {
     /// entries into the reaper's wheel, whose filed `u32` ticks are forgotten. Called
     /// inside an operation, not under the wheel's lock.
     fn rebase(&self, from: u64, to: u64) {
-        let mut wheel = self.reaper.wheel.lock().unwrap_or_else(|e| e.into_inner());
+        let mut wheel = self.reaper.lock_wheel();
         self.tables.rebase(from, to);
         wheel.reanchored(to);
         let mut collected = Vec::new();
@@ -510,12 +510,7 @@ impl<T: Send + 'static> Engine<T> {
     #[cfg(any(test, loom, feature = "internals"))]
     pub(super) fn memory_parts(&self) -> [usize; 4] {
         let [current, successors, retired] = self.table_bytes();
-        let wheel = self
-            .reaper
-            .wheel
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .heap_bytes();
+        let wheel = self.reaper.lock_wheel().heap_bytes();
         [current, successors, retired, wheel]
     }
 

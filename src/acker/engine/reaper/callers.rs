@@ -3,7 +3,6 @@
 //! late the thread may be, and the thread's lag behind its timers while callers lead.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::TryLockError;
 
 use super::{longest_sleep, pass, Runner, AWAKE};
 use crate::acker::engine::Engine;
@@ -51,32 +50,9 @@ pub(super) fn backstop_lag<T: Send + 'static>(engine: &Engine<T>) -> u64 {
 /// `true` when it ran one. Cheap when no pass is due: a load, and the caller's tick if the
 /// thread sleeps on a timer.
 pub(in crate::acker::engine) fn help_if_late<T: Send + 'static>(engine: &Engine<T>) -> bool {
-    let wakes_at = engine.reaper.wakes_at.load(Ordering::SeqCst);
-    if wakes_at == AWAKE {
-        return false;
-    }
-    // The clock is the user's, and the caller's init has already taken its tree in: a
-    // panic must not reach the caller (its future, payload and stream permit would be
-    // lost). Counted as a pass's panic, as the thread counts one.
-    let Ok(now) = catch_unwind(AssertUnwindSafe(|| engine.time.caller_full())) else {
-        engine.count_reaper_panic();
+    let Some((wakes_at, now)) = due_to_callers(engine) else {
         return false;
     };
-    if now < wakes_at {
-        return false; // the common case: the thread's tick has not begun
-    }
-    // Callers first for timers; for the thread's collection of the batches (its tick by
-    // tick sleeps while entries wait), only once the thread is late for it, its backstop's
-    // lag included.
-    let late = late_after(engine.time.ticks.shift);
-    // Relaxed: a hint (`publish_timers`).
-    let timers_due = now >= engine.reaper.timers_due_at.load(Ordering::Relaxed);
-    let late_at = wakes_at
-        .saturating_add(late)
-        .saturating_add(backstop_lag(engine));
-    if (!timers_due && now < late_at) || engine.stopping() {
-        return false;
-    }
     if engine.reaper.helping.swap(true, Ordering::SeqCst) {
         return false; // another caller runs it
     }
@@ -100,60 +76,7 @@ pub(in crate::acker::engine) fn help_if_late<T: Send + 'static>(engine: &Engine<
                 (true, false)
             }
         };
-        // Until the thread runs, the next help is due when the next timer is: a lateness
-        // from now when this one left work (a burst: the thread's); else the wheel's next
-        // due tick, or the next tick while batches hold entries, and no later than the
-        // thread would sleep (pushes rely on it, "Sleeping"); none with neither (a push
-        // that finds the thread idle publishes its tick then, `Engine::wake_reaper`).
-        let next = if left {
-            // A burst: the thread's, woken below; a caller helps again if it has not run
-            // within a lateness.
-            Some(Some(now + late))
-        } else {
-            // Not waited for: a pass under way (the thread's, which publishes its own
-            // tick) leaves the claim's.
-            let wheel = match engine.reaper.wheel.try_lock() {
-                Ok(wheel) => Some(wheel),
-                Err(TryLockError::Poisoned(poisoned)) => Some(poisoned.into_inner()),
-                Err(TryLockError::WouldBlock) => None,
-            };
-            wheel.map(|wheel| {
-                if engine.threads.waiting_or_busy() {
-                    Some(wheel.now + 1)
-                } else {
-                    wheel.timers.next_due()
-                }
-                .map(|next| next.clamp(now + 1, now + longest_sleep(engine, now)))
-            })
-        };
-        if let Some(next) = next {
-            let ours = next.unwrap_or(AWAKE);
-            let published = engine
-                .reaper
-                .wakes_at
-                .compare_exchange(now + 1, ours, Ordering::SeqCst, Ordering::SeqCst)
-                .is_ok();
-            // A push between the check above and the CAS read `now + 1` and did not wake
-            // the thread ("Sleeping"); its entry must not wait for the later tick. The
-            // fence pairs with the push's (its length stored, then the tick read).
-            fence(Ordering::SeqCst);
-            // A CAS, not a `fetch_min`: the thread may have published itself running since.
-            // (After a burst the thread is woken below, which keeps that promise.)
-            if published {
-                wakes_at = ours;
-                if ours != now + 1
-                    && !left
-                    && engine.threads.waiting_or_busy()
-                    && engine
-                        .reaper
-                        .wakes_at
-                        .compare_exchange(ours, now + 1, Ordering::SeqCst, Ordering::SeqCst)
-                        .is_ok()
-                {
-                    wakes_at = now + 1;
-                }
-            }
-        }
+        wakes_at = publish_next_help(engine, now, left);
     }
     engine.reaper.helping.store(false, Ordering::SeqCst);
     // The tick published last is a promise to pushers ("Sleeping"): the thread, their
@@ -172,4 +95,95 @@ pub(in crate::acker::engine) fn help_if_late<T: Send + 'static>(engine: &Engine<
         }
     }
     ran
+}
+
+/// Whether the pass the thread's timer is set for is the callers' now ([`help_if_late`]):
+/// the tick the thread published and the caller's tick, once that tick has begun and a
+/// timer is due, or the thread is a lateness late for its collection of the batches.
+#[inline]
+fn due_to_callers<T: Send + 'static>(engine: &Engine<T>) -> Option<(u64, u64)> {
+    let wakes_at = engine.reaper.wakes_at.load(Ordering::SeqCst);
+    if wakes_at == AWAKE {
+        return None;
+    }
+    // The clock is the user's, and the caller's init has already taken its tree in: a
+    // panic must not reach the caller (its future, payload and stream permit would be
+    // lost). Counted as a pass's panic, as the thread counts one.
+    let Ok(now) = catch_unwind(AssertUnwindSafe(|| engine.time.caller_full())) else {
+        engine.count_reaper_panic();
+        return None;
+    };
+    if now < wakes_at {
+        return None; // the common case: the thread's tick has not begun
+    }
+    // Callers first for timers; for the thread's collection of the batches (its tick by
+    // tick sleeps while entries wait), only once the thread is late for it, its backstop's
+    // lag included.
+    let late = late_after(engine.time.ticks.shift);
+    // Relaxed: a hint (`publish_timers`).
+    let timers_due = now >= engine.reaper.timers_due_at.load(Ordering::Relaxed);
+    let late_at = wakes_at
+        .saturating_add(late)
+        .saturating_add(backstop_lag(engine));
+    if (!timers_due && now < late_at) || engine.stopping() {
+        return None;
+    }
+    Some((wakes_at, now))
+}
+
+/// After a caller's pass claimed at full tick `now` (`left`: it left work), publishes when
+/// the next help is due, in place of the claim's `now + 1`; the tick it published last.
+///
+/// Until the thread runs, the next help is due when the next timer is: a lateness from now
+/// when this pass left work (a burst: the thread's); else the wheel's next due tick, or the
+/// next tick while batches hold entries, and no later than the thread would sleep (pushes
+/// rely on it, "Sleeping"); none with neither (a push that finds the thread idle publishes
+/// its tick then, `Engine::wake_reaper`).
+fn publish_next_help<T: Send + 'static>(engine: &Engine<T>, now: u64, left: bool) -> u64 {
+    let next = if left {
+        // A burst: the thread's, woken by the caller; a caller helps again if it has not
+        // run within a lateness.
+        Some(Some(now + late_after(engine.time.ticks.shift)))
+    } else {
+        // Not waited for: a pass under way (the thread's, which publishes its own tick)
+        // leaves the claim's.
+        engine.reaper.try_lock_wheel().map(|wheel| {
+            if engine.threads.waiting_or_busy() {
+                Some(wheel.now + 1)
+            } else {
+                wheel.timers.next_due()
+            }
+            .map(|next| next.clamp(now + 1, now + longest_sleep(engine, now)))
+        })
+    };
+    let Some(next) = next else {
+        return now + 1;
+    };
+    let ours = next.unwrap_or(AWAKE);
+    let published = engine
+        .reaper
+        .wakes_at
+        .compare_exchange(now + 1, ours, Ordering::SeqCst, Ordering::SeqCst)
+        .is_ok();
+    // A push between the check above and the CAS read `now + 1` and did not wake the
+    // thread ("Sleeping"); its entry must not wait for the later tick. The fence pairs
+    // with the push's (its length stored, then the tick read).
+    fence(Ordering::SeqCst);
+    // A CAS, not a `fetch_min`: the thread may have published itself running since.
+    // (After a burst the thread is woken by the caller, which keeps that promise.)
+    if !published {
+        return now + 1;
+    }
+    if ours != now + 1
+        && !left
+        && engine.threads.waiting_or_busy()
+        && engine
+            .reaper
+            .wakes_at
+            .compare_exchange(ours, now + 1, Ordering::SeqCst, Ordering::SeqCst)
+            .is_ok()
+    {
+        return now + 1;
+    }
+    ours
 }

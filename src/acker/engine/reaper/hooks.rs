@@ -85,11 +85,7 @@ impl<T: Send + 'static> Engine<T> {
     /// Entries in the reaper's wheel (for tests).
     #[cfg(any(test, loom, feature = "internals"))]
     pub(in crate::acker) fn scheduled_timers(&self) -> usize {
-        self.reaper
-            .wheel
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .len()
+        self.reaper.lock_wheel().len()
     }
 
     /// Roots the reaper's timers cover: in a group whose filed tick is at or before their
@@ -98,7 +94,7 @@ impl<T: Send + 'static> Engine<T> {
     #[cfg(any(test, loom, feature = "internals"))]
     pub(in crate::acker) fn covered_roots(&self) -> usize {
         let active = self.threads.enter();
-        let wheel = self.reaper.wheel.lock().unwrap_or_else(|e| e.into_inner());
+        let wheel = self.reaper.lock_wheel();
         let mut covered = 0;
         for (shard, t) in self.tables.shards.iter().enumerate() {
             // Safety: inside the operation `active` marks.

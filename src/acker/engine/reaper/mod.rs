@@ -157,10 +157,10 @@ use super::time::REANCHOR_AFTER;
 use super::Engine;
 use super::ExpiryWaker;
 use crate::acker::table::{Completed, Effects, Expiry, Judge, Table, GROUP_SLOTS};
-use crate::acker::threads::{trim, Entry, LOOK_AHEAD};
+use crate::acker::threads::{trim, Active, Entry, LOOK_AHEAD};
 use crate::acker::timers::groups::{GroupAt, GroupTimer};
 use crate::acker::timers::ticks::{full_near, Tick};
-use crate::sync::{store_raced, AtomicBool, AtomicU64, Mutex, Ordering};
+use crate::sync::{store_raced, AtomicBool, AtomicU64, Mutex, MutexGuard, Ordering};
 use crossbeam_utils::CachePadded;
 use std::sync::Arc;
 use std::sync::OnceLock;
@@ -226,6 +226,45 @@ impl Reaper {
             caller_pass_longest: AtomicU64::new(0),
         }
     }
+
+    /// The wheel, locked (a panic under the lock left nothing half done that a pass
+    /// cannot take up again).
+    pub(in crate::acker::engine) fn lock_wheel(&self) -> MutexGuard<'_, Wheel> {
+        self.wheel.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The wheel, locked, unless another pass holds it (a caller's pass does not wait).
+    pub(super) fn try_lock_wheel(&self) -> Option<MutexGuard<'_, Wheel>> {
+        match self.wheel.try_lock() {
+            Ok(wheel) => Some(wheel),
+            Err(TryLockError::Poisoned(poisoned)) => Some(poisoned.into_inner()),
+            Err(TryLockError::WouldBlock) => None,
+        }
+    }
+
+    /// Who leads after a pass (`caller`'s or the thread's) that ran for timers come due
+    /// (`timers`) or not: callers lead once one runs a pass for timers (a collection of the
+    /// batches alone is the thread's), unless it leaves work (a burst: the thread's), and
+    /// until the thread's delivers timeouts they left (judged a lag behind: they no longer
+    /// come in time) ("Callers first").
+    fn lead_after(&self, caller: bool, pass: &Pass, timers: bool) {
+        // Relaxed (all): `backstop_lag`'s hint.
+        if caller && pass.left {
+            self.callers_lead.store(false, Ordering::Relaxed);
+        } else if caller && timers {
+            self.callers_lead.store(true, Ordering::Relaxed);
+        } else if !caller && pass.delivered > 0 {
+            self.callers_lead.store(false, Ordering::Relaxed);
+        }
+    }
+
+    /// Counts a caller's pass begun at `started`, with the longest.
+    fn count_caller_pass(&self, started: Instant) {
+        let took = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        // Relaxed (both): statistics.
+        self.caller_passes.fetch_add(1, Ordering::Relaxed);
+        self.caller_pass_longest.fetch_max(took, Ordering::Relaxed);
+    }
 }
 
 /// What a pass did.
@@ -290,9 +329,6 @@ fn pass<T: Send + 'static>(engine: &Engine<T>, runner: Runner) -> Pass {
         // ends before shutdown drops the callback, which waits for it.)
         return pass;
     }
-    let mut timed_out = Vec::new();
-    // Groups came due: this pass ran for timers, not only to collect the batches.
-    let timers;
     // Deadlines are judged on the clock's own tick, so that a clock that stepped back
     // times out nothing before its deadline as read on that clock; the wheel's time (the
     // anchor's), which files and advances the group timers, never goes back. (While the
@@ -317,147 +353,156 @@ fn pass<T: Send + 'static>(engine: &Engine<T>, runner: Runner) -> Pass {
         Runner::Reaper { .. } => engine.pending().min(engine.groups_in_use()),
         Runner::Caller => 0, // no sweeps
     };
-    {
+    let mut timed_out = Vec::new();
+    let timers = {
         let mut wheel = match runner {
-            Runner::Reaper { .. } => engine
-                .reaper
-                .wheel
-                .lock()
-                .unwrap_or_else(|e| e.into_inner()),
-            Runner::Caller => match engine.reaper.wheel.try_lock() {
-                Ok(wheel) => wheel,
-                Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
-                // Another pass is under way (the thread's after all, or a manual
-                // `expire`): it does this one's work.
-                Err(TryLockError::WouldBlock) => return pass,
+            Runner::Reaper { .. } => engine.reaper.lock_wheel(),
+            // Another pass is under way (the thread's after all, or a manual `expire`):
+            // it does this one's work.
+            Runner::Caller => match engine.reaper.try_lock_wheel() {
+                Some(wheel) => wheel,
+                None => return pass,
             },
         };
-        let wheel = &mut *wheel;
         pass.ran = true;
-        let anchor = engine.time.anchor();
-        let now = anchor.max(wheel.now);
-        wheel.now = now;
-        wheel.clock = clock;
-        let mut collected = std::mem::take(&mut wheel.collected);
-        match runner {
-            Runner::Reaper { everything, .. } => {
-                engine
-                    .threads
-                    .collect(now as Tick, everything, &mut collected);
-            }
-            Runner::Caller => {
-                pass.left |=
-                    engine
-                        .threads
-                        .collect_within(now as Tick, CALLER_ENTRIES, &mut collected);
-            }
-        }
-        pass.worked |= !collected.is_empty();
-        // Before filing: the groups operations moved come through their batches, filed
-        // again in their successors, and the dead entries of the generations they left
-        // are best gone before the wheel's vectors grow for the new ones. (The groups a
-        // pass moves are filed at once, `Engine::file_on_wheel`, and swept at the next.)
-        if !caller {
-            pass.worked |= wheel.sweep_if_crowded(engine, live);
-        }
-        // Filing reads each entry's line, long out of cache for a tree past its hand-off
-        // age: asked for ahead, as the batches' filter does.
-        for entry in collected.iter().take(LOOK_AHEAD) {
-            engine.tables.prefetch_entry(entry);
-        }
-        for i in 0..collected.len() {
-            if let Some(ahead) = collected.get(i + LOOK_AHEAD) {
-                engine.tables.prefetch_entry(ahead);
-            }
-            file(engine, wheel, collected[i]);
-        }
-        collected.clear();
-        wheel.collected = collected;
-        let mut due = std::mem::take(&mut wheel.due);
-        let before = wheel.timers.len();
-        match runner {
-            Runner::Reaper { .. } => wheel.timers.advance(now, &mut due),
-            Runner::Caller => {
-                pass.left |= !wheel.timers.advance_within(now, CALLER_GROUPS, &mut due);
-            }
-        }
-        // The entries come due are no longer there to defer an idle sweep.
-        wheel.kept = wheel.kept.saturating_sub(before - wheel.timers.len());
-        timers = !due.is_empty();
-        pass.worked |= timers;
-        let judge = Judge { anchor, clock };
-        for timer in due.drain(..) {
-            look_at_group(engine, wheel, timer, judge, &mut timed_out);
-        }
-        wheel.due = due;
-        // A burst (a million trees handed over at once) must not keep its scratch space.
-        let scratch = |w: &Wheel| {
-            w.collected.capacity() * std::mem::size_of::<Entry>()
-                + w.due.capacity() * std::mem::size_of::<GroupTimer>()
+        let judge = Judge {
+            anchor: engine.time.anchor(),
+            clock,
         };
-        let before = scratch(wheel);
-        trim(&mut wheel.collected);
-        trim(&mut wheel.due);
-        wheel.released += before - scratch(wheel);
+        collect_and_file(engine, &mut wheel, runner, judge, live, &mut pass);
+        let timers = take_due(engine, &mut wheel, runner, judge, &mut pass, &mut timed_out);
         // Entries of trees completed after their hand-off, and of groups that moved to a
         // successor, wait for their deadlines; once they crowd the wheel, a sweep drops
         // them ([`wheel`], "Dead entries").
         if !caller {
             pass.worked |= wheel.sweep_if_crowded(engine, live);
         }
-        publish_timers(engine, wheel);
-    }
-
+        publish_timers(engine, &wheel);
+        timers
+    };
     pass.delivered = timed_out.len();
-    // Callers lead once one runs a pass for timers come due (a collection of the batches
-    // alone is the thread's), unless it leaves work (a burst: the thread's), and until the
-    // thread's delivers timeouts they left (judged a lag behind: they no longer come in
-    // time) ("Callers first"). Relaxed: `backstop_lag`'s hint.
-    if caller && pass.left {
-        engine.reaper.callers_lead.store(false, Ordering::Relaxed);
-    } else if caller && timers {
-        engine.reaper.callers_lead.store(true, Ordering::Relaxed);
-    } else if !caller && pass.delivered > 0 {
-        engine.reaper.callers_lead.store(false, Ordering::Relaxed);
-    }
+    engine.reaper.lead_after(caller, &pass, timers);
     // Outside the lock: `on_complete` may call back into the acker, even `expire`. Before
     // the upkeep below: it may build a successor a caller asked for (the kernel zeroes its
     // pages, about 0.1 ms a MiB) and finish whole migrations, while the thread is
     // published as running and no caller delivers in its place; the timeouts this pass
     // has claimed are due now.
     engine.deliver_timeouts(timed_out, read, &active);
-    if let Some(started) = started {
-        // Its timers only: the upkeep waits for the thread ("A caller's pass").
-        // Counted inside the operation, which shutdown waits for: no count after it.
-        let took = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
-        // Relaxed (both): statistics.
-        engine.reaper.caller_passes.fetch_add(1, Ordering::Relaxed);
-        engine
-            .reaper
-            .caller_pass_longest
-            .fetch_max(took, Ordering::Relaxed);
-        return pass;
+    match started {
+        // Its timers only: the upkeep waits for the thread ("A caller's pass"). Counted
+        // inside the operation, which shutdown waits for: no count after it.
+        Some(started) => engine.reaper.count_caller_pass(started),
+        None => pass.worked |= upkeep(engine, active),
     }
-    let now = engine
-        .reaper
-        .wheel
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .now;
+    pass
+}
+
+/// A pass's first step, under the wheel's lock: the wheel's time moved to the anchor's
+/// (never back), the batches' entries collected (within the caller's bound) and filed.
+fn collect_and_file<T: Send + 'static>(
+    engine: &Engine<T>,
+    wheel: &mut Wheel,
+    runner: Runner,
+    judge: Judge,
+    live: usize,
+    pass: &mut Pass,
+) {
+    let now = judge.anchor.max(wheel.now);
+    wheel.now = now;
+    wheel.clock = judge.clock;
+    let mut collected = std::mem::take(&mut wheel.collected);
+    match runner {
+        Runner::Reaper { everything, .. } => {
+            engine
+                .threads
+                .collect(now as Tick, everything, &mut collected);
+        }
+        Runner::Caller => {
+            pass.left |= engine
+                .threads
+                .collect_within(now as Tick, CALLER_ENTRIES, &mut collected);
+        }
+    }
+    pass.worked |= !collected.is_empty();
+    // Before filing: the groups operations moved come through their batches, filed
+    // again in their successors, and the dead entries of the generations they left
+    // are best gone before the wheel's vectors grow for the new ones. (The groups a
+    // pass moves are filed at once, `Engine::file_on_wheel`, and swept at the next.)
+    if runner != Runner::Caller {
+        pass.worked |= wheel.sweep_if_crowded(engine, live);
+    }
+    // Filing reads each entry's line, long out of cache for a tree past its hand-off
+    // age: asked for ahead, as the batches' filter does.
+    for entry in collected.iter().take(LOOK_AHEAD) {
+        engine.tables.prefetch_entry(entry);
+    }
+    for i in 0..collected.len() {
+        if let Some(ahead) = collected.get(i + LOOK_AHEAD) {
+            engine.tables.prefetch_entry(ahead);
+        }
+        file(engine, wheel, collected[i]);
+    }
+    collected.clear();
+    wheel.collected = collected;
+}
+
+/// A pass's second step, under the wheel's lock: the wheel advanced to its time (a
+/// caller's advance within its bound), and every group come due looked at
+/// ([`look_at_group`]), its timeouts claimed into `timed_out`. Whether any group came due:
+/// the pass ran for timers, not only to collect the batches.
+fn take_due<'e, T: Send + 'static>(
+    engine: &'e Engine<T>,
+    wheel: &mut Wheel,
+    runner: Runner,
+    judge: Judge,
+    pass: &mut Pass,
+    timed_out: &mut Vec<(usize, &'e Table<T>, Completed)>,
+) -> bool {
+    let now = wheel.now;
+    let mut due = std::mem::take(&mut wheel.due);
+    let before = wheel.timers.len();
+    match runner {
+        Runner::Reaper { .. } => wheel.timers.advance(now, &mut due),
+        Runner::Caller => {
+            pass.left |= !wheel.timers.advance_within(now, CALLER_GROUPS, &mut due);
+        }
+    }
+    // The entries come due are no longer there to defer an idle sweep.
+    wheel.kept = wheel.kept.saturating_sub(before - wheel.timers.len());
+    let timers = !due.is_empty();
+    pass.worked |= timers;
+    for timer in due.drain(..) {
+        look_at_group(engine, wheel, timer, judge, timed_out);
+    }
+    wheel.due = due;
+    // A burst (a million trees handed over at once) must not keep its scratch space.
+    let scratch = |w: &Wheel| {
+        w.collected.capacity() * std::mem::size_of::<Entry>()
+            + w.due.capacity() * std::mem::size_of::<GroupTimer>()
+    };
+    let before = scratch(wheel);
+    trim(&mut wheel.collected);
+    trim(&mut wheel.due);
+    wheel.released += before - scratch(wheel);
+    timers
+}
+
+/// The reaper's upkeep after its pass's deliveries (module docs, "A pass", 5): migrations
+/// helped and finished, tables shrunk, the filed ticks of generations gone pruned, retired
+/// generations freed (out of the operation `active`, which it ends), memory given back.
+/// Whether it did anything.
+fn upkeep<T: Send + 'static>(engine: &Engine<T>, active: Active) -> bool {
+    let now = engine.reaper.lock_wheel().now;
     // Migrations, shrinking, retired generations
     // ([`generations`](crate::acker::engine::generations)); outside the wheel's lock, as
     // a move may complete a tree (its callback may call `expire`), and the filing of the
     // groups it moved takes the lock itself (`Engine::file_on_wheel`; not reentrant).
-    pass.worked |= engine.housekeeping(now, &active);
+    let worked = engine.housekeeping(now, &active);
     let released = {
         // The filed ticks of generations that left their tables' chains, this pass's
         // promotions included: the pass that shrinks a burst's tables may be the last for
         // a long time, and a large generation's ticks are 4 B a group.
-        let mut wheel = engine
-            .reaper
-            .wheel
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
+        let mut wheel = engine.reaper.lock_wheel();
         let before = wheel.filed.heap_bytes();
         for shard in 0..wheel.filed.tables() {
             engine.tables.prune_filed(shard, &mut wheel.filed);
@@ -472,14 +517,9 @@ fn pass<T: Send + 'static>(engine: &Engine<T>, runner: Runner) -> Pass {
     let kept = engine.give_back_memory(now as Tick, released);
     if kept > 0 {
         // Not given back yet: counted again at the next pass.
-        engine
-            .reaper
-            .wheel
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .released += kept;
+        engine.reaper.lock_wheel().released += kept;
     }
-    pass
+    worked
 }
 
 /// Looks at every slot of a group come due (module docs, "A pass", 3): its timeouts join
@@ -581,11 +621,7 @@ pub(super) enum Wait {
 /// tick or housekeeping's next work, or until woken when neither has any.
 pub(super) fn next_wait<T: Send + 'static>(engine: &Engine<T>) -> Wait {
     let (waiting_in_batches, next_due, now) = {
-        let mut wheel = engine
-            .reaper
-            .wheel
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
+        let mut wheel = engine.reaper.lock_wheel();
         // Dead entries with nothing pending: the next tick's pass sweeps them, rather than
         // their deadlines ([`wheel`], "Dead entries").
         let next_due = if wheel.ask_idle_sweep(engine.pending()) {
