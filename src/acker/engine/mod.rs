@@ -73,7 +73,6 @@
 
 pub(super) mod batched;
 pub(super) mod deliver;
-pub(super) mod driver;
 pub(super) mod filing;
 pub(super) mod generations;
 pub(super) mod growth;
@@ -83,7 +82,7 @@ pub(super) mod shutdown;
 pub(super) mod tables;
 pub(super) mod time;
 
-pub(super) use driver::{ExpiryWaker, Next};
+pub(super) use reaper::Next;
 pub(super) use shutdown::Handle;
 
 use std::time::Duration;
@@ -160,7 +159,6 @@ pub(super) struct Engine<T> {
     /// [`Config::delivery_order`].
     delivery_order: Option<fn(&T) -> u32>,
     shutdown: AtomicBool,
-    manual: bool,
     /// The reaper's state: its wheel, its thread, what it publishes to callers, its
     /// counters ([`reaper`]).
     reaper: reaper::Reaper,
@@ -177,7 +175,7 @@ impl<T> std::fmt::Debug for Engine<T> {
             .field("tables", &self.tables.shards.len())
             .field("max_table_slots", &self.tables.max_table_slots)
             .field("pending", &self.credits.held())
-            .field("manual", &self.manual)
+            .field("manual", &self.reaper.manual)
             .finish_non_exhaustive()
     }
 }
@@ -215,12 +213,11 @@ impl<T: Send + 'static> Engine<T> {
                 Fences::detect()
             }),
             hand_off_age: (timeout / 4).clamp(1, HAND_OFF_AGE),
-            reaper: reaper::Reaper::new(ticks.full(now)),
+            reaper: reaper::Reaper::new(ticks.full(now), config.manual),
             time: TimeBase::new(config.clock, config.tsc_ticks, ticks),
             on_complete: std::cell::UnsafeCell::new(config.on_complete),
             delivery_order: config.delivery_order,
             shutdown: AtomicBool::new(false),
-            manual: config.manual,
         }
     }
 

@@ -4,7 +4,9 @@
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use super::{longest_sleep, pass, Runner, AWAKE};
+use super::pass::{pass, Runner};
+use super::thread::{backstop_lag, longest_sleep, ticks_at_least_one};
+use super::AWAKE;
 use crate::acker::engine::Engine;
 use crate::sync::{fence, Ordering};
 
@@ -20,29 +22,6 @@ pub(super) const LATE_AFTER_NS: u64 = 250_000;
 /// acker's 2^18 ns and at `build`'s 2^20, 245 at 2^10 (about 1 µs).
 pub(in crate::acker::engine) fn late_after(shift: u32) -> u64 {
     ticks_at_least_one(LATE_AFTER_NS, shift)
-}
-
-/// `ns` in ticks of `shift` (2^shift ns), rounded up, and at least one.
-fn ticks_at_least_one(ns: u64, shift: u32) -> u64 {
-    ns.div_ceil(1 << shift).max(1)
-}
-
-/// The thread's lag behind its timers while callers lead (module docs, "Callers first"),
-/// in nanoseconds: long enough for a busy runtime's next `track` to come (microseconds
-/// apart under load), short enough to bound a timeout's lateness when none does. At least
-/// a tick ([`backstop_lag`]).
-pub(super) const BACKSTOP_NS: u64 = 500_000;
-
-/// The ticks the thread sleeps past its timer, and judges its pass behind the clock: two
-/// at the async acker's tick while callers lead ([`BACKSTOP_NS`]), none otherwise.
-pub(super) fn backstop_lag<T: Send + 'static>(engine: &Engine<T>) -> u64 {
-    // Relaxed: a hint for the thread's timing, set by callers' passes and cleared by its
-    // own; a stale read costs one pass a lag's lateness or the callers one race.
-    if engine.reaper.callers_lead.load(Ordering::Relaxed) {
-        ticks_at_least_one(BACKSTOP_NS, engine.time.ticks.shift)
-    } else {
-        0
-    }
 }
 
 /// Runs the pass the reaper thread's timer is set for once its tick has begun (module

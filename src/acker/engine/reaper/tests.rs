@@ -1,8 +1,11 @@
 //! The reaper's tests: its passes run by callers, their bounds and publication,
 //! the thread's sleeps and wake-ups.
 
-use super::{backstop_lag, late_after, pass, wait_nanos, Runner, AWAKE, CALLER_GROUPS};
-use crate::acker::engine::driver::Next;
+use super::late_after;
+use super::pass::{pass, Runner, CALLER_GROUPS};
+use super::thread::{backstop_lag, wait_nanos};
+use super::AWAKE;
+use crate::acker::engine::Next;
 use crate::acker::table::GROUP_SLOTS;
 use crate::sync::Ordering::SeqCst;
 use crate::{Acker, Clock, Completion, ManualClock, Outcome};

@@ -1,29 +1,30 @@
 //! A manual acker's passes run by a driver in place of the reaper thread
 //! ([`manual`](crate::acker::manual), and the tokio feature's `spawn_expiry`): when the
-//! next pass has work, as the thread's sleep decision (`reaper::next_wait`) makes it, the
+//! next pass has work, as the thread's sleep decision (`next_wait`) makes it, the
 //! pass itself, and the hook that wakes a sleeping driver where the thread would be
 //! unparked.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Duration;
 
-use super::reaper::{self, Wait};
-use super::Engine;
+use super::pass::run_once;
+use super::thread::{next_wait, Wait};
+use crate::acker::engine::Engine;
 use crate::sync::Ordering;
 
 impl<T: Send + 'static> Engine<T> {
-    /// Manual mode: when a pass next has work, as [`reaper::next_wait`] decides it after a
+    /// Manual mode: when a pass next has work, as [`next_wait`] decides it after a
     /// pass (and with its idle mark: a driver unidles when it wakes, [`Engine::unidle`]).
     /// `Next::Never` on an acker with a reaper thread, which serves it, and the decision is
     /// then not made here (marking its reaper idle would only add wake-ups).
     pub(in crate::acker) fn next_pass(&self) -> Next {
-        if !self.manual {
+        if !self.reaper.manual {
             return Next::Never;
         }
         if self.stopping() {
             return Next::Stop;
         }
-        match reaper::next_wait(self) {
+        match next_wait(self) {
             Wait::Again => Next::Now,
             Wait::Tick { from } => Next::At(self.tick_start(from.wrapping_add(1))),
             // At least a tick, as the thread sleeps: each pass moves the wheel to the
@@ -61,7 +62,7 @@ impl<T: Send + 'static> Engine<T> {
     /// `false` when it panicked (counted): the driver then waits a tick, as the thread
     /// does, rather than spin on a clock that keeps panicking.
     pub(in crate::acker) fn driven_pass(&self) -> bool {
-        match catch_unwind(AssertUnwindSafe(|| reaper::run_once(self, false))) {
+        match catch_unwind(AssertUnwindSafe(|| run_once(self, false))) {
             Ok(pass) => {
                 if !pass.worked {
                     self.reaper.idle_wakeups.fetch_add(1, Ordering::Relaxed); // a statistic
@@ -75,7 +76,15 @@ impl<T: Send + 'static> Engine<T> {
         }
     }
 
-    /// A driver woke ([`reaper`], [`reaper::Wait`]).
+    /// Manual mode: one reaper pass now, with every batch's entries. Completions delivered.
+    pub(in crate::acker) fn expire(&self) -> usize {
+        if !self.reaper.manual {
+            return 0;
+        }
+        run_once(self, true).delivered
+    }
+
+    /// A driver woke ([`reaper`](super), [`Wait`]).
     pub(in crate::acker) fn unidle(&self) {
         self.threads.unidle();
     }
@@ -83,7 +92,7 @@ impl<T: Send + 'static> Engine<T> {
     /// Manual mode: sets the hook [`Engine::wake_reaper`] calls. `false` when one is set
     /// already, or the acker has a reaper thread.
     pub(in crate::acker) fn set_expiry_waker(&self, wake: ExpiryWaker) -> bool {
-        self.manual && self.reaper.expiry_waker.set(wake).is_ok()
+        self.reaper.manual && self.reaper.expiry_waker.set(wake).is_ok()
     }
 
     /// Shutdown: a driver asleep must see it.

@@ -1,0 +1,347 @@
+//! One pass of the reaper (module docs of [`reaper`](super), "A pass"): the batches'
+//! entries collected and filed, the wheel advanced and each group come due looked at, the
+//! timeouts delivered, then (the reaper's passes only) the upkeep; a caller's pass within
+//! its bounds ("A caller's pass").
+
+use std::time::Instant;
+
+use super::wheel::{file, Wheel};
+use crate::acker::engine::tables::tag_of;
+use crate::acker::engine::Engine;
+use crate::acker::table::{Completed, Effects, Expiry, Judge, Table, GROUP_SLOTS};
+use crate::acker::threads::{trim, Active, Entry, LOOK_AHEAD};
+use crate::acker::timers::groups::{GroupAt, GroupTimer};
+use crate::acker::timers::ticks::{full_near, Tick};
+use crate::sync::Ordering;
+
+use super::AWAKE;
+
+/// What a pass did.
+#[derive(Clone, Copy, Debug, Default)]
+pub(in crate::acker::engine) struct Pass {
+    pub delivered: usize,
+    /// Any entry collected, filed, due or dropped.
+    pub worked: bool,
+    /// A caller's pass: work left that its bounds kept it from (entries handed off, groups
+    /// due), for the next pass.
+    pub left: bool,
+    /// It ran: a caller's pass gives way to a re-anchoring, to another pass under way and
+    /// to shutdown.
+    pub ran: bool,
+}
+
+/// Who runs a pass, and so how much of it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Runner {
+    /// The reaper thread, or a manual acker's driver or `expire`: the whole pass.
+    /// `everything`: take every batch's entries (manual mode, where the caller's own batch
+    /// is one of them). `behind`: ticks before the clock that the pass judges deadlines
+    /// at, the thread's lag as the callers' backstop (module docs of [`reaper`](super), "Callers first").
+    Reaper { everything: bool, behind: u64 },
+    /// A caller running the reaper's pass: its timers only, within bounds (module docs,
+    /// "A caller's pass").
+    Caller,
+}
+
+/// The most entries a caller's pass takes from the reaper's inbox and quiet batches
+/// (module docs of [`reaper`](super), "A caller's pass").
+pub(super) const CALLER_ENTRIES: usize = 256;
+
+/// The most groups a caller's pass looks at (each of [`GROUP_SLOTS`] slots, so at most
+/// that many timeouts each), and the most entries its advance of the wheel moves.
+pub(super) const CALLER_GROUPS: usize = 32;
+
+/// One pass at the clock's time (module docs). `everything`: take every batch's entries
+/// (manual mode, where the caller's own batch is one of them).
+pub(in crate::acker::engine) fn run_once<T: Send + 'static>(
+    engine: &Engine<T>,
+    everything: bool,
+) -> Pass {
+    pass(
+        engine,
+        Runner::Reaper {
+            everything,
+            behind: 0,
+        },
+    )
+}
+
+/// A pass (module docs): the whole of it for the reaper; for a caller, only its timers and
+/// within bounds, and nothing once shutdown has closed the callback.
+pub(super) fn pass<T: Send + 'static>(engine: &Engine<T>, runner: Runner) -> Pass {
+    let caller = runner == Runner::Caller;
+    // A caller's pass is timed on the monotonic clock whatever the acker's is: what a
+    // server exports is how long its caller was held.
+    let started = caller.then(Instant::now);
+    let active = engine.threads.enter();
+    let mut pass = Pass::default();
+    if caller && !active.open {
+        // Shutdown has closed the callback, and takes back what is live: a pass now could
+        // run after `shutdown` returned. (A caller's pass whose operation found it open
+        // ends before shutdown drops the callback, which waits for it.)
+        return pass;
+    }
+    // Deadlines are judged on the clock's own tick, so that a clock that stepped back
+    // times out nothing before its deadline as read on that clock; the wheel's time (the
+    // anchor's), which files and advances the group timers, never goes back. (While the
+    // clock is behind it, a group it judges not yet due is looked at again each pass.)
+    let read = engine.time.ticks.full(engine.time.clock.now());
+    // The thread as the callers' backstop judges what they left that late ("Callers
+    // first"); its deliveries' lateness is counted on the clock as read.
+    let clock = match runner {
+        Runner::Reaper { behind, .. } => read.saturating_sub(behind),
+        Runner::Caller => read,
+    };
+    // The anchor first ([`anchor`](crate::acker::engine::time)), outside the wheel's
+    // lock: after a stall, a re-anchoring, which walks every table: the thread's work.
+    if caller && engine.time.needs_reanchoring(clock) {
+        return pass;
+    }
+    engine
+        .time
+        .advance_anchor(clock, &engine.threads, |from, to| engine.rebase(from, to));
+    // The sweep's bound ([`wheel`], "Dead entries"), read outside the wheel's lock.
+    let live = match runner {
+        Runner::Reaper { .. } => engine.pending().min(engine.groups_in_use()),
+        Runner::Caller => 0, // no sweeps
+    };
+    let mut timed_out = Vec::new();
+    let timers = {
+        let mut wheel = match runner {
+            Runner::Reaper { .. } => engine.reaper.lock_wheel(),
+            // Another pass is under way (the thread's after all, or a manual `expire`):
+            // it does this one's work.
+            Runner::Caller => match engine.reaper.try_lock_wheel() {
+                Some(wheel) => wheel,
+                None => return pass,
+            },
+        };
+        pass.ran = true;
+        let judge = Judge {
+            anchor: engine.time.anchor(),
+            clock,
+        };
+        collect_and_file(engine, &mut wheel, runner, judge, live, &mut pass);
+        let timers = take_due(engine, &mut wheel, runner, judge, &mut pass, &mut timed_out);
+        // Entries of trees completed after their hand-off, and of groups that moved to a
+        // successor, wait for their deadlines; once they crowd the wheel, a sweep drops
+        // them ([`wheel`], "Dead entries").
+        if !caller {
+            pass.worked |= wheel.sweep_if_crowded(engine, live);
+        }
+        publish_timers(engine, &wheel);
+        timers
+    };
+    pass.delivered = timed_out.len();
+    engine
+        .reaper
+        .lead_after(caller, pass.left, pass.delivered > 0, timers);
+    // Outside the lock: `on_complete` may call back into the acker, even `expire`. Before
+    // the upkeep below: it may build a successor a caller asked for (the kernel zeroes its
+    // pages, about 0.1 ms a MiB) and finish whole migrations, while the thread is
+    // published as running and no caller delivers in its place; the timeouts this pass
+    // has claimed are due now.
+    engine.deliver_timeouts(timed_out, read, &active);
+    match started {
+        // Its timers only: the upkeep waits for the thread ("A caller's pass"). Counted
+        // inside the operation, which shutdown waits for: no count after it.
+        Some(started) => engine.reaper.count_caller_pass(started),
+        None => pass.worked |= upkeep(engine, active),
+    }
+    pass
+}
+
+/// A pass's first step, under the wheel's lock: the wheel's time moved to the anchor's
+/// (never back), the batches' entries collected (within the caller's bound) and filed.
+fn collect_and_file<T: Send + 'static>(
+    engine: &Engine<T>,
+    wheel: &mut Wheel,
+    runner: Runner,
+    judge: Judge,
+    live: usize,
+    pass: &mut Pass,
+) {
+    let now = judge.anchor.max(wheel.now);
+    wheel.now = now;
+    wheel.clock = judge.clock;
+    let mut collected = std::mem::take(&mut wheel.collected);
+    match runner {
+        Runner::Reaper { everything, .. } => {
+            engine
+                .threads
+                .collect(now as Tick, everything, &mut collected);
+        }
+        Runner::Caller => {
+            pass.left |= engine
+                .threads
+                .collect_within(now as Tick, CALLER_ENTRIES, &mut collected);
+        }
+    }
+    pass.worked |= !collected.is_empty();
+    // Before filing: the groups operations moved come through their batches, filed
+    // again in their successors, and the dead entries of the generations they left
+    // are best gone before the wheel's vectors grow for the new ones. (The groups a
+    // pass moves are filed at once, `Engine::file_on_wheel`, and swept at the next.)
+    if runner != Runner::Caller {
+        pass.worked |= wheel.sweep_if_crowded(engine, live);
+    }
+    // Filing reads each entry's line, long out of cache for a tree past its hand-off
+    // age: asked for ahead, as the batches' filter does.
+    for entry in collected.iter().take(LOOK_AHEAD) {
+        engine.tables.prefetch_entry(entry);
+    }
+    for i in 0..collected.len() {
+        if let Some(ahead) = collected.get(i + LOOK_AHEAD) {
+            engine.tables.prefetch_entry(ahead);
+        }
+        file(engine, wheel, collected[i]);
+    }
+    collected.clear();
+    wheel.collected = collected;
+}
+
+/// A pass's second step, under the wheel's lock: the wheel advanced to its time (a
+/// caller's advance within its bound), and every group come due looked at
+/// ([`look_at_group`]), its timeouts claimed into `timed_out`. Whether any group came due:
+/// the pass ran for timers, not only to collect the batches.
+fn take_due<'e, T: Send + 'static>(
+    engine: &'e Engine<T>,
+    wheel: &mut Wheel,
+    runner: Runner,
+    judge: Judge,
+    pass: &mut Pass,
+    timed_out: &mut Vec<(usize, &'e Table<T>, Completed)>,
+) -> bool {
+    let now = wheel.now;
+    let mut due = std::mem::take(&mut wheel.due);
+    let before = wheel.timers.len();
+    match runner {
+        Runner::Reaper { .. } => wheel.timers.advance(now, &mut due),
+        Runner::Caller => {
+            pass.left |= !wheel.timers.advance_within(now, CALLER_GROUPS, &mut due);
+        }
+    }
+    // The entries come due are no longer there to defer an idle sweep.
+    wheel.kept = wheel.kept.saturating_sub(before - wheel.timers.len());
+    let timers = !due.is_empty();
+    pass.worked |= timers;
+    for timer in due.drain(..) {
+        look_at_group(engine, wheel, timer, judge, timed_out);
+    }
+    wheel.due = due;
+    // A burst (a million trees handed over at once) must not keep its scratch space.
+    let scratch = |w: &Wheel| {
+        w.collected.capacity() * std::mem::size_of::<Entry>()
+            + w.due.capacity() * std::mem::size_of::<GroupTimer>()
+    };
+    let before = scratch(wheel);
+    trim(&mut wheel.collected);
+    trim(&mut wheel.due);
+    wheel.released += before - scratch(wheel);
+    timers
+}
+
+/// The reaper's upkeep after its pass's deliveries (module docs of [`reaper`](super), "A pass", 5): migrations
+/// helped and finished, tables shrunk, the filed ticks of generations gone pruned, retired
+/// generations freed (out of the operation `active`, which it ends), memory given back.
+/// Whether it did anything.
+fn upkeep<T: Send + 'static>(engine: &Engine<T>, active: Active) -> bool {
+    let now = engine.reaper.lock_wheel().now;
+    // Migrations, shrinking, retired generations
+    // ([`generations`](crate::acker::engine::generations)); outside the wheel's lock, as
+    // a move may complete a tree (its callback may call `expire`), and the filing of the
+    // groups it moved takes the lock itself (`Engine::file_on_wheel`; not reentrant).
+    let worked = engine.housekeeping(now, &active);
+    let released = {
+        // The filed ticks of generations that left their tables' chains, this pass's
+        // promotions included: the pass that shrinks a burst's tables may be the last for
+        // a long time, and a large generation's ticks are 4 B a group.
+        let mut wheel = engine.reaper.lock_wheel();
+        let before = wheel.filed.heap_bytes();
+        for shard in 0..wheel.filed.tables() {
+            engine.tables.prune_filed(shard, &mut wheel.filed);
+        }
+        wheel.released += before.saturating_sub(wheel.filed.heap_bytes());
+        std::mem::take(&mut wheel.released)
+    };
+    drop(active);
+    // Out of the operation: the generations this pass retired wait for no one but other
+    // threads now (the pass itself was one of those their grace periods waited for).
+    engine.free_retired();
+    let kept = engine.give_back_memory(now as Tick, released);
+    if kept > 0 {
+        // Not given back yet: counted again at the next pass.
+        engine.reaper.lock_wheel().released += kept;
+    }
+    worked
+}
+
+/// Looks at every slot of a group come due (module docs of [`reaper`](super), "A pass", 3): its timeouts join
+/// `timed_out`, and the group is filed again at the earliest deadline left, if any.
+fn look_at_group<'e, T: Send + 'static>(
+    engine: &'e Engine<T>,
+    wheel: &mut Wheel,
+    timer: GroupTimer,
+    judge: Judge,
+    timed_out: &mut Vec<(usize, &'e Table<T>, Completed)>,
+) {
+    let now = wheel.now;
+    let entry = Entry {
+        slot: timer.first,
+        tag: timer.gen,
+    };
+    let Some((shard, table, first)) = engine.tables.locate(&entry) else {
+        return; // an older generation's: its roots moved, with timers of their own
+    };
+    // Every slot of the group: the earliest deadline left decides the next look.
+    let mut earliest = None;
+    for slot in first..first + GROUP_SLOTS {
+        let Some(key) = table.key_in(slot) else {
+            continue;
+        };
+        let mut effects = Effects::default();
+        let tag = tag_of(key.tag(), table.gen());
+        let next = match table.expire_keeping(slot, tag, judge, &mut effects) {
+            Expiry::Gone => None,
+            Expiry::Dropped => {
+                // Relaxed: a statistic.
+                engine
+                    .counters()
+                    .orphans_expired
+                    .fetch_add(1, Ordering::Relaxed);
+                None
+            }
+            Expiry::TimedOut => {
+                if let Some(completed) = effects.take() {
+                    timed_out.push((shard, table, completed));
+                }
+                None
+            }
+            Expiry::NotDue(deadline) => Some(wheel.full(deadline)),
+            Expiry::Joining => Some(now + 1),
+        };
+        if let Some(next) = next {
+            earliest = Some(earliest.map_or(next, |e: u64| e.min(next)));
+        }
+    }
+    let at = GroupAt {
+        shard,
+        gen: table.gen(),
+        groups: table.groups(),
+        group: first / GROUP_SLOTS,
+    };
+    let decision = wheel.filed.refile(at, now, earliest, |t| full_near(now, t));
+    wheel.push(decision, timer);
+}
+
+/// Publishes the wheel's next due tick for callers (`Reaper::timers_due_at`, "Callers
+/// first").
+pub(in crate::acker::engine) fn publish_timers<T: Send + 'static>(
+    engine: &Engine<T>,
+    wheel: &Wheel,
+) {
+    let due = wheel.timers.next_due().unwrap_or(AWAKE);
+    // Relaxed: a hint; a stale one costs a caller a pass with no timer due, or leaves a
+    // due one to the thread a lateness longer.
+    engine.reaper.timers_due_at.store(due, Ordering::Relaxed);
+}
