@@ -8,34 +8,60 @@
 //!
 //! ## The rooms
 //!
+//! This is the one map of the Acker's rooms; the README and `docs/design.md` point here.
 //! The public API is this file's [`Acker`], its configuration in [`builder`]
 //! ([`AckerBuilder`], checked at build) and a tree's end in [`outcome`] ([`Outcome`],
 //! [`Completion`], [`InitError`]); the work is done in these rooms, each with its rules in
 //! its module docs:
 //!
-//! * [`engine`]: the engine every call delegates to, [`engine::Engine`]. It places a root
-//!   ([`engine::layout`]: a bijective mix picks its table and its key there), runs the
-//!   operations, grows and shrinks the tables ([`engine::growth`],
-//!   [`engine::generations`]), delivers completions ([`engine::deliver`]), runs the reaper
-//!   ([`engine::reaper`], and its wheel of group timers, [`engine::reaper::wheel`]) and
-//!   shuts down ([`engine::shutdown`]); time in ticks and the anchor ([`engine::time`]) and
-//!   messages in batches ([`engine::batched`]) are its too.
+//! * [`engine`]: the engine every call delegates to, [`engine::Engine`], which holds three
+//!   parts, each a type with its own state, and runs the operations (its `mod.rs`; many
+//!   messages in one call, [`engine::batched`]):
+//!   - the tables, `Tables` ([`engine::tables`]): each shard's chain of table generations
+//!     ([`engine::generations`]: the current one and its successors while it migrates),
+//!     where a root lives ([`engine::layout`]: a bijective mix picks its shard and its key,
+//!     and turns them back into the id), growth and shrinking ([`engine::growth`]), and the
+//!     way back from a timer entry to its slot;
+//!   - time, `TimeBase` ([`engine::time`]): the clock, ticks of the resolution, the callers'
+//!     tick, and the anchor every stored tick is read against, with its re-anchoring;
+//!   - the reaper, `Reaper` ([`engine::reaper`]): its wheel of group timers
+//!     ([`engine::reaper::wheel`]), one pass (`reaper/pass.rs`), its thread's loop and
+//!     sleep decision (`reaper/thread.rs`), the callers that run a pass in its place
+//!     (`reaper/callers.rs`), a manual acker's driver (`reaper/driver.rs`), the wakes a
+//!     push makes (`reaper/hooks.rs`) and what the tests use to stand in for it
+//!     (`reaper/probes.rs`).
+//!
+//!   Between them: an operation's effects finished, a created entry filed in its thread's
+//!   hand-off ([`engine::filing`]), completions delivered, a burst's timeouts in order
+//!   ([`engine::deliver`]), and shutdown ([`engine::shutdown`]).
 //! * [`table`]: one lock-free hash table of roots, [`table::Table`]. A slot is one 16-byte
 //!   word, key, state and XOR value together ([`table::word`]), changed only by a 128-bit
-//!   CAS. Slots are reused at once: no grace period, no reclamation. Its files: the probe
-//!   window, init, twin claims, a slot's times and deadlines, taking a payload, migration
-//!   to a successor, the lines in memory.
+//!   CAS. Slots are reused at once: no grace period, no reclamation. Its files: a group's
+//!   atomic accesses and its match of a key (`group.rs`), the probe window (`probe.rs`),
+//!   init (`init.rs`), twin claims (`twins.rs`), a slot's times, the reaper's check at a
+//!   deadline and resets (`times.rs`), taking a payload (`taking.rs`), migration to a
+//!   successor (`migrate.rs`), the lines in memory (`lines.rs`), what an operation did,
+//!   `Effects` (`effects.rs`).
 //! * [`timers`]: time in `u32` ticks that wrap ([`timers::ticks`]), and what the reaper
 //!   keeps: one timer per group of slots, not per tree ([`timers::groups`]), in a compact
 //!   hierarchical wheel ([`timers::wheel`]).
 //! * [`threads`]: what each thread keeps per acker, a [`threads::Record`] registered in the
-//!   acker's [`threads::Threads`]: its timer hand-off ([`threads::handoff`]), and the marks
+//!   acker's [`threads::Threads`]: its timer hand-off ([`threads::handoff`]), the marks
 //!   of its operations in progress, on which the grace periods, the callback's closing and
-//!   re-anchoring rest ([`threads::marks`]) (asymmetric fences, [`crate::sync::fences`]).
+//!   re-anchoring rest ([`threads::marks`]) (asymmetric fences, [`crate::sync::fences`]),
+//!   and the reaper's wake-up ([`threads::wake`]).
 //! * [`bound`]: `max_pending`, kept as credits in per-thread stripes: a claim takes one,
 //!   emptying the slot gives it back, and the bound stays exact.
 //! * [`manual`] (a manual acker's next expiration, for whoever drives its passes),
 //!   [`messages`] (the batched API's [`Message`]) and [`stats`] (the counters).
+//!
+//! Beside this module, the crate's parts the Acker stands on: the 128-bit atomic
+//! ([`crate::sync::atomic_u128`], its CAS and load inlined) and the asymmetric fences; the
+//! callers' ticks from the time-stamp counter, never behind the clock
+//! ([`crate::clock::tsc`]); zeroed blocks that go back to the system when dropped, for the
+//! tables' lines, the reaper's filed ticks and the slab's pages ([`crate::zeroed`]); and,
+//! with the `tokio` feature, the async face, [`crate::future`] (its `mod.rs` names what
+//! each of its files holds).
 //!
 //! ## A tree's path
 //!

@@ -25,6 +25,13 @@
 //!
 //! Inside this module the tokio crate is still written `::tokio`, for the reader's sake.
 
+// The files: `AsyncAcker` (`async_acker/mod.rs`), its building and the delivery of
+// completions (`async_acker/build.rs`), a tree's start and the buffer's permits
+// (`async_acker/start.rs`); a tracked tree's future, `TreeCompletion`
+// (`tree_completion.rs`); the `Completions` stream (`stream.rs`); `Closed` (`closed.rs`); a
+// tracked tree's waiter cell (`waiter.rs`) and the slab of cells (`slab.rs`); what the inner
+// acker holds (`stores.rs`); expiry on a task (`expiry.rs`).
+
 #[cfg(feature = "tokio")]
 mod async_acker;
 #[cfg(feature = "tokio")]

@@ -248,6 +248,8 @@ impl TimeBase {
     /// new anchor published. Called inside an operation that holds nothing of the tables,
     /// and not under the wheel's lock. A thread that finds another at it waits, quiescent,
     /// and then finds the anchor moved.
+    // Never inlined: once per stall, and its frame would weigh on every writer's.
+    #[inline(never)]
     pub(super) fn reanchor(&self, to: u64, threads: &Threads, rewrite: impl FnOnce(u64, u64)) {
         let mut backoff = crate::sync::Backoff::default();
         let _one = loop {
