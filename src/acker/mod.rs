@@ -56,7 +56,7 @@
 //!   [`messages`] (the batched API's [`Message`]) and [`stats`] (the counters).
 //!
 //! Beside this module, the crate's parts the Acker stands on: the 128-bit atomic
-//! ([`crate::sync::atomic_u128`], its CAS and load inlined) and the asymmetric fences; the
+//! (`sync/atomic_u128.rs`, its CAS and load inlined) and the asymmetric fences; the
 //! callers' ticks from the time-stamp counter, never behind the clock
 //! ([`crate::clock::tsc`]); zeroed blocks that go back to the system when dropped, for the
 //! tables' lines, the reaper's filed ticks and the slab's pages ([`crate::zeroed`]); and,
