@@ -59,7 +59,7 @@ mod zeroed;
 pub mod table {
     pub use crate::acker::table::word::{Key, Phase, Word, KEY_SHIFT};
     pub use crate::acker::table::{
-        Applied, Completed, Effects, Expiry, Message, Refused, Stamp, Table, GROUP_SLOTS, MAX_PROBE,
+        Applied, Change, Completed, Effects, Expiry, Refused, Stamp, Table, GROUP_SLOTS, MAX_PROBE,
     };
 }
 /// The per-thread records (timer hand-off, operation marks), for the `threads` loom

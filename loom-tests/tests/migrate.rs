@@ -19,7 +19,7 @@
 #![cfg(loom)]
 
 use ackwheel::table::{
-    Applied, Completed, Effects, Expiry, Key, Message, Refused, Stamp, Table, KEY_SHIFT,
+    Applied, Change, Completed, Effects, Expiry, Key, Refused, Stamp, Table, KEY_SHIFT,
 };
 use ackwheel::Outcome;
 use loom::sync::Arc;
@@ -109,7 +109,7 @@ impl Pair {
 
     /// Engine's `message()`: along the chain, creating only in the last table; `Missing`
     /// goes on to the successor, `Retry` starts again from the first table.
-    fn message(&self, key: Key, message: Message) -> Vec<(u32, Outcome)> {
+    fn message(&self, key: Key, message: Change) -> Vec<(u32, Outcome)> {
         let mut completions = Vec::new();
         loop {
             let mut effects = stamped();
@@ -131,7 +131,7 @@ impl Pair {
     }
 
     fn ack(&self, key: Key, xor: u64) -> Vec<(u32, Outcome)> {
-        self.message(key, Message::Ack(xor))
+        self.message(key, Change::Ack(xor))
     }
 
     /// Engine's `init()`: along the chain, claiming a new entry only in the last table;
@@ -212,7 +212,7 @@ fn bounded(preemptions: usize) -> loom::model::Builder {
 /// (and, on `Retry`, starts again along the chain).
 fn ack_in_old(pair: &Pair, key: Key, xor: u64) -> Vec<(u32, Outcome)> {
     let mut effects = stamped();
-    let applied = pair.old.apply(key, Message::Ack(xor), true, &mut effects);
+    let applied = pair.old.apply(key, Change::Ack(xor), true, &mut effects);
     let mut completions = pair.finish(&mut effects);
     match applied {
         Applied::Created | Applied::Changed => {}

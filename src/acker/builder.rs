@@ -198,7 +198,7 @@ impl<T: Send + 'static> AckerBuilder<T> {
             });
         }
         let config = engine::Config {
-            tables: shards,
+            shards,
             max_pending: self.max_pending,
             timeout_ns,
             resolution_ns,

@@ -53,7 +53,7 @@
 //! * [`bound`]: `max_pending`, kept as credits in per-thread stripes: a claim takes one,
 //!   emptying the slot gives it back, and the bound stays exact.
 //! * [`manual`] (a manual acker's next expiration, for whoever drives its passes),
-//!   [`messages`] (the batched API's [`Message`]) and [`stats`] (the counters).
+//!   [`batched`] (the batched API: [`Acker::apply`] and its kin, of [`Message`]s) and [`stats`] (the counters).
 //!
 //! Beside this module, the crate's parts the Acker stands on: the 128-bit atomic
 //! (`sync/atomic_u128.rs`, its CAS and load inlined) and the asymmetric fences; the
@@ -171,10 +171,10 @@ mod builder;
 pub(crate) mod threads;
 #[cfg_attr(not(feature = "tokio"), allow(unused_imports))]
 pub(crate) use bound::stripe_index;
+mod batched;
 mod engine;
 mod manual;
 mod message;
-mod messages;
 mod outcome;
 mod stats;
 pub(crate) mod table;

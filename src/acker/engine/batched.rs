@@ -8,9 +8,10 @@
 //! callback is open (`Threads::reopen`): a callback that shut the acker down leaves the
 //! chunk's later messages changing nothing, as the same calls one at a time would.
 
-use super::{Engine, Message};
-use crate::acker::message::Message as PublicMessage;
+use super::Engine;
+use crate::acker::message::Message;
 use crate::acker::table::word::Key;
+use crate::acker::table::Change;
 use crate::acker::threads::Active;
 
 /// Messages a batch places and prefetches at once, while it applies the chunk before:
@@ -24,7 +25,7 @@ impl<T: Send + 'static> Engine<T> {
     /// chunk is applied, outside any operation (it is the caller's code, like a callback).
     pub(in crate::acker) fn apply_each(
         &self,
-        messages: &[PublicMessage],
+        messages: &[Message],
         each: &mut impl FnMut(usize, bool),
     ) {
         let mut placed = [(0, Key::new(0)); AHEAD];
@@ -46,13 +47,11 @@ impl<T: Send + 'static> Engine<T> {
             self.place_ahead(&active, &after[..after.len().min(AHEAD)], &mut next);
             for ((message, &(shard, key)), result) in chunk.iter().zip(&placed).zip(&mut results) {
                 *result = match *message {
-                    PublicMessage::Ack { xor, .. } => {
-                        self.message_in(&active, shard, key, Message::Ack(xor))
+                    Message::Ack { xor, .. } => {
+                        self.message_in(&active, shard, key, Change::Ack(xor))
                     }
-                    PublicMessage::Fail { .. } => {
-                        self.message_in(&active, shard, key, Message::Fail)
-                    }
-                    PublicMessage::ResetTimeout { .. } => self.reset_in(shard, key),
+                    Message::Fail { .. } => self.message_in(&active, shard, key, Change::Fail),
+                    Message::ResetTimeout { .. } => self.reset_in(shard, key),
                 };
                 // A callback this message ran may have shut the acker down.
                 self.threads.reopen(&mut active);
@@ -80,16 +79,12 @@ impl<T: Send + 'static> Engine<T> {
     fn place_ahead(
         &self,
         active: &Active,
-        messages: &[PublicMessage],
+        messages: &[Message],
         placed: &mut [(usize, Key); AHEAD],
     ) {
-        self.prefetch_homes(
-            active,
-            messages.iter().map(PublicMessage::root),
-            |i, place| {
-                placed[i] = place;
-            },
-        );
+        self.prefetch_homes(active, messages.iter().map(Message::root), |i, place| {
+            placed[i] = place;
+        });
     }
 
     /// Places each of `roots`, prefetches its home line in its table's current generation

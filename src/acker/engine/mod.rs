@@ -94,7 +94,7 @@ use super::stats::{AckerStats, Counters};
 use super::threads::{Active, Threads};
 use crate::acker::bound::Credits;
 use crate::acker::table::word::{Key, KEY_SHIFT};
-use crate::acker::table::{Applied, Effects, Message, Refused};
+use crate::acker::table::{Applied, Change, Effects, Refused};
 use crate::acker::timers::ticks::Tick;
 use crate::clock::Clock;
 use crate::sync::fences::Fences;
@@ -115,13 +115,13 @@ pub(super) const MAX_TIMEOUT_TICKS: u64 = (1 << 30) - 2;
 /// whose lines it then reads while workers write them.
 const HAND_OFF_AGE: Tick = 64;
 
-/// The fewest tables: a key drops the top [`KEY_SHIFT`] bits of the root's hash, which
+/// The fewest shards: a key drops the top [`KEY_SHIFT`] bits of the root's hash, which
 /// the table's index must carry.
-const MIN_TABLES: usize = 1 << KEY_SHIFT;
+const MIN_SHARDS: usize = 1 << KEY_SHIFT;
 
 /// What the builder settled, for [`Engine::new`].
 pub(super) struct Config<T> {
-    pub tables: usize,
+    pub shards: usize,
     pub max_pending: usize,
     pub timeout_ns: u64,
     pub resolution_ns: u64,
@@ -182,7 +182,7 @@ impl<T> std::fmt::Debug for Engine<T> {
 
 impl<T: Send + 'static> Engine<T> {
     pub(super) fn new(config: Config<T>) -> Self {
-        let shards = config.tables.max(MIN_TABLES).next_power_of_two();
+        let shards = config.shards.max(MIN_SHARDS).next_power_of_two();
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let stripes = Credits::stripes_for(cores);
         let credits = Arc::new(Credits::new(config.max_pending, stripes));
@@ -338,11 +338,11 @@ impl<T: Send + 'static> Engine<T> {
     }
 
     pub(super) fn ack(&self, root: u64, xor: u64) -> bool {
-        self.message(root, Message::Ack(xor))
+        self.message(root, Change::Ack(xor))
     }
 
     pub(super) fn fail(&self, root: u64) -> bool {
-        self.message(root, Message::Fail)
+        self.message(root, Change::Fail)
     }
 
     /// An ack or a fail: applies it to the root's table (during a migration, to its entry
@@ -353,7 +353,7 @@ impl<T: Send + 'static> Engine<T> {
     /// then holds only what it needs (fewer registers saved, a smaller stack frame), which
     /// an ack one at a time pays on every call.
     #[inline]
-    fn message(&self, root: u64, message: Message) -> bool {
+    fn message(&self, root: u64, message: Change) -> bool {
         let active = self.threads.enter();
         let (shard, key) = self.tables.layout.place(root);
         self.message_with(&active, Some(root), shard, key, message, || {
@@ -366,7 +366,7 @@ impl<T: Send + 'static> Engine<T> {
     /// inline: a batch calls this out of line already, and its own call of the general path
     /// cost more there than it saved.
     #[inline]
-    fn message_in(&self, active: &Active, shard: usize, key: Key, message: Message) -> bool {
+    fn message_in(&self, active: &Active, shard: usize, key: Key, message: Change) -> bool {
         // No root: a batch's frame keeps less across its messages without it.
         self.message_with(active, None, shard, key, message, || {
             self.message_general(active, shard, key, message)
@@ -383,7 +383,7 @@ impl<T: Send + 'static> Engine<T> {
         root: Option<u64>,
         shard: usize,
         key: Key,
-        message: Message,
+        message: Change,
         general: impl FnOnce() -> bool,
     ) -> bool {
         if !active.open && self.stopping() {
@@ -411,7 +411,7 @@ impl<T: Send + 'static> Engine<T> {
         active: &Active,
         shard: usize,
         key: Key,
-        message: Message,
+        message: Change,
     ) -> bool {
         self.message_general(active, shard, key, message)
     }
@@ -419,7 +419,7 @@ impl<T: Send + 'static> Engine<T> {
     /// [`message_in`](Self::message_in) past its common case: the general path, from the
     /// search.
     #[inline]
-    fn message_general(&self, active: &Active, shard: usize, key: Key, message: Message) -> bool {
+    fn message_general(&self, active: &Active, shard: usize, key: Key, message: Change) -> bool {
         let mut completed = false;
         loop {
             // Read here, where the operation holds nothing of the tables

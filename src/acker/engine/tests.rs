@@ -336,7 +336,7 @@ fn ticks_round_timeouts_up_and_never_go_before_the_epoch() {
 /// operation's `open` on; it passed `false`, and the payload was dropped unseen).
 #[test]
 fn a_tree_completed_by_a_reaper_move_reaches_the_callback() {
-    use crate::acker::table::{Applied, Effects, Message};
+    use crate::acker::table::{Applied, Change, Effects};
     let clock = ManualClock::new(0);
     let (acker, log) = manual(&clock, 1 << 20);
     let engine = acker.engine();
@@ -355,7 +355,7 @@ fn a_tree_completed_by_a_reaper_move_reaches_the_callback() {
         );
         let next = table.successor().expect("migrating");
         let mut effects = Effects::stamped(super::time::stamp_at(engine.write_tick()));
-        let twin = next.apply(key, Message::Ack(0b10), true, &mut effects);
+        let twin = next.apply(key, Change::Ack(0b10), true, &mut effects);
         assert_eq!(twin, Applied::Created, "the twin holds the last edge");
         assert!(!engine.finish(shard, table, &mut effects, &active));
     }

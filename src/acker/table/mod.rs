@@ -160,9 +160,11 @@ pub enum Refused<T> {
     Retry(T),
 }
 
-/// A message applied to a root's entry, or held in a new one.
+/// What a message changes in a root's entry (or holds in a new one): an ack's XOR, a fail,
+/// or a twin's contents. (The public [`Message`](crate::Message) of a batch names its root
+/// too; the engine places the root and hands the table this.)
 #[derive(Clone, Copy, Debug)]
-pub enum Message {
+pub enum Change {
     /// An ack's XOR.
     Ack(u64),
     /// A fail.
@@ -172,22 +174,22 @@ pub enum Message {
     Twin(Word, Tick),
 }
 
-impl Message {
+impl Change {
     #[inline]
     fn step(self, word: Word) -> Option<Step> {
         match self {
-            Message::Ack(xor) => word.acked(xor),
-            Message::Fail => word.failed(),
-            Message::Twin(twin, _) => word.absorbed(twin),
+            Change::Ack(xor) => word.acked(xor),
+            Change::Fail => word.failed(),
+            Change::Twin(twin, _) => word.absorbed(twin),
         }
     }
 
     #[inline]
     fn held(self, key: Key) -> Word {
         match self {
-            Message::Ack(xor) => Word::held_ack(key, xor),
-            Message::Fail => Word::held_fail(key),
-            Message::Twin(twin, _) => twin,
+            Change::Ack(xor) => Word::held_ack(key, xor),
+            Change::Fail => Word::held_fail(key),
+            Change::Twin(twin, _) => twin,
         }
     }
 }
@@ -429,13 +431,13 @@ impl<T> Table<T> {
     /// An ack: XORs `xor` into the root's value, or holds it in a new entry.
     #[cfg(any(test, loom, feature = "internals"))] // the tests, loom models and `table` bench only
     pub fn ack(&self, key: Key, xor: u64, effects: &mut Effects) -> Applied {
-        self.apply(key, Message::Ack(xor), true, effects)
+        self.apply(key, Change::Ack(xor), true, effects)
     }
 
     /// A fail: completes an initialized tree `Failed`, or is held until init.
     #[cfg(any(test, loom, feature = "internals"))] // the tests, loom models and `table` bench only
     pub fn fail(&self, key: Key, effects: &mut Effects) -> Applied {
-        self.apply(key, Message::Fail, true, effects)
+        self.apply(key, Change::Fail, true, effects)
     }
 
     /// The common case of [`apply`](Self::apply): the root's entry exists and one CAS
@@ -448,8 +450,8 @@ impl<T> Table<T> {
     /// filing): an entry displaced from its home group (a quarter to a third of them in a
     /// table near its brim) takes this path too, not only one at home.
     #[inline]
-    pub fn apply_found(&self, key: Key, message: Message) -> Option<Option<Completed>> {
-        if let Message::Twin(..) = message {
+    pub fn apply_found(&self, key: Key, message: Change) -> Option<Option<Completed>> {
+        if let Change::Twin(..) = message {
             return None; // a twin's reset moves the base first
         }
         // The home group inline (most entries are there), the rest of the window out of
@@ -509,13 +511,7 @@ impl<T> Table<T> {
     /// lands; with no entry, holds it in a new one (unless not `create`) and merges any
     /// twin. A new entry in a table whose migration has begun moves to the successor at
     /// once ([`migrate`]); a FROZEN entry is waited for, then [`Applied::Retry`].
-    pub fn apply(
-        &self,
-        key: Key,
-        message: Message,
-        create: bool,
-        effects: &mut Effects,
-    ) -> Applied {
+    pub fn apply(&self, key: Key, message: Change, create: bool, effects: &mut Effects) -> Applied {
         loop {
             let (slot, mut word) = match self.search(key, None) {
                 Search::Found(slot, word) => (slot, word),
@@ -536,7 +532,7 @@ impl<T> Table<T> {
                 }
             };
             while let Some(step) = message.step(word) {
-                if let Message::Twin(twin, base) = message {
+                if let Change::Twin(twin, base) = message {
                     if twin.state().reset() {
                         // The twin's reset is the tree's: its base first, as a reset's.
                         self.move_base(slot, |b| if reached(base, b) { b } else { base });

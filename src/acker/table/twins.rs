@@ -3,7 +3,7 @@
 //! searches again and the pair is merged lock-free: the loser's CAS to EMPTY decides who
 //! carries its contents to the winner, so they are applied once.
 
-use super::{Applied, Effects, Key, Message, Phase, Table, Word, GROUP_SLOTS};
+use super::{Applied, Change, Effects, Key, Phase, Table, Word, GROUP_SLOTS};
 use crate::sync::{AtomicU64, Ordering};
 
 /// Merges started and merges whose contents have landed, in one table: between the two, a
@@ -106,7 +106,7 @@ impl<T> Table<T> {
             // nothing; carrying it to a tree that has completed meanwhile would leave an
             // empty orphan.
             let empty = lost.value() == 0 && !lost.state().failed() && !lost.state().reset();
-            if empty || self.carry(key, Message::Twin(lost, base), effects) {
+            if empty || self.carry(key, Change::Twin(lost, base), effects) {
                 self.in_flight.land();
                 self.release(loser, key);
             } else {
@@ -127,7 +127,7 @@ impl<T> Table<T> {
                     // reserver (`claim_with`). Were it to, the contents go as a new entry.
                     debug_assert!(false, "a reserved slot's word left EMPTY");
                     self.release(loser, key);
-                    self.recreate(key, Message::Twin(lost, base), effects);
+                    self.recreate(key, Change::Twin(lost, base), effects);
                     self.in_flight.land();
                     return;
                 }
@@ -143,7 +143,7 @@ impl<T> Table<T> {
 
     /// Applies `message` to the root's entry here or in a successor; `false` when the root
     /// has none (nothing is created).
-    fn carry(&self, key: Key, message: Message, effects: &mut Effects) -> bool {
+    fn carry(&self, key: Key, message: Change, effects: &mut Effects) -> bool {
         let mut table = self;
         loop {
             match table.apply(key, message, false, effects) {
@@ -164,7 +164,7 @@ impl<T> Table<T> {
 
     /// Applies `message` here or, if the root's entry moves meanwhile, in the successor,
     /// creating an entry if there is none (which room or credit may refuse).
-    fn recreate(&self, key: Key, message: Message, effects: &mut Effects) {
+    fn recreate(&self, key: Key, message: Change, effects: &mut Effects) {
         let mut table = self;
         while table.apply(key, message, true, effects) == Applied::Retry {
             table = table.successor().unwrap_or(table);

@@ -573,8 +573,8 @@ impl Clock for FlakyClock {
     }
 }
 
+mod batched;
 mod endings;
 mod faults;
-mod messages;
 mod threads;
 mod time;

@@ -117,7 +117,7 @@ fn an_entry_created_after_the_migration_began_moves_itself() {
     assert_eq!((gen, Some(slot)), (1, next.find(key).map(|(s, _)| s)));
     // A message in migration mode finds it there.
     assert_eq!(
-        old.apply(key, Message::Ack(0b10), false, &mut effects),
+        old.apply(key, Change::Ack(0b10), false, &mut effects),
         Applied::Missing
     );
     assert_eq!(next.ack(key, 0b10, &mut effects), Applied::Changed);

@@ -136,20 +136,20 @@ fn the_shortcut_applies_only_what_apply_would_and_defers_the_rest() {
         "far is displaced"
     );
     // No entry at all: nothing changed, `apply` decides (and creates).
-    assert_eq!(table.apply_found(key_in(4, 1, 5), Message::Ack(1)), None);
+    assert_eq!(table.apply_found(key_in(4, 1, 5), Change::Ack(1)), None);
     assert_eq!(
         table.find(key_in(4, 1, 5)),
         None,
         "the shortcut never creates"
     );
     // A twin's contents need `apply` (its reset moves the base first).
-    let twin = Message::Twin(Word::held_ack(near, 0b1), 0);
+    let twin = Change::Twin(Word::held_ack(near, 0b1), 0);
     assert_eq!(table.apply_found(near, twin), None);
     assert_eq!(table.find(near).unwrap().1.value(), 0b11);
     // At home: one CAS, and the completion is the caller's, as `apply`'s would be.
-    assert_eq!(table.apply_found(near, Message::Ack(0b01)), Some(None));
+    assert_eq!(table.apply_found(near, Change::Ack(0b01)), Some(None));
     assert_eq!(table.find(near).unwrap().1.value(), 0b10);
-    let Some(Some(completed)) = table.apply_found(near, Message::Ack(0b10)) else {
+    let Some(Some(completed)) = table.apply_found(near, Change::Ack(0b10)) else {
         panic!("the last ack completes");
     };
     assert_eq!(completed.outcome, Outcome::Acked);
@@ -157,11 +157,11 @@ fn the_shortcut_applies_only_what_apply_would_and_defers_the_rest() {
     assert_eq!(finish(&table, &mut effects), Some((7, Outcome::Acked)));
     assert_eq!(table.find(near), None);
     // Displaced from its home group: found through the overflow counts, one CAS.
-    assert_eq!(table.apply_found(far, Message::Ack(0b001)), Some(None));
+    assert_eq!(table.apply_found(far, Change::Ack(0b001)), Some(None));
     assert_eq!(table.find(far).unwrap().1.value(), 0b110);
     // Through `apply` too, the same entry.
     assert_eq!(table.ack(far, 0b010, &mut effects), Applied::Changed);
-    let Some(Some(completed)) = table.apply_found(far, Message::Fail) else {
+    let Some(Some(completed)) = table.apply_found(far, Change::Fail) else {
         panic!("a fail completes a live tree");
     };
     assert_eq!((completed.key, completed.outcome), (far, Outcome::Failed));
@@ -263,7 +263,7 @@ fn the_shortcut_defers_a_frozen_word_and_stops_where_search_stops() {
     let twin = Word::held_ack(key, 4);
     // Deferred, with the twin in `(group, word)` left as it was.
     let deferred = |table: &Table<u32>, group: usize, i: usize| {
-        assert_eq!(table.apply_found(key, Message::Ack(1)), None);
+        assert_eq!(table.apply_found(key, Change::Ack(1)), None);
         assert_eq!(table.group(group).0[i].load(), twin);
     };
     // FROZEN at home, a HELD twin after it.
@@ -286,7 +286,7 @@ fn the_shortcut_defers_a_frozen_word_and_stops_where_search_stops() {
     deferred(&table, 2, 0);
     // Counted: found, one CAS.
     table.overflow[1].fetch_add(1, Ordering::SeqCst);
-    assert_eq!(table.apply_found(key, Message::Ack(1)), Some(None));
+    assert_eq!(table.apply_found(key, Change::Ack(1)), Some(None));
     assert_eq!(table.group(2).0[0].load(), Word::held_ack(key, 5));
 }
 
