@@ -7,17 +7,18 @@
 //! one 1,024 steps old, then inits a new tree of 4 edges: 5 messages a tree, so a design
 //! that pays one locked instruction per message has a floor of 5 a tree.
 //!
-//! `cargo run --release --example lifecycle_instructions -- KIND TREES [BACKGROUND
-//! [RESOLUTION_MS]]`, KIND one of `acker` (one message at a time), `batched` (acks through
-//! `Acker::apply` in frames of 64) and `dashmap` (a `DashMap<u64, (u64, bool)>`: entry,
-//! XOR, remove at zero). BACKGROUND roots (default 0) are inited first and never acked, as
-//! in the bench's `1M-pending` groups: the tables are large and cold, and `count.py
-//! --cache` counts the lines a tree misses there. `ack`, `ack-batched` (frames of 64 through
-//! `apply`) and `ack-dashmap` are the bench's `ack/1t` groups instead: BACKGROUND roots held, then TREES acks of them one at a time in
-//! a shuffled order, none completing a tree (each "tree" of `count.py` is then one ack). RESOLUTION_MS is the acker's tick
-//! (default 1): `count.py` makes it 64 under callgrind, which runs about 50 times slower,
-//! so that a tree lives as many ticks as it does natively (a few tenths of one) and is
-//! dropped from its thread's batch before the reaper ever sees it, as natively.
+//! `cargo run --release --example lifecycle_instructions -- KIND TREES [BACKGROUND [RESOLUTION_MS]]`,
+//! KIND one of `acker` (one message at a time), `batched` (acks through `Acker::apply` in
+//! frames of 64) and `dashmap` (a `DashMap<u64, (u64, bool)>`: entry, XOR, remove at zero).
+//! BACKGROUND roots (default 0) are inited first and never acked, as in the bench's
+//! `1M-pending` groups: the tables are large and cold, and `count.py --cache` counts the
+//! lines a tree misses there. `ack`, `ack-batched` (frames of 64 through `apply`) and
+//! `ack-dashmap` are the bench's `ack/1t` groups instead: BACKGROUND roots held, then TREES
+//! acks of them one at a time in a shuffled order, none completing a tree (each "tree" of
+//! `count.py` is then one ack). RESOLUTION_MS is the acker's tick (default 1): `count.py`
+//! makes it 64 under callgrind, which runs about 50 times slower, so that a tree lives as
+//! many ticks as it does natively (a few tenths of one) and is dropped from its thread's
+//! hand-off list before the reaper ever sees it, as natively.
 
 use ackwheel::{Acker, Message};
 use dashmap::DashMap;

@@ -68,7 +68,7 @@ fn completions(log: &Log) -> Vec<(u64, u32, Outcome)> {
 
 /// A model checker bounded to `preemptions` forced thread switches per execution, for the
 /// models too large to explore exhaustively (an Acker operation is many loom steps: its
-/// batch marks, credits, table words).
+/// operation marks, credits, table words).
 fn bounded(preemptions: usize) -> loom::model::Builder {
     let mut model = builder();
     model.preemption_bound = Some(preemptions);

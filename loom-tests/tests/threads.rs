@@ -1,15 +1,15 @@
 //! Loom models of what each thread keeps per acker (`src/acker/threads/`): an owner filing
-//! entries in its batch while the reaper takes quiet batches over (`handoff.rs`), the
-//! reaper's idle check against a push that makes a batch non-empty (`wake.rs`), and
-//! re-anchoring's exclusion of operations (`marks.rs`:
-//! (an operation, a callback's pause and a nested call, an operation of a thread without a
-//! batch, against `begin_moving`)).
+//! entries in its hand-off list while the reaper takes quiet hand-off lists over
+//! (`handoff.rs`), the reaper's idle check against a push that makes a hand-off list
+//! non-empty (`wake.rs`), and re-anchoring's exclusion of operations (`marks.rs`: (an
+//! operation, a callback's pause and a nested call, an operation of a thread without a
+//! hand-off list, against `begin_moving`)).
 //!
-//! The batch's entries live in a loom `UnsafeCell`, so an owner and a reaper inside the
-//! batch at once is reported as a causality violation; the models also check that every
-//! entry reaches the reaper exactly once. As in the grace models, loom runs the pins with
-//! `Fences::Symmetric` (a SeqCst fence on each side); the asymmetric form's argument is in
-//! the module docs.
+//! The hand-off list's entries live in a loom `UnsafeCell`, so an owner and a reaper inside
+//! the hand-off list at once is reported as a causality violation; the models also check
+//! that every entry reaches the reaper exactly once. As in the grace models, loom runs the
+//! pins with `Fences::Symmetric` (a SeqCst fence on each side); the asymmetric form's
+//! argument is in the module docs.
 #![cfg(loom)]
 
 use ackwheel::threads::{Entry, Fences, Pushed, Threads};
@@ -22,42 +22,43 @@ fn entry(slot: u32) -> Entry {
 }
 
 /// The owner files three entries over two ticks (its second tick's push hands the first
-/// tick's entries off) while the reaper, at tick 2, tries to take the batch over. After
-/// both, a final manual collection; every entry is collected exactly once.
+/// tick's entries off) while the reaper, at tick 2, tries to take the hand-off list over.
+/// After both, a final manual collection; every entry is collected exactly once.
 #[test]
 fn batches_owner_vs_takeover_loses_and_duplicates_nothing() {
     loom::model(|| {
-        let batches = Arc::new(Threads::new(Fences::Symmetric));
-        let batch = batches.register();
-        batches.push_to(&batch, entry(1), 1, 1, |_: &Entry| true);
+        let threads = Arc::new(Threads::new(Fences::Symmetric));
+        let record = threads.register();
+        threads.push_to(&record, entry(1), 1, 1, |_: &Entry| true);
         let owner = {
-            let (batches, batch) = (Arc::clone(&batches), Arc::clone(&batch));
+            let (threads, record) = (Arc::clone(&threads), Arc::clone(&record));
             thread::spawn(move || {
-                batches.push_to(&batch, entry(2), 1, 1, |_: &Entry| true);
-                batches.push_to(&batch, entry(3), 2, 2, |_: &Entry| true);
+                threads.push_to(&record, entry(2), 1, 1, |_: &Entry| true);
+                threads.push_to(&record, entry(3), 2, 2, |_: &Entry| true);
             })
         };
         let mut got = Vec::new();
-        batches.collect(2, false, &mut got);
+        threads.collect(2, false, &mut got);
         owner.join().unwrap();
-        batches.collect(2, true, &mut got);
+        threads.collect(2, true, &mut got);
         got.sort_by_key(|e| e.slot);
         assert_eq!(got, vec![entry(1), entry(2), entry(3)]);
     });
 }
 
 /// The reaper checks before it parks while the owner files the first entry of an empty
-/// batch: either the reaper sees the entry (and stays up) or the owner is told to wake it.
+/// hand-off list: either the reaper sees the entry (and stays up) or the owner is told to
+/// wake it.
 #[test]
 fn batches_first_push_vs_park_check_never_strands_an_entry() {
     loom::model(|| {
-        let batches = Arc::new(Threads::new(Fences::Symmetric));
-        let batch = batches.register();
+        let threads = Arc::new(Threads::new(Fences::Symmetric));
+        let record = threads.register();
         let owner = {
-            let (batches, batch) = (Arc::clone(&batches), Arc::clone(&batch));
-            thread::spawn(move || batches.push_to(&batch, entry(1), 1, 1, |_: &Entry| true))
+            let (threads, record) = (Arc::clone(&threads), Arc::clone(&record));
+            thread::spawn(move || threads.push_to(&record, entry(1), 1, 1, |_: &Entry| true))
         };
-        let waiting = batches.park_check();
+        let waiting = threads.park_check();
         let pushed = owner.join().unwrap();
         assert!(
             waiting || pushed == Pushed::WakeReaper,
@@ -73,14 +74,14 @@ fn batches_first_push_vs_park_check_never_strands_an_entry() {
 #[test]
 fn batches_an_open_callback_is_never_dropped_under_an_operation() {
     loom::model(|| {
-        let batches = Arc::new(Threads::new(Fences::Symmetric));
+        let threads = Arc::new(Threads::new(Fences::Symmetric));
         let callback = Arc::new(loom::cell::UnsafeCell::new(1u32));
         let op = {
-            let (batches, callback) = (Arc::clone(&batches), Arc::clone(&callback));
+            let (threads, callback) = (Arc::clone(&threads), Arc::clone(&callback));
             thread::spawn(move || {
-                let batch = batches.register();
+                let record = threads.register();
                 for _ in 0..2 {
-                    let active = batches.enter_with(&batch);
+                    let active = threads.enter_with(&record);
                     if active.open {
                         callback.with(|c| {
                             // Safety: (of the model) the protocol under test orders this
@@ -92,7 +93,7 @@ fn batches_an_open_callback_is_never_dropped_under_an_operation() {
                 }
             })
         };
-        while !batches.close(false) {
+        while !threads.close(false) {
             thread::yield_now();
         }
         // Shutdown drops the callback.
@@ -183,39 +184,40 @@ fn totals(ticks: &Ticks) -> Vec<u64> {
 }
 
 /// The re-anchorer: `begin_moving`, the sweep, `end_moving`, as `Engine::reanchor` does
-/// (`engine/time.rs`). `begin_moving` must succeed where every thread has a batch (loom's
-/// fences are symmetric, so the heavy side cannot fail).
-fn reanchor(batches: &Threads, ticks: &Ticks) {
+/// (`engine/time.rs`). `begin_moving` must succeed where every thread has a hand-off list
+/// (loom's fences are symmetric, so the heavy side cannot fail).
+fn reanchor(threads: &Threads, ticks: &Ticks) {
     assert!(
-        batches.begin_moving(),
-        "no thread without a batch is inside"
+        threads.begin_moving(),
+        "no thread without a hand-off list is inside"
     );
     sweep(ticks);
-    batches.end_moving();
+    threads.end_moving();
 }
 
 /// One thread's operations (`op`, given the registry and one thread's stored ticks, which
 /// it touches three times) beside a re-anchoring on the model's main thread.
 fn beside_a_reanchoring(op: impl FnOnce(&Threads, &Ticks) + Send + 'static) {
-    let batches = Arc::new(Threads::new(Fences::Symmetric));
+    let threads = Arc::new(Threads::new(Fences::Symmetric));
     let ticks = ticks(1);
     let thread = {
-        let (batches, ticks) = (Arc::clone(&batches), Arc::clone(&ticks));
-        thread::spawn(move || op(&batches, &ticks))
+        let (threads, ticks) = (Arc::clone(&threads), Arc::clone(&ticks));
+        thread::spawn(move || op(&threads, &ticks))
     };
-    reanchor(&batches, &ticks);
+    reanchor(&threads, &ticks);
     thread.join().unwrap();
     assert_eq!(totals(&ticks), [SWEEP + 3]);
 }
 
-/// Re-anchoring (`src/acker/threads/marks.rs`, "Re-anchoring") against two threads' operations: one
-/// thread's operation reads and rewrites its stored ticks (a loom cell) between
-/// `enter_with` and the drop of its `Active`, then starts a second thread, which does so
-/// twice (quiescent in between, so the sweep may fall between its two operations); the
-/// re-anchorer rewrites every thread's ticks between `begin_moving` and `end_moving`. Each
-/// thread registers its own batch, so the re-anchorer's snapshot of the batches holds none,
-/// one or both of them. Loom reports any two accesses not ordered by the protocol, and the
-/// model checks that operations ran on both sides of the sweep.
+/// Re-anchoring (`src/acker/threads/marks.rs`, "Re-anchoring") against two threads'
+/// operations: one thread's operation reads and rewrites its stored ticks (a loom cell)
+/// between `enter_with` and the drop of its `Active`, then starts a second thread, which
+/// does so twice (quiescent in between, so the sweep may fall between its two operations);
+/// the re-anchorer rewrites every thread's ticks between `begin_moving` and `end_moving`.
+/// Each thread registers its own hand-off list, so the re-anchorer's snapshot of the
+/// hand-off lists holds none, one or both of them. Loom reports any two accesses not
+/// ordered by the protocol, and the model checks that operations ran on both sides of the
+/// sweep.
 ///
 /// The second thread starts after the first one's operation, not beside it: loom 0.7
 /// schedules yielding threads unfairly, and two operations waiting in `wait_moved` at once
@@ -232,26 +234,26 @@ fn reanchor_excludes_an_operation() {
     // 6 preemptions: about 24 s on the 2-core machine; exhaustively about 7 minutes
     // (`loom_tests::sized`).
     sized(loom::model::Builder::new(), 6).check(|| {
-        let batches = Arc::new(Threads::new(Fences::Symmetric));
+        let threads = Arc::new(Threads::new(Fences::Symmetric));
         let ticks = ticks(2);
-        let op = |i: usize, times: usize, batches: &Arc<Threads>, ticks: &Ticks| {
-            let batch = batches.register();
+        let op = |i: usize, times: usize, threads: &Arc<Threads>, ticks: &Ticks| {
+            let record = threads.register();
             for _ in 0..times {
-                let _active = batches.enter_with(&batch);
+                let _active = threads.enter_with(&record);
                 SEEN.note(touch(&ticks[i]));
             }
         };
         let first = {
-            let (batches, ticks) = (Arc::clone(&batches), Arc::clone(&ticks));
+            let (threads, ticks) = (Arc::clone(&threads), Arc::clone(&ticks));
             thread::spawn(move || {
-                op(0, 1, &batches, &ticks);
-                let second = thread::spawn(move || op(1, 2, &batches, &ticks));
+                op(0, 1, &threads, &ticks);
+                let second = thread::spawn(move || op(1, 2, &threads, &ticks));
                 second.join().unwrap();
             })
         };
         // Twice: an operation that waited out the first may meet the second.
-        reanchor(&batches, &ticks);
-        reanchor(&batches, &ticks);
+        reanchor(&threads, &ticks);
+        reanchor(&threads, &ticks);
         first.join().unwrap();
         assert_eq!(totals(&ticks), [2 * SWEEP + 1, 2 * SWEEP + 2]);
     });
@@ -281,13 +283,13 @@ fn reanchor_excludes_an_operation() {
 fn reanchor_waits_for_nothing_paused_in_a_callback() {
     static SEEN: Seen = Seen::new();
     loom::model(|| {
-        beside_a_reanchoring(|batches, ticks| {
-            let batch = batches.register();
-            let outer = batches.enter_with(&batch);
+        beside_a_reanchoring(|threads, ticks| {
+            let record = threads.register();
+            let outer = threads.enter_with(&record);
             touch(&ticks[0]);
-            let paused = batches.pause_with(&batch);
+            let paused = threads.pause_with(&record);
             // The callback calls back into the acker.
-            let nested = batches.enter_with(&batch);
+            let nested = threads.enter_with(&record);
             SEEN.note(touch(&ticks[0]));
             drop(nested);
             // The callback returns; the outer operation resumes.
@@ -319,21 +321,21 @@ fn reanchor_waits_for_nothing_paused_in_a_callback() {
 fn reanchor_waits_for_nothing_paused_after_a_nested_callback() {
     static SEEN: Seen = Seen::new();
     loom::model(|| {
-        let batches = Arc::new(Threads::new(Fences::Symmetric));
+        let threads = Arc::new(Threads::new(Fences::Symmetric));
         let ticks = ticks(1);
         let swept = Arc::new(loom::sync::atomic::AtomicBool::new(false));
         let thread = {
-            let (batches, ticks, swept) =
-                (Arc::clone(&batches), Arc::clone(&ticks), Arc::clone(&swept));
+            let (threads, ticks, swept) =
+                (Arc::clone(&threads), Arc::clone(&ticks), Arc::clone(&swept));
             thread::spawn(move || {
-                let batch = batches.register();
-                let outer = batches.enter_with(&batch);
+                let record = threads.register();
+                let outer = threads.enter_with(&record);
                 touch(&ticks[0]);
-                let paused = batches.pause_with(&batch);
+                let paused = threads.pause_with(&record);
                 // The callback calls the acker, and that call completes a tree.
-                let nested = batches.enter_with(&batch);
+                let nested = threads.enter_with(&record);
                 SEEN.note(touch(&ticks[0]));
-                drop(batches.pause_with(&batch));
+                drop(threads.pause_with(&record));
                 touch(&ticks[0]);
                 drop(nested);
                 // Acquire: pairs with the re-anchorer's store below (the model's own flag).
@@ -345,7 +347,7 @@ fn reanchor_waits_for_nothing_paused_after_a_nested_callback() {
                 drop(outer);
             })
         };
-        reanchor(&batches, &ticks);
+        reanchor(&threads, &ticks);
         // Release: the sweep happens before the callback's wait ends.
         swept.store(true, loom::sync::atomic::Ordering::Release);
         thread.join().unwrap();
@@ -374,11 +376,11 @@ fn reanchor_waits_for_nothing_paused_after_a_nested_callback() {
 fn reanchor_waits_for_an_operation_whose_nested_entry_goes_on() {
     static SEEN: Seen = Seen::new();
     loom::model(|| {
-        beside_a_reanchoring(|batches, ticks| {
-            let batch = batches.register();
-            let outer = batches.enter_with(&batch);
+        beside_a_reanchoring(|threads, ticks| {
+            let record = threads.register();
+            let outer = threads.enter_with(&record);
             let after = touch(&ticks[0]);
-            let nested = batches.enter_with(&batch);
+            let nested = threads.enter_with(&record);
             let inside = "the sweep ran inside the operation";
             assert_eq!(touch(&ticks[0]), after, "{inside}");
             drop(nested);
@@ -393,13 +395,13 @@ fn reanchor_waits_for_an_operation_whose_nested_entry_goes_on() {
     );
 }
 
-/// An operation on a thread without a batch (`Threads::enter` under loom: the shared
-/// count, `enter_shared`) against `begin_moving`: the thread runs two operations, each
-/// reading and rewriting the stored ticks; either `begin_moving` reports `false` (a shared
-/// operation was inside, or may have been: the caller gives up and sweeps nothing) or no
-/// operation touches the stored ticks during the sweep. The model checks that both outcomes
-/// occur. (No thread with a batch beside it: two threads that may wait in `wait_moved` at
-/// once can starve the re-anchorer under loom's scheduler, as in
+/// An operation on a thread without a hand-off list (`Threads::enter` under loom: the
+/// shared count, `enter_shared`) against `begin_moving`: the thread runs two operations,
+/// each reading and rewriting the stored ticks; either `begin_moving` reports `false` (a
+/// shared operation was inside, or may have been: the caller gives up and sweeps nothing)
+/// or no operation touches the stored ticks during the sweep. The model checks that both
+/// outcomes occur. (No thread with a hand-off list beside it: two threads that may wait in
+/// `wait_moved` at once can starve the re-anchorer under loom's scheduler, as in
 /// `reanchor_excludes_an_operation`.)
 ///
 /// Fails (a causality violation) with the fence in `enter_shared` removed (loom models
@@ -407,25 +409,25 @@ fn reanchor_waits_for_an_operation_whose_nested_entry_goes_on() {
 /// pair with `begin_moving`'s heavy fence there), with the `moving` check in
 /// `enter_shared` removed, or with `begin_moving`'s last check of the shared count removed.
 #[test]
-fn reanchor_gives_up_or_excludes_a_thread_without_a_batch() {
+fn reanchor_gives_up_or_excludes_a_thread_without_a_hand_off_list() {
     static GAVE_UP: Seen = Seen::new();
     loom::model(|| {
-        let batches = Arc::new(Threads::new(Fences::Symmetric));
+        let threads = Arc::new(Threads::new(Fences::Symmetric));
         let ticks = ticks(1);
         let shared = {
-            let (batches, ticks) = (Arc::clone(&batches), Arc::clone(&ticks));
+            let (threads, ticks) = (Arc::clone(&threads), Arc::clone(&ticks));
             thread::spawn(move || {
                 for _ in 0..2 {
-                    let _active = batches.enter();
+                    let _active = threads.enter();
                     touch(&ticks[0]);
                 }
             })
         };
-        let moved = batches.begin_moving();
+        let moved = threads.begin_moving();
         if moved {
             sweep(&ticks);
         }
-        batches.end_moving();
+        threads.end_moving();
         GAVE_UP.note(!moved);
         shared.join().unwrap();
         let swept = if moved { SWEEP } else { 0 };

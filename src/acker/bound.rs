@@ -12,9 +12,9 @@
 //!
 //! ## Why the bound stays exact
 //!
-//! Every change is one atomic RMW on one stripe: a take is a CAS `c -> c - 1` made only when
-//! `c > 0`, a give-back a `fetch_add(1)`. No credit is ever in a thread's hands between two
-//! counters, so:
+//! Every change is one atomic RMW on one stripe: a take is a CAS `c -> c - 1` made only
+//! when `c > 0`, a give-back a `fetch_add(1)`. No credit is ever in a thread's hands
+//! between two counters, so:
 //!
 //! * the credits held in all stripes plus the entries held is always `max_pending`, and
 //!   since no stripe goes below zero, never more than `max_pending` entries are held;
@@ -25,8 +25,8 @@
 //!   for an instant: a refusal can come one concurrent operation early, never for a
 //!   credit that sat in a thread's hands.
 //!
-//! A thread whose own stripe is empty takes from the others (its index onwards), one
-//! credit per take: moving a batch would put credits in its hands. When one thread starts
+//! A thread whose own stripe is empty takes from the others (its index onwards), one credit
+//! per take: moving many at once would put credits in its hands. When one thread starts
 //! trees and another completes them (a spout and its bolts), the starter keeps taking from
 //! the completer's stripe, which costs what the single counter did, no more.
 

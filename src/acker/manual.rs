@@ -3,8 +3,8 @@
 //! and the hook that wakes it when a new entry makes that time earlier.
 //!
 //! The decision is the reaper thread's own ([`reaper`](crate::acker::engine::reaper),
-//! `next_wait`), with its idle mark: a push that makes an empty batch non-empty after the
-//! mark calls the hook where it would unpark the thread
+//! `next_wait`), with its idle mark: a push that makes an empty hand-off list non-empty
+//! after the mark calls the hook where it would unpark the thread
 //! ([`wake`](crate::acker::threads::wake), "Waking the reaper"), so no entry waits for a
 //! driver asleep until a later deadline, or with none.
 
@@ -20,11 +20,12 @@ impl<T: Send + 'static> Acker<T> {
     /// time in this crate) at which [`expire`](Self::expire) next has work, or `None` when
     /// nothing is pending anywhere.
     ///
-    /// That is a tick from now while new entries wait in the threads' batches (a pass files
-    /// them), else the earliest of the reaper wheel's next due tick and the tables'
-    /// housekeeping's next work (a migration to finish, a table to shrink, memory to free).
-    /// Deadlines are kept in ticks of the resolution and rounded up (a tree never times out
-    /// early), so the time returned for a tree is its deadline rounded up to a tick.
+    /// That is a tick from now while new entries wait in the threads' hand-off lists (a
+    /// pass files them), else the earliest of the reaper wheel's next due tick and the
+    /// tables' housekeeping's next work (a migration to finish, a table to shrink, memory
+    /// to free). Deadlines are kept in ticks of the resolution and rounded up (a tree never
+    /// times out early), so the time returned for a tree is its deadline rounded up to a
+    /// tick.
     ///
     /// It may be earlier than strictly needed, never later: a tree that completed after a
     /// pass filed its timer still counts until its deadline, and a pass then finds nothing
@@ -54,7 +55,7 @@ impl<T: Send + 'static> Acker<T> {
     ///
     /// acker.init(1, 0b11, "lost").unwrap();
     /// let deadline = 30_000_000_000;
-    /// // A tick from now: the new timer waits in this thread's batch for a pass.
+    /// // A tick from now: the new timer waits in this thread's hand-off list for a pass.
     /// let next = acker.next_expiration().unwrap();
     /// assert!(next <= deadline);
     ///
@@ -211,7 +212,7 @@ mod tests {
     }
 
     #[test]
-    fn entries_in_batches_make_it_one_tick() {
+    fn entries_in_hand_off_lists_make_it_one_tick() {
         let clock = ManualClock::new(0);
         let (acker, _) = manual(&clock);
         acker.init(1, 1, 1).unwrap();
@@ -338,7 +339,8 @@ mod tests {
         acker.init(2, 1, 2).unwrap();
         assert_eq!(calls.load(Ordering::SeqCst), 1, "awake: no call");
 
-        // Another thread's batch, after the driver's decision to sleep until the deadline.
+        // Another thread's hand-off list, after the driver's decision to sleep until the
+        // deadline.
         acker.expire();
         assert!(acker.next_expiration().is_some());
         let other = acker.clone();

@@ -53,7 +53,8 @@
 //! * [`bound`]: `max_pending`, kept as credits in per-thread stripes: a claim takes one,
 //!   emptying the slot gives it back, and the bound stays exact.
 //! * [`manual`] (a manual acker's next expiration, for whoever drives its passes),
-//!   [`batched`] (the batched API: [`Acker::apply`] and its kin, of [`Message`]s) and [`stats`] (the counters).
+//!   [`batched`] (the batched API: [`Acker::apply`] and its kin, of [`Message`]s) and
+//!   [`stats`] (the counters).
 //!
 //! Beside this module, the crate's parts the Acker stands on: the 128-bit atomic
 //! (`sync/atomic_u128.rs`, its CAS and load inlined) and the asymmetric fences; the
@@ -77,7 +78,7 @@
 //!  +--------------------------------------------------------------------+
 //!     |  a created entry (a new root, an orphan)          ^
 //!     v                                                   |  a due group's line read,
-//!  the creating thread's batch                            |  what is due timed out
+//!  the creating thread's hand-off list                    |  what is due timed out
 //!     |  what outlives the hand-off age (64 ticks),       |
 //!     v  handed over once a tick                          |
 //!  the reaper: one timer per group of slots, in its wheel +
@@ -102,7 +103,7 @@
 //!   settles the word LIVE, or completes the tree at once: `Acked` if held acks cancel its
 //!   XOR (Acked wins, even over a held fail), `Failed` if a fail was held. What it did
 //!   comes back as [`table::Effects`], and the engine files an entry it created in its
-//!   thread's batch, with plain stores ([`threads::handoff`]).
+//!   thread's hand-off list, with plain stores ([`threads::handoff`]).
 //! * **ack** ([`Acker::ack`]): a search for the root's word and one 128-bit CAS that XORs
 //!   the value in. Key, state and value change together, so an ack never lands on the
 //!   slot's next root (no grace period guards a slot's reuse: [`table`], "No grace
@@ -110,9 +111,9 @@
 //!   `Acked`). The CAS that brings a LIVE word to 0 writes it EMPTY in the same step:
 //!   that thread owns the completion.
 //! * **Orphans**: an ack or fail whose root has no entry claims a HELD one (the value, and
-//!   the flag F for a fail; no payload), filed in its thread's batch as a new tree is and
-//!   with its deadline counted from that first message; the init that comes later joins
-//!   it. Two threads that claim one new root at once make *twins*, merged lock-free
+//!   the flag F for a fail; no payload), filed in its thread's hand-off list as a new tree
+//!   is and with its deadline counted from that first message; the init that comes later
+//!   joins it. Two threads that claim one new root at once make *twins*, merged lock-free
 //!   ([`table`], "Twin claims").
 //! * **fail** ([`Acker::fail`]) completes a LIVE tree `Failed` with one CAS; before init
 //!   is settled it is held as F. **reset_timeout** ([`Acker::reset_timeout`]) moves the
@@ -124,13 +125,14 @@
 //!   that can panic, counts the completion (the tree has left `pending()`), and then calls
 //!   `on_complete`, on that thread.
 //! * **Timers** ([`threads::handoff`]): once a tick (seen at its next push) a thread
-//!   filters its batch: it drops the entries of the tick before whose slot no longer holds
-//!   their root, and hands the reaper those whose hand-off tick has come (the acker's
-//!   hand-off age after the first message, a quarter of its timeout and at most 64 ticks,
-//!   or the tick before a sooner deadline). So a tree that completes within the hand-off
-//!   age costs its slot's lines and its creator's batch: no shared queue, no lock, no
-//!   allocation, no work of the reaper's (which reads its line only if a long-lived group
-//!   mate comes due). The reaper takes over the batch of a thread that went quiet.
+//!   filters its hand-off list: it drops the entries of the tick before whose slot no
+//!   longer holds their root, and hands the reaper those whose hand-off tick has come (the
+//!   acker's hand-off age after the first message, a quarter of its timeout and at most 64
+//!   ticks, or the tick before a sooner deadline). So a tree that completes within the
+//!   hand-off age costs its slot's lines and its creator's hand-off list: no shared queue,
+//!   no lock, no allocation, no work of the reaper's (which reads its line only if a
+//!   long-lived group mate comes due). The reaper takes over the hand-off list of a thread
+//!   that went quiet.
 //! * **Timeout** ([`engine::reaper`], "A pass"): the reaper registers each root handed to
 //!   it with its group, one timer per group of slots rather than per root
 //!   ([`timers::groups`]), filed in its wheel ([`engine::reaper::wheel`],
@@ -147,9 +149,9 @@
 //! * **Growth** ([`engine::growth`]): a claim that lands far from home, or finds no room,
 //!   reports its table crowded, and past 3/4 load the table starts moving to a successor
 //!   twice its size ([`table::migrate`]). Every operation on a migrating table moves a
-//!   group before its own work (its moved roots filed in its batch, as new ones are), the
-//!   reaper finishes the rest (filing the groups it moves straight on its wheel) and
-//!   promotes the successor, and the old table is freed after a grace period
+//!   group before its own work (its moved roots filed in its hand-off list, as new ones
+//!   are), the reaper finishes the rest (filing the groups it moves straight on its wheel)
+//!   and promotes the successor, and the old table is freed after a grace period
 //!   ([`threads::marks`], "Grace periods"). The reaper shrinks a table whose load stayed
 //!   under 1/8 ([`engine`], "The bound, and growth").
 //! * **Messages in batches** ([`Acker::apply`], [`engine::batched`]) take this path one

@@ -23,10 +23,10 @@
 //! run the reaper's passes first (the reaper's module docs, "Callers first";
 //! `docs/how-it-works.md`, "Timeouts on a busy runtime").
 //!
-//! The slice asked for is the kernel's shortest, 100 µs: a pass that collects batches and
-//! fires a tick's timers takes tens of microseconds. Older kernels accept the call and keep
-//! their default slice (nothing changes); elsewhere (other systems, Miri, loom) there is
-//! nothing to ask.
+//! The slice asked for is the kernel's shortest, 100 µs: a pass that collects hand-off
+//! lists and fires a tick's timers takes tens of microseconds. Older kernels accept the
+//! call and keep their default slice (nothing changes); elsewhere (other systems, Miri,
+//! loom) there is nothing to ask.
 
 /// The slice the reaper asks for: the shortest the kernel grants.
 pub(crate) const REAPER_SLICE_NS: u64 = 100_000;

@@ -1,6 +1,6 @@
 //! A created entry's way to the reaper: an operation's effects finished (its new entries
-//! filed in the thread's batch, or on the wheel for the roots a reaper pass moves; its
-//! completions delivered; what it stranded moved). The way back, from an entry to its
+//! filed in the thread's hand-off list, or on the wheel for the roots a reaper pass moves;
+//! its completions delivered; what it stranded moved). The way back, from an entry to its
 //! slot, is the tables' ([`tables`](super::tables)).
 
 use super::reaper::publish_timers;
@@ -48,8 +48,8 @@ impl<T: Send + 'static> Engine<T> {
     }
 
     /// Files the entries `effects` reports created in `table` or its successors in this
-    /// thread's batch (the one `active`, the calling operation, entered with), and wakes the
-    /// reaper if it may be asleep with no deadline.
+    /// thread's hand-off list (the one `active`, the calling operation, entered with), and
+    /// wakes the reaper if it may be asleep with no deadline.
     // Always: as `finish`.
     #[inline(always)]
     pub(in crate::acker::engine) fn file_timers(
@@ -81,9 +81,9 @@ impl<T: Send + 'static> Engine<T> {
                 stamp.start(),
                 EntrySlots(&self.tables),
             );
-            // A push into an empty batch checks whether the reaper is idle; one due before
-            // the hand-off age checks too, as the reaper's timer may end after it even
-            // when the batch's first entry's did not (`reaper_sleeps_past`).
+            // A push into an empty hand-off list checks whether the reaper is idle; one due
+            // before the hand-off age checks too, as the reaper's timer may end after it
+            // even when the hand-off list's first entry's did not (`reaper_sleeps_past`).
             if soon && pushed == Pushed::Filed {
                 pushed = self.threads.wake_check();
             }
@@ -94,12 +94,12 @@ impl<T: Send + 'static> Engine<T> {
     }
 
     /// The groups a reaper pass moves (`housekeeping`): files the entries `effects` reports
-    /// created in `table`'s successors straight on the wheel, not in the thread's batch, and
-    /// publishes the wheel's next due tick again (`publish_timers`). The lines were just
-    /// written, and the batch would hand the same entries back to this thread a tick later,
-    /// to be read twice more (its filter, then the filing) once a fill has pushed them out
-    /// of the cache; in a fill the reaper thread moves most roots, and its time paces the
-    /// fill. Takes the wheel's lock: called outside it.
+    /// created in `table`'s successors straight on the wheel, not in the thread's hand-off
+    /// list, and publishes the wheel's next due tick again (`publish_timers`). The lines
+    /// were just written, and the hand-off list would hand the same entries back to this
+    /// thread a tick later, to be read twice more (its filter, then the filing) once a fill
+    /// has pushed them out of the cache; in a fill the reaper thread moves most roots, and
+    /// its time paces the fill. Takes the wheel's lock: called outside it.
     pub(in crate::acker::engine) fn file_on_wheel(
         &self,
         shard: usize,

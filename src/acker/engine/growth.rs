@@ -1,14 +1,14 @@
 //! Growth and shrink as the acker drives them: operations help the oldest migration of
 //! their table's chain, grow the chain's last generation when a claim finds it crowded and
 //! the load calls for it (or ask the reaper thread to, for a large one; unconditionally
-//! when it had no room), and move the entries
-//! they stranded; reaper passes finish migrations, promote what has moved, shrink tables
-//! whose load stayed low (to 2/3, or to a load of 1/4 at once), and free retired
-//! generations after their grace period. A pass files the groups it moves on its wheel at
-//! once (`Engine::file_on_wheel`), where an operation files those it moves in its batch:
-//! in a fill the reaper thread moves most roots, and through its own batch each came back
-//! a tick later to be read twice more, its line gone from the cache by then. The protocol
-//! itself is [`migrate`](crate::acker::table::migrate); the generations' ownership is
+//! when it had no room), and move the entries they stranded; reaper passes finish
+//! migrations, promote what has moved, shrink tables whose load stayed low (to 2/3, or to a
+//! load of 1/4 at once), and free retired generations after their grace period. A pass
+//! files the groups it moves on its wheel at once (`Engine::file_on_wheel`), where an
+//! operation files those it moves in its hand-off list: in a fill the reaper thread moves
+//! most roots, and through its own hand-off list each came back a tick later to be read
+//! twice more, its line gone from the cache by then. The protocol itself is
+//! [`migrate`](crate::acker::table::migrate); the generations' ownership is
 //! [`generations`](crate::acker::engine::generations).
 //!
 //! ## Who builds a successor
@@ -478,17 +478,17 @@ impl<T: Send + 'static> Engine<T> {
     /// pass's share). Returns the released bytes not yet given back.
     ///
     /// The tables are mapped directly and go back when freed, but what a burst of trees
-    /// allocated on the heap (the reaper's wheel and filed ticks, the threads' batches, the
-    /// payloads' own allocations, an async caller's waiters) goes back to glibc's arenas,
-    /// which keep it: a small block left near the top of an arena holds every free page
-    /// below it, and once a large block has been freed glibc serves blocks of that size
-    /// from its arenas rather than from mappings of their own. So the burst's memory stays
-    /// in the process's RSS for as long as it runs (measured: 2-6 MiB after a million plain
-    /// trees, 100 MiB after a million tracked ones), and a growing acker's replaced wheel
-    /// vectors add a few bytes to every root's RSS while the tables grow. `malloc_trim`
-    /// returns the free pages of every arena. It runs on the reaper's thread, at most once
-    /// a pass, and costs a walk of the arenas' free lists (well under a millisecond here).
-    /// Other allocators, and other systems, have no such call: nothing.
+    /// allocated on the heap (the reaper's wheel and filed ticks, the threads' hand-off
+    /// lists, the payloads' own allocations, an async caller's waiters) goes back to
+    /// glibc's arenas, which keep it: a small block left near the top of an arena holds
+    /// every free page below it, and once a large block has been freed glibc serves blocks
+    /// of that size from its arenas rather than from mappings of their own. So the burst's
+    /// memory stays in the process's RSS for as long as it runs (measured: 2-6 MiB after a
+    /// million plain trees, 100 MiB after a million tracked ones), and a growing acker's
+    /// replaced wheel vectors add a few bytes to every root's RSS while the tables grow.
+    /// `malloc_trim` returns the free pages of every arena. It runs on the reaper's thread,
+    /// at most once a pass, and costs a walk of the arenas' free lists (well under a
+    /// millisecond here). Other allocators, and other systems, have no such call: nothing.
     pub(super) fn give_back_memory(&self, now: Tick, released: usize) -> usize {
         let pending = self.pending();
         // Relaxed (both): only passes, which the reaper's lock serializes, touch it.

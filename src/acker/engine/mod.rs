@@ -15,20 +15,21 @@
 //! clock's reading at build (plus one, so that tick 0 is never used). A slot keeps its base
 //! (the first message's tick, or the last reset's) as a `u32` and its start beside it
 //! ([`times`](crate::acker::table::times)), and both are read against the *anchor*
-//! ([`time`]), a full tick that every stored tick stays within 2^31 ticks of, whatever
-//! the gap between passes: a writer re-anchors first when its clock is far past it, and a
+//! ([`time`]), a full tick that every stored tick stays within 2^31 ticks of, whatever the
+//! gap between passes: a writer re-anchors first when its clock is far past it, and a
 //! re-anchoring rewrites what a stall left behind. The start is a gap from the base while a
 //! tree is young and a coarse full tick once it is old, kept decodable by the reaper's
 //! looks, so `elapsed` never aliases either. A writer reads its tick once per operation
 //! round, where it holds nothing of the tables ([`Engine::write_tick`]); with the default
 //! clock that read is of the time-stamp counter where the CPU and kernel allow it
-//! ([`TimeBase::caller_full`](time::TimeBase::caller_full), [`tsc`](crate::clock::tsc)): the clock's tick or the next one,
-//! never an earlier one; the reaper reads the clock itself. A tree's deadline is its base
-//! plus its timeout in ticks, rounded up, plus one: a tick read at the first message may be
-//! up to one tick old, so the deadline is never early. The reaper judges it in full ticks
-//! against the clock's own reading, so a clock that stepped back times nothing out before
-//! its deadline on that clock. A `TimedOut` completion reports at least its timeout.
-//! Timeouts are at most [`MAX_TIMEOUT_TICKS`] ticks.
+//! ([`TimeBase::caller_full`](time::TimeBase::caller_full), [`tsc`](crate::clock::tsc)):
+//! the clock's tick or the next one, never an earlier one; the reaper reads the clock
+//! itself. A tree's deadline is its base plus its timeout in ticks, rounded up, plus one: a
+//! tick read at the first message may be up to one tick old, so the deadline is never
+//! early. The reaper judges it in full ticks against the clock's own reading, so a clock
+//! that stepped back times nothing out before its deadline on that clock. A `TimedOut`
+//! completion reports at least its timeout. Timeouts are at most [`MAX_TIMEOUT_TICKS`]
+//! ticks.
 //!
 //! ## The bound, and growth
 //!
@@ -111,8 +112,8 @@ pub(super) const MAX_TIMEOUT_TICKS: u64 = (1 << 30) - 2;
 /// The most ticks a new entry stays with its creator
 /// ([`handoff`](crate::acker::threads::handoff)): trees that complete within it (64 ms at
 /// the default resolution) never reach the reaper. Longer would make a thread's per-tick
-/// filter of its batch longer; shorter sends the reaper trees that live a few milliseconds,
-/// whose lines it then reads while workers write them.
+/// filter of its hand-off list longer; shorter sends the reaper trees that live a few
+/// milliseconds, whose lines it then reads while workers write them.
 const HAND_OFF_AGE: Tick = 64;
 
 /// The fewest shards: a key drops the top [`KEY_SHIFT`] bits of the root's hash, which
@@ -148,8 +149,8 @@ pub(super) struct Engine<T> {
     threads: Threads,
     /// The clock, its ticks and the anchor they are read against ([`time`]).
     time: TimeBase,
-    /// How long a new entry stays in its creator's batch before the reaper gets it (unless
-    /// its deadline is sooner): [`HAND_OFF_AGE`] ticks, or a quarter of the default
+    /// How long a new entry stays in its creator's hand-off list before the reaper gets it
+    /// (unless its deadline is sooner): [`HAND_OFF_AGE`] ticks, or a quarter of the default
     /// timeout if that is shorter.
     hand_off_age: Tick,
     /// Dropped by shutdown once no operation can call it
@@ -233,9 +234,9 @@ impl<T: Send + 'static> Engine<T> {
     }
 
     /// A re-anchoring's rewrite from the anchor `from` to `to`, every other thread
-    /// quiescent ([`time`]): every stored base and start in the tables, then the batches'
-    /// entries into the reaper's wheel, whose filed `u32` ticks are forgotten. Called
-    /// inside an operation, not under the wheel's lock.
+    /// quiescent ([`time`]): every stored base and start in the tables, then the hand-off
+    /// lists' entries into the reaper's wheel, whose filed `u32` ticks are forgotten.
+    /// Called inside an operation, not under the wheel's lock.
     fn rebase(&self, from: u64, to: u64) {
         let mut wheel = self.reaper.lock_wheel();
         self.tables.rebase(from, to);
@@ -467,11 +468,11 @@ impl<T: Send + 'static> Engine<T> {
         let now = self.write_tick() as Tick;
         // Safety: inside the operation `active` marks.
         let table = unsafe { self.tables.shards[shard].current() };
-        // The entry's timer is in a batch or the reaper's wheel since its creation; the
-        // reaper files it again when the old deadline comes (R, or `NotDue`). During a
+        // The entry's timer is in a hand-off list or the reaper's wheel since its creation;
+        // the reaper files it again when the old deadline comes (R, or `NotDue`). During a
         // migration the old table's entry first (`reset` waits for one being moved), then
-        // the successor's.
-        // Every generation's entry, not just the first found (no short circuit).
+        // the successor's. Every generation's entry, not just the first found (no short
+        // circuit).
         chain(table)
             .map(|table| table.reset(key, now))
             .fold(false, |any, reset| any | reset)
@@ -503,7 +504,7 @@ impl<T: Send + 'static> Engine<T> {
     }
 
     /// Where the acker's memory is, in bytes: tables (current, successors, retired) and
-    /// the reaper's wheel. (The batches are their owners' and not counted.)
+    /// the reaper's wheel. (The hand-off lists are their owners' and not counted.)
     #[cfg(any(test, loom, feature = "internals"))]
     pub(super) fn memory_parts(&self) -> [usize; 4] {
         let [current, successors, retired] = self.table_bytes();

@@ -51,7 +51,8 @@ pub(super) struct Tables<T> {
 
 impl<T> Tables<T> {
     /// `shards` tables (a power of two) for at most `max_pending` roots, taking their
-    /// credits from `credits`, with `timeout` ticks as the default timeout, placed by `mix`.
+    /// credits from `credits`, with `timeout` ticks as the default timeout, placed by
+    /// `mix`.
     pub(super) fn new(
         shards: usize,
         max_pending: usize,
@@ -93,7 +94,7 @@ impl<T> Tables<T> {
 }
 
 impl<T: Send + 'static> Tables<T> {
-    /// The batch entry of `slot` of `shard`'s generation `gen`, which holds `key`.
+    /// The hand-off entry of `slot` of `shard`'s generation `gen`, which holds `key`.
     #[inline(always)]
     pub(super) fn entry_of(&self, shard: usize, slot: usize, key: Key, gen: u32) -> Entry {
         Entry {
@@ -102,9 +103,9 @@ impl<T: Send + 'static> Tables<T> {
         }
     }
 
-    /// Asks for the line of a batch entry's slot (in its table's current generation, where
-    /// nearly every entry is; another's is not worth the walk for a hint). Called inside
-    /// an acker operation.
+    /// Asks for the line of a hand-off entry's slot (in its table's current generation,
+    /// where nearly every entry is; another's is not worth the walk for a hint). Called
+    /// inside an acker operation.
     #[inline]
     pub(super) fn prefetch_entry(&self, entry: &Entry) {
         let (shard, slot) = self.shard_and_slot(entry);
@@ -118,7 +119,7 @@ impl<T: Send + 'static> Tables<T> {
         }
     }
 
-    /// Whether a batch entry's slot still holds an uncompleted (or moving) root of its
+    /// Whether a hand-off entry's slot still holds an uncompleted (or moving) root of its
     /// tag. Called inside an acker operation.
     #[inline]
     pub(super) fn entry_live(&self, entry: &Entry) -> bool {
@@ -164,10 +165,10 @@ impl<T: Send + 'static> Tables<T> {
     }
 
     /// A timer entry's table generation and slot: the table is the slot number's top bits
-    /// (a shift and a mask: the batch filter does this per entry), the generation the
-    /// tag's low bits, which must be the current one's or its successor's. `None` for an
-    /// entry of an older generation: its root was moved, with a timer of its own.
-    /// Called inside an acker operation, and the result used only within it.
+    /// (a shift and a mask: the hand-off list filter does this per entry), the generation
+    /// the tag's low bits, which must be the current one's or its successor's. `None` for
+    /// an entry of an older generation: its root was moved, with a timer of its own. Called
+    /// inside an acker operation, and the result used only within it.
     #[inline]
     pub(super) fn locate(&self, entry: &Entry) -> Option<(usize, &Table<T>, usize)> {
         let (shard, slot) = self.shard_and_slot(entry);
@@ -205,7 +206,7 @@ impl<T: Send + 'static> Tables<T> {
     }
 }
 
-/// A batch entry's tag: the key's tag's check bits, with the generation in the low bits
+/// A hand-off entry's tag: the key's tag's check bits, with the generation in the low bits
 /// and the bits above zero.
 #[inline]
 pub(super) fn tag_of(key_tag: u32, gen: u32) -> u32 {
@@ -215,8 +216,8 @@ pub(super) fn tag_of(key_tag: u32, gen: u32) -> u32 {
 /// The generation bits of a timer entry's tag.
 pub(super) const GEN_MASK: u32 = (1 << GEN_TAG_BITS) - 1;
 
-/// The tables as the batches' filter sees them: whether an entry's slot still holds its
-/// root, and its line asked for ahead of that look. Used inside an acker operation.
+/// The tables as the hand-off lists' filter sees them: whether an entry's slot still holds
+/// its root, and its line asked for ahead of that look. Used inside an acker operation.
 pub(super) struct EntrySlots<'a, T: Send + 'static>(pub(super) &'a Tables<T>);
 
 impl<T: Send + 'static> Liveness for EntrySlots<'_, T> {

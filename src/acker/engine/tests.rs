@@ -130,7 +130,7 @@ fn tables_grow_with_pending_and_shrink_after_it_falls() {
 
 /// The pass whose housekeeping moves a table files the moved roots' timers on its wheel as
 /// it moves them: right after it every pending root is covered, with no later pass to take
-/// the moved entries over from the thread's batch.
+/// the moved entries over from the thread's hand-off list.
 #[test]
 fn the_pass_that_moves_a_table_covers_every_root_it_moved() {
     let clock = ManualClock::new(0);

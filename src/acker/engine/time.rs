@@ -9,11 +9,11 @@
 //! The anchor: the full tick every stored `u32` tick is read against, so that no gap
 //! between reaper passes and no life of a tree makes one alias.
 //!
-//! A slot keeps its base (and through it its deadline) as a `u32` tick, and batches keep
-//! their hand-off ticks so; 2^32 ticks are 72 minutes at the finest resolution. Each is
-//! decoded as the full tick nearest the *anchor*, a full tick published in
-//! [`TimeBase::anchor`], which is right while every stored tick lies within 2^31 ticks of it.
-//! The invariant, and what keeps it:
+//! A slot keeps its base (and through it its deadline) as a `u32` tick, and hand-off lists
+//! keep their hand-off ticks so; 2^32 ticks are 72 minutes at the finest resolution. Each
+//! is decoded as the full tick nearest the *anchor*, a full tick published in
+//! [`TimeBase::anchor`], which is right while every stored tick lies within 2^31 ticks of
+//! it. The invariant, and what keeps it:
 //!
 //! * **Writers stay near it.** A tick is stored only by a thread inside an operation, and
 //!   it stamps with [`TimeBase::write_tick`]: its tick, no more than 2^30 ticks behind the
@@ -36,9 +36,9 @@
 //!   base at the old anchor, raises those more than 2^30 ticks behind the new one to that
 //!   floor (their deadlines had passed and still have: the next pass times them out, late
 //!   by the stall and never early), puts every start in a form decodable at the new anchor
-//!   ([`times`](crate::acker::table::times)), takes every batch's entries into the reaper's
-//!   wheel (full ticks) and forgets the wheel's filed `u32` ticks; then publishes the new
-//!   anchor. It costs a walk of every table, once per stall.
+//!   ([`times`](crate::acker::table::times)), takes every hand-off list's entries into the
+//!   reaper's wheel (full ticks) and forgets the wheel's filed `u32` ticks; then publishes
+//!   the new anchor. It costs a walk of every table, once per stall.
 //!
 //! Readers then decode against the anchor, not against their own clock: `elapsed` is
 //! right whatever the clock reads now, and the reaper judges each deadline in full ticks
@@ -47,10 +47,10 @@
 //!
 //! One corner stays: a re-anchoring needs every thread's marks
 //! ([`marks`](crate::acker::threads::marks)); if the heavy fence cannot run, or a thread
-//! without a batch (one whose thread-locals are gone) is inside an operation, it gives up,
-//! and the writer stamps at most 2^30 ticks past the old anchor (its deadline then comes
-//! early by the rest of the jump). Neither happens on a Linux machine with `membarrier` and
-//! threads that are not exiting.
+//! without a hand-off list (one whose thread-locals are gone) is inside an operation, it
+//! gives up, and the writer stamps at most 2^30 ticks past the old anchor (its deadline
+//! then comes early by the rest of the jump). Neither happens on a Linux machine with
+//! `membarrier` and threads that are not exiting.
 
 use std::sync::{Mutex as StdMutex, TryLockError};
 use std::time::Duration;
@@ -123,8 +123,8 @@ const MOST_BEHIND: u64 = 1 << 30;
 /// (module docs, last paragraph): a deadline then still decodes.
 const MOST_AHEAD: u64 = 1 << 30;
 
-/// The engine's time: the clock, how its readings map to ticks, and the anchor every
-/// stored tick is read against (module docs). A re-anchoring's rewrite of the tables and the
+/// The engine's time: the clock, how its readings map to ticks, and the anchor every stored
+/// tick is read against (module docs). A re-anchoring's rewrite of the tables and the
 /// reaper's wheel is the engine's (`Engine::rebase`).
 pub(super) struct TimeBase {
     pub(super) clock: Box<dyn Clock>,
@@ -219,7 +219,8 @@ impl TimeBase {
         )
     }
 
-    /// Whether a pass at full tick `now` would re-anchor ([`advance_anchor`](Self::advance_anchor)).
+    /// Whether a pass at full tick `now` would re-anchor
+    /// ([`advance_anchor`](Self::advance_anchor)).
     pub(super) fn needs_reanchoring(&self, now: u64) -> bool {
         now >= self.anchor().saturating_add(REANCHOR_AFTER)
     }

@@ -1,48 +1,49 @@
-//! Lazy timer registration: each thread files the entries it creates in its own batch,
-//! and only the entries that outlive a hand-off age ever reach the reaper.
+//! Lazy timer registration: each thread files the entries it creates in its own hand-off
+//! list, and only the entries that outlive a hand-off age ever reach the reaper.
 //!
 //! Most trees complete soon after their first message. Registering a timer for each at
 //! creation (a ring cell, a wheel node, a lock) costs every tree the reaper's attention and
 //! lines shared with the reaper's core. Instead a thread that creates an entry (a new
-//! root's claim, an orphan, a carried twin) appends `(slot, tag)` and the tick by
-//! which the reaper must have it (its *hand-off* tick: the acker's hand-off age after the
-//! first message, or the tick before the deadline if that is sooner) to its batch for this
-//! acker, with plain stores. When its tick moves on (seen at its next push) the owner
-//! filters the batch: it drops the entries filed in the tick before whose slot no longer
-//! holds their root (they completed; their lines are most likely still in this core's
-//! cache), and hands those whose hand-off tick has come to the reaper's inbox under one
-//! lock, once a tick per busy thread. Each entry is looked at twice at most: in its first
-//! filter (most trees are gone by then), and when its hand-off tick comes. (Looking at
-//! every entry every tick made a thread that creates long-lived trees fast check each of
+//! root's claim, an orphan, a carried twin) appends `(slot, tag)` and the tick by which the
+//! reaper must have it (its *hand-off* tick: the acker's hand-off age after the first
+//! message, or the tick before the deadline if that is sooner) to its hand-off list for
+//! this acker, with plain stores. When its tick moves on (seen at its next push) the owner
+//! filters the hand-off list: it drops the entries filed in the tick before whose slot no
+//! longer holds their root (they completed; their lines are most likely still in this
+//! core's cache), and hands those whose hand-off tick has come to the reaper's inbox under
+//! one lock, once a tick per busy thread. Each entry is looked at twice at most: in its
+//! first filter (most trees are gone by then), and when its hand-off tick comes. (Looking
+//! at every entry every tick made a thread that creates long-lived trees fast check each of
 //! them up to the hand-off age's 64 times.) Survivors wait in hand-off order; one filed
 //! with an earlier hand-off than those before it (a tree with a short timeout of its own)
 //! goes to the reaper at its first filter. A tree that completes within the hand-off age
 //! never reaches the reaper, which does no work for it (handing it every tree older than
 //! one tick would make a lifecycle of a millisecond cost the reaper's reads of lines the
-//! workers are writing). The reaper reads its line only when a long-lived group mate
-//! comes due ([`groups`](crate::acker::timers::groups)).
+//! workers are writing). The reaper reads its line only when a long-lived group mate comes
+//! due ([`groups`](crate::acker::timers::groups)).
 //!
 //! ## A thread that goes quiet
 //!
-//! A thread that stops pushing would strand its batch, so the reaper takes over batches
-//! whose entries are older than its tick. Owner and reaper meet in a Dekker pair through
-//! asymmetric fences ([`fences`](crate::sync::fences)):
+//! A thread that stops pushing would strand its hand-off list, so the reaper takes over
+//! hand-off lists whose entries are older than its tick. Owner and reaper meet in a Dekker
+//! pair through asymmetric fences ([`fences`](crate::sync::fences)):
 //!
 //! ```text
-//!   owner (every push)                     reaper (a quiet batch, rarely)
+//!   owner (every push)                     reaper (a quiet hand-off list, rarely)
 //!   pin = true          (plain store)      taken = true
 //!   light fence         (compiler fence)   heavy fence (membarrier)
 //!   if taken: hand the entry to the inbox  if pin: taken = false, leave it (owner active)
-//!   else: touch the batch                  else: take the entries, taken = false
+//!   else: touch its list                   else: take the entries, taken = false
 //!   pin = false         (release store)
 //! ```
 //!
-//! Either the owner sees `taken` and keeps off its batch, or the reaper sees the pin and
-//! keeps off it: never both in it at once. The reaper's load of an unset pin reads the
-//! owner's last `pin = false` (release), so the entries the owner wrote before it are
+//! Either the owner sees `taken` and keeps off its hand-off list, or the reaper sees the
+//! pin and keeps off it: never both in it at once. The reaper's load of an unset pin reads
+//! the owner's last `pin = false` (release), so the entries the owner wrote before it are
 //! visible to the reaper; the owner's load of an unset `taken` reads the reaper's
-//! `taken = false` (release) if the reaper was ever there, so the owner sees the batch the
-//! reaper emptied. The owner's cost per push: two plain stores, a compiler fence, a load.
+//! `taken = false` (release) if the reaper was ever there, so the owner sees the hand-off
+//! list the reaper emptied. The owner's cost per push: two plain stores, a compiler fence,
+//! a load.
 //!
 //! ## Looking ahead
 //!
@@ -64,8 +65,8 @@ use crate::sync::{Arc, MutexGuard, Ordering};
 /// asked for first are still in cache when their entry's turn comes.
 pub const LOOK_AHEAD: usize = 8;
 
-/// What a batch's filter asks of the engine about an entry's slot. A closure that answers
-/// [`live`](Liveness::live) is one (its prefetch does nothing), as the tests use.
+/// What a hand-off list's filter asks of the engine about an entry's slot. A closure that
+/// answers [`live`](Liveness::live) is one (its prefetch does nothing), as the tests use.
 pub trait Liveness {
     /// Whether the entry's slot still holds its root (or one being moved).
     fn live(&mut self, entry: &Entry) -> bool;
@@ -95,15 +96,15 @@ pub struct Entry {
     pub tag: u32,
 }
 
-/// An entry in a batch, with the tick by which it must reach the reaper.
+/// An entry in a hand-off list, with the tick by which it must reach the reaper.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Held {
     entry: Entry,
     hand_off: Tick,
 }
 
-/// A batch's entries: those filed since the last filter, and the survivors of their first
-/// filter, in hand-off order.
+/// A hand-off list's entries: those filed since the last filter, and the survivors of their
+/// first filter, in hand-off order.
 #[derive(Debug, Default)]
 pub(super) struct Entries {
     pub(super) fresh: Vec<Held>,
@@ -151,9 +152,9 @@ pub enum Pushed {
 
 impl Threads {
     /// Files `entry`, created at tick `now` and due at the reaper by tick `hand_off`, in
-    /// `record`, which must be the calling thread's. When the batch was last filtered at an
-    /// earlier tick, first drops the entries `live` says are not live and hands those whose
-    /// hand-off tick has come to the reaper.
+    /// `record`, which must be the calling thread's. When the hand-off list was last
+    /// filtered at an earlier tick, first drops the entries `live` says are not live and
+    /// hands those whose hand-off tick has come to the reaper.
     #[inline]
     pub fn push_to(
         &self,
@@ -249,10 +250,11 @@ impl Threads {
         self.inbox_len.store(inbox.len(), Ordering::Relaxed);
     }
 
-    /// The reaper: moves into `into` everything handed off, and the entries of every batch
-    /// filed before tick `now` whose owner is not inside it (all batches' entries when
-    /// `everything`: manual mode, where the caller's own batch must be seen too). Drops
-    /// abandoned, empty batches. Called under the reaper's wheel lock: one at a time.
+    /// The reaper: moves into `into` everything handed off, and the entries of every
+    /// hand-off list filed before tick `now` whose owner is not inside it (all hand-off
+    /// lists' entries when `everything`: manual mode, where the caller's own hand-off list
+    /// must be seen too). Drops abandoned, empty hand-off lists. Called under the reaper's
+    /// wheel lock: one at a time.
     pub fn collect(&self, now: Tick, everything: bool, into: &mut Vec<Entry>) {
         {
             let mut inbox = self.inbox.lock().unwrap();
@@ -273,7 +275,7 @@ impl Threads {
 
     /// [`collect`](Self::collect) for a caller running the reaper's pass: at most `most`
     /// entries, the latest handed off first (from the inbox's end, so the cost is theirs
-    /// alone), then the earliest of quiet batches; and nothing behind a lock another
+    /// alone), then the earliest of quiet hand-off lists; and nothing behind a lock another
     /// thread holds (the reaper thread's own collect, an owner's hand-off). `true` when it
     /// left some.
     pub fn collect_within(&self, now: Tick, most: usize, into: &mut Vec<Entry>) -> bool {
@@ -296,9 +298,9 @@ impl Threads {
         }
     }
 
-    /// The takeover of quiet batches (module docs, "A thread that goes quiet"): at most
-    /// `room` entries into `into`; `true` when it left some. Drops abandoned, empty
-    /// batches.
+    /// The takeover of quiet hand-off lists (module docs, "A thread that goes quiet"): at
+    /// most `room` entries into `into`; `true` when it left some. Drops abandoned, empty
+    /// hand-off lists.
     fn take_quiet(
         &self,
         mut all: MutexGuard<'_, Vec<Arc<Record>>>,
@@ -310,9 +312,9 @@ impl Threads {
         let mut left = false;
         // Relaxed (both loads): hints; the takeover below decides under the protocol.
         // Quiet: not pushed to for a whole tick. (Its tick merely older than `now` is not
-        // enough: a reaper woken at a tick's start would take the batch of a thread busy
-        // in it, whose next push was a few nanoseconds away, and then read the lines of
-        // its trees, which mostly complete a moment later.)
+        // enough: a reaper woken at a tick's start would take the hand-off list of a thread
+        // busy in it, whose next push was a few nanoseconds away, and then read the lines
+        // of its trees, which mostly complete a moment later.)
         let quiet = |b: &Arc<Record>| {
             b.len.load(Ordering::Relaxed) > 0
                 && (everything || reached(b.tick.load(Ordering::Relaxed).wrapping_add(2), now))
@@ -328,8 +330,8 @@ impl Threads {
             let fenced = self.heavy();
             for record in all.iter().filter(|b| b.taken.load(Ordering::Relaxed)) {
                 // Acquire: reads the owner's last unpin, after its entries' writes.
-                // (Without the barrier a pin may not be visible yet: the batch stays with
-                // its owner.)
+                // (Without the barrier a pin may not be visible yet: the hand-off list
+                // stays with its owner.)
                 if fenced && !record.pin.load(Ordering::Acquire) {
                     record.entries.with_mut(|entries| {
                         // Safety: `taken` was set before the heavy fence and the owner is

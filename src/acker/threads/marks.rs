@@ -5,10 +5,10 @@
 //! ## Closing the callback
 //!
 //! Shutdown must be able to drop the acker's `on_complete` (a callback that holds a handle
-//! of its own acker otherwise keeps the acker alive in a cycle), but not while a thread
-//! may still call it. Each operation therefore marks its thread *active* in its batch for
-//! its length (a depth counter, plain stores, and a light fence), then reads `closed`; the
-//! callback may be called only by an operation that found it open. Shutdown stores
+//! of its own acker otherwise keeps the acker alive in a cycle), but not while a thread may
+//! still call it. Each operation therefore marks its thread *active* in its hand-off list
+//! for its length (a depth counter, plain stores, and a light fence), then reads `closed`;
+//! the callback may be called only by an operation that found it open. Shutdown stores
 //! `closed`, runs the heavy fence, and waits until no other thread is active: the same
 //! Dekker pair as the takeover's, so an operation either finished (or will finish) with the
 //! callback before shutdown drops it, or saw it closed.
@@ -20,9 +20,9 @@
 //! notes every thread inside an operation, with the count of outermost operations it has
 //! begun; the old table is freed once each of those threads was seen outside that operation
 //! (its depth 0, or its count moved on). A thread stores its depth before it loads a table,
-//! so one seen at depth 0 after the fence loads the new table. Threads without a batch
-//! (exiting ones) count in a shared counter with an RMW, and a grace period waits for it to
-//! read 0.
+//! so one seen at depth 0 after the fence loads the new table. Threads without a hand-off
+//! list (exiting ones) count in a shared counter with an RMW, and a grace period waits for
+//! it to read 0.
 //!
 //! ### Why not `crossbeam-epoch` or `seize`
 //!
@@ -34,10 +34,10 @@
 //! instructions (`python3 benches/instructions/count.py acker`). `crossbeam-epoch` pins
 //! with a `lock cmpxchg` and collects garbage on the pinning thread every 128 pins; when a
 //! table's retirement used it, its pin was 37 % of an in-cache ack by `perf`, and dropping
-//! it took a probe from 95 to 87 ns an operation on one thread and 72 to 66 on two.
-//! `seize` can enter as cheaply (with `membarrier` too), but it leaves with a
-//! locked `xchg`, and the last thread to leave frees a retired batch: a worker's ack could
-//! end by unmapping a table. Not measured: `seize` itself.
+//! it took a probe from 95 to 87 ns an operation on one thread and 72 to 66 on two. `seize`
+//! can enter as cheaply (with `membarrier` too), but it leaves with a locked `xchg`, and
+//! the last thread to leave frees a retired hand-off list: a worker's ack could end by
+//! unmapping a table. Not measured: `seize` itself.
 //!
 //! ## Re-anchoring
 //!
@@ -79,7 +79,7 @@ use crate::sync::{fence, Arc, AtomicU32, Ordering};
 pub struct Active {
     /// The thread's depth counter, or [`Threads::shared`].
     depth: *const AtomicU32,
-    /// `depth` is the count shared by threads without a batch. Otherwise it is the
+    /// `depth` is the count shared by threads without a hand-off list. Otherwise it is the
     /// `active` field of the thread's record, reached through a pointer to the whole record
     /// (so that [`record`](Self::record) may go back to it).
     shared: bool,
@@ -89,7 +89,7 @@ pub struct Active {
 
 impl Active {
     /// The calling thread's record the operation entered with; `None` for a thread
-    /// without a batch.
+    /// without a hand-off list.
     #[inline]
     pub(super) fn record(&self) -> Option<&Record> {
         if self.shared {
@@ -97,9 +97,9 @@ impl Active {
         }
         // Safety: `depth` points at the `active` field of the record the operation entered
         // with, derived from a pointer to the whole record (`enter_with`), so stepping back
-        // by the field's offset is that record; it is alive as in `drop` (the batches this
-        // thread's `LOCAL` keeps), and the reference lives no longer than this `Active`,
-        // which lives within one operation on this thread.
+        // by the field's offset is that record; it is alive as in `drop` (the hand-off
+        // lists this thread's `LOCAL` keeps), and the reference lives no longer than this
+        // `Active`, which lives within one operation on this thread.
         Some(unsafe {
             &*self
                 .depth
@@ -112,9 +112,9 @@ impl Active {
 impl Drop for Active {
     #[inline]
     fn drop(&mut self) {
-        // Safety: the counter is in a batch this thread's `LOCAL` keeps alive, or in the
-        // `Threads` of the acker the operation runs on, and an `Active` lives within one
-        // operation on this thread (it is not `Send`).
+        // Safety: the counter is in a hand-off list this thread's `LOCAL` keeps alive, or
+        // in the `Threads` of the acker the operation runs on, and an `Active` lives within
+        // one operation on this thread (it is not `Send`).
         let depth = unsafe { &*self.depth };
         if self.shared {
             depth.fetch_sub(1, Ordering::SeqCst);
@@ -185,7 +185,7 @@ impl Threads {
 #[derive(Debug)]
 pub struct Grace {
     busy: Vec<(Arc<Record>, u32)>,
-    /// Threads without a batch were inside operations.
+    /// Threads without a hand-off list were inside operations.
     shared: bool,
     /// The barrier failed: nothing is known yet; the next check snapshots again.
     unfenced: bool,
@@ -306,10 +306,10 @@ impl Threads {
     }
 
     /// Re-anchoring: makes every later operation wait at its entry (and every callback at
-    /// its return), then waits until every other thread is quiescent. `false` when a
-    /// thread without a batch (an exiting one) is inside an operation, or the barrier could
-    /// not run: then nothing is excluded (call [`end_moving`](Self::end_moving) and give
-    /// up, or try again).
+    /// its return), then waits until every other thread is quiescent. `false` when a thread
+    /// without a hand-off list (an exiting one) is inside an operation, or the barrier
+    /// could not run: then nothing is excluded (call [`end_moving`](Self::end_moving) and
+    /// give up, or try again).
     pub fn begin_moving(&self) -> bool {
         self.moving.store(true, Ordering::Relaxed); // Relaxed: ordered by the heavy fence
         if !self.heavy() {
@@ -335,7 +335,7 @@ impl Threads {
                 backoff.wait();
             }
         }
-        // Threads without a batch cannot pause: any inside an operation is busy.
+        // Threads without a hand-off list cannot pause: any inside an operation is busy.
         self.shared.load(Ordering::SeqCst) == 0
     }
 
@@ -406,14 +406,15 @@ impl Threads {
             b.active.load(Ordering::Acquire) > 0 && b.begun.load(Ordering::Acquire) == *begun
         });
         if grace.shared {
-            // Threads without a batch cannot be told apart: wait for none to be inside.
+            // Threads without a hand-off list cannot be told apart: wait for none to be
+            // inside.
             grace.shared = self.shared.load(Ordering::SeqCst) > 0;
         }
         grace.busy.is_empty() && !grace.shared
     }
 
     /// Looks again whether the callback is open, for an operation that goes on past a
-    /// message whose callback ran inside it (a batch's chunk, `Acker::apply`): that
+    /// message whose callback ran inside it (a hand-off list's chunk, `Acker::apply`): that
     /// callback may have shut the acker down, and the operation's next messages must then
     /// change nothing, as the same calls made one at a time after it would not.
     #[inline]
@@ -424,8 +425,8 @@ impl Threads {
         active.open = !self.closed.load(Ordering::Relaxed);
     }
 
-    /// Marks an operation of a thread without a batch: one shared count, an RMW (rare:
-    /// exiting threads; every thread under loom).
+    /// Marks an operation of a thread without a hand-off list: one shared count, an RMW
+    /// (rare: exiting threads; every thread under loom).
     pub(super) fn enter_shared(&self) -> Active {
         loop {
             self.shared.fetch_add(1, Ordering::SeqCst);
@@ -444,8 +445,8 @@ impl Threads {
         Active {
             depth: &self.shared as *const AtomicU32,
             shared: true,
-            // SeqCst: after the count's RMW and the fence, as a batch's light fence orders
-            // its depth store.
+            // SeqCst: after the count's RMW and the fence, as a hand-off list's light fence
+            // orders its depth store.
             open: !self.closed.load(Ordering::SeqCst),
         }
     }

@@ -7,13 +7,13 @@
 //! Under loom, where the models pass records explicitly, nothing is per-thread. The record
 //! serves two purposes, each with its own rules:
 //!
-//! * the thread's timer hand-off ([`handoff`]): the entries it created wait in its batch
-//!   for a tick or two, and only those that outlive the hand-off age reach the reaper;
+//! * the thread's timer hand-off ([`handoff`]): the entries it created wait in its hand-off
+//!   list for a tick or two, and only those that outlive the hand-off age reach the reaper;
 //! * the marks of the thread's operations in progress ([`marks`]): shutdown's closing of
 //!   the callback, the grace periods that retire tables and re-anchoring all wait on them.
 //!
-//! The reaper's wake-up ([`wake`]) closes the loop: a push that makes a batch non-empty
-//! wakes a reaper parked with no deadline. Each protocol is a Dekker pair through
+//! The reaper's wake-up ([`wake`]) closes the loop: a push that makes a hand-off list
+//! non-empty wakes a reaper parked with no deadline. Each protocol is a Dekker pair through
 //! asymmetric fences ([`fences`](crate::sync::fences)): the thread's side is plain stores
 //! and a compiler fence, the rare side (the reaper, shutdown, a re-anchorer) a heavy fence.
 
@@ -34,17 +34,18 @@ use handoff::Entries;
 pub use handoff::{Entry, Liveness, Pushed, LOOK_AHEAD};
 pub use marks::{Active, Grace};
 
-/// One thread's record for one acker: its batch of timer entries ([`handoff`]) and the
-/// marks of its operations ([`marks`]).
+/// One thread's record for one acker: its hand-off list of timer entries ([`handoff`]) and
+/// the marks of its operations ([`marks`]).
 #[derive(Debug)]
 pub struct Record {
     /// The owner is inside (module docs).
     pin: AtomicBool,
     /// The reaper is taking the entries over (module docs).
     taken: AtomicBool,
-    /// The tick at which the entries were filed; the reaper reads it to spot a quiet batch.
+    /// The tick at which the entries were filed; the reaper reads it to spot a quiet
+    /// hand-off list.
     tick: AtomicU32,
-    /// `entries.len()`, for the reaper's checks without entering the batch.
+    /// `entries.len()`, for the reaper's checks without entering the hand-off list.
     len: AtomicUsize,
     /// Acker operations of the owner's thread in progress (nested when a callback calls
     /// back into the acker); written only by the owner ("Closing the callback").
@@ -56,8 +57,8 @@ pub struct Record {
     /// nothing), 0 when none: the thread is quiescent while this equals `active`
     /// ("Re-anchoring"). Written only by the owner.
     paused: AtomicU32,
-    /// The owner's thread has ended (or dropped its handle): the reaper may drop the batch
-    /// once it is empty.
+    /// The owner's thread has ended (or dropped its handle): the reaper may drop the
+    /// hand-off list once it is empty.
     abandoned: AtomicBool,
     /// Written by the owner while pinned, or by the reaper while it holds `taken` with the
     /// owner unpinned (module docs).
@@ -84,7 +85,7 @@ impl Record {
     }
 }
 
-/// Entries a scratch or batch vector keeps room for whatever it held (about 8 KiB).
+/// Entries a scratch or hand-off list vector keeps room for whatever it held (about 8 KiB).
 pub(crate) const KEEP_ROOM: usize = 1024;
 
 /// Gives back the room of a vector that held far more than it holds now: it keeps twice
@@ -96,7 +97,7 @@ pub(crate) fn trim<E>(v: &mut Vec<E>) {
     }
 }
 
-/// Every batch of one acker, and the reaper's inbox.
+/// Every hand-off list of one acker, and the reaper's inbox.
 #[derive(Debug)]
 pub struct Threads {
     /// This acker among all of the process's, for the per-thread lookup (not under loom,
@@ -105,7 +106,8 @@ pub struct Threads {
     id: usize,
     fences: Fences,
     all: Mutex<Vec<Arc<Record>>>,
-    /// Survivors handed off by owners, and entries pushed while the reaper held a batch.
+    /// Survivors handed off by owners, and entries pushed while the reaper held a hand-off
+    /// list.
     inbox: Mutex<Vec<Entry>>,
     /// `inbox.len()`, for the reaper's idle check.
     inbox_len: AtomicUsize,
@@ -115,15 +117,15 @@ pub struct Threads {
     closed: AtomicBool,
     /// Time is being re-anchored ("Re-anchoring"): operations wait at their entry.
     moving: AtomicBool,
-    /// Operations in progress on threads that have no batch (exiting threads; under loom,
-    /// every thread).
+    /// Operations in progress on threads that have no hand-off list (exiting threads; under
+    /// loom, every thread).
     shared: AtomicU32,
     /// Heavy fences whose barrier could not be run (see [`Threads::heavy`]).
     barrier_failures: AtomicU64,
 }
 
 impl Threads {
-    /// No batches yet; `fences` for the owners' pins and the reaper's takeovers.
+    /// No hand-off lists yet; `fences` for the owners' pins and the reaper's takeovers.
     pub fn new(fences: Fences) -> Self {
         static NEXT_ID: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(1);
         Threads {
@@ -141,7 +143,7 @@ impl Threads {
         }
     }
 
-    /// A new batch for a thread; its handle must be used by that thread only.
+    /// A new hand-off list for a thread; its handle must be used by that thread only.
     pub fn register(&self) -> Arc<Record> {
         let record = Arc::new(Record::new());
         self.all.lock().unwrap().push(Arc::clone(&record));
@@ -165,7 +167,7 @@ impl Threads {
         self.barrier_failures.load(Ordering::Relaxed) // Relaxed: a statistic.
     }
 
-    /// Marks a thread's batch abandoned (the thread is done with it).
+    /// Marks a thread's hand-off list abandoned (the thread is done with it).
     pub fn abandon(record: &Record) {
         record.abandoned.store(true, Ordering::SeqCst);
     }
@@ -183,8 +185,8 @@ impl Threads {
     }
 }
 
-/// A thread's batches, one per acker it created entries in. Dropping it (thread exit)
-/// abandons them; the reaper takes over what is left in them.
+/// A thread's hand-off lists, one per acker it created entries in. Dropping it (thread
+/// exit) abandons them; the reaper takes over what is left in them.
 #[cfg(not(loom))]
 #[derive(Default)]
 struct Local {
@@ -194,8 +196,8 @@ struct Local {
 #[cfg(not(loom))]
 impl Drop for Local {
     fn drop(&mut self) {
-        // `LAST` must not name a batch this drop may free (an acker id is never reused, so
-        // nothing else can make it name a freed one).
+        // `LAST` must not name a hand-off list this drop may free (an acker id is never
+        // reused, so nothing else can make it name a freed one).
         LAST.set((0, std::ptr::null()));
         self.threads.iter().for_each(|(_, b)| Threads::abandon(b));
     }
@@ -204,24 +206,26 @@ impl Drop for Local {
 #[cfg(not(loom))]
 thread_local! {
     static LOCAL: RefCell<Local> = RefCell::new(Local::default());
-    /// The last lookup: an acker's id and its batch (kept alive by `LOCAL`).
+    /// The last lookup: an acker's id and its hand-off list (kept alive by `LOCAL`).
     static LAST: Cell<(usize, *const Record)> = const { Cell::new((0, std::ptr::null())) };
 }
 
 #[cfg(not(loom))]
 impl Threads {
-    /// [`push_to`](Self::push_to) on the calling thread's batch for this acker (registered
-    /// at its first push).
+    /// [`push_to`](Self::push_to) on the calling thread's hand-off list for this acker
+    /// (registered at its first push).
     #[inline]
     pub fn push(&self, entry: Entry, hand_off: Tick, now: Tick, live: impl Liveness) -> Pushed {
         let (id, last) = LAST.get();
         if id == self.id {
-            // Safety: `LAST` names a batch that this thread's `LOCAL` holds an `Arc` of (it
-            // is set only from there, and `LOCAL` drops no batch while `LAST` names it).
+            // Safety: `LAST` names a hand-off list that this thread's `LOCAL` holds an
+            // `Arc` of (it is set only from there, and `LOCAL` drops no hand-off list while
+            // `LAST` names it).
             return self.push_to(unsafe { &*last }, entry, hand_off, now, live);
         }
         let Some(record) = self.local() else {
-            // The thread is exiting and its batches are gone: straight to the reaper.
+            // The thread is exiting and its hand-off lists are gone: straight to the
+            // reaper.
             self.hand_off(std::iter::once(entry));
             return self.wake_check();
         };
@@ -229,8 +233,9 @@ impl Threads {
         self.push_to(&record, entry, hand_off, now, live)
     }
 
-    /// [`push`](Self::push) inside the operation `active` marks: to the batch it entered
-    /// with (no lookup), else (a thread without a batch) as `push`, out of line.
+    /// [`push`](Self::push) inside the operation `active` marks: to the hand-off list it
+    /// entered with (no lookup), else (a thread without a hand-off list) as `push`, out of
+    /// line.
     #[inline]
     pub fn push_in(
         &self,
@@ -265,9 +270,10 @@ impl Threads {
     pub fn enter(&self) -> Active {
         match self.own() {
             Some(record) => self.enter_with(record),
-            // The thread is exiting (a thread-local's destructor acks): it has no batch to
-            // mark, so it counts in the shared count, which shutdown's close waits for as
-            // it waits for a batch's depth. Its completions go to the callback like any.
+            // The thread is exiting (a thread-local's destructor acks): it has no hand-off
+            // list to mark, so it counts in the shared count, which shutdown's close waits
+            // for as it waits for a hand-off list's depth. Its completions go to the
+            // callback like any.
             None => self.enter_shared(),
         }
     }
@@ -279,13 +285,13 @@ impl Threads {
             .is_some_and(|b| b.active.load(Ordering::Relaxed) > 0)
     }
 
-    /// The calling thread's batch (registered at its first use).
+    /// The calling thread's hand-off list (registered at its first use).
     #[inline]
     pub(super) fn own(&self) -> Option<&Record> {
         let (id, last) = LAST.get();
         if id == self.id {
-            // Safety: as in `push`: `LOCAL` keeps the batch `LAST` names alive, and the
-            // reference is used only while this thread runs the caller.
+            // Safety: as in `push`: `LOCAL` keeps the hand-off list `LAST` names alive, and
+            // the reference is used only while this thread runs the caller.
             return Some(unsafe { &*last });
         }
         let record = self.local()?;
@@ -331,13 +337,13 @@ impl Threads {
     }
 
     /// Under loom, where the models drive [`push_to`](Self::push_to) with explicit
-    /// batches, an entry filed without one goes straight to the inbox.
+    /// hand-off lists, an entry filed without one goes straight to the inbox.
     pub fn push(&self, entry: Entry, _hand_off: Tick, _now: Tick, _live: impl Liveness) -> Pushed {
         self.hand_off(std::iter::once(entry));
         self.wake_check()
     }
 
-    /// Under loom, as [`push`](Self::push) (the operations' `Active` has no batch).
+    /// Under loom, as [`push`](Self::push) (the operations' `Active` has no hand-off list).
     pub fn push_in(
         &self,
         _active: &Active,

@@ -1,4 +1,4 @@
-//! The batches' unit tests: pushes, filters, hand-offs, takeovers and grace periods.
+//! The hand-off lists' unit tests: pushes, filters, hand-offs, takeovers and grace periods.
 
 use super::*;
 
@@ -19,7 +19,7 @@ fn only_entries_that_outlive_their_tick_reach_the_reaper() {
     threads.collect(5, false, &mut due);
     assert!(
         due.is_empty(),
-        "a batch of the current tick is left to its owner"
+        "a hand-off list of the current tick is left to its owner"
     );
     // Tick 6: the owner hands off the survivors (the even slots) at its next push.
     threads.push(entry(10), 6, 6, |e: &Entry| e.slot % 2 == 0);
@@ -46,7 +46,8 @@ fn the_owner_keeps_entries_until_their_hand_off_tick_and_drops_the_dead() {
     threads.push(entry(2), 20, 5, is_live);
     let mut due = Vec::new();
     for now in 6..10 {
-        threads.push(entry(100 + now), now + 100, now, is_live); // keeps the batch busy
+        // Keeps the hand-off list busy.
+        threads.push(entry(100 + now), now + 100, now, is_live);
         threads.collect(now, false, &mut due);
     }
     assert!(
@@ -71,7 +72,7 @@ fn manual_collection_takes_the_current_tick_too() {
     let mut due = Vec::new();
     threads.collect(5, true, &mut due);
     assert_eq!(due, vec![entry(1)]);
-    // The owner goes on with an empty batch after the takeover.
+    // The owner goes on with an empty hand-off list after the takeover.
     threads.push(entry(2), 5, 5, |_: &Entry| true);
     due.clear();
     threads.collect(5, true, &mut due);
@@ -134,11 +135,11 @@ fn the_filter_asks_for_aged_entries_lines_ahead_of_its_looks() {
 }
 
 #[test]
-fn a_pinned_owner_keeps_the_reaper_out_and_a_taken_batch_keeps_the_owner_out() {
+fn a_pinned_owner_keeps_the_reaper_out_and_a_taken_hand_off_list_keeps_the_owner_out() {
     let threads = Threads::new(Fences::detect());
     let record = threads.register();
     threads.push_to(&record, entry(1), 5, 5, |_: &Entry| true);
-    // The owner is inside (as if preempted mid-push): the reaper leaves the batch.
+    // The owner is inside (as if preempted mid-push): the reaper leaves the hand-off list.
     record.pin.store(true, Ordering::SeqCst);
     let mut due = Vec::new();
     threads.collect(7, false, &mut due);
@@ -170,7 +171,7 @@ fn the_first_entry_after_idle_wakes_the_reaper_and_an_idle_reaper_sees_waiting_e
 }
 
 #[test]
-fn without_the_barrier_no_grace_ends_no_batch_is_taken_and_shutdown_waits() {
+fn without_the_barrier_no_grace_ends_no_hand_off_list_is_taken_and_shutdown_waits() {
     for fences in [Fences::Failing, Fences::Symmetric] {
         let works = fences == Fences::Symmetric;
         let threads = Threads::new(fences);
@@ -196,7 +197,7 @@ fn a_burst_taken_over_or_handed_off_leaves_no_room_behind() {
     let threads = Threads::new(Fences::detect());
     let record = threads.register();
     let room = |record: &Record| {
-        // Safety: no owner or reaper runs on this batch now (this thread is both).
+        // Safety: no owner or reaper runs on this hand-off list now (this thread is both).
         record
             .entries
             .with_mut(|e| unsafe { (*e).fresh.capacity() + (*e).aged.capacity() })
@@ -211,7 +212,7 @@ fn a_burst_taken_over_or_handed_off_leaves_no_room_behind() {
     threads.collect(5, true, &mut due); // taken over
     assert_eq!(due.len(), burst as usize);
     assert!(room(&record) <= 2 * KEEP_ROOM, "{} kept", room(&record));
-    // A burst that ages in the batch and goes to the reaper at its hand-off tick.
+    // A burst that ages in the hand-off list and goes to the reaper at its hand-off tick.
     for slot in 0..burst {
         threads.push_to(&record, entry(slot), 7, 6, |_: &Entry| true);
     }
@@ -224,7 +225,7 @@ fn a_burst_taken_over_or_handed_off_leaves_no_room_behind() {
 }
 
 #[test]
-fn a_finished_thread_strands_nothing_and_its_batch_is_dropped() {
+fn a_finished_thread_strands_nothing_and_its_hand_off_list_is_dropped() {
     let threads = Arc::new(Threads::new(Fences::detect()));
     let other = Arc::clone(&threads);
     std::thread::spawn(move || {

@@ -1,17 +1,17 @@
 //! Waking the reaper.
 //!
 //! The reaper parks with no deadline only when nothing is pending anywhere. A push that
-//! makes an empty batch non-empty stores the batch's length, fences, and reads `idle`; the
-//! reaper stores `idle`, fences, and reads every batch's length before it parks. Of the
-//! two, one sees the other: no entry waits for a reaper that sleeps forever. That fence is
-//! paid once per tick per busy thread, not per tree.
+//! makes an empty hand-off list non-empty stores the hand-off list's length, fences, and
+//! reads `idle`; the reaper stores `idle`, fences, and reads every hand-off list's length
+//! before it parks. Of the two, one sees the other: no entry waits for a reaper that sleeps
+//! forever. That fence is paid once per tick per busy thread, not per tree.
 
 use super::{Pushed, Threads};
 use crate::sync::{fence, Ordering};
 
 impl Threads {
-    /// After a batch became non-empty (or took an entry due soon): whether the reaper is
-    /// idle, parked with no deadline or asleep on a timer.
+    /// After a hand-off list became non-empty (or took an entry due soon): whether the
+    /// reaper is idle, parked with no deadline or asleep on a timer.
     pub fn wake_check(&self) -> Pushed {
         fence(Ordering::SeqCst); // orders the length store before the `idle` load (docs)
         if self.idle.load(Ordering::Relaxed) {
@@ -39,8 +39,8 @@ impl Threads {
         waiting
     }
 
-    /// Whether any entry waits in a batch or the inbox (hints: a push under way may be
-    /// missed; `park_check` is the race-free check).
+    /// Whether any entry waits in a hand-off list or the inbox (hints: a push under way may
+    /// be missed; `park_check` is the race-free check).
     pub fn waiting(&self) -> bool {
         // Relaxed (both): hints.
         self.inbox_len.load(Ordering::Relaxed) > 0
@@ -52,8 +52,8 @@ impl Threads {
                 .any(|b| b.len.load(Ordering::Relaxed) > 0)
     }
 
-    /// [`waiting`](Self::waiting) without waiting for the batches' list: `true` while
-    /// another thread holds it.
+    /// [`waiting`](Self::waiting) without waiting for the hand-off lists' list: `true`
+    /// while another thread holds it.
     pub fn waiting_or_busy(&self) -> bool {
         // Relaxed (both): hints.
         self.inbox_len.load(Ordering::Relaxed) > 0

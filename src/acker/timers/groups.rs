@@ -1,8 +1,8 @@
 //! The reaper's timers: one per *group* of slots (the words of one cache line), not one
 //! per root.
 //!
-//! A root that outlives its hand-off age is *registered* with the reaper (its batch entry,
-//! [`handoff`](crate::acker::threads::handoff)), which must then look at it by its
+//! A root that outlives its hand-off age is *registered* with the reaper (its hand-off
+//! entry, [`handoff`](crate::acker::threads::handoff)), which must then look at it by its
 //! deadline. Rather than a wheel entry per root, the reaper files one per group: when it
 //! comes due, the reaper looks at every slot of the group (one line), times out what is
 //! due, and files the group again at the earliest deadline left. A full acker's groups hold

@@ -49,7 +49,7 @@ impl<T: Send + 'static> AckerBuilder<T> {
     /// punctually as `tokio::time::timeout` does on the same runtime, or more (see
     /// [`resolution`](AckerBuilder::resolution)). Callers come first: once the tick a
     /// due timer is set for has begun, the next `track` or `init` runs the reaper's pass
-    /// (a bounded batch of it) on its own worker, where the tasks it wakes run next; the
+    /// (a bounded share of it) on its own worker, where the tasks it wakes run next; the
     /// reaper thread delivers what they leave, and the rest of a burst, a backstop's lag
     /// later. So timeouts do not wait for the scheduler to give that thread a core.
     ///

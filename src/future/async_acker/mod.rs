@@ -200,7 +200,7 @@ impl<T: Send + 'static> AsyncAcker<T> {
     ///
     /// What it may run besides: when a pass of the acker's reaper is due (its timer's
     /// tick has begun and no other pass runs), this call runs the pass's timeouts in the
-    /// thread's place, a bounded batch of them (a few dozen groups of trees; the next
+    /// thread's place, a bounded share of them (a few dozen groups of trees; the next
     /// call or the thread takes the next), never waiting for a lock another pass holds,
     /// so that the tasks it wakes join this worker's queue. Those wake the tasks of other
     /// trees, put their completions on the stream, and drop the payloads of trees
@@ -300,7 +300,7 @@ impl<T: Send + 'static> AsyncAcker<T> {
     /// stream yields what it holds, then ends.
     ///
     /// The inner shutdown joins the reaper thread (about one tick of the resolution when
-    /// the reaper is idle, longer while it delivers a large batch of timeouts): it runs on
+    /// the reaper is idle, longer while it delivers a large burst of timeouts): it runs on
     /// tokio's blocking pool, so the task's worker thread is not blocked meanwhile. Called
     /// outside a tokio runtime, or on one that is shutting down, it runs in place.
     pub async fn shutdown(&self) -> Vec<(u64, T)> {

@@ -13,12 +13,13 @@
 //! The acker runs in manual mode on a `ManualClock`: the same tables and wheel as with a
 //! reaper thread, but the phase does not wait out real timeouts, and a slow machine cannot
 //! make roots time out in the middle of a fill. In manual mode only `expire` hands the
-//! batches' entries to the reaper's wheel, though, so the phase then fills a second acker, with a reaper thread and the same `ManualClock`, and
-//! reports its growth too: what a root costs a server. That one runs in a child process
-//! (this binary, with [`THREADED_ENV`] set): what the allocator keeps of the reaper
-//! thread's arena after the acker is dropped would otherwise stay in this process's RSS
-//! and in the traffic phase's peak, and the child starts from a clean baseline. RSS is
-//! coarse (pages, allocator arenas), which is why N is in the millions.
+//! hand-off lists' entries to the reaper's wheel, though, so the phase then fills a second
+//! acker, with a reaper thread and the same `ManualClock`, and reports its growth too: what
+//! a root costs a server. That one runs in a child process (this binary, with
+//! [`THREADED_ENV`] set): what the allocator keeps of the reaper thread's arena after the
+//! acker is dropped would otherwise stay in this process's RSS and in the traffic phase's
+//! peak, and the child starts from a clean baseline. RSS is coarse (pages, allocator
+//! arenas), which is why N is in the millions.
 
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
@@ -193,7 +194,7 @@ pub(crate) fn threaded_child(spec: &str) -> std::process::ExitCode {
 
 /// One wave into an acker with a reaper thread: RSS growth per pending root once the reaper
 /// has scheduled every root's timer. The clock stays put, so nothing is due: the reaper
-/// takes over the quiet batch, and a last root with a 1 ns timeout, timed out
+/// takes over the quiet hand-off list, and a last root with a 1 ns timeout, timed out
 /// once the clock moves 10 ms, wakes it for the rest.
 fn threaded_bytes_per_root(roots: usize, seed: u64) -> Result<Option<f64>, String> {
     let Some(rss_before) = rss::current() else {

@@ -11,11 +11,11 @@ use crate::acker::engine::Engine;
 use crate::sync::{fence, Ordering};
 
 /// How late the reaper thread may be before a caller runs a pass it woke for with no timer
-/// due (to collect the batches), or one a push woke it for (`Engine::wake_reaper`), in
-/// nanoseconds; also how long a caller's pass that left a burst leaves it to the thread. A
-/// thread only slow to be scheduled (tens of microseconds on an idle machine) is left its
-/// pass, and the caller that pushed does not run the pass it has just woken the thread
-/// for. At least a tick ([`late_after`]).
+/// due (to collect the hand-off lists), or one a push woke it for (`Engine::wake_reaper`),
+/// in nanoseconds; also how long a caller's pass that left a burst leaves it to the thread.
+/// A thread only slow to be scheduled (tens of microseconds on an idle machine) is left its
+/// pass, and the caller that pushed does not run the pass it has just woken the thread for.
+/// At least a tick ([`late_after`]).
 pub(super) const LATE_AFTER_NS: u64 = 250_000;
 
 /// [`LATE_AFTER_NS`] in ticks of `shift` (2^shift ns), rounded up: one at the async
@@ -78,7 +78,7 @@ pub(in crate::acker::engine) fn help_if_late<T: Send + 'static>(engine: &Engine<
 
 /// Whether the pass the thread's timer is set for is the callers' now ([`help_if_late`]):
 /// the tick the thread published and the caller's tick, once that tick has begun and a
-/// timer is due, or the thread is a lateness late for its collection of the batches.
+/// timer is due, or the thread is a lateness late for its collection of the hand-off lists.
 #[inline]
 fn due_to_callers<T: Send + 'static>(engine: &Engine<T>) -> Option<(u64, u64)> {
     let wakes_at = engine.reaper.wakes_at.load(Ordering::SeqCst);
@@ -95,9 +95,9 @@ fn due_to_callers<T: Send + 'static>(engine: &Engine<T>) -> Option<(u64, u64)> {
     if now < wakes_at {
         return None; // the common case: the thread's tick has not begun
     }
-    // Callers first for timers; for the thread's collection of the batches (its tick by
-    // tick sleeps while entries wait), only once the thread is late for it, its backstop's
-    // lag included.
+    // Callers first for timers; for the thread's collection of the hand-off lists (its tick
+    // by tick sleeps while entries wait), only once the thread is late for it, its
+    // backstop's lag included.
     let late = late_after(engine.time.ticks.shift);
     // Relaxed: a hint (`publish_timers`).
     let timers_due = now >= engine.reaper.timers_due_at.load(Ordering::Relaxed);
@@ -115,9 +115,9 @@ fn due_to_callers<T: Send + 'static>(engine: &Engine<T>) -> Option<(u64, u64)> {
 ///
 /// Until the thread runs, the next help is due when the next timer is: a lateness from now
 /// when this pass left work (a burst: the thread's); else the wheel's next due tick, or the
-/// next tick while batches hold entries, and no later than the thread would sleep (pushes
-/// rely on it, "Sleeping"); none with neither (a push that finds the thread idle publishes
-/// its tick then, `Engine::wake_reaper`).
+/// next tick while hand-off lists hold entries, and no later than the thread would sleep
+/// (pushes rely on it, "Sleeping"); none with neither (a push that finds the thread idle
+/// publishes its tick then, `Engine::wake_reaper`).
 fn publish_next_help<T: Send + 'static>(engine: &Engine<T>, now: u64, left: bool) -> u64 {
     let next = if left {
         // A burst: the thread's, woken by the caller; a caller helps again if it has not

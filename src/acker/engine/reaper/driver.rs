@@ -56,8 +56,8 @@ impl<T: Send + 'static> Engine<T> {
         Duration::from_nanos(1 << self.time.ticks.shift)
     }
 
-    /// Manual mode, a driver's pass: the reaper thread's (batches taken once quiet, so
-    /// that trees completing within the hand-off age never reach the wheel, and a push
+    /// Manual mode, a driver's pass: the reaper thread's (hand-off lists taken once quiet,
+    /// so that trees completing within the hand-off age never reach the wheel, and a push
     /// wakes the driver at most once a tick per busy thread), counted as the thread's are.
     /// `false` when it panicked (counted): the driver then waits a tick, as the thread
     /// does, rather than spin on a clock that keeps panicking.
@@ -76,7 +76,8 @@ impl<T: Send + 'static> Engine<T> {
         }
     }
 
-    /// Manual mode: one reaper pass now, with every batch's entries. Completions delivered.
+    /// Manual mode: one reaper pass now, with every hand-off list's entries. Completions
+    /// delivered.
     pub(in crate::acker) fn expire(&self) -> usize {
         if !self.reaper.manual {
             return 0;

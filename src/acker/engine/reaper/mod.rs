@@ -2,9 +2,9 @@
 //!
 //! ## A pass
 //!
-//! 1. Collect the batches' entries ([`handoff`](crate::acker::threads::handoff)): those
-//!    handed off by their owners, and those of batches quiet since an earlier tick (in
-//!    manual mode, every batch's).
+//! 1. Collect the hand-off lists' entries ([`handoff`](crate::acker::threads::handoff)):
+//!    those handed off by their owners, and those of hand-off lists quiet since an earlier
+//!    tick (in manual mode, every hand-off list's).
 //! 2. Register each root ([`groups`](crate::acker::timers::groups)): its group of slots
 //!    gets a wheel entry at the root's deadline, unless one filed at or before it covers it
 //!    already; an entry whose slot no longer holds an uncompleted root of its tag is
@@ -25,31 +25,32 @@
 //!
 //! ## Sleeping
 //!
-//! While entries wait in batches the reaper wakes every tick to collect them; otherwise it
-//! sleeps until the wheel's next due tick begins on the clock ([`sleep_until`]) (the next
-//! tick, when nothing is pending and the wheel holds entries to sweep: [`wheel`], "Dead
-//! entries"), or, with nothing anywhere, parks with no deadline. Before any sleep longer
-//! than a tick it marks itself idle in the batches and checks them once more: a push that
-//! makes a batch non-empty wakes an idle reaper, so no entry waits for a reaper asleep for
-//! longer than a tick ([`wake`](crate::acker::threads::wake), "Waking the reaper"). With
-//! nothing pending it sleeps without wake-ups.
+//! While entries wait in hand-off lists the reaper wakes every tick to collect them;
+//! otherwise it sleeps until the wheel's next due tick begins on the clock
+//! ([`sleep_until`]) (the next tick, when nothing is pending and the wheel holds entries to
+//! sweep: [`wheel`], "Dead entries"), or, with nothing anywhere, parks with no deadline.
+//! Before any sleep longer than a tick it marks itself idle in the hand-off lists and
+//! checks them once more: a push that makes a hand-off list non-empty wakes an idle reaper,
+//! so no entry waits for a reaper asleep for longer than a tick
+//! ([`wake`](crate::acker::threads::wake), "Waking the reaper"). With nothing pending it
+//! sleeps without wake-ups.
 //!
 //! A push that wakes the thread costs its caller more than the syscall: the thread's short
-//! slice ([`slice`](crate::sync::slice)) makes the kernel switch to it at once, and the call
-//! that pushed (an `init`, a `track` on a runtime's worker) waits out the reaper's turn,
-//! milliseconds when that turn delivers a burst's timeouts. So while trees are pending the
-//! thread sleeps at most the hand-off age (64 ticks: 17 ms at the async acker's tick, 67 ms
-//! at `build`'s), and a push wakes it only when its timer, as published, would end after
-//! the new entry's hand-off tick (`Engine::reaper_sleeps_past`): it is parked with
-//! nothing pending, or the entry is due sooner (a short timeout of its own). Trees started
-//! beside pending ones never wake it; a long-lived tree alone costs the thread a wake-up
-//! per hand-off age. Once nothing is pending it keeps those sleeps for four hand-off ages
-//! more before it parks ([`LINGER_AGES`]): requests that each complete before the next
-//! begins leave nothing pending between them, and would otherwise each wake it from its
-//! park. So an acker that goes idle costs four more wake-ups, then none. [`next_wait`] makes this decision, for the
-//! thread and for a task that runs a manual acker's passes in its place
-//! ([`manual`](crate::acker::manual)), which the same pushes wake through a hook
-//! (`Engine::wake_reaper`).
+//! slice ([`slice`](crate::sync::slice)) makes the kernel switch to it at once, and the
+//! call that pushed (an `init`, a `track` on a runtime's worker) waits out the reaper's
+//! turn, milliseconds when that turn delivers a burst's timeouts. So while trees are
+//! pending the thread sleeps at most the hand-off age (64 ticks: 17 ms at the async acker's
+//! tick, 67 ms at `build`'s), and a push wakes it only when its timer, as published, would
+//! end after the new entry's hand-off tick (`Engine::reaper_sleeps_past`): it is parked
+//! with nothing pending, or the entry is due sooner (a short timeout of its own). Trees
+//! started beside pending ones never wake it; a long-lived tree alone costs the thread a
+//! wake-up per hand-off age. Once nothing is pending it keeps those sleeps for four
+//! hand-off ages more before it parks ([`LINGER_AGES`]): requests that each complete before
+//! the next begins leave nothing pending between them, and would otherwise each wake it
+//! from its park. So an acker that goes idle costs four more wake-ups, then none.
+//! [`next_wait`] makes this decision, for the thread and for a task that runs a manual
+//! acker's passes in its place ([`manual`](crate::acker::manual)), which the same pushes
+//! wake through a hook (`Engine::wake_reaper`).
 //!
 //! ## Callers first
 //!
@@ -63,42 +64,41 @@
 //! impossible.
 //!
 //! So the callers that start trees on the async acker run the passes when they can. The
-//! thread publishes the tick its timer is set for (`Reaper::wakes_at`; [`AWAKE`]
-//! while it runs, or sleeps with nothing pending), every pass the wheel's next due tick
+//! thread publishes the tick its timer is set for (`Reaper::wakes_at`; [`AWAKE`] while it
+//! runs, or sleeps with nothing pending), every pass the wheel's next due tick
 //! (`Reaper::timers_due_at`), and a caller reads them after its init: once the thread's
 //! tick has begun and a timer is due, the caller runs the pass's timers itself
-//! ([`help_if_late`]). A tick the thread wakes at only to collect the batches (every tick
-//! while entries wait) is left to it unless it is [`LATE_AFTER_NS`] (250 µs) late: a pass
-//! per tick on the callers, with the heavy fence of a takeover, would cost them more than
-//! the timers they deliver. (The async acker's completions only wake
-//! tasks, fill a queue or drop a payload nobody awaits, so they may run on a caller; a
-//! plain acker's `on_complete` is the user's code, and stays on the reaper thread.) The
-//! caller first moves the published tick to the next one (a CAS: only one caller claims a
-//! pass), and after its pass to the wheel's next due tick, so callers run a pass when
-//! timers are due, not at every call. It wakes the thread only when the thread's sleep
-//! would end more than a lag after the tick it published (a pushed entry relies on that
-//! tick, "Sleeping"): woken at every caller's pass, the thread would run beside the
-//! workers, and callers find no pass to claim while it runs.
+//! ([`help_if_late`]). A tick the thread wakes at only to collect the hand-off lists (every
+//! tick while entries wait) is left to it unless it is [`LATE_AFTER_NS`] (250 µs) late: a
+//! pass per tick on the callers, with the heavy fence of a takeover, would cost them more
+//! than the timers they deliver. (The async acker's completions only wake tasks, fill a
+//! queue or drop a payload nobody awaits, so they may run on a caller; a plain acker's
+//! `on_complete` is the user's code, and stays on the reaper thread.) The caller first
+//! moves the published tick to the next one (a CAS: only one caller claims a pass), and
+//! after its pass to the wheel's next due tick, so callers run a pass when timers are due,
+//! not at every call. It wakes the thread only when the thread's sleep would end more than
+//! a lag after the tick it published (a pushed entry relies on that tick, "Sleeping"):
+//! woken at every caller's pass, the thread would run beside the workers, and callers find
+//! no pass to claim while it runs.
 //!
 //! A caller's pass makes callers lead (`Reaper::callers_lead`), and the thread becomes
 //! their backstop: it sleeps [`BACKSTOP_NS`] (500 µs) past each timer (a tick it wakes at
-//! only to collect the batches too: callers then leave that to it unless it is a lateness
-//! past the lag, and the thread kept waking beside the workers made an HTTP load's 504s
-//! as late as before), leaving the tick to
-//! the first caller in it, and judges its own pass that far behind the clock, so that it
-//! delivers only what callers left that late. The first of its passes that delivers a
-//! timeout ends the lead: callers no longer come in time (the load has gone), and the
-//! thread runs on its timers again; so does a caller's pass that leaves work behind (a
-//! burst, "A caller's pass"). An idle acker therefore pays one lag's lateness after a
-//! caller happened to come first, and a busy one has its timeouts delivered on its
-//! workers (an HTTP service under load: `http-timeouts/`, whose 504s came 1.6-2.5 times
-//! as late as `tokio::time::timeout`'s when its workers were saturated, and at about
-//! tokio's with callers first). A push that wakes the idle thread publishes its own tick plus
-//! [`LATE_AFTER_NS`] (250 µs), as a timer that ends then: the caller that pushed leaves the
-//! thread its pass unless the thread gets no core. A pass may run beside another one (a
-//! manual acker's `expire` beside its driver does the same): the wheel is under its lock,
-//! moves and promotions are the operations' own protocols, and each timed-out tree is
-//! taken by one CAS.
+//! only to collect the hand-off lists too: callers then leave that to it unless it is a
+//! lateness past the lag, and the thread kept waking beside the workers made an HTTP load's
+//! 504s as late as before), leaving the tick to the first caller in it, and judges its own
+//! pass that far behind the clock, so that it delivers only what callers left that late.
+//! The first of its passes that delivers a timeout ends the lead: callers no longer come in
+//! time (the load has gone), and the thread runs on its timers again; so does a caller's
+//! pass that leaves work behind (a burst, "A caller's pass"). An idle acker therefore pays
+//! one lag's lateness after a caller happened to come first, and a busy one has its
+//! timeouts delivered on its workers (an HTTP service under load: `http-timeouts/`, whose
+//! 504s came 1.6-2.5 times as late as `tokio::time::timeout`'s when its workers were
+//! saturated, and at about tokio's with callers first). A push that wakes the idle thread
+//! publishes its own tick plus [`LATE_AFTER_NS`] (250 µs), as a timer that ends then: the
+//! caller that pushed leaves the thread its pass unless the thread gets no core. A pass may
+//! run beside another one (a manual acker's `expire` beside its driver does the same): the
+//! wheel is under its lock, moves and promotions are the operations' own protocols, and
+//! each timed-out tree is taken by one CAS.
 //!
 //! ## A caller's pass
 //!
@@ -106,32 +106,33 @@
 //! work (the async acker's `track` promises never to), so its pass is bounded:
 //!
 //! * **Nothing that waits.** It takes the wheel's lock with `try_lock`: a pass under way
-//!   (the thread's after all, a manual `expire`) does this one's work; and the locks of
-//!   the inbox and the batches' list too, leaving their entries when another thread holds
-//!   one (a holder the kernel preempted would hold the caller for its whole wait). It leaves a
-//!   re-anchoring (a walk of every table that waits for every thread,
-//!   [`anchor`](crate::acker::engine::time)) to the thread, and runs nothing once
-//!   shutdown has closed the callback, so no pass runs after `shutdown` returned.
+//!   (the thread's after all, a manual `expire`) does this one's work; and the locks of the
+//!   inbox and the hand-off lists' list too, leaving their entries when another thread
+//!   holds one (a holder the kernel preempted would hold the caller for its whole wait). It
+//!   leaves a re-anchoring (a walk of every table that waits for every thread,
+//!   [`anchor`](crate::acker::engine::time)) to the thread, and runs nothing once shutdown
+//!   has closed the callback, so no pass runs after `shutdown` returned.
 //! * **Its timers only**: no sweep of the wheel, no migration, shrink or freeing of retired
 //!   generations, no pruning and no giving memory back: the upkeep waits for the thread.
-//! * **A bounded batch.** It files at most [`CALLER_ENTRIES`] of the entries handed off or
-//!   left in quiet batches (taken over as the thread does, with its heavy fence: a few
-//!   microseconds), and its advance of the wheel moves at most [`CALLER_GROUPS`] groups
+//! * **A bounded hand-off list.** It files at most [`CALLER_ENTRIES`] of the entries handed
+//!   off or left in quiet hand-off lists (taken over as the thread does, with its heavy
+//!   fence: a few microseconds), and its advance of the wheel moves at most
+//!   [`CALLER_GROUPS`] groups
 //!   ([`advance_within`](crate::acker::timers::wheel::CompactWheel::advance_within), which
 //!   takes due entries out of a coarse bucket too large to cascade): at most
 //!   `CALLER_GROUPS` × [`GROUP_SLOTS`] timeouts delivered on the caller (a million trees
 //!   that share a deadline are a million wake-ups: the caller wakes a few dozen). What it
 //!   leaves stays where it was, due: a burst, which is the thread's. Callers stop leading
 //!   ("Callers first"), the caller publishes a tick [`LATE_AFTER_NS`] on and wakes the
-//!   thread, so the next caller takes the next batch only while the thread gets no core
-//!   (in the shared-deadline stress phase, callers that took batch after batch ran 7,000
-//!   to 9,000 passes of its million timeouts, and `track`'s p99.99 was 0.2-4 ms; leaving
-//!   the burst to the thread, 100 to 2,000, and 115-169 µs).
+//!   thread, so the next caller takes the next hand-off list only while the thread gets no
+//!   core (in the shared-deadline stress phase, callers that took hand-off list after
+//!   hand-off list ran 7,000 to 9,000 passes of its million timeouts, and `track`'s p99.99
+//!   was 0.2-4 ms; leaving the burst to the thread, 100 to 2,000, and 115-169 µs).
 //! * **Its publication keeps the pushers' promise** ("Sleeping"): a push that found the
 //!   published tick early enough did not wake the thread, so after its pass the caller
-//!   publishes no later than the thread would sleep, and once more checks the batches
-//!   after a fence (against the push's fence before it read the tick): entries waiting
-//!   mean the next tick.
+//!   publishes no later than the thread would sleep, and once more checks the hand-off
+//!   lists after a fence (against the push's fence before it read the tick): entries
+//!   waiting mean the next tick.
 //!
 //! Each such pass is counted with the longest one
 //! ([`AckerStats::caller_passes`](crate::AckerStats::caller_passes)).
@@ -191,7 +192,7 @@ pub(in crate::acker::engine) struct Reaper {
     pub(in crate::acker::engine) thread_wakes_at: AtomicU64,
     /// The wheel's next due tick as the last pass left it, else [`AWAKE`]: callers run a
     /// pass for its timers ("Callers first"), not for the thread's tick by tick collection
-    /// of the batches.
+    /// of the hand-off lists.
     pub(in crate::acker::engine) timers_due_at: AtomicU64,
     /// Callers ran the last passes due, and the thread is their backstop: it sleeps past
     /// its timers and judges its passes behind the clock ("Callers first").
@@ -250,10 +251,11 @@ impl Reaper {
     }
 
     /// Who leads after a pass (`caller`'s or the thread's) that left work (`left`),
-    /// delivered timeouts (`delivered`) and ran for timers come due (`timers`) or not: callers lead once one runs a pass for timers (a collection of the
-    /// batches alone is the thread's), unless it leaves work (a burst: the thread's), and
-    /// until the thread's delivers timeouts they left (judged a lag behind: they no longer
-    /// come in time) ("Callers first").
+    /// delivered timeouts (`delivered`) and ran for timers come due (`timers`) or not:
+    /// callers lead once one runs a pass for timers (a collection of the hand-off lists
+    /// alone is the thread's), unless it leaves work (a burst: the thread's), and until the
+    /// thread's delivers timeouts they left (judged a lag behind: they no longer come in
+    /// time) ("Callers first").
     pub(super) fn lead_after(&self, caller: bool, left: bool, delivered: bool, timers: bool) {
         // Relaxed (all): `backstop_lag`'s hint.
         if caller && left {

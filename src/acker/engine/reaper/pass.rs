@@ -1,4 +1,4 @@
-//! One pass of the reaper (module docs of [`reaper`](super), "A pass"): the batches'
+//! One pass of the reaper (module docs of [`reaper`](super), "A pass"): the hand-off lists'
 //! entries collected and filed, the wheel advanced and each group come due looked at, the
 //! timeouts delivered, then (the reaper's passes only) the upkeep; a caller's pass within
 //! its bounds ("A caller's pass").
@@ -34,16 +34,17 @@ pub(in crate::acker::engine) struct Pass {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Runner {
     /// The reaper thread, or a manual acker's driver or `expire`: the whole pass.
-    /// `everything`: take every batch's entries (manual mode, where the caller's own batch
-    /// is one of them). `behind`: ticks before the clock that the pass judges deadlines
-    /// at, the thread's lag as the callers' backstop (module docs of [`reaper`](super), "Callers first").
+    /// `everything`: take every hand-off list's entries (manual mode, where the caller's
+    /// own hand-off list is one of them). `behind`: ticks before the clock that the pass
+    /// judges deadlines at, the thread's lag as the callers' backstop (module docs of
+    /// [`reaper`](super), "Callers first").
     Reaper { everything: bool, behind: u64 },
     /// A caller running the reaper's pass: its timers only, within bounds (module docs,
     /// "A caller's pass").
     Caller,
 }
 
-/// The most entries a caller's pass takes from the reaper's inbox and quiet batches
+/// The most entries a caller's pass takes from the reaper's inbox and quiet hand-off lists
 /// (module docs of [`reaper`](super), "A caller's pass").
 pub(super) const CALLER_ENTRIES: usize = 256;
 
@@ -51,8 +52,8 @@ pub(super) const CALLER_ENTRIES: usize = 256;
 /// that many timeouts each), and the most entries its advance of the wheel moves.
 pub(super) const CALLER_GROUPS: usize = 32;
 
-/// One pass at the clock's time (module docs). `everything`: take every batch's entries
-/// (manual mode, where the caller's own batch is one of them).
+/// One pass at the clock's time (module docs). `everything`: take every hand-off list's
+/// entries (manual mode, where the caller's own hand-off list is one of them).
 pub(in crate::acker::engine) fn run_once<T: Send + 'static>(
     engine: &Engine<T>,
     everything: bool,
@@ -152,7 +153,8 @@ pub(super) fn pass<T: Send + 'static>(engine: &Engine<T>, runner: Runner) -> Pas
 }
 
 /// A pass's first step, under the wheel's lock: the wheel's time moved to the anchor's
-/// (never back), the batches' entries collected (within the caller's bound) and filed.
+/// (never back), the hand-off lists' entries collected (within the caller's bound) and
+/// filed.
 fn collect_and_file<T: Send + 'static>(
     engine: &Engine<T>,
     wheel: &mut Wheel,
@@ -178,7 +180,7 @@ fn collect_and_file<T: Send + 'static>(
         }
     }
     pass.worked |= !collected.is_empty();
-    // Before filing: the groups operations moved come through their batches, filed
+    // Before filing: the groups operations moved come through their hand-off lists, filed
     // again in their successors, and the dead entries of the generations they left
     // are best gone before the wheel's vectors grow for the new ones. (The groups a
     // pass moves are filed at once, `Engine::file_on_wheel`, and swept at the next.)
@@ -186,7 +188,7 @@ fn collect_and_file<T: Send + 'static>(
         pass.worked |= wheel.sweep_if_crowded(engine, live);
     }
     // Filing reads each entry's line, long out of cache for a tree past its hand-off
-    // age: asked for ahead, as the batches' filter does.
+    // age: asked for ahead, as the hand-off lists' filter does.
     for entry in collected.iter().take(LOOK_AHEAD) {
         engine.tables.prefetch_entry(entry);
     }
@@ -203,7 +205,7 @@ fn collect_and_file<T: Send + 'static>(
 /// A pass's second step, under the wheel's lock: the wheel advanced to its time (a
 /// caller's advance within its bound), and every group come due looked at
 /// ([`look_at_group`]), its timeouts claimed into `timed_out`. Whether any group came due:
-/// the pass ran for timers, not only to collect the batches.
+/// the pass ran for timers, not only to collect the hand-off lists.
 fn take_due<'e, T: Send + 'static>(
     engine: &'e Engine<T>,
     wheel: &mut Wheel,
@@ -241,10 +243,10 @@ fn take_due<'e, T: Send + 'static>(
     timers
 }
 
-/// The reaper's upkeep after its pass's deliveries (module docs of [`reaper`](super), "A pass", 5): migrations
-/// helped and finished, tables shrunk, the filed ticks of generations gone pruned, retired
-/// generations freed (out of the operation `active`, which it ends), memory given back.
-/// Whether it did anything.
+/// The reaper's upkeep after its pass's deliveries (module docs of [`reaper`](super), "A
+/// pass", 5): migrations helped and finished, tables shrunk, the filed ticks of generations
+/// gone pruned, retired generations freed (out of the operation `active`, which it ends),
+/// memory given back. Whether it did anything.
 fn upkeep<T: Send + 'static>(engine: &Engine<T>, active: Active) -> bool {
     let now = engine.reaper.lock_wheel().now;
     // Migrations, shrinking, retired generations
@@ -276,8 +278,9 @@ fn upkeep<T: Send + 'static>(engine: &Engine<T>, active: Active) -> bool {
     worked
 }
 
-/// Looks at every slot of a group come due (module docs of [`reaper`](super), "A pass", 3): its timeouts join
-/// `timed_out`, and the group is filed again at the earliest deadline left, if any.
+/// Looks at every slot of a group come due (module docs of [`reaper`](super), "A pass", 3):
+/// its timeouts join `timed_out`, and the group is filed again at the earliest deadline
+/// left, if any.
 fn look_at_group<'e, T: Send + 'static>(
     engine: &'e Engine<T>,
     wheel: &mut Wheel,

@@ -78,8 +78,8 @@ fn manual_at_1ms() -> (ManualClock, Acker<u32>) {
 }
 
 /// Callers run a pass at once for timers due, not for the thread's tick by tick collection
-/// of the batches: while no timer is due, only once the thread is a lateness past its
-/// tick (as a late reaper).
+/// of the hand-off lists: while no timer is due, only once the thread is a lateness past
+/// its tick (as a late reaper).
 #[test]
 fn callers_run_passes_at_once_for_timers_only() {
     let (clock, acker) = manual_at_1ms();
@@ -88,7 +88,7 @@ fn callers_run_passes_at_once_for_timers_only() {
     let now = || engine.time.ticks.full(clock.now());
     acker.init(1, 0b1, 0).unwrap();
     assert_eq!(acker.expire(), 0, "filed, not due");
-    // The thread's next tick, for entries in batches: no timer due.
+    // The thread's next tick, for entries in hand-off lists: no timer due.
     engine.reaper.wakes_at.store(now(), SeqCst);
     assert!(
         !acker.help_late_reaper(),
@@ -297,7 +297,8 @@ fn threaded_on_a_manual_clock() -> (ManualClock, Acker<u32>) {
 }
 
 /// Waits until the reaper thread sleeps on a timer past the next tick (idle, not a tick at
-/// a time for entries in batches), moving the clock `step` on at each look; its tick.
+/// a time for entries in hand-off lists), moving the clock `step` on at each look; its
+/// tick.
 fn asleep_past_the_next_tick(acker: &Acker<u32>, clock: &ManualClock, step: Duration) -> u64 {
     let engine = acker.engine();
     let waited = Instant::now();
@@ -318,13 +319,14 @@ fn asleep_past_the_next_tick(acker: &Acker<u32>, clock: &ManualClock, step: Dura
 /// A tree started while the reaper thread sleeps beside pending ones does not wake it:
 /// its timer ends before the new entry's hand-off tick ("Sleeping"). (A wake would
 /// have moved the published tick to the pusher's.) One whose own timeout ends sooner
-/// does, even pushed into a batch that holds entries already.
+/// does, even pushed into a hand-off list that holds entries already.
 #[test]
 fn a_tree_started_beside_pending_ones_does_not_wake_the_reaper_one_due_sooner_does() {
     let (clock, acker) = threaded_on_a_manual_clock();
     let engine = acker.engine();
     acker.init(1, 0b1, 0).unwrap();
-    // On while waiting, so that the tree's batch goes quiet and the reaper takes it over.
+    // On while waiting, so that the tree's hand-off list goes quiet and the reaper takes it
+    // over.
     let asleep_until = asleep_past_the_next_tick(&acker, &clock, 20 * MS);
     acker.init(2, 0b1, 0).unwrap();
     assert_eq!(
@@ -332,8 +334,8 @@ fn a_tree_started_beside_pending_ones_does_not_wake_the_reaper_one_due_sooner_do
         asleep_until,
         "the init woke the reaper"
     );
-    // A tree due before the reaper's timer ends, pushed into the batch that now holds
-    // tree 2: it wakes the reaper, whose pass finds nothing to do (an idle wake-up)
+    // A tree due before the reaper's timer ends, pushed into the hand-off list that now
+    // holds tree 2: it wakes the reaper, whose pass finds nothing to do (an idle wake-up)
     // long before its timer (64 ticks of 20 ms: 1.28 s, the clock standing still).
     let before = acker.idle_wakeups();
     acker.init_with_timeout(3, 0b1, 0, 40 * MS).unwrap();
@@ -419,12 +421,12 @@ fn overdue(trees: u64) -> (ManualClock, Acker<u32>, Arc<Mutex<Vec<u64>>>) {
     (clock, acker, log)
 }
 
-/// A caller's pass times out a bounded batch (a few dozen groups), not every tree due.
-/// What it leaves is a burst, the thread's: callers do not lead then, and the next caller
-/// helps only if the thread has not run within a lateness; then a full pass takes the
-/// rest. Every tree times out once.
+/// A caller's pass times out a bounded hand-off list (a few dozen groups), not every tree
+/// due. What it leaves is a burst, the thread's: callers do not lead then, and the next
+/// caller helps only if the thread has not run within a lateness; then a full pass takes
+/// the rest. Every tree times out once.
 #[test]
-fn a_callers_pass_times_out_a_bounded_batch_and_leaves_the_burst_to_the_thread() {
+fn a_callers_pass_times_out_a_bounded_share_and_leaves_the_burst_to_the_thread() {
     let (clock, acker, log) = overdue(4000);
     let engine = acker.engine();
     let most = CALLER_GROUPS * GROUP_SLOTS;

@@ -52,11 +52,12 @@ pub(in crate::acker::engine) fn spawn<T: Send + 'static>(
 /// manual acker's passes makes the same way (`Engine::next_pass`). Every variant but
 /// [`Wait::Tick`] and [`Wait::Again`] has marked the reaper idle
 /// ([`wake`](crate::acker::threads::wake), "Waking the reaper"): whoever sleeps on it must
-/// call `batches.unidle()` when it wakes, and must be woken by `Engine::wake_reaper`, or a
-/// push made while it sleeps waits for its deadline.
+/// call `hand-off lists.unidle()` when it wakes, and must be woken by
+/// `Engine::wake_reaper`, or a push made while it sleeps waits for its deadline.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(in crate::acker::engine) enum Wait {
-    /// Entries wait in batches: one tick after `from` (the last pass's tick), not idle.
+    /// Entries wait in hand-off lists: one tick after `from` (the last pass's tick), not
+    /// idle.
     Tick { from: u64 },
     /// An entry arrived while the reaper marked itself idle: a pass now (not idle).
     Again,
@@ -69,11 +70,12 @@ pub(in crate::acker::engine) enum Wait {
     Stop,
 }
 
-/// The sleep decision after a pass (module docs of [`reaper`](super)): a tick at a time while batches hold
-/// entries; otherwise idle (then one more look at the batches), until the wheel's next due
-/// tick or housekeeping's next work, or until woken when neither has any.
+/// The sleep decision after a pass (module docs of [`reaper`](super)): a tick at a time
+/// while hand-off lists hold entries; otherwise idle (then one more look at the hand-off
+/// lists), until the wheel's next due tick or housekeeping's next work, or until woken when
+/// neither has any.
 pub(in crate::acker::engine) fn next_wait<T: Send + 'static>(engine: &Engine<T>) -> Wait {
-    let (waiting_in_batches, next_due, now) = {
+    let (waiting_in_hand_offs, next_due, now) = {
         let mut wheel = engine.reaper.lock_wheel();
         // Dead entries with nothing pending: the next tick's pass sweeps them, rather than
         // their deadlines ([`wheel`], "Dead entries").
@@ -84,11 +86,12 @@ pub(in crate::acker::engine) fn next_wait<T: Send + 'static>(engine: &Engine<T>)
         };
         (engine.threads.waiting(), next_due, wheel.now)
     };
-    if waiting_in_batches {
+    if waiting_in_hand_offs {
         engine.threads.unidle();
         return Wait::Tick { from: now };
     }
-    // A longer sleep: idle first, then one more look at the batches (module docs of [`reaper`](super)).
+    // A longer sleep: idle first, then one more look at the hand-off lists (module docs of
+    // [`reaper`](super)).
     if engine.threads.park_check() {
         return Wait::Again;
     }
@@ -227,7 +230,7 @@ pub(super) fn sleep_until<T: Send + 'static>(
     };
     let wait = if again { wait.map(|_| most) } else { wait };
     // While callers lead, the thread sleeps a lag past its timer: the first caller in the
-    // tick runs the pass if a timer is due ("Callers first"); a tick for the batches
+    // tick runs the pass if a timer is due ("Callers first"); a tick for the hand-off lists
     // alone, callers leave to the thread unless it is a lateness past the lag.
     let lag = backstop_lag(engine) * tick_nanos;
     let wait = match wait {
