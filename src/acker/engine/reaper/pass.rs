@@ -82,25 +82,9 @@ pub(super) fn pass<T: Send + 'static>(engine: &Engine<T>, runner: Runner) -> Pas
         // ends before shutdown drops the callback, which waits for it.)
         return pass;
     }
-    // Deadlines are judged on the clock's own tick, so that a clock that stepped back
-    // times out nothing before its deadline as read on that clock; the wheel's time (the
-    // anchor's), which files and advances the group timers, never goes back. (While the
-    // clock is behind it, a group it judges not yet due is looked at again each pass.)
-    let read = engine.time.ticks.full(engine.time.clock.now());
-    // The thread as the callers' backstop judges what they left that late ("Callers
-    // first"); its deliveries' lateness is counted on the clock as read.
-    let clock = match runner {
-        Runner::Reaper { behind, .. } => read.saturating_sub(behind),
-        Runner::Caller => read,
-    };
-    // The anchor first ([`anchor`](crate::acker::engine::time)), outside the wheel's
-    // lock: after a stall, a re-anchoring, which walks every table: the thread's work.
-    if caller && engine.time.needs_reanchoring(clock) {
+    let Some((read, clock)) = anchored_clock(engine, runner) else {
         return pass;
-    }
-    engine
-        .time
-        .advance_anchor(clock, &engine.threads, |from, to| engine.rebase(from, to));
+    };
     // The sweep's bound ([`wheel`], "Dead entries"), read outside the wheel's lock.
     let live = match runner {
         Runner::Reaper { .. } => engine.pending().min(engine.groups_in_use()),
@@ -150,6 +134,33 @@ pub(super) fn pass<T: Send + 'static>(engine: &Engine<T>, runner: Runner) -> Pas
         None => pass.worked |= upkeep(engine, active),
     }
     pass
+}
+
+/// A pass's clock, read, and the anchor raised to it (outside the wheel's lock): the tick
+/// as read, and the tick the pass judges deadlines at (the thread's, a backstop's lag
+/// behind); `None` for a caller's pass that would re-anchor (after a stall: a walk of every
+/// table, the thread's work).
+fn anchored_clock<T: Send + 'static>(engine: &Engine<T>, runner: Runner) -> Option<(u64, u64)> {
+    // Deadlines are judged on the clock's own tick, so that a clock that stepped back
+    // times out nothing before its deadline as read on that clock; the wheel's time (the
+    // anchor's), which files and advances the group timers, never goes back. (While the
+    // clock is behind it, a group it judges not yet due is looked at again each pass.)
+    let read = engine.time.ticks.full(engine.time.clock.now());
+    // The thread as the callers' backstop judges what they left that late ("Callers
+    // first"); its deliveries' lateness is counted on the clock as read.
+    let clock = match runner {
+        Runner::Reaper { behind, .. } => read.saturating_sub(behind),
+        Runner::Caller => read,
+    };
+    // The anchor first ([`anchor`](crate::acker::engine::time)), outside the wheel's
+    // lock: after a stall, a re-anchoring, which walks every table: the thread's work.
+    if runner == Runner::Caller && engine.time.needs_reanchoring(clock) {
+        return None;
+    }
+    engine
+        .time
+        .advance_anchor(clock, &engine.threads, |from, to| engine.rebase(from, to));
+    Some((read, clock))
 }
 
 /// A pass's first step, under the wheel's lock: the wheel's time moved to the anchor's
