@@ -539,9 +539,19 @@ impl<T: Send + 'static> Acker<T> {
     /// longer, after a push woke it), within a caller's bounds: `true` when it ran one.
     /// The async acker calls it when it starts a tree: its completions only wake tasks,
     /// fill a queue or drop a payload nobody awaits ([`engine::reaper`], "Callers
-    /// first"). Public for the loom models.
+    /// first"). Public under `--cfg loom` and the `internals` feature only, for the loom
+    /// models and the benches.
+    #[cfg(any(loom, feature = "internals"))]
     #[doc(hidden)]
     pub fn help_late_reaper(&self) -> bool {
+        self.engine().help_late_reaper()
+    }
+
+    /// [`help_late_reaper`](Self::help_late_reaper) in every other build: the async acker's
+    /// (and the tests').
+    #[cfg(not(any(loom, feature = "internals")))]
+    #[cfg_attr(not(any(feature = "tokio", test)), allow(dead_code))]
+    pub(crate) fn help_late_reaper(&self) -> bool {
         self.engine().help_late_reaper()
     }
 
