@@ -211,6 +211,15 @@ impl TimeBase {
         if tick < anchor.saturating_add(REANCHOR_AFTER) {
             return tick.max(anchor.saturating_sub(MOST_BEHIND));
         }
+        self.reanchored_tick(tick, threads, rewrite)
+    }
+
+    /// [`write_tick`](Self::write_tick)'s tick `tick` once it is far past the anchor: a
+    /// re-anchoring first, then the tick within reach of the anchor as it is now (module
+    /// docs, last paragraph). Cold, and out of the writers' frames.
+    #[cold]
+    #[inline(never)]
+    fn reanchored_tick(&self, tick: u64, threads: &Threads, rewrite: impl FnOnce(u64, u64)) -> u64 {
         self.reanchor(tick, threads, rewrite);
         let anchor = self.anchor();
         tick.clamp(

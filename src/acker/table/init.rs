@@ -128,6 +128,24 @@ impl<T> Table<T> {
                 Err(_) => search = self.search(key, None),
             }
         };
+        self.settle_init(slot, key, payload, timeout, effects);
+        Ok(())
+    }
+
+    /// The end of an init that claimed or joined `slot` for `key` (the slot is JOINING, and
+    /// this init alone may leave it): the payload written, the tree's own timeout stored,
+    /// then the settle CAS, which publishes both (and completes the tree if its acks
+    /// already add up).
+    // Always: in `init_or`'s frame, as the rest of an init's path.
+    #[inline(always)]
+    fn settle_init(
+        &self,
+        slot: usize,
+        key: Key,
+        payload: T,
+        timeout: Option<Tick>,
+        effects: &mut Effects,
+    ) {
         let (slot_word, side) = self.parts(slot);
         // SeqCst (the word's): `settle` below publishes it.
         side.payload.0.with_mut(|cell| {
@@ -150,14 +168,14 @@ impl<T> Table<T> {
             let Some(step) = word.settled() else {
                 // Only the joining init leaves JOINING, and that is us.
                 debug_assert!(false, "settling {word:?}");
-                return Ok(());
+                return;
             };
             match slot_word.cas_on(self.cpu, word, step.word()) {
                 Ok(()) => {
                     if let Step::Complete(_, outcome) = step {
                         self.claimed(effects, slot, key, outcome);
                     }
-                    return Ok(());
+                    return;
                 }
                 Err(now) => word = now, // an ack or a fail landed; settle that
             }

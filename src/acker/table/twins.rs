@@ -3,7 +3,7 @@
 //! searches again and the pair is merged lock-free: the loser's CAS to EMPTY decides who
 //! carries its contents to the winner, so they are applied once.
 
-use super::{Applied, Change, Effects, Key, Phase, Table, Word, GROUP_SLOTS};
+use super::{Applied, Change, Effects, Key, Phase, Table, Tick, Word, GROUP_SLOTS};
 use crate::sync::{AtomicU64, Ordering};
 
 /// Merges started and merges whose contents have landed, in one table: between the two, a
@@ -102,43 +102,59 @@ impl<T> Table<T> {
             }
             // Relaxed: a statistic.
             self.merged.fetch_add(1, Ordering::Relaxed);
-            // An empty twin (init's unjoined claim, or acks that cancelled) carries
-            // nothing; carrying it to a tree that has completed meanwhile would leave an
-            // empty orphan.
-            let empty = lost.value() == 0 && !lost.state().failed() && !lost.state().reset();
-            if empty || self.carry(key, Change::Twin(lost, base), effects) {
-                self.in_flight.land();
-                self.release(loser, key);
-            } else {
-                // The root has no entry left: the winner completed, or it was itself merged
-                // away meanwhile (a claimer that unjoined and lost by probe order to the
-                // entry this merge judged against its JOINING word). The contents go back
-                // where they were, which was kept for them: a carry is never refused for
-                // room or credit, and a twin's acks are never dropped. Then it is an entry
-                // like any new one: moved if a migration has begun, else merged with any
-                // twin claimed meanwhile (searched again after the restore, as after a
-                // claim).
-                if self
-                    .word(loser)
-                    .cas_on(self.cpu, Word::EMPTY, lost)
-                    .is_err()
-                {
-                    // Cannot happen: a reserved slot's EMPTY word changes only by its
-                    // reserver (`claim_with`). Were it to, the contents go as a new entry.
-                    debug_assert!(false, "a reserved slot's word left EMPTY");
-                    self.release(loser, key);
-                    self.recreate(key, Change::Twin(lost, base), effects);
-                    self.in_flight.land();
-                    return;
-                }
-                self.in_flight.land();
-                self.created(key, loser, effects);
-                continue; // ours, if it is still there, may have a twin left
-            }
-            if loser == mine {
-                return;
+            match self.land_lost(key, loser, lost, base, effects) {
+                Landed::Carried if loser == mine => return,
+                // Restored: ours, if it is still there, may have a twin left.
+                Landed::Carried | Landed::Restored => continue,
+                Landed::Recreated => return,
             }
         }
+    }
+
+    /// A merge's loser, `lost` (its word, whose base was `base`), emptied from `loser` with
+    /// its slot kept reserved: its contents carried to the root's other entry, or, when the
+    /// root has none left, put back where they were (module docs).
+    fn land_lost(
+        &self,
+        key: Key,
+        loser: usize,
+        lost: Word,
+        base: Tick,
+        effects: &mut Effects,
+    ) -> Landed {
+        // An empty twin (init's unjoined claim, or acks that cancelled) carries
+        // nothing; carrying it to a tree that has completed meanwhile would leave an
+        // empty orphan.
+        let empty = lost.value() == 0 && !lost.state().failed() && !lost.state().reset();
+        if empty || self.carry(key, Change::Twin(lost, base), effects) {
+            self.in_flight.land();
+            self.release(loser, key);
+            return Landed::Carried;
+        }
+        // The root has no entry left: the winner completed, or it was itself merged
+        // away meanwhile (a claimer that unjoined and lost by probe order to the
+        // entry this merge judged against its JOINING word). The contents go back
+        // where they were, which was kept for them: a carry is never refused for
+        // room or credit, and a twin's acks are never dropped. Then it is an entry
+        // like any new one: moved if a migration has begun, else merged with any
+        // twin claimed meanwhile (searched again after the restore, as after a
+        // claim).
+        if self
+            .word(loser)
+            .cas_on(self.cpu, Word::EMPTY, lost)
+            .is_err()
+        {
+            // Cannot happen: a reserved slot's EMPTY word changes only by its
+            // reserver (`claim_with`). Were it to, the contents go as a new entry.
+            debug_assert!(false, "a reserved slot's word left EMPTY");
+            self.release(loser, key);
+            self.recreate(key, Change::Twin(lost, base), effects);
+            self.in_flight.land();
+            return Landed::Recreated;
+        }
+        self.in_flight.land();
+        self.created(key, loser, effects);
+        Landed::Restored
     }
 
     /// Applies `message` to the root's entry here or in a successor; `false` when the root
@@ -170,6 +186,16 @@ impl<T> Table<T> {
             table = table.successor().unwrap_or(table);
         }
     }
+}
+
+/// Where a merge's loser's contents went ([`Table::land_lost`]).
+enum Landed {
+    /// Carried to the root's other entry (or nothing to carry): the loser's slot is free.
+    Carried,
+    /// Put back in the loser's slot (the root had no other entry left), as a new entry.
+    Restored,
+    /// Left as a new entry elsewhere (the loser's slot was lost: cannot happen).
+    Recreated,
 }
 
 /// Whether our entry `mine` (word `ours`) survives its twin `other` (word `theirs`): a
