@@ -403,8 +403,8 @@ const SEED: u64 = 0x5eed;
 const GROUPS: u64 = 2;
 
 /// Where `root` lives: `(table, home group)`. The mix and layout of
-/// `src/acker/engine/layout.rs` (`Mix::hash`, then `Layout::place` with 4 table bits for
-/// the 16 tables) and the multiply-shift of the key's top bits in `Table::home`.
+/// `src/acker/engine/tables/layout.rs` (`Mix::hash`, then `Layout::place` with 4 table bits
+/// for the 16 tables) and the multiply-shift of the key's top bits in `Table::home`.
 fn home(root: u64) -> (usize, usize) {
     let z = root ^ SEED;
     let z = (z ^ (z >> 32)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
@@ -601,7 +601,7 @@ fn init_in_a_twin_window_vs_shutdown_hands_back_once() {
 }
 
 /// A pass finishes a table's migration (its upkeep moves the group no operation moved,
-/// `src/acker/engine/growth.rs`) and files the roots it moved on its wheel at once
+/// `src/acker/engine/tables/growth.rs`) and files the roots it moved on its wheel at once
 /// (`Engine::file_on_wheel`), while an ack completes one of them: in the old table, while
 /// it is being moved (the ack's own operation may move the group first), or in the
 /// successor before or after its filing. The tree completes once and every other root

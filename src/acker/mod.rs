@@ -18,10 +18,10 @@
 //!   parts, each a type with its own state, and runs the operations (its `mod.rs`; many
 //!   messages in one call, [`engine::batched`]):
 //!   - the tables, `Tables` ([`engine::tables`]): each shard's chain of table generations
-//!     ([`engine::generations`]: the current one and its successors while it migrates),
-//!     where a root lives ([`engine::layout`]: a bijective mix picks its shard and its key,
-//!     and turns them back into the id), growth and shrinking ([`engine::growth`]), and the
-//!     way back from a timer entry to its slot;
+//!     ([`engine::tables::generations`]: the current one and its successors while it
+//!     migrates), where a root lives ([`engine::tables::layout`]: a bijective mix picks its
+//!     shard and its key, and turns them back into the id), growth and shrinking
+//!     ([`engine::tables::growth`]), and the way back from a timer entry to its slot;
 //!   - time, `TimeBase` ([`engine::time`]): the clock, ticks of the resolution, the callers'
 //!     tick, and the anchor every stored tick is read against, with its re-anchoring;
 //!   - the reaper, `Reaper` ([`engine::reaper`]): its wheel of group timers
@@ -86,13 +86,13 @@
 //!
 //! * **Placement.** Every call first marks its operation in its thread's record
 //!   ([`threads::marks`]: grace periods, the callback's closing and re-anchoring wait on
-//!   those marks) and hashes the root with a bijective mix ([`engine::layout`]; a
+//!   those marks) and hashes the root with a bijective mix ([`engine::tables::layout`]; a
 //!   bijection, so a completion can name its root). The hash picks the root's shard, a
-//!   chain of table generations ([`engine::generations`]), and its key there; the key's
-//!   top bits pick its *home group* in the current generation: one 64-byte line of four
-//!   slot words, with their side data (times, own timeout, payload) on the line beside it,
-//!   which the adjacent-line prefetcher fetches with it ([`table::lines`]). A root lives
-//!   in its home group or, when that was full, in one of the next groups of its probe
+//!   chain of table generations ([`engine::tables::generations`]), and its key there; the
+//!   key's top bits pick its *home group* in the current generation: one 64-byte line of
+//!   four slot words, with their side data (times, own timeout, payload) on the line beside
+//!   it, which the adjacent-line prefetcher fetches with it ([`table::lines`]). A root
+//!   lives in its home group or, when that was full, in one of the next groups of its probe
 //!   window, which a search walks only while a group's overflow count says roots were
 //!   displaced past it ([`table`], "Finding a root").
 //! * **init** ([`Acker::init`]; the table's `init.rs`): it joins the root's HELD entry if
@@ -146,12 +146,12 @@
 //!   reaper's own clock ([`engine`], "Times"): never early, and at most a tick late while
 //!   the reaper gets a core. On the async acker, the callers that start trees run a due
 //!   pass themselves when they can ([`engine::reaper`], "Callers first").
-//! * **Growth** ([`engine::growth`]): a claim that lands far from home, or finds no room,
-//!   reports its table crowded, and past 3/4 load the table starts moving to a successor
-//!   twice its size ([`table::migrate`]). Every operation on a migrating table moves a
-//!   group before its own work (its moved roots filed in its hand-off list, as new ones
-//!   are), the reaper finishes the rest (filing the groups it moves straight on its wheel)
-//!   and promotes the successor, and the old table is freed after a grace period
+//! * **Growth** ([`engine::tables::growth`]): a claim that lands far from home, or finds no
+//!   room, reports its table crowded, and past 3/4 load the table starts moving to a
+//!   successor twice its size ([`table::migrate`]). Every operation on a migrating table
+//!   moves a group before its own work (its moved roots filed in its hand-off list, as new
+//!   ones are), the reaper finishes the rest (filing the groups it moves straight on its
+//!   wheel) and promotes the successor, and the old table is freed after a grace period
 //!   ([`threads::marks`], "Grace periods"). The reaper shrinks a table whose load stayed
 //!   under 1/8 ([`engine`], "The bound, and growth").
 //! * **Messages in batches** ([`Acker::apply`], [`engine::batched`]) take this path one

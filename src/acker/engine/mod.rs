@@ -35,24 +35,24 @@
 //!
 //! `max_pending` credits ([`bound`](crate::acker::bound)): a claim takes one and emptying
 //! the slot gives it back, inside the table, so the bound is exact. Tables start at
-//! [`MIN_TABLE_SLOTS`](growth::MIN_TABLE_SLOTS) or up to twice that, staggered
-//! ([`staggered`](growth::staggered)), and follow what is
-//! pending ([`growth`], [`generations`], [`migrate`](crate::acker::table::migrate)): a
-//! claim that lands far from its home, or finds no room, reports its table crowded, and
-//! when the pending count per table is over 3/4 of its slots (or there was no room at all)
-//! the table starts moving to one twice as large (built by the reaper thread when it is
-//! large: [`growth`], "Who builds a successor"); every operation on it moves a group
-//! before its own work, and the reaper finishes what is left. Doubling moves a root about
-//! once as the tables fill (growing by a quarter moved it about four times, which made a
-//! fill from empty cost 3x a `DashMap`'s), and leaves a table that has just grown at 3/8
-//! load; the tables' staggered sizes spread their growths over each doubling of what is
-//! pending, so that their loads spread from 3/8 to 3/4 at any count, and memory follows
-//! what is pending smoothly: about 1.9 slots a root (62 B of table with a `u32` payload)
-//! rather than a step to 2.7 after each growth. The reaper also shrinks a table to 2/3 of its groups once
-//! its load stayed under 1/8, and frees retired generations after their grace period. Load
-//! grows a table up to its share of `max_pending` at a load of 4/5; a root that finds no
-//! room at all grows it further, up to a load of 2/3, so that only the credits refuse below
-//! `max_pending`.
+//! [`MIN_TABLE_SLOTS`](tables::growth::MIN_TABLE_SLOTS) or up to twice that, staggered
+//! ([`staggered`](tables::growth::staggered)), and follow what is pending
+//! ([`growth`](tables::growth), [`generations`](tables::generations),
+//! [`migrate`](crate::acker::table::migrate)): a claim that lands far from its home, or
+//! finds no room, reports its table crowded, and when the pending count per table is over
+//! 3/4 of its slots (or there was no room at all) the table starts moving to one twice as
+//! large (built by the reaper thread when it is large: [`growth`](tables::growth), "Who
+//! builds a successor"); every operation on it moves a group before its own work, and the
+//! reaper finishes what is left. Doubling moves a root about once as the tables fill
+//! (growing by a quarter moved it about four times, which made a fill from empty cost 3x a
+//! `DashMap`'s), and leaves a table that has just grown at 3/8 load; the tables' staggered
+//! sizes spread their growths over each doubling of what is pending, so that their loads
+//! spread from 3/8 to 3/4 at any count, and memory follows what is pending smoothly: about
+//! 1.9 slots a root (62 B of table with a `u32` payload) rather than a step to 2.7 after
+//! each growth. The reaper also shrinks a table to 2/3 of its groups once its load stayed
+//! under 1/8, and frees retired generations after their grace period. Load grows a table up
+//! to its share of `max_pending` at a load of 4/5; a root that finds no room at all grows
+//! it further, up to a load of 2/3, so that only the credits refuse below `max_pending`.
 //!
 //! ## Shutdown
 //!
@@ -67,17 +67,15 @@
 //! `pending()` is 0 when shutdown returns. An entry *stranded* by a migration whose
 //! successor had no room ([`migrate`](crate::acker::table::migrate)) may sit in a retired
 //! generation that no walk sees; the operation that stranded it waits for room, and when
-//! shutdown stops it, it gives the entry up itself ([`growth`], `give_up_stranded`). Such
-//! an entry is always HELD (a claim in a migrating table is unjoined before it moves, and
-//! no init joins an entry of a table with a successor), so no payload is ever in one; were
-//! one LIVE, it would be taken back and handed back with the rest.
+//! shutdown stops it, it gives the entry up itself ([`growth`](tables::growth),
+//! `give_up_stranded`). Such an entry is always HELD (a claim in a migrating table is
+//! unjoined before it moves, and no init joins an entry of a table with a successor), so no
+//! payload is ever in one; were one LIVE, it would be taken back and handed back with the
+//! rest.
 
 pub(super) mod batched;
 pub(super) mod deliver;
 pub(super) mod filing;
-pub(super) mod generations;
-pub(super) mod growth;
-pub(super) mod layout;
 pub(super) mod reaper;
 pub(super) mod shutdown;
 pub(super) mod tables;
@@ -100,8 +98,8 @@ use crate::acker::timers::ticks::Tick;
 use crate::clock::Clock;
 use crate::sync::fences::Fences;
 use crate::sync::{Arc, AtomicBool, Mutex, Ordering};
-use generations::chain;
-use layout::Mix;
+use tables::generations::chain;
+use tables::layout::Mix;
 use tables::Tables;
 use time::{TickScale, TimeBase};
 
@@ -141,7 +139,7 @@ pub(super) struct Config<T> {
 pub(super) struct Engine<T> {
     /// The shards' tables, their sizes and growth ([`tables`]).
     tables: Tables<T>,
-    /// Trees taken back by an operation that shutdown stopped ([`growth`],
+    /// Trees taken back by an operation that shutdown stopped ([`growth`](tables::growth),
     /// `give_up_stranded`), for shutdown to hand back with the rest.
     late_handed_back: Mutex<Vec<(u64, T)>>,
     credits: Arc<Credits>,

@@ -5,7 +5,7 @@
 
 use std::thread;
 
-use super::generations::chain;
+use super::tables::generations::chain;
 use super::{reaper, Config, Engine};
 use crate::acker::table::word::Key;
 use crate::sync::Ordering;

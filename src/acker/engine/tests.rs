@@ -8,7 +8,7 @@ use std::time::Duration;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use super::generations::chain;
+use super::tables::generations::chain;
 use super::{Engine, TickScale, MAX_TIMEOUT_TICKS};
 use crate::acker::timers::ticks::reached;
 use crate::{Acker, Clock, Completion, ManualClock, Outcome};
@@ -553,7 +553,7 @@ fn shutdown_frees_an_entry_stranded_in_a_retired_table() {
     // 16 tables of the smallest size, which is as large as this bound lets one grow.
     let (acker, _log) = manual(&clock, 4096);
     let engine = acker.engine();
-    let groups = super::growth::MIN_TABLE_SLOTS / crate::acker::table::GROUP_SLOTS;
+    let groups = super::tables::growth::MIN_TABLE_SLOTS / crate::acker::table::GROUP_SLOTS;
     // A key of table 0 whose home is `home` in a table of `groups` groups.
     let key = |home: usize, low: u64| {
         let shift = 64 - KEY_SHIFT - groups.trailing_zeros();
@@ -1026,7 +1026,8 @@ fn an_init_that_makes_room_leaves_a_large_successor_unfaulted() {
     assert_eq!(current.groups(), groups);
     let grown = 2 * groups;
     assert!(
-        crate::acker::table::Table::<u32>::line_bytes(grown) >= super::growth::REAPER_BUILDS_FROM
+        crate::acker::table::Table::<u32>::line_bytes(grown)
+            >= super::tables::growth::REAPER_BUILDS_FROM
     );
     let before = thread_faults();
     assert!(engine.make_room(0, current));

@@ -15,14 +15,14 @@
 //!
 //! ## Grace periods
 //!
-//! The same marks retire tables ([`generations`](crate::acker::engine::generations)): after
-//! a promotion makes an old table unreachable, [`Threads::grace`] runs the heavy fence and
-//! notes every thread inside an operation, with the count of outermost operations it has
-//! begun; the old table is freed once each of those threads was seen outside that operation
-//! (its depth 0, or its count moved on). A thread stores its depth before it loads a table,
-//! so one seen at depth 0 after the fence loads the new table. Threads without a hand-off
-//! list (exiting ones) count in a shared counter with an RMW, and a grace period waits for
-//! it to read 0.
+//! The same marks retire tables
+//! ([`generations`](crate::acker::engine::tables::generations)): after a promotion makes an
+//! old table unreachable, [`Threads::grace`] runs the heavy fence and notes every thread
+//! inside an operation, with the count of outermost operations it has begun; the old table
+//! is freed once each of those threads was seen outside that operation (its depth 0, or its
+//! count moved on). A thread stores its depth before it loads a table, so one seen at depth
+//! 0 after the fence loads the new table. Threads without a hand-off list (exiting ones)
+//! count in a shared counter with an RMW, and a grace period waits for it to read 0.
 //!
 //! ### Why not `crossbeam-epoch` or `seize`
 //!

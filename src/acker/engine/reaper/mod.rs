@@ -19,9 +19,9 @@
 //!    ([`deliver`](crate::acker::engine::deliver), "A burst's order").
 //! 5. The upkeep (the reaper's passes only): migrations helped and finished, successors
 //!    that callers asked for built, tables shrunk, retired generations freed, memory given
-//!    back ([`growth`](crate::acker::engine::growth)). After the deliveries: building a
-//!    successor zeroes its pages (about 0.1 ms a MiB) and a migration moves whole tables,
-//!    and timeouts already claimed must not wait behind either.
+//!    back ([`growth`](crate::acker::engine::tables::growth)). After the deliveries:
+//!    building a successor zeroes its pages (about 0.1 ms a MiB) and a migration moves
+//!    whole tables, and timeouts already claimed must not wait behind either.
 //!
 //! ## Sleeping
 //!

@@ -261,9 +261,10 @@ fn take_due<'e, T: Send + 'static>(
 fn upkeep<T: Send + 'static>(engine: &Engine<T>, active: Active) -> bool {
     let now = engine.reaper.lock_wheel().now;
     // Migrations, shrinking, retired generations
-    // ([`generations`](crate::acker::engine::generations)); outside the wheel's lock, as
-    // a move may complete a tree (its callback may call `expire`), and the filing of the
-    // groups it moved takes the lock itself (`Engine::file_on_wheel`; not reentrant).
+    // ([`generations`](crate::acker::engine::tables::generations)); outside the wheel's
+    // lock, as a move may complete a tree (its callback may call `expire`), and the filing
+    // of the groups it moved takes the lock itself (`Engine::file_on_wheel`; not
+    // reentrant).
     let worked = engine.housekeeping(now, &active);
     let released = {
         // The filed ticks of generations that left their tables' chains, this pass's

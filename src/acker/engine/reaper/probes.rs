@@ -2,7 +2,7 @@
 //! published late, or the thread running) or to look at its wheel, and its panics' count.
 
 use super::AWAKE;
-use crate::acker::engine::generations::chain;
+use crate::acker::engine::tables::generations::chain;
 use crate::acker::engine::Engine;
 use crate::acker::table::GROUP_SLOTS;
 use crate::acker::timers::ticks::{reached, Tick};

@@ -20,19 +20,19 @@
 //! With nothing pending every entry is dead, yet the slack would keep up to 4,096 of them
 //! (about 170 KiB of buckets) until their deadlines, a whole timeout after a burst. So a
 //! pass that reads nothing pending sweeps whatever was filed since the last sweep
-//! ([`Wheel::idle_sweep_due`]), and the wheel is back at its fixed part. After a burst
-//! such passes come soon: the reaper looks at the load ten times a second while a table is
-//! above its smallest size ([`growth`](crate::acker::engine::growth)), and a reaper about
+//! ([`Wheel::idle_sweep_due`]), and the wheel is back at its fixed part. After a burst such
+//! passes come soon: the reaper looks at the load ten times a second while a table is above
+//! its smallest size ([`growth`](crate::acker::engine::tables::growth)), and a reaper about
 //! to sleep that reads nothing pending with entries unswept comes back a tick later for
-//! that pass. It does so once per sweep ([`Wheel::ask_idle_sweep`]): trees that come and
-//! go between the pass's reading of `pending` and its own may be pending again at the pass
-//! it comes back for, which then sweeps nothing, and asking after every pass would make
-//! that a wake-up every tick. (Completions do not wake the reaper, which would cost each a
-//! check: trees that complete while it sleeps until a far deadline, in tables at their
-//! smallest, leave their entries to the next pass, at most the slack.) A sweep keeps every
-//! group that holds a root, and `pending` may read low while credits move, so an idle
-//! sweep may keep some: the next one waits until an eighth more were filed, and each entry
-//! is still swept at O(1) amortized.
+//! that pass. It does so once per sweep ([`Wheel::ask_idle_sweep`]): trees that come and go
+//! between the pass's reading of `pending` and its own may be pending again at the pass it
+//! comes back for, which then sweeps nothing, and asking after every pass would make that a
+//! wake-up every tick. (Completions do not wake the reaper, which would cost each a check:
+//! trees that complete while it sleeps until a far deadline, in tables at their smallest,
+//! leave their entries to the next pass, at most the slack.) A sweep keeps every group that
+//! holds a root, and `pending` may read low while credits move, so an idle sweep may keep
+//! some: the next one waits until an eighth more were filed, and each entry is still swept
+//! at O(1) amortized.
 
 use crate::acker::engine::tables::GEN_MASK;
 use crate::acker::engine::Engine;

@@ -246,8 +246,9 @@ fn tables_of_any_group_count_find_every_entry_and_migrate_between_sizes() {
 /// The stranded state: an orphan claimed in a migrating table after every group was clean,
 /// with no room in the successor, stays behind, reported stranded; it is HELD, and an init
 /// of its root moves it on (stranded again) instead of joining it, so no payload ever sits
-/// in a stranded entry ([`growth`](crate::acker::engine::growth), `give_up_stranded`). Once
-/// dropped (shutdown), its credit is back and nothing of it is left.
+/// in a stranded entry ([`growth`](crate::acker::engine::tables::growth),
+/// `give_up_stranded`). Once dropped (shutdown), its credit is back and nothing of it is
+/// left.
 #[test]
 fn a_stranded_entry_is_held_and_init_never_joins_it() {
     let old = Table::<u32>::bounded(4, None, 30, false);

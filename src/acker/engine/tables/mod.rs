@@ -1,13 +1,14 @@
-//! The tables: one chain of generations per shard ([`generations`](super::generations)),
-//! where a root lives ([`layout`](super::layout)), how large a shard's table may grow
-//! ([`growth`](super::growth)), and the generations retired by migrations until their
+//! The tables: one chain of generations per shard ([`generations`]),
+//! where a root lives ([`layout`]), how large a shard's table may grow
+//! ([`growth`]), and the generations retired by migrations until their
 //! grace period ends; and the way back from a timer entry (a thread's hand-off list, the
 //! reaper's wheel) to its slot: an entry names its shard and slot in one `u32` and its
 //! generation in its tag's low bits, and is live while its slot holds a root of its tag.
 
-use super::generations::{chain, Generations};
-use super::growth::{staggered, Retired, MIN_TABLE_SLOTS};
-use super::layout::{Layout, Mix};
+pub(in crate::acker) mod generations;
+pub(in crate::acker) mod growth;
+pub(in crate::acker) mod layout;
+
 use crate::acker::bound::Credits;
 use crate::acker::table::word::Key;
 use crate::acker::table::{Table, GROUP_SLOTS};
@@ -16,6 +17,9 @@ use crate::acker::timers::groups::{Filed, GroupAt, GroupTimer};
 use crate::acker::timers::ticks::Tick;
 use crate::acker::timers::{GEN_TAG_BITS, TAG_CHECK_MASK};
 use crate::sync::{Arc, AtomicU64, AtomicUsize, Mutex};
+use generations::{chain, Generations};
+use growth::{staggered, Retired, MIN_TABLE_SLOTS};
+use layout::{Layout, Mix};
 
 /// Every shard's chain of table generations, and what governs their sizes.
 pub(super) struct Tables<T> {
@@ -39,12 +43,12 @@ pub(super) struct Tables<T> {
     /// Generations retired, waiting for their grace period (freed by reaper passes).
     pub(super) retired: Mutex<Vec<Retired<T>>>,
     /// The most roots pending at a pass since the allocator was last asked to give memory
-    /// back ([`growth`](super::growth), `give_back_memory`).
+    /// back ([`growth`], `give_back_memory`).
     pub(super) peak_pending: AtomicUsize,
     /// Migrations started: to grow, to shrink.
     pub(super) migrations: [AtomicU64; 2],
     /// Of the growths, those the reaper thread started at a caller's request
-    /// ([`growth`](super::growth), "Who builds a successor"): for the tests.
+    /// ([`growth`], "Who builds a successor"): for the tests.
     #[cfg(test)]
     pub(super) grown_by_reaper: AtomicU64,
 }

@@ -5,8 +5,8 @@ use crate::acker::table::word::{Key, KEY_SHIFT};
 
 /// A bijective mix of root ids, so that the tables can store hashes and still name roots.
 #[derive(Clone, Copy, Debug)]
-pub(super) struct Mix {
-    pub(super) seed: u64,
+pub(in crate::acker::engine) struct Mix {
+    pub(in crate::acker::engine) seed: u64,
 }
 
 /// An odd multiplier (splitmix64's first).
@@ -51,7 +51,7 @@ impl Mix {
 /// `table_bits` (so the bits just below the table's become the key's top bits, which pick
 /// its home line) without its low [`KEY_SHIFT`] bits, which are the table index's low bits.
 #[derive(Clone, Copy, Debug)]
-pub(super) struct Layout {
+pub(in crate::acker::engine) struct Layout {
     mix: Mix,
     /// 64 less the table bits: the shift that leaves a hash's table, and the rotation
     /// right that is a rotation left by the table bits. Kept as such, so that a placement
@@ -61,7 +61,7 @@ pub(super) struct Layout {
 
 impl Layout {
     /// The layout of `mix` over `1 << table_bits` tables (1 to 63 bits).
-    pub(super) fn new(mix: Mix, table_bits: u32) -> Self {
+    pub(in crate::acker::engine) fn new(mix: Mix, table_bits: u32) -> Self {
         debug_assert!((1..64).contains(&table_bits), "{table_bits} table bits");
         Layout {
             mix,
@@ -70,7 +70,7 @@ impl Layout {
     }
 
     #[inline]
-    pub(super) fn place(self, root: u64) -> (usize, Key) {
+    pub(in crate::acker::engine) fn place(self, root: u64) -> (usize, Key) {
         let h = self.mix.hash(root);
         let shard = (h >> self.shard_shift) as usize;
         (
@@ -79,7 +79,7 @@ impl Layout {
         )
     }
 
-    pub(super) fn root(self, shard: usize, key: Key) -> u64 {
+    pub(in crate::acker::engine) fn root(self, shard: usize, key: Key) -> u64 {
         let low = shard as u64 & ((1 << KEY_SHIFT) - 1);
         let rotated = key.bits() << KEY_SHIFT | low;
         self.mix.root(rotated.rotate_left(self.shard_shift))

@@ -11,8 +11,8 @@
 //! current once every group of the current one has moved, and hands the old generation to
 //! the caller, which retires it: it stays readable (its words MOVED or EMPTY, its `next`
 //! still leading on) until every operation that could have loaded it has ended
-//! ([`marks`](crate::acker::threads::marks), [`Threads::grace`](super::Threads::grace)),
-//! and is freed then.
+//! ([`marks`](crate::acker::threads::marks),
+//! [`Threads::grace`](crate::acker::threads::Threads::grace)), and is freed then.
 //!
 //! Operations load `current` only inside an acker operation (`Threads::enter`), so the
 //! reference they get lives as long as the operation.
@@ -25,21 +25,21 @@ use crate::acker::timers::ticks::Tick;
 use crate::sync::{AtomicBool, AtomicPtr, AtomicU32, Mutex, Ordering};
 
 /// One table's generations.
-pub(super) struct Generations<T> {
+pub(in crate::acker::engine) struct Generations<T> {
     current: AtomicPtr<Table<T>>,
     /// Held to start a migration, and by shutdown's scan so that none starts under it.
     migrations: Mutex<()>,
     /// The tick since which the reaper has seen the load low enough to shrink (0: not).
     low_since: AtomicU32,
     /// A caller found the chain's last generation loaded enough to grow, and left the
-    /// growth to the reaper thread ([`growth`](crate::acker::engine::growth), "Who builds
-    /// a successor").
+    /// growth to the reaper thread ([`growth`](crate::acker::engine::tables::growth), "Who
+    /// builds a successor").
     growth_asked: AtomicBool,
     _owns: PhantomData<Table<T>>,
 }
 
 impl<T> Generations<T> {
-    pub(super) fn new(table: Table<T>) -> Self {
+    pub(in crate::acker::engine) fn new(table: Table<T>) -> Self {
         Generations {
             current: AtomicPtr::new(Box::into_raw(Box::new(table))),
             migrations: Mutex::new(()),
@@ -55,7 +55,7 @@ impl<T> Generations<T> {
     /// Called inside an acker operation (`Threads::enter`), and the result used only
     /// within it: a retired generation is freed only after every such operation ended.
     #[inline]
-    pub(super) unsafe fn current(&self) -> &Table<T> {
+    pub(in crate::acker::engine) unsafe fn current(&self) -> &Table<T> {
         // SeqCst: the grace period's Dekker pair with the promotion's store
         // ([`marks`](crate::acker::threads::marks)). Safety: never null; freed only as the
         // caller's contract says.
@@ -67,7 +67,7 @@ impl<T> Generations<T> {
     /// When another thread is starting one, waits for it if `wait`, else gives up.
     /// `Some(true)` when this call started it, `Some(false)` when `from` has a successor
     /// anyway (another thread's) or is retired, `None` when nothing started.
-    pub(super) fn start_migration(
+    pub(in crate::acker::engine) fn start_migration(
         &self,
         from: &Table<T>,
         groups: usize,
@@ -100,7 +100,7 @@ impl<T> Generations<T> {
     /// After `from`'s last group moved: makes its successor current, if `from` is current.
     /// Returns `from`, now the caller's to retire and free after a grace period (a raw
     /// pointer: the caller still holds references into it, so no `Box` claims it yet).
-    pub(super) fn promote(&self, from: &Table<T>) -> Option<NonNull<Table<T>>> {
+    pub(in crate::acker::engine) fn promote(&self, from: &Table<T>) -> Option<NonNull<Table<T>>> {
         let next = from.successor_ptr();
         if next.is_null() {
             return None;
@@ -116,7 +116,7 @@ impl<T> Generations<T> {
 
     /// The reaper's pass at tick `now` saw the load `low` (or not): for how many ticks it
     /// has been low without a break.
-    pub(super) fn low_for(&self, low: bool, now: Tick) -> Tick {
+    pub(in crate::acker::engine) fn low_for(&self, low: bool, now: Tick) -> Tick {
         // Relaxed (all): a heuristic; two passes at once (manual mode) at worst shrink a
         // table a little early or late.
         if !low {
@@ -133,13 +133,13 @@ impl<T> Generations<T> {
     }
 
     /// Forgets since when the load was low (a re-anchoring: the tick would not decode).
-    pub(super) fn forget_low(&self) {
+    pub(in crate::acker::engine) fn forget_low(&self) {
         self.low_since.store(0, Ordering::Relaxed); // Relaxed: a heuristic, as above
     }
 
     /// For how many ticks before `now` the reaper has seen the load low (0: not low, or
     /// not seen yet).
-    pub(super) fn low_ticks(&self, now: Tick) -> Tick {
+    pub(in crate::acker::engine) fn low_ticks(&self, now: Tick) -> Tick {
         match self.low_since.load(Ordering::Relaxed) {
             0 => 0,
             since => now.wrapping_sub(since),
@@ -148,7 +148,7 @@ impl<T> Generations<T> {
 
     /// Asks the reaper thread to grow the chain: `true` when no request was waiting (the
     /// caller then wakes the thread).
-    pub(super) fn ask_growth(&self) -> bool {
+    pub(in crate::acker::engine) fn ask_growth(&self) -> bool {
         // Relaxed (both): a request is a hint, and the thread re-reads the load and the
         // chain it acts on; the wake that follows (`unpark`) makes the flag visible to the
         // pass it starts. The load first: callers keep finding the table crowded until the
@@ -158,14 +158,14 @@ impl<T> Generations<T> {
     }
 
     /// The reaper: takes the waiting request to grow the chain, if there is one.
-    pub(super) fn take_growth_request(&self) -> bool {
+    pub(in crate::acker::engine) fn take_growth_request(&self) -> bool {
         // Relaxed (both): as in `ask_growth`.
         self.growth_asked.load(Ordering::Relaxed)
             && self.growth_asked.swap(false, Ordering::Relaxed)
     }
 
     /// Holds off new migrations (shutdown's scan).
-    pub(super) fn hold_migrations(&self) -> crate::sync::MutexGuard<'_, ()> {
+    pub(in crate::acker::engine) fn hold_migrations(&self) -> crate::sync::MutexGuard<'_, ()> {
         self.migrations.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -174,7 +174,7 @@ impl<T> Generations<T> {
     /// # Safety
     /// As for [`current`](Self::current).
     #[cfg(any(test, loom, feature = "internals"))]
-    pub(super) unsafe fn slots(&self) -> usize {
+    pub(in crate::acker::engine) unsafe fn slots(&self) -> usize {
         // Safety: the caller's.
         chain(unsafe { self.current() }).map(Table::slots).sum()
     }
@@ -197,6 +197,6 @@ impl<T> Drop for Generations<T> {
 }
 
 /// A generation and every successor after it, oldest first.
-pub(super) fn chain<T>(first: &Table<T>) -> impl Iterator<Item = &Table<T>> {
+pub(in crate::acker::engine) fn chain<T>(first: &Table<T>) -> impl Iterator<Item = &Table<T>> {
     std::iter::successors(Some(first), |g| g.successor())
 }

@@ -9,7 +9,7 @@
 //! most roots, and through its own hand-off list each came back a tick later to be read
 //! twice more, its line gone from the cache by then. The protocol itself is
 //! [`migrate`](crate::acker::table::migrate); the generations' ownership is
-//! [`generations`](crate::acker::engine::generations).
+//! [`generations`](crate::acker::engine::tables::generations).
 //!
 //! ## Who builds a successor
 //!
@@ -33,7 +33,7 @@
 use std::ptr::NonNull;
 
 use super::generations::chain;
-use super::Engine;
+use crate::acker::engine::Engine;
 use crate::acker::table::{Effects, Table, GROUP_SLOTS};
 use crate::acker::threads::{Active, Grace};
 use crate::acker::timers::ticks::Tick;
@@ -49,7 +49,7 @@ use crate::sync::Ordering;
 /// their line. Memory per root matters at scale, where tables grow past this anyway. (Under
 /// loom, one probe window: models stay small; under Miri, which interprets every slot, 32
 /// groups.)
-pub(super) const MIN_TABLE_SLOTS: usize = if cfg!(loom) {
+pub(in crate::acker::engine) const MIN_TABLE_SLOTS: usize = if cfg!(loom) {
     (crate::acker::table::MAX_PROBE + 1) * GROUP_SLOTS
 } else if cfg!(miri) {
     32 * GROUP_SLOTS
@@ -61,7 +61,7 @@ pub(super) const MIN_TABLE_SLOTS: usize = if cfg!(loom) {
 /// 2^(`shard` / `tables`), so that the tables' sizes, and the pending counts at which they
 /// grow, spread evenly over a doubling (the engine's module docs, "The bound, and
 /// growth"). Equal under loom, whose models count on the smallest tables.
-pub(super) fn staggered(shard: usize, tables: usize) -> usize {
+pub(in crate::acker::engine) fn staggered(shard: usize, tables: usize) -> usize {
     let smallest = MIN_TABLE_SLOTS / GROUP_SLOTS;
     if cfg!(loom) {
         return smallest;
@@ -74,7 +74,7 @@ pub(super) fn staggered(shard: usize, tables: usize) -> usize {
 /// reaper thread (module docs, "Who builds a successor"): 256 KiB, 8,192 slots for a `u32`
 /// payload, about 25 µs of zeroing; a table that size takes a few milliseconds of a fill
 /// to go from 3/4 full to its probe windows' limit.
-pub(super) const REAPER_BUILDS_FROM: usize = 256 << 10;
+pub(in crate::acker::engine) const REAPER_BUILDS_FROM: usize = 256 << 10;
 
 /// Groups a reaper pass moves between two finishes of a migration round (`housekeeping`).
 const MOVE_PART: usize = 256;
@@ -101,9 +101,9 @@ const GIVE_BACK_FROM: usize = 1 << 16;
 const GIVE_BACK_RELEASED: usize = 1 << 18;
 
 /// A generation retired by a promotion, freed (dropped) once its grace period is over.
-pub(super) struct Retired<T> {
+pub(in crate::acker::engine) struct Retired<T> {
     table: NonNull<Table<T>>,
-    pub(super) grace: Grace,
+    pub(in crate::acker::engine) grace: Grace,
 }
 
 // Safety: a retired generation is owned by this value alone (the table handed it over in
@@ -130,7 +130,7 @@ impl<T: Send + 'static> Engine<T> {
 
     /// Groups in every table generation that may hold roots (each chain's current one and
     /// its successors): a bound on the reaper's live group timers.
-    pub(super) fn groups_in_use(&self) -> usize {
+    pub(in crate::acker::engine) fn groups_in_use(&self) -> usize {
         let _active = self.threads.enter();
         let mut groups = 0;
         for shard in self.tables.shards.iter() {
@@ -144,7 +144,12 @@ impl<T: Send + 'static> Engine<T> {
     /// Helps the oldest migration in `table`'s chain (`table` is `shard`'s current
     /// generation, or was): moves one group, and promotes what has moved entirely.
     #[inline]
-    pub(super) fn help(&self, shard: usize, table: &Table<T>, effects: &mut Effects) {
+    pub(in crate::acker::engine) fn help(
+        &self,
+        shard: usize,
+        table: &Table<T>,
+        effects: &mut Effects,
+    ) {
         if table.successor().is_none() {
             return;
         }
@@ -156,7 +161,7 @@ impl<T: Send + 'static> Engine<T> {
 
     /// Promotes the current generation of `shard` while it has moved entirely (a chain
     /// may hold several such), retiring each.
-    pub(super) fn promote_moved(&self, shard: usize) {
+    pub(in crate::acker::engine) fn promote_moved(&self, shard: usize) {
         loop {
             // Safety: called inside an acker operation.
             let current = unsafe { self.tables.shards[shard].current() };
@@ -183,7 +188,7 @@ impl<T: Send + 'static> Engine<T> {
     /// when [`growth_due`](Self::growth_due), or asks the reaper thread to (module docs, "Who
     /// builds a successor").
     #[cold]
-    pub(super) fn grow_if_loaded(&self, shard: usize, table: &Table<T>) {
+    pub(in crate::acker::engine) fn grow_if_loaded(&self, shard: usize, table: &Table<T>) {
         let Some((last, groups)) = self.growth_due(table) else {
             return;
         };
@@ -227,7 +232,7 @@ impl<T: Send + 'static> Engine<T> {
     }
 
     /// [`Generations::start_migration`](super::generations::Generations::start_migration), counted.
-    pub(super) fn start_migration(
+    pub(in crate::acker::engine) fn start_migration(
         &self,
         shard: usize,
         from: &Table<T>,
@@ -281,7 +286,7 @@ impl<T: Send + 'static> Engine<T> {
     /// that is not must not be refused below `max_pending`). `false` when it is that large
     /// (the operation is refused) or the acker is shutting down.
     #[cold]
-    pub(super) fn make_room(&self, shard: usize, table: &Table<T>) -> bool {
+    pub(in crate::acker::engine) fn make_room(&self, shard: usize, table: &Table<T>) -> bool {
         let Some(last) = chain(table).last() else {
             return false;
         };
@@ -309,7 +314,7 @@ impl<T: Send + 'static> Engine<T> {
     /// its scan's sight (a retired generation), is then given up here (module docs,
     /// "Shutdown").
     #[cold]
-    pub(super) fn unstrand(
+    pub(in crate::acker::engine) fn unstrand(
         &self,
         shard: usize,
         from: &Table<T>,
@@ -362,10 +367,10 @@ impl<T: Send + 'static> Engine<T> {
     /// period is over. Called inside an acker operation (the pass's, `active`), whose
     /// `open` says whether completions may go to the callback (a move can complete a
     /// tree).
-    pub(super) fn housekeeping(&self, now: u64, active: &Active) -> bool {
+    pub(in crate::acker::engine) fn housekeeping(&self, now: u64, active: &Active) -> bool {
         // A move may create an entry (a stranded twin's): stamped with the pass's tick,
         // which is at the anchor ([`anchor`](crate::acker::engine::time)).
-        let stamp = super::time::stamp_at(now);
+        let stamp = crate::acker::engine::time::stamp_at(now);
         let now = now as Tick;
         let per_table = self.pending() / self.tables.shards.len();
         let mut worked = false;
@@ -419,13 +424,13 @@ impl<T: Send + 'static> Engine<T> {
 
     /// The slots shard `shard`'s table starts with, and shrinks back to
     /// ([`staggered`]).
-    pub(super) fn smallest_slots(&self, shard: usize) -> usize {
+    pub(in crate::acker::engine) fn smallest_slots(&self, shard: usize) -> usize {
         staggered(shard, self.tables.shards.len()).min(self.tables.max_table_slots / GROUP_SLOTS)
             * GROUP_SLOTS
     }
 
     /// Frees the retired generations whose grace period is over.
-    pub(super) fn free_retired(&self) {
+    pub(in crate::acker::engine) fn free_retired(&self) {
         let mut retired = self
             .tables
             .retired
@@ -439,7 +444,7 @@ impl<T: Send + 'static> Engine<T> {
     /// one waits to shrink; [`LOOK_AT_LOAD_NS`] while a table is larger than the smallest
     /// (its load may fall without the reaper hearing of it); `None` when nothing does. The
     /// reaper sleeps that long, so waiting for a shrink costs no wake-up per tick.
-    pub(super) fn housekeeping_due(&self, now: Tick) -> Option<Tick> {
+    pub(in crate::acker::engine) fn housekeeping_due(&self, now: Tick) -> Option<Tick> {
         let _active = self.threads.enter();
         if !(self
             .tables
@@ -489,7 +494,7 @@ impl<T: Send + 'static> Engine<T> {
     /// `malloc_trim` returns the free pages of every arena. It runs on the reaper's thread,
     /// at most once a pass, and costs a walk of the arenas' free lists (well under a
     /// millisecond here). Other allocators, and other systems, have no such call: nothing.
-    pub(super) fn give_back_memory(&self, now: Tick, released: usize) -> usize {
+    pub(in crate::acker::engine) fn give_back_memory(&self, now: Tick, released: usize) -> usize {
         let pending = self.pending();
         // Relaxed (both): only passes, which the reaper's lock serializes, touch it.
         let peak = self
