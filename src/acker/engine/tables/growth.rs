@@ -131,14 +131,20 @@ impl<T: Send + 'static> Engine<T> {
     /// Groups in every table generation that may hold roots (each chain's current one and
     /// its successors): a bound on the reaper's live group timers.
     pub(in crate::acker::engine) fn groups_in_use(&self) -> usize {
+        self.sum_over_generations(Table::groups)
+    }
+
+    /// `per_table` summed over every table generation (each chain's current one and its
+    /// successors), inside an operation of its own.
+    fn sum_over_generations(&self, per_table: impl Fn(&Table<T>) -> usize) -> usize {
         let _active = self.threads.enter();
-        let mut groups = 0;
+        let mut sum = 0;
         for shard in self.tables.shards.iter() {
             // Safety: inside the operation `_active` marks.
             let current = unsafe { shard.current() };
-            groups += chain(current).map(Table::groups).sum::<usize>();
+            sum += chain(current).map(&per_table).sum::<usize>();
         }
-        groups
+        sum
     }
 
     /// Helps the oldest migration in `table`'s chain (`table` is `shard`'s current
@@ -170,16 +176,10 @@ impl<T: Send + 'static> Engine<T> {
             }
             if let Some(old) = self.tables.shards[shard].promote(current) {
                 let grace = self.threads.grace();
-                let mut retired = self
-                    .tables
-                    .retired
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner());
                 // Generations retired earlier are most likely past their grace by now (a
                 // table grows step by step): freed here rather than at the next reaper
                 // pass, so that a table that grows fast does not hold all its past sizes.
-                retired.retain_mut(|r| !self.threads.grace_over(&mut r.grace));
-                retired.push(Retired { table: old, grace });
+                self.free_retired_then(|retired| retired.push(Retired { table: old, grace }));
             }
         }
     }
@@ -431,12 +431,18 @@ impl<T: Send + 'static> Engine<T> {
 
     /// Frees the retired generations whose grace period is over.
     pub(in crate::acker::engine) fn free_retired(&self) {
+        self.free_retired_then(|_| {});
+    }
+
+    /// [`free_retired`](Self::free_retired), then `then` on the list, under one lock.
+    fn free_retired_then(&self, then: impl FnOnce(&mut Vec<Retired<T>>)) {
         let mut retired = self
             .tables
             .retired
             .lock()
             .unwrap_or_else(|e| e.into_inner());
         retired.retain_mut(|r| !self.threads.grace_over(&mut r.grace));
+        then(&mut retired);
     }
 
     /// In how many ticks from `now` housekeeping has work: 1 while a migration is under way
@@ -556,14 +562,7 @@ impl<T: Send + 'static> Engine<T> {
     /// Entries held now that no init has joined (orphans): a scan of every generation's
     /// words. A moving entry is counted once (FROZEN words are not HELD).
     pub(in crate::acker) fn orphans_held(&self) -> usize {
-        let _active = self.threads.enter();
-        let mut held = 0;
-        for shard in self.tables.shards.iter() {
-            // Safety: inside the operation `_active` marks.
-            let current = unsafe { shard.current() };
-            held += chain(current).map(Table::held).sum::<usize>();
-        }
-        held
+        self.sum_over_generations(Table::held)
     }
 
     /// Slots in every table's generations now (current and successor).
