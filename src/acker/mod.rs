@@ -53,8 +53,9 @@
 //! * [`bound`]: `max_pending`, kept as credits in per-thread stripes: a claim takes one,
 //!   emptying the slot gives it back, and the bound stays exact.
 //! * [`manual`] (a manual acker's next expiration, for whoever drives its passes),
-//!   [`batched`] (the batched API: [`Acker::apply`] and its kin, of [`Message`]s) and
-//!   [`stats`] (the counters).
+//!   [`batched`] (the batched API: [`Acker::apply`] and its kin, of [`Message`]s),
+//!   [`stats`] (the counters) and [`probes`] (what the tests, the loom models and the
+//!   benches ask of an `Acker` beyond its API, hidden).
 //!
 //! Beside this module, the crate's parts the Acker stands on: the 128-bit atomic
 //! (`sync/atomic_u128.rs`, its CAS and load inlined) and the asymmetric fences; the
@@ -178,6 +179,7 @@ mod engine;
 mod manual;
 mod message;
 mod outcome;
+mod probes;
 mod stats;
 pub(crate) mod table;
 mod timers;
@@ -534,54 +536,6 @@ impl<T: Send + 'static> Acker<T> {
         self.engine().expire()
     }
 
-    /// Runs the timers of the reaper thread's pass here once it is due (the tick its timer
-    /// is set for has begun, and the thread has not run; 250 µs, or a tick if that is
-    /// longer, after a push woke it), within a caller's bounds: `true` when it ran one.
-    /// The async acker calls it when it starts a tree: its completions only wake tasks,
-    /// fill a queue or drop a payload nobody awaits ([`engine::reaper`], "Callers
-    /// first"). Public under `--cfg loom` and the `internals` feature only, for the loom
-    /// models and the benches.
-    #[cfg(any(loom, feature = "internals"))]
-    #[doc(hidden)]
-    pub fn help_late_reaper(&self) -> bool {
-        self.engine().help_late_reaper()
-    }
-
-    /// [`help_late_reaper`](Self::help_late_reaper) in every other build: the async acker's
-    /// (and the tests').
-    #[cfg(not(any(loom, feature = "internals")))]
-    #[cfg_attr(not(any(feature = "tokio", test)), allow(dead_code))]
-    pub(crate) fn help_late_reaper(&self) -> bool {
-        self.engine().help_late_reaper()
-    }
-
-    /// Publishes a reaper thread asleep on a timer set two ticks before the clock's tick
-    /// (due, and late for it at the async acker's and `build`'s resolutions, as
-    /// [`help_late_reaper`](Self::help_late_reaper) judges it), as the thread
-    /// publishes its timer: for tests and the loom models, on a manual acker, which has no
-    /// thread.
-    #[doc(hidden)]
-    #[cfg(any(test, loom, feature = "internals"))]
-    pub fn pretend_reaper_late(&self) {
-        self.engine().pretend_reaper_late();
-    }
-
-    /// Publishes the reaper thread as running (no timer: no caller helps), as the thread
-    /// does at the top of its loop: for the loom models, on a manual acker.
-    #[doc(hidden)]
-    #[cfg(any(test, loom, feature = "internals"))]
-    pub fn pretend_reaper_running(&self) {
-        self.engine().pretend_reaper_running();
-    }
-
-    /// Whether the reaper is published as running (no timer for a caller to find late):
-    /// for the loom models.
-    #[doc(hidden)]
-    #[cfg(any(test, loom, feature = "internals"))]
-    pub fn reaper_published_running(&self) -> bool {
-        self.engine().reaper_published_running()
-    }
-
     /// Reaper wake-ups that found nothing to do, since build: what an idle acker costs.
     ///
     /// The reaper sleeps until the next deadline, at most the hand-off age (64 ticks of
@@ -603,38 +557,6 @@ impl<T: Send + 'static> Acker<T> {
         self.engine().reanchored()
     }
 
-    /// Panics caught in the reaper's passes (a clock that panicked) and reaper threads lost
-    /// to one.
-    #[doc(hidden)]
-    #[cfg(any(test, loom, feature = "internals"))]
-    pub fn reaper_panics(&self) -> u64 {
-        self.engine().reaper_panics()
-    }
-
-    /// Slots the acker's tables hold now (they follow what is pending): for tests and the
-    /// stress harness's memory report.
-    #[doc(hidden)]
-    #[cfg(any(test, loom, feature = "internals"))]
-    pub fn table_slots(&self) -> usize {
-        self.engine().slots()
-    }
-
-    /// Table migrations started so far, to grow and to shrink.
-    #[doc(hidden)]
-    #[cfg(any(test, loom, feature = "internals"))]
-    pub fn table_migrations(&self) -> (u64, u64) {
-        self.engine().migrations()
-    }
-
-    /// Whether operations mark themselves with asymmetric fences (`membarrier`) rather than
-    /// a SeqCst fence each ([`marks`](crate::acker::threads::marks), "Grace periods").
-    #[doc(hidden)]
-    #[cfg(any(test, loom, feature = "internals"))]
-    #[cfg(not(loom))]
-    pub fn asymmetric_fences(&self) -> bool {
-        crate::sync::fences::Fences::detect() == crate::sync::fences::Fences::Asymmetric
-    }
-
     /// Process-wide memory barriers (Linux `membarrier`) that failed, since build.
     ///
     /// Operations mark themselves with a plain store and the reaper (or a growing table)
@@ -646,40 +568,6 @@ impl<T: Send + 'static> Acker<T> {
     /// plain fences instead (no `membarrier`).
     pub fn grace_barrier_failures(&self) -> u64 {
         self.engine().barrier_failures()
-    }
-
-    /// Bytes held by the tables' current generations, their successors, retired generations
-    /// and the reaper's wheel: the stress harness's memory breakdown.
-    #[doc(hidden)]
-    #[cfg(any(test, loom, feature = "internals"))]
-    pub fn memory_parts(&self) -> [usize; 4] {
-        self.engine().memory_parts()
-    }
-
-    /// Entries in the reaper's wheel (one per group of slots with roots it must look at):
-    /// lets tests check that the wheel stays bounded.
-    #[doc(hidden)]
-    #[cfg(any(test, loom, feature = "internals"))]
-    pub fn scheduled_timers(&self) -> usize {
-        self.engine().scheduled_timers()
-    }
-
-    /// Roots in the tables (pending, or a copy being moved) whose group's filed timer is
-    /// due by their deadline. Right after a manual pass every pending root is covered
-    /// (young ones too, if a mate's timer covers them). Lets tests and the stress harness
-    /// check that no timer is lost. A walk of every table.
-    #[doc(hidden)]
-    #[cfg(any(test, loom, feature = "internals"))]
-    pub fn covered_roots(&self) -> usize {
-        self.engine().covered_roots()
-    }
-
-    /// The `(table, 0)` a root lives in: lets the loom models pick roots that share a
-    /// table (its group is not fixed: tables grow).
-    #[doc(hidden)]
-    #[cfg(any(test, loom, feature = "internals"))]
-    pub fn placement(&self, root: u64) -> (usize, usize) {
-        self.engine().placement(root)
     }
 
     /// Stops and joins the reaper, then hands back every initialized, uncompleted tree as

@@ -133,9 +133,9 @@ pub(super) struct TimeBase {
     pub(super) tsc_ticks: bool,
     pub(super) ticks: TickScale,
     /// The full tick every stored `u32` tick is read against (module docs).
-    pub(super) anchor: CachePadded<AtomicU64>,
+    anchor: CachePadded<AtomicU64>,
     /// One re-anchoring at a time (`std`'s lock: loom does not model them).
-    pub(super) reanchoring: Reanchoring,
+    reanchoring: StdMutex<()>,
     /// Re-anchorings done (a statistic, for tests and the stress harness).
     pub(super) reanchored: AtomicU64,
 }
@@ -149,21 +149,24 @@ impl TimeBase {
             tsc_ticks,
             ticks,
             anchor: CachePadded::new(AtomicU64::new(now)),
-            reanchoring: Reanchoring::default(),
+            reanchoring: StdMutex::new(()),
             reanchored: AtomicU64::new(0),
         }
     }
 }
 
-/// Serializes re-anchorings (`std`'s: loom does not model them).
-#[derive(Debug, Default)]
-pub(super) struct Reanchoring(StdMutex<()>);
-
 impl TimeBase {
-    /// The tick now on the clock (tests).
+    /// The full tick now, read on the clock itself (the reaper's read: callers take
+    /// [`caller_full`](Self::caller_full)).
+    #[inline]
+    pub(super) fn clock_full(&self) -> u64 {
+        self.ticks.full(self.clock.now())
+    }
+
+    /// [`clock_full`](Self::clock_full) as a stored tick (tests).
     #[cfg(test)]
     pub(super) fn tick_now(&self) -> Tick {
-        self.ticks.full(self.clock.now()) as Tick
+        self.clock_full() as Tick
     }
 
     /// [`caller_full`](Self::caller_full) as a stored tick.
@@ -189,7 +192,7 @@ impl TimeBase {
             // anchor this thread again. `tsc_ticks` says the clock is this one.
             return self.ticks.full(tsc::read());
         }
-        self.ticks.full(self.clock.now())
+        self.clock_full()
     }
 
     /// The anchor: the full tick every stored `u32` tick is read against (module docs).
@@ -263,7 +266,7 @@ impl TimeBase {
     pub(super) fn reanchor(&self, to: u64, threads: &Threads, rewrite: impl FnOnce(u64, u64)) {
         let mut backoff = crate::sync::Backoff::default();
         let _one = loop {
-            match self.reanchoring.0.try_lock() {
+            match self.reanchoring.try_lock() {
                 Ok(guard) => break guard,
                 Err(TryLockError::Poisoned(poisoned)) => break poisoned.into_inner(),
                 Err(TryLockError::WouldBlock) => {

@@ -178,36 +178,36 @@ pub(in crate::acker::engine) struct Reaper {
     /// Manual mode: no thread; a driver ([`driver`]) or `expire` runs the passes.
     pub(in crate::acker::engine) manual: bool,
     /// The wheel and its scratch, owned by whoever runs a pass.
-    pub(in crate::acker::engine) wheel: Mutex<Wheel>,
+    wheel: Mutex<Wheel>,
     pub(in crate::acker::engine) thread: OnceLock<std_thread::Thread>,
     /// The full tick whose start the reaper thread's timer is set for while it sleeps on
     /// one, else [`AWAKE`]: a caller that reads a tick at or past it runs the pass when a
     /// timer is due, and a lateness past it when none is ("Callers first").
-    pub(in crate::acker::engine) wakes_at: CachePadded<AtomicU64>,
+    wakes_at: CachePadded<AtomicU64>,
     /// A caller is running the reaper's pass: one at a time.
-    pub(in crate::acker::engine) helping: AtomicBool,
+    helping: AtomicBool,
     /// The full tick the reaper thread's timed sleep ends in, its backstop's lag included,
     /// else [`AWAKE`]: a caller whose publication is more than a lag earlier wakes the
     /// thread to plan again ("Callers first").
-    pub(in crate::acker::engine) thread_wakes_at: AtomicU64,
+    thread_wakes_at: AtomicU64,
     /// The wheel's next due tick as the last pass left it, else [`AWAKE`]: callers run a
     /// pass for its timers ("Callers first"), not for the thread's tick by tick collection
     /// of the hand-off lists.
-    pub(in crate::acker::engine) timers_due_at: AtomicU64,
+    timers_due_at: AtomicU64,
     /// Callers ran the last passes due, and the thread is their backstop: it sleeps past
     /// its timers and judges its passes behind the clock ("Callers first").
-    pub(in crate::acker::engine) callers_lead: AtomicBool,
+    callers_lead: AtomicBool,
     /// The last full tick at which the reaper's sleep decision saw trees pending, 0 before
     /// the first ("Sleeping").
-    pub(in crate::acker::engine) busy_at: AtomicU64,
+    busy_at: AtomicU64,
     /// Manual mode: what wakes a task that runs the passes in place of the reaper thread
     /// ([`manual`](crate::acker::manual)), called where the thread would be unparked. Set
     /// once, by that task.
-    pub(in crate::acker::engine) expiry_waker: OnceLock<ExpiryWaker>,
+    expiry_waker: OnceLock<ExpiryWaker>,
     /// Reaper wake-ups that found nothing to do.
     pub(in crate::acker::engine) idle_wakeups: AtomicU64,
     /// Panics caught in reaper passes (a clock, a payload's drop).
-    pub(in crate::acker::engine) panics: AtomicU64,
+    panics: AtomicU64,
     /// Late reapers' passes run by callers, and the longest of them in nanoseconds.
     pub(in crate::acker::engine) caller_passes: AtomicU64,
     pub(in crate::acker::engine) caller_pass_longest: AtomicU64,

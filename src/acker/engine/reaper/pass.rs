@@ -145,7 +145,7 @@ fn anchored_clock<T: Send + 'static>(engine: &Engine<T>, runner: Runner) -> Opti
     // times out nothing before its deadline as read on that clock; the wheel's time (the
     // anchor's), which files and advances the group timers, never goes back. (While the
     // clock is behind it, a group it judges not yet due is looked at again each pass.)
-    let read = engine.time.ticks.full(engine.time.clock.now());
+    let read = engine.time.clock_full();
     // The thread as the callers' backstop judges what they left that late ("Callers
     // first"); its deliveries' lateness is counted on the clock as read.
     let clock = match runner {

@@ -12,7 +12,7 @@ impl<T: Send + 'static> Engine<T> {
     /// [`Acker::pretend_reaper_late`](crate::Acker::pretend_reaper_late).
     #[cfg(any(test, loom, feature = "internals"))]
     pub(in crate::acker) fn pretend_reaper_late(&self) {
-        let now = self.time.ticks.full(self.time.clock.now());
+        let now = self.time.clock_full();
         crate::sync::store_raced(
             &self.reaper.wakes_at,
             now.saturating_sub(2),

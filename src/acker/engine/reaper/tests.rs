@@ -267,7 +267,7 @@ fn the_reaper_thread_publishes_the_tick_it_sleeps_until() {
     let age = u64::from(engine.hand_off_age);
     let waited = Instant::now();
     loop {
-        let now = engine.time.ticks.full(engine.time.clock.now());
+        let now = engine.time.clock_full();
         let wakes_at = engine.reaper.wakes_at.load(SeqCst);
         if wakes_at != AWAKE && wakes_at > now + age / 2 {
             assert!(wakes_at <= now + age, "asleep until {wakes_at} at {now}");

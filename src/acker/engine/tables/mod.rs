@@ -39,18 +39,18 @@ pub(super) struct Tables<T> {
     /// Bits of a timer entry's slot number that hold the slot (the rest, above, the
     /// table): enough for `room_table_slots`. Tables times 2^slot_bits stays within `u32`:
     /// 2 x max_pending (at most 2^31) rounded up to a power of two per table.
-    pub(super) slot_bits: u32,
+    slot_bits: u32,
     /// Generations retired, waiting for their grace period (freed by reaper passes).
-    pub(super) retired: Mutex<Vec<Retired<T>>>,
+    retired: Mutex<Vec<Retired<T>>>,
     /// The most roots pending at a pass since the allocator was last asked to give memory
     /// back ([`growth`], `give_back_memory`).
-    pub(super) peak_pending: AtomicUsize,
+    peak_pending: AtomicUsize,
     /// Migrations started: to grow, to shrink.
-    pub(super) migrations: [AtomicU64; 2],
+    migrations: [AtomicU64; 2],
     /// Of the growths, those the reaper thread started at a caller's request
     /// ([`growth`], "Who builds a successor"): for the tests.
     #[cfg(test)]
-    pub(super) grown_by_reaper: AtomicU64,
+    grown_by_reaper: AtomicU64,
 }
 
 impl<T> Tables<T> {
