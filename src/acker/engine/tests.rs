@@ -350,7 +350,7 @@ fn a_tree_completed_by_a_reaper_move_reaches_the_callback() {
         let table = unsafe { engine.tables.shards[shard].current() };
         let groups = table.groups() + table.groups() / 2;
         assert_eq!(
-            engine.start_migration(shard, table, groups, false),
+            engine.start_migration(shard, table, groups, false, true),
             Some(true)
         );
         let next = table.successor().expect("migrating");
@@ -566,7 +566,10 @@ fn shutdown_frees_an_entry_stranded_in_a_retired_table() {
         (old.groups(), engine.tables.room_table_slots),
         (groups, groups * 4)
     );
-    assert_eq!(engine.start_migration(0, old, groups, true), Some(true));
+    assert_eq!(
+        engine.start_migration(0, old, groups, true, true),
+        Some(true)
+    );
     let next = old.successor().unwrap();
     // Fill the successor in the window of home 100 (and a little beyond): LIVE trees.
     let window = crate::acker::table::MAX_PROBE + 1;
@@ -1015,7 +1018,10 @@ fn an_init_that_makes_room_leaves_a_large_successor_unfaulted() {
     // Table 0 at 1,024 groups first: room makes it 2,048, 256 KiB of lines.
     let groups = 1024;
     assert!(old.groups() < groups);
-    assert_eq!(engine.start_migration(0, old, groups, true), Some(true));
+    assert_eq!(
+        engine.start_migration(0, old, groups, true, true),
+        Some(true)
+    );
     assert!(
         old.move_round(&mut Effects::default()),
         "an empty table moves at once"

@@ -199,7 +199,7 @@ impl<T: Send + 'static> Engine<T> {
                 }
             }
             _ => {
-                self.start_migration(shard, last, groups, false);
+                self.start_migration(shard, last, groups, false, true);
             }
         }
     }
@@ -222,7 +222,7 @@ impl<T: Send + 'static> Engine<T> {
         };
         // A caller that holds the lock (`make_room`, which found no room) grows the
         // chain itself.
-        let started = self.start_migration(shard, last, groups, false) == Some(true);
+        let started = self.start_migration(shard, last, groups, false, true) == Some(true);
         #[cfg(test)]
         if started {
             // Relaxed: a statistic.
@@ -231,20 +231,10 @@ impl<T: Send + 'static> Engine<T> {
         started
     }
 
-    /// [`Generations::start_migration`](super::generations::Generations::start_migration), counted.
+    /// [`Generations::start_migration`](super::generations::Generations::start_migration),
+    /// counted; `fault_in`: a growing successor has its pages faulted in at once (module
+    /// docs, "Who builds a successor").
     pub(in crate::acker::engine) fn start_migration(
-        &self,
-        shard: usize,
-        from: &Table<T>,
-        groups: usize,
-        wait: bool,
-    ) -> Option<bool> {
-        self.start_migration_faulting(shard, from, groups, wait, true)
-    }
-
-    /// [`start_migration`](Self::start_migration); `fault_in`: a growing successor has its
-    /// pages faulted in at once (module docs, "Who builds a successor").
-    fn start_migration_faulting(
         &self,
         shard: usize,
         from: &Table<T>,
@@ -304,7 +294,7 @@ impl<T: Send + 'static> Engine<T> {
         let fault_in = Table::<T>::line_bytes(groups) < REAPER_BUILDS_FROM;
         last.slots() < self.tables.room_table_slots
             && self
-                .start_migration_faulting(shard, last, groups, true, fault_in)
+                .start_migration(shard, last, groups, true, fault_in)
                 .is_some()
     }
 
@@ -388,7 +378,7 @@ impl<T: Send + 'static> Engine<T> {
                 let groups = (table.groups() * 2 / 3)
                     .min(per_table.div_ceil(GROUP_SLOTS) * 4)
                     .max(self.smallest_slots(index) / GROUP_SLOTS);
-                worked |= self.start_migration(index, table, groups, false) == Some(true);
+                worked |= self.start_migration(index, table, groups, false, true) == Some(true);
             }
             for migrating in chain(table).filter(|g| g.successor().is_some()) {
                 // In parts, each finished before the next: the timers a part files are
