@@ -738,6 +738,8 @@ fn serve(s: &Settings) {
             Tracker::Tokio(_) => None,
         };
         if let Some(st) = stats {
+            out.push((format!("{prefix}caller_passes"), st.caller_passes.to_string()));
+            out.push((format!("{prefix}reaper_switches"), reaper_switches().to_string()));
             out.push((
                 format!("{prefix}acker_late_mean"),
                 format!(
@@ -750,6 +752,29 @@ fn serve(s: &Settings) {
     let line: Vec<String> = out.iter().map(|(k, v)| format!("{k}={v}")).collect();
     println!("RESULT {}", line.join(" "));
     std::process::exit(0);
+}
+
+/// The context switches (voluntary and not) of this process's reaper threads so far:
+/// each is a wake-up of the thread, or its preemption, on a core the workers want.
+fn reaper_switches() -> u64 {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return 0;
+    };
+    tasks
+        .flatten()
+        .filter(|task| {
+            std::fs::read_to_string(task.path().join("comm"))
+                .is_ok_and(|comm| comm.trim() == "ackwheel-reaper")
+        })
+        .filter_map(|task| std::fs::read_to_string(task.path().join("status")).ok())
+        .flat_map(|status| {
+            status
+                .lines()
+                .filter(|l| l.contains("ctxt_switches"))
+                .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+                .collect::<Vec<_>>()
+        })
+        .sum()
 }
 
 /// This process's `/proc/self/status` figure `field` (`VmHWM`: its peak resident set;
@@ -1091,8 +1116,16 @@ fn bench(mut s: Settings) {
             };
             let acker: String = figures
                 .iter()
-                .filter(|(k, _)| k.ends_with("acker_late_mean"))
-                .map(|(k, v)| format!(" {k} {v} ms"))
+                .filter_map(|(k, v)| {
+                    let unit = if k.ends_with("acker_late_mean") {
+                        " ms"
+                    } else if k.ends_with("caller_passes") || k.ends_with("reaper_switches") {
+                        ""
+                    } else {
+                        return None;
+                    };
+                    Some(format!(" {k} {v}{unit}"))
+                })
                 .collect();
             println!(
                 "  {label:<16} cores used: ours {}, other processes' {}; server RSS peak {} MB, \

@@ -3,7 +3,8 @@
 //! (`handoff.rs`), the reaper's idle check against a push that makes a hand-off list
 //! non-empty (`wake.rs`), and re-anchoring's exclusion of operations (`marks.rs`: (an
 //! operation, a callback's pause and a nested call, an operation of a thread without a
-//! hand-off list, against `begin_moving`)).
+//! hand-off list, against `begin_moving`)), and the hands of credits (`src/acker/bound.rs`:
+//! a hand reclaimed from an ended owner, hands against the bound).
 //!
 //! The hand-off list's entries live in a loom `UnsafeCell`, so an owner and a reaper inside
 //! the hand-off list at once is reported as a causality violation; the models also check
@@ -12,7 +13,7 @@
 //! argument is in the module docs.
 #![cfg(loom)]
 
-use ackwheel::threads::{Entry, Fences, Pushed, Threads};
+use ackwheel::threads::{Credits, Entry, Fences, Pushed, Threads};
 use loom::sync::Arc;
 use loom::thread;
 use loom_tests::sized;
@@ -437,4 +438,57 @@ fn reanchor_gives_up_or_excludes_a_thread_without_a_hand_off_list() {
         GAVE_UP.both(),
         "begin_moving never both succeeded and gave up"
     );
+}
+
+/// Hands of credits (`src/acker/bound.rs`, "Hands"): an owner takes a chunk into its hand,
+/// uses one, gives it back and ends (abandons its record) while another thread reclaims
+/// abandoned hands. The reclaimer takes a hand only once its owner is gone, and then all
+/// of it: afterwards the stripes and hands hold every credit, none made and none lost (a
+/// reclaim of a live hand, which the owner then overwrites, would make credits).
+#[test]
+fn credits_a_hand_is_reclaimed_only_from_an_ended_owner() {
+    loom::model(|| {
+        let threads = Arc::new(Threads::new(Fences::Symmetric));
+        let credits = Arc::new(Credits::with_chunk(8, 2, 2, Arc::clone(&threads)));
+        let record = threads.register();
+        let owner = {
+            let (credits, record) = (Arc::clone(&credits), Arc::clone(&record));
+            thread::spawn(move || {
+                assert!(credits.take_in(record.hand()));
+                credits.give_in(record.hand(), 1);
+                Threads::abandon(&record);
+            })
+        };
+        credits.reclaim();
+        owner.join().unwrap();
+        assert_eq!(credits.free(), 8, "credits made or lost");
+        credits.reclaim();
+        assert_eq!(record.hand().load(loom::sync::atomic::Ordering::SeqCst), 0);
+        assert_eq!(credits.free(), 8);
+    });
+}
+
+/// Hands of credits against the bound: a thread takes one credit (a chunk of two into its
+/// hand) and ends, while another takes three, its third once its own chunk is used up:
+/// from the other stripe, or the ended thread's hand, or refused. Never more than the
+/// bound's four taken in all, and every credit not taken is in a stripe or a hand.
+#[test]
+fn credits_hands_never_exceed_the_bound() {
+    loom::model(|| {
+        let threads = Arc::new(Threads::new(Fences::Symmetric));
+        let credits = Arc::new(Credits::with_chunk(4, 2, 2, Arc::clone(&threads)));
+        let (ending, taking) = (threads.register(), threads.register());
+        let ender = {
+            let (credits, record) = (Arc::clone(&credits), Arc::clone(&ending));
+            thread::spawn(move || {
+                let took = credits.take_in(record.hand());
+                Threads::abandon(&record);
+                usize::from(took)
+            })
+        };
+        let took = (0..3).filter(|_| credits.take_in(taking.hand())).count();
+        let took = took + ender.join().unwrap();
+        assert!(took <= 4, "{took} credits taken of 4");
+        assert_eq!(credits.free() + took, 4, "credits made or lost");
+    });
 }

@@ -95,11 +95,15 @@ impl<T: Send + 'static> AckerBuilder<T> {
 
     /// The most entries (initialized trees and orphans) held at once, across all shards;
     /// default 1 << 20. It is an exact upper bound, and a bound only: nothing is allocated
-    /// for it. The tables start small (2,048 to 4,096 slots each, 32 B a slot for a `u32`
+    /// for it. Each thread keeps a few spare credits for its next trees (at most 64, and
+    /// none when `max_pending` is below 128 times the credits' stripes, twice the cores
+    /// rounded up to a power of two), so with several threads an init may be refused while
+    /// another thread holds some: early by at most that many a thread. The tables start small (2,048 to 4,096 slots each, 32 B a slot for a `u32`
     /// payload, mapped but untouched until used), double as what is pending grows, up to
     /// their share of `max_pending` at a load of 4/5 (further for a root that finds no
     /// room), and shrink back after it falls. A completed tree's
-    /// slot is reusable at once. Random roots fill an acker to the brim without a refusal.
+    /// slot is reusable at once. Random roots from one thread fill an acker to the brim
+    /// without a refusal.
     pub fn max_pending(mut self, max_pending: usize) -> Self {
         self.max_pending = max_pending;
         self

@@ -50,8 +50,8 @@
 //!   of its operations in progress, on which the grace periods, the callback's closing and
 //!   re-anchoring rest ([`threads::marks`]) (asymmetric fences, [`crate::sync::fences`]),
 //!   and the reaper's wake-up ([`threads::wake`]).
-//! * [`bound`]: `max_pending`, kept as credits in per-thread stripes: a claim takes one,
-//!   emptying the slot gives it back, and the bound stays exact.
+//! * [`bound`]: `max_pending`, kept as credits in stripes and threads' hands: a claim
+//!   takes one, emptying the slot gives it back, and the bound stays exact.
 //! * [`manual`] (a manual acker's next expiration, for whoever drives its passes),
 //!   [`batched`] (the batched API: [`Acker::apply`] and its kin, of [`Message`]s),
 //!   [`stats`] (the counters) and [`probes`] (what the tests, the loom models and the
@@ -122,7 +122,7 @@
 //!   tree out on its old deadline fails its CAS ([`table::times`]).
 //! * **Completion** ([`engine::deliver`]): the thread whose CAS completed the tree (an
 //!   ack's, a fail's, an init's, or the reaper's for a timeout) takes the payload and
-//!   frees the slot (its times back to 0, its credit back to the stripes) before anything
+//!   frees the slot (its times back to 0, its credit back to its thread's hand) before anything
 //!   that can panic, counts the completion (the tree has left `pending()`), and then calls
 //!   `on_complete`, on that thread.
 //! * **Timers** ([`threads::handoff`]): once a tick (seen at its next push) a thread
@@ -169,7 +169,7 @@
 //! table in `docs/design.md` ("Memory per pending root"), with the command that produces
 //! it and the parts it is made of.
 
-mod bound;
+pub(crate) mod bound;
 mod builder;
 pub(crate) mod threads;
 #[cfg_attr(not(feature = "tokio"), allow(unused_imports))]

@@ -33,8 +33,9 @@
 //!
 //! ## The bound, and growth
 //!
-//! `max_pending` credits ([`bound`](crate::acker::bound)): a claim takes one and emptying
-//! the slot gives it back, inside the table, so the bound is exact. Tables start at
+//! `max_pending` credits ([`bound`](crate::acker::bound)): a claim takes one (from its
+//! thread's hand) and emptying the slot gives it back, inside the table, so the bound is
+//! exact. Tables start at
 //! [`MIN_TABLE_SLOTS`](tables::growth::MIN_TABLE_SLOTS) or up to twice that, staggered
 //! ([`staggered`](tables::growth::staggered)), and follow what is pending
 //! ([`growth`](tables::growth), [`generations`](tables::generations),
@@ -144,7 +145,9 @@ pub(super) struct Engine<T> {
     late_handed_back: Mutex<Vec<(u64, T)>>,
     credits: Arc<Credits>,
     counters: Box<[CachePadded<Counters>]>,
-    threads: Threads,
+    /// Each thread's record: its hand-off list, its operations' marks, its hand of
+    /// credits ([`threads`](crate::acker::threads)); shared with `credits`.
+    threads: Arc<Threads>,
     /// The clock, its ticks and the anchor they are read against ([`time`]).
     time: TimeBase,
     /// How long a new entry stays in its creator's hand-off list before the reaper gets it
@@ -184,7 +187,16 @@ impl<T: Send + 'static> Engine<T> {
         let shards = config.shards.max(MIN_SHARDS).next_power_of_two();
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let stripes = Credits::stripes_for(cores);
-        let credits = Arc::new(Credits::new(config.max_pending, stripes));
+        let threads = Arc::new(Threads::new(if cfg!(loom) {
+            Fences::Symmetric
+        } else {
+            Fences::detect()
+        }));
+        let credits = Arc::new(Credits::new(
+            config.max_pending,
+            stripes,
+            Arc::clone(&threads),
+        ));
         let now = config.clock.now();
         let ticks = TickScale {
             epoch: now,
@@ -206,11 +218,7 @@ impl<T: Send + 'static> Engine<T> {
             counters: (0..stripes)
                 .map(|_| CachePadded::new(Counters::default()))
                 .collect(),
-            threads: Threads::new(if cfg!(loom) {
-                Fences::Symmetric
-            } else {
-                Fences::detect()
-            }),
+            threads,
             hand_off_age: (timeout / 4).clamp(1, HAND_OFF_AGE),
             reaper: reaper::Reaper::new(ticks.full(now), config.manual),
             time: TimeBase::new(config.clock, config.tsc_ticks, ticks),

@@ -349,7 +349,13 @@ impl Threads {
                 record.taken.store(false, Ordering::Release);
             }
         }
-        all.retain(|b| !(b.abandoned.load(Ordering::SeqCst) && b.len.load(Ordering::SeqCst) == 0));
+        // An abandoned record goes once empty, and once its hand of credits is reclaimed
+        // (`reclaim_hands`).
+        all.retain(|b| {
+            !(b.abandoned.load(Ordering::SeqCst)
+                && b.len.load(Ordering::SeqCst) == 0
+                && b.hand.load(Ordering::SeqCst) == 0)
+        });
         left
     }
 }

@@ -63,6 +63,10 @@ pub struct Record {
     /// Written by the owner while pinned, or by the reaper while it holds `taken` with the
     /// owner unpinned (module docs).
     entries: UnsafeCell<Entries>,
+    /// The owner's hand of `max_pending` credits ([`bound`](crate::acker::bound), "Hands"):
+    /// written by the owner alone while it lives, and by whoever reclaims it once
+    /// `abandoned` is set.
+    hand: AtomicUsize,
 }
 
 // Safety: `entries` is the only non-Sync part, and the pin protocol (module docs) gives it
@@ -70,6 +74,12 @@ pub struct Record {
 unsafe impl Sync for Record {}
 
 impl Record {
+    /// The owner's hand of credits, for the loom models, which pass hands explicitly.
+    #[cfg(loom)]
+    pub fn hand(&self) -> &AtomicUsize {
+        &self.hand
+    }
+
     fn new() -> Self {
         Record {
             pin: AtomicBool::new(false),
@@ -81,6 +91,7 @@ impl Record {
             paused: AtomicU32::new(0),
             abandoned: AtomicBool::new(false),
             entries: UnsafeCell::new(Entries::default()),
+            hand: AtomicUsize::new(0),
         }
     }
 }
@@ -170,6 +181,31 @@ impl Threads {
     /// Marks a thread's hand-off list abandoned (the thread is done with it).
     pub fn abandon(record: &Record) {
         record.abandoned.store(true, Ordering::SeqCst);
+    }
+
+    /// The credits in every record's hand ([`bound`](crate::acker::bound), "Hands"): a
+    /// hint, exact when no thread is taking or giving credits.
+    pub fn in_hands(&self) -> usize {
+        // Relaxed: a hint, as the stripes' loads beside it.
+        self.all
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|r| r.hand.load(Ordering::Relaxed))
+            .sum()
+    }
+
+    /// Empties the hands of abandoned records (their threads are gone): how many credits
+    /// they held, which the caller now holds. A record is dropped only with an empty hand
+    /// (`take_quiet`), so none is lost.
+    pub fn reclaim_hands(&self) -> usize {
+        let all = self.all.lock().unwrap();
+        // SeqCst (both): the owner's last write of its hand happens before its store of
+        // `abandoned` (SeqCst), which this load reads, so the swap sees that write.
+        all.iter()
+            .filter(|r| r.abandoned.load(Ordering::SeqCst))
+            .map(|r| r.hand.swap(0, Ordering::SeqCst))
+            .sum()
     }
 
     /// A re-anchoring is under way: between `begin_moving` and `end_moving`.
@@ -285,6 +321,13 @@ impl Threads {
             .is_some_and(|b| b.active.load(Ordering::Relaxed) > 0)
     }
 
+    /// The calling thread's hand of credits ([`bound`](crate::acker::bound), "Hands"),
+    /// `None` for a thread without a record (an exiting one).
+    #[inline]
+    pub fn own_hand(&self) -> Option<&AtomicUsize> {
+        self.own().map(|record| &record.hand)
+    }
+
     /// The calling thread's hand-off list (registered at its first use).
     #[inline]
     pub(super) fn own(&self) -> Option<&Record> {
@@ -333,6 +376,12 @@ impl Threads {
 
     /// Under loom nothing is per-thread.
     pub(super) fn own(&self) -> Option<&Record> {
+        None
+    }
+
+    /// Under loom nothing is per-thread: the models pass hands explicitly
+    /// ([`Record::hand`]).
+    pub fn own_hand(&self) -> Option<&AtomicUsize> {
         None
     }
 

@@ -282,6 +282,8 @@ fn upkeep<T: Send + 'static>(engine: &Engine<T>, active: Active) -> bool {
     // Out of the operation: the generations this pass retired wait for no one but other
     // threads now (the pass itself was one of those their grace periods waited for).
     engine.free_retired();
+    // The hands of threads that ended, back to the stripes, so that their records go.
+    engine.credits.reclaim();
     let kept = engine.give_back_memory(now as Tick, released);
     if kept > 0 {
         // Not given back yet: counted again at the next pass.

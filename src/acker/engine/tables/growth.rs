@@ -209,8 +209,13 @@ impl<T: Send + 'static> Engine<T> {
     /// to.
     fn growth_due<'t>(&self, table: &'t Table<T>) -> Option<(&'t Table<T>, usize)> {
         let last = chain(table).last()?;
-        let per_table = self.pending() / self.tables.shards.len();
-        let loaded = per_table * 4 > last.slots() * 3 && last.slots() < self.tables.max_table_slots;
+        if last.slots() >= self.tables.max_table_slots {
+            return None;
+        }
+        // Without the hands' credits (no lock: crowded claims come here): high by at most
+        // what the threads' hands hold, a table grown a little early.
+        let per_table = self.credits.held_without_hands() / self.tables.shards.len();
+        let loaded = per_table * 4 > last.slots() * 3;
         loaded.then(|| (last, self.grown(last, self.tables.max_table_slots)))
     }
 
