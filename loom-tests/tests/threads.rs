@@ -492,3 +492,34 @@ fn credits_hands_never_exceed_the_bound() {
         assert_eq!(credits.free() + took, 4, "credits made or lost");
     });
 }
+
+/// Counts in records (`src/acker/stats.rs`): an owner counts trees in its record's set with
+/// plain stores and ends, while the reaper looks at the hand-off lists and drops the
+/// abandoned record, folding its counts into the shared set first. A sum meanwhile never
+/// sees a count twice (a record is in the list or folded, never both), and a sum after both
+/// sees every count once: the fold reads the owner's last store (it happens before the
+/// owner's `abandoned`, which the fold read).
+#[test]
+fn counts_of_an_ended_owner_are_folded_once() {
+    loom::model(|| {
+        let threads = Arc::new(Threads::new(Fences::Symmetric));
+        let record = threads.register();
+        let owner = {
+            let (threads, record) = (Arc::clone(&threads), Arc::clone(&record));
+            thread::spawn(move || {
+                record.count_acked(1);
+                record.count_acked(2);
+                Threads::abandon(&record);
+                drop(threads);
+            })
+        };
+        let mut into = Vec::new();
+        threads.collect(9, false, &mut into);
+        let seen = threads.acked();
+        assert!(seen <= 3, "a sum saw {seen} of 3: a count doubled");
+        owner.join().unwrap();
+        threads.collect(9, false, &mut into);
+        assert_eq!(threads.acked(), 3, "counts lost or doubled");
+        assert_eq!(threads.records(), 0, "the ended owner's record stayed");
+    });
+}

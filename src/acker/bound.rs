@@ -15,7 +15,8 @@
 //! more than two chunks gives one back to the thread's stripe. Only the owner writes its
 //! hand, with plain loads and stores: a tree's credit costs no locked instruction, where a
 //! stripe's take (a CAS) and give-back (a `lock xadd`) cost two (`python3
-//! benches/instructions/count.py acker`: 10 locked instructions a tree before hands). When
+//! benches/instructions/count.py acker`: 10 locked instructions a tree before hands, 8
+//! with them). When
 //! a thread ends, its record is abandoned with its hand; the reaper's pass (and a take that
 //! finds no credit anywhere else) moves an abandoned hand back to the stripes before the
 //! record goes.

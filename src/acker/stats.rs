@@ -1,13 +1,12 @@
-//! What an acker counts: [`AckerStats`], the public sum, and the per-stripe counters it
-//! is summed from (statistics: every update is a Relaxed add on the calling thread's
-//! stripe, off the path of any message but the one it counts).
+//! What an acker counts: [`AckerStats`], the public sum, and the counters it is summed
+//! from: a set in each thread's record for the acker
+//! ([`threads`](crate::acker::threads)), which only that thread writes, with plain loads
+//! and stores (no locked instruction on the path of the message it counts), and one set
+//! shared by threads without a record and the sets of ended threads, folded in.
 
 use std::fmt;
 use std::time::Duration;
 
-use crossbeam_utils::CachePadded;
-
-use crate::acker::bound;
 use crate::sync::{AtomicU64, Ordering};
 
 /// Counters since the acker was built, from [`Acker::stats`](crate::Acker::stats): what an operator charts.
@@ -114,12 +113,9 @@ impl fmt::Display for Readable {
     }
 }
 
-/// Counters, summed by `stats()`. One set per credit stripe, each thread counting in its
-/// own (as it takes and gives credits), so that threads completing trees in the same shards
-/// do not pass one cache line back and forth (per shard, two threads did).
-/// [`own_stripe`](crate::acker::bound::own_stripe) picks the calling thread's.
+/// One set of counters (module docs): a thread's, or the shared one.
 #[derive(Debug, Default)]
-pub(super) struct Counters {
+pub(crate) struct Counters {
     pub(super) acked: AtomicU64,
     pub(super) failed: AtomicU64,
     pub(super) timed_out: AtomicU64,
@@ -134,40 +130,106 @@ pub(super) struct Counters {
     pub(super) lateness_total: AtomicU64,
 }
 
-impl Counters {
-    /// The calling thread's set among `all` (its credit stripe's).
+/// A counter of a set (`|c| &c.acked`).
+pub(super) type Field = fn(&Counters) -> &AtomicU64;
+
+/// Every counter but the largest lateness, which folds by its maximum.
+const SUMMED: [Field; 9] = [
+    |c| &c.acked,
+    |c| &c.failed,
+    |c| &c.timed_out,
+    |c| &c.orphans_expired,
+    |c| &c.orphans_joined,
+    |c| &c.rejected_full,
+    |c| &c.callback_panics,
+    |c| &c.roots_moved,
+    |c| &c.lateness_total,
+];
+
+/// The calling thread's set, as it counts into it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Tally<'a> {
+    counters: &'a Counters,
+    /// Only the calling thread writes the set (its record's): plain loads and stores.
+    /// Otherwise (the shared set) read-modify-writes.
+    owned: bool,
+}
+
+impl<'a> Tally<'a> {
+    /// The set of a record of the calling thread (`owned`), or the shared set.
     #[inline]
-    pub(super) fn own(all: &[CachePadded<Counters>]) -> &Counters {
-        let own: &CachePadded<Counters> = bound::own_stripe(all);
-        own
+    pub(crate) fn new(counters: &'a Counters, owned: bool) -> Self {
+        Tally { counters, owned }
     }
 
-    /// The stats: every set's counts summed, with `pending`; `ticks` turns the lateness
-    /// counts (ticks of the resolution) into time.
+    /// Adds `n` to `field`.
+    #[inline]
+    pub(super) fn add(self, field: Field, n: u64) {
+        let counter = field(self.counters);
+        // Relaxed (all): statistics. An owned set has one writer, so its load and store
+        // lose nothing; a reader sees each counter's latest store, or one before it.
+        if self.owned {
+            counter.store(counter.load(Ordering::Relaxed) + n, Ordering::Relaxed);
+        } else {
+            counter.fetch_add(n, Ordering::Relaxed);
+        }
+    }
+
+    /// Raises the largest lateness to `late` ticks.
+    #[inline]
+    pub(super) fn max_lateness(self, late: u64) {
+        let counter = &self.counters.lateness_max;
+        // Relaxed: as in `add`.
+        if !self.owned {
+            counter.fetch_max(late, Ordering::Relaxed);
+        } else if late > counter.load(Ordering::Relaxed) {
+            counter.store(late, Ordering::Relaxed);
+        }
+    }
+}
+
+impl Counters {
+    /// Adds `from`'s counts into this set (shared: read-modify-writes): an ended thread's
+    /// set, before its record goes.
+    pub(crate) fn fold(&self, from: &Counters) {
+        // Relaxed (all): statistics; the caller holds the records' lock, as `sum` does.
+        for field in SUMMED {
+            field(self).fetch_add(field(from).load(Ordering::Relaxed), Ordering::Relaxed);
+        }
+        self.lateness_max
+            .fetch_max(from.lateness_max.load(Ordering::Relaxed), Ordering::Relaxed);
+    }
+
+    /// The stats: the counts of every set `each` gives summed, with `pending`; `ticks`
+    /// turns the lateness counts (ticks of the resolution) into time.
     pub(super) fn sum(
-        all: &[CachePadded<Counters>],
+        each: impl FnOnce(&mut dyn FnMut(&Counters)),
         pending: usize,
         ticks: impl Fn(u64) -> Duration,
     ) -> AckerStats {
-        let mut stats = AckerStats {
+        let (mut counts, mut late_max) = ([0u64; SUMMED.len()], 0);
+        each(&mut |c| {
+            for (count, field) in counts.iter_mut().zip(SUMMED) {
+                *count += field(c).load(Ordering::Relaxed); // Relaxed: statistics.
+            }
+            late_max = late_max.max(c.lateness_max.load(Ordering::Relaxed));
+        });
+        let [acked, failed, timed_out, orphans_expired, orphans_joined, rejected_full, callback_panics, roots_moved, lateness_total] =
+            counts;
+        AckerStats {
             pending,
+            acked,
+            failed,
+            timed_out,
+            orphans_expired,
+            orphans_joined,
+            rejected_full,
+            callback_panics,
+            roots_moved,
+            timeout_lateness_max: ticks(late_max),
+            timeout_lateness_total: ticks(lateness_total),
             ..AckerStats::default()
-        };
-        for c in all {
-            stats.acked += c.acked.load(Ordering::SeqCst);
-            stats.failed += c.failed.load(Ordering::SeqCst);
-            stats.timed_out += c.timed_out.load(Ordering::SeqCst);
-            stats.orphans_expired += c.orphans_expired.load(Ordering::SeqCst);
-            stats.orphans_joined += c.orphans_joined.load(Ordering::SeqCst);
-            stats.rejected_full += c.rejected_full.load(Ordering::SeqCst);
-            stats.callback_panics += c.callback_panics.load(Ordering::SeqCst);
-            stats.roots_moved += c.roots_moved.load(Ordering::SeqCst);
-            stats.timeout_lateness_max = stats
-                .timeout_lateness_max
-                .max(ticks(c.lateness_max.load(Ordering::SeqCst)));
-            stats.timeout_lateness_total += ticks(c.lateness_total.load(Ordering::SeqCst));
         }
-        stats
     }
 }
 

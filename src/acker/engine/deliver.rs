@@ -30,7 +30,6 @@ use crate::acker::outcome::{Completion, Outcome};
 use crate::acker::table::{Completed, Stamp, Table};
 use crate::acker::threads::Active;
 use crate::acker::timers::ticks::{full_near, Tick};
-use crate::sync::Ordering;
 
 /// The fewest timeouts of one pass that are delivered in the acker's delivery order (module
 /// docs, "A burst's order").
@@ -85,15 +84,10 @@ impl<T: Send + 'static> Engine<T> {
             late_max = late_max.max(late);
             late_total += late;
         }
-        let counters = self.counters();
-        // Relaxed (all three): statistics.
-        counters.lateness_max.fetch_max(late_max, Ordering::Relaxed);
-        counters
-            .lateness_total
-            .fetch_add(late_total, Ordering::Relaxed);
-        counters
-            .timed_out
-            .fetch_add(timed_out.len() as u64, Ordering::Relaxed);
+        let tally = self.threads.tally_in(active);
+        tally.max_lateness(late_max);
+        tally.add(|c| &c.lateness_total, late_total);
+        tally.add(|c| &c.timed_out, timed_out.len() as u64);
         for (shard, table, completed) in timed_out {
             self.finish_completion(shard, table, completed, Some(now), active, false, None);
         }
@@ -135,7 +129,7 @@ impl<T: Send + 'static> Engine<T> {
         };
         let elapsed = self.elapsed(table, stamp, own_timeout, outcome, now);
         if count {
-            self.count_outcome(table, slot, outcome, now);
+            self.count_outcome(table, slot, outcome, now, active);
         }
         let completion = Completion {
             root: root.unwrap_or_else(|| self.tables.layout.root(shard, key)),
@@ -178,20 +172,26 @@ impl<T: Send + 'static> Engine<T> {
 
     /// Counts a completion of `slot` of `table` by its outcome, a timeout's lateness too.
     #[inline(always)]
-    fn count_outcome(&self, table: &Table<T>, slot: usize, outcome: Outcome, now: Option<u64>) {
-        let counters = self.counters();
-        // Relaxed (all of them): statistics.
+    fn count_outcome(
+        &self,
+        table: &Table<T>,
+        slot: usize,
+        outcome: Outcome,
+        now: Option<u64>,
+        active: &Active,
+    ) {
+        let tally = self.threads.tally_in(active);
         match outcome {
-            Outcome::Acked => counters.acked.fetch_add(1, Ordering::Relaxed),
-            Outcome::Failed => counters.failed.fetch_add(1, Ordering::Relaxed),
+            Outcome::Acked => tally.add(|c| &c.acked, 1),
+            Outcome::Failed => tally.add(|c| &c.failed, 1),
             Outcome::TimedOut => {
                 let anchor = self.time.anchor();
                 let late = now.map_or(0, |now| lateness(table, slot, anchor, now));
-                counters.lateness_max.fetch_max(late, Ordering::Relaxed);
-                counters.lateness_total.fetch_add(late, Ordering::Relaxed);
-                counters.timed_out.fetch_add(1, Ordering::Relaxed)
+                tally.max_lateness(late);
+                tally.add(|c| &c.lateness_total, late);
+                tally.add(|c| &c.timed_out, 1);
             }
-        };
+        }
     }
 
     /// Hands a completion to the callback, inside the operation `active` marks, or drops
@@ -221,9 +221,7 @@ impl<T: Send + 'static> Engine<T> {
         drop(paused);
         if delivered.is_err() {
             // Relaxed: a statistic.
-            self.counters()
-                .callback_panics
-                .fetch_add(1, Ordering::Relaxed);
+            self.tally().add(|c| &c.callback_panics, 1);
         }
     }
 }

@@ -10,7 +10,6 @@ use super::Engine;
 use crate::acker::table::{Effects, Table};
 use crate::acker::threads::{Active, Pushed};
 use crate::acker::timers::ticks::reached;
-use crate::sync::Ordering;
 
 impl<T: Send + 'static> Engine<T> {
     /// After an operation's table calls on `table` (and its successors): files the timers
@@ -37,9 +36,7 @@ impl<T: Send + 'static> Engine<T> {
                 let moved = effects.take_moved();
                 if moved > 0 {
                     // Relaxed: a statistic.
-                    self.counters()
-                        .roots_moved
-                        .fetch_add(u64::from(moved), Ordering::Relaxed);
+                    self.tally().add(|c| &c.roots_moved, u64::from(moved));
                 }
                 return crowded;
             };

@@ -87,10 +87,8 @@ pub(super) use shutdown::Handle;
 
 use std::time::Duration;
 
-use crossbeam_utils::CachePadded;
-
 use super::outcome::{Callback, InitError};
-use super::stats::{AckerStats, Counters};
+use super::stats::{AckerStats, Counters, Tally};
 use super::threads::{Active, Threads};
 use crate::acker::bound::Credits;
 use crate::acker::table::word::{Key, KEY_SHIFT};
@@ -144,7 +142,6 @@ pub(super) struct Engine<T> {
     /// `give_up_stranded`), for shutdown to hand back with the rest.
     late_handed_back: Mutex<Vec<(u64, T)>>,
     credits: Arc<Credits>,
-    counters: Box<[CachePadded<Counters>]>,
     /// Each thread's record: its hand-off list, its operations' marks, its hand of
     /// credits ([`threads`](crate::acker::threads)); shared with `credits`.
     threads: Arc<Threads>,
@@ -215,9 +212,6 @@ impl<T: Send + 'static> Engine<T> {
             tables: Tables::new(shards, config.max_pending, &credits, timeout, Mix { seed }),
             late_handed_back: Mutex::new(Vec::new()),
             credits,
-            counters: (0..stripes)
-                .map(|_| CachePadded::new(Counters::default()))
-                .collect(),
             threads,
             hand_off_age: (timeout / 4).clamp(1, HAND_OFF_AGE),
             reaper: reaper::Reaper::new(ticks.full(now), config.manual),
@@ -255,14 +249,21 @@ impl<T: Send + 'static> Engine<T> {
     }
 
     /// A re-anchoring is under way (its thread waits for the busy ones, or sweeps).
+    /// The threads' records not dropped yet.
+    #[cfg(test)]
+    pub(in crate::acker) fn thread_records(&self) -> usize {
+        self.threads.records()
+    }
+
     #[cfg(test)]
     pub(in crate::acker) fn reanchoring(&self) -> bool {
         self.threads.moving()
     }
 
+    /// The calling thread's counters ([`stats`](crate::acker::stats)).
     #[inline]
-    fn counters(&self) -> &Counters {
-        Counters::own(&self.counters)
+    fn tally(&self) -> Tally<'_> {
+        self.threads.tally()
     }
 
     pub(super) fn init(
@@ -305,9 +306,7 @@ impl<T: Send + 'static> Engine<T> {
             let settled = result.is_ok() && effects.is_none();
             if effects.joined() {
                 // Relaxed: a statistic.
-                self.counters()
-                    .orphans_joined
-                    .fetch_add(1, Ordering::Relaxed);
+                self.tally().add(|c| &c.orphans_joined, 1);
             }
             let crowded = self.finish(shard, table, &mut effects, &active);
             return match result {
@@ -335,9 +334,7 @@ impl<T: Send + 'static> Engine<T> {
                         payload = p;
                         continue;
                     }
-                    self.counters()
-                        .rejected_full
-                        .fetch_add(1, Ordering::Relaxed); // a statistic
+                    self.tally().add(|c| &c.rejected_full, 1); // a statistic
                     Err(InitError::Full(p))
                 }
             };
@@ -451,9 +448,7 @@ impl<T: Send + 'static> Engine<T> {
                 Applied::Retry | Applied::Missing => continue,
                 Applied::Full if crowded && self.make_room(shard, table) => continue,
                 Applied::Full => {
-                    self.counters()
-                        .rejected_full
-                        .fetch_add(1, Ordering::Relaxed); // a statistic
+                    self.tally().add(|c| &c.rejected_full, 1); // a statistic
                 }
                 Applied::Created if crowded => self.grow_if_loaded(shard, table),
                 Applied::Created | Applied::Changed => {}
@@ -490,7 +485,8 @@ impl<T: Send + 'static> Engine<T> {
 
     pub(super) fn stats(&self) -> AckerStats {
         let shift = self.time.ticks.shift;
-        let mut stats = Counters::sum(&self.counters, self.pending(), |ticks| {
+        let each = |f: &mut dyn FnMut(&Counters)| self.threads.each_counters(f);
+        let mut stats = Counters::sum(each, self.pending(), |ticks| {
             Duration::from_nanos(ticks.saturating_mul(1 << shift))
         });
         // Relaxed (both): statistics.

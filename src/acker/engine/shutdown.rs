@@ -69,9 +69,7 @@ impl<T: Send + 'static> Engine<T> {
             }
         }
         // Relaxed: a statistic.
-        self.counters()
-            .orphans_expired
-            .fetch_add(dropped, Ordering::Relaxed);
+        self.tally().add(|c| &c.orphans_expired, dropped);
     }
 
     /// Shutdown came while this init settled: takes its tree back if no scan did, looking

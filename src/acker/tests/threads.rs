@@ -455,3 +455,46 @@ fn the_reaper_thread_runs_with_a_short_slice() {
     assert_eq!(name.as_deref(), Some("ackwheel-reaper"));
     assert_eq!(slice, granted);
 }
+
+/// Each thread counts into its own record, and a thread that ends leaves its counts (and
+/// its hand of credits) behind: folded into the shared set before its record goes, so the
+/// stats neither lose nor double them.
+#[test]
+fn the_counts_and_credits_of_ended_threads_stay() {
+    let threads = if cfg!(miri) { 2 } else { 8 };
+    let acker: Acker<u32> = Acker::builder().build_manual().unwrap();
+    for t in 0..threads {
+        let acker = acker.clone();
+        std::thread::spawn(move || {
+            for tree in 0..100u64 {
+                let root = (t * 1000 + tree).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+                acker.init(root, 0b11, 0).unwrap();
+                acker.ack(root, 0b01);
+                acker.ack(root, 0b10); // completes it
+            }
+            acker.fail(0xfa11 + t); // an orphan, held
+        })
+        .join()
+        .unwrap();
+    }
+    let stats = acker.stats();
+    assert_eq!(
+        (stats.acked, stats.pending),
+        (100 * threads, threads as usize)
+    );
+    let records = acker.engine().thread_records();
+    // Passes drop the ended threads' records (their orphans collected, their hands
+    // reclaimed): the counts stay.
+    for _ in 0..3 {
+        acker.expire();
+    }
+    assert!(
+        acker.engine().thread_records() < records,
+        "no ended thread's record dropped ({records})"
+    );
+    let stats = acker.stats();
+    assert_eq!(
+        (stats.acked, stats.pending),
+        (100 * threads, threads as usize)
+    );
+}

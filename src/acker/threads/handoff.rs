@@ -350,11 +350,15 @@ impl Threads {
             }
         }
         // An abandoned record goes once empty, and once its hand of credits is reclaimed
-        // (`reclaim_hands`).
+        // (`reclaim_hands`); its counts stay, in the shared set.
         all.retain(|b| {
-            !(b.abandoned.load(Ordering::SeqCst)
+            let goes = b.abandoned.load(Ordering::SeqCst)
                 && b.len.load(Ordering::SeqCst) == 0
-                && b.hand.load(Ordering::SeqCst) == 0)
+                && b.hand.load(Ordering::SeqCst) == 0;
+            if goes {
+                self.counters.fold(&b.counters);
+            }
+            !goes
         });
         left
     }

@@ -30,7 +30,7 @@
 //! *wait* until no thread is inside, and re-anchoring also turns entering operations back:
 //! no reclamation crate offers that, so a crate would add a second per-thread word that
 //! every operation writes, for a rare event (a table retires once per migration). Here an
-//! operation's mark is plain stores and a compiler fence: none of a tree's 10 locked
+//! operation's mark is plain stores and a compiler fence: none of a tree's 7 locked
 //! instructions (`python3 benches/instructions/count.py acker`). `crossbeam-epoch` pins
 //! with a `lock cmpxchg` and collects garbage on the pinning thread every 128 pins; when a
 //! table's retirement used it, its pin was 37 % of an in-cache ack by `perf`, and dropping

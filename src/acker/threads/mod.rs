@@ -5,12 +5,21 @@
 //! keeps its record for every acker it operated on (`LOCAL`), and the last one it used
 //! (`LAST`) answers the common case, one acker on many calls, with one thread-local read.
 //! Under loom, where the models pass records explicitly, nothing is per-thread. The record
-//! serves two purposes, each with its own rules:
+//! serves four purposes, each with its own rules:
 //!
 //! * the thread's timer hand-off ([`handoff`]): the entries it created wait in its hand-off
 //!   list for a tick or two, and only those that outlive the hand-off age reach the reaper;
 //! * the marks of the thread's operations in progress ([`marks`]): shutdown's closing of
-//!   the callback, the grace periods that retire tables and re-anchoring all wait on them.
+//!   the callback, the grace periods that retire tables and re-anchoring all wait on them;
+//! * its hand of `max_pending` credits ([`bound`](crate::acker::bound), "Hands");
+//! * its counts for the stats ([`stats`](crate::acker::stats)).
+//!
+//! The last two have one writer, the owner, with plain loads and stores, until the owner
+//! ends: its thread-locals' destructor marks its records abandoned, and the reaper's pass
+//! moves an abandoned record's hand back to the stripes and folds its counts into the
+//! shared set (under the records' lock, which the stats' sum takes too) before the record
+//! goes. The owner's last writes happen before its `abandoned` store, which the reaper's
+//! load reads (both SeqCst), so nothing it counted or held is lost.
 //!
 //! The reaper's wake-up ([`wake`]) closes the loop: a push that makes a hand-off list
 //! non-empty wakes a reaper parked with no deadline. Each protocol is a Dekker pair through
@@ -20,6 +29,7 @@
 #[cfg(not(loom))]
 use std::cell::{Cell, RefCell};
 
+use crate::acker::stats::{Counters, Tally};
 use crate::acker::timers::ticks::Tick;
 use crate::sync::fences::Fences;
 use crate::sync::{
@@ -67,6 +77,9 @@ pub struct Record {
     /// written by the owner alone while it lives, and by whoever reclaims it once
     /// `abandoned` is set.
     hand: AtomicUsize,
+    /// The owner's counts ([`stats`](crate::acker::stats)): written by the owner alone,
+    /// folded into the shared set before the record goes.
+    counters: Counters,
 }
 
 // Safety: `entries` is the only non-Sync part, and the pin protocol (module docs) gives it
@@ -78,6 +91,13 @@ impl Record {
     #[cfg(loom)]
     pub fn hand(&self) -> &AtomicUsize {
         &self.hand
+    }
+
+    /// Counts `n` trees acked in the owner's counters, as an operation of the owner's
+    /// does: for the loom models, which pass records explicitly.
+    #[cfg(loom)]
+    pub fn count_acked(&self, n: u64) {
+        Tally::new(&self.counters, true).add(|c| &c.acked, n);
     }
 
     fn new() -> Self {
@@ -92,6 +112,7 @@ impl Record {
             abandoned: AtomicBool::new(false),
             entries: UnsafeCell::new(Entries::default()),
             hand: AtomicUsize::new(0),
+            counters: Counters::default(),
         }
     }
 }
@@ -133,6 +154,9 @@ pub struct Threads {
     shared: AtomicU32,
     /// Heavy fences whose barrier could not be run (see [`Threads::heavy`]).
     barrier_failures: AtomicU64,
+    /// The counts of threads without a record, and of records gone
+    /// ([`stats`](crate::acker::stats)).
+    counters: Counters,
 }
 
 impl Threads {
@@ -151,6 +175,7 @@ impl Threads {
             moving: AtomicBool::new(false),
             shared: AtomicU32::new(0),
             barrier_failures: AtomicU64::new(0),
+            counters: Counters::default(),
         }
     }
 
@@ -206,6 +231,44 @@ impl Threads {
             .filter(|r| r.abandoned.load(Ordering::SeqCst))
             .map(|r| r.hand.swap(0, Ordering::SeqCst))
             .sum()
+    }
+
+    /// The calling thread's counters: its record's, or the shared set for a thread without
+    /// one.
+    #[inline]
+    pub(crate) fn tally(&self) -> Tally<'_> {
+        match self.own() {
+            Some(record) => Tally::new(&record.counters, true),
+            None => Tally::new(&self.counters, false),
+        }
+    }
+
+    /// [`tally`](Self::tally) of the thread inside the operation `active`, without a
+    /// lookup.
+    #[inline]
+    pub(crate) fn tally_in<'a>(&'a self, active: &'a Active) -> Tally<'a> {
+        match active.record() {
+            Some(record) => Tally::new(&record.counters, true),
+            None => Tally::new(&self.counters, false),
+        }
+    }
+
+    /// The trees acked, summed over every record and the shared set: for the loom models.
+    #[cfg(loom)]
+    pub fn acked(&self) -> u64 {
+        let mut acked = 0;
+        // SeqCst: the models' final check, after their threads joined.
+        self.each_counters(&mut |c| acked += c.acked.load(Ordering::SeqCst));
+        acked
+    }
+
+    /// Calls `each` with every record's counters and the shared set, under the records'
+    /// lock (a record's set is folded into the shared one under it before the record
+    /// goes: each count is seen once).
+    pub(crate) fn each_counters(&self, each: &mut dyn FnMut(&Counters)) {
+        let all = self.all.lock().unwrap();
+        all.iter().for_each(|record| each(&record.counters));
+        each(&self.counters);
     }
 
     /// A re-anchoring is under way: between `begin_moving` and `end_moving`.

@@ -322,10 +322,7 @@ fn look_at_group<'e, T: Send + 'static>(
             Expiry::Gone => None,
             Expiry::Dropped => {
                 // Relaxed: a statistic.
-                engine
-                    .counters()
-                    .orphans_expired
-                    .fetch_add(1, Ordering::Relaxed);
+                engine.tally().add(|c| &c.orphans_expired, 1);
                 None
             }
             Expiry::TimedOut => {

@@ -351,9 +351,7 @@ impl<T: Send + 'static> Engine<T> {
             late.push((root, payload));
         } else if from.discard(slot, key) {
             // Relaxed: a statistic.
-            self.counters()
-                .orphans_expired
-                .fetch_add(1, Ordering::Relaxed);
+            self.tally().add(|c| &c.orphans_expired, 1);
         }
     }
 
