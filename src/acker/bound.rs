@@ -123,6 +123,27 @@ impl Credits {
         self.give_many(1);
     }
 
+    /// [`take`](Self::take) from `hand`, the calling thread's (the operation's record has
+    /// it at hand), or looked up when `None`.
+    #[inline]
+    pub fn take_with(&self, hand: Option<&AtomicUsize>) -> bool {
+        match hand {
+            Some(hand) if self.chunk > 1 => self.take_in(hand),
+            Some(_) => self.take_one(),
+            None => self.take(),
+        }
+    }
+
+    /// [`give`](Self::give) to `hand`, the calling thread's, or looked up when `None`.
+    #[inline]
+    pub fn give_with(&self, hand: Option<&AtomicUsize>) {
+        match hand {
+            Some(hand) if self.chunk > 1 => self.give_in(hand, 1),
+            Some(_) => self.give_many(1),
+            None => self.give(),
+        }
+    }
+
     /// [`take`](Self::take) from `hand`, which only the calling thread writes.
     #[inline]
     pub fn take_in(&self, hand: &AtomicUsize) -> bool {

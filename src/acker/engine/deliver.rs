@@ -114,7 +114,8 @@ impl<T: Send + 'static> Engine<T> {
         } = completed;
         // Safety: `completed` is a completion this acker's call claimed, ended (its payload
         // taken, its slot freed) once, here.
-        let (stamp, own_timeout, payload) = unsafe { table.end(slot, key) };
+        let (stamp, own_timeout, payload) =
+            unsafe { table.end(slot, key, self.threads.hand_in(active)) };
         // The tree is complete and its slot free: a clock that panics now must not lose the
         // completion. It is delivered (elapsed 0), and then the panic goes on to the
         // caller.

@@ -289,7 +289,10 @@ impl<T: Send + 'static> Engine<T> {
             let stamp = time::stamp_at(self.write_tick());
             // Safety: inside the operation `active` marks.
             let table = unsafe { self.tables.shards[shard].current() };
-            let mut effects = Effects::stamped(stamp);
+            // Safety: the hand is the record of the operation `active` marks, which
+            // outlives it; the effects live within it, on this thread.
+            let mut effects =
+                unsafe { Effects::stamped(stamp).with_hand(self.threads.hand_in(&active)) };
             self.help(shard, table, &mut effects);
             // Along the chain (one table but during a migration): create only in the last.
             let mut at = table;
@@ -431,7 +434,10 @@ impl<T: Send + 'static> Engine<T> {
             let stamp = time::stamp_at(self.write_tick());
             // Safety: inside the operation `active` marks.
             let table = unsafe { self.tables.shards[shard].current() };
-            let mut effects = Effects::stamped(stamp);
+            // Safety: the hand is the record of the operation `active` marks, which
+            // outlives it; the effects live within it, on this thread.
+            let mut effects =
+                unsafe { Effects::stamped(stamp).with_hand(self.threads.hand_in(active)) };
             self.help(shard, table, &mut effects);
             // Along the chain (one table but during a migration): create only in the last.
             let mut at = table;

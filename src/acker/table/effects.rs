@@ -2,9 +2,12 @@
 //! the slots whose entries need a timer filed; and what it is given: the stamp for an
 //! entry it creates.
 
+use std::ptr::NonNull;
+
 use super::times::Stamp;
 use super::Key;
 use crate::acker::outcome::Outcome;
+use crate::sync::AtomicUsize;
 
 /// A completion this call's CAS claimed: it emptied `slot`'s word (the slot stays
 /// reserved), and the caller completes the tree with `outcome` (unsafe
@@ -93,6 +96,10 @@ pub struct Effects {
     joined: bool,
     /// Entries this operation moved to a successor (`roots_moved`).
     moved: u32,
+    /// The hand of credits of the operation's thread ([`bound`](crate::acker::bound)),
+    /// where the operation has its record at hand: a claim takes its credit there without
+    /// a lookup. `None`: the claim looks the hand up.
+    hand: Option<NonNull<AtomicUsize>>,
 }
 
 impl std::fmt::Debug for Effects {
@@ -118,6 +125,23 @@ impl Effects {
     #[inline]
     pub(super) fn stamp(&self) -> Stamp {
         self.stamp
+    }
+
+    /// These effects with the calling thread's hand of credits, `hand`.
+    ///
+    /// # Safety `hand` outlives these effects: it is the record of the operation that
+    /// makes them (which lives as long as the thread), and they are used on its thread.
+    #[inline]
+    pub unsafe fn with_hand(mut self, hand: Option<&AtomicUsize>) -> Self {
+        self.hand = hand.map(NonNull::from);
+        self
+    }
+
+    /// The hand of credits the operation gave ([`with_hand`](Self::with_hand)).
+    #[inline]
+    pub(super) fn hand(&self) -> Option<&AtomicUsize> {
+        // Safety: `with_hand`'s contract: the hand outlives these effects.
+        self.hand.map(|hand| unsafe { hand.as_ref() })
     }
 
     /// Takes one slot, with its table's generation, whose entry needs a timer filed, if

@@ -44,7 +44,7 @@
 //! in the successor would still find it. The mover's copy into the successor merges with a
 //! HELD twin there as any claim does (`merge_twins`).
 
-use super::{Effects, Key, Side, Stamp, Table, Unclaimed, Word, GROUP_SLOTS};
+use super::{Credit, Effects, Key, Side, Stamp, Table, Unclaimed, Word, GROUP_SLOTS};
 use crate::acker::table::word::State;
 use crate::sync::Backoff;
 use crate::sync::Ordering;
@@ -264,7 +264,7 @@ impl<T> Table<T> {
                     });
                 }
             };
-            match self.claim_with(key, word, None, stamp, false, fill) {
+            match self.claim_with(key, word, None, stamp, Credit::Kept, fill) {
                 Ok((slot, _)) => break slot,
                 // A reserved slot's word left EMPTY (which `claim_with` rules out): its
                 // payload cell was written but never published; it is dropped with the

@@ -82,7 +82,7 @@ pub use crate::acker::timers::ticks::{reached, Tick};
 pub use effects::{Completed, Effects};
 use group::Match;
 pub(crate) use group::SlotWord;
-use probe::{Search, Unclaimed, Vacancy};
+use probe::{Credit, Search, Unclaimed, Vacancy};
 pub use times::Stamp;
 use twins::InFlight;
 

@@ -6,7 +6,17 @@
 
 use super::group::masks;
 use super::{Effects, Key, Side, Stamp, Table, Word, CROWDED_DISTANCE, GROUP_SLOTS, MAX_PROBE};
-use crate::sync::{store_raced, Ordering};
+use crate::sync::{store_raced, AtomicUsize, Ordering};
+
+/// Whether a claim takes a credit ([`bound`](crate::acker::bound)), and from which hand.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Credit<'a> {
+    /// None: an entry moved by growth keeps the credit it holds.
+    Kept,
+    /// One: from this hand (the operation's thread's), or with `None` from the calling
+    /// thread's, looked up.
+    Take(Option<&'a AtomicUsize>),
+}
 
 /// Why [`Table::claim`] claimed nothing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -253,7 +263,8 @@ impl<T> Table<T> {
     ) -> Result<usize, Unclaimed> {
         // First, before anything is taken: making the stamp may read a clock that panics.
         let stamp = effects.stamp();
-        let claimed = self.claim_with(key, word, vacancy, stamp, true, |side| {
+        let credit = Credit::Take(effects.hand());
+        let claimed = self.claim_with(key, word, vacancy, stamp, credit, |side| {
             // Relaxed: published by the claim CAS, before which no one reads it.
             side.timeout.store(0, Ordering::Relaxed);
         });
@@ -265,17 +276,16 @@ impl<T> Table<T> {
         claimed.map(|(slot, _)| slot)
     }
 
-    /// [`claim`](Self::claim)'s work: reserves a slot with `stamp`, takes a credit if
-    /// `credit`, runs `fill` on the slot's side data (its timeout, a moved entry's
-    /// payload), then CASes
-    /// `word` in. The slot and its distance from home.
+    /// [`claim`](Self::claim)'s work: reserves a slot with `stamp`, takes a credit as
+    /// `credit` says, runs `fill` on the slot's side data (its timeout, a moved entry's
+    /// payload), then CASes `word` in. The slot and its distance from home.
     pub(super) fn claim_with(
         &self,
         key: Key,
         word: Word,
         vacancy: Option<Vacancy>,
         stamp: Stamp,
-        credit: bool,
+        credit: Credit<'_>,
         fill: impl FnOnce(&Side<T>),
     ) -> Result<(usize, usize), Unclaimed> {
         let home = self.home(key);
@@ -284,14 +294,18 @@ impl<T> Table<T> {
                 .compare_exchange(0, stamp.bits(), Ordering::SeqCst, Ordering::SeqCst)
                 .is_ok()
         };
-        if let Some(credits) = self.credits.as_ref().filter(|_| credit) {
-            if !credits.take() {
+        let credits = match credit {
+            Credit::Take(hand) => self.credits.as_deref().map(|credits| (credits, hand)),
+            Credit::Kept => None,
+        };
+        if let Some((credits, hand)) = credits {
+            if !credits.take_with(hand) {
                 return Err(Unclaimed::NoCredit); // max_pending entries held
             }
         }
         let give_credit = || {
-            if credit {
-                self.give_credit();
+            if let Some((credits, hand)) = credits {
+                credits.give_with(hand);
             }
         };
         let Some(Vacancy { slot, d }) = vacancy
@@ -349,25 +363,27 @@ impl<T> Table<T> {
     /// its reservation ends and its credit goes back. Inline: every completion ends here.
     #[inline]
     pub(super) fn release(&self, slot: usize, key: Key) {
-        self.release_in(slot, self.side(slot), key);
+        self.release_in(slot, self.side(slot), key, None);
     }
 
-    /// [`release`](Self::release) of `slot`, whose side data is `side`.
+    /// [`release`](Self::release) of `slot`, whose side data is `side`, its credit given
+    /// to `hand` (the calling thread's, looked up when `None`).
     #[inline]
-    pub(super) fn release_in(&self, slot: usize, side: &Side<T>, key: Key) {
+    pub(super) fn release_in(
+        &self,
+        slot: usize,
+        side: &Side<T>,
+        key: Key,
+        hand: Option<&AtomicUsize>,
+    ) {
         self.count_overflow(self.home(key), self.distance(key, slot), -1);
         // Last: the slot's reservation ends ([`times`](crate::acker::table::times)), and
         // its credit goes back. Release: a claimer whose reservation CAS reads this 0 then
         // sees the EMPTY word and the counts above; nothing here is a store-then-load pair,
         // so no SeqCst (a plain store, not a locked exchange, on x86).
         store_raced(&side.times, 0, Ordering::Release);
-        self.give_credit();
-    }
-
-    #[inline]
-    fn give_credit(&self) {
         if let Some(credits) = &self.credits {
-            credits.give();
+            credits.give_with(hand);
         }
     }
 }

@@ -4,6 +4,7 @@
 use super::lines::Side;
 use super::{Stamp, Table, Tick};
 use crate::acker::table::word::Key;
+use crate::sync::AtomicUsize;
 
 impl<T> Table<T> {
     /// Shutdown: takes back the initialized tree of `key` in `slot` (LIVE to completed, its
@@ -55,19 +56,25 @@ impl<T> Table<T> {
     /// Ends a completion this thread claimed in `slot`, with one indexing of the slot: reads
     /// its times and own timeout for the completion's report
     /// ([`completed_times`](Self::completed_times)), takes the payload
-    /// ([`take`](Self::take)), then frees the slot ([`free`](Self::free)).
+    /// ([`take`](Self::take)), then frees the slot ([`free`](Self::free)), its credit given
+    /// to `hand` (the calling thread's hand of credits, looked up when `None`).
     ///
     /// # Safety `slot` and `key` are those of a [`Completed`](super::Completed) this
     /// thread's call claimed, not yet taken nor freed: once per completion (as for `take`
     /// and `free`).
     #[inline]
-    pub unsafe fn end(&self, slot: usize, key: Key) -> (Option<Stamp>, Option<Tick>, T) {
+    pub unsafe fn end(
+        &self,
+        slot: usize,
+        key: Key,
+        hand: Option<&AtomicUsize>,
+    ) -> (Option<Stamp>, Option<Tick>, T) {
         let side = self.side(slot);
         let (stamp, own_timeout) = Self::completed_times(side);
         // Safety: the caller's contract: this completion's payload, taken once.
         let payload = unsafe { Self::take_in(side) };
         // Safety: the same completion, freed once, after its take.
-        unsafe { self.free_in(slot, side, key) };
+        unsafe { self.free_in(slot, side, key, hand) };
         (stamp, own_timeout, payload)
     }
 
@@ -123,18 +130,18 @@ impl<T> Table<T> {
     /// would steal.
     pub unsafe fn free(&self, slot: usize, key: Key) {
         // Safety: the caller's contract.
-        unsafe { self.free_in(slot, self.side(slot), key) }
+        unsafe { self.free_in(slot, self.side(slot), key, None) }
     }
 
     /// [`free`](Self::free) of `slot`, whose side data is `side`.
     ///
     /// # Safety As for `free`.
     #[inline]
-    unsafe fn free_in(&self, slot: usize, side: &Side<T>, key: Key) {
+    unsafe fn free_in(&self, slot: usize, side: &Side<T>, key: Key, hand: Option<&AtomicUsize>) {
         debug_assert!(
             !self.word(slot).load_on(self.cpu).holds(key),
             "freeing a slot that still holds its root"
         );
-        self.release_in(slot, side, key);
+        self.release_in(slot, side, key, hand);
     }
 }

@@ -262,6 +262,13 @@ impl Threads {
         acked
     }
 
+    /// The hand of credits of the thread inside the operation `active`, without a lookup;
+    /// `None` for a thread without a record.
+    #[inline]
+    pub fn hand_in<'a>(&'a self, active: &'a Active) -> Option<&'a AtomicUsize> {
+        active.record().map(|record| &record.hand)
+    }
+
     /// Calls `each` with every record's counters and the shared set, under the records'
     /// lock (a record's set is folded into the shared one under it before the record
     /// goes: each count is seen once).

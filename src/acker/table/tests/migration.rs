@@ -164,7 +164,7 @@ fn a_successor_without_room_leaves_the_entry_where_it_was() {
     let key = key_in(4, 3, 77);
     let word = Word::held_ack(key, 0b101);
     let mut effects = Effects::default();
-    old.claim_with(key, word, None, Stamp::new(1, 1), false, |_| {})
+    old.claim_with(key, word, None, Stamp::new(1, 1), Credit::Kept, |_| {})
         .unwrap();
     assert!(!old.move_round(&mut effects), "the entry has no room");
     assert!(!old.moved_all());
