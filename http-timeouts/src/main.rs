@@ -56,7 +56,9 @@
 //!
 //! Client-side, per status (`c200`, `c502`, `c504`): each request sent after the warm-up
 //! and before the end, from its sending to its whole response read. The server reports
-//! its peak resident set (`VmHWM`) and its resident set at the end. With two trackers,
+//! its peak resident set (`VmHWM`), its resident set at the end, its own CPU time over the
+//! window a request answered in it, and for an ackwheel tracker the passes callers ran and
+//! the reaper thread's context switches (`/proc/self/task`). With two trackers,
 //! `bench` prints each pair's requests/s and peak RSS as the first tracker's over the
 //! second's, and their medians.
 //!
@@ -666,6 +668,18 @@ fn serve(s: &Settings) {
     runtime.spawn(async move {
         let _ = axum::serve(listener, app).await;
     });
+    // The server's own CPU over the window, for its cost a request: steadier than the
+    // requests/s of a saturated run, which the machine's moods move by a third.
+    let window_cpu = {
+        let (from, to) = (secs(s.warm_up), secs(s.secs));
+        std::thread::spawn(move || {
+            let at = |t: u64| std::thread::sleep(Duration::from_nanos(t.saturating_sub(stamp())));
+            at(began + from);
+            let before = own_cpu_seconds();
+            at(began + to);
+            own_cpu_seconds() - before
+        })
+    };
     // The deadlines recorded end at `secs`; their responses come by then plus the timeout
     // plus some lateness.
     let end = Duration::from_secs_f64(s.secs)
@@ -682,6 +696,13 @@ fn serve(s: &Settings) {
         ("tracker".to_string(), s.tracker.clone()),
         ("rps".into(), format!("{:.0}", answered as f64 / window)),
         ("peak_rss_mb".into(), format!("{:.1}", memory_mb("VmHWM"))),
+        (
+            "cpu_us_per_req".into(),
+            format!(
+                "{:.2}",
+                window_cpu.join().unwrap_or(0.0) * 1e6 / (answered.max(1) as f64)
+            ),
+        ),
         ("rss_mb".into(), format!("{:.1}", memory_mb("VmRSS"))),
         (
             "t504ps".into(),
@@ -738,8 +759,14 @@ fn serve(s: &Settings) {
             Tracker::Tokio(_) => None,
         };
         if let Some(st) = stats {
-            out.push((format!("{prefix}caller_passes"), st.caller_passes.to_string()));
-            out.push((format!("{prefix}reaper_switches"), reaper_switches().to_string()));
+            out.push((
+                format!("{prefix}caller_passes"),
+                st.caller_passes.to_string(),
+            ));
+            out.push((
+                format!("{prefix}reaper_switches"),
+                reaper_switches().to_string(),
+            ));
             out.push((
                 format!("{prefix}acker_late_mean"),
                 format!(
@@ -898,6 +925,17 @@ type Figures = Vec<(String, String)>;
 
 /// CPU seconds every process on the machine has used since boot (`/proc/stat`; 0 where
 /// there is none), and this process's waited-for children's.
+/// This process's CPU time so far (user and system, every thread), in seconds.
+fn own_cpu_seconds() -> f64 {
+    // Safety: `usage` is a valid rusage for the call to fill.
+    unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_SELF, &mut usage);
+        let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+        secs(usage.ru_utime) + secs(usage.ru_stime)
+    }
+}
+
 fn cpu_seconds() -> (f64, f64) {
     let ticks = 100.0; // USER_HZ on Linux
     let machine = std::fs::read_to_string("/proc/stat")
@@ -1129,11 +1167,12 @@ fn bench(mut s: Settings) {
                 .collect();
             println!(
                 "  {label:<16} cores used: ours {}, other processes' {}; server RSS peak {} MB, \
-                 at the end {} MB;{acker}",
+                 at the end {} MB; server CPU {} µs a request;{acker}",
                 get("cpu_ours"),
                 get("cpu_other"),
                 get("peak_rss_mb"),
                 get("rss_mb"),
+                get("cpu_us_per_req"),
             );
             all.push((tracker, figures));
         }
@@ -1152,7 +1191,11 @@ fn bench(mut s: Settings) {
                 .map(|pair| figure(&pair[0].1, k) / figure(&pair[1].1, k))
                 .collect()
         };
-        for (k, what) in [("rps", "requests/s"), ("peak_rss_mb", "peak RSS")] {
+        for (k, what) in [
+            ("rps", "requests/s"),
+            ("peak_rss_mb", "peak RSS"),
+            ("cpu_us_per_req", "server CPU a request"),
+        ] {
             let r = ratios(k);
             let each: Vec<String> = r.iter().map(|x| format!("{x:.3}")).collect();
             println!(
