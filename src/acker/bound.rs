@@ -99,52 +99,40 @@ impl Credits {
         }
     }
 
-    /// Takes one credit, from the calling thread's hand if it has one: `false` when its
-    /// hand and every stripe were empty (module docs, "What the bound promises").
-    #[inline]
-    pub fn take(&self) -> bool {
-        if self.chunk > 1 {
-            if let Some(hand) = self.threads.own_hand() {
-                return self.take_in(hand);
-            }
-        }
-        self.take_one()
+    /// Takes one credit from the calling thread's hand (looked up): the tests'.
+    #[cfg(test)]
+    fn take(&self) -> bool {
+        self.take_with(self.threads.own_hand())
     }
 
-    /// Gives one credit back (an entry was completed or dropped), to the calling thread's
-    /// hand if it has one.
-    #[inline]
-    pub fn give(&self) {
-        if self.chunk > 1 {
-            if let Some(hand) = self.threads.own_hand() {
-                return self.give_in(hand, 1);
-            }
-        }
-        self.give_many(1);
+    /// Gives one credit back to the calling thread's hand (looked up): the tests'.
+    #[cfg(test)]
+    fn give(&self) {
+        self.give_with(self.threads.own_hand());
     }
 
-    /// [`take`](Self::take) from `hand`, the calling thread's (the operation's record has
-    /// it at hand), or looked up when `None`.
+    /// Takes one credit, from `hand` (the calling thread's, which the operation's record
+    /// has at hand), or from the stripes when `None` or the acker has no hands: `false`
+    /// when the hand and every stripe were empty (module docs, "What the bound promises").
     #[inline]
     pub fn take_with(&self, hand: Option<&AtomicUsize>) -> bool {
         match hand {
             Some(hand) if self.chunk > 1 => self.take_in(hand),
-            Some(_) => self.take_one(),
-            None => self.take(),
+            _ => self.take_one(),
         }
     }
 
-    /// [`give`](Self::give) to `hand`, the calling thread's, or looked up when `None`.
+    /// Gives one credit back (an entry was completed or dropped): to `hand`, the calling
+    /// thread's, or to its stripe when `None` or the acker has no hands.
     #[inline]
     pub fn give_with(&self, hand: Option<&AtomicUsize>) {
         match hand {
             Some(hand) if self.chunk > 1 => self.give_in(hand, 1),
-            Some(_) => self.give_many(1),
-            None => self.give(),
+            _ => self.give_many(1),
         }
     }
 
-    /// [`take`](Self::take) from `hand`, which only the calling thread writes.
+    /// [`take_with`](Self::take_with) from `hand`, which only the calling thread writes.
     #[inline]
     pub fn take_in(&self, hand: &AtomicUsize) -> bool {
         // Relaxed (load and store): the owner's own counter; another thread reads it only
@@ -157,8 +145,8 @@ impl Credits {
         self.refill(hand)
     }
 
-    /// [`give`](Self::give) to `hand`, which only the calling thread writes: past two
-    /// chunks, one goes back to the thread's stripe.
+    /// [`give_with`](Self::give_with) to `hand`, which only the calling thread writes:
+    /// past two chunks, one goes back to the thread's stripe.
     #[inline]
     pub fn give_in(&self, hand: &AtomicUsize, n: usize) {
         // Relaxed: as in `take_in`.
@@ -238,8 +226,7 @@ impl Credits {
     /// loom models.
     #[cfg(any(test, loom))]
     pub fn free(&self) -> usize {
-        let stripes: usize = self.stripes.iter().map(|s| s.load(Ordering::SeqCst)).sum();
-        stripes + self.threads.in_hands()
+        self.in_stripes() + self.threads.in_hands()
     }
 
     /// The credits a hand takes at once ("Hands").
@@ -258,8 +245,12 @@ impl Credits {
     /// [`held`](Self::held) with the hands' credits counted as held: high by what the
     /// hands hold (at most two chunks a thread), and read without a lock.
     pub fn held_without_hands(&self) -> usize {
-        let free: usize = self.stripes.iter().map(|s| s.load(Ordering::SeqCst)).sum();
-        self.max.saturating_sub(free)
+        self.max.saturating_sub(self.in_stripes())
+    }
+
+    /// The credits in the stripes.
+    fn in_stripes(&self) -> usize {
+        self.stripes.iter().map(|s| s.load(Ordering::SeqCst)).sum()
     }
 }
 
@@ -413,22 +404,14 @@ mod tests {
     fn a_hand_takes_a_chunk_and_its_spare_credits_count_as_free() {
         let credits = with_hands();
         assert!(credits.take());
-        let stripes: usize = credits
-            .stripes
-            .iter()
-            .map(|s| s.load(Ordering::SeqCst))
-            .sum();
+        let stripes = credits.in_stripes();
         assert_eq!(stripes, 512 - 4, "one chunk taken from the stripes");
         assert_eq!((credits.held(), credits.free()), (1, 511));
         for held in 2..=4 {
             assert!(credits.take());
             assert_eq!(credits.held(), held, "taken from the hand");
         }
-        let stripes: usize = credits
-            .stripes
-            .iter()
-            .map(|s| s.load(Ordering::SeqCst))
-            .sum();
+        let stripes = credits.in_stripes();
         assert_eq!(stripes, 512 - 4, "the chunk's four, then nothing more");
         for _ in 0..4 {
             credits.give();
@@ -497,11 +480,7 @@ mod tests {
         one_and_end(&credits);
         credits.reclaim();
         assert_eq!(credits.threads.reclaim_hands(), 0);
-        let stripes: usize = credits
-            .stripes
-            .iter()
-            .map(|s| s.load(Ordering::SeqCst))
-            .sum();
+        let stripes = credits.in_stripes();
         assert_eq!(
             stripes,
             8 - 1,

@@ -27,14 +27,17 @@ impl<T: Send + 'static> Acker<T> {
     pub(crate) fn help_late_reaper(&self) -> bool {
         self.engine().help_late_reaper()
     }
+}
 
+/// Looks for the tests, the loom models, the stress harness and the benches.
+#[cfg(any(test, loom, feature = "internals"))]
+impl<T: Send + 'static> Acker<T> {
     /// Publishes a reaper thread asleep on a timer set two ticks before the clock's tick
     /// (due, and late for it at the async acker's and `build`'s resolutions, as
     /// [`help_late_reaper`](Self::help_late_reaper) judges it), as the thread
     /// publishes its timer: for tests and the loom models, on a manual acker, which has no
     /// thread.
     #[doc(hidden)]
-    #[cfg(any(test, loom, feature = "internals"))]
     pub fn pretend_reaper_late(&self) {
         self.engine().pretend_reaper_late();
     }
@@ -42,7 +45,6 @@ impl<T: Send + 'static> Acker<T> {
     /// Publishes the reaper thread as running (no timer: no caller helps), as the thread
     /// does at the top of its loop: for the loom models, on a manual acker.
     #[doc(hidden)]
-    #[cfg(any(test, loom, feature = "internals"))]
     pub fn pretend_reaper_running(&self) {
         self.engine().pretend_reaper_running();
     }
@@ -50,7 +52,6 @@ impl<T: Send + 'static> Acker<T> {
     /// Whether the reaper is published as running (no timer for a caller to find late):
     /// for the loom models.
     #[doc(hidden)]
-    #[cfg(any(test, loom, feature = "internals"))]
     pub fn reaper_published_running(&self) -> bool {
         self.engine().reaper_published_running()
     }
@@ -58,7 +59,6 @@ impl<T: Send + 'static> Acker<T> {
     /// Panics caught in the reaper's passes (a clock that panicked) and reaper threads lost
     /// to one.
     #[doc(hidden)]
-    #[cfg(any(test, loom, feature = "internals"))]
     pub fn reaper_panics(&self) -> u64 {
         self.engine().reaper_panics()
     }
@@ -66,14 +66,12 @@ impl<T: Send + 'static> Acker<T> {
     /// Slots the acker's tables hold now (they follow what is pending): for tests and the
     /// stress harness's memory report.
     #[doc(hidden)]
-    #[cfg(any(test, loom, feature = "internals"))]
     pub fn table_slots(&self) -> usize {
         self.engine().slots()
     }
 
     /// Table migrations started so far, to grow and to shrink.
     #[doc(hidden)]
-    #[cfg(any(test, loom, feature = "internals"))]
     pub fn table_migrations(&self) -> (u64, u64) {
         self.engine().migrations()
     }
@@ -81,7 +79,6 @@ impl<T: Send + 'static> Acker<T> {
     /// Whether operations mark themselves with asymmetric fences (`membarrier`) rather than
     /// a SeqCst fence each ([`marks`](crate::acker::threads::marks), "Grace periods").
     #[doc(hidden)]
-    #[cfg(any(test, loom, feature = "internals"))]
     #[cfg(not(loom))]
     pub fn asymmetric_fences(&self) -> bool {
         crate::sync::fences::Fences::detect() == crate::sync::fences::Fences::Asymmetric
@@ -90,7 +87,6 @@ impl<T: Send + 'static> Acker<T> {
     /// Bytes held by the tables' current generations, their successors, retired generations
     /// and the reaper's wheel: the stress harness's memory breakdown.
     #[doc(hidden)]
-    #[cfg(any(test, loom, feature = "internals"))]
     pub fn memory_parts(&self) -> [usize; 4] {
         self.engine().memory_parts()
     }
@@ -98,7 +94,6 @@ impl<T: Send + 'static> Acker<T> {
     /// Entries in the reaper's wheel (one per group of slots with roots it must look at):
     /// lets tests check that the wheel stays bounded.
     #[doc(hidden)]
-    #[cfg(any(test, loom, feature = "internals"))]
     pub fn scheduled_timers(&self) -> usize {
         self.engine().scheduled_timers()
     }
@@ -108,7 +103,6 @@ impl<T: Send + 'static> Acker<T> {
     /// (young ones too, if a mate's timer covers them). Lets tests and the stress harness
     /// check that no timer is lost. A walk of every table.
     #[doc(hidden)]
-    #[cfg(any(test, loom, feature = "internals"))]
     pub fn covered_roots(&self) -> usize {
         self.engine().covered_roots()
     }
@@ -116,7 +110,6 @@ impl<T: Send + 'static> Acker<T> {
     /// The `(table, 0)` a root lives in: lets the loom models pick roots that share a
     /// table (its group is not fixed: tables grow).
     #[doc(hidden)]
-    #[cfg(any(test, loom, feature = "internals"))]
     pub fn placement(&self, root: u64) -> (usize, usize) {
         self.engine().placement(root)
     }

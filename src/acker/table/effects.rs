@@ -98,7 +98,7 @@ pub struct Effects {
     moved: u32,
     /// The hand of credits of the operation's thread ([`bound`](crate::acker::bound)),
     /// where the operation has its record at hand: a claim takes its credit there without
-    /// a lookup. `None`: the claim looks the hand up.
+    /// a lookup. `None`: from the stripes.
     hand: Option<NonNull<AtomicUsize>>,
 }
 

@@ -13,8 +13,7 @@ use crate::sync::{store_raced, AtomicUsize, Ordering};
 pub(super) enum Credit<'a> {
     /// None: an entry moved by growth keeps the credit it holds.
     Kept,
-    /// One: from this hand (the operation's thread's), or with `None` from the calling
-    /// thread's, looked up.
+    /// One: from this hand (the operation's thread's), or with `None` from the stripes.
     Take(Option<&'a AtomicUsize>),
 }
 
@@ -367,7 +366,7 @@ impl<T> Table<T> {
     }
 
     /// [`release`](Self::release) of `slot`, whose side data is `side`, its credit given
-    /// to `hand` (the calling thread's, looked up when `None`).
+    /// to `hand` (the calling thread's), or to the stripes when `None`.
     #[inline]
     pub(super) fn release_in(
         &self,

@@ -57,7 +57,7 @@ impl<T> Table<T> {
     /// its times and own timeout for the completion's report
     /// ([`completed_times`](Self::completed_times)), takes the payload
     /// ([`take`](Self::take)), then frees the slot ([`free`](Self::free)), its credit given
-    /// to `hand` (the calling thread's hand of credits, looked up when `None`).
+    /// to `hand` (the calling thread's hand of credits), or to the stripes when `None`.
     ///
     /// # Safety `slot` and `key` are those of a [`Completed`](super::Completed) this
     /// thread's call claimed, not yet taken nor freed: once per completion (as for `take`

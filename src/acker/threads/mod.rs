@@ -392,8 +392,9 @@ impl Threads {
     }
 
     /// The calling thread's hand of credits ([`bound`](crate::acker::bound), "Hands"),
-    /// `None` for a thread without a record (an exiting one).
-    #[inline]
+    /// `None` for a thread without a record (an exiting one): for the tests (operations
+    /// take theirs from their record, [`hand_in`](Self::hand_in)).
+    #[cfg(test)]
     pub fn own_hand(&self) -> Option<&AtomicUsize> {
         self.own().map(|record| &record.hand)
     }
@@ -446,12 +447,6 @@ impl Threads {
 
     /// Under loom nothing is per-thread.
     pub(super) fn own(&self) -> Option<&Record> {
-        None
-    }
-
-    /// Under loom nothing is per-thread: the models pass hands explicitly
-    /// ([`Record::hand`]).
-    pub fn own_hand(&self) -> Option<&AtomicUsize> {
         None
     }
 
