@@ -5,7 +5,7 @@ use std::fmt;
 use std::time::Duration;
 
 use super::engine;
-use super::{Acker, Callback, Completion};
+use super::{Acker, BurstHandOver, Callback, Completion};
 use crate::clock::{duration_nanos, Clock, MonotonicClock};
 use crate::error::ConfigError;
 
@@ -22,6 +22,10 @@ pub struct AckerBuilder<T> {
     /// (`Engine::deliver_timeouts`): set by the async acker (its cells' numbers), not by
     /// users.
     pub(crate) delivery_order: Option<fn(&T) -> u32>,
+    /// Where the reaper thread's bursts of timeouts go, in batches, in place of
+    /// `on_complete` (`Engine::deliver_timeouts`): set by the async acker (its runtime's
+    /// workers), not by users.
+    pub(crate) burst_hand_over: Option<BurstHandOver<T>>,
 }
 
 impl<T> fmt::Debug for AckerBuilder<T> {
@@ -61,6 +65,7 @@ impl<T: Send + 'static> AckerBuilder<T> {
             clock: None,
             on_complete: None,
             delivery_order: None,
+            burst_hand_over: None,
         }
     }
 
@@ -212,6 +217,7 @@ impl<T: Send + 'static> AckerBuilder<T> {
                 .unwrap_or_else(|| Box::new(MonotonicClock::new())),
             on_complete: self.on_complete,
             delivery_order: self.delivery_order,
+            burst_hand_over: self.burst_hand_over,
             manual,
         };
         Ok(Acker {

@@ -190,7 +190,7 @@ use std::time::Duration;
 pub use builder::AckerBuilder;
 use builder::MAX_TIMEOUT_NS;
 pub use message::Message;
-pub(crate) use outcome::Callback;
+pub(crate) use outcome::{BurstHandOver, Callback};
 pub use outcome::{Completion, InitError, Outcome};
 pub use stats::AckerStats;
 

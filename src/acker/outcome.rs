@@ -79,3 +79,7 @@ impl<T> fmt::Display for InitError<T> {
 impl<T: fmt::Debug> std::error::Error for InitError<T> {}
 
 pub(crate) type Callback<T> = Box<dyn Fn(Completion<T>) + Send + Sync>;
+
+/// Where a burst of timeouts goes, a batch at a time, in place of a callback each
+/// (`Engine::deliver_timeouts`, "A burst's hand-over"): set by the async acker, not by users.
+pub(crate) type BurstHandOver<T> = Box<dyn Fn(Vec<Completion<T>>) + Send + Sync>;

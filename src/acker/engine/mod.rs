@@ -87,7 +87,7 @@ pub(super) use shutdown::Handle;
 
 use std::time::Duration;
 
-use super::outcome::{Callback, InitError};
+use super::outcome::{BurstHandOver, Callback, InitError};
 use super::stats::{AckerStats, Counters, Tally};
 use super::threads::{Active, Threads};
 use crate::acker::bound::Credits;
@@ -131,6 +131,9 @@ pub(super) struct Config<T> {
     /// A key of each payload that a burst of timeouts is delivered in the order of
     /// ([`deliver`], "A burst's order").
     pub delivery_order: Option<fn(&T) -> u32>,
+    /// Where the reaper thread's bursts of timeouts go, a batch at a time, in place of
+    /// `on_complete` ([`deliver`], "A burst's hand-over").
+    pub burst_hand_over: Option<BurstHandOver<T>>,
     pub manual: bool,
 }
 
@@ -157,15 +160,19 @@ pub(super) struct Engine<T> {
     on_complete: std::cell::UnsafeCell<Option<Callback<T>>>,
     /// [`Config::delivery_order`].
     delivery_order: Option<fn(&T) -> u32>,
+    /// [`Config::burst_hand_over`]: `on_complete`'s stand-in for a burst, under the same
+    /// protocol (read by operations that found the callback open, dropped with it).
+    burst_hand_over: std::cell::UnsafeCell<Option<BurstHandOver<T>>>,
     shutdown: AtomicBool,
     /// The reaper's state: its wheel, its thread, what it publishes to callers, its
     /// counters ([`reaper`]).
     reaper: reaper::Reaper,
 }
 
-// Safety: `on_complete` is the only part that is not `Sync` by itself: it is read only by
-// operations that found it open and taken only by shutdown after all of those have ended
-// (`drop_callback`); the callback itself is `Send + Sync`. The tables need `T: Send`.
+// Safety: `on_complete` and `burst_hand_over` are the only parts that are not `Sync` by
+// themselves: each is read only by operations that found the callback open and taken only
+// by shutdown after all of those have ended (`drop_callback`); both closures are
+// `Send + Sync`. The tables need `T: Send`.
 unsafe impl<T: Send> Sync for Engine<T> {}
 
 impl<T> std::fmt::Debug for Engine<T> {
@@ -218,6 +225,7 @@ impl<T: Send + 'static> Engine<T> {
             time: TimeBase::new(config.clock, config.tsc_ticks, ticks),
             on_complete: std::cell::UnsafeCell::new(config.on_complete),
             delivery_order: config.delivery_order,
+            burst_hand_over: std::cell::UnsafeCell::new(config.burst_hand_over),
             shutdown: AtomicBool::new(false),
         }
     }

@@ -99,7 +99,9 @@ impl<T: Send + 'static> Engine<T> {
         // Safety: `close` returned true: no operation that found the callback open is under
         // way, and every later one finds it closed and does not touch it.
         let callback = unsafe { (*self.on_complete.get()).take() };
-        drop(callback);
+        // Safety: as for the callback, whose stand-in for a burst it is.
+        let burst = unsafe { (*self.burst_hand_over.get()).take() };
+        drop((callback, burst));
         true
     }
 

@@ -15,13 +15,33 @@
 //! [`init_inner`](AsyncAcker::init_inner)) and must not block or await, so it only ever
 //! does two non-blocking things: complete its tree's waiter (waking the task that awaits
 //! it), or push the completion onto the unbounded queue behind [`Completions`].
+//!
+//! ## A burst on the workers
+//!
+//! A burst of timeouts (1,024 or more in one pass of the reaper thread: a million trees
+//! sharing a deadline) is not delivered by the thread one wake-up at a time: built inside
+//! a multi-thread tokio runtime, the acker keeps its [`Handle`], and the engine hands each
+//! burst over in batches (`acker::engine::deliver`, "A burst's
+//! hand-over"), each delivered by a task spawned there. Woken from a worker, the burst's
+//! tasks join that worker's own queue, as tokio's own timers' do, where the thread's
+//! wake-ups each took the shared queue's lock; and the thread no longer takes a core from
+//! the workers for the wake-ups. A batch owns its completions, and its drop delivers what
+//! it has not (a runtime shut down drops its tasks unpolled, at once, on the thread that
+//! spawns them): none is lost. Its delivery holds the waiter slabs and the stream's
+//! sender, so the stream ends after the batches under way have delivered.
+//!
+//! Not on a current-thread runtime, which runs tasks only while a caller drives it (a
+//! burst handed to one that nobody drives would wait there), nor when the acker is built
+//! outside a runtime: the thread then delivers as before.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use ::tokio::runtime::{Handle, RuntimeFlavor};
 use ::tokio::sync::{mpsc, Semaphore};
 
 use super::{AsyncAcker, Shared};
+use crate::acker::BurstHandOver;
 use crate::future::stores::{Held, Stores};
 use crate::future::stream::{Completions, Queued};
 use crate::{AckerBuilder, Completion, ConfigError};
@@ -50,8 +70,11 @@ impl<T: Send + 'static> AckerBuilder<T> {
     /// [`resolution`](AckerBuilder::resolution)). Callers come first: once the tick a
     /// due timer is set for has begun, the next `track` or `init` runs the reaper's pass
     /// (a bounded share of it) on its own worker, where the tasks it wakes run next; the
-    /// reaper thread delivers what they leave, and the rest of a burst, a backstop's lag
-    /// later. So timeouts do not wait for the scheduler to give that thread a core.
+    /// reaper thread delivers what they leave a backstop's lag later. So timeouts do not
+    /// wait for the scheduler to give that thread a core. Built inside a multi-thread
+    /// runtime, the acker hands a burst of timeouts the thread finds (a thousand or more
+    /// at once) to tasks spawned on that runtime, which wake the trees' tasks from its
+    /// workers; built elsewhere, the thread wakes them itself.
     ///
     /// # Errors
     ///
@@ -100,7 +123,7 @@ impl<T: Send + 'static> AckerBuilder<T> {
         let for_queue = Arc::clone(&permits);
         let stores = Stores::new();
         let cells = stores.clone();
-        let deliver = move |done: Completion<Held>| {
+        let deliver: Deliver = Arc::new(move |done: Completion<Held>| {
             let Completion {
                 root,
                 payload: held,
@@ -126,17 +149,24 @@ impl<T: Send + 'static> AckerBuilder<T> {
             // An error means the Completions was dropped: the completion is dropped with
             // it, giving its permit back.
             let _ = queue.send(queued);
-        };
+        });
+        // A current-thread runtime runs tasks only while a caller drives it: a burst
+        // handed to it could wait for that indefinitely ("A burst on the workers").
+        let burst_hand_over = Handle::try_current()
+            .ok()
+            .filter(|runtime| runtime.runtime_flavor() != RuntimeFlavor::CurrentThread)
+            .map(|runtime| burst_on(runtime, Arc::clone(&deliver)));
         let inner = AckerBuilder::<Held> {
             timeout: self.timeout,
             resolution: Some(self.resolution.unwrap_or(ASYNC_RESOLUTION)),
             shards: self.shards,
             max_pending: self.max_pending,
             clock: self.clock,
-            on_complete: Some(Box::new(deliver)),
+            on_complete: Some(Box::new(move |done| deliver(done))),
             // A burst's wake-ups in about the order the trees were started
             // ([`deliver`](crate::acker::engine::deliver), "A burst's order").
             delivery_order: Some(Held::order),
+            burst_hand_over,
         };
         let acker = AsyncAcker {
             shared: Arc::new(Shared {
@@ -147,5 +177,45 @@ impl<T: Send + 'static> AckerBuilder<T> {
             }),
         };
         Ok((acker, Completions::new(rx)))
+    }
+}
+
+/// The async acker's delivery of one completion: its waiter completed, or the stream fed.
+type Deliver = Arc<dyn Fn(Completion<Held>) + Send + Sync>;
+
+/// The hand-over of the reaper thread's bursts: each batch delivered by a task spawned on
+/// `runtime` (module docs, "A burst on the workers").
+fn burst_on(runtime: Handle, deliver: Deliver) -> BurstHandOver<Held> {
+    Box::new(move |batch: Vec<Completion<Held>>| {
+        let batch = Batch {
+            left: batch.into_iter(),
+            deliver: Arc::clone(&deliver),
+        };
+        // A runtime shut down drops the task at once, here: the batch's drop delivers.
+        drop(runtime.spawn(async move { batch.deliver_all() }));
+    })
+}
+
+/// A batch of a burst's completions not delivered yet: whatever is left when it is dropped
+/// (its task dropped by a runtime shutting down, unpolled) is delivered then, so none is
+/// lost.
+struct Batch {
+    left: std::vec::IntoIter<Completion<Held>>,
+    deliver: Deliver,
+}
+
+impl Batch {
+    fn deliver_all(mut self) {
+        for done in self.left.by_ref() {
+            (self.deliver)(done);
+        }
+    }
+}
+
+impl Drop for Batch {
+    fn drop(&mut self) {
+        for done in self.left.by_ref() {
+            (self.deliver)(done);
+        }
     }
 }

@@ -9,7 +9,9 @@
 //! `shutdown` closes the semaphore (waiting inits return [`InitError::Shutdown`]), hands
 //! back every pending tree (their `TreeCompletion`s resolve to
 //! [`Closed`](crate::future::Closed)) and drops the inner callback, which holds the queue's
-//! only sender: the stream ends once drained.
+//! sender with the batches of a burst still being delivered on the runtime
+//! ([`build`], "A burst on the workers"): the stream ends once they are done and it is
+//! drained.
 //! Dropping every handle without `shutdown` ends things the same way, except that the
 //! pending payloads are dropped: the last handle's drop shuts the inner acker down and
 //! drops what it hands back (the table holds only numbers, which own nothing), then closes

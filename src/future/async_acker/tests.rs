@@ -573,3 +573,171 @@ async fn acks_from_an_exiting_thread_resolve_tracked_and_streamed_trees() {
     assert_eq!(acker.room(), 4);
     assert!(acker.shutdown().await.is_empty());
 }
+
+/// A waker that counts its wake-ups by who woke it: a runtime's worker, or the name of the
+/// thread.
+#[derive(Default)]
+struct Witness {
+    /// Wake-ups by who woke: [`WORKER`], or a thread's name.
+    by: std::sync::Mutex<HashMap<String, usize>>,
+}
+
+/// [`Witness`]'s name for a runtime's worker.
+const WORKER: &str = "a runtime's worker";
+
+impl std::task::Wake for Witness {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        let by = match ::tokio::runtime::Handle::try_current() {
+            Ok(_) => WORKER.to_string(),
+            Err(_) => std::thread::current()
+                .name()
+                .unwrap_or("unnamed")
+                .to_string(),
+        };
+        *self.by.lock().unwrap().entry(by).or_default() += 1;
+    }
+}
+
+/// `trees` tracked trees (payloads 0.., roots 1..) on `clock`, each polled once with
+/// `waker`, so that its waiter holds it.
+fn track_polled(
+    acker: &AsyncAcker<u32>,
+    trees: u32,
+    waker: &std::task::Waker,
+) -> Vec<TreeCompletion<u32>> {
+    (0..trees)
+        .map(|i| {
+            let mut tree = acker.track(u64::from(i) + 1, 0b1, i).unwrap();
+            let mut cx = std::task::Context::from_waker(waker);
+            assert!(Pin::new(&mut tree).poll(&mut cx).is_pending());
+            tree
+        })
+        .collect()
+}
+
+/// A burst of timeouts found by the reaper thread (here 4,096 trees sharing one deadline
+/// on a manual clock) wakes its tasks from the runtime's workers, where they join the
+/// worker's own queue, and not from the reaper thread, whose wake-ups go to the runtime's
+/// shared queue. (Before the burst's hand-over, every wake-up came from `ackwheel-reaper`.)
+#[::tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg(not(miri))] // 4,096 trees
+async fn a_burst_of_timeouts_wakes_its_tasks_from_the_runtimes_workers() {
+    const TREES: u32 = 4_096;
+    let clock = crate::ManualClock::new(0);
+    let (acker, _completions) = Acker::<u32>::builder()
+        .timeout(Duration::from_millis(100))
+        .clock(clock.clone())
+        .build_async(4)
+        .unwrap();
+    let witness = Arc::new(Witness::default());
+    let waker = std::task::Waker::from(Arc::clone(&witness));
+    let trees = track_polled(&acker, TREES, &waker);
+    clock.advance(Duration::from_millis(200));
+    let woken = || witness.by.lock().unwrap().values().sum::<usize>();
+    let waited = std::time::Instant::now();
+    while woken() < TREES as usize && waited.elapsed() < BOUND {
+        ::tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let by = witness.by.lock().unwrap().clone();
+    assert_eq!(by.values().sum::<usize>(), TREES as usize, "{by:?}");
+    assert!(by.keys().all(|name| name == WORKER), "woken by {by:?}");
+    for (i, tree) in trees.into_iter().enumerate() {
+        let done = timeout(BOUND, tree).await.unwrap().unwrap();
+        assert_eq!((done.payload, done.outcome), (i as u32, Outcome::TimedOut));
+    }
+    assert!(acker.shutdown().await.is_empty());
+}
+
+/// A burst whose hand-over finds the runtime it was built on shut down (its task dropped
+/// unpolled) is delivered all the same, from the batch's drop: every tree resolves, every
+/// streamed completion reaches the stream, before it ends.
+#[test]
+#[cfg(not(miri))] // 4,096 trees
+fn a_burst_handed_to_a_runtime_shut_down_is_delivered_all_the_same() {
+    const TRACKED: u32 = 3_072;
+    const STREAMED: u32 = 1_024;
+    let first = ::tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let clock = crate::ManualClock::new(0);
+    let (acker, mut completions) = first
+        .block_on(async {
+            Acker::<u32>::builder()
+                .timeout(Duration::from_millis(100))
+                .clock(clock.clone())
+                .build_async(STREAMED as usize)
+        })
+        .unwrap();
+    drop(first);
+    let second = ::tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    second.block_on(async {
+        let witness = Arc::new(Witness::default());
+        let waker = std::task::Waker::from(Arc::clone(&witness));
+        let trees = track_polled(&acker, TRACKED, &waker);
+        for i in 0..STREAMED {
+            let root = u64::from(TRACKED + i) + 1;
+            acker.try_init(root, 0b1, TRACKED + i).unwrap();
+        }
+        clock.advance(Duration::from_millis(200));
+        for (i, tree) in trees.into_iter().enumerate() {
+            let done = timeout(BOUND, tree).await.unwrap().unwrap();
+            assert_eq!((done.payload, done.outcome), (i as u32, Outcome::TimedOut));
+        }
+        let mut streamed = Vec::new();
+        for _ in 0..STREAMED {
+            let done = next(&mut completions).await.unwrap();
+            assert_eq!(done.outcome, Outcome::TimedOut);
+            streamed.push(done.payload);
+        }
+        streamed.sort_unstable();
+        assert_eq!(streamed, (TRACKED..TRACKED + STREAMED).collect::<Vec<_>>());
+        assert!(acker.shutdown().await.is_empty());
+        assert!(next(&mut completions).await.is_none(), "the stream ends");
+    });
+}
+
+/// An acker built on a current-thread runtime hands it no burst: that runtime runs tasks
+/// only while a caller drives it, and here nobody does while the trees, awaited on another
+/// runtime, time out. (Handed over, they waited there for ever.)
+#[test]
+#[cfg(not(miri))] // 2,048 trees
+fn a_burst_is_not_handed_to_a_current_thread_runtime() {
+    const TREES: u32 = 2_048;
+    let built_on = ::tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let clock = crate::ManualClock::new(0);
+    let (acker, _completions) = built_on
+        .block_on(async {
+            Acker::<u32>::builder()
+                .timeout(Duration::from_millis(100))
+                .clock(clock.clone())
+                .build_async(4)
+        })
+        .unwrap();
+    let awaited_on = ::tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    awaited_on.block_on(async {
+        let waker = std::task::Waker::from(Arc::new(Witness::default()));
+        let trees = track_polled(&acker, TREES, &waker);
+        clock.advance(Duration::from_millis(200));
+        for (i, tree) in trees.into_iter().enumerate() {
+            let done = timeout(BOUND, tree).await.unwrap().unwrap();
+            assert_eq!((done.payload, done.outcome), (i as u32, Outcome::TimedOut));
+        }
+        assert!(acker.shutdown().await.is_empty());
+    });
+    drop(built_on);
+}

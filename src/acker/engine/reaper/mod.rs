@@ -15,8 +15,10 @@
 //!    later) and `Joining` (an init writing its payload, a root being moved: the next
 //!    tick) give the group's next look, filed at the earliest of them.
 //! 4. Deliver the timeouts, once the wheel's lock is released (a callback may call back
-//!    into the acker); a burst in the acker's delivery order, where it has one
-//!    ([`deliver`](crate::acker::engine::deliver), "A burst's order").
+//!    into the acker); a burst in the acker's delivery order, where it has one, and to
+//!    its hand-over, where it has one (the async acker's: tasks on its runtime)
+//!    ([`deliver`](crate::acker::engine::deliver), "A burst's order", "A burst's
+//!    hand-over").
 //! 5. The upkeep (the reaper's passes only): migrations helped and finished, successors
 //!    that callers asked for built, tables shrunk, retired generations freed, memory given
 //!    back ([`growth`](crate::acker::engine::tables::growth)). After the deliveries:
@@ -127,7 +129,10 @@
 //!   thread, so the next caller takes the next hand-off list only while the thread gets no
 //!   core (in the shared-deadline stress phase, callers that took hand-off list after
 //!   hand-off list ran 7,000 to 9,000 passes of its million timeouts, and `track`'s p99.99
-//!   was 0.2-4 ms; leaving the burst to the thread, 100 to 2,000, and 115-169 µs).
+//!   was 0.2-4 ms; leaving the burst to the thread, 100 to 2,000, and 115-169 µs). The
+//!   thread claims the burst, and the async acker's hands its wake-ups to tasks on its
+//!   runtime ([`deliver`](crate::acker::engine::deliver), "A burst's hand-over"): on the
+//!   workers after all, but a batch at a time, on tasks of their own.
 //! * **Its publication keeps the pushers' promise** ("Sleeping"): a push that found the
 //!   published tick early enough did not wake the thread, so after its pass the caller
 //!   publishes no later than the thread would sleep, and once more checks the hand-off
