@@ -51,13 +51,13 @@ use crate::acker::timers::ticks::{full_near, Tick};
 
 /// The fewest timeouts of one pass that are delivered in the acker's delivery order (module
 /// docs, "A burst's order").
-const ORDER_FROM: usize = 1024;
+pub(super) const ORDER_FROM: usize = 1024;
 
 /// The completions in each batch of a burst's hand-over (module docs, "A burst's
 /// hand-over"): a million make 245 tasks, each one lock on the runtime's shared queue,
 /// where a task a completion would take a million; and a batch holds its worker for its
 /// wake-ups alone, not for a whole burst's.
-const HAND_OVER_BATCH: usize = 4096;
+pub(super) const HAND_OVER_BATCH: usize = 4096;
 
 impl<T: Send + 'static> Engine<T> {
     /// Finishes a message's completion claimed in `table` (a generation of `shard`): takes

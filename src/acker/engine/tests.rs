@@ -990,6 +990,87 @@ fn a_burst_of_timeouts_is_delivered_in_the_delivery_order() {
     assert_ne!(few, sorted, "a pass of 100 sorted");
 }
 
+/// An acker with a burst hand-over (the async acker's, on a multi-thread runtime) hands a
+/// pass's burst of timeouts to it in batches of at most `HAND_OVER_BATCH`, each completion
+/// once and none to `on_complete`; a pass of fewer than `ORDER_FROM` goes to `on_complete`;
+/// and shutdown drops the hand-over with the callback (the async acker's stream ends only
+/// once its sender, which the hand-over holds, is gone).
+#[test]
+fn a_burst_goes_to_its_hand_over_in_batches_and_shutdown_drops_it() {
+    use super::deliver::{HAND_OVER_BATCH, ORDER_FROM};
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    struct SetOnDrop(Arc<AtomicBool>);
+    impl Drop for SetOnDrop {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
+    // Two full batches and a part of one; under Miri, one part (a burst all the same).
+    let trees = if cfg!(miri) {
+        ORDER_FROM + 76
+    } else {
+        2 * HAND_OVER_BATCH + 808
+    };
+    let clock = ManualClock::new(1 << 40);
+    let called = Arc::new(AtomicUsize::new(0));
+    let count = Arc::clone(&called);
+    let batches: Arc<Mutex<Vec<Vec<u32>>>> = Arc::default();
+    let (sink, dropped) = (Arc::clone(&batches), Arc::new(AtomicBool::new(false)));
+    let guard = SetOnDrop(Arc::clone(&dropped));
+    let mut builder = Acker::builder()
+        .timeout(Duration::from_secs(30))
+        .resolution(Duration::from_millis(1))
+        .clock(clock.clone())
+        .on_complete(move |_: Completion<u32>| {
+            count.fetch_add(1, Ordering::SeqCst);
+        });
+    builder.burst_hand_over = Some(Box::new(move |batch: Vec<Completion<u32>>| {
+        let _held = &guard;
+        let payloads = batch.into_iter().map(|c| {
+            assert_eq!(c.outcome, Outcome::TimedOut);
+            c.payload
+        });
+        sink.lock().unwrap().push(payloads.collect());
+    }));
+    let acker = builder.build_manual().unwrap();
+    let root = |i: usize| (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    for i in 0..trees {
+        acker.init(root(i), 0b11, i as u32).unwrap();
+    }
+    clock.advance(Duration::from_secs(31));
+    assert_eq!(acker.expire(), trees);
+    let burst = std::mem::take(&mut *batches.lock().unwrap());
+    let sizes: Vec<usize> = burst.iter().map(Vec::len).collect();
+    let full = trees / HAND_OVER_BATCH;
+    assert!(
+        sizes[..full].iter().all(|&n| n == HAND_OVER_BATCH)
+            && sizes[full..] == [trees % HAND_OVER_BATCH],
+        "batches of {sizes:?}"
+    );
+    let mut payloads: Vec<u32> = burst.into_iter().flatten().collect();
+    payloads.sort_unstable();
+    assert_eq!(payloads, (0..trees as u32).collect::<Vec<_>>());
+    assert_eq!(
+        called.load(Ordering::SeqCst),
+        0,
+        "a burst's completion to on_complete"
+    );
+    // Fewer than ORDER_FROM: the callback's.
+    for i in 0..100 {
+        acker.init(root(trees + i), 0b11, 0).unwrap();
+    }
+    clock.advance(Duration::from_secs(31));
+    assert_eq!(acker.expire(), 100);
+    assert_eq!(called.load(Ordering::SeqCst), 100);
+    assert!(batches.lock().unwrap().is_empty());
+    assert!(!dropped.load(Ordering::SeqCst));
+    assert!(acker.shutdown().is_empty());
+    assert!(
+        dropped.load(Ordering::SeqCst),
+        "shutdown keeps the hand-over"
+    );
+}
+
 /// Minor page faults of the calling thread so far.
 #[cfg(all(target_os = "linux", not(miri)))]
 fn thread_faults() -> i64 {
