@@ -34,11 +34,13 @@
 //! callback, and the hand-over delivers them where it likes (a task on the runtime, which
 //! wakes them from a worker into that worker's own queue). The hand-over stands for the
 //! callback: it is called only while the operation finds the callback open, paused and
-//! caught as the callback is, and shutdown drops it with the callback. In the stress run's
-//! shared-deadline phase (2-core VM, four alternating pairs), the last of the million
-//! timed out 1.57-1.80 s after the deadline (median 1.66 s) against 1.88-2.43 s (median
-//! 2.23 s) delivered by the reaper thread, and 0.93-1.06 times `tokio::time::timeout`'s
-//! last in the same runs (median 1.03) against 0.96-2.16 (median 1.31).
+//! caught as the callback is (one that panics loses its batch, as a callback that panics
+//! loses its completion), and shutdown drops it with the callback. In the stress run's
+//! shared-deadline phase (2-core VM, eight runs alternating with seven of the thread's
+//! own delivery), the last of the million timed out 1.57-1.99 s after the deadline
+//! (median 1.74 s) against 1.30-2.43 s (median 2.13 s), and 0.93-1.16 times
+//! `tokio::time::timeout`'s last in the same runs (median 1.05) against 0.74-2.16
+//! (median 1.07).
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Duration;
