@@ -18,7 +18,13 @@
 //!   poll).
 //!
 //! `cargo run --release --features tokio --example track_instructions -- REQUESTS [FANOUT
-//! [ackwheel|dashmap]]`
+//! [ackwheel|dashmap [RESOLUTION_NS]]]`
+//!
+//! RESOLUTION_NS is the acker's tick (default: `build_async`'s, 2^18 ns). `count.py` makes
+//! it 64 times that under callgrind, which runs about 50 times slower, so that a request
+//! lives as many ticks as it does natively (a few): at the native tick it lived hundreds
+//! under callgrind, outlived its hand-off age and was filed on the reaper's wheel, which a
+//! request of a few microseconds never is.
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -60,14 +66,19 @@ fn main() {
     let requests = args.next().and_then(|n| n.parse::<u64>().ok());
     let fanout = args.next().map_or(Some(4), |n| n.parse::<u64>().ok());
     let contender = args.next();
-    let (Some(requests), Some(fanout @ 1..=MAX_FANOUT)) = (requests, fanout) else {
+    let resolution = args
+        .next()
+        .map(|n| n.parse::<u64>().ok().map(Duration::from_nanos));
+    let (Some(requests), Some(fanout @ 1..=MAX_FANOUT), None | Some(Some(_))) =
+        (requests, fanout, resolution)
+    else {
         eprintln!(
-            "usage: track_instructions REQUESTS [FANOUT (1-{MAX_FANOUT}) [ackwheel|dashmap]]"
+            "usage: track_instructions REQUESTS [FANOUT (1-{MAX_FANOUT}) [ackwheel|dashmap [RESOLUTION_NS]]]"
         );
         std::process::exit(2);
     };
     match contender.as_deref() {
-        None | Some("ackwheel") => ackwheel(requests, fanout),
+        None | Some("ackwheel") => ackwheel(requests, fanout, resolution.flatten()),
         Some("dashmap") => dashmap(requests, fanout),
         Some(other) => {
             eprintln!("unknown contender {other}: ackwheel or dashmap");
@@ -112,11 +123,12 @@ fn run<F: Future<Output = Outcome>>(
     }
 }
 
-fn ackwheel(requests: u64, fanout: u64) {
-    let (acker, _completions) = Acker::<u32>::builder()
-        .timeout(TIMEOUT)
-        .build_async(16)
-        .expect("a valid configuration");
+fn ackwheel(requests: u64, fanout: u64, resolution: Option<Duration>) {
+    let mut builder = Acker::<u32>::builder().timeout(TIMEOUT);
+    if let Some(resolution) = resolution {
+        builder = builder.resolution(resolution);
+    }
+    let (acker, _completions) = builder.build_async(16).expect("a valid configuration");
     run(
         requests,
         fanout,

@@ -33,7 +33,8 @@ one ack):
     python3 benches/instructions/count.py --background 1000000 --cache ack ack-dashmap
 
 Callgrind runs the threads one at a time and about 50x slower than natively, so the
-lifecycle's acker ticks every 64 ms under it instead of every 1 ms: a tree lives as many
+lifecycle's acker ticks every 64 ms under it instead of every 1 ms (the tracked request's
+every 2^24 ns instead of 2^18): a tree lives as many
 ticks as natively (a fraction of one), and what is done by the clock (a thread's hand-off
 filter once a tick, the reaper's passes) comes about as often a tree. (At 1 ms, trees
 lived hundreds of ticks under callgrind and reached the reaper, which they never do
@@ -55,7 +56,9 @@ def binary(kind, fanout=4):
     contenders."""
     if kind in ("track", "track-dashmap"):
         contender = "dashmap" if kind == "track-dashmap" else "ackwheel"
-        return os.path.join(EXAMPLES, "track_instructions"), [], [str(fanout), contender]
+        # The async acker's tick (2^18 ns) times 64, as the lifecycle's below.
+        return (os.path.join(EXAMPLES, "track_instructions"), [],
+                [str(fanout), contender, str(64 << 18)])
     return os.path.join(EXAMPLES, "lifecycle_instructions"), [kind], []
 SMALL, LARGE = 100_000, 300_000
 
