@@ -23,9 +23,10 @@
 //! a multi-thread tokio runtime, the acker keeps its [`Handle`], and the engine hands each
 //! burst over in batches (`acker::engine::deliver`, "A burst's
 //! hand-over"), each delivered by a task spawned there. Woken from a worker, the burst's
-//! tasks join that worker's own queue, as tokio's own timers' do, where the thread's
-//! wake-ups each took the shared queue's lock; and the thread no longer takes a core from
-//! the workers for the wake-ups. A batch owns its completions, and its drop delivers what
+//! tasks join that worker's own queue (what it has no room for goes to the shared queue
+//! 128 at a time), as tokio's own timers' do, where the thread's wake-ups each took the
+//! shared queue's lock; and the thread no longer takes a core from the workers for the
+//! wake-ups. A batch owns its completions, and its drop delivers what
 //! it has not (a runtime shut down drops its tasks unpolled, at once, on the thread that
 //! spawns them): none is lost. Its delivery holds the waiter slabs and the stream's
 //! sender, so the stream ends after the batches under way have delivered.
@@ -34,6 +35,7 @@
 //! burst handed to one that nobody drives would wait there), nor when the acker is built
 //! outside a runtime: the thread then delivers as before.
 
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -198,7 +200,9 @@ fn burst_on(runtime: Handle, deliver: Deliver) -> BurstHandOver<Held> {
 
 /// A batch of a burst's completions not delivered yet: whatever is left when it is dropped
 /// (its task dropped by a runtime shutting down, unpolled) is delivered then, so none is
-/// lost.
+/// lost. A delivery may drop a payload nobody awaits, whose drop may panic: each is caught
+/// on its own, as the acker catches its callback's, so that one payload's panic neither
+/// loses the rest of the batch nor, raised again from the drop, aborts the process.
 struct Batch {
     left: std::vec::IntoIter<Completion<Held>>,
     deliver: Deliver,
@@ -206,16 +210,18 @@ struct Batch {
 
 impl Batch {
     fn deliver_all(mut self) {
+        self.deliver_left();
+    }
+
+    fn deliver_left(&mut self) {
         for done in self.left.by_ref() {
-            (self.deliver)(done);
+            let _ = catch_unwind(AssertUnwindSafe(|| (self.deliver)(done)));
         }
     }
 }
 
 impl Drop for Batch {
     fn drop(&mut self) {
-        for done in self.left.by_ref() {
-            (self.deliver)(done);
-        }
+        self.deliver_left();
     }
 }

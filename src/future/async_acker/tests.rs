@@ -741,3 +741,56 @@ fn a_burst_is_not_handed_to_a_current_thread_runtime() {
     });
     drop(built_on);
 }
+
+/// A burst whose batch holds payloads that nobody awaits and whose drop panics (here, on a
+/// runtime shut down: the batch's drop delivers it) delivers every other completion all
+/// the same: each payload's panic is caught on its own. (Without that, the first panic
+/// left the rest of the batch undelivered, their trees pending for ever.)
+#[test]
+#[cfg(not(miri))] // 2,048 trees
+fn a_burst_delivers_past_payloads_whose_drop_panics() {
+    const TREES: u64 = 2_048;
+    #[derive(Debug)]
+    struct Loud(bool);
+    impl Drop for Loud {
+        fn drop(&mut self) {
+            if self.0 {
+                panic!("a payload's drop panics");
+            }
+        }
+    }
+    let first = ::tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let clock = crate::ManualClock::new(0);
+    let (acker, _completions) = first
+        .block_on(async {
+            Acker::<Loud>::builder()
+                .timeout(Duration::from_millis(100))
+                .clock(clock.clone())
+                .build_async(4)
+        })
+        .unwrap();
+    drop(first);
+    let loud = |root: u64| root == 100 || root == 1_000;
+    let kept: Vec<_> = (1..=TREES)
+        .filter_map(|root| {
+            let tree = acker.track(root, 0b1, Loud(loud(root))).unwrap();
+            (!loud(root)).then_some((root, tree))
+        })
+        .collect();
+    clock.advance(Duration::from_millis(200));
+    let second = ::tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    second.block_on(async {
+        for (root, tree) in kept {
+            let done = timeout(BOUND, tree).await.unwrap().unwrap();
+            assert_eq!((done.root, done.outcome), (root, Outcome::TimedOut));
+        }
+    });
+    assert!(acker.shutdown_blocking().is_empty());
+}
