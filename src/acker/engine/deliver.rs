@@ -22,6 +22,13 @@
 //! the same runs. A caller's pass (at most a few dozen groups) is left unsorted: too few
 //! to pay for the sort.
 //!
+//! The burst's completions are ended first, in the pass's own order (a walk of the tables'
+//! lines, each read once for its lateness and its end), and the completions, which hold
+//! their payloads, are sorted then: sorting the claims instead read each payload in the
+//! table for its key and then walked the lines again in the sorted order, a random one,
+//! for the lateness and the end. In the shared-deadline phase the deliveries of a million
+//! took 261-316 ns a tree against 269-373 (three alternating pairs).
+//!
 //! ## A burst's hand-over
 //!
 //! The async acker's callback wakes a task, and a task woken from the reaper thread, which
@@ -84,37 +91,18 @@ impl<T: Send + 'static> Engine<T> {
     /// The timeouts of one reaper pass at full tick `now`: counted first, all at once
     /// (three statistics' RMWs a pass rather than a tree: locked operations that would each
     /// stall the pass's cache misses behind them), then delivered one by one. Counted
-    /// before the first callback, as [`deliver`](Self::deliver) counts before its own.
+    /// before the first callback, as [`deliver`](Self::deliver) counts before its own. A
+    /// burst that goes in the delivery order or to the hand-over is ended first
+    /// ([`deliver_burst`](Self::deliver_burst)).
     pub(super) fn deliver_timeouts(
         &self,
-        mut timed_out: Vec<(usize, &Table<T>, Completed)>,
+        timed_out: Vec<(usize, &Table<T>, Completed)>,
         now: u64,
         active: &Active,
     ) {
         if timed_out.is_empty() {
             return;
         }
-        if let Some(order) = self
-            .delivery_order
-            .filter(|_| timed_out.len() >= ORDER_FROM)
-        {
-            // A burst: in the payloads' order (module docs, "A burst's order").
-            timed_out.sort_by_cached_key(|(_, table, completed)| {
-                // Safety: this pass claimed the completion and ends it only below, after
-                // the sort; the reference does not leave this closure.
-                order(unsafe { table.claimed_payload(completed.slot) })
-            });
-        }
-        let (mut late_max, mut late_total) = (0, 0);
-        for (_, table, completed) in &timed_out {
-            let late = lateness(table, completed.slot, self.time.anchor(), now);
-            late_max = late_max.max(late);
-            late_total += late;
-        }
-        let tally = self.threads.tally_in(active);
-        tally.max_lateness(late_max);
-        tally.add(|c| &c.lateness_total, late_total);
-        tally.add(|c| &c.timed_out, timed_out.len() as u64);
         let hand_over = if active.open && timed_out.len() >= ORDER_FROM {
             // Safety: the calling operation found the callback open, so shutdown drops
             // the hand-over with it only after this operation ends
@@ -123,37 +111,77 @@ impl<T: Send + 'static> Engine<T> {
         } else {
             None
         };
+        let order = self
+            .delivery_order
+            .filter(|_| timed_out.len() >= ORDER_FROM);
+        if hand_over.is_some() || order.is_some() {
+            return self.deliver_burst(timed_out, now, order, hand_over, active);
+        }
+        let anchor = self.time.anchor();
+        let (mut late_max, mut late_total) = (0, 0);
+        for (_, table, completed) in &timed_out {
+            let late = lateness(table, completed.slot, anchor, now);
+            late_max = late_max.max(late);
+            late_total += late;
+        }
+        self.count_timeouts(timed_out.len(), late_max, late_total, active);
+        for (shard, table, completed) in timed_out {
+            self.finish_completion(shard, table, completed, Some(now), active, false, None);
+        }
+    }
+
+    /// A burst's timeouts (module docs, "A burst's order", "A burst's hand-over"): each
+    /// ended in the pass's order (one walk of the tables' lines), counted, then sorted by
+    /// `order` and delivered, to `hand_over` a batch at a time if there is one.
+    fn deliver_burst(
+        &self,
+        timed_out: Vec<(usize, &Table<T>, Completed)>,
+        now: u64,
+        order: Option<fn(&T) -> u32>,
+        hand_over: Option<&BurstHandOver<T>>,
+        active: &Active,
+    ) {
+        let anchor = self.time.anchor();
+        let (mut late_max, mut late_total) = (0, 0);
+        let mut done = Vec::with_capacity(timed_out.len());
+        for (shard, table, completed) in timed_out {
+            // Read before the end frees the slot, with its times.
+            let late = lateness(table, completed.slot, anchor, now);
+            late_max = late_max.max(late);
+            late_total += late;
+            let (completion, _) =
+                self.end_completion(shard, table, completed, Some(now), active, false, None);
+            done.push(completion);
+        }
+        self.count_timeouts(done.len(), late_max, late_total, active);
+        if let Some(order) = order {
+            done.sort_by_key(|completion| order(&completion.payload));
+        }
         match hand_over {
-            // A burst, handed over a batch at a time (module docs, "A burst's hand-over").
             Some(hand_over) => {
-                let mut batch = Vec::with_capacity(HAND_OVER_BATCH.min(timed_out.len()));
-                for (shard, table, completed) in timed_out {
-                    let (completion, _) = self.end_completion(
-                        shard,
-                        table,
-                        completed,
-                        Some(now),
-                        active,
-                        false,
-                        None,
-                    );
-                    batch.push(completion);
-                    if batch.len() == HAND_OVER_BATCH {
-                        let full =
-                            std::mem::replace(&mut batch, Vec::with_capacity(HAND_OVER_BATCH));
-                        self.hand_over_batch(hand_over, full, active);
+                let mut done = done.into_iter();
+                loop {
+                    let batch: Vec<_> = done.by_ref().take(HAND_OVER_BATCH).collect();
+                    if batch.is_empty() {
+                        break;
                     }
-                }
-                if !batch.is_empty() {
                     self.hand_over_batch(hand_over, batch, active);
                 }
             }
             None => {
-                for (shard, table, completed) in timed_out {
-                    self.finish_completion(shard, table, completed, Some(now), active, false, None);
+                for completion in done {
+                    self.hand_over(completion, active);
                 }
             }
         }
+    }
+
+    /// Counts a pass's `n` timeouts, their longest and total lateness.
+    fn count_timeouts(&self, n: usize, late_max: u64, late_total: u64, active: &Active) {
+        let tally = self.threads.tally_in(active);
+        tally.max_lateness(late_max);
+        tally.add(|c| &c.lateness_total, late_total);
+        tally.add(|c| &c.timed_out, n as u64);
     }
 
     /// A batch of a burst's completions to the burst's hand-over, paused and caught as a

@@ -87,25 +87,6 @@ impl<T> Table<T> {
         unsafe { Self::take_in(self.side(slot)) }
     }
 
-    /// The payload of a slot whose completion this thread claimed, before it ends it
-    /// ([`end`](Self::end)): to order a pass's deliveries by it.
-    ///
-    /// # Safety
-    ///
-    /// As [`end`](Self::end): `slot` is the slot of a [`Completed`](super::Completed) this
-    /// thread's call claimed and has not ended yet; the reference is dropped before it does.
-    pub unsafe fn claimed_payload(&self, slot: usize) -> &T {
-        let side = self.side(slot);
-        // The caller's CAS completed the tree from LIVE or JOINING (as in `take_in`): the
-        // cell is written, and the slot stays reserved, read by nobody else, until the
-        // caller ends it.
-        side.payload.0.with(|cell| {
-            // Safety: the cell is written and only this thread reads it until `end` (the
-            // contract), which the reference does not outlive.
-            unsafe { (*cell).assume_init_ref() }
-        })
-    }
-
     /// [`take`](Self::take) from the slot whose side data is `side`.
     ///
     /// # Safety As for `take`, of that slot.

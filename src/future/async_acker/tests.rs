@@ -652,6 +652,36 @@ async fn a_burst_of_timeouts_wakes_its_tasks_from_the_runtimes_workers() {
     assert!(acker.shutdown().await.is_empty());
 }
 
+/// A runtime: multi-thread (one worker) or current-thread, its time enabled.
+fn runtime(multi_thread: bool) -> ::tokio::runtime::Runtime {
+    let mut builder = if multi_thread {
+        let mut builder = ::tokio::runtime::Builder::new_multi_thread();
+        builder.worker_threads(1);
+        builder
+    } else {
+        ::tokio::runtime::Builder::new_current_thread()
+    };
+    builder.enable_all().build().unwrap()
+}
+
+/// An async acker built inside `runtime` (whose handle it keeps for its bursts), on a
+/// manual clock, with a timeout of 100 ms and `buffer`.
+fn built_in<T: Send + 'static>(
+    runtime: &::tokio::runtime::Runtime,
+    buffer: usize,
+) -> (AsyncAcker<T>, Completions<T>, crate::ManualClock) {
+    let clock = crate::ManualClock::new(0);
+    let (acker, completions) = runtime
+        .block_on(async {
+            Acker::<T>::builder()
+                .timeout(Duration::from_millis(100))
+                .clock(clock.clone())
+                .build_async(buffer)
+        })
+        .unwrap();
+    (acker, completions, clock)
+}
+
 /// A burst whose hand-over finds the runtime it was built on shut down (its task dropped
 /// unpolled) is delivered all the same, from the batch's drop: every tree resolves, every
 /// streamed completion reaches the stream, before it ends.
@@ -660,26 +690,10 @@ async fn a_burst_of_timeouts_wakes_its_tasks_from_the_runtimes_workers() {
 fn a_burst_handed_to_a_runtime_shut_down_is_delivered_all_the_same() {
     const TRACKED: u32 = 3_072;
     const STREAMED: u32 = 1_024;
-    let first = ::tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
-    let clock = crate::ManualClock::new(0);
-    let (acker, mut completions) = first
-        .block_on(async {
-            Acker::<u32>::builder()
-                .timeout(Duration::from_millis(100))
-                .clock(clock.clone())
-                .build_async(STREAMED as usize)
-        })
-        .unwrap();
+    let first = runtime(true);
+    let (acker, mut completions, clock) = built_in::<u32>(&first, STREAMED as usize);
     drop(first);
-    let second = ::tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    second.block_on(async {
+    runtime(false).block_on(async {
         let witness = Arc::new(Witness::default());
         let waker = std::task::Waker::from(Arc::clone(&witness));
         let trees = track_polled(&acker, TRACKED, &waker);
@@ -712,24 +726,9 @@ fn a_burst_handed_to_a_runtime_shut_down_is_delivered_all_the_same() {
 #[cfg(not(miri))] // 2,048 trees
 fn a_burst_is_not_handed_to_a_current_thread_runtime() {
     const TREES: u32 = 2_048;
-    let built_on = ::tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let clock = crate::ManualClock::new(0);
-    let (acker, _completions) = built_on
-        .block_on(async {
-            Acker::<u32>::builder()
-                .timeout(Duration::from_millis(100))
-                .clock(clock.clone())
-                .build_async(4)
-        })
-        .unwrap();
-    let awaited_on = ::tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    awaited_on.block_on(async {
+    let built_on = runtime(false);
+    let (acker, _completions, clock) = built_in::<u32>(&built_on, 4);
+    runtime(false).block_on(async {
         let waker = std::task::Waker::from(Arc::new(Witness::default()));
         let trees = track_polled(&acker, TREES, &waker);
         clock.advance(Duration::from_millis(200));
@@ -759,20 +758,8 @@ fn a_burst_delivers_past_payloads_whose_drop_panics() {
             }
         }
     }
-    let first = ::tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
-    let clock = crate::ManualClock::new(0);
-    let (acker, _completions) = first
-        .block_on(async {
-            Acker::<Loud>::builder()
-                .timeout(Duration::from_millis(100))
-                .clock(clock.clone())
-                .build_async(4)
-        })
-        .unwrap();
+    let first = runtime(true);
+    let (acker, _completions, clock) = built_in::<Loud>(&first, 4);
     drop(first);
     let loud = |root: u64| root == 100 || root == 1_000;
     let kept: Vec<_> = (1..=TREES)
@@ -782,11 +769,7 @@ fn a_burst_delivers_past_payloads_whose_drop_panics() {
         })
         .collect();
     clock.advance(Duration::from_millis(200));
-    let second = ::tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    second.block_on(async {
+    runtime(false).block_on(async {
         for (root, tree) in kept {
             let done = timeout(BOUND, tree).await.unwrap().unwrap();
             assert_eq!((done.root, done.outcome), (root, Outcome::TimedOut));
