@@ -165,7 +165,8 @@ impl<T: Send + 'static> Engine<T> {
                     if batch.is_empty() {
                         break;
                     }
-                    self.hand_over_batch(hand_over, batch, active);
+                    // Stands for the callback: paused and caught as it is.
+                    self.paused_and_caught(active, || hand_over(batch));
                 }
             }
             None => {
@@ -182,24 +183,6 @@ impl<T: Send + 'static> Engine<T> {
         tally.max_lateness(late_max);
         tally.add(|c| &c.lateness_total, late_total);
         tally.add(|c| &c.timed_out, n as u64);
-    }
-
-    /// A batch of a burst's completions to the burst's hand-over, paused and caught as a
-    /// callback is ([`hand_over`](Self::hand_over)). Called only while the operation
-    /// `active` finds the callback open: the hand-over stands for it.
-    fn hand_over_batch(
-        &self,
-        hand_over: &BurstHandOver<T>,
-        batch: Vec<Completion<T>>,
-        active: &Active,
-    ) {
-        let paused = self.threads.pause_in(active);
-        let delivered = catch_unwind(AssertUnwindSafe(|| hand_over(batch)));
-        drop(paused);
-        if delivered.is_err() {
-            // Relaxed: a statistic.
-            self.tally().add(|c| &c.callback_panics, 1);
-        }
     }
 
     /// A message's completion ([`deliver`](Self::deliver)) or a timeout's: `now` is the
@@ -339,16 +322,23 @@ impl<T: Send + 'static> Engine<T> {
         } else {
             None
         };
-        // Paused ([`marks`](crate::acker::threads::marks), "Re-anchoring"): the callback and
-        // the payload's drop are the user's code, which may take as long as it likes or
-        // wait for a thread that is itself at an acker entry; a re-anchoring goes on
-        // without them. The completion holds nothing of the tables, and what the operation
-        // does after it reads its times again.
-        let paused = self.threads.pause_in(active);
-        let delivered = catch_unwind(AssertUnwindSafe(|| match callback {
+        self.paused_and_caught(active, || match callback {
             Some(f) => f(completion),
             None => drop(completion),
-        }));
+        });
+    }
+
+    /// Runs `user`, the user's code (a callback, a payload's drop, the burst's hand-over
+    /// that stands for the callback), inside the operation `active`: paused, and caught
+    /// (counted in `callback_panics`).
+    #[inline(always)]
+    fn paused_and_caught(&self, active: &Active, user: impl FnOnce()) {
+        // Paused ([`marks`](crate::acker::threads::marks), "Re-anchoring"): the user's code
+        // may take as long as it likes or wait for a thread that is itself at an acker
+        // entry; a re-anchoring goes on without it. What it is handed holds nothing of the
+        // tables, and what the operation does after it reads its times again.
+        let paused = self.threads.pause_in(active);
+        let delivered = catch_unwind(AssertUnwindSafe(user));
         drop(paused);
         if delivered.is_err() {
             // Relaxed: a statistic.

@@ -122,35 +122,11 @@ impl<T: Send + 'static> AckerBuilder<T> {
         }
         let (queue, rx) = mpsc::unbounded_channel::<Queued<T>>();
         let permits = Arc::new(Semaphore::new(buffer));
-        let for_queue = Arc::clone(&permits);
         let stores = Stores::new();
-        let cells = stores.clone();
-        let deliver: Deliver = Arc::new(move |done: Completion<Held>| {
-            let Completion {
-                root,
-                payload: held,
-                outcome,
-                elapsed,
-            } = done;
-            // Safety: the acker delivers each tree once, with the number of its live cell.
-            // A tracked tree's waiter is completed there (a TreeCompletion dropped before
-            // its tree completed: the waiter drops the payload); a stream tree's payload
-            // comes back for the stream.
-            let Some(payload) = (unsafe { cells.complete(held, outcome, elapsed) }) else {
-                return;
-            };
-            let queued = Queued {
-                completion: Some(Completion {
-                    root,
-                    payload,
-                    outcome,
-                    elapsed,
-                }),
-                permits: Arc::clone(&for_queue),
-            };
-            // An error means the Completions was dropped: the completion is dropped with
-            // it, giving its permit back.
-            let _ = queue.send(queued);
+        let deliver = Arc::new(Delivery {
+            cells: stores.clone(),
+            permits: Arc::clone(&permits),
+            queue,
         });
         // A current-thread runtime runs tasks only while a caller drives it: a burst
         // handed to it could wait for that indefinitely ("A burst on the workers").
@@ -164,7 +140,7 @@ impl<T: Send + 'static> AckerBuilder<T> {
             shards: self.shards,
             max_pending: self.max_pending,
             clock: self.clock,
-            on_complete: Some(Box::new(move |done| deliver(done))),
+            on_complete: Some(Box::new(move |done| deliver.deliver(done))),
             // A burst's wake-ups in about the order the trees were started
             // ([`deliver`](crate::acker::engine::deliver), "A burst's order").
             delivery_order: Some(Held::order),
@@ -182,12 +158,48 @@ impl<T: Send + 'static> AckerBuilder<T> {
     }
 }
 
-/// The async acker's delivery of one completion: its waiter completed, or the stream fed.
-type Deliver = Arc<dyn Fn(Completion<Held>) + Send + Sync>;
+/// Where the async acker's completions go (module docs, "Delivery"): each tracked tree's
+/// waiter cell, or the stream's queue with the permits its completions give back.
+struct Delivery<T> {
+    cells: Stores<T>,
+    permits: Arc<Semaphore>,
+    queue: mpsc::UnboundedSender<Queued<T>>,
+}
+
+impl<T: Send + 'static> Delivery<T> {
+    /// One completion: its waiter completed, or the stream fed.
+    fn deliver(&self, done: Completion<Held>) {
+        let Completion {
+            root,
+            payload: held,
+            outcome,
+            elapsed,
+        } = done;
+        // Safety: the acker delivers each tree once, with the number of its live cell. A
+        // tracked tree's waiter is completed there (a TreeCompletion dropped before its
+        // tree completed: the waiter drops the payload); a stream tree's payload comes back
+        // for the stream.
+        let Some(payload) = (unsafe { self.cells.complete(held, outcome, elapsed) }) else {
+            return;
+        };
+        let queued = Queued {
+            completion: Some(Completion {
+                root,
+                payload,
+                outcome,
+                elapsed,
+            }),
+            permits: Arc::clone(&self.permits),
+        };
+        // An error means the Completions was dropped: the completion is dropped with it,
+        // giving its permit back.
+        let _ = self.queue.send(queued);
+    }
+}
 
 /// The hand-over of the reaper thread's bursts: each batch delivered by a task spawned on
 /// `runtime` (module docs, "A burst on the workers").
-fn burst_on(runtime: Handle, deliver: Deliver) -> BurstHandOver<Held> {
+fn burst_on<T: Send + 'static>(runtime: Handle, deliver: Arc<Delivery<T>>) -> BurstHandOver<Held> {
     Box::new(move |batch: Vec<Completion<Held>>| {
         let batch = Batch {
             left: batch.into_iter(),
@@ -203,24 +215,24 @@ fn burst_on(runtime: Handle, deliver: Deliver) -> BurstHandOver<Held> {
 /// lost. A delivery may drop a payload nobody awaits, whose drop may panic: each is caught
 /// on its own, as the acker catches its callback's, so that one payload's panic neither
 /// loses the rest of the batch nor, raised again from the drop, aborts the process.
-struct Batch {
+struct Batch<T: Send + 'static> {
     left: std::vec::IntoIter<Completion<Held>>,
-    deliver: Deliver,
+    deliver: Arc<Delivery<T>>,
 }
 
-impl Batch {
+impl<T: Send + 'static> Batch<T> {
     fn deliver_all(mut self) {
         self.deliver_left();
     }
 
     fn deliver_left(&mut self) {
         for done in self.left.by_ref() {
-            let _ = catch_unwind(AssertUnwindSafe(|| (self.deliver)(done)));
+            let _ = catch_unwind(AssertUnwindSafe(|| self.deliver.deliver(done)));
         }
     }
 }
 
-impl Drop for Batch {
+impl<T: Send + 'static> Drop for Batch<T> {
     fn drop(&mut self) {
         self.deliver_left();
     }
