@@ -13,13 +13,21 @@
 //! argument is in the module docs.
 #![cfg(loom)]
 
-use ackwheel::threads::{Credits, Entry, Fences, Pushed, Threads};
+use ackwheel::threads::{Credits, Due, Entry, Fences, Pushed, Threads};
 use loom::sync::Arc;
 use loom::thread;
 use loom_tests::sized;
 
 fn entry(slot: u32) -> Entry {
     Entry { slot, tag: slot }
+}
+
+/// An entry's times when it is due at the reaper by its hand-off tick.
+fn at(hand_off: u32) -> Due {
+    Due {
+        hand_off,
+        by: hand_off,
+    }
 }
 
 /// The owner files three entries over two ticks (its second tick's push hands the first
@@ -30,12 +38,12 @@ fn batches_owner_vs_takeover_loses_and_duplicates_nothing() {
     loom::model(|| {
         let threads = Arc::new(Threads::new(Fences::Symmetric));
         let record = threads.register();
-        threads.push_to(&record, entry(1), 1, 1, |_: &Entry| true);
+        threads.push_to(&record, entry(1), at(1), 1, |_: &Entry| true);
         let owner = {
             let (threads, record) = (Arc::clone(&threads), Arc::clone(&record));
             thread::spawn(move || {
-                threads.push_to(&record, entry(2), 1, 1, |_: &Entry| true);
-                threads.push_to(&record, entry(3), 2, 2, |_: &Entry| true);
+                threads.push_to(&record, entry(2), at(1), 1, |_: &Entry| true);
+                threads.push_to(&record, entry(3), at(2), 2, |_: &Entry| true);
             })
         };
         let mut got = Vec::new();
@@ -47,25 +55,62 @@ fn batches_owner_vs_takeover_loses_and_duplicates_nothing() {
     });
 }
 
-/// The reaper checks before it parks while the owner files the first entry of an empty
-/// hand-off list: either the reaper sees the entry (and stays up) or the owner is told to
-/// wake it.
-#[test]
-fn batches_first_push_vs_park_check_never_strands_an_entry() {
-    loom::model(|| {
+/// The model of the reaper's sleep against an owner's push (`wake.rs`): the owner's
+/// hand-off list holds `before` (each pushed at tick 1), then the owner pushes `entry` at
+/// tick `now` while the reaper checks before it sleeps. Either the reaper sees a tick no
+/// later than `by` (and sleeps no later) or the owner is told to wake it for `by`. After
+/// both, every entry is collected once.
+fn never_slept_past(before: &[(Entry, Due)], entry: (Entry, Due), now: u32, by: u32) {
+    let before = before.to_vec();
+    loom::model(move || {
         let threads = Arc::new(Threads::new(Fences::Symmetric));
         let record = threads.register();
+        for &(e, due) in &before {
+            threads.push_to(&record, e, due, 1, |_: &Entry| true);
+        }
         let owner = {
             let (threads, record) = (Arc::clone(&threads), Arc::clone(&record));
-            thread::spawn(move || threads.push_to(&record, entry(1), 1, 1, |_: &Entry| true))
+            thread::spawn(move || threads.push_to(&record, entry.0, entry.1, now, |_: &Entry| true))
         };
-        let waiting = threads.park_check();
+        let seen = threads.park_check(0);
         let pushed = owner.join().unwrap();
         assert!(
-            waiting || pushed == Pushed::WakeReaper,
-            "the reaper would sleep with an entry filed and no one to wake it"
+            seen.is_some_and(|due| due <= by) || pushed == Pushed::WakeReaper { by },
+            "the reaper would sleep past tick {by} ({seen:?}), and no one would wake it"
         );
+        let mut got = Vec::new();
+        threads.collect(now, true, &mut got);
+        got.sort_by_key(|e| e.slot);
+        let mut all: Vec<Entry> = before.iter().map(|&(e, _)| e).collect();
+        all.push(entry.0);
+        assert_eq!(got, all);
     });
+}
+
+/// The owner files the first entry of an empty hand-off list.
+#[test]
+fn batches_first_push_vs_park_check_never_strands_an_entry() {
+    never_slept_past(&[], (entry(1), at(1)), 1, 1);
+}
+
+/// The owner files an entry due sooner than the one its hand-off list holds (a timeout of
+/// its own).
+#[test]
+fn batches_an_earlier_entry_vs_park_check_is_never_slept_past() {
+    never_slept_past(&[(entry(1), at(10))], (entry(2), at(3)), 1, 3);
+}
+
+/// The owner's filter moves an entry due at the reaper by tick 5 from its hand-off list to
+/// the inbox, and the list's earliest tick becomes 50. (Planted: a hand-off that reports no
+/// earlier tick fails here, the reaper reading the list's new 50 and the inbox empty.)
+#[test]
+fn batches_a_hand_off_vs_park_check_is_never_slept_past() {
+    let handed = Due { hand_off: 2, by: 5 };
+    let later = Due {
+        hand_off: 20,
+        by: 50,
+    };
+    never_slept_past(&[(entry(1), handed)], (entry(2), later), 2, 5);
 }
 
 /// Two operations that may call the callback race shutdown's close: one that found the

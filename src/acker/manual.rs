@@ -3,10 +3,11 @@
 //! and the hook that wakes it when a new entry makes that time earlier.
 //!
 //! The decision is the reaper thread's own ([`reaper`](crate::acker::engine::reaper),
-//! `next_wait`), with its idle mark: a push that makes an empty hand-off list non-empty
-//! after the mark calls the hook where it would unpark the thread
-//! ([`wake`](crate::acker::threads::wake), "Waking the reaper"), so no entry waits for a
-//! driver asleep until a later deadline, or with none.
+//! `next_wait`), with its idle mark: a push that makes the earliest tick by which a pass
+//! must file an entry of its hand-off list earlier (or the list non-empty) after the mark
+//! calls the hook where it would unpark the thread ([`wake`](crate::acker::threads::wake),
+//! "Waking the reaper"), so no entry waits for a driver asleep past that tick, or with no
+//! deadline.
 
 use std::ops::ControlFlow;
 use std::sync::Weak;
@@ -20,9 +21,10 @@ impl<T: Send + 'static> Acker<T> {
     /// time in this crate) at which [`expire`](Self::expire) next has work, or `None` when
     /// nothing is pending anywhere.
     ///
-    /// That is a tick from now while new entries wait in the threads' hand-off lists (a
-    /// pass files them), else the earliest of the reaper wheel's next due tick and the
-    /// tables' housekeeping's next work (a migration to finish, a table to shrink, memory
+    /// That is the earliest of: the tick before the earliest deadline of the entries that
+    /// wait in the threads' hand-off lists (a pass must file them on the reaper's wheel by
+    /// then; most complete before, and never reach it), the reaper wheel's next due tick,
+    /// and the tables' housekeeping's next work (a migration to finish, a table to shrink, memory
     /// to free). Deadlines are kept in ticks of the resolution and rounded up (a tree never
     /// times out early), so the time returned for a tree is its deadline rounded up to a
     /// tick.
@@ -55,9 +57,10 @@ impl<T: Send + 'static> Acker<T> {
     ///
     /// acker.init(1, 0b11, "lost").unwrap();
     /// let deadline = 30_000_000_000;
-    /// // A tick from now: the new timer waits in this thread's hand-off list for a pass.
+    /// // About the deadline: the new timer waits in this thread's hand-off list until a
+    /// // pass must file it, a tick before its deadline (rounded up to ticks).
     /// let next = acker.next_expiration().unwrap();
-    /// assert!(next <= deadline);
+    /// assert!(next.abs_diff(deadline) < 10_000_000);
     ///
     /// // Each pass has work at the time it announces, none earlier.
     /// loop {
@@ -212,17 +215,39 @@ mod tests {
     }
 
     #[test]
-    fn entries_in_hand_off_lists_make_it_one_tick() {
+    fn entries_in_hand_off_lists_make_it_a_tick_before_their_deadline() {
         let clock = ManualClock::new(0);
-        let (acker, _) = manual(&clock);
+        let (acker, seen) = manual(&clock);
         acker.init(1, 1, 1).unwrap();
         let next = acker.next_expiration().expect("a tree is pending");
-        assert!(next <= RESOLUTION, "a tick from now, not {next}");
-        assert!(acker.next_expiration_delay().unwrap() <= Duration::from_nanos(RESOLUTION));
-        // The same from a later time, with no pass between (never later than now + tick).
+        assert!(
+            (TIMEOUT - 2 * RESOLUTION..TIMEOUT + 2 * RESOLUTION).contains(&next),
+            "the tick before the deadline (rounded up to ticks), not {next}"
+        );
+        // The same from a later time, with no pass between.
         clock.set(7 * RESOLUTION + 3);
-        let next = acker.next_expiration().unwrap();
-        assert!(next <= 8 * RESOLUTION, "{next}");
+        assert_eq!(acker.next_expiration(), Some(next));
+        // A tree with a shorter timeout of its own (from now, 7 ticks in) makes it earlier.
+        acker
+            .init_with_timeout(2, 1, 2, Duration::from_nanos(100 * RESOLUTION))
+            .unwrap();
+        let sooner = acker.next_expiration().unwrap();
+        assert!(
+            (105 * RESOLUTION..110 * RESOLUTION).contains(&sooner),
+            "{sooner}"
+        );
+        // The pass then files it, and it times out at its deadline, never before.
+        clock.set(sooner);
+        assert_eq!(acker.expire(), 0);
+        let deadline = acker.next_expiration().unwrap();
+        assert!(deadline > sooner, "{deadline}");
+        clock.set(deadline - 1);
+        assert_eq!(acker.expire(), 0);
+        clock.set(deadline);
+        assert_eq!(acker.expire(), 1);
+        assert_eq!(*seen.lock().unwrap(), [(2, Outcome::TimedOut)]);
+        // Tree 1's entry was filed by that pass (it takes every hand-off list): its deadline.
+        assert_eq!(acker.next_expiration(), Some(next + RESOLUTION));
     }
 
     #[test]

@@ -8,8 +8,7 @@ use super::reaper::wheel::file;
 use super::tables::EntrySlots;
 use super::Engine;
 use crate::acker::table::{Effects, Table};
-use crate::acker::threads::{Active, Pushed};
-use crate::acker::timers::ticks::reached;
+use crate::acker::threads::{Active, Due, Pushed};
 
 impl<T: Send + 'static> Engine<T> {
     /// After an operation's table calls on `table` (and its successors): files the timers
@@ -61,31 +60,21 @@ impl<T: Send + 'static> Engine<T> {
                 continue; // completed and freed already
             };
             let entry = self.tables.entry_of(shard, slot, key, gen);
-            // To the reaper after the hand-off age, or a tick before the deadline.
-            let (aged, last) = (
+            // To the reaper after the hand-off age, or a tick before the deadline; by a
+            // tick before the deadline in any case.
+            let due = Due::new(
                 stamp.start().wrapping_add(self.hand_off_age),
                 deadline.wrapping_sub(1),
             );
-            let (hand_off, soon) = if reached(aged, last) {
-                (aged, false)
-            } else {
-                (last, true) // a short timeout of its own
-            };
-            let mut pushed = self.threads.push_in(
-                active,
-                entry,
-                hand_off,
-                stamp.start(),
-                EntrySlots(&self.tables),
-            );
-            // A push into an empty hand-off list checks whether the reaper is idle; one due
-            // before the hand-off age checks too, as the reaper's timer may end after it
-            // even when the hand-off list's first entry's did not (`reaper_sleeps_past`).
-            if soon && pushed == Pushed::Filed {
-                pushed = self.threads.wake_check();
-            }
-            if pushed == Pushed::WakeReaper && self.reaper_sleeps_past(hand_off) {
-                self.wake_reaper();
+            let pushed =
+                self.threads
+                    .push_in(active, entry, due, stamp.start(), EntrySlots(&self.tables));
+            // The push made its hand-off list's earliest tick (or the inbox's) `by`, and the
+            // reaper is idle: wake it if its timer ends after that (`reaper_sleeps_past`).
+            if let Pushed::WakeReaper { by } = pushed {
+                if self.reaper_sleeps_past(by) {
+                    self.wake_reaper();
+                }
             }
         }
     }

@@ -4,10 +4,11 @@
 //! Most trees complete soon after their first message. Registering a timer for each at
 //! creation (a ring cell, a wheel node, a lock) costs every tree the reaper's attention and
 //! lines shared with the reaper's core. Instead a thread that creates an entry (a new
-//! root's claim, an orphan, a carried twin) appends `(slot, tag)` and the tick by which the
-//! reaper must have it (its *hand-off* tick: the acker's hand-off age after the first
-//! message, or the tick before the deadline if that is sooner) to its hand-off list for
-//! this acker, with plain stores. When its tick moves on (seen at its next push) the owner
+//! root's claim, an orphan, a carried twin) appends `(slot, tag)` and its times ([`Due`]:
+//! its *hand-off* tick, the acker's hand-off age after the first message or the tick
+//! before the deadline if that is sooner, and the tick *by* which the reaper must have
+//! it, the one before the deadline) to its hand-off list for this acker, with plain
+//! stores. When its tick moves on (seen at its next push) the owner
 //! filters the hand-off list: it drops the entries filed in the tick before whose slot no
 //! longer holds their root (they completed; their lines are most likely still in this
 //! core's cache), and hands those whose hand-off tick has come to the reaper's inbox under
@@ -21,6 +22,29 @@
 //! one tick would make a lifecycle of a millisecond cost the reaper's reads of lines the
 //! workers are writing). The reaper reads its line only when a long-lived group mate comes
 //! due ([`groups`](crate::acker::timers::groups)).
+//!
+//! ## Waking the reaper when it is due
+//!
+//! An entry handed off at its hand-off tick need not reach the reaper's wheel until the
+//! tick before its deadline; an entry that waits in its hand-off list, only by then too.
+//! So each hand-off list publishes the earliest tick by which the reaper must have one of
+//! its entries (`Record::due`), and the inbox the earliest of those handed to it; the
+//! reaper sleeps until the earliest of them all, its wheel's next due tick, or the
+//! hand-off age ([`wake`](super::wake)), and at that tick takes over the hand-off lists
+//! gone quiet and collects the inbox. (A reaper that looked every tick while any entry
+//! waited would wake every tick in a service whose requests each live a few
+//! milliseconds.) An owner still
+//! busy when one of its entries is due hands it over at its next push, a tick later at
+//! most: the reaper looks again then. A push of an entry due sooner than every other of
+//! its list (a timeout of its own), and a hand-off that makes the inbox's tick earlier,
+//! check whether the reaper is idle, and wake it if it sleeps past that tick; the pushes
+//! of one timeout, in order, never do.
+//!
+//! The earliest tick of the fresh entries is kept as they are pushed; that of the aged
+//! ones, which wait in hand-off order (not deadline order, when trees have timeouts of
+//! their own), by a sliding window's minimum beside them: each aged entry's tick is kept
+//! while no later-filed entry is due sooner, so the front is the earliest, at a
+//! comparison or two a push and a pop.
 //!
 //! ## A thread that goes quiet
 //!
@@ -96,19 +120,51 @@ pub struct Entry {
     pub tag: u32,
 }
 
-/// An entry in a hand-off list, with the tick by which it must reach the reaper.
+/// When an entry must reach the reaper: its owner hands it over at `hand_off` if it is
+/// still live then, and the reaper must have it by `by`, the tick before its deadline
+/// ("Waking the reaper when it is due"). `hand_off` is never after `by`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Due {
+    /// The tick at which the owner's filter hands the entry to the reaper.
+    pub hand_off: Tick,
+    /// The tick by which the reaper must have filed it on its wheel.
+    pub by: Tick,
+}
+
+impl Due {
+    /// The times of an entry that ages out at `aged` (its first message plus the hand-off
+    /// age) and whose deadline is the tick after `last`: handed off at `aged`, or at
+    /// `last` when that is sooner (a short timeout of its own).
+    #[inline]
+    pub fn new(aged: Tick, last: Tick) -> Due {
+        Due {
+            hand_off: if reached(aged, last) { aged } else { last },
+            by: last,
+        }
+    }
+}
+
+/// An entry in a hand-off list, with its times.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Held {
-    entry: Entry,
-    hand_off: Tick,
+    pub(super) entry: Entry,
+    pub(super) due: Due,
 }
 
 /// A hand-off list's entries: those filed since the last filter, and the survivors of their
-/// first filter, in hand-off order.
+/// first filter, in hand-off order; and the earliest tick by which the reaper must have one
+/// of them, for its sleep ("Waking the reaper when it is due").
 #[derive(Debug, Default)]
 pub(super) struct Entries {
     pub(super) fresh: Vec<Held>,
+    /// The earliest `by` of the fresh entries (no later than it, after a partial takeover).
+    fresh_by: Option<Tick>,
     pub(super) aged: std::collections::VecDeque<Held>,
+    /// The aged entries' `by`s that are the earliest of every entry from theirs to the
+    /// back, in order (the sliding window's minimum): the front is the aged entries'
+    /// earliest. Kept in step with `aged`, whose order is the hand-off's, not `by`'s (trees
+    /// with timeouts of their own).
+    aged_by: std::collections::VecDeque<Tick>,
 }
 
 impl Entries {
@@ -116,15 +172,55 @@ impl Entries {
         self.fresh.len() + self.aged.len()
     }
 
+    /// The earliest tick by which the reaper must have one of the entries (no later than
+    /// it); `None` when there are none.
+    fn earliest(&self) -> Option<Tick> {
+        match (self.fresh_by, self.aged_by.front()) {
+            (Some(a), Some(&b)) => Some(earliest(a, b)),
+            (a, b) => a.or(b.copied()),
+        }
+    }
+
+    fn push_fresh(&mut self, held: Held) {
+        self.fresh_by = Some(
+            self.fresh_by
+                .map_or(held.due.by, |by| earliest(by, held.due.by)),
+        );
+        self.fresh.push(held);
+    }
+
+    fn push_aged(&mut self, held: Held) {
+        while self
+            .aged_by
+            .back()
+            .is_some_and(|&b| !reached(b, held.due.by))
+        {
+            self.aged_by.pop_back();
+        }
+        self.aged_by.push_back(held.due.by);
+        self.aged.push_back(held);
+    }
+
+    fn pop_aged(&mut self) -> Option<Held> {
+        let held = self.aged.pop_front()?;
+        if self.aged_by.front() == Some(&held.due.by) {
+            self.aged_by.pop_front();
+        }
+        Some(held)
+    }
+
     /// Moves at most `most` entries into `into`: the aged ones first (the earliest
     /// hand-offs), then the latest fresh ones (from the end: what stays is not moved).
     /// How many it moved.
     fn take(&mut self, most: usize, into: &mut Vec<Entry>) -> usize {
         let aged = most.min(self.aged.len());
-        into.extend(self.aged.drain(..aged).map(|h| h.entry));
+        into.extend((0..aged).filter_map(|_| self.pop_aged()).map(|h| h.entry));
         let fresh = (most - aged).min(self.fresh.len());
         let from = self.fresh.len() - fresh;
         into.extend(self.fresh.drain(from..).map(|h| h.entry));
+        if self.fresh.is_empty() {
+            self.fresh_by = None;
+        }
         aged + fresh
     }
 
@@ -138,6 +234,19 @@ impl Entries {
         if self.aged.capacity() > 2 * keep(self.aged.len()) {
             self.aged.shrink_to(keep(self.aged.len()));
         }
+        if self.aged_by.capacity() > 2 * keep(self.aged_by.len()) {
+            self.aged_by.shrink_to(keep(self.aged_by.len()));
+        }
+    }
+}
+
+/// The earlier of two ticks (less than 2^31 apart).
+#[inline]
+pub(super) fn earliest(a: Tick, b: Tick) -> Tick {
+    if reached(a, b) {
+        a
+    } else {
+        b
     }
 }
 
@@ -146,12 +255,17 @@ impl Entries {
 pub enum Pushed {
     /// Nothing.
     Filed,
-    /// The reaper may be parked with no deadline: wake it.
-    WakeReaper,
+    /// The reaper is idle (parked, or asleep on a timer), and the push made `by` the
+    /// earliest tick by which it must have an entry of the hand-off list or of its inbox:
+    /// wake it if it sleeps past `by` ("Waking the reaper when it is due").
+    WakeReaper {
+        /// The entry's (or a handed-off one's) tick.
+        by: Tick,
+    },
 }
 
 impl Threads {
-    /// Files `entry`, created at tick `now` and due at the reaper by tick `hand_off`, in
+    /// Files `entry`, created at tick `now` and due at the reaper as `due` says, in
     /// `record`, which must be the calling thread's. When the hand-off list was last
     /// filtered at an earlier tick, first drops the entries `live` says are not live and
     /// hands those whose hand-off tick has come to the reaper.
@@ -160,10 +274,11 @@ impl Threads {
         &self,
         record: &Record,
         entry: Entry,
-        hand_off: Tick,
+        due: Due,
         now: Tick,
         live: impl Liveness,
     ) -> Pushed {
+        let held = Held { entry, due };
         // Relaxed: ordered before the `taken` load by the light fence (module docs).
         record.pin.store(true, Ordering::Relaxed);
         self.fences.light();
@@ -171,83 +286,108 @@ impl Threads {
         // seen.
         if record.taken.load(Ordering::Acquire) {
             record.pin.store(false, Ordering::Release); // Release: as at the end below.
-            self.hand_off(std::iter::once(entry));
-            return Pushed::Filed;
+            let lowered = self.hand_off(std::iter::once(held));
+            return self.wake_check(lowered);
         }
-        let mut pushed = Pushed::Filed;
+        let mut lowered = None;
         record.entries.with_mut(|entries| {
             // Safety: pinned, and `taken` was unset after the pin: the reaper keeps off the
             // entries until we unpin (module docs).
             let entries = unsafe { &mut *entries };
+            // What the reaper may have read of this hand-off list: the last earliest tick
+            // this thread published before a fence, or one published since (module docs,
+            // "Waking the reaper when it is due"). Relaxed: this thread's own stores (or
+            // the reaper's, read through `taken` above).
+            let published = (entries.len() > 0).then(|| record.due.load(Ordering::Relaxed));
             // Relaxed: only this thread writes `tick`; the reaper's reading it stale only
             // delays a takeover.
             let filed = record.tick.load(Ordering::Relaxed);
             if filed != now {
                 if entries.len() > 0 {
-                    self.filter(entries, now, live);
+                    lowered = self.filter(entries, now, live);
                 }
                 record.tick.store(now, Ordering::Relaxed); // Relaxed: as above.
             }
-            entries.fresh.push(Held { entry, hand_off });
-            // Relaxed: a hint for the reaper's checks; the fence below orders the one
-            // that matters (empty to non-empty) before the `idle` load.
+            entries.push_fresh(held);
+            let earliest = entries.earliest().unwrap_or(due.by);
+            // Relaxed (both): hints for the reaper's checks; the fence in `wake_check`
+            // orders the ones that matter (an earlier tick) before the `idle` load.
+            record.due.store(earliest, Ordering::Relaxed);
             record.len.store(entries.len(), Ordering::Relaxed);
-            if entries.len() == 1 {
-                pushed = self.wake_check();
+            if published.map_or(true, |p| !reached(p, earliest)) {
+                lowered = Some(lowered.map_or(earliest, |l| self::earliest(l, earliest)));
             }
         });
         // Release: the entries written above happen before a takeover that reads this.
         record.pin.store(false, Ordering::Release);
-        pushed
+        self.wake_check(lowered)
     }
 
     /// The tick's filter (module docs): the fresh entries `live` says are not live are
     /// dropped, the others join the aged ones (or go to the reaper now, if due before the
     /// last aged one); then the aged ones whose hand-off tick has come by `now` and are
-    /// still live go to the reaper.
+    /// still live go to the reaper. The inbox's new earliest tick, if it is earlier
+    /// ([`hand_off`](Self::hand_off)).
     #[cold]
-    fn filter(&self, entries: &mut Entries, now: Tick, mut live: impl Liveness) {
+    fn filter(&self, entries: &mut Entries, now: Tick, mut live: impl Liveness) -> Option<Tick> {
         let mut due = Vec::new();
         // No look-ahead here: the fresh entries were filed in the tick before, and their
         // lines are most likely still in this core's cache.
-        for held in entries.fresh.drain(..) {
+        let mut fresh = std::mem::take(&mut entries.fresh);
+        entries.fresh_by = None;
+        for held in fresh.drain(..) {
             if !live.live(&held.entry) {
                 continue;
             }
             let in_order = entries
                 .aged
                 .back()
-                .map_or(true, |last| reached(last.hand_off, held.hand_off));
-            if in_order && !reached(held.hand_off, now) {
-                entries.aged.push_back(held);
+                .map_or(true, |last| reached(last.due.hand_off, held.due.hand_off));
+            if in_order && !reached(held.due.hand_off, now) {
+                entries.push_aged(held);
             } else {
-                due.push(held.entry);
+                due.push(held);
             }
         }
-        let is_due = |held: &&Held| reached(held.hand_off, now);
+        entries.fresh = fresh; // its room, for the next tick's entries
+        let is_due = |held: &&Held| reached(held.due.hand_off, now);
         for held in entries.aged.iter().take(LOOK_AHEAD).take_while(is_due) {
             live.prefetch(&held.entry);
         }
-        while let Some(held) = entries.aged.front().filter(is_due) {
+        while let Some(&held) = entries.aged.front().filter(is_due) {
             if let Some(ahead) = entries.aged.get(LOOK_AHEAD).filter(is_due) {
                 live.prefetch(&ahead.entry);
             }
             if live.live(&held.entry) {
-                due.push(held.entry);
+                due.push(held);
             }
-            entries.aged.pop_front();
-        }
-        if !due.is_empty() {
-            self.hand_off(due.into_iter());
+            entries.pop_aged();
         }
         entries.trim();
+        if due.is_empty() {
+            None
+        } else {
+            self.hand_off(due.into_iter())
+        }
     }
 
-    pub(super) fn hand_off(&self, entries: impl Iterator<Item = Entry>) {
+    /// Hands entries to the reaper's inbox: the inbox's earliest tick by which the reaper
+    /// must have one, when they made it earlier (or the inbox was empty), for the caller's
+    /// [`wake_check`](Self::wake_check).
+    pub(super) fn hand_off(&self, entries: impl Iterator<Item = Held>) -> Option<Tick> {
         let mut inbox = self.inbox.lock().unwrap();
-        inbox.extend(entries);
-        // Relaxed: a hint; see `wake_check` for the ordering that matters.
+        // Relaxed (all three): written under this lock; hints for the reaper's checks,
+        // whose ordering the caller's `wake_check` gives.
+        let was = (!inbox.is_empty()).then(|| self.inbox_due.load(Ordering::Relaxed));
+        let mut by = was;
+        inbox.extend(entries.map(|held| {
+            by = Some(by.map_or(held.due.by, |b| earliest(b, held.due.by)));
+            held.entry
+        }));
+        let by = by?;
+        self.inbox_due.store(by, Ordering::Relaxed);
         self.inbox_len.store(inbox.len(), Ordering::Relaxed);
+        was.map_or(true, |was| !reached(was, by)).then_some(by)
     }
 
     /// The reaper: moves into `into` everything handed off, and the entries of every
@@ -341,7 +481,11 @@ impl Threads {
                         room -= took;
                         left |= entries.len() > 0;
                         entries.trim();
-                        // Relaxed: a hint.
+                        // Relaxed (both): hints. What is left is due no sooner than
+                        // before: nothing the reaper relies on moves earlier.
+                        if let Some(due) = entries.earliest() {
+                            record.due.store(due, Ordering::Relaxed);
+                        }
                         record.len.store(entries.len(), Ordering::Relaxed);
                     });
                 }

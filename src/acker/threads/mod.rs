@@ -21,8 +21,9 @@
 //! goes. The owner's last writes happen before its `abandoned` store, which the reaper's
 //! load reads (both SeqCst), so nothing it counted or held is lost.
 //!
-//! The reaper's wake-up ([`wake`]) closes the loop: a push that makes a hand-off list
-//! non-empty wakes a reaper parked with no deadline. Each protocol is a Dekker pair through
+//! The reaper's wake-up ([`wake`]) closes the loop: a push that makes the earliest tick by
+//! which the reaper must have an entry of its hand-off list earlier wakes a reaper asleep
+//! past it. Each protocol is a Dekker pair through
 //! asymmetric fences ([`fences`](crate::sync::fences)): the thread's side is plain stores
 //! and a compiler fence, the rare side (the reaper, shutdown, a re-anchorer) a heavy fence.
 
@@ -40,8 +41,8 @@ pub(super) mod handoff;
 pub(super) mod marks;
 pub(super) mod wake;
 
-use handoff::Entries;
-pub use handoff::{Entry, Liveness, Pushed, LOOK_AHEAD};
+pub use handoff::{Due, Entry, Liveness, Pushed, LOOK_AHEAD};
+use handoff::{Entries, Held};
 pub use marks::{Active, Grace};
 
 /// One thread's record for one acker: its hand-off list of timer entries ([`handoff`]) and
@@ -57,6 +58,9 @@ pub struct Record {
     tick: AtomicU32,
     /// `entries.len()`, for the reaper's checks without entering the hand-off list.
     len: AtomicUsize,
+    /// The earliest tick by which the reaper must have one of the entries, while `len` is
+    /// not 0: for its sleep ([`handoff`], "Waking the reaper when it is due").
+    due: AtomicU32,
     /// Acker operations of the owner's thread in progress (nested when a callback calls
     /// back into the acker); written only by the owner ("Closing the callback").
     active: AtomicU32,
@@ -106,6 +110,7 @@ impl Record {
             taken: AtomicBool::new(false),
             tick: AtomicU32::new(0),
             len: AtomicUsize::new(0),
+            due: AtomicU32::new(0),
             active: AtomicU32::new(0),
             begun: AtomicU32::new(0),
             paused: AtomicU32::new(0),
@@ -143,6 +148,9 @@ pub struct Threads {
     inbox: Mutex<Vec<Entry>>,
     /// `inbox.len()`, for the reaper's idle check.
     inbox_len: AtomicUsize,
+    /// The earliest tick by which the reaper must have an entry of the inbox (no later than
+    /// it), while `inbox_len` is not 0.
+    inbox_due: AtomicU32,
     /// The reaper is about to park, or parked, with no deadline.
     idle: AtomicBool,
     /// Shutdown has closed the callback ("Closing the callback").
@@ -170,6 +178,7 @@ impl Threads {
             all: Mutex::new(Vec::new()),
             inbox: Mutex::new(Vec::new()),
             inbox_len: AtomicUsize::new(0),
+            inbox_due: AtomicU32::new(0),
             idle: AtomicBool::new(false),
             closed: AtomicBool::new(false),
             moving: AtomicBool::new(false),
@@ -321,22 +330,22 @@ impl Threads {
     /// [`push_to`](Self::push_to) on the calling thread's hand-off list for this acker
     /// (registered at its first push).
     #[inline]
-    pub fn push(&self, entry: Entry, hand_off: Tick, now: Tick, live: impl Liveness) -> Pushed {
+    pub fn push(&self, entry: Entry, due: Due, now: Tick, live: impl Liveness) -> Pushed {
         let (id, last) = LAST.get();
         if id == self.id {
             // Safety: `LAST` names a hand-off list that this thread's `LOCAL` holds an
             // `Arc` of (it is set only from there, and `LOCAL` drops no hand-off list while
             // `LAST` names it).
-            return self.push_to(unsafe { &*last }, entry, hand_off, now, live);
+            return self.push_to(unsafe { &*last }, entry, due, now, live);
         }
         let Some(record) = self.local() else {
             // The thread is exiting and its hand-off lists are gone: straight to the
             // reaper.
-            self.hand_off(std::iter::once(entry));
-            return self.wake_check();
+            let lowered = self.hand_off(std::iter::once(Held { entry, due }));
+            return self.wake_check(lowered);
         };
         LAST.set((self.id, Arc::as_ptr(&record)));
-        self.push_to(&record, entry, hand_off, now, live)
+        self.push_to(&record, entry, due, now, live)
     }
 
     /// [`push`](Self::push) inside the operation `active` marks: to the hand-off list it
@@ -347,26 +356,20 @@ impl Threads {
         &self,
         active: &Active,
         entry: Entry,
-        hand_off: Tick,
+        due: Due,
         now: Tick,
         live: impl Liveness,
     ) -> Pushed {
         match active.record() {
-            Some(record) => self.push_to(record, entry, hand_off, now, live),
-            None => self.push_outlined(entry, hand_off, now, live),
+            Some(record) => self.push_to(record, entry, due, now, live),
+            None => self.push_outlined(entry, due, now, live),
         }
     }
 
     /// [`push`](Self::push), never inlined ([`push_in`](Self::push_in)'s rare case).
     #[inline(never)]
-    fn push_outlined(
-        &self,
-        entry: Entry,
-        hand_off: Tick,
-        now: Tick,
-        live: impl Liveness,
-    ) -> Pushed {
-        self.push(entry, hand_off, now, live)
+    fn push_outlined(&self, entry: Entry, due: Due, now: Tick, live: impl Liveness) -> Pushed {
+        self.push(entry, due, now, live)
     }
 
     /// Marks an acker operation in progress on the calling thread until the returned
@@ -452,9 +455,9 @@ impl Threads {
 
     /// Under loom, where the models drive [`push_to`](Self::push_to) with explicit
     /// hand-off lists, an entry filed without one goes straight to the inbox.
-    pub fn push(&self, entry: Entry, _hand_off: Tick, _now: Tick, _live: impl Liveness) -> Pushed {
-        self.hand_off(std::iter::once(entry));
-        self.wake_check()
+    pub fn push(&self, entry: Entry, due: Due, _now: Tick, _live: impl Liveness) -> Pushed {
+        let lowered = self.hand_off(std::iter::once(Held { entry, due }));
+        self.wake_check(lowered)
     }
 
     /// Under loom, as [`push`](Self::push) (the operations' `Active` has no hand-off list).
@@ -462,11 +465,11 @@ impl Threads {
         &self,
         _active: &Active,
         entry: Entry,
-        hand_off: Tick,
+        due: Due,
         now: Tick,
         live: impl Liveness,
     ) -> Pushed {
-        self.push(entry, hand_off, now, live)
+        self.push(entry, due, now, live)
     }
 }
 

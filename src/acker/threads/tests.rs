@@ -6,12 +6,20 @@ fn entry(slot: u32) -> Entry {
     Entry { slot, tag: slot }
 }
 
+/// An entry's times when it is due at the reaper by its hand-off tick.
+fn at(hand_off: Tick) -> Due {
+    Due {
+        hand_off,
+        by: hand_off,
+    }
+}
+
 #[test]
 fn only_entries_that_outlive_their_tick_reach_the_reaper() {
     let threads = Threads::new(Fences::detect());
     for slot in 0..10 {
         assert_eq!(
-            threads.push(entry(slot), 5, 5, |_: &Entry| true),
+            threads.push(entry(slot), at(5), 5, |_: &Entry| true),
             Pushed::Filed
         );
     }
@@ -22,7 +30,7 @@ fn only_entries_that_outlive_their_tick_reach_the_reaper() {
         "a hand-off list of the current tick is left to its owner"
     );
     // Tick 6: the owner hands off the survivors (the even slots) at its next push.
-    threads.push(entry(10), 6, 6, |e: &Entry| e.slot % 2 == 0);
+    threads.push(entry(10), at(6), 6, |e: &Entry| e.slot % 2 == 0);
     threads.collect(6, false, &mut due);
     due.sort_by_key(|e| e.slot);
     assert_eq!(due, (0..10).step_by(2).map(entry).collect::<Vec<_>>());
@@ -42,25 +50,25 @@ fn the_owner_keeps_entries_until_their_hand_off_tick_and_drops_the_dead() {
     let live = std::cell::Cell::new(u32::MAX); // slots below this are live
     let is_live = |e: &Entry| e.slot < live.get();
     // Slot 1 is due at the reaper by tick 10, slot 2 by tick 20.
-    threads.push(entry(1), 10, 5, is_live);
-    threads.push(entry(2), 20, 5, is_live);
+    threads.push(entry(1), at(10), 5, is_live);
+    threads.push(entry(2), at(20), 5, is_live);
     let mut due = Vec::new();
     for now in 6..10 {
         // Keeps the hand-off list busy.
-        threads.push(entry(100 + now), now + 100, now, is_live);
+        threads.push(entry(100 + now), at(now + 100), now, is_live);
         threads.collect(now, false, &mut due);
     }
     assert!(
         due.is_empty(),
         "handed off before their hand-off ticks: {due:?}"
     );
-    threads.push(entry(200), 200, 10, is_live);
+    threads.push(entry(200), at(200), 10, is_live);
     threads.collect(10, false, &mut due);
     assert_eq!(due, vec![entry(1)]);
     // Slot 2 completes before its hand-off tick: the reaper never sees it.
     live.set(2);
     due.clear();
-    threads.push(entry(0), 300, 20, is_live);
+    threads.push(entry(0), at(300), 20, is_live);
     threads.collect(20, false, &mut due);
     assert_eq!(due, vec![], "a dead entry reached the reaper");
 }
@@ -68,12 +76,12 @@ fn the_owner_keeps_entries_until_their_hand_off_tick_and_drops_the_dead() {
 #[test]
 fn manual_collection_takes_the_current_tick_too() {
     let threads = Threads::new(Fences::detect());
-    threads.push(entry(1), 5, 5, |_: &Entry| true);
+    threads.push(entry(1), at(5), 5, |_: &Entry| true);
     let mut due = Vec::new();
     threads.collect(5, true, &mut due);
     assert_eq!(due, vec![entry(1)]);
     // The owner goes on with an empty hand-off list after the takeover.
-    threads.push(entry(2), 5, 5, |_: &Entry| true);
+    threads.push(entry(2), at(5), 5, |_: &Entry| true);
     due.clear();
     threads.collect(5, true, &mut due);
     assert_eq!(due, vec![entry(2)]);
@@ -100,15 +108,15 @@ fn the_filter_asks_for_aged_entries_lines_ahead_of_its_looks() {
     let looks = Looks(std::cell::RefCell::new(Vec::new()));
     let aged = 3 * LOOK_AHEAD as u32;
     for slot in 0..aged {
-        threads.push_to(&record, entry(slot), 10, 1, &looks);
+        threads.push_to(&record, entry(slot), at(10), 1, &looks);
     }
     // Tick 2: the first filter keeps them (fresh lines are in cache: no look-ahead).
-    threads.push_to(&record, entry(100), 50, 2, &looks);
+    threads.push_to(&record, entry(100), at(50), 2, &looks);
     let first = std::mem::take(&mut *looks.0.borrow_mut());
     assert_eq!(first, (0..aged).map(|s| (false, s)).collect::<Vec<_>>());
     // Tick 10: their hand-off; each is asked for once, before its look and while the
     // entry `LOOK_AHEAD` before it is looked at.
-    threads.push_to(&record, entry(101), 50, 10, &looks);
+    threads.push_to(&record, entry(101), at(50), 10, &looks);
     let events = std::mem::take(&mut *looks.0.borrow_mut());
     let at = |prefetch: bool, slot: u32| {
         let mut at = events
@@ -138,7 +146,7 @@ fn the_filter_asks_for_aged_entries_lines_ahead_of_its_looks() {
 fn a_pinned_owner_keeps_the_reaper_out_and_a_taken_hand_off_list_keeps_the_owner_out() {
     let threads = Threads::new(Fences::detect());
     let record = threads.register();
-    threads.push_to(&record, entry(1), 5, 5, |_: &Entry| true);
+    threads.push_to(&record, entry(1), at(5), 5, |_: &Entry| true);
     // The owner is inside (as if preempted mid-push): the reaper leaves the hand-off list.
     record.pin.store(true, Ordering::SeqCst);
     let mut due = Vec::new();
@@ -148,7 +156,7 @@ fn a_pinned_owner_keeps_the_reaper_out_and_a_taken_hand_off_list_keeps_the_owner
     record.pin.store(false, Ordering::SeqCst);
     // The reaper is inside: the owner's push goes to the inbox instead.
     record.taken.store(true, Ordering::SeqCst);
-    threads.push_to(&record, entry(2), 6, 6, |_: &Entry| true);
+    threads.push_to(&record, entry(2), at(6), 6, |_: &Entry| true);
     record.taken.store(false, Ordering::SeqCst);
     threads.collect(7, false, &mut due);
     assert_eq!(due, vec![entry(2), entry(1)]);
@@ -157,17 +165,106 @@ fn a_pinned_owner_keeps_the_reaper_out_and_a_taken_hand_off_list_keeps_the_owner
 #[test]
 fn the_first_entry_after_idle_wakes_the_reaper_and_an_idle_reaper_sees_waiting_entries() {
     let threads = Threads::new(Fences::detect());
-    assert!(!threads.park_check(), "nothing waits");
+    assert_eq!(threads.park_check(1), None, "nothing waits");
     assert_eq!(
-        threads.push(entry(1), 1, 1, |_: &Entry| true),
-        Pushed::WakeReaper
+        threads.push(entry(1), at(5), 1, |_: &Entry| true),
+        Pushed::WakeReaper { by: 5 }
     );
     threads.unidle();
     assert_eq!(
-        threads.push(entry(2), 1, 1, |_: &Entry| true),
-        Pushed::Filed
+        threads.push(entry(2), at(3), 1, |_: &Entry| true),
+        Pushed::Filed,
+        "the reaper is awake"
     );
-    assert!(threads.park_check(), "entries wait: do not park");
+    assert_eq!(
+        threads.park_check(1),
+        Some(3),
+        "entries wait: sleep until 3 at most"
+    );
+    assert!(threads.idle.load(Ordering::SeqCst), "not due yet: idle");
+    assert_eq!(threads.park_check(3), Some(3));
+    assert!(!threads.idle.load(Ordering::SeqCst), "due now: awake");
+}
+
+#[test]
+fn only_a_push_or_hand_off_that_brings_the_reapers_tick_nearer_checks_whether_it_is_idle() {
+    let threads = Threads::new(Fences::detect());
+    let record = threads.register();
+    let due = |hand_off: Tick, by: Tick| Due { hand_off, by };
+    let live = |_: &Entry| true;
+    assert_eq!(threads.park_check(1), None);
+    // Idle from here on. The first entry: the list's earliest tick is its `by`.
+    let first = threads.push_to(&record, entry(1), due(10, 40), 1, live);
+    assert_eq!(first, Pushed::WakeReaper { by: 40 });
+    // Due later than the list's earliest (one timeout, in order): no check.
+    let later = threads.push_to(&record, entry(2), due(10, 41), 1, live);
+    assert_eq!(later, Pushed::Filed);
+    // A shorter timeout of its own: earlier than the list's.
+    let sooner = threads.push_to(&record, entry(3), due(4, 4), 1, live);
+    assert_eq!(sooner, Pushed::WakeReaper { by: 4 });
+    assert_eq!(threads.earliest_due(), Some(4));
+    // Tick 2, the first filter: entry 3, due before the aged ones filed before it, goes to
+    // the empty inbox at once, which the reaper must read by 4; the others age.
+    let handed = threads.push_to(&record, entry(4), due(20, 50), 2, live);
+    assert_eq!(handed, Pushed::WakeReaper { by: 4 });
+    assert_eq!(threads.earliest_due(), Some(4));
+    let mut got = Vec::new();
+    threads.collect(2, false, &mut got);
+    assert_eq!(got, vec![entry(3)]);
+    assert_eq!(
+        threads.earliest_due(),
+        Some(40),
+        "the list's, once the inbox is empty"
+    );
+    // Tick 10: entries 1 and 2 handed off; 4 and 5 stay (by 50 and 60).
+    let handed = threads.push_to(&record, entry(5), due(30, 60), 10, live);
+    assert_eq!(handed, Pushed::WakeReaper { by: 40 });
+    got.clear();
+    threads.collect(10, false, &mut got);
+    assert_eq!(got, vec![entry(1), entry(2)]);
+    assert_eq!(threads.earliest_due(), Some(50));
+}
+
+#[test]
+fn the_lists_earliest_tick_follows_its_entries_whatever_their_order() {
+    let threads = Threads::new(Fences::detect());
+    let record = threads.register();
+    let live = |_: &Entry| true;
+    // In hand-off order, with timeouts of their own: the earliest `by` is not the first's.
+    let times = [(10, 90), (11, 30), (12, 60), (13, 20), (14, 70)];
+    for (slot, &(hand_off, by)) in times.iter().enumerate() {
+        threads.push_to(&record, entry(slot as u32), Due { hand_off, by }, 1, live);
+    }
+    assert_eq!(threads.earliest_due(), Some(20), "fresh");
+    threads.push_to(
+        &record,
+        entry(9),
+        Due {
+            hand_off: 99,
+            by: 99,
+        },
+        2,
+        live,
+    );
+    assert_eq!(threads.earliest_due(), Some(20), "aged");
+    let mut got = Vec::new();
+    // Each tick hands the aged entries due by then to the inbox (collected at once): the
+    // list's earliest is then that of those left.
+    for (now, earliest) in [(11, 20), (12, 20), (13, 70), (14, 99)] {
+        threads.push_to(
+            &record,
+            entry(100 + now),
+            Due {
+                hand_off: 99,
+                by: 99,
+            },
+            now,
+            live,
+        );
+        threads.collect(now, false, &mut got);
+        assert_eq!(threads.earliest_due(), Some(earliest), "at {now}");
+    }
+    assert_eq!(got.len(), times.len());
 }
 
 #[test]
@@ -175,7 +272,7 @@ fn without_the_barrier_no_grace_ends_no_hand_off_list_is_taken_and_shutdown_wait
     for fences in [Fences::Failing, Fences::Symmetric] {
         let works = fences == Fences::Symmetric;
         let threads = Threads::new(fences);
-        threads.push(entry(1), 5, 5, |_: &Entry| true);
+        threads.push(entry(1), at(5), 5, |_: &Entry| true);
         // Nobody is inside an operation: only the barrier can prove it.
         let mut grace = threads.grace();
         assert_eq!(threads.grace_over(&mut grace), works);
@@ -205,7 +302,7 @@ fn a_burst_taken_over_or_handed_off_leaves_no_room_behind() {
     // Above twice the room kept, so that what is kept shows (Miri: small and slow).
     let burst = if cfg!(miri) { 5_000 } else { 100_000u32 };
     for slot in 0..burst {
-        threads.push_to(&record, entry(slot), 50, 5, |_: &Entry| true);
+        threads.push_to(&record, entry(slot), at(50), 5, |_: &Entry| true);
     }
     assert!(room(&record) >= burst as usize);
     let mut due = Vec::new();
@@ -214,10 +311,10 @@ fn a_burst_taken_over_or_handed_off_leaves_no_room_behind() {
     assert!(room(&record) <= 2 * KEEP_ROOM, "{} kept", room(&record));
     // A burst that ages in the hand-off list and goes to the reaper at its hand-off tick.
     for slot in 0..burst {
-        threads.push_to(&record, entry(slot), 7, 6, |_: &Entry| true);
+        threads.push_to(&record, entry(slot), at(7), 6, |_: &Entry| true);
     }
-    threads.push_to(&record, entry(0), 100, 7, |_: &Entry| true); // files the burst as aged
-    threads.push_to(&record, entry(1), 100, 8, |_: &Entry| true); // hands it off
+    threads.push_to(&record, entry(0), at(100), 7, |_: &Entry| true); // files the burst as aged
+    threads.push_to(&record, entry(1), at(100), 8, |_: &Entry| true); // hands it off
     assert!(room(&record) <= 2 * KEEP_ROOM, "{} kept", room(&record));
     due.clear();
     threads.collect(8, false, &mut due);
@@ -229,7 +326,7 @@ fn a_finished_thread_strands_nothing_and_its_hand_off_list_is_dropped() {
     let threads = Arc::new(Threads::new(Fences::detect()));
     let other = Arc::clone(&threads);
     std::thread::spawn(move || {
-        other.push(entry(7), 3, 3, |_: &Entry| true);
+        other.push(entry(7), at(3), 3, |_: &Entry| true);
     })
     .join()
     .unwrap();
@@ -266,7 +363,7 @@ fn owners_and_a_reaper_lose_no_entry_and_duplicate_none() {
             std::thread::spawn(move || {
                 for i in 0..per_thread {
                     let now = tick.load(Ordering::SeqCst);
-                    threads.push(entry(t * per_thread + i), now, now, |_: &Entry| true);
+                    threads.push(entry(t * per_thread + i), at(now), now, |_: &Entry| true);
                 }
             })
         })

@@ -8,6 +8,7 @@ use super::pass::{pass, Runner};
 use super::thread::{backstop_lag, longest_sleep, ticks_at_least_one};
 use super::AWAKE;
 use crate::acker::engine::Engine;
+use crate::acker::timers::ticks::{full_near, Tick};
 use crate::sync::{fence, Ordering};
 
 /// How late the reaper thread may be before a caller runs a pass it woke for with no timer
@@ -115,9 +116,10 @@ fn due_to_callers<T: Send + 'static>(engine: &Engine<T>) -> Option<(u64, u64)> {
 ///
 /// Until the thread runs, the next help is due when the next timer is: a lateness from now
 /// when this pass left work (a burst: the thread's); else the wheel's next due tick, or the
-/// next tick while hand-off lists hold entries, and no later than the thread would sleep
-/// (pushes rely on it, "Sleeping"); none with neither (a push that finds the thread idle
-/// publishes its tick then, `Engine::wake_reaper`).
+/// earliest tick by which an entry waiting in a hand-off list must reach the reaper, if
+/// sooner, and no later than the thread would sleep (pushes rely on it, "Sleeping"); none
+/// with neither (a push that finds the thread idle publishes its tick then,
+/// `Engine::wake_reaper`).
 fn publish_next_help<T: Send + 'static>(engine: &Engine<T>, now: u64, left: bool) -> u64 {
     let next = if left {
         // A burst: the thread's, woken by the caller; a caller helps again if it has not
@@ -127,12 +129,12 @@ fn publish_next_help<T: Send + 'static>(engine: &Engine<T>, now: u64, left: bool
         // Not waited for: a pass under way (the thread's, which publishes its own tick)
         // leaves the claim's.
         engine.reaper.try_lock_wheel().map(|wheel| {
-            if engine.threads.waiting_or_busy() {
-                Some(wheel.now + 1)
-            } else {
-                wheel.timers.next_due()
-            }
-            .map(|next| next.clamp(now + 1, now + longest_sleep(engine, now)))
+            let hand_offs = hand_offs_due(engine, wheel.now);
+            [wheel.timers.next_due(), hand_offs]
+                .into_iter()
+                .flatten()
+                .min()
+                .map(|next| next.clamp(now + 1, now + longest_sleep(engine, now)))
         })
     };
     let Some(next) = next else {
@@ -155,7 +157,7 @@ fn publish_next_help<T: Send + 'static>(engine: &Engine<T>, now: u64, left: bool
     }
     if ours != now + 1
         && !left
-        && engine.threads.waiting_or_busy()
+        && hand_offs_due(engine, now).is_some_and(|due| due < ours)
         && engine
             .reaper
             .wakes_at
@@ -165,4 +167,14 @@ fn publish_next_help<T: Send + 'static>(engine: &Engine<T>, now: u64, left: bool
         return now + 1;
     }
     ours
+}
+
+/// The earliest tick by which an entry waiting in a hand-off list or the inbox must reach
+/// the reaper, as a full tick near `now`; `now` while another thread holds the hand-off
+/// lists' list (a takeover under way, a thread registering).
+fn hand_offs_due<T: Send + 'static>(engine: &Engine<T>, now: u64) -> Option<u64> {
+    engine
+        .threads
+        .earliest_due_or(now as Tick)
+        .map(|due| full_near(now, due))
 }

@@ -27,15 +27,18 @@
 //!
 //! ## Sleeping
 //!
-//! While entries wait in hand-off lists the reaper wakes every tick to collect them;
-//! otherwise it sleeps until the wheel's next due tick begins on the clock
-//! ([`sleep_until`]) (the next tick, when nothing is pending and the wheel holds entries to
-//! sweep: [`wheel`], "Dead entries"), or, with nothing anywhere, parks with no deadline.
-//! Before any sleep longer than a tick it marks itself idle in the hand-off lists and
-//! checks them once more: a push that makes a hand-off list non-empty wakes an idle reaper,
-//! so no entry waits for a reaper asleep for longer than a tick
-//! ([`wake`](crate::acker::threads::wake), "Waking the reaper"). With nothing pending it
-//! sleeps without wake-ups.
+//! The reaper sleeps until the earliest of: the wheel's next due tick (the next tick, when
+//! nothing is pending and the wheel holds entries to sweep: [`wheel`], "Dead entries"),
+//! the tick by which an entry waiting in a hand-off list or the inbox must reach it (the
+//! one before its deadline: [`handoff`](crate::acker::threads::handoff), "Waking the
+//! reaper when it is due"), and housekeeping's next work; each begins on the clock
+//! ([`sleep_until`]). With none of them, it parks with no deadline. While an entry due by
+//! now is still with an owner busy in this tick, it wakes a tick later, when the owner
+//! will have handed it over. Before any sleep longer than a tick it marks itself idle in
+//! the hand-off lists and checks them once more: a push that makes a hand-off list's
+//! earliest tick earlier wakes an idle reaper that would sleep past it, so no entry waits
+//! for a reaper asleep past its tick ([`wake`](crate::acker::threads::wake)). With nothing
+//! pending it sleeps without wake-ups.
 //!
 //! A push that wakes the thread costs its caller more than the syscall: the thread's short
 //! slice ([`slice`](crate::sync::slice)) makes the kernel switch to it at once, and the
@@ -43,10 +46,10 @@
 //! turn, milliseconds when that turn delivers a burst's timeouts. So while trees are
 //! pending the thread sleeps at most the hand-off age (64 ticks: 17 ms at the async acker's
 //! tick, 67 ms at `build`'s), and a push wakes it only when its timer, as published, would
-//! end after the new entry's hand-off tick (`Engine::reaper_sleeps_past`): it is parked
-//! with nothing pending, or the entry is due sooner (a short timeout of its own). Trees
-//! started beside pending ones never wake it; a long-lived tree alone costs the thread a
-//! wake-up per hand-off age. Once nothing is pending it keeps those sleeps for four
+//! end after the tick by which the new entry must reach it (`Engine::reaper_sleeps_past`):
+//! it is parked with nothing pending, or the entry is due sooner (a short timeout of its
+//! own). Trees started beside pending ones never wake it; a long-lived tree alone costs the
+//! thread a wake-up per hand-off age. Once nothing is pending it keeps those sleeps for four
 //! hand-off ages more before it parks ([`LINGER_AGES`]): requests that each complete before
 //! the next begins leave nothing pending between them, and would otherwise each wake it
 //! from its park. So an acker that goes idle costs four more wake-ups, then none.
@@ -70,10 +73,10 @@
 //! runs, or sleeps with nothing pending), every pass the wheel's next due tick
 //! (`Reaper::timers_due_at`), and a caller reads them after its init: once the thread's
 //! tick has begun and a timer is due, the caller runs the pass's timers itself
-//! ([`help_if_late`]). A tick the thread wakes at only to collect the hand-off lists (every
-//! tick while entries wait) is left to it unless it is [`LATE_AFTER_NS`] (250 µs) late: a
-//! pass per tick on the callers, with the heavy fence of a takeover, would cost them more
-//! than the timers they deliver. (The async acker's completions only wake tasks, fill a
+//! ([`help_if_late`]). A tick the thread wakes at only to collect the hand-off lists is
+//! left to it unless it is [`LATE_AFTER_NS`] (250 µs) late: a pass per tick on the
+//! callers, with the heavy fence of a takeover, would cost them more than the timers they
+//! deliver. (The async acker's completions only wake tasks, fill a
 //! queue or drop a payload nobody awaits, so they may run on a caller; a plain acker's
 //! `on_complete` is the user's code, and stays on the reaper thread.) The caller first
 //! moves the published tick to the next one (a CAS: only one caller claims a pass), and

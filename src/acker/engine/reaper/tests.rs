@@ -350,6 +350,30 @@ fn a_tree_started_beside_pending_ones_does_not_wake_the_reaper_one_due_sooner_do
     assert!(acker.ack(1, 0b1) && acker.ack(2, 0b1) && acker.ack(3, 0b1));
 }
 
+/// A thread that keeps starting trees keeps its hand-off list busy (never quiet, never
+/// empty), yet the reaper thread sleeps past the next tick: until the earliest tick by
+/// which one of those entries must reach it (a tick before its 60 s deadline), bounded by
+/// the hand-off age, not a tick at a time to look at the list again ("Sleeping").
+#[test]
+fn a_busy_hand_off_list_leaves_the_reaper_asleep_until_an_entry_is_due() {
+    let (clock, acker) = threaded_on_a_manual_clock();
+    let engine = acker.engine();
+    let age = u64::from(engine.hand_off_age);
+    for root in 1..=4 {
+        acker.init(root, 0b1, 0).unwrap();
+        clock.advance(20 * MS);
+    }
+    acker.init(5, 0b1, 0).unwrap(); // this tick's push: the list is not quiet
+    let now = engine.time.ticks.full(clock.now());
+    // The clock stands still: the list stays busy, its owner inside this tick.
+    let asleep_until = asleep_past_the_next_tick(&acker, &clock, Duration::ZERO);
+    assert!(
+        asleep_until <= now + age,
+        "{asleep_until} past the hand-off age"
+    );
+    assert_eq!(acker.pending(), 5);
+}
+
 /// Requests that each complete before the next begins leave nothing pending between
 /// them: the reaper thread lingers on timed sleeps for four hand-off ages rather than
 /// park, so the next request's tree does not wake it; after that it parks ("Sleeping").

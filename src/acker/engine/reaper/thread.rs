@@ -11,7 +11,7 @@ use super::pass::{pass, Runner};
 use super::AWAKE;
 use crate::acker::engine::time::REANCHOR_AFTER;
 use crate::acker::engine::Engine;
-use crate::acker::timers::ticks::Tick;
+use crate::acker::timers::ticks::{reached, Tick};
 use crate::sync::{store_raced, Ordering};
 
 /// The thread's lag behind its timers while callers lead (module docs, "Callers first"),
@@ -56,13 +56,15 @@ pub(in crate::acker::engine) fn spawn<T: Send + 'static>(
 /// `Engine::wake_reaper`, or a push made while it sleeps waits for its deadline.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(in crate::acker::engine) enum Wait {
-    /// Entries wait in hand-off lists: one tick after `from` (the last pass's tick), not
-    /// idle.
+    /// An entry that must reach the reaper by now is still with its owner (busy in this
+    /// tick: its next push hands it over), or came since the pass: one tick after `from`
+    /// (the last pass's tick), not idle.
     Tick { from: u64 },
-    /// An entry arrived while the reaper marked itself idle: a pass now (not idle).
+    /// An entry arrived due while the reaper marked itself idle: a pass now (not idle).
     Again,
-    /// Idle: `ticks` after `from` (the last pass's tick), the wheel's next due tick or
-    /// housekeeping's next work, whichever is sooner, or until woken.
+    /// Idle: `ticks` after `from` (the last pass's tick): the wheel's next due tick,
+    /// housekeeping's next work or the tick by which an entry waiting in a hand-off list
+    /// must reach the reaper, whichever is soonest, or until woken.
     Ticks { ticks: u64, from: u64 },
     /// Idle with nothing pending anywhere: until woken.
     Forever,
@@ -71,11 +73,12 @@ pub(in crate::acker::engine) enum Wait {
 }
 
 /// The sleep decision after a pass (module docs of [`reaper`](super)): a tick at a time
-/// while hand-off lists hold entries; otherwise idle (then one more look at the hand-off
-/// lists), until the wheel's next due tick or housekeeping's next work, or until woken when
-/// neither has any.
+/// while an entry due at the reaper by now waits with its owner; otherwise idle (then one
+/// more look at the hand-off lists), until the wheel's next due tick, housekeeping's next
+/// work or the earliest tick by which a waiting entry must reach the reaper, or until
+/// woken when none has any.
 pub(in crate::acker::engine) fn next_wait<T: Send + 'static>(engine: &Engine<T>) -> Wait {
-    let (waiting_in_hand_offs, next_due, now) = {
+    let (hand_offs, next_due, now) = {
         let mut wheel = engine.reaper.lock_wheel();
         // Dead entries with nothing pending: the next tick's pass sweeps them, rather than
         // their deadlines ([`wheel`], "Dead entries").
@@ -84,32 +87,38 @@ pub(in crate::acker::engine) fn next_wait<T: Send + 'static>(engine: &Engine<T>)
         } else {
             wheel.timers.next_due()
         };
-        (engine.threads.waiting(), next_due, wheel.now)
+        (engine.threads.earliest_due(), next_due, wheel.now)
     };
-    if waiting_in_hand_offs {
+    if hand_offs.is_some_and(|due| reached(due, now as Tick)) {
         engine.threads.unidle();
         return Wait::Tick { from: now };
     }
     // A longer sleep: idle first, then one more look at the hand-off lists (module docs of
     // [`reaper`](super)).
-    if engine.threads.park_check() {
+    let hand_offs = engine.threads.park_check(now as Tick);
+    if hand_offs.is_some_and(|due| reached(due, now as Tick)) {
         return Wait::Again;
     }
     if engine.stopping() {
         return Wait::Stop;
     }
-    // Until the next deadline or housekeeping's next work (a migration, a generation
-    // to free, a table to shrink), whichever comes first; unbounded when neither.
+    // Until the next deadline, housekeeping's next work (a migration, a generation to
+    // free, a table to shrink) or the earliest entry due at the reaper, whichever comes
+    // first; unbounded when none.
     let house = engine.housekeeping_due(now as Tick).map(u64::from);
-    let wait = match (next_due.map(|due| due.saturating_sub(now)), house) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    };
+    let wait = [
+        next_due.map(|due| due.saturating_sub(now)),
+        house,
+        hand_offs.map(|due| u64::from(due.wrapping_sub(now as Tick))),
+    ]
+    .into_iter()
+    .flatten()
+    .min();
     // At most half the anchor's reach while anything is pending
     // ([`anchor`](crate::acker::engine::time)), so that passes keep the anchor near what
     // is stored and no re-anchoring is ever needed; and the thread, while trees are
-    // pending, at most the hand-off age, so that a tree started while it sleeps reaches it
-    // in time without a wake-up from the thread that started it (module docs, "Sleeping").
+    // pending, at most the hand-off age, so that the hand-off lists of threads gone quiet
+    // are taken over within it (module docs, "Sleeping").
     let most = longest_sleep(engine, now);
     match wait {
         // Nothing pending: no wake-ups at all, once the linger is over ("Sleeping").
