@@ -153,3 +153,53 @@ fn shutdown_vs_a_callers_pass_runs_no_pass_after_it_returns() {
         }
     });
 }
+
+/// A task that drives a manual acker's passes (`spawn_expiry`) against a push due sooner
+/// than its next sleep would end (`src/acker/engine/reaper/driver.rs`, `driver_sleeps`):
+/// the driver last slept until tree 0's deadline, a tick now past, and wakes for a pass
+/// and its next sleep while another thread starts tree 2, due in 10 ms. Either the
+/// driver's sleep ends by then or the push calls its waker. (Planted: a driver that does
+/// not publish itself awake when it wakes leaves the push reading the old tick, at or
+/// before tree 2's, and fails here.)
+#[test]
+fn a_driver_never_sleeps_past_a_push_due_sooner() {
+    bounded().check(|| {
+        let clock = ManualClock::new(0);
+        let acker: Acker<u32> = Acker::builder()
+            .shards(1)
+            .max_pending(4)
+            .timeout(Duration::from_secs(1))
+            .clock(clock.clone())
+            .build_manual()
+            .unwrap();
+        let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counter = Arc::clone(&calls);
+        assert!(acker.set_driver_waker(move || {
+            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }));
+        acker
+            .init_with_timeout(0, 0b1, 0, Duration::from_millis(5))
+            .unwrap();
+        acker.init(1, 0b1, 1).unwrap();
+        let first = acker.drive_once().unwrap();
+        assert!(
+            first.is_some_and(|sleep| sleep <= Duration::from_millis(7)),
+            "{first:?}"
+        );
+        assert!(acker.ack(0, 0b1));
+        clock.advance(Duration::from_millis(8));
+        let other = acker.clone();
+        let t = thread::spawn(move || {
+            other
+                .init_with_timeout(2, 0b1, 2, Duration::from_millis(10))
+                .unwrap()
+        });
+        let sleep = acker.drive_once().unwrap();
+        t.join().unwrap();
+        let woken = calls.load(std::sync::atomic::Ordering::SeqCst) > 0;
+        assert!(
+            woken || sleep.is_some_and(|sleep| sleep <= Duration::from_millis(12)),
+            "the driver would sleep {sleep:?} past tree 2's deadline, and no one woke it"
+        );
+    });
+}

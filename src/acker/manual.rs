@@ -3,11 +3,13 @@
 //! and the hook that wakes it when a new entry makes that time earlier.
 //!
 //! The decision is the reaper thread's own ([`reaper`](crate::acker::engine::reaper),
-//! `next_wait`), with its idle mark: a push that makes the earliest tick by which a pass
-//! must file an entry of its hand-off list earlier (or the list non-empty) after the mark
-//! calls the hook where it would unpark the thread ([`wake`](crate::acker::threads::wake),
-//! "Waking the reaper"), so no entry waits for a driver asleep past that tick, or with no
-//! deadline.
+//! `next_wait`), with its idle mark, and the driver publishes the tick its sleep ends in
+//! (`Engine::driver_sleeps`) as the thread publishes its timer: a push that makes the
+//! earliest tick by which a pass must file an entry of its hand-off list earlier (or the
+//! list non-empty) after the mark calls the hook where it would unpark the thread, when
+//! the driver's sleep ends after that tick ([`wake`](crate::acker::threads::wake),
+//! "Waking the reaper"), so no entry waits for a driver asleep past its tick, and
+//! entries due later cost the driver no wake-up.
 
 use std::ops::ControlFlow;
 use std::sync::Weak;
@@ -26,8 +28,8 @@ impl<T: Send + 'static> Acker<T> {
     /// then; most complete before, and never reach it), the reaper wheel's next due tick,
     /// and the tables' housekeeping's next work (a migration to finish, a table to shrink, memory
     /// to free). Deadlines are kept in ticks of the resolution and rounded up (a tree never
-    /// times out early), so the time returned for a tree is its deadline rounded up to a
-    /// tick.
+    /// times out early), so the time returned for a tree filed by a pass is its deadline
+    /// rounded up to a tick, and for one still in a hand-off list the tick before.
     ///
     /// It may be earlier than strictly needed, never later: a tree that completed after a
     /// pass filed its timer still counts until its deadline, and a pass then finds nothing
@@ -154,7 +156,9 @@ impl<T: Send + 'static> ExpiryDriver<T> {
         if !engine.driven_pass() {
             return ControlFlow::Continue(Some(engine.tick())); // a panic: do not spin
         }
-        ControlFlow::Continue(match engine.next_pass() {
+        let next = engine.next_pass();
+        engine.driver_sleeps(next);
+        ControlFlow::Continue(match next {
             Next::Now => Some(Duration::ZERO),
             Next::At(at) => {
                 let ahead = at.wrapping_sub(engine.now()) as i64;
@@ -338,6 +342,52 @@ mod tests {
         assert_eq!(acker.next_expiration(), None);
     }
 
+    /// The calls of the expiry waker this sets.
+    fn counting_waker(acker: &Acker<u32>) -> Arc<AtomicUsize> {
+        let calls = Arc::new(AtomicUsize::new(0));
+        let counter = Arc::clone(&calls);
+        assert!(acker.set_expiry_waker(move || {
+            counter.fetch_add(1, Ordering::SeqCst);
+        }));
+        calls
+    }
+
+    /// A driver asleep until the tick before a deadline is not woken by an entry due no
+    /// sooner: neither the owner's hand-off of its aged entries to the empty inbox nor a
+    /// new tree of the same timeout. A tree due sooner wakes it.
+    #[test]
+    fn the_waker_is_called_only_for_an_entry_due_before_the_drivers_sleep_ends() {
+        let clock = ManualClock::new(0);
+        let (acker, _) = manual(&clock);
+        let calls = counting_waker(&acker);
+        let driver = acker.expiry_driver();
+        acker.init(1, 1, 1).unwrap();
+        // The driver's pass leaves tree 1 with its owner (this thread, busy in this tick),
+        // and it sleeps until the tick before the deadline.
+        let ControlFlow::Continue(Some(sleep)) = driver.step() else {
+            panic!("a timed sleep");
+        };
+        assert!(sleep > Duration::from_secs(29), "{sleep:?}");
+        let before = calls.load(Ordering::SeqCst);
+        // Past the hand-off age: tree 2's push hands tree 1 to the empty inbox.
+        clock.advance(Duration::from_nanos(66 * RESOLUTION));
+        acker.init(2, 1, 2).unwrap();
+        acker.init(3, 1, 3).unwrap();
+        assert_eq!(
+            calls.load(Ordering::SeqCst),
+            before,
+            "woken for nothing due sooner"
+        );
+        acker
+            .init_with_timeout(4, 1, 4, Duration::from_millis(100))
+            .unwrap();
+        assert_eq!(
+            calls.load(Ordering::SeqCst),
+            before + 1,
+            "tree 4 is due sooner"
+        );
+    }
+
     /// The hook is called for an entry made after the idle mark (by `next_expiration` or
     /// a driver's decision), on this thread or another, and by shutdown; once per idle
     /// mark, not once per entry.
@@ -345,11 +395,7 @@ mod tests {
     fn the_waker_is_called_for_an_entry_after_the_idle_mark_and_by_shutdown() {
         let clock = ManualClock::new(0);
         let (acker, _) = manual(&clock);
-        let calls = Arc::new(AtomicUsize::new(0));
-        let counter = Arc::clone(&calls);
-        assert!(acker.set_expiry_waker(move || {
-            counter.fetch_add(1, Ordering::SeqCst);
-        }));
+        let calls = counting_waker(&acker);
         assert!(!acker.set_expiry_waker(|| {}), "set once");
 
         assert_eq!(acker.next_expiration(), None); // idle now
@@ -388,11 +434,7 @@ mod tests {
     fn the_driver_stops_when_the_last_handle_is_dropped() {
         let clock = ManualClock::new(0);
         let (acker, _) = manual(&clock);
-        let calls = Arc::new(AtomicUsize::new(0));
-        let counter = Arc::clone(&calls);
-        assert!(acker.set_expiry_waker(move || {
-            counter.fetch_add(1, Ordering::SeqCst);
-        }));
+        let calls = counting_waker(&acker);
         let driver = acker.expiry_driver();
         assert_eq!(driver.step(), ControlFlow::Continue(None));
         acker.init(1, 1, 1).unwrap();

@@ -56,6 +56,28 @@ impl<T: Send + 'static> Acker<T> {
         self.engine().reaper_published_running()
     }
 
+    /// Manual mode: sets the hook called where the reaper thread would be unparked, as a
+    /// task that drives the passes does (`spawn_expiry`): for the loom models. `false` when
+    /// one is set already.
+    #[doc(hidden)]
+    pub fn set_driver_waker(&self, wake: impl Fn() + Send + Sync + 'static) -> bool {
+        self.set_expiry_waker(wake)
+    }
+
+    /// Manual mode: one step of a task that drives the passes, as `spawn_expiry`'s after a
+    /// sleep: woken, a pass, and its next sleep decided and published; that sleep (`None`:
+    /// until woken), or `None` when shut down. For the loom models.
+    #[doc(hidden)]
+    pub fn drive_once(&self) -> Option<Option<std::time::Duration>> {
+        let driver = self.expiry_driver();
+        match (driver.woken(), driver.step()) {
+            (std::ops::ControlFlow::Continue(()), std::ops::ControlFlow::Continue(sleep)) => {
+                Some(sleep)
+            }
+            _ => None,
+        }
+    }
+
     /// Panics caught in the reaper's passes (a clock that panicked) and reaper threads lost
     /// to one.
     #[doc(hidden)]

@@ -45,7 +45,7 @@ impl<T: Send + 'static> Engine<T> {
 
     /// Files the entries `effects` reports created in `table` or its successors in this
     /// thread's hand-off list (the one `active`, the calling operation, entered with), and
-    /// wakes the reaper if it may be asleep with no deadline.
+    /// wakes the reaper if it may be asleep past the tick by which an entry must reach it.
     // Always: as `finish`.
     #[inline(always)]
     pub(in crate::acker::engine) fn file_timers(

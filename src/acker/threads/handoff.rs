@@ -34,8 +34,11 @@
 //! gone quiet and collects the inbox. (A reaper that looked every tick while any entry
 //! waited would wake every tick in a service whose requests each live a few
 //! milliseconds.) An owner still
-//! busy when one of its entries is due hands it over at its next push, a tick later at
-//! most: the reaper looks again then. A push of an entry due sooner than every other of
+//! busy when one of its entries is due hands it over at its next push, or goes quiet and
+//! the reaper takes its list over: the reaper looks again a tick at a time until then.
+//! (While callers lead, the reaper thread sleeps a lag past each tick it aims at, so it
+//! aims that far before an entry's tick: [`reaper`](crate::acker::engine::reaper),
+//! "Callers first".) A push of an entry due sooner than every other of
 //! its list (a timeout of its own), and a hand-off that makes the inbox's tick earlier,
 //! check whether the reaper is idle, and wake it if it sleeps past that tick; the pushes
 //! of one timeout, in order, never do.
@@ -81,7 +84,7 @@
 
 use super::{trim, Record, Threads, KEEP_ROOM};
 use crate::acker::timers::ticks::{reached, Tick};
-use crate::sync::{Arc, MutexGuard, Ordering};
+use crate::sync::{Arc, AtomicU32, MutexGuard, Ordering};
 
 /// Entries the filter (and the reaper's filing) asks for ahead of the one it checks:
 /// enough misses in flight to
@@ -157,14 +160,18 @@ pub(super) struct Held {
 #[derive(Debug, Default)]
 pub(super) struct Entries {
     pub(super) fresh: Vec<Held>,
-    /// The earliest `by` of the fresh entries (no later than it, after a partial takeover).
-    fresh_by: Option<Tick>,
+    /// While there are fresh entries, the earliest `by` of them (no later than it, after a
+    /// partial takeover).
+    fresh_by: Tick,
     pub(super) aged: std::collections::VecDeque<Held>,
     /// The aged entries' `by`s that are the earliest of every entry from theirs to the
     /// back, in order (the sliding window's minimum): the front is the aged entries'
     /// earliest. Kept in step with `aged`, whose order is the hand-off's, not `by`'s (trees
     /// with timeouts of their own).
     aged_by: std::collections::VecDeque<Tick>,
+    /// The earliest tick last published in `Record::due` (while there are entries): what
+    /// a push compares its entry's `by` with.
+    published: Tick,
 }
 
 impl Entries {
@@ -175,20 +182,33 @@ impl Entries {
     /// The earliest tick by which the reaper must have one of the entries (no later than
     /// it); `None` when there are none.
     fn earliest(&self) -> Option<Tick> {
-        match (self.fresh_by, self.aged_by.front()) {
+        let fresh = (!self.fresh.is_empty()).then_some(self.fresh_by);
+        match (fresh, self.aged_by.front()) {
             (Some(a), Some(&b)) => Some(earliest(a, b)),
             (a, b) => a.or(b.copied()),
         }
     }
 
+    #[inline]
     fn push_fresh(&mut self, held: Held) {
-        self.fresh_by = Some(
-            self.fresh_by
-                .map_or(held.due.by, |by| earliest(by, held.due.by)),
-        );
+        self.fresh_by = if self.fresh.is_empty() {
+            held.due.by
+        } else {
+            earliest(self.fresh_by, held.due.by)
+        };
         self.fresh.push(held);
     }
 
+    /// Publishes `due` as the earliest tick in `to` (`Record::due`), the owner's or a
+    /// takeover's: a hint for the reaper, whose ordering the callers give (a fence before
+    /// the `idle` load when it is earlier than before, module docs).
+    #[inline]
+    fn publish(&mut self, due: Tick, to: &AtomicU32) {
+        self.published = due;
+        to.store(due, Ordering::Relaxed); // Relaxed: as above
+    }
+
+    #[inline]
     fn push_aged(&mut self, held: Held) {
         while self
             .aged_by
@@ -201,6 +221,7 @@ impl Entries {
         self.aged.push_back(held);
     }
 
+    #[inline]
     fn pop_aged(&mut self) -> Option<Held> {
         let held = self.aged.pop_front()?;
         if self.aged_by.front() == Some(&held.due.by) {
@@ -218,9 +239,6 @@ impl Entries {
         let fresh = (most - aged).min(self.fresh.len());
         let from = self.fresh.len() - fresh;
         into.extend(self.fresh.drain(from..).map(|h| h.entry));
-        if self.fresh.is_empty() {
-            self.fresh_by = None;
-        }
         aged + fresh
     }
 
@@ -294,29 +312,32 @@ impl Threads {
             // Safety: pinned, and `taken` was unset after the pin: the reaper keeps off the
             // entries until we unpin (module docs).
             let entries = unsafe { &mut *entries };
-            // What the reaper may have read of this hand-off list: the last earliest tick
-            // this thread published before a fence, or one published since (module docs,
-            // "Waking the reaper when it is due"). Relaxed: this thread's own stores (or
-            // the reaper's, read through `taken` above).
-            let published = (entries.len() > 0).then(|| record.due.load(Ordering::Relaxed));
             // Relaxed: only this thread writes `tick`; the reaper's reading it stale only
             // delays a takeover.
             let filed = record.tick.load(Ordering::Relaxed);
             if filed != now {
                 if entries.len() > 0 {
                     lowered = self.filter(entries, now, live);
+                    // What is left is due no sooner than before: the reaper may go on
+                    // reading the tick published last (module docs, "Waking the reaper
+                    // when it is due").
+                    if let Some(due) = entries.earliest() {
+                        entries.publish(due, &record.due);
+                    }
                 }
                 record.tick.store(now, Ordering::Relaxed); // Relaxed: as above.
             }
-            entries.push_fresh(held);
-            let earliest = entries.earliest().unwrap_or(due.by);
-            // Relaxed (both): hints for the reaper's checks; the fence in `wake_check`
-            // orders the ones that matter (an earlier tick) before the `idle` load.
-            record.due.store(earliest, Ordering::Relaxed);
-            record.len.store(entries.len(), Ordering::Relaxed);
-            if published.map_or(true, |p| !reached(p, earliest)) {
-                lowered = Some(lowered.map_or(earliest, |l| self::earliest(l, earliest)));
+            // Due sooner than every entry of the list (or its first): the list's earliest
+            // tick becomes the entry's, which the reaper must not sleep past. Otherwise
+            // the tick published stays the earliest: nothing to publish or check.
+            if entries.len() == 0 || !reached(entries.published, due.by) {
+                entries.publish(due.by, &record.due);
+                lowered = Some(lowered.map_or(due.by, |l| earliest(l, due.by)));
             }
+            entries.push_fresh(held);
+            // Relaxed: a hint for the reaper's checks; the fence in `wake_check` orders the
+            // tick that matters (an earlier one) before the `idle` load.
+            record.len.store(entries.len(), Ordering::Relaxed);
         });
         // Release: the entries written above happen before a takeover that reads this.
         record.pin.store(false, Ordering::Release);
@@ -334,7 +355,6 @@ impl Threads {
         // No look-ahead here: the fresh entries were filed in the tick before, and their
         // lines are most likely still in this core's cache.
         let mut fresh = std::mem::take(&mut entries.fresh);
-        entries.fresh_by = None;
         for held in fresh.drain(..) {
             if !live.live(&held.entry) {
                 continue;
@@ -481,12 +501,12 @@ impl Threads {
                         room -= took;
                         left |= entries.len() > 0;
                         entries.trim();
-                        // Relaxed (both): hints. What is left is due no sooner than
-                        // before: nothing the reaper relies on moves earlier.
+                        // What is left is due no sooner than before: nothing the
+                        // reaper relies on moves earlier.
                         if let Some(due) = entries.earliest() {
-                            record.due.store(due, Ordering::Relaxed);
+                            entries.publish(due, &record.due);
                         }
-                        record.len.store(entries.len(), Ordering::Relaxed);
+                        record.len.store(entries.len(), Ordering::Relaxed); // Relaxed: a hint
                     });
                 }
                 // Release: the owner that reads this sees the entries we emptied.

@@ -151,7 +151,7 @@ pub struct Threads {
     /// The earliest tick by which the reaper must have an entry of the inbox (no later than
     /// it), while `inbox_len` is not 0.
     inbox_due: AtomicU32,
-    /// The reaper is about to park, or parked, with no deadline.
+    /// The reaper is about to sleep past the next tick, or asleep so ([`wake`]).
     idle: AtomicBool,
     /// Shutdown has closed the callback ("Closing the callback").
     closed: AtomicBool,

@@ -148,7 +148,7 @@ fn publish_next_help<T: Send + 'static>(engine: &Engine<T>, now: u64, left: bool
         .is_ok();
     // A push between the check above and the CAS read `now + 1` and did not wake the
     // thread ("Sleeping"); its entry must not wait for the later tick. The fence pairs
-    // with the push's (its length stored, then the tick read).
+    // with the push's (its list's earliest tick stored, then the published tick read).
     fence(Ordering::SeqCst);
     // A CAS, not a `fetch_min`: the thread may have published itself running since.
     // (After a burst the thread is woken by the caller, which keeps that promise.)

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use super::pass::run_once;
 use super::thread::{next_wait, Wait};
+use super::AWAKE;
 use crate::acker::engine::Engine;
 use crate::sync::Ordering;
 
@@ -85,9 +86,26 @@ impl<T: Send + 'static> Engine<T> {
         run_once(self, true).delivered
     }
 
-    /// A driver woke ([`reaper`](super), [`Wait`]).
+    /// A driver woke ([`reaper`](super), [`Wait`]): awake until it publishes its next sleep
+    /// ([`driver_sleeps`](Self::driver_sleeps)), so a push made meanwhile calls its waker
+    /// if it finds it idle again.
     pub(in crate::acker) fn unidle(&self) {
+        self.reaper.thread_wakes_at.store(AWAKE, Ordering::SeqCst);
         self.threads.unidle();
+    }
+
+    /// Manual mode: the driver sleeps as `next` (from [`next_pass`](Self::next_pass))
+    /// says: it publishes the tick its sleep ends in, so that a push due no sooner need
+    /// not call its waker (`Engine::reaper_sleeps_past`), as a push leaves the reaper
+    /// thread's timer be. Stored after `next_pass`'s idle mark and look at the hand-off
+    /// lists: a push those missed reads [`AWAKE`] (stored when the driver woke, before
+    /// that mark) or this, and calls the waker for an entry due sooner.
+    pub(in crate::acker) fn driver_sleeps(&self, next: Next) {
+        let ends = match next {
+            Next::At(at) => self.time.ticks.full(at),
+            Next::Now | Next::Never | Next::Stop => AWAKE,
+        };
+        self.reaper.thread_wakes_at.store(ends, Ordering::SeqCst);
     }
 
     /// Manual mode: sets the hook [`Engine::wake_reaper`] calls. `false` when one is set

@@ -12,20 +12,24 @@ use crate::acker::timers::ticks::{reached, Tick};
 use crate::sync::Ordering;
 
 impl<T: Send + 'static> Engine<T> {
-    /// Whether the reaper thread, marked idle, may sleep past tick `hand_off` (an entry's,
-    /// which must reach it by then): parked with nothing pending (or about to sleep, its
-    /// timer not yet published), or asleep on a timer set after it. Otherwise its timer
-    /// wakes it in time, and the push need not: a wake from the caller's thread makes the
-    /// kernel switch to the reaper at once (its short slice,
-    /// [`slice`](crate::sync::slice)), and the call that pushed waits out the reaper's
-    /// turn ([`reaper`](super), "Sleeping"). A manual acker's driver publishes no timer: always.
+    /// Whether the reaper thread, marked idle, may sleep past tick `by` (an entry's, which
+    /// must reach it by then): parked with nothing pending (or about to sleep, its timer
+    /// not yet published), or asleep on a timer set after it. Otherwise its timer wakes it
+    /// in time, and the push need not: a wake from the caller's thread makes the kernel
+    /// switch to the reaper at once (its short slice, [`slice`](crate::sync::slice)), and
+    /// the call that pushed waits out the reaper's turn ([`reaper`](super), "Sleeping"). A
+    /// manual acker's driver publishes the tick its sleep ends in
+    /// ([`driver`](super::driver)), [`AWAKE`] while it runs a pass or sleeps with no
+    /// deadline.
     #[inline]
-    pub(in crate::acker::engine) fn reaper_sleeps_past(&self, hand_off: Tick) -> bool {
-        if self.reaper.manual {
-            return true;
-        }
-        let wakes_at = self.reaper.wakes_at.load(Ordering::SeqCst);
-        wakes_at == AWAKE || !reached(wakes_at as Tick, hand_off)
+    pub(in crate::acker::engine) fn reaper_sleeps_past(&self, by: Tick) -> bool {
+        let wakes_at = if self.reaper.manual {
+            &self.reaper.thread_wakes_at
+        } else {
+            &*self.reaper.wakes_at
+        };
+        let wakes_at = wakes_at.load(Ordering::SeqCst);
+        wakes_at == AWAKE || !reached(wakes_at as Tick, by)
     }
 
     pub(in crate::acker::engine) fn wake_reaper(&self) {

@@ -196,7 +196,9 @@ pub(in crate::acker::engine) struct Reaper {
     helping: AtomicBool,
     /// The full tick the reaper thread's timed sleep ends in, its backstop's lag included,
     /// else [`AWAKE`]: a caller whose publication is more than a lag earlier wakes the
-    /// thread to plan again ("Callers first").
+    /// thread to plan again ("Callers first"). In manual mode, the tick a driver's sleep
+    /// ends in, else [`AWAKE`] (awake, or asleep with no deadline): a push due sooner
+    /// calls its waker (`Engine::reaper_sleeps_past`).
     thread_wakes_at: AtomicU64,
     /// The wheel's next due tick as the last pass left it, else [`AWAKE`]: callers run a
     /// pass for its timers ("Callers first"), not for the thread's tick by tick collection

@@ -89,14 +89,19 @@ pub(in crate::acker::engine) fn next_wait<T: Send + 'static>(engine: &Engine<T>)
         };
         (engine.threads.earliest_due(), next_due, wheel.now)
     };
-    if hand_offs.is_some_and(|due| reached(due, now as Tick)) {
+    // While callers lead, the thread sleeps a lag past the tick it aims at, and leaves a
+    // tick with no timer due to itself ("Callers first"): it aims that far before the tick
+    // by which an entry must reach it, to have it by then.
+    let lag = backstop_lag(engine) as Tick;
+    let aim = |due: Option<Tick>| due.map(|due| due.wrapping_sub(lag));
+    if aim(hand_offs).is_some_and(|at| reached(at, now as Tick)) {
         engine.threads.unidle();
         return Wait::Tick { from: now };
     }
     // A longer sleep: idle first, then one more look at the hand-off lists (module docs of
     // [`reaper`](super)).
-    let hand_offs = engine.threads.park_check(now as Tick);
-    if hand_offs.is_some_and(|due| reached(due, now as Tick)) {
+    let hand_offs = aim(engine.threads.park_check((now as Tick).wrapping_add(lag)));
+    if hand_offs.is_some_and(|at| reached(at, now as Tick)) {
         return Wait::Again;
     }
     if engine.stopping() {
