@@ -17,8 +17,10 @@
 //! every page in writable at once (`MADV_POPULATE_WRITE`, Linux 5.14; older kernels refuse
 //! the advice and the pages come one fault at a time). Filling 1M trees took a median of
 //! 1.02 s against 1.24 without it (`cargo run --release -p stress`, its `burst plain` line,
-//! 5 alternating pairs). A shrinking table's successor is not populated: its pages would
-//! be memory held after a burst that the sparse table never needed.
+//! 5 alternating pairs). A shrinking table's successor is populated only when its roots
+//! will reach nearly every huge page of it (`shrink_reaches_every_page` in the tables'
+//! growth): a sparser one's pages would be memory held after a burst that the sparse
+//! table never needed.
 
 use std::marker::PhantomData;
 use std::mem;
@@ -28,7 +30,6 @@ use std::ptr::NonNull;
 /// Mappings this large are aligned to a huge page and ask for transparent huge pages: a
 /// lookup lands on a random line, and with 4 KiB pages nearly every lookup in a large
 /// table also misses the TLB (the ack at 1M pending: 147 ns without).
-#[cfg(all(target_os = "linux", not(miri)))]
 pub(crate) const HUGE: usize = 2 << 20;
 
 /// `madvise`'s advice to fault a range in writable at once (Linux 5.14; older kernels

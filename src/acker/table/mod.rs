@@ -362,14 +362,13 @@ impl<T> Table<T> {
     }
 
     /// A table to move this one's entries to: `groups` groups, the next generation, the
-    /// same credits and default timeout. A larger one, with `fault_in`, has its pages
-    /// faulted in at once: the moves reach every one of them ([`zeroed`](crate::zeroed),
-    /// "Pages written at once"); without it (built in the call of an init that found no
-    /// room, which must not wait for the kernel to zero a large table), and a smaller one
-    /// (which a drained table shrinks into), are left to fault as their entries need.
+    /// same credits and default timeout. With `fault_in`, its pages are faulted in at once,
+    /// for a successor whose every page the moves reach ([`zeroed`](crate::zeroed), "Pages
+    /// written at once"); without it (built in the call of an init that found no room,
+    /// which must not wait for the kernel to zero a large table, or a sparse shrink's),
+    /// they are left to fault as their entries need.
     pub fn successor_of(&self, groups: usize, fault_in: bool) -> Self {
-        let populate = fault_in && groups > self.groups;
-        let mut next = Self::bounded(groups, self.credits.clone(), self.default_timeout, populate);
+        let mut next = Self::bounded(groups, self.credits.clone(), self.default_timeout, fault_in);
         next.gen = self.gen.wrapping_add(1);
         next
     }
