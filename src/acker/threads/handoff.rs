@@ -169,9 +169,6 @@ pub(super) struct Entries {
     /// earliest. Kept in step with `aged`, whose order is the hand-off's, not `by`'s (trees
     /// with timeouts of their own).
     aged_by: std::collections::VecDeque<Tick>,
-    /// The earliest tick last published in `Record::due` (while there are entries): what
-    /// a push compares its entry's `by` with.
-    published: Tick,
 }
 
 impl Entries {
@@ -199,13 +196,15 @@ impl Entries {
         self.fresh.push(held);
     }
 
-    /// Publishes `due` as the earliest tick in `to` (`Record::due`), the owner's or a
-    /// takeover's: a hint for the reaper, whose ordering the callers give (a fence before
-    /// the `idle` load when it is earlier than before, module docs).
+    /// Publishes the entries' earliest tick in `to` (`Record::due`) after some left (a
+    /// filter, a takeover): what is left is due no sooner than before, so nothing the
+    /// reaper relies on moves earlier and no fence is needed (module docs, "Waking the
+    /// reaper when it is due").
     #[inline]
-    fn publish(&mut self, due: Tick, to: &AtomicU32) {
-        self.published = due;
-        to.store(due, Ordering::Relaxed); // Relaxed: as above
+    fn publish_earliest(&self, to: &AtomicU32) {
+        if let Some(due) = self.earliest() {
+            to.store(due, Ordering::Relaxed); // Relaxed: a hint, as above
+        }
     }
 
     #[inline]
@@ -318,20 +317,17 @@ impl Threads {
             if filed != now {
                 if entries.len() > 0 {
                     lowered = self.filter(entries, now, live);
-                    // What is left is due no sooner than before: the reaper may go on
-                    // reading the tick published last (module docs, "Waking the reaper
-                    // when it is due").
-                    if let Some(due) = entries.earliest() {
-                        entries.publish(due, &record.due);
-                    }
+                    entries.publish_earliest(&record.due);
                 }
                 record.tick.store(now, Ordering::Relaxed); // Relaxed: as above.
             }
             // Due sooner than every entry of the list (or its first): the list's earliest
             // tick becomes the entry's, which the reaper must not sleep past. Otherwise
             // the tick published stays the earliest: nothing to publish or check.
-            if entries.len() == 0 || !reached(entries.published, due.by) {
-                entries.publish(due.by, &record.due);
+            // Relaxed (both): this thread's own store, or the reaper's read through
+            // `taken` above; a hint for the reaper, ordered by `wake_check`'s fence.
+            if entries.len() == 0 || !reached(record.due.load(Ordering::Relaxed), due.by) {
+                record.due.store(due.by, Ordering::Relaxed);
                 lowered = Some(lowered.map_or(due.by, |l| earliest(l, due.by)));
             }
             entries.push_fresh(held);
@@ -501,11 +497,7 @@ impl Threads {
                         room -= took;
                         left |= entries.len() > 0;
                         entries.trim();
-                        // What is left is due no sooner than before: nothing the
-                        // reaper relies on moves earlier.
-                        if let Some(due) = entries.earliest() {
-                            entries.publish(due, &record.due);
-                        }
+                        entries.publish_earliest(&record.due);
                         record.len.store(entries.len(), Ordering::Relaxed); // Relaxed: a hint
                     });
                 }
