@@ -86,16 +86,19 @@
 //! woken at every caller's pass, the thread would run beside the workers, and callers find
 //! no pass to claim while it runs.
 //!
-//! A caller's pass makes callers lead (`Reaper::callers_lead`), and the thread becomes
-//! their backstop: it sleeps [`BACKSTOP_NS`] (500 µs) past each timer (a tick it wakes at
-//! only to collect the hand-off lists too: callers then leave that to it unless it is a
-//! lateness past the lag, and the thread kept waking beside the workers made an HTTP load's
-//! 504s as late as before), leaving the tick to the first caller in it, and judges its own
-//! pass that far behind the clock, so that it delivers only what callers left that late.
+//! A caller's pass makes callers lead (`Reaper::lead_lag`), and the thread becomes their
+//! backstop: it sleeps a lag past each timer (a tick it wakes at only to collect the
+//! hand-off lists too: callers then leave that to it unless it is a lateness past the lag,
+//! and the thread kept waking beside the workers made an HTTP load's 504s as late as
+//! before), leaving the tick to the first caller in it, and judges its own pass that far
+//! behind the clock, so that it delivers only what callers left that late. The lag starts
+//! at [`BACKSTOP_NS`] (500 µs) and doubles, up to [`BACKSTOP_MOST_NS`] (2 ms), at each of
+//! the thread's passes that finds nothing left with a caller's pass run since its last:
+//! while callers keep up, the thread wakes less often beside them (`Reaper::lead_after`).
 //! The first of its passes that delivers a timeout ends the lead: callers no longer come in
 //! time (the load has gone), and the thread runs on its timers again; so does a caller's
-//! pass that leaves work behind (a burst, "A caller's pass"). An idle acker therefore pays
-//! one lag's lateness after a caller happened to come first, and a busy one has its
+//! pass that leaves groups due behind (a burst, "A caller's pass"). An idle acker therefore
+//! pays one lag's lateness after a caller happened to come first, and a busy one has its
 //! timeouts delivered on its workers (an HTTP service under load: `http-timeouts/`, whose
 //! 504s came 1.6-2.5 times as late as `tokio::time::timeout`'s when its workers were
 //! saturated, and at about tokio's with callers first). A push that wakes the idle thread
@@ -119,23 +122,29 @@
 //!   has closed the callback, so no pass runs after `shutdown` returned.
 //! * **Its timers only**: no sweep of the wheel, no migration, shrink or freeing of retired
 //!   generations, no pruning and no giving memory back: the upkeep waits for the thread.
-//! * **A bounded hand-off list.** It files at most [`CALLER_ENTRIES`] of the entries handed
-//!   off or left in quiet hand-off lists (taken over as the thread does, with its heavy
-//!   fence: a few microseconds), and its advance of the wheel moves at most
-//!   [`CALLER_GROUPS`] groups
+//! * **Bounded work.** It files at most [`CALLER_ENTRIES`] of the entries handed off or
+//!   left in quiet hand-off lists (taken over as the thread does, with its heavy fence: a
+//!   few microseconds); the rest wait for the next pass, the thread's by the earliest tick
+//!   the lists publish for them ("Sleeping"), so leaving them is not a burst. Its advance of
+//!   the wheel takes [`CALLER_PART`] groups at a time
 //!   ([`advance_within`](crate::acker::timers::wheel::CompactWheel::advance_within), which
-//!   takes due entries out of a coarse bucket too large to cascade): at most
-//!   `CALLER_GROUPS` × [`GROUP_SLOTS`] timeouts delivered on the caller (a million trees
-//!   that share a deadline are a million wake-ups: the caller wakes a few dozen). What it
-//!   leaves stays where it was, due: a burst, which is the thread's. Callers stop leading
+//!   takes due entries out of a coarse bucket too large to cascade), and no more once it
+//!   has claimed [`CALLER_TIMEOUTS`] timeouts or looked at [`CALLER_GROUPS`] groups: at
+//!   most `CALLER_TIMEOUTS` plus a part's timeouts (`CALLER_PART` × [`GROUP_SLOTS`]) are
+//!   delivered on the caller (a million trees that share a deadline are a million
+//!   wake-ups: the caller wakes a few dozen). Most groups that come due in a service hold
+//!   only trees completed after their hand-off (an entry waits for its deadline, [`wheel`],
+//!   "Dead entries"), a line read each: a bound of 32 groups left due ones behind in about
+//!   one caller's pass in ten in `http-timeouts/`, each a wake-up of the thread and an end
+//!   of the callers' lead. Groups left due are a burst, the thread's. Callers stop leading
 //!   ("Callers first"), the caller publishes a tick [`LATE_AFTER_NS`] on and wakes the
-//!   thread, so the next caller takes the next hand-off list only while the thread gets no
-//!   core (in the shared-deadline stress phase, callers that took hand-off list after
-//!   hand-off list ran 7,000 to 9,000 passes of its million timeouts, and `track`'s p99.99
-//!   was 0.2-4 ms; leaving the burst to the thread, 100 to 2,000, and 115-169 µs). The
-//!   thread claims the burst, and the async acker's hands its wake-ups to tasks on its
-//!   runtime ([`deliver`](crate::acker::engine::deliver), "A burst's hand-over"): on the
-//!   workers after all, but a batch at a time, on tasks of their own.
+//!   thread, so the next caller runs a pass only while the thread gets no core (in the
+//!   shared-deadline stress phase, callers that took part after part ran 7,000 to 9,000
+//!   passes of its million timeouts, and `track`'s p99.99 was 0.2-4 ms; leaving the burst
+//!   to the thread, 100 to 2,000, and 115-169 µs). The thread claims the burst, and the
+//!   async acker's hands its wake-ups to tasks on its runtime
+//!   ([`deliver`](crate::acker::engine::deliver), "A burst's hand-over"): on the workers
+//!   after all, but a batch at a time, on tasks of their own.
 //! * **Its publication keeps the pushers' promise** ("Sleeping"): a push that found the
 //!   published tick early enough did not wake the thread, so after its pass the caller
 //!   publishes no later than the thread would sleep, and once more checks the hand-off
@@ -147,8 +156,11 @@
 //!
 //! [`LATE_AFTER_NS`]: callers::LATE_AFTER_NS
 //! [`BACKSTOP_NS`]: thread::BACKSTOP_NS
+//! [`BACKSTOP_MOST_NS`]: thread::BACKSTOP_MOST_NS
 //! [`CALLER_ENTRIES`]: pass::CALLER_ENTRIES
 //! [`CALLER_GROUPS`]: pass::CALLER_GROUPS
+//! [`CALLER_PART`]: pass::CALLER_PART
+//! [`CALLER_TIMEOUTS`]: pass::CALLER_TIMEOUTS
 //! [`GROUP_SLOTS`]: crate::acker::table::GROUP_SLOTS
 //! [`LINGER_AGES`]: thread::LINGER_AGES
 //! [`next_wait`]: thread::next_wait
@@ -204,9 +216,13 @@ pub(in crate::acker::engine) struct Reaper {
     /// pass for its timers ("Callers first"), not for the thread's tick by tick collection
     /// of the hand-off lists.
     timers_due_at: AtomicU64,
-    /// Callers ran the last passes due, and the thread is their backstop: it sleeps past
-    /// its timers and judges its passes behind the clock ("Callers first").
-    callers_lead: AtomicBool,
+    /// While callers lead (they ran the last passes due), the thread's lag behind its
+    /// timers in ticks: it sleeps that far past them and judges its passes that far behind
+    /// the clock ("Callers first"); 0 while they do not.
+    lead_lag: AtomicU64,
+    /// The callers' passes counted (`caller_passes`) when the thread's last pass ended:
+    /// whether callers ran one since ("Callers first").
+    lead_passes: AtomicU64,
     /// The last full tick at which the reaper's sleep decision saw trees pending, 0 before
     /// the first ("Sleeping").
     busy_at: AtomicU64,
@@ -235,7 +251,8 @@ impl Reaper {
             helping: AtomicBool::new(false),
             thread_wakes_at: AtomicU64::new(AWAKE),
             timers_due_at: AtomicU64::new(AWAKE),
-            callers_lead: AtomicBool::new(false),
+            lead_lag: AtomicU64::new(0),
+            lead_passes: AtomicU64::new(0),
             busy_at: AtomicU64::new(0),
             expiry_waker: OnceLock::new(),
             idle_wakeups: AtomicU64::new(0),
@@ -261,19 +278,51 @@ impl Reaper {
     }
 
     /// Who leads after a pass (`caller`'s or the thread's) that left work (`left`),
-    /// delivered timeouts (`delivered`) and ran for timers come due (`timers`) or not:
-    /// callers lead once one runs a pass for timers (a collection of the hand-off lists
-    /// alone is the thread's), unless it leaves work (a burst: the thread's), and until the
-    /// thread's delivers timeouts they left (judged a lag behind: they no longer come in
-    /// time) ("Callers first").
-    pub(super) fn lead_after(&self, caller: bool, left: bool, delivered: bool, timers: bool) {
-        // Relaxed (all): `backstop_lag`'s hint.
-        if caller && left {
-            self.callers_lead.store(false, Ordering::Relaxed);
-        } else if caller && timers {
-            self.callers_lead.store(true, Ordering::Relaxed);
-        } else if !caller && delivered {
-            self.callers_lead.store(false, Ordering::Relaxed);
+    /// delivered timeouts (`delivered`) and ran for timers come due (`timers`) or not, and
+    /// the thread's lag while they do, in ticks of `shift` ("Callers first"):
+    ///
+    /// * callers lead once one runs a pass for timers (a collection of the hand-off lists
+    ///   alone is the thread's), at a lag of [`BACKSTOP_NS`], unless it leaves work (a
+    ///   burst: the thread's);
+    /// * each pass of the thread that finds nothing they left, with a caller's pass run
+    ///   since its last, doubles the lag, up to [`BACKSTOP_MOST_NS`]: they keep coming in
+    ///   time, and the thread wakes less often beside them;
+    /// * the thread's first pass that delivers timeouts they left (judged a lag behind:
+    ///   they no longer come in time) ends the lead.
+    ///
+    /// [`BACKSTOP_NS`]: thread::BACKSTOP_NS
+    /// [`BACKSTOP_MOST_NS`]: thread::BACKSTOP_MOST_NS
+    pub(super) fn lead_after(
+        &self,
+        caller: bool,
+        left: bool,
+        delivered: bool,
+        timers: bool,
+        shift: u32,
+    ) {
+        // Relaxed (all): `backstop_lag`'s hint. Passes may race here (a caller's beside the
+        // thread's): a lost update costs a lag's doubling or one more lead, never a
+        // timeout (each is taken by one CAS, and the thread delivers what callers leave).
+        let lag = self.lead_lag.load(Ordering::Relaxed);
+        let next = if caller {
+            match (left, timers) {
+                (true, _) => 0,
+                (false, true) if lag == 0 => thread::ticks_at_least_one(thread::BACKSTOP_NS, shift),
+                (false, _) => lag,
+            }
+        } else if delivered {
+            0
+        } else {
+            let passes = self.caller_passes.load(Ordering::Relaxed);
+            let helped = self.lead_passes.swap(passes, Ordering::Relaxed) != passes;
+            if lag > 0 && helped {
+                (lag * 2).min(thread::ticks_at_least_one(thread::BACKSTOP_MOST_NS, shift))
+            } else {
+                lag
+            }
+        };
+        if next != lag {
+            self.lead_lag.store(next, Ordering::Relaxed);
         }
     }
 

@@ -22,8 +22,9 @@ pub(in crate::acker::engine) struct Pass {
     pub delivered: usize,
     /// Any entry collected, filed, due or dropped.
     pub worked: bool,
-    /// A caller's pass: work left that its bounds kept it from (entries handed off, groups
-    /// due), for the next pass.
+    /// A caller's pass: groups due that its bounds kept it from (a burst, the thread's).
+    /// Entries it leaves in the hand-off lists are not counted: they wait for the next
+    /// pass, by the earliest tick the lists publish.
     pub left: bool,
     /// It ran: a caller's pass gives way to a re-anchoring, to another pass under way and
     /// to shutdown.
@@ -48,9 +49,23 @@ pub(super) enum Runner {
 /// (module docs of [`reaper`](super), "A caller's pass").
 pub(super) const CALLER_ENTRIES: usize = 256;
 
-/// The most groups a caller's pass looks at (each of [`GROUP_SLOTS`] slots, so at most
-/// that many timeouts each), and the most entries its advance of the wheel moves.
-pub(super) const CALLER_GROUPS: usize = 32;
+/// The most groups a caller's pass looks at, a [`CALLER_PART`] at a time (module docs of
+/// [`reaper`](super), "A caller's pass").
+pub(super) const CALLER_GROUPS: usize = 256;
+
+/// The groups a caller's pass takes out of the wheel at a time: it takes no more once it
+/// has claimed [`CALLER_TIMEOUTS`] timeouts (each group of [`GROUP_SLOTS`] slots holds up
+/// to that many).
+pub(super) const CALLER_PART: usize = 8;
+
+/// The most entries a caller's advance of the wheel cascades from a coarser bucket at a
+/// time: a bucket of more is a burst (module docs of [`reaper`](super), "A caller's pass").
+/// A cascade moves entries of `u64` from vector to vector; a group looked at reads lines.
+pub(super) const CALLER_CASCADE: usize = 1024;
+
+/// The timeouts a caller's pass claims before it takes no more groups: at most this plus
+/// a part's ([`CALLER_PART`] × [`GROUP_SLOTS`]) are delivered on the caller.
+pub(super) const CALLER_TIMEOUTS: usize = 32;
 
 /// One pass at the clock's time (module docs). `everything`: take every hand-off list's
 /// entries (manual mode, where the caller's own hand-off list is one of them).
@@ -118,9 +133,13 @@ pub(super) fn pass<T: Send + 'static>(engine: &Engine<T>, runner: Runner) -> Pas
         timers
     };
     pass.delivered = timed_out.len();
-    engine
-        .reaper
-        .lead_after(caller, pass.left, pass.delivered > 0, timers);
+    engine.reaper.lead_after(
+        caller,
+        pass.left,
+        pass.delivered > 0,
+        timers,
+        engine.time.ticks.shift,
+    );
     // Outside the lock: `on_complete` may call back into the acker, even `expire`. Before
     // the upkeep below: it may build a successor a caller asked for (the kernel zeroes its
     // pages, about 0.1 ms a MiB) and finish whole migrations, while the thread is
@@ -185,7 +204,9 @@ fn collect_and_file<T: Send + 'static>(
                 .collect(now as Tick, everything, &mut collected);
         }
         Runner::Caller => {
-            pass.left |= engine
+            // What it leaves waits for the next pass, the thread's by the earliest tick
+            // the lists publish for it ("A caller's pass"): not a burst.
+            engine
                 .threads
                 .collect_within(now as Tick, CALLER_ENTRIES, &mut collected);
         }
@@ -227,20 +248,45 @@ fn take_due<'e, T: Send + 'static>(
 ) -> bool {
     let now = wheel.now;
     let mut due = std::mem::take(&mut wheel.due);
-    let before = wheel.timers.len();
+    let mut taken = 0;
     match runner {
-        Runner::Reaper { .. } => wheel.timers.advance(now, &mut due),
+        Runner::Reaper { .. } => {
+            wheel.timers.advance(now, &mut due);
+            taken = due.len();
+            for timer in due.drain(..) {
+                look_at_group(engine, wheel, timer, judge, timed_out);
+            }
+        }
+        // A part at a time, until the wheel reaches `now` or the caller's bounds: most
+        // groups come due with their trees long completed (an entry waits for its
+        // deadline), and a look at one of those is a line read.
         Runner::Caller => {
-            pass.left |= !wheel.timers.advance_within(now, CALLER_GROUPS, &mut due);
+            loop {
+                let reached =
+                    wheel
+                        .timers
+                        .advance_within(now, CALLER_PART, CALLER_CASCADE, &mut due);
+                let took = due.len();
+                taken += took;
+                for timer in due.drain(..) {
+                    look_at_group(engine, wheel, timer, judge, timed_out);
+                }
+                if reached {
+                    break;
+                }
+                // No part at all: a bucket too large to cascade within its bound, whose
+                // due entries it has taken (a burst).
+                if took == 0 || timed_out.len() >= CALLER_TIMEOUTS || taken >= CALLER_GROUPS {
+                    pass.left = true;
+                    break;
+                }
+            }
         }
     }
     // The entries come due are no longer there to defer an idle sweep.
-    wheel.kept = wheel.kept.saturating_sub(before - wheel.timers.len());
-    let timers = !due.is_empty();
+    wheel.kept = wheel.kept.saturating_sub(taken);
+    let timers = taken > 0;
     pass.worked |= timers;
-    for timer in due.drain(..) {
-        look_at_group(engine, wheel, timer, judge, timed_out);
-    }
     wheel.due = due;
     // A burst (a million trees handed over at once) must not keep its scratch space.
     let scratch = |w: &Wheel| {

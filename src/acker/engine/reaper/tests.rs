@@ -2,7 +2,7 @@
 //! the thread's sleeps and wake-ups.
 
 use super::late_after;
-use super::pass::{pass, Runner, CALLER_GROUPS};
+use super::pass::{pass, Runner, CALLER_GROUPS, CALLER_PART, CALLER_TIMEOUTS};
 use super::thread::{backstop_lag, wait_nanos};
 use super::AWAKE;
 use crate::acker::engine::Next;
@@ -149,8 +149,12 @@ fn callers_lead_until_the_threads_pass_delivers_what_they_left() {
     led.pretend_reaper_late();
     assert!(led.help_late_reaper());
     assert_eq!(led.stats().timed_out, 1);
+    assert_eq!(backstop_lag(led.engine()), 1, "500 µs in ticks of 2^20 ns");
+    // The thread's first pass after it finds nothing the callers left: its lag doubles
+    // (to 2 ms, its most).
+    assert_eq!(threads(&led), 0);
     let lag = backstop_lag(led.engine());
-    assert_eq!(lag, 1, "500 µs in ticks of 2^20 ns");
+    assert_eq!(lag, 2, "the lag after a caller's pass and the thread's");
     // The ticks at which each delivers two trees started together.
     let delivered_at = |second: u64| {
         for acker in [&led, &alone] {
@@ -174,7 +178,7 @@ fn callers_lead_until_the_threads_pass_delivers_what_they_left() {
     assert_eq!(
         led_at,
         alone_at + lag,
-        "the backstop did not judge a lag behind"
+        "the backstop did not judge a lag behind (no caller's pass since: it stays)"
     );
     assert_eq!(
         backstop_lag(led.engine()),
@@ -183,6 +187,84 @@ fn callers_lead_until_the_threads_pass_delivers_what_they_left() {
     );
     let (led_at, alone_at) = delivered_at(3);
     assert_eq!(led_at, alone_at, "judged behind with no callers leading");
+}
+
+/// While callers keep running the passes due, each pass of the thread that finds nothing
+/// they left doubles its lag, up to 2 ms; a pass with no caller's pass since leaves it,
+/// and one that delivers what they left ends the lead. (A manual acker at 2^17 ns: 500 µs
+/// is 4 ticks, 2 ms is 16.)
+#[test]
+fn the_backstops_lag_doubles_while_callers_keep_coming_up_to_its_most() {
+    let clock = ManualClock::new(0);
+    let acker: Acker<u32> = Acker::builder()
+        .timeout(10 * MS)
+        .resolution(Duration::from_nanos(1 << 17))
+        .clock(clock.clone())
+        .build_manual()
+        .unwrap();
+    let engine = acker.engine();
+    let threads = || {
+        pass(
+            engine,
+            Runner::Reaper {
+                everything: true,
+                behind: backstop_lag(engine),
+            },
+        )
+        .delivered
+    };
+    // A caller's pass for a timer come due.
+    let mut root = 0;
+    let mut callers_pass = || {
+        root += 1;
+        acker.init(root, 0b1, 0).unwrap();
+        assert_eq!(acker.expire(), 0, "filed, not due");
+        clock.advance(20 * MS);
+        acker.pretend_reaper_late();
+        assert!(acker.help_late_reaper(), "no caller's pass");
+        assert_eq!(
+            acker.stats().timed_out,
+            root,
+            "the caller's pass timed it out"
+        );
+    };
+    callers_pass();
+    assert_eq!(backstop_lag(engine), 4, "500 µs in ticks of 2^17 ns");
+    let mut lags = Vec::new();
+    for _ in 0..4 {
+        assert_eq!(threads(), 0);
+        lags.push(backstop_lag(engine));
+        assert_eq!(threads(), 0);
+        assert_eq!(
+            backstop_lag(engine),
+            *lags.last().unwrap(),
+            "the lag grew with no caller's pass since the thread's last"
+        );
+        callers_pass();
+    }
+    assert_eq!(lags, [8, 16, 16, 16], "doubled up to 2 ms, then held");
+    // A tree the callers leave (none comes): the thread's pass that delivers it, judged
+    // 16 ticks behind, ends the lead.
+    assert_eq!(threads(), 0);
+    acker.init(100, 0b1, 0).unwrap();
+    assert_eq!(acker.expire(), 0, "filed, not due");
+    clock.advance(10 * MS);
+    let tick = Duration::from_nanos(1 << 17);
+    let mut steps = 0;
+    while threads() == 0 {
+        clock.advance(tick);
+        steps += 1;
+        assert!(steps < 100, "never delivered");
+    }
+    assert_eq!(
+        backstop_lag(engine),
+        0,
+        "a lead after the backstop delivered"
+    );
+    assert!(
+        steps >= 16,
+        "delivered {steps} ticks after its deadline, not 16"
+    );
 }
 
 /// A push that wakes the idle reaper thread publishes its tick plus the lateness allowed
@@ -445,15 +527,14 @@ fn overdue(trees: u64) -> (ManualClock, Acker<u32>, Arc<Mutex<Vec<u64>>>) {
     (clock, acker, log)
 }
 
-/// A caller's pass times out a bounded hand-off list (a few dozen groups), not every tree
-/// due. What it leaves is a burst, the thread's: callers do not lead then, and the next
+/// A caller's pass times out a bounded share (a few dozen trees), not every tree due. What it leaves is a burst, the thread's: callers do not lead then, and the next
 /// caller helps only if the thread has not run within a lateness; then a full pass takes
 /// the rest. Every tree times out once.
 #[test]
 fn a_callers_pass_times_out_a_bounded_share_and_leaves_the_burst_to_the_thread() {
     let (clock, acker, log) = overdue(4000);
     let engine = acker.engine();
-    let most = CALLER_GROUPS * GROUP_SLOTS;
+    let most = CALLER_TIMEOUTS + CALLER_PART * GROUP_SLOTS;
     assert!(acker.help_late_reaper(), "no pass run");
     let first = log.lock().unwrap().len();
     assert!(
@@ -477,6 +558,50 @@ fn a_callers_pass_times_out_a_bounded_share_and_leaves_the_burst_to_the_thread()
     roots.dedup();
     assert_eq!(roots.len(), 4000, "a tree timed out twice, or not at all");
     assert_eq!(acker.pending(), 0);
+}
+
+/// Groups that come due with their trees completed (an entry waits for its deadline) are
+/// not a burst: a caller's pass looks past more of them than a part, cascading the coarse
+/// bucket they share, and times out the live tree among them; callers keep the lead, and
+/// the thread is not woken for them. Past [`CALLER_GROUPS`] of them, the rest are left.
+/// (With a bound of 32 groups, and the cascade counted in it, the pass left all of them.)
+#[test]
+fn a_callers_pass_looks_past_groups_of_completed_trees() {
+    for (dead, left) in [(CALLER_GROUPS / 2, false), (CALLER_GROUPS * 2, true)] {
+        let clock = ManualClock::new(0);
+        let acker: Acker<u32> = Acker::builder()
+            .timeout(200 * MS) // past level 0 at 1 ms a tick: a coarse bucket
+            .resolution(MS)
+            .clock(clock.clone())
+            .build_manual()
+            .unwrap();
+        let engine = acker.engine();
+        // One group per root (a large table, roots far apart), then one live root.
+        let roots: Vec<u64> = (1..=dead as u64).map(|r| r << 40).collect();
+        for &root in &roots {
+            acker.init(root, 0b1, 0).unwrap();
+        }
+        acker.init(7, 0b1, 0).unwrap();
+        assert_eq!(acker.expire(), 0, "filed, not due");
+        assert!(
+            engine.reaper.lock_wheel().timers.len() > CALLER_PART,
+            "{dead} trees in too few groups"
+        );
+        for &root in &roots {
+            assert!(acker.ack(root, 0b1));
+        }
+        // A caller's pass that leads, for a timer due before them.
+        clock.advance(250 * MS);
+        acker.pretend_reaper_late();
+        assert!(acker.help_late_reaper(), "no pass run");
+        let lead = backstop_lag(engine) > 0;
+        assert_eq!(!lead, left, "{dead} groups: left {}", !lead);
+        if !left {
+            assert_eq!(acker.stats().timed_out, 1, "the live tree among them");
+            assert_eq!(engine.reaper.lock_wheel().timers.len(), 0);
+        }
+        assert_eq!(acker.expire() as u64 + acker.stats().timed_out, 1);
+    }
 }
 
 /// A caller whose pass finds the wheel held (the thread's pass under way, after all)

@@ -14,22 +14,25 @@ use crate::acker::engine::Engine;
 use crate::acker::timers::ticks::{reached, Tick};
 use crate::sync::{store_raced, Ordering};
 
-/// The thread's lag behind its timers while callers lead (module docs, "Callers first"),
-/// in nanoseconds: long enough for a busy runtime's next `track` to come (microseconds
-/// apart under load), short enough to bound a timeout's lateness when none does. At least
-/// a tick ([`backstop_lag`]).
+/// The thread's lag behind its timers when callers begin to lead (module docs, "Callers
+/// first"), in nanoseconds: long enough for a busy runtime's next `track` to come
+/// (microseconds apart under load), short enough to bound a timeout's lateness when none
+/// does. At least a tick ([`backstop_lag`]).
 pub(super) const BACKSTOP_NS: u64 = 500_000;
 
-/// The ticks the thread sleeps past its timer, and judges its pass behind the clock: two
-/// at the async acker's tick while callers lead ([`BACKSTOP_NS`]), none otherwise.
+/// The longest lag behind its timers the thread grows to while callers keep running the
+/// passes due ([`Reaper::lead_after`](super::Reaper::lead_after)), in nanoseconds: the
+/// most a timeout is late when the load stops (once: the thread's pass that delivers it
+/// ends the lead). At [`BACKSTOP_NS`], a thread beside a service whose requests keep timers
+/// due woke about 1,000 times a second, each a switch onto a core its workers wanted.
+pub(super) const BACKSTOP_MOST_NS: u64 = 2_000_000;
+
+/// The ticks the thread sleeps past its timer, and judges its pass behind the clock, while
+/// callers lead: from [`BACKSTOP_NS`] up to [`BACKSTOP_MOST_NS`]; none otherwise.
 pub(super) fn backstop_lag<T: Send + 'static>(engine: &Engine<T>) -> u64 {
-    // Relaxed: a hint for the thread's timing, set by callers' passes and cleared by its
-    // own; a stale read costs one pass a lag's lateness or the callers one race.
-    if engine.reaper.callers_lead.load(Ordering::Relaxed) {
-        ticks_at_least_one(BACKSTOP_NS, engine.time.ticks.shift)
-    } else {
-        0
-    }
+    // Relaxed: a hint for the thread's timing, set by callers' passes and the thread's; a
+    // stale read costs one pass a lag's lateness or the callers one race.
+    engine.reaper.lead_lag.load(Ordering::Relaxed)
 }
 
 /// `ns` in ticks of `shift` (2^shift ns), rounded up, and at least one.

@@ -275,26 +275,34 @@ impl<E: WheelEntry> CompactWheel<E> {
         self.len -= due.len() - before;
     }
 
-    /// [`advance`](Self::advance) that moves at most `most` entries (returned or cascaded),
+    /// [`advance`](Self::advance) that returns at most `most` entries, and cascades or
+    /// refiles no bucket of more than `cascade` entries (moving at most `cascade` in all),
     /// for a caller that must not run long: `true` when it reached `now`. It takes the
     /// ready entries and level-0 buckets a part at a time (their entries are all due at one
-    /// tick, so the rest may wait where they are), and stops at a coarser bucket whose
-    /// entries would take it past `most` (a cascade moves them all at once), taking only
-    /// due entries out of it, or at such an overflow.
+    /// tick, so the rest may wait where they are); a coarser bucket within `cascade` is
+    /// cascaded, the due entries past `most` it yields waiting in `ready`; it stops at one
+    /// larger than what is left of `cascade` (a cascade moves them all at once), taking
+    /// only due entries out of it, or at such an overflow.
     /// The wheel's time then stays where the last bucket emptied left it, at most `now`:
     /// every entry is still before it only if due and waiting in `ready`, and the next
     /// advance goes on from there.
-    pub(crate) fn advance_within(&mut self, now: u64, most: usize, due: &mut Vec<E>) -> bool {
+    pub(crate) fn advance_within(
+        &mut self,
+        now: u64,
+        most: usize,
+        cascade: usize,
+        due: &mut Vec<E>,
+    ) -> bool {
         debug_assert!(now >= self.time, "time went back: {now} < {}", self.time);
         let now = now.max(self.time);
         let before = due.len();
-        let reached = self.advance_some(now, most, due);
+        let reached = self.advance_some(now, most, cascade, due);
         self.len -= due.len() - before;
         reached
     }
 
-    fn advance_some(&mut self, now: u64, most: usize, due: &mut Vec<E>) -> bool {
-        let mut left = most;
+    fn advance_some(&mut self, now: u64, most: usize, cascade: usize, due: &mut Vec<E>) -> bool {
+        let (mut left, mut moves) = (most, cascade);
         // From the end: what stays is not moved.
         let take = left.min(self.ready.len());
         due.extend(self.ready.drain(self.ready.len() - take..));
@@ -327,25 +335,48 @@ impl<E: WheelEntry> CompactWheel<E> {
                     bucket,
                     start,
                 } => {
-                    if self.buckets[level * BUCKETS + bucket].entries.len() > left {
+                    let len = self.buckets[level * BUCKETS + bucket].entries.len();
+                    if len > moves {
                         self.take_due_from(level, bucket, start, now, left, due);
                         return false;
                     }
-                    left -= self.buckets[level * BUCKETS + bucket].entries.len();
+                    moves -= len;
+                    let from = due.len();
                     self.empty_bucket(level, bucket, start, now, due);
-                }
-                Earliest::Overflow { start } => {
-                    if self.overflow.len() > left {
+                    if !self.keep_within(from, &mut left, due) {
                         return false;
                     }
-                    left -= self.overflow.len();
+                }
+                Earliest::Overflow { start } => {
+                    if self.overflow.len() > moves {
+                        return false;
+                    }
+                    moves -= self.overflow.len();
+                    let from = due.len();
                     self.refile_overflow(start, now, due);
+                    if !self.keep_within(from, &mut left, due) {
+                        return false;
+                    }
                 }
             }
         }
         // As in `advance`: nothing left starts at or before `now`.
         self.time = now;
         true
+    }
+
+    /// After a cascade that appended to `due` from index `from`: what `left` (of a bounded
+    /// advance's budget) cannot take waits in `ready`, due (the wheel's time has passed
+    /// it); `false` when some had to.
+    fn keep_within(&mut self, from: usize, left: &mut usize, due: &mut Vec<E>) -> bool {
+        let got = due.len() - from;
+        if got <= *left {
+            *left -= got;
+            return true;
+        }
+        self.ready.extend(due.drain(from + *left..));
+        *left = 0;
+        false
     }
 
     /// From `level`'s bucket `b` (level 1 or above, starting at `start` <= `now`, too large

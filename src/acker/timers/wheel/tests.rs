@@ -198,7 +198,8 @@ fn check_bounded_against_model(seed: u64, steps: usize) {
         let now = random_now(&mut rng, time, model.keys().next().copied());
         for _ in 0..rng.random_range(1..6) {
             let most = rng.random_range(0..100);
-            let reached = wheel.advance_within(now, most, &mut due);
+            let cascade = most + rng.random_range(0..400);
+            let reached = wheel.advance_within(now, most, cascade, &mut due);
             assert!(
                 due.len() <= most,
                 "seed {seed} step {step}: {} > {most}",
@@ -259,6 +260,42 @@ fn a_bounded_advance_returns_at_most_its_budget_and_loses_nothing() {
     }
 }
 
+/// A coarse bucket within a bounded advance's cascade: it is cascaded (the wheel's time
+/// moves past it), and the due entries past the budget wait in `ready` for the next call,
+/// each returned once.
+#[test]
+fn a_bounded_advance_cascades_within_its_bound_and_keeps_the_rest_ready() {
+    let mut wheel = CompactWheel::<Lending>::new(0);
+    // Ticks 64..128: one level-1 bucket, 200 entries, 17 of every 64 due by 80.
+    for id in 0..200u64 {
+        wheel.push(64 + id % 64, Lending(id));
+    }
+    let expected: Vec<u64> = (0..200u64).filter(|id| id % 64 <= 16).collect();
+    let mut due = Vec::new();
+    assert!(
+        !wheel.advance_within(80, 10, 200, &mut due),
+        "all due in one call"
+    );
+    assert_eq!(due.len(), 10);
+    assert_eq!(
+        wheel.next_due(),
+        Some(80),
+        "the rest ready, at the wheel's time"
+    );
+    let mut out: Vec<u64> = due.drain(..).map(|e| e.0).collect();
+    let mut calls = 0;
+    while !wheel.advance_within(80, 10, 0, &mut due) {
+        assert!(due.len() <= 10);
+        out.extend(due.drain(..).map(|e| e.0));
+        calls += 1;
+        assert!(calls < 100, "never reached 80");
+    }
+    out.extend(due.drain(..).map(|e| e.0));
+    out.sort_unstable();
+    assert_eq!(out, expected, "cascaded once: no more moves needed");
+    assert_eq!(wheel.len(), 200 - expected.len());
+}
+
 /// A coarse bucket too large for a bounded advance to cascade: the due part of it comes
 /// out a budget at a time, without moving the wheel's time, and the full advance returns
 /// the rest, each entry once and none before its tick.
@@ -280,7 +317,7 @@ fn a_bounded_advance_takes_due_entries_out_of_a_coarse_bucket() {
         let mut out = Vec::new();
         let mut due = Vec::new();
         for _ in 0..100 {
-            assert!(!wheel.advance_within(80, 10, &mut due));
+            assert!(!wheel.advance_within(80, 10, 10, &mut due));
             assert!(due.len() <= 10);
             out.append(&mut due);
         }
