@@ -21,15 +21,27 @@
 //! will reach nearly every huge page of it (`shrink_reaches_every_page` in the tables'
 //! growth): a sparser one's pages would be memory held after a burst that the sparse
 //! table never needed.
+//!
+//! ## Huge pages only at once
+//!
+//! Only a populated mapping asks for huge pages. One left to fault as it is written (the
+//! successor an init that found no room builds on its own thread, a sparse shrink's) keeps
+//! 4 KiB pages: a huge one's first write zeroes 2 MiB, and where the kernel has none free
+//! it compacts memory first (`defrag` is `madvise` by default), in the writer's call. In
+//! the shared-deadline stress phase, whose million trees fill the acker to its bound, a
+//! `track` whose init found no room took 13-15 such faults and 4-5 ms on its core, in
+//! about one run in three. The few tables built that way do without huge pages' TLB reach
+//! until their next migration.
 
 use std::marker::PhantomData;
 use std::mem;
 use std::ops::{Deref, DerefMut};
 use std::ptr::NonNull;
 
-/// Mappings this large are aligned to a huge page and ask for transparent huge pages: a
-/// lookup lands on a random line, and with 4 KiB pages nearly every lookup in a large
-/// table also misses the TLB (the ack at 1M pending: 147 ns without).
+/// Populated mappings this large are aligned to a huge page and ask for transparent huge
+/// pages: a lookup lands on a random line, and with 4 KiB pages nearly every lookup in a
+/// large table also misses the TLB (the ack at 1M pending: 147 ns without). Mappings left
+/// to fault as they are written keep 4 KiB pages (module docs, "Huge pages only at once").
 pub(crate) const HUGE: usize = 2 << 20;
 
 /// `madvise`'s advice to fault a range in writable at once (Linux 5.14; older kernels
@@ -38,14 +50,15 @@ pub(crate) const HUGE: usize = 2 << 20;
 const MADV_POPULATE_WRITE: libc::c_int = 23;
 
 /// A private anonymous mapping of at least `bytes` (zero pages, page-aligned): its base and
-/// length, or `None` if the kernel has none to give. One of [`HUGE`] bytes or more starts
-/// on a huge-page boundary and asks for huge pages (advice: where the kernel has none, it
-/// has 4 KiB pages). With `populate`, every page is faulted in writable before it returns.
+/// length, or `None` if the kernel has none to give. With `populate`, every page is
+/// faulted in writable before it returns, and one of [`HUGE`] bytes or more starts on a
+/// huge-page boundary and asks for huge pages first (advice: where the kernel has none,
+/// it has 4 KiB pages).
 #[cfg(all(target_os = "linux", not(miri)))]
 fn map(bytes: usize, populate: bool) -> Option<(*mut u8, usize)> {
     const PAGE: usize = 4096;
     let len = bytes.checked_next_multiple_of(PAGE)?;
-    let huge = len >= HUGE;
+    let huge = populate && len >= HUGE;
     // Room to slide to the next huge-page boundary, trimmed after.
     let span = if huge { len.checked_add(HUGE)? } else { len };
     // Safety: an anonymous private mapping of `span` bytes, no file, no fixed address: the
@@ -257,15 +270,49 @@ mod tests {
             if cfg!(miri) && bytes > 1 << 16 {
                 continue;
             }
-            let block = Zeroed::new(bytes, align, map_at, map_at == 4096);
-            assert_eq!(block.as_ptr() as usize % align, 0);
-            // Safety: `bytes` bytes from the base are the block's, initialized (zero).
-            let all = unsafe { std::slice::from_raw_parts(block.as_ptr(), bytes) };
-            assert!(all.iter().all(|&b| b == 0));
-            #[cfg(all(target_os = "linux", not(miri)))]
-            if bytes >= HUGE {
-                assert_eq!(block.as_ptr() as usize % HUGE, 0, "huge-page aligned");
+            for populate in [false, true] {
+                let block = Zeroed::new(bytes, align, map_at, populate);
+                assert_eq!(block.as_ptr() as usize % align, 0);
+                // Safety: `bytes` bytes from the base are the block's, initialized (zero).
+                let all = unsafe { std::slice::from_raw_parts(block.as_ptr(), bytes) };
+                assert!(all.iter().all(|&b| b == 0));
+                #[cfg(all(target_os = "linux", not(miri)))]
+                if bytes >= HUGE && populate {
+                    assert_eq!(block.as_ptr() as usize % HUGE, 0, "huge-page aligned");
+                }
             }
         }
+    }
+
+    /// Only a populated mapping asks for huge pages (module docs, "Huge pages only at
+    /// once"): the kernel marks the advice `hg` in the mapping's flags.
+    #[test]
+    #[cfg(all(target_os = "linux", not(miri)))]
+    fn only_populated_mappings_ask_for_huge_pages() {
+        let advised = |block: &Zeroed| -> bool {
+            let at = block.as_ptr() as usize;
+            let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+            let mut inside = false;
+            for line in smaps.lines() {
+                let range = line.split_whitespace().next().and_then(|r| r.split_once('-'));
+                if let Some((from, to)) = range.filter(|_| !line.starts_with("VmFlags")) {
+                    if let (Ok(from), Ok(to)) = (
+                        usize::from_str_radix(from, 16),
+                        usize::from_str_radix(to, 16),
+                    ) {
+                        inside = (from..to).contains(&at);
+                        continue;
+                    }
+                }
+                if inside && line.starts_with("VmFlags:") {
+                    return line.split_whitespace().any(|flag| flag == "hg");
+                }
+            }
+            panic!("no mapping holds {at:#x}");
+        };
+        let left = Zeroed::new(3 << 20, 128, 64 << 10, false);
+        let populated = Zeroed::new(3 << 20, 128, 64 << 10, true);
+        assert!(!advised(&left), "a mapping left to fault asked for huge pages");
+        assert!(advised(&populated), "a populated mapping did not ask for huge pages");
     }
 }

@@ -24,9 +24,11 @@
 //! request already waiting costs a caller one load. Nothing waits on it: a claim that
 //! finds no room at all grows the chain itself (`make_room`), as before, so a thread that
 //! gets no core delays a growth, never an init; a successor it builds from
-//! [`REAPER_BUILDS_FROM`] up is left to fault its pages as the moves write them (a
-//! million trees draining from near-full tables made a `track` that found no room take
-//! 190 faults and 4-5 ms on its core). Small successors (the first steps of a
+//! [`REAPER_BUILDS_FROM`] up is left to fault its pages as the moves write them, 4 KiB at
+//! a time ([`zeroed`](crate::zeroed), "Huge pages only at once"; a million trees draining
+//! from near-full tables made a `track` that found no room take 190 faults and 4-5 ms on
+//! its core when it was populated, and 13-15 huge-page faults and 4-5 ms when it asked for
+//! huge pages). Small successors (the first steps of a
 //! fill, which the tables' load would outrun in the time a wake-up takes) and a manual
 //! acker's (no thread) are built by the caller.
 
