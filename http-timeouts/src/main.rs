@@ -149,7 +149,20 @@ struct Settings {
 
 const TRACKERS: [&str; 4] = ["track", "tokio", "thread-cb", "task-cb"];
 
-fn parse(args: &[String]) -> Settings {
+/// What `--help` prints (the module docs' "Running it" and options, in short).
+const USAGE: &str = "\
+usage: http-timeouts [bench] [OPTIONS] [TRACKER ...]
+       http-timeouts serve --tracker TRACKER [OPTIONS]
+       http-timeouts load [OPTIONS]
+
+TRACKER: track, tokio, thread-cb or task-cb, or several joined by + (one shared server)
+OPTIONS (each --name value): --secs 20, --warm-up 3, --runs 2, --connections 1024,
+  --lost 0.25, --fail 0, --sleep-ms 0, --work-us 5, --timeout-ms 100, --resolution-us,
+  --global-queue-interval, --event-interval, --client-threads 2, --probe on|off,
+  --port 0, --max-other 0.1";
+
+/// The settings `args` give, or what is wrong with them; `Ok(None)` for `--help`.
+fn parse(args: &[String]) -> Result<Option<Settings>, String> {
     let mut s = Settings {
         tracker: "track".into(),
         trackers: Vec::new(),
@@ -172,59 +185,60 @@ fn parse(args: &[String]) -> Settings {
     };
     let mut it = args.iter();
     while let Some(arg) = it.next() {
+        if matches!(arg.as_str(), "--help" | "-h") {
+            return Ok(None);
+        }
         let Some(name) = arg.strip_prefix("--") else {
-            check_trackers(arg);
+            check_trackers(arg)?;
             s.trackers.push(arg.clone());
             continue;
         };
-        let value = it
-            .next()
-            .unwrap_or_else(|| panic!("--{name} takes a value"));
-        let num = || -> f64 {
-            value
-                .parse()
-                .unwrap_or_else(|_| panic!("--{name}: not a number: {value:?}"))
-        };
+        let value = it.next().ok_or_else(|| format!("--{name} takes a value"))?;
+        let number = value
+            .parse::<f64>()
+            .map_err(|_| format!("--{name}: not a number: {value:?}"));
+        let num = || number.clone();
         match name {
             "tracker" => {
-                check_trackers(value);
+                check_trackers(value)?;
                 s.tracker = value.clone();
             }
-            "secs" => s.secs = num(),
-            "warm-up" => s.warm_up = num(),
-            "runs" => s.runs = num() as usize,
-            "connections" => s.connections = num() as usize,
-            "lost" => s.lost = num(),
-            "fail" => s.fail = num(),
-            "sleep-ms" => s.sleep_ms = num() as u64,
-            "work-us" => s.work_us = num() as u64,
-            "timeout-ms" => s.timeout_ms = num() as u64,
-            "resolution-us" => s.resolution_us = Some(num() as u64),
-            "global-queue-interval" => s.global_queue_interval = Some(num() as u32),
-            "event-interval" => s.event_interval = Some(num() as u32),
-            "client-threads" => s.client_threads = num() as usize,
+            "secs" => s.secs = num()?,
+            "warm-up" => s.warm_up = num()?,
+            "runs" => s.runs = num()? as usize,
+            "connections" => s.connections = num()? as usize,
+            "lost" => s.lost = num()?,
+            "fail" => s.fail = num()?,
+            "sleep-ms" => s.sleep_ms = num()? as u64,
+            "work-us" => s.work_us = num()? as u64,
+            "timeout-ms" => s.timeout_ms = num()? as u64,
+            "resolution-us" => s.resolution_us = Some(num()? as u64),
+            "global-queue-interval" => s.global_queue_interval = Some(num()? as u32),
+            "event-interval" => s.event_interval = Some(num()? as u32),
+            "client-threads" => s.client_threads = num()? as usize,
             "probe" => s.probe = matches!(value.as_str(), "on" | "1" | "true"),
-            "port" => s.port = num() as u16,
-            "max-other" => s.max_other = num(),
-            _ => panic!("unknown option --{name}"),
+            "port" => s.port = num()? as u16,
+            "max-other" => s.max_other = num()?,
+            _ => return Err(format!("unknown option --{name}")),
         }
     }
-    assert!(
-        s.secs > s.warm_up + 1.0,
-        "--secs must exceed --warm-up by a second"
-    );
-    s
+    if s.secs <= s.warm_up + 1.0 {
+        return Err("--secs must exceed --warm-up by a second".into());
+    }
+    Ok(Some(s))
 }
 
 /// A tracker's name, or several joined by `+` (they take the requests in turn, so that
 /// they are compared under the same load).
-fn check_trackers(names: &str) {
+fn check_trackers(names: &str) -> Result<(), String> {
     for name in names.split('+') {
-        assert!(
-            TRACKERS.contains(&name),
-            "unknown tracker {name:?}: one of {TRACKERS:?}, or several joined by +"
-        );
+        if !TRACKERS.contains(&name) {
+            return Err(format!(
+                "unknown tracker {name:?}: one of {TRACKERS:?}, or several joined by +"
+            ));
+        }
     }
+    Ok(())
 }
 
 /// The options `serve` and `load` need, as arguments (for `bench`'s children).
@@ -1239,10 +1253,55 @@ fn main() {
         Some(c @ ("serve" | "load" | "bench")) => (c.to_string(), &args[1..]),
         _ => ("bench".to_string(), &args[..]),
     };
-    let s = parse(rest);
+    let s = match parse(rest) {
+        Ok(Some(s)) => s,
+        Ok(None) => {
+            println!("{USAGE}");
+            return;
+        }
+        Err(e) => {
+            eprintln!("http-timeouts: {e}\n\n{USAGE}");
+            std::process::exit(2);
+        }
+    };
     match command.as_str() {
         "serve" => serve(&s),
         "load" => load(&s),
         _ => bench(s),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse;
+
+    fn args(line: &str) -> Vec<String> {
+        line.split_whitespace().map(String::from).collect()
+    }
+
+    /// Bad options are errors that name what is wrong, never a panic; `--help` is none.
+    #[test]
+    fn bad_options_are_errors_and_help_is_not() {
+        for (line, error) in [
+            ("--runs", "--runs takes a value"),
+            ("--runs x", "--runs: not a number: \"x\""),
+            ("--bogus 1", "unknown option --bogus"),
+            ("trak", "unknown tracker \"trak\""),
+            ("--tracker track+tokyo", "unknown tracker \"tokyo\""),
+            (
+                "--secs 3 --warm-up 3",
+                "--secs must exceed --warm-up by a second",
+            ),
+        ] {
+            match parse(&args(line)) {
+                Err(e) => assert!(e.starts_with(error), "{line:?}: {e:?}"),
+                Ok(_) => panic!("{line:?} was taken"),
+            }
+        }
+        assert!(matches!(parse(&args("--runs 3 --help")), Ok(None)));
+        let s = parse(&args("--runs 3 --lost 0.005 track tokio"))
+            .unwrap()
+            .unwrap();
+        assert_eq!((s.runs, s.lost, s.trackers.len()), (3, 0.005, 2));
     }
 }
