@@ -294,7 +294,10 @@ mod tests {
             let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
             let mut inside = false;
             for line in smaps.lines() {
-                let range = line.split_whitespace().next().and_then(|r| r.split_once('-'));
+                let range = line
+                    .split_whitespace()
+                    .next()
+                    .and_then(|r| r.split_once('-'));
                 if let Some((from, to)) = range.filter(|_| !line.starts_with("VmFlags")) {
                     if let (Ok(from), Ok(to)) = (
                         usize::from_str_radix(from, 16),
@@ -312,7 +315,13 @@ mod tests {
         };
         let left = Zeroed::new(3 << 20, 128, 64 << 10, false);
         let populated = Zeroed::new(3 << 20, 128, 64 << 10, true);
-        assert!(!advised(&left), "a mapping left to fault asked for huge pages");
-        assert!(advised(&populated), "a populated mapping did not ask for huge pages");
+        assert!(
+            !advised(&left),
+            "a mapping left to fault asked for huge pages"
+        );
+        assert!(
+            advised(&populated),
+            "a populated mapping did not ask for huge pages"
+        );
     }
 }
