@@ -430,24 +430,22 @@ impl Threads {
     }
 
     /// [`collect`](Self::collect) for a caller running the reaper's pass: at most `most`
-    /// entries, the inbox's only if all of them fit (the earliest tick it publishes is
-    /// that of everything handed to it since it was last emptied, and the entries do not
-    /// keep theirs: a part taken would leave it earlier than what stays, and the reaper
-    /// woken for nothing), then the earliest of quiet hand-off lists (which publish what
-    /// they keep); and nothing behind a lock another thread holds (the reaper thread's own
-    /// collect, an owner's hand-off). `true` when it left some.
+    /// entries, the latest handed off first (from the inbox's end, so the cost is theirs
+    /// alone), then those of quiet hand-off lists in the lists' order; and nothing behind a
+    /// lock another thread holds (the reaper thread's own collect, an owner's hand-off).
+    /// `true` when it left some. (The inbox's published tick stays that of everything
+    /// handed to it since it was last emptied: early, never late, for what a part leaves.)
     pub fn collect_within(&self, now: Tick, most: usize, into: &mut Vec<Entry>) -> bool {
         let mut room = most;
         let left = match self.inbox.try_lock() {
-            Ok(mut inbox) if inbox.len() <= room => {
-                room -= inbox.len();
-                into.append(&mut inbox);
-                trim(&mut inbox);
+            Ok(mut inbox) => {
+                let from = inbox.len().saturating_sub(room);
+                room -= inbox.len() - from;
+                into.extend(inbox.drain(from..));
                 // Relaxed: a hint, under the lock.
-                self.inbox_len.store(0, Ordering::Relaxed);
-                false
+                self.inbox_len.store(inbox.len(), Ordering::Relaxed);
+                from > 0
             }
-            Ok(inbox) => !inbox.is_empty(),
             // Relaxed: a hint.
             Err(_) => self.inbox_len.load(Ordering::Relaxed) > 0,
         };

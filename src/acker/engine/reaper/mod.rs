@@ -124,9 +124,10 @@
 //!   generations, no pruning and no giving memory back: the upkeep waits for the thread.
 //! * **Bounded work.** It files at most [`CALLER_ENTRIES`] of the entries handed off or
 //!   left in quiet hand-off lists (taken over as the thread does, with its heavy fence: a
-//!   few microseconds); the rest wait for the next pass, the thread's by the earliest tick
-//!   the lists publish for them ("Sleeping"), so leaving them is not a burst. Its advance of
-//!   the wheel takes [`CALLER_PART`] groups at a time
+//!   few microseconds); the rest wait for the next pass (the thread's by the earliest tick
+//!   the lists publish for them, "Sleeping"), unless one of them must reach the reaper
+//!   within the thread's lag: that is a burst. Its advance of the wheel takes
+//!   [`CALLER_PART`] groups at a time
 //!   ([`advance_within`](crate::acker::timers::wheel::CompactWheel::advance_within), which
 //!   takes due entries out of a coarse bucket too large to cascade), and no more once it
 //!   has claimed [`CALLER_TIMEOUTS`] timeouts or looked at [`CALLER_GROUPS`] groups: at
@@ -139,9 +140,9 @@
 //!   of the callers' lead. Groups left due are a burst, the thread's. Callers stop leading
 //!   ("Callers first"), the caller publishes a tick [`LATE_AFTER_NS`] on and wakes the
 //!   thread, so the next caller runs a pass only while the thread gets no core (in the
-//!   shared-deadline stress phase, callers that took part after part ran 7,000 to 9,000
-//!   passes of its million timeouts, and `track`'s p99.99 was 0.2-4 ms; leaving the burst
-//!   to the thread, 100 to 2,000, and 115-169 µs). The thread claims the burst, and the
+//!   shared-deadline stress phase, callers that ran the next pass at once, bound after
+//!   bound, ran 7,000 to 9,000 passes of its million timeouts, and `track`'s p99.99 was
+//!   0.2-4 ms; leaving the burst to the thread, 100 to 2,000, and 115-169 µs). The thread claims the burst, and the
 //!   async acker's hands its wake-ups to tasks on its runtime
 //!   ([`deliver`](crate::acker::engine::deliver), "A burst's hand-over"): on the workers
 //!   after all, but a batch at a time, on tasks of their own.
@@ -220,8 +221,8 @@ pub(in crate::acker::engine) struct Reaper {
     /// timers in ticks: it sleeps that far past them and judges its passes that far behind
     /// the clock ("Callers first"); 0 while they do not.
     lead_lag: AtomicU64,
-    /// The callers' passes counted (`caller_passes`) when the thread's last pass ended:
-    /// whether callers ran one since ("Callers first").
+    /// The callers' passes counted (`caller_passes`) at the thread's last pass that
+    /// delivered nothing: whether callers ran one since ("Callers first").
     lead_passes: AtomicU64,
     /// The last full tick at which the reaper's sleep decision saw trees pending, 0 before
     /// the first ("Sleeping").

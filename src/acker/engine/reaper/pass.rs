@@ -5,13 +5,14 @@
 
 use std::time::Instant;
 
+use super::thread::backstop_lag;
 use super::wheel::{file, Wheel};
 use crate::acker::engine::tables::tag_of;
 use crate::acker::engine::Engine;
 use crate::acker::table::{Completed, Effects, Expiry, Judge, Table, GROUP_SLOTS};
 use crate::acker::threads::{trim, Active, Entry, LOOK_AHEAD};
 use crate::acker::timers::groups::{GroupAt, GroupTimer};
-use crate::acker::timers::ticks::{full_near, Tick};
+use crate::acker::timers::ticks::{full_near, reached, Tick};
 use crate::sync::Ordering;
 
 use super::AWAKE;
@@ -22,9 +23,9 @@ pub(in crate::acker::engine) struct Pass {
     pub delivered: usize,
     /// Any entry collected, filed, due or dropped.
     pub worked: bool,
-    /// A caller's pass: groups due that its bounds kept it from (a burst, the thread's).
-    /// Entries it leaves in the hand-off lists are not counted: they wait for the next
-    /// pass, by the earliest tick the lists publish.
+    /// A caller's pass: groups due that its bounds kept it from, or entries left in the
+    /// hand-off lists of which one must reach the reaper within the thread's lag (a burst,
+    /// the thread's). Entries due later wait for the next pass.
     pub left: bool,
     /// It ran: a caller's pass gives way to a re-anchoring, to another pass under way and
     /// to shutdown.
@@ -49,8 +50,9 @@ pub(super) enum Runner {
 /// (module docs of [`reaper`](super), "A caller's pass").
 pub(super) const CALLER_ENTRIES: usize = 256;
 
-/// The most groups a caller's pass looks at, a [`CALLER_PART`] at a time (module docs of
-/// [`reaper`](super), "A caller's pass").
+/// The groups a caller's pass looks at before it takes no more, a [`CALLER_PART`] at a
+/// time (so at most this plus a part; module docs of [`reaper`](super), "A caller's
+/// pass").
 pub(super) const CALLER_GROUPS: usize = 256;
 
 /// The groups a caller's pass takes out of the wheel at a time: it takes no more once it
@@ -58,9 +60,10 @@ pub(super) const CALLER_GROUPS: usize = 256;
 /// to that many).
 pub(super) const CALLER_PART: usize = 8;
 
-/// The most entries a caller's advance of the wheel cascades from a coarser bucket at a
-/// time: a bucket of more is a burst (module docs of [`reaper`](super), "A caller's pass").
-/// A cascade moves entries of `u64` from vector to vector; a group looked at reads lines.
+/// The most entries the cascades of a part of a caller's advance of the wheel move: a
+/// coarser bucket (or an overflow) of more is a burst (module docs of [`reaper`](super), "A
+/// caller's pass"). A cascade moves entries of `u64` from vector to vector; a group looked
+/// at reads lines.
 pub(super) const CALLER_CASCADE: usize = 1024;
 
 /// The timeouts a caller's pass claims before it takes no more groups: at most this plus
@@ -204,11 +207,18 @@ fn collect_and_file<T: Send + 'static>(
                 .collect(now as Tick, everything, &mut collected);
         }
         Runner::Caller => {
-            // What it leaves waits for the next pass, the thread's by the earliest tick
-            // the lists publish for it ("A caller's pass"): not a burst.
-            engine
+            // What it leaves waits for the next pass ("A caller's pass"), unless an entry
+            // must reach the reaper within the thread's lag: that is the thread's, now.
+            let left = engine
                 .threads
                 .collect_within(now as Tick, CALLER_ENTRIES, &mut collected);
+            if left {
+                let lag = backstop_lag(engine) as Tick;
+                pass.left |= engine
+                    .threads
+                    .earliest_due_or(now as Tick)
+                    .is_some_and(|by| reached(by.wrapping_sub(lag), now as Tick));
+            }
         }
     }
     pass.worked |= !collected.is_empty();
@@ -274,8 +284,9 @@ fn take_due<'e, T: Send + 'static>(
                 if reached {
                     break;
                 }
-                // No part at all: a bucket too large to cascade within its bound, whose
-                // due entries it has taken (a burst).
+                // A part that took nothing stopped at a bucket or an overflow too large to
+                // cascade within its bound (a bucket's due entries come out a part at a
+                // time first): a burst. Or the caller's bounds are reached.
                 if took == 0 || timed_out.len() >= CALLER_TIMEOUTS || taken >= CALLER_GROUPS {
                     pass.left = true;
                     break;

@@ -522,9 +522,10 @@ fn overdue(trees: u64) -> (ManualClock, Acker<u32>, Arc<Mutex<Vec<u64>>>) {
     (clock, acker, log)
 }
 
-/// A caller's pass times out a bounded share (a few dozen trees), not every tree due. What it leaves is a burst, the thread's: callers do not lead then, and the next
-/// caller helps only if the thread has not run within a lateness; then a full pass takes
-/// the rest. Every tree times out once.
+/// A caller's pass times out a bounded share (a few dozen trees), not every tree due.
+/// What it leaves is a burst, the thread's: callers do not lead then, and the next caller
+/// helps only if the thread has not run within a lateness; then a full pass takes the
+/// rest. Every tree times out once.
 #[test]
 fn a_callers_pass_times_out_a_bounded_share_and_leaves_the_burst_to_the_thread() {
     let (clock, acker, log) = overdue(4000);
@@ -599,6 +600,54 @@ fn a_callers_pass_looks_past_groups_of_completed_trees() {
         acker.expire();
         assert_eq!(acker.stats().timed_out, 1);
         assert_eq!(engine.reaper.lock_wheel().timers.len(), 0);
+    }
+}
+
+/// Entries a caller's pass leaves in the inbox (past its bound of entries) wait for the
+/// next pass while their trees' deadlines are far: callers keep the lead. One that must
+/// reach the reaper within the thread's lag makes them a burst, the thread's: the lead
+/// ends. (Before, any entry left was a burst.)
+#[test]
+fn entries_a_callers_pass_leaves_are_a_burst_only_when_due_within_the_lag() {
+    for urgent in [false, true] {
+        let clock = ManualClock::new(0);
+        let acker: Acker<u32> = Acker::builder()
+            .timeout(100 * MS)
+            .resolution(MS)
+            .clock(clock.clone())
+            .build_manual()
+            .unwrap();
+        let engine = acker.engine();
+        let tick = Duration::from_nanos(1 << engine.time.ticks.shift);
+        // Callers lead: a caller's pass timed a tree out.
+        acker.init_with_timeout(1, 0b1, 0, 10 * tick).unwrap();
+        assert_eq!(acker.expire(), 0, "filed, not due");
+        clock.advance(12 * tick);
+        acker.pretend_reaper_late();
+        assert!(acker.help_late_reaper());
+        assert_eq!(backstop_lag(engine), 1, "callers lead at 500 µs");
+        // A timer the next caller's pass runs for, filed; then 300 trees whose entries
+        // reach the inbox at their hand-off age (a quarter of the timeout), due 49 ticks
+        // from now.
+        acker.init_with_timeout(2, 0b1, 0, 30 * tick).unwrap();
+        assert_eq!(acker.expire(), 0, "filed, not due");
+        for root in 100..400 {
+            acker.init_with_timeout(root, 0b1, 0, 50 * tick).unwrap();
+        }
+        clock.advance(25 * tick);
+        // Its push hands the aged 300 off.
+        acker.init(9, 0b1, 0).unwrap();
+        // Tree 2 due; the 300 a lag from due, or far from it.
+        clock.advance(if urgent { 23 * tick } else { 8 * tick });
+        acker.pretend_reaper_late();
+        assert!(acker.help_late_reaper(), "no caller's pass");
+        assert!(acker.stats().timed_out >= 2, "tree 2 was due");
+        let lead = backstop_lag(engine) > 0;
+        assert_eq!(lead, !urgent, "urgent {urgent}: the lead after the pass");
+        // Every tree times out once, in the end.
+        clock.advance(100 * tick);
+        acker.expire();
+        assert_eq!(acker.stats().timed_out, 303);
     }
 }
 

@@ -21,10 +21,11 @@ use crate::sync::{store_raced, Ordering};
 pub(super) const BACKSTOP_NS: u64 = 500_000;
 
 /// The longest lag behind its timers the thread grows to while callers keep running the
-/// passes due ([`Reaper::lead_after`](super::Reaper::lead_after)), in nanoseconds: the
-/// most a timeout is late when the load stops (once: the thread's pass that delivers it
-/// ends the lead). At [`BACKSTOP_NS`], a thread beside a service whose requests keep timers
-/// due woke about 1,000 times a second, each a switch onto a core its workers wanted.
+/// passes due ([`Reaper::lead_after`](super::Reaper::lead_after)), in nanoseconds: about
+/// how late a timeout is when the load stops (once: the thread's pass that delivers it
+/// ends the lead; one whose tree reached the reaper only in that pass, a lag or two
+/// more). At [`BACKSTOP_NS`], a thread beside a service whose requests keep timers due
+/// woke about 1,000 times a second, each a switch onto a core its workers wanted.
 pub(super) const BACKSTOP_MOST_NS: u64 = 2_000_000;
 
 /// The ticks the thread sleeps past its timer, and judges its pass behind the clock, while
