@@ -48,8 +48,8 @@ pub struct AckerStats {
     /// for). A steady rise says the runtime is busy and its workers deliver the timeouts,
     /// as its own timers would.
     pub caller_passes: u64,
-    /// The longest of those passes: how long a caller was held by one (they are bounded,
-    /// a few dozen groups of timeouts at most).
+    /// The longest of those passes: how long a caller was held by one (they are bounded:
+    /// a few dozen timeouts at most).
     pub caller_pass_longest: Duration,
     /// Entries moved from a table to its successor as tables grew and shrank. Tables
     /// double when they grow, so a fill from empty moves each root about once:

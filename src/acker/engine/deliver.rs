@@ -19,7 +19,7 @@
 //! saturated two-worker runtime, 2-core VM), the last of the million timed out 0.73-2.33 s
 //! after the deadline sorted (median 2.14 s), against 2.81-3.26 s in hash order (median
 //! 3.03 s), five alternating pairs, with `tokio::time::timeout`'s last at 0.52-1.97 s in
-//! the same runs. A caller's pass (at most a few dozen groups) is left unsorted: too few
+//! the same runs. A caller's pass (a few dozen timeouts at most) is left unsorted: too few
 //! to pay for the sort.
 //!
 //! The burst's completions are ended first, in the pass's own order (a walk of the tables'
