@@ -19,6 +19,11 @@ pub fn full_near(near: u64, tick: Tick) -> u64 {
     near.wrapping_add_signed(i64::from(delta))
 }
 
+/// `ns` in ticks of `shift` (2^shift ns), rounded up, and at least one.
+pub fn ticks_at_least_one(ns: u64, shift: u32) -> u64 {
+    ns.div_ceil(1 << shift).max(1)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

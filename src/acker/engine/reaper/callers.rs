@@ -5,10 +5,10 @@
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use super::pass::{pass, Runner};
-use super::thread::{backstop_lag, longest_sleep, ticks_at_least_one};
+use super::thread::longest_sleep;
 use super::AWAKE;
 use crate::acker::engine::Engine;
-use crate::acker::timers::ticks::{full_near, Tick};
+use crate::acker::timers::ticks::{full_near, ticks_at_least_one, Tick};
 use crate::sync::{fence, Ordering};
 
 /// How late the reaper thread may be before a caller runs a pass it woke for with no timer
@@ -67,7 +67,7 @@ pub(in crate::acker::engine) fn help_if_late<T: Send + 'static>(engine: &Engine<
     if claimed
         && (left
             || wakes_at != AWAKE
-                && wakes_at.saturating_add(backstop_lag(engine))
+                && wakes_at.saturating_add(engine.reaper.lead.lag())
                     < engine.reaper.thread_wakes_at.load(Ordering::SeqCst))
     {
         if let Some(thread) = engine.reaper.thread.get() {
@@ -104,7 +104,7 @@ fn due_to_callers<T: Send + 'static>(engine: &Engine<T>) -> Option<(u64, u64)> {
     let timers_due = now >= engine.reaper.timers_due_at.load(Ordering::Relaxed);
     let late_at = wakes_at
         .saturating_add(late)
-        .saturating_add(backstop_lag(engine));
+        .saturating_add(engine.reaper.lead.lag());
     if (!timers_due && now < late_at) || engine.stopping() {
         return None;
     }

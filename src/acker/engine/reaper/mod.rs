@@ -86,7 +86,7 @@
 //! woken at every caller's pass, the thread would run beside the workers, and callers find
 //! no pass to claim while it runs.
 //!
-//! A caller's pass makes callers lead (`Reaper::lead_lag`), and the thread becomes their
+//! A caller's pass makes callers lead (`Lead`), and the thread becomes their
 //! backstop: it sleeps a lag past each timer (a tick it wakes at only to collect the
 //! hand-off lists too: callers then leave that to it unless it is a lateness past the lag,
 //! and the thread kept waking beside the workers made an HTTP load's 504s as late as
@@ -94,7 +94,7 @@
 //! behind the clock, so that it delivers only what callers left that late. The lag starts
 //! at [`BACKSTOP_NS`] (500 µs) and doubles, up to [`BACKSTOP_MOST_NS`] (2 ms), at each of
 //! the thread's passes that finds nothing left with a caller's pass run since its last:
-//! while callers keep up, the thread wakes less often beside them (`Reaper::lead_after`).
+//! while callers keep up, the thread wakes less often beside them (`Lead::after`).
 //! The first of its passes that delivers a timeout ends the lead: callers no longer come in
 //! time (the load has gone), and the thread runs on its timers again; so does a caller's
 //! pass that leaves groups due behind (a burst, "A caller's pass"). An idle acker therefore
@@ -156,8 +156,8 @@
 //! ([`AckerStats::caller_passes`](crate::AckerStats::caller_passes)).
 //!
 //! [`LATE_AFTER_NS`]: callers::LATE_AFTER_NS
-//! [`BACKSTOP_NS`]: thread::BACKSTOP_NS
-//! [`BACKSTOP_MOST_NS`]: thread::BACKSTOP_MOST_NS
+//! [`BACKSTOP_NS`]: lead::BACKSTOP_NS
+//! [`BACKSTOP_MOST_NS`]: lead::BACKSTOP_MOST_NS
 //! [`CALLER_ENTRIES`]: pass::CALLER_ENTRIES
 //! [`CALLER_GROUPS`]: pass::CALLER_GROUPS
 //! [`CALLER_PART`]: pass::CALLER_PART
@@ -170,6 +170,7 @@
 mod callers;
 mod driver;
 mod hooks;
+mod lead;
 mod pass;
 #[cfg(any(test, loom, feature = "internals"))]
 mod probes;
@@ -181,6 +182,7 @@ pub(in crate::acker) use driver::{ExpiryWaker, Next};
 pub(in crate::acker::engine) use pass::publish_timers;
 pub(in crate::acker::engine) use thread::spawn;
 
+use lead::Lead;
 use wheel::Wheel;
 
 use std::sync::TryLockError;
@@ -217,13 +219,9 @@ pub(in crate::acker::engine) struct Reaper {
     /// pass for its timers ("Callers first"), not for the thread's tick by tick collection
     /// of the hand-off lists.
     timers_due_at: AtomicU64,
-    /// While callers lead (they ran the last passes due), the thread's lag behind its
-    /// timers in ticks: it sleeps that far past them and judges its passes that far behind
-    /// the clock ("Callers first"); 0 while they do not.
-    lead_lag: AtomicU64,
-    /// The callers' passes counted (`caller_passes`) at the thread's last pass that
-    /// delivered nothing: whether callers ran one since ("Callers first").
-    lead_passes: AtomicU64,
+    /// Whether callers lead, and the thread's lag behind its timers as their backstop
+    /// ("Callers first").
+    lead: Lead,
     /// The last full tick at which the reaper's sleep decision saw trees pending, 0 before
     /// the first ("Sleeping").
     busy_at: AtomicU64,
@@ -252,8 +250,7 @@ impl Reaper {
             helping: AtomicBool::new(false),
             thread_wakes_at: AtomicU64::new(AWAKE),
             timers_due_at: AtomicU64::new(AWAKE),
-            lead_lag: AtomicU64::new(0),
-            lead_passes: AtomicU64::new(0),
+            lead: Lead::default(),
             busy_at: AtomicU64::new(0),
             expiry_waker: OnceLock::new(),
             idle_wakeups: AtomicU64::new(0),
@@ -275,55 +272,6 @@ impl Reaper {
             Ok(wheel) => Some(wheel),
             Err(TryLockError::Poisoned(poisoned)) => Some(poisoned.into_inner()),
             Err(TryLockError::WouldBlock) => None,
-        }
-    }
-
-    /// Who leads after a pass (`caller`'s or the thread's) that left work (`left`),
-    /// delivered timeouts (`delivered`) and ran for timers come due (`timers`) or not, and
-    /// the thread's lag while they do, in ticks of `shift` ("Callers first"):
-    ///
-    /// * callers lead once one runs a pass for timers (a collection of the hand-off lists
-    ///   alone is the thread's), at a lag of [`BACKSTOP_NS`], unless it leaves work (a
-    ///   burst: the thread's);
-    /// * each pass of the thread that finds nothing they left, with a caller's pass run
-    ///   since its last, doubles the lag, up to [`BACKSTOP_MOST_NS`]: they keep coming in
-    ///   time, and the thread wakes less often beside them;
-    /// * the thread's first pass that delivers timeouts they left (judged a lag behind:
-    ///   they no longer come in time) ends the lead.
-    ///
-    /// [`BACKSTOP_NS`]: thread::BACKSTOP_NS
-    /// [`BACKSTOP_MOST_NS`]: thread::BACKSTOP_MOST_NS
-    pub(super) fn lead_after(
-        &self,
-        caller: bool,
-        left: bool,
-        delivered: bool,
-        timers: bool,
-        shift: u32,
-    ) {
-        // Relaxed (all): `backstop_lag`'s hint. Passes may race here (a caller's beside the
-        // thread's): a lost update costs a lag's doubling or one more lead, never a
-        // timeout (each is taken by one CAS, and the thread delivers what callers leave).
-        let lag = self.lead_lag.load(Ordering::Relaxed);
-        let next = if caller {
-            match (left, timers) {
-                (true, _) => 0,
-                (false, true) if lag == 0 => thread::ticks_at_least_one(thread::BACKSTOP_NS, shift),
-                (false, _) => lag,
-            }
-        } else if delivered {
-            0
-        } else {
-            let passes = self.caller_passes.load(Ordering::Relaxed);
-            let helped = self.lead_passes.swap(passes, Ordering::Relaxed) != passes;
-            if lag > 0 && helped {
-                (lag * 2).min(thread::ticks_at_least_one(thread::BACKSTOP_MOST_NS, shift))
-            } else {
-                lag
-            }
-        };
-        if next != lag {
-            self.lead_lag.store(next, Ordering::Relaxed);
         }
     }
 

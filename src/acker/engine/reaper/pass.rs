@@ -5,7 +5,6 @@
 
 use std::time::Instant;
 
-use super::thread::backstop_lag;
 use super::wheel::{file, Wheel};
 use crate::acker::engine::tables::tag_of;
 use crate::acker::engine::Engine;
@@ -136,11 +135,14 @@ pub(super) fn pass<T: Send + 'static>(engine: &Engine<T>, runner: Runner) -> Pas
         timers
     };
     pass.delivered = timed_out.len();
-    engine.reaper.lead_after(
+    // Relaxed: a count the lead's hint compares.
+    let caller_passes = engine.reaper.caller_passes.load(Ordering::Relaxed);
+    engine.reaper.lead.after(
         caller,
         pass.left,
         pass.delivered > 0,
         timers,
+        caller_passes,
         engine.time.ticks.shift,
     );
     // Outside the lock: `on_complete` may call back into the acker, even `expire`. Before
@@ -213,7 +215,7 @@ fn collect_and_file<T: Send + 'static>(
                 .threads
                 .collect_within(now as Tick, CALLER_ENTRIES, &mut collected);
             if left {
-                let lag = backstop_lag(engine) as Tick;
+                let lag = engine.reaper.lead.lag() as Tick;
                 pass.left |= engine
                     .threads
                     .earliest_due_or(now as Tick)

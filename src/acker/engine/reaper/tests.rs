@@ -3,7 +3,7 @@
 
 use super::late_after;
 use super::pass::{pass, Runner, CALLER_GROUPS, CALLER_PART, CALLER_TIMEOUTS};
-use super::thread::{backstop_lag, wait_nanos};
+use super::thread::wait_nanos;
 use super::AWAKE;
 use crate::acker::engine::Next;
 use crate::acker::table::GROUP_SLOTS;
@@ -116,7 +116,7 @@ fn threads_pass(acker: &Acker<u32>) -> usize {
         engine,
         Runner::Reaper {
             everything: true,
-            behind: backstop_lag(engine),
+            behind: engine.reaper.lead.lag(),
         },
     )
     .delivered
@@ -142,7 +142,7 @@ fn callers_lead_until_the_threads_pass_delivers_what_they_left() {
     let tick = Duration::from_nanos(1 << led.engine().time.ticks.shift);
     let threads = threads_pass;
     assert_eq!(
-        backstop_lag(led.engine()),
+        led.engine().reaper.lead.lag(),
         0,
         "a lead before any caller's pass"
     );
@@ -153,11 +153,15 @@ fn callers_lead_until_the_threads_pass_delivers_what_they_left() {
     led.pretend_reaper_late();
     assert!(led.help_late_reaper());
     assert_eq!(led.stats().timed_out, 1);
-    assert_eq!(backstop_lag(led.engine()), 1, "500 µs in ticks of 2^20 ns");
+    assert_eq!(
+        led.engine().reaper.lead.lag(),
+        1,
+        "500 µs in ticks of 2^20 ns"
+    );
     // The thread's first pass after it finds nothing the callers left: its lag doubles
     // (to 2 ms, its most).
     assert_eq!(threads(&led), 0);
-    let lag = backstop_lag(led.engine());
+    let lag = led.engine().reaper.lead.lag();
     assert_eq!(lag, 2, "the lag after a caller's pass and the thread's");
     // The ticks at which each delivers two trees started together.
     let delivered_at = |second: u64| {
@@ -185,7 +189,7 @@ fn callers_lead_until_the_threads_pass_delivers_what_they_left() {
         "the backstop did not judge a lag behind (no caller's pass since: it stays)"
     );
     assert_eq!(
-        backstop_lag(led.engine()),
+        led.engine().reaper.lead.lag(),
         0,
         "a lead after the backstop delivered"
     );
@@ -224,14 +228,14 @@ fn the_backstops_lag_doubles_while_callers_keep_coming_up_to_its_most() {
         );
     };
     callers_pass();
-    assert_eq!(backstop_lag(engine), 4, "500 µs in ticks of 2^17 ns");
+    assert_eq!(engine.reaper.lead.lag(), 4, "500 µs in ticks of 2^17 ns");
     let mut lags = Vec::new();
     for _ in 0..4 {
         assert_eq!(threads(), 0);
-        lags.push(backstop_lag(engine));
+        lags.push(engine.reaper.lead.lag());
         assert_eq!(threads(), 0);
         assert_eq!(
-            backstop_lag(engine),
+            engine.reaper.lead.lag(),
             *lags.last().unwrap(),
             "the lag grew with no caller's pass since the thread's last"
         );
@@ -252,7 +256,7 @@ fn the_backstops_lag_doubles_while_callers_keep_coming_up_to_its_most() {
         assert!(steps < 100, "never delivered");
     }
     assert_eq!(
-        backstop_lag(engine),
+        engine.reaper.lead.lag(),
         0,
         "a lead after the backstop delivered"
     );
@@ -537,7 +541,7 @@ fn a_callers_pass_times_out_a_bounded_share_and_leaves_the_burst_to_the_thread()
         (1..=most).contains(&first),
         "a caller's pass timed out {first} trees, more than {most}"
     );
-    assert_eq!(backstop_lag(engine), 0, "callers lead beside a burst");
+    assert_eq!(engine.reaper.lead.lag(), 0, "callers lead beside a burst");
     // Left due, for the thread: the next caller helps a lateness later.
     assert!(!acker.help_late_reaper(), "the next caller helped at once");
     clock.advance(Duration::from_nanos(
@@ -590,7 +594,7 @@ fn a_callers_pass_looks_past_groups_of_completed_trees() {
         clock.advance(250 * MS);
         acker.pretend_reaper_late();
         assert!(acker.help_late_reaper(), "no pass run");
-        let lead = backstop_lag(engine) > 0;
+        let lead = engine.reaper.lead.lag() > 0;
         assert_eq!(!lead, left, "{dead} groups: left {}", !lead);
         if !left {
             assert_eq!(acker.stats().timed_out, 1, "the live tree among them");
@@ -625,7 +629,7 @@ fn entries_a_callers_pass_leaves_are_a_burst_only_when_due_within_the_lag() {
         clock.advance(12 * tick);
         acker.pretend_reaper_late();
         assert!(acker.help_late_reaper());
-        assert_eq!(backstop_lag(engine), 1, "callers lead at 500 µs");
+        assert_eq!(engine.reaper.lead.lag(), 1, "callers lead at 500 µs");
         // A timer the next caller's pass runs for, filed; then 300 trees whose entries
         // reach the inbox at their hand-off age (a quarter of the timeout), due 49 ticks
         // from now.
@@ -642,7 +646,7 @@ fn entries_a_callers_pass_leaves_are_a_burst_only_when_due_within_the_lag() {
         acker.pretend_reaper_late();
         assert!(acker.help_late_reaper(), "no caller's pass");
         assert!(acker.stats().timed_out >= 2, "tree 2 was due");
-        let lead = backstop_lag(engine) > 0;
+        let lead = engine.reaper.lead.lag() > 0;
         assert_eq!(lead, !urgent, "urgent {urgent}: the lead after the pass");
         // Every tree times out once, in the end.
         clock.advance(100 * tick);

@@ -14,33 +14,6 @@ use crate::acker::engine::Engine;
 use crate::acker::timers::ticks::{reached, Tick};
 use crate::sync::{store_raced, Ordering};
 
-/// The thread's lag behind its timers when callers begin to lead (module docs, "Callers
-/// first"), in nanoseconds: long enough for a busy runtime's next `track` to come
-/// (microseconds apart under load), short enough to bound a timeout's lateness when none
-/// does. At least a tick ([`backstop_lag`]).
-pub(super) const BACKSTOP_NS: u64 = 500_000;
-
-/// The longest lag behind its timers the thread grows to while callers keep running the
-/// passes due ([`Reaper::lead_after`](super::Reaper::lead_after)), in nanoseconds: about
-/// how late a timeout is when the load stops (once: the thread's pass that delivers it
-/// ends the lead; one whose tree reached the reaper only in that pass, a lag or two
-/// more). At [`BACKSTOP_NS`], a thread beside a service whose requests keep timers due
-/// woke about 1,000 times a second, each a switch onto a core its workers wanted.
-pub(super) const BACKSTOP_MOST_NS: u64 = 2_000_000;
-
-/// The ticks the thread sleeps past its timer, and judges its pass behind the clock, while
-/// callers lead: from [`BACKSTOP_NS`] up to [`BACKSTOP_MOST_NS`]; none otherwise.
-pub(super) fn backstop_lag<T: Send + 'static>(engine: &Engine<T>) -> u64 {
-    // Relaxed: a hint for the thread's timing, set by callers' passes and the thread's; a
-    // stale read costs one pass a lag's lateness or the callers one race.
-    engine.reaper.lead_lag.load(Ordering::Relaxed)
-}
-
-/// `ns` in ticks of `shift` (2^shift ns), rounded up, and at least one.
-pub(super) fn ticks_at_least_one(ns: u64, shift: u32) -> u64 {
-    ns.div_ceil(1 << shift).max(1)
-}
-
 /// Starts the reaper thread; `handle` keeps its join handle.
 pub(in crate::acker::engine) fn spawn<T: Send + 'static>(
     engine: &Arc<Engine<T>>,
@@ -96,7 +69,7 @@ pub(in crate::acker::engine) fn next_wait<T: Send + 'static>(engine: &Engine<T>)
     // While callers lead, the thread sleeps a lag past the tick it aims at, and leaves a
     // tick with no timer due to itself ("Callers first"): it aims that far before the tick
     // by which an entry must reach it, to have it by then.
-    let lag = backstop_lag(engine) as Tick;
+    let lag = engine.reaper.lead.lag() as Tick;
     let aim = |due: Option<Tick>| due.map(|due| due.wrapping_sub(lag));
     if aim(hand_offs).is_some_and(|at| reached(at, now as Tick)) {
         engine.threads.unidle();
@@ -189,7 +162,7 @@ fn reaper_loop<T: Send + 'static>(engine: &Engine<T>) {
         // (`Engine::deliver` catches the callback's and the payload's), so nothing is lost.
         let runner = Runner::Reaper {
             everything: false,
-            behind: backstop_lag(engine),
+            behind: engine.reaper.lead.lag(),
         };
         let pass = match catch_unwind(AssertUnwindSafe(|| pass(engine, runner))) {
             Ok(pass) => pass,
@@ -250,7 +223,7 @@ pub(super) fn sleep_until<T: Send + 'static>(
     // While callers lead, the thread sleeps a lag past its timer: the first caller in the
     // tick runs the pass if a timer is due ("Callers first"); a tick for the hand-off lists
     // alone, callers leave to the thread unless it is a lateness past the lag.
-    let lag = backstop_lag(engine) * tick_nanos;
+    let lag = engine.reaper.lead.lag() * tick_nanos;
     let wait = match wait {
         None if lag > 0 => Some(0),
         wait => wait,
