@@ -80,7 +80,7 @@
 //!     |  a created entry (a new root, an orphan)          ^
 //!     v                                                   |  a due group's line read,
 //!  the creating thread's hand-off list                    |  what is due timed out
-//!     |  what outlives the hand-off age (64 ticks),       |
+//!     |  what outlives the hand-off age (67 ms at most),  |
 //!     v  handed over once a tick                          |
 //!  the reaper: one timer per group of slots, in its wheel +
 //! ```
@@ -128,8 +128,8 @@
 //! * **Timers** ([`threads::handoff`]): once a tick (seen at its next push) a thread
 //!   filters its hand-off list: it drops the entries of the tick before whose slot no
 //!   longer holds their root, and hands the reaper those whose hand-off tick has come (the
-//!   acker's hand-off age after the first message, a quarter of its timeout and at most 64
-//!   ticks, or the tick before a sooner deadline). So a tree that completes within the
+//!   acker's hand-off age after the first message, a quarter of its timeout and at most
+//!   67 ms or 64 ticks, whichever is longer; or the tick before a sooner deadline). So a tree that completes within the
 //!   hand-off age costs its slot's lines and its creator's hand-off list: no shared queue,
 //!   no lock, no allocation, no work of the reaper's (which reads its line only if a
 //!   long-lived group mate comes due). The reaper takes over the hand-off list of a thread
@@ -538,8 +538,9 @@ impl<T: Send + 'static> Acker<T> {
 
     /// Reaper wake-ups that found nothing to do, since build: what an idle acker costs.
     ///
-    /// The reaper sleeps until the next deadline, at most the hand-off age (64 ticks of
-    /// the resolution) while trees are pending, so that starting a tree never has to wake
+    /// The reaper sleeps until the next deadline, at most the hand-off age (a quarter of
+    /// the timeout, at most 67 ms or 64 ticks of the resolution, whichever is longer) while
+    /// trees are pending, so that starting a tree never has to wake
     /// it; and not at all when nothing is pending. So on an idle acker this stays flat,
     /// and with long-lived trees pending and nothing due it climbs by one per hand-off age
     /// (15 a second at `build`'s 1 ms resolution); a count that climbs faster while nothing

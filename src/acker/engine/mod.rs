@@ -106,12 +106,22 @@ use time::{TickScale, TimeBase};
 /// keeps every stored deadline within 2^31 ticks of the anchor ([`time`]).
 pub(super) const MAX_TIMEOUT_TICKS: u64 = (1 << 30) - 2;
 
-/// The most ticks a new entry stays with its creator
-/// ([`handoff`](crate::acker::threads::handoff)): trees that complete within it (64 ms at
-/// the default resolution) never reach the reaper. Longer would make a thread's per-tick
-/// filter of its hand-off list longer; shorter sends the reaper trees that live a few
-/// milliseconds, whose lines it then reads while workers write them.
-const HAND_OFF_AGE: Tick = 64;
+/// The longest a new entry stays with its creator
+/// ([`handoff`](crate::acker::threads::handoff)), in ticks of `shift` (2^shift ns): trees
+/// that complete within it never reach the reaper. 2^26 ns (67 ms), or 64 ticks where a
+/// tick is coarser than 2^20 ns (`build`'s default resolution, whose 64 ticks make those
+/// 67 ms). A length of time, not a count of ticks: at the async acker's 2^18 ns, 64 ticks
+/// were 17 ms, and a service's requests that lived 17-25 ms under load (a quarter of a
+/// 100 ms timeout) each reached the reaper's wheel, about 35 thousand of 60 thousand
+/// requests a second in the project's service bench (`http-timeouts/`). Shorter sends the
+/// reaper trees that live a few milliseconds, whose lines it then reads while workers write
+/// them; longer holds more entries in the hand-off lists (16 bytes each, a thread's rate
+/// times the age) and lets the reaper thread sleep longer while trees are pending.
+fn hand_off_most(shift: u32) -> Tick {
+    const AGE_NS: u64 = 1 << 26;
+    const AGE_TICKS: Tick = 64;
+    Tick::try_from(AGE_NS >> shift).map_or(Tick::MAX, |ticks| ticks.max(AGE_TICKS))
+}
 
 /// The fewest shards: a key drops the top [`KEY_SHIFT`] bits of the root's hash, which
 /// the table's index must carry.
@@ -151,8 +161,8 @@ pub(super) struct Engine<T> {
     /// The clock, its ticks and the anchor they are read against ([`time`]).
     time: TimeBase,
     /// How long a new entry stays in its creator's hand-off list before the reaper gets it
-    /// (unless its deadline is sooner): [`HAND_OFF_AGE`] ticks, or a quarter of the default
-    /// timeout if that is shorter.
+    /// (unless its deadline is sooner): a quarter of the default timeout, at most
+    /// [`hand_off_most`].
     hand_off_age: Tick,
     /// Dropped by shutdown once no operation can call it
     /// ([`marks`](crate::acker::threads::marks), "Closing the callback"), which breaks the
@@ -220,7 +230,7 @@ impl<T: Send + 'static> Engine<T> {
             late_handed_back: Mutex::new(Vec::new()),
             credits,
             threads,
-            hand_off_age: (timeout / 4).clamp(1, HAND_OFF_AGE),
+            hand_off_age: (timeout / 4).clamp(1, hand_off_most(ticks.shift)),
             reaper: reaper::Reaper::new(ticks.full(now), config.manual),
             time: TimeBase::new(config.clock, config.tsc_ticks, ticks),
             on_complete: std::cell::UnsafeCell::new(config.on_complete),

@@ -15,7 +15,7 @@
 //! one lock, once a tick per busy thread. Each entry is looked at twice at most: in its
 //! first filter (most trees are gone by then), and when its hand-off tick comes. (Looking
 //! at every entry every tick made a thread that creates long-lived trees fast check each of
-//! them up to the hand-off age's 64 times.) Survivors wait in hand-off order; one filed
+//! them once a tick for the whole hand-off age.) Survivors wait in hand-off order; one filed
 //! with an earlier hand-off than those before it (a tree with a short timeout of its own)
 //! goes to the reaper at its first filter. A tree that completes within the hand-off age
 //! never reaches the reaper, which does no work for it (handing it every tree older than

@@ -44,8 +44,8 @@
 //! slice ([`slice`](crate::sync::slice)) makes the kernel switch to it at once, and the
 //! call that pushed (an `init`, a `track` on a runtime's worker) waits out the reaper's
 //! turn, milliseconds when that turn delivers a burst's timeouts. So while trees are
-//! pending the thread sleeps at most the hand-off age (64 ticks: 17 ms at the async acker's
-//! tick, 67 ms at `build`'s), and a push wakes it only when its timer, as published, would
+//! pending the thread sleeps at most the hand-off age (a quarter of the timeout, at most
+//! 67 ms: 25 ms for a 100 ms timeout), and a push wakes it only when its timer, as published, would
 //! end after the tick by which the new entry must reach it (`Engine::reaper_sleeps_past`):
 //! it is parked with nothing pending, or the entry is due sooner (a short timeout of its
 //! own). Trees started beside pending ones never wake it; a long-lived tree alone costs the

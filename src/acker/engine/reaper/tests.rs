@@ -788,3 +788,35 @@ fn a_sleep_ends_where_its_tick_begins_not_a_whole_number_of_ticks_from_now() {
     assert_eq!(wait_nanos(5, u64::MAX - 4, 3 * TICK), Some(10));
     assert_eq!(wait_nanos(u64::MAX - 4, 5, 3 * TICK), None);
 }
+
+/// The hand-off age is a length of time, not a count of ticks: at the async acker's
+/// 2^18 ns ticks and a 100 ms timeout it is a quarter of the timeout (95 ticks), so a tree
+/// that lives 20 ms (76 ticks, past 64) never reaches the reaper's wheel, and one that
+/// lives past 25 ms does.
+#[test]
+fn the_hand_off_age_is_a_length_of_time_not_64_ticks() {
+    let clock = ManualClock::new(0);
+    let acker: Acker<u32> = Acker::builder()
+        .timeout(100 * MS)
+        .resolution(Duration::from_nanos(1 << 18))
+        .clock(clock.clone())
+        .build_manual()
+        .unwrap();
+    let engine = acker.engine();
+    let timers = || engine.reaper.lock_wheel().len();
+    acker.init(1, 0b1, 0).unwrap();
+    // A push 20 ms on runs this thread's filter, which would hand tree 1 over at its
+    // hand-off tick; the driver's pass (the thread's: this one, busy in this tick, keeps
+    // its list) files what was handed over.
+    clock.advance(20 * MS);
+    acker.init(2, 0b1, 0).unwrap();
+    assert!(engine.driven_pass());
+    assert_eq!(timers(), 0, "a tree 20 ms old reached the reaper");
+    clock.advance(6 * MS);
+    acker.init(3, 0b1, 0).unwrap();
+    assert!(engine.driven_pass());
+    assert_eq!(timers(), 1, "tree 1, 26 ms old, is with the reaper");
+    for root in 1..=3 {
+        assert!(acker.ack(root, 0b1));
+    }
+}
