@@ -27,7 +27,11 @@
 //! their payloads, are sorted then: sorting the claims instead read each payload in the
 //! table for its key and then walked the lines again in the sorted order, a random one,
 //! for the lateness and the end. In the shared-deadline phase the deliveries of a million
-//! took 261-316 ns a tree against 269-373 (three alternating pairs).
+//! took 261-316 ns a tree against 269-373 (three alternating pairs). The sort is unstable
+//! (two payloads of one key, which the async acker's cell numbers never are, go in either
+//! order): in place, where a stable sort of a million 40-byte completions takes a scratch
+//! buffer as large, and about 1.5 times as long (31-32 ms against 45-51 ms on one core of
+//! a 2-core VM, the hand-over's batches included).
 //!
 //! ## A burst's hand-over
 //!
@@ -155,7 +159,7 @@ impl<T: Send + 'static> Engine<T> {
         }
         self.count_timeouts(done.len(), late_max, late_total, active);
         if let Some(order) = order {
-            done.sort_by_key(|completion| order(&completion.payload));
+            done.sort_unstable_by_key(|completion| order(&completion.payload));
         }
         match hand_over {
             Some(hand_over) => {
