@@ -46,8 +46,9 @@ pub(in crate::acker::engine) fn help_if_late<T: Send + 'static>(engine: &Engine<
         .is_ok();
     // From here, the tick this caller published last.
     let mut wakes_at = now + 1;
-    let (mut ran, mut left) = (false, false);
+    let mut ran = false;
     if claimed {
+        let left;
         // As the thread's loop: a panicking pass (a clock's) is counted, and loses nothing.
         (ran, left) = match catch_unwind(AssertUnwindSafe(|| pass(engine, Runner::Caller))) {
             Ok(pass) => (pass.ran, pass.left),
@@ -63,12 +64,14 @@ pub(in crate::acker::engine) fn help_if_late<T: Send + 'static>(engine: &Engine<
     // backstop, must wake within a lag of it. Its sleep may end later (it was planned
     // before this pass filed earlier deadlines): then it plans again. Waking it at every
     // caller's pass instead would keep it running beside the workers, and callers find
-    // no pass to run while it does. A pass that left a burst wakes the thread for it.
+    // no pass to run while it does. A pass that left a burst leaves it to the thread's
+    // own timer, whose tick it published (`publish_next_help`): woken from here, the
+    // thread (its short slice) would take this caller's core at once, and the call that
+    // ran the pass would wait milliseconds off its core.
     if claimed
-        && (left
-            || wakes_at != AWAKE
-                && wakes_at.saturating_add(engine.reaper.lead.lag())
-                    < engine.reaper.thread_wakes_at.load(Ordering::SeqCst))
+        && wakes_at != AWAKE
+        && wakes_at.saturating_add(engine.reaper.lead.lag())
+            < engine.reaper.thread_wakes_at.load(Ordering::SeqCst)
     {
         if let Some(thread) = engine.reaper.thread.get() {
             thread.unpark();
@@ -115,17 +118,26 @@ fn due_to_callers<T: Send + 'static>(engine: &Engine<T>) -> Option<(u64, u64)> {
 /// publishes when
 /// the next help is due, in place of the claim's `now + 1`; the tick it published last.
 ///
-/// Until the thread runs, the next help is due when the next timer is: a lateness from now
-/// when this pass left work (a burst: the thread's); else the wheel's next due tick, or the
+/// Until the thread runs, the next help is due when the next timer is: when this pass left
+/// work (a burst: the thread's), when the thread's timer ends, and a lateness from now at
+/// the soonest (a caller helps then only if the thread got no core); else the wheel's next due tick, or the
 /// earliest tick by which an entry waiting in a hand-off list must reach the reaper, if
 /// sooner, and no later than the thread would sleep (pushes rely on it, "Sleeping"); none
 /// with neither (a push that finds the thread idle publishes its tick then,
 /// `Engine::wake_reaper`).
 fn publish_next_help<T: Send + 'static>(engine: &Engine<T>, now: u64, left: bool) -> u64 {
     let next = if left {
-        // A burst: the thread's, woken by the caller; a caller helps again if it has not
-        // run within a lateness.
-        Some(Some(now + late_after(engine.time.ticks.shift)))
+        // A burst: the thread's, on its own timer (a lag past its tick at most, while
+        // callers led); a caller helps again if it has not run by then. A thread with no
+        // timer (parked) is woken by the caller (`help_if_late`).
+        let soonest = now + late_after(engine.time.ticks.shift);
+        let thread = engine.reaper.thread_wakes_at.load(Ordering::SeqCst);
+        let lag = engine.reaper.lead.lag();
+        Some(Some(if thread == AWAKE {
+            soonest
+        } else {
+            soonest.max(thread.saturating_sub(lag))
+        }))
     } else {
         // Not waited for: a pass under way (the thread's, which publishes its own tick)
         // leaves the claim's.
@@ -152,7 +164,7 @@ fn publish_next_help<T: Send + 'static>(engine: &Engine<T>, now: u64, left: bool
     // with the push's (its list's earliest tick stored, then the published tick read).
     fence(Ordering::SeqCst);
     // A CAS, not a `fetch_min`: the thread may have published itself running since.
-    // (After a burst the thread is woken by the caller, which keeps that promise.)
+    // (After a burst the tick is the thread's own timer's, which keeps that promise.)
     if !published {
         return now + 1;
     }

@@ -138,11 +138,16 @@
 //!   "Dead entries"), a line read each: a bound of 32 groups left due ones behind in about
 //!   one caller's pass in ten in `http-timeouts/`, each a wake-up of the thread and an end
 //!   of the callers' lead. Groups left due are a burst, the thread's. Callers stop leading
-//!   ("Callers first"), the caller publishes a tick [`LATE_AFTER_NS`] on and wakes the
-//!   thread, so the next caller runs a pass only while the thread gets no core (in the
-//!   shared-deadline stress phase, callers that ran the next pass at once, bound after
-//!   bound, ran 7,000 to 9,000 passes of its million timeouts, and `track`'s p99.99 was
-//!   0.2-4 ms; leaving the burst to the thread, 100 to 2,000, and 115-169 µs). The thread claims the burst, and the
+//!   ("Callers first"), and the caller publishes the tick the thread's own timer ends in
+//!   (a lag past the burst's at most; [`LATE_AFTER_NS`] on at the soonest), so the next
+//!   caller runs a pass only while the thread gets no core (in the shared-deadline stress
+//!   phase, callers that ran the next pass at once, bound after bound, ran 7,000 to 9,000
+//!   passes of its million timeouts, and `track`'s p99.99 was 0.2-4 ms; leaving the burst
+//!   to the thread, 100 to 2,000, and 115-169 µs). It does not wake the thread from the
+//!   call: the thread, with its short slice, took the caller's core at once, and the
+//!   `track` that had run the pass waited milliseconds off its core (3.4-3.8 ms, 54-57 µs
+//!   on it, in 3 of 10 runs of that phase). A thread parked with no timer is woken. The
+//!   thread claims the burst, and the
 //!   async acker's hands its wake-ups to tasks on its runtime
 //!   ([`deliver`](crate::acker::engine::deliver), "A burst's hand-over"): on the workers
 //!   after all, but a batch at a time, on tasks of their own.
