@@ -145,8 +145,10 @@
 //!   passes of its million timeouts, and `track`'s p99.99 was 0.2-4 ms; leaving the burst
 //!   to the thread, 100 to 2,000, and 115-169 µs). It does not wake the thread from the
 //!   call: the thread, with its short slice, took the caller's core at once, and the
-//!   `track` that had run the pass waited milliseconds off its core (3.4-3.8 ms, 54-57 µs
-//!   on it, in 3 of 10 runs of that phase). A thread parked with no timer is woken. The
+//!   `track` that had run the pass waited milliseconds off its core (in 3 of 10 runs of
+//!   that phase a call of 3.4-3.8 ms; the two looked into had each run a caller's pass, 54
+//!   and 57 µs on its core, two involuntary switches). A thread parked with no timer is
+//!   woken. The
 //!   thread claims the burst, and the
 //!   async acker's hands its wake-ups to tasks on its runtime
 //!   ([`deliver`](crate::acker::engine::deliver), "A burst's hand-over"): on the workers
