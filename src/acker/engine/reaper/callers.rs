@@ -4,6 +4,7 @@
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
+use super::lead::BACKSTOP_MOST_NS;
 use super::pass::{pass, Runner};
 use super::thread::longest_sleep;
 use super::AWAKE;
@@ -65,9 +66,10 @@ pub(in crate::acker::engine) fn help_if_late<T: Send + 'static>(engine: &Engine<
     // before this pass filed earlier deadlines): then it plans again. Waking it at every
     // caller's pass instead would keep it running beside the workers, and callers find
     // no pass to run while it does. A pass that left a burst leaves it to the thread's
-    // own timer, whose tick it published (`publish_next_help`): woken from here, the
-    // thread (its short slice) would take this caller's core at once, and the call that
-    // ran the pass would wait milliseconds off its core.
+    // own timer when that ends within the longest lag, and published its tick
+    // (`publish_next_help`): woken from here, the thread (its short slice) would take
+    // this caller's core at once, and the call that ran the pass would wait milliseconds
+    // off its core. A thread asleep longer is woken.
     if claimed
         && wakes_at != AWAKE
         && wakes_at.saturating_add(engine.reaper.lead.lag())
@@ -119,24 +121,30 @@ fn due_to_callers<T: Send + 'static>(engine: &Engine<T>) -> Option<(u64, u64)> {
 /// the next help is due, in place of the claim's `now + 1`; the tick it published last.
 ///
 /// Until the thread runs, the next help is due when the next timer is: when this pass left
-/// work (a burst: the thread's), when the thread's timer ends, and a lateness from now at
-/// the soonest (a caller helps then only if the thread got no core); else the wheel's next due tick, or the
+/// work (a burst: the thread's), when the thread's timer ends if that is within the
+/// longest lag ([`BACKSTOP_MOST_NS`]), and a lateness from now at the soonest (a caller
+/// helps then only if the thread got no core); else the wheel's next due tick, or the
 /// earliest tick by which an entry waiting in a hand-off list must reach the reaper, if
 /// sooner, and no later than the thread would sleep (pushes rely on it, "Sleeping"); none
 /// with neither (a push that finds the thread idle publishes its tick then,
 /// `Engine::wake_reaper`).
 fn publish_next_help<T: Send + 'static>(engine: &Engine<T>, now: u64, left: bool) -> u64 {
     let next = if left {
-        // A burst: the thread's, on its own timer (a lag past its tick at most, while
-        // callers led); a caller helps again if it has not run by then. A thread with no
-        // timer (parked) is woken by the caller (`help_if_late`).
+        // A burst: the thread's, on its own timer if that ends within the longest lag (a
+        // lag past its tick, while callers led); a caller helps again if it has not run
+        // by then. A thread asleep longer (it planned before this burst's entries were
+        // filed), or with no timer (parked), is woken by the caller (`help_if_late`).
         let soonest = now + late_after(engine.time.ticks.shift);
-        let thread = engine.reaper.thread_wakes_at.load(Ordering::SeqCst);
-        let lag = engine.reaper.lead.lag();
-        Some(Some(if thread == AWAKE {
-            soonest
+        let within = now + ticks_at_least_one(BACKSTOP_MOST_NS, engine.time.ticks.shift);
+        let thread = engine
+            .reaper
+            .thread_wakes_at
+            .load(Ordering::SeqCst)
+            .saturating_sub(engine.reaper.lead.lag());
+        Some(Some(if thread <= within {
+            soonest.max(thread)
         } else {
-            soonest.max(thread.saturating_sub(lag))
+            soonest
         }))
     } else {
         // Not waited for: a pass under way (the thread's, which publishes its own tick)

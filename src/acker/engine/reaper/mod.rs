@@ -45,10 +45,10 @@
 //! call that pushed (an `init`, a `track` on a runtime's worker) waits out the reaper's
 //! turn, milliseconds when that turn delivers a burst's timeouts. So while trees are
 //! pending the thread sleeps at most the hand-off age (a quarter of the timeout, at most
-//! 67 ms: 25 ms for a 100 ms timeout), and a push wakes it only when its timer, as published, would
-//! end after the tick by which the new entry must reach it (`Engine::reaper_sleeps_past`):
-//! it is parked with nothing pending, or the entry is due sooner (a short timeout of its
-//! own). Trees started beside pending ones never wake it; a long-lived tree alone costs the
+//! 67 ms: 25 ms for a 100 ms timeout), and a push wakes it only when its timer, as
+//! published, would end after the tick by which the new entry must reach it
+//! (`Engine::reaper_sleeps_past`): it is parked with nothing pending, or the entry is due
+//! sooner (a short timeout of its own). Trees started beside pending ones never wake it; a long-lived tree alone costs the
 //! thread a wake-up per hand-off age. Once nothing is pending it keeps those sleeps for four
 //! hand-off ages more before it parks ([`LINGER_AGES`]): requests that each complete before
 //! the next begins leave nothing pending between them, and would otherwise each wake it
@@ -138,19 +138,19 @@
 //!   "Dead entries"), a line read each: a bound of 32 groups left due ones behind in about
 //!   one caller's pass in ten in `http-timeouts/`, each a wake-up of the thread and an end
 //!   of the callers' lead. Groups left due are a burst, the thread's. Callers stop leading
-//!   ("Callers first"), and the caller publishes the tick the thread's own timer ends in
-//!   (a lag past the burst's at most; [`LATE_AFTER_NS`] on at the soonest), so the next
-//!   caller runs a pass only while the thread gets no core (in the shared-deadline stress
-//!   phase, callers that ran the next pass at once, bound after bound, ran 7,000 to 9,000
-//!   passes of its million timeouts, and `track`'s p99.99 was 0.2-4 ms; leaving the burst
-//!   to the thread, 100 to 2,000, and 115-169 µs). It does not wake the thread from the
-//!   call: the thread, with its short slice, took the caller's core at once, and the
-//!   `track` that had run the pass waited milliseconds off its core (in 3 of 10 runs of
-//!   that phase a call of 3.4-3.8 ms; the two looked into had each run a caller's pass, 54
-//!   and 57 µs on its core, two involuntary switches). A thread parked with no timer is
-//!   woken. The
-//!   thread claims the burst, and the
-//!   async acker's hands its wake-ups to tasks on its runtime
+//!   ("Callers first"), and the caller leaves the burst to the thread's own timer when that
+//!   ends within the longest lag ([`BACKSTOP_MOST_NS`]), publishing its tick
+//!   ([`LATE_AFTER_NS`] on at the soonest), so the next caller runs a pass only while the
+//!   thread gets no core (in the shared-deadline stress phase, callers that ran the next
+//!   pass at once, bound after bound, ran 7,000 to 9,000 passes of its million timeouts,
+//!   and `track`'s p99.99 was 0.2-4 ms; leaving the burst to the thread, 100 to 2,000, and
+//!   115-169 µs). It does not wake the thread from the call: the thread, with its short
+//!   slice, took the caller's core at once, and the `track` that had run the pass waited
+//!   milliseconds off its core (in 3 of 10 runs of that phase a call of 3.4-3.8 ms; the two
+//!   looked into had each run a caller's pass, 54 and 57 µs on its core, two involuntary
+//!   switches). A thread asleep longer (planned before the burst's entries were filed), or
+//!   parked with no timer, is woken, and the next caller helps a lateness on. The thread
+//!   claims the burst, and the async acker's hands its wake-ups to tasks on its runtime
 //!   ([`deliver`](crate::acker::engine::deliver), "A burst's hand-over"): on the workers
 //!   after all, but a batch at a time, on tasks of their own.
 //! * **Its publication keeps the pushers' promise** ("Sleeping"): a push that found the

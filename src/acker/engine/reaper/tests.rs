@@ -560,46 +560,42 @@ fn a_callers_pass_times_out_a_bounded_share_and_leaves_the_burst_to_the_thread()
     assert_eq!(acker.pending(), 0);
 }
 
-/// A caller's pass that leaves a burst while the thread sleeps on a timer leaves it to
-/// that timer: it publishes the tick the thread's sleep ends in (a lag past the burst's,
-/// while callers led), and the next caller helps only if the thread has not run by then.
-/// (It woke the thread from the call before, which then took the caller's core.)
+/// A caller's pass that leaves a burst while the thread sleeps on a timer that ends within
+/// the longest lag (2 ms) leaves it to that timer: it publishes the tick the thread's sleep
+/// ends in, and the next caller helps only if the thread has not run by then. (It woke the
+/// thread from the call before, which then took the caller's core.) A thread asleep longer
+/// is woken, and the next caller helps a lateness on, as before.
 #[test]
 fn a_burst_a_callers_pass_leaves_waits_for_the_threads_own_timer() {
-    let (clock, acker, log) = overdue(4000);
-    let engine = acker.engine();
-    let now = || engine.time.ticks.full(clock.now());
-    let late = late_after(engine.time.ticks.shift);
-    // The thread asleep until 8 ticks from now (a lag past the burst's tick).
-    let thread_at = now() + 8;
-    engine.reaper.thread_wakes_at.store(thread_at, SeqCst);
-    assert!(acker.help_late_reaper(), "no pass run");
-    let first = log.lock().unwrap().len();
-    assert!(first < 4000, "the caller's pass took the whole burst");
-    assert_eq!(
-        engine.reaper.wakes_at.load(SeqCst),
-        thread_at,
-        "published the thread's own timer"
-    );
-    // A lateness on, the thread's timer has not ended: no caller helps.
-    clock.advance(Duration::from_nanos(late << engine.time.ticks.shift));
-    assert!(
-        !acker.help_late_reaper(),
-        "a caller helped before the thread's timer"
-    );
-    // Past it (the thread got no core): the next caller helps.
-    clock.advance(Duration::from_nanos(8 << engine.time.ticks.shift));
-    assert!(
-        acker.help_late_reaper(),
-        "no caller helped past the thread's timer"
-    );
-    // The thread's (here a manual) pass: the rest; every tree times out once.
-    acker.expire();
-    let mut roots = log.lock().unwrap().clone();
-    roots.sort_unstable();
-    roots.dedup();
-    assert_eq!(roots.len(), 4000, "a tree timed out twice, or not at all");
-    assert_eq!(acker.stats().timed_out, 4000);
+    for asleep in [2, 8] {
+        let (clock, acker, log) = overdue(4000);
+        let engine = acker.engine();
+        let now = || engine.time.ticks.full(clock.now());
+        let late = late_after(engine.time.ticks.shift);
+        // The thread asleep until `asleep` ticks of 1 ms from now.
+        let start = now();
+        let thread_at = start + asleep;
+        engine.reaper.thread_wakes_at.store(thread_at, SeqCst);
+        assert!(acker.help_late_reaper(), "no pass run");
+        let first = log.lock().unwrap().len();
+        assert!(first < 4000, "the caller's pass took the whole burst");
+        let next = if asleep == 2 { thread_at } else { start + late };
+        assert_eq!(engine.reaper.wakes_at.load(SeqCst), next, "asleep {asleep}");
+        // A caller helps again only once that tick has come.
+        clock.advance(Duration::from_nanos(
+            (next - start - 1) << engine.time.ticks.shift,
+        ));
+        assert!(!acker.help_late_reaper(), "a caller helped before {next}");
+        clock.advance(Duration::from_nanos(1 << engine.time.ticks.shift));
+        assert!(acker.help_late_reaper(), "no caller helped at {next}");
+        // The thread's (here a manual) pass: the rest; every tree times out once.
+        acker.expire();
+        let mut roots = log.lock().unwrap().clone();
+        roots.sort_unstable();
+        roots.dedup();
+        assert_eq!(roots.len(), 4000, "a tree timed out twice, or not at all");
+        assert_eq!(acker.stats().timed_out, 4000);
+    }
 }
 
 /// Groups that come due with their trees completed (an entry waits for its deadline) are
