@@ -148,8 +148,11 @@
 //!   slice, took the caller's core at once, and the `track` that had run the pass waited
 //!   milliseconds off its core (in 3 of 10 runs of that phase a call of 3.4-3.8 ms; the two
 //!   looked into had each run a caller's pass, 54 and 57 µs on its core, two involuntary
-//!   switches). A thread asleep longer (planned before the burst's entries were filed), or
-//!   parked with no timer, is woken, and the next caller helps a lateness on. The thread
+//!   switches). The thread's own timer, which ends a lag after the burst's tick, can still
+//!   come while a caller's pass runs and take its core the same way (in 2 of 12 runs
+//!   since, a pass of 3.5-3.8 ms). A thread asleep longer (planned before the burst's
+//!   entries were filed), or parked with no timer, is woken, and the next caller helps a
+//!   lateness on. The thread
 //!   claims the burst, and the async acker's hands its wake-ups to tasks on its runtime
 //!   ([`deliver`](crate::acker::engine::deliver), "A burst's hand-over"): on the workers
 //!   after all, but a batch at a time, on tasks of their own.
