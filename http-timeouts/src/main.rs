@@ -194,10 +194,11 @@ fn parse(args: &[String]) -> Result<Option<Settings>, String> {
             continue;
         };
         let value = it.next().ok_or_else(|| format!("--{name} takes a value"))?;
-        let number = value
-            .parse::<f64>()
-            .map_err(|_| format!("--{name}: not a number: {value:?}"));
-        let num = || number.clone();
+        let num = || {
+            value
+                .parse::<f64>()
+                .map_err(|_| format!("--{name}: not a number: {value:?}"))
+        };
         match name {
             "tracker" => {
                 check_trackers(value)?;

@@ -117,8 +117,8 @@ fn due_to_callers<T: Send + 'static>(engine: &Engine<T>) -> Option<(u64, u64)> {
 }
 
 /// After a caller's pass claimed at full tick `now` (`left`: it left a burst, `Pass::left`),
-/// publishes when
-/// the next help is due, in place of the claim's `now + 1`; the tick it published last.
+/// publishes when the next help is due, in place of the claim's `now + 1`; the tick it
+/// published last.
 ///
 /// Until the thread runs, the next help is due when the next timer is: when this pass left
 /// work (a burst: the thread's), when the thread's timer ends if that is within the

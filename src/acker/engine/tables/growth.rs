@@ -28,9 +28,9 @@
 //! a time ([`zeroed`](crate::zeroed), "Huge pages only at once"; a million trees draining
 //! from near-full tables made a `track` that found no room take 190 faults and 4-5 ms on
 //! its core when it was populated, and 13-15 huge-page faults and 4-5 ms when it asked for
-//! huge pages). Small successors (the first steps of a
-//! fill, which the tables' load would outrun in the time a wake-up takes) and a manual
-//! acker's (no thread) are built by the caller.
+//! huge pages). Small successors (the first steps of a fill, which the tables' load would
+//! outrun in the time a wake-up takes) and a manual acker's (no thread) are built by the
+//! caller.
 
 use std::ptr::NonNull;
 
