@@ -123,6 +123,22 @@ fn hand_off_most(shift: u32) -> Tick {
     Tick::try_from(AGE_NS >> shift).map_or(Tick::MAX, |ticks| ticks.max(AGE_TICKS))
 }
 
+/// How long a hand-off list's new entries settle before their first look
+/// ([`handoff`](crate::acker::threads::handoff), "The first look"), in ticks of `shift`,
+/// for a hand-off age of `age` ticks: half of 2^20 ns a period (an entry is looked at
+/// between one and two periods after it was filed, about 0.5 to 1 ms), and none (a look
+/// at the next tick) where a tick is 2^20 ns or coarser, or where two periods would not
+/// end well before the hand-off age.
+fn settle_ticks(shift: u32, age: Tick) -> Tick {
+    const SETTLE_NS: u64 = 1 << 20;
+    let period = Tick::try_from((SETTLE_NS >> shift) / 2).unwrap_or(Tick::MAX);
+    if period.saturating_mul(4) > age {
+        0
+    } else {
+        period
+    }
+}
+
 /// The fewest shards: a key drops the top [`KEY_SHIFT`] bits of the root's hash, which
 /// the table's index must carry.
 const MIN_SHARDS: usize = 1 << KEY_SHIFT;
@@ -201,21 +217,25 @@ impl<T: Send + 'static> Engine<T> {
         let shards = config.shards.max(MIN_SHARDS).next_power_of_two();
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let stripes = Credits::stripes_for(cores);
-        let threads = Arc::new(Threads::new(if cfg!(loom) {
-            Fences::Symmetric
-        } else {
-            Fences::detect()
-        }));
-        let credits = Arc::new(Credits::new(
-            config.max_pending,
-            stripes,
-            Arc::clone(&threads),
-        ));
         let now = config.clock.now();
         let ticks = TickScale {
             epoch: now,
             shift: config.resolution_ns.trailing_zeros(),
         };
+        let timeout = ticks.timeout(config.timeout_ns);
+        let hand_off_age = (timeout / 4).clamp(1, hand_off_most(ticks.shift));
+        let fences = if cfg!(loom) {
+            Fences::Symmetric
+        } else {
+            Fences::detect()
+        };
+        let settle = settle_ticks(ticks.shift, hand_off_age);
+        let threads = Arc::new(Threads::settling(fences, settle));
+        let credits = Arc::new(Credits::new(
+            config.max_pending,
+            stripes,
+            Arc::clone(&threads),
+        ));
         let seed = if cfg!(loom) {
             0x5eed
         } else {
@@ -224,13 +244,12 @@ impl<T: Send + 'static> Engine<T> {
             h.write_u64(now);
             h.finish()
         };
-        let timeout = ticks.timeout(config.timeout_ns);
         Engine {
             tables: Tables::new(shards, config.max_pending, &credits, timeout, Mix { seed }),
             late_handed_back: Mutex::new(Vec::new()),
             credits,
             threads,
-            hand_off_age: (timeout / 4).clamp(1, hand_off_most(ticks.shift)),
+            hand_off_age,
             reaper: reaper::Reaper::new(ticks.full(now), config.manual),
             time: TimeBase::new(config.clock, config.tsc_ticks, ticks),
             on_complete: std::cell::UnsafeCell::new(config.on_complete),
@@ -271,6 +290,12 @@ impl<T: Send + 'static> Engine<T> {
     #[cfg(test)]
     pub(in crate::acker) fn thread_records(&self) -> usize {
         self.threads.records()
+    }
+
+    /// The entries in the calling thread's hand-off list.
+    #[cfg(test)]
+    pub(in crate::acker) fn own_held(&self) -> usize {
+        self.threads.own_held()
     }
 
     #[cfg(test)]

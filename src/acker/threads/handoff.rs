@@ -9,15 +9,16 @@
 //! before the deadline if that is sooner, and the tick *by* which the reaper must have
 //! it, the one before the deadline) to its hand-off list for this acker, with plain
 //! stores. When its tick moves on (seen at its next push) the owner
-//! filters the hand-off list: it drops the entries filed in the tick before whose slot no
-//! longer holds their root (they completed; their lines are most likely still in this
-//! core's cache), and hands those whose hand-off tick has come to the reaper's inbox under
-//! one lock, once a tick per busy thread. Each entry is looked at twice at most: in its
-//! first filter (most trees are gone by then), and when its hand-off tick comes. (Looking
+//! filters the hand-off list: it drops the entries filed a moment ago (in the tick before,
+//! or a settling period before: "The first look") whose slot no longer holds their root
+//! (they completed; their lines are most likely still in this core's cache), and hands
+//! those whose hand-off tick has come to the reaper's inbox under one lock, once a tick per
+//! busy thread. Each entry is looked at twice at most: in its first look (most trees are
+//! gone by then), and when its hand-off tick comes. (Looking
 //! at every entry every tick made a thread that creates long-lived trees fast check each of
 //! them once a tick for the whole hand-off age.) Survivors wait in hand-off order; one filed
 //! with an earlier hand-off than those before it (a tree with a short timeout of its own)
-//! goes to the reaper at its first filter. A tree that completes within the hand-off age
+//! goes to the reaper at its first look. A tree that completes within the hand-off age
 //! never reaches the reaper, which does no work for it (handing it every tree older than
 //! one tick would make a lifecycle of a millisecond cost the reaper's reads of lines the
 //! workers are writing). The reaper reads its line only when a long-lived group mate comes
@@ -72,15 +73,46 @@
 //! list the reaper emptied. The owner's cost per push: two plain stores, a compiler fence,
 //! a load.
 //!
+//! ## The first look
+//!
+//! An entry that is live at its first look waits in the list until its hand-off tick, 25 to
+//! 67 ms later, though its tree may complete a moment after the look. So the first look
+//! should come once the short-lived trees are done, and a tick is not that long everywhere:
+//! at the async acker's 2^18 ns (262 µs) a request that lived 200 µs was still live at the
+//! next tick's look seven times in ten, and a thread that ran 6 million of them a second
+//! held 4 MB of dead entries (`examples/track_instructions.rs`: 9.9 MB of peak RSS against
+//! 4.8 MB with the settling below).
+//!
+//! Where a tick is finer than 2^20 ns, new entries therefore *settle* first
+//! (`Threads::settling`): a list's fresh entries are those filed in the current *period*
+//! of `settle` ticks (half of 2^20 ns), and when a filter finds the period over, the
+//! entries of the period before it (the *settling* ones) get their first look, and the
+//! fresh ones settle in turn. Each entry is thus looked at first between one and two
+//! periods after it was filed, about 0.5 to 1 ms, and at most twice still. Where a tick is
+//! 2^20 ns or coarser, or where two periods would not end well before the hand-off age
+//! (the engine's `settle_ticks`), there is no settling: the first look is at the next
+//! tick, as it is for a tick of 2^20 ns.
+//!
+//! An entry may have to be with the reaper before its first look (a timeout of its own,
+//! shorter than the settling): the filter then hands off every fresh and settling entry
+//! whose tick has come by, from the earliest of them that each list keeps (`Entries::
+//! hand_off_young`), as the first look would have. A takeover takes the settling entries
+//! with the others.
+//!
 //! ## Looking ahead
 //!
-//! An entry that survives its first filter is looked at again only at its hand-off tick,
+//! An entry that survives its first look is looked at again only at its hand-off tick,
 //! by when a thread that fills the acker fast (a burst of new roots) has long evicted its
 //! line: each such look waits for memory. The filter therefore asks for the lines of the
 //! aged entries [`LOOK_AHEAD`] places ahead of the one it checks
 //! ([`Liveness::prefetch`]), so their misses overlap instead of queueing one behind the
-//! other. The first filter does not: its entries were filed in the tick before, and their
-//! lines are most likely still in this core's cache.
+//! other. A first look a tick after the filing does not: its entries were filed a moment
+//! before, and their lines are most likely still in this core's cache. One after a settling
+//! period does: in a burst of new trees (a million `track`s at 2^18 ns ticks) the lines of
+//! a millisecond ago are gone, and without it the burst filled 1.13x slower than with the
+//! look at the next tick (`cargo run --release -p stress -- acker --duration 1
+//! --memory-roots 0 --growth-roots 0 --churn-trees 0 --deadline-roots 0`, `burst track`'s
+//! fill time, three alternating pairs).
 
 use super::{trim, Record, Threads, KEEP_ROOM};
 use crate::acker::timers::ticks::{reached, Tick};
@@ -154,15 +186,24 @@ pub(super) struct Held {
     pub(super) due: Due,
 }
 
-/// A hand-off list's entries: those filed since the last filter, and the survivors of their
-/// first filter, in hand-off order; and the earliest tick by which the reaper must have one
-/// of them, for its sleep ("Waking the reaper when it is due").
+/// A hand-off list's entries: those filed since the last filter (or, with a settling
+/// period, in the current period and the one before it), and the survivors of their first
+/// filter, in hand-off order; and the earliest tick by which the reaper must have one of
+/// them, for its sleep ("Waking the reaper when it is due").
 #[derive(Debug, Default)]
 pub(super) struct Entries {
+    /// Filed since the last filter, or with a settling period since `since`.
     pub(super) fresh: Vec<Held>,
     /// While there are fresh entries, the earliest `by` of them (no later than it, after a
     /// partial takeover).
     fresh_by: Tick,
+    /// With a settling period: the entries filed in the period before `fresh`'s, waiting
+    /// for their first look ("The first look").
+    settling: Vec<Held>,
+    /// As `fresh_by`, of the settling entries.
+    settling_by: Tick,
+    /// With a settling period: the tick the fresh entries' period began at.
+    since: Tick,
     pub(super) aged: std::collections::VecDeque<Held>,
     /// The aged entries' `by`s that are the earliest of every entry from theirs to the
     /// back, in order (the sliding window's minimum): the front is the aged entries'
@@ -173,14 +214,24 @@ pub(super) struct Entries {
 
 impl Entries {
     fn len(&self) -> usize {
-        self.fresh.len() + self.aged.len()
+        self.fresh.len() + self.settling.len() + self.aged.len()
+    }
+
+    /// The earliest tick by which the reaper must have one of the entries not looked at
+    /// yet (no later than it); `None` when there are none.
+    fn earliest_young(&self) -> Option<Tick> {
+        let fresh = (!self.fresh.is_empty()).then_some(self.fresh_by);
+        let settling = (!self.settling.is_empty()).then_some(self.settling_by);
+        match (fresh, settling) {
+            (Some(a), Some(b)) => Some(earliest(a, b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// The earliest tick by which the reaper must have one of the entries (no later than
     /// it); `None` when there are none.
     fn earliest(&self) -> Option<Tick> {
-        let fresh = (!self.fresh.is_empty()).then_some(self.fresh_by);
-        match (fresh, self.aged_by.front()) {
+        match (self.earliest_young(), self.aged_by.front()) {
             (Some(a), Some(&b)) => Some(earliest(a, b)),
             (a, b) => a.or(b.copied()),
         }
@@ -229,24 +280,95 @@ impl Entries {
         Some(held)
     }
 
+    /// The first look at the `young` entries (emptied), filed a tick or a settling period
+    /// ago: those `live` says are not live are dropped, the others join the aged ones, or
+    /// go into `due` when their hand-off tick has come by `now` or is before the last aged
+    /// one's. With `ahead`, asks for the lines [`LOOK_AHEAD`] entries ahead of each look
+    /// ("Looking ahead").
+    fn first_look(
+        &mut self,
+        young: &mut Vec<Held>,
+        ahead: bool,
+        now: Tick,
+        live: &mut impl Liveness,
+        due: &mut Vec<Held>,
+    ) {
+        if ahead {
+            for held in young.iter().take(LOOK_AHEAD) {
+                live.prefetch(&held.entry);
+            }
+        }
+        for i in 0..young.len() {
+            if let Some(next) = young.get(i + LOOK_AHEAD).filter(|_| ahead) {
+                live.prefetch(&next.entry);
+            }
+            let held = young[i];
+            if !live.live(&held.entry) {
+                continue;
+            }
+            let in_order = self
+                .aged
+                .back()
+                .map_or(true, |last| reached(last.due.hand_off, held.due.hand_off));
+            if in_order && !reached(held.due.hand_off, now) {
+                self.push_aged(held);
+            } else {
+                due.push(held);
+            }
+        }
+        young.clear();
+    }
+
+    /// Moves into `due` the fresh and settling entries that must be with the reaper by
+    /// `now` and are still live, dropping the dead among them: those whose first look
+    /// would come too late.
+    #[cold]
+    fn hand_off_young(&mut self, now: Tick, live: &mut impl Liveness, due: &mut Vec<Held>) {
+        for (young, by) in [
+            (&mut self.fresh, &mut self.fresh_by),
+            (&mut self.settling, &mut self.settling_by),
+        ] {
+            let mut left: Option<Tick> = None;
+            young.retain(|held| {
+                if !reached(held.due.by, now) {
+                    left = Some(left.map_or(held.due.by, |l| earliest(l, held.due.by)));
+                    return true;
+                }
+                if live.live(&held.entry) {
+                    due.push(*held);
+                }
+                false
+            });
+            if let Some(left) = left {
+                *by = left;
+            }
+        }
+    }
+
     /// Moves at most `most` entries into `into`: the aged ones first (the earliest
-    /// hand-offs), then the latest fresh ones (from the end: what stays is not moved).
-    /// How many it moved.
+    /// hand-offs), then the settling ones, then the latest fresh ones (from the end of
+    /// each: what stays is not moved). How many it moved.
     fn take(&mut self, most: usize, into: &mut Vec<Entry>) -> usize {
         let aged = most.min(self.aged.len());
         into.extend((0..aged).filter_map(|_| self.pop_aged()).map(|h| h.entry));
-        let fresh = (most - aged).min(self.fresh.len());
-        let from = self.fresh.len() - fresh;
-        into.extend(self.fresh.drain(from..).map(|h| h.entry));
-        aged + fresh
+        let mut took = aged;
+        for young in [&mut self.settling, &mut self.fresh] {
+            let n = (most - took).min(young.len());
+            let from = young.len() - n;
+            into.extend(young.drain(from..).map(|h| h.entry));
+            took += n;
+        }
+        took
     }
 
     /// Gives back the room of a burst (a thread that filed a million entries in a tick
     /// keeps 12 MiB otherwise): each part keeps twice its length, at least [`KEEP_ROOM`].
     fn trim(&mut self) {
         let keep = |len: usize| (2 * len).max(KEEP_ROOM);
-        if self.fresh.capacity() > 2 * keep(self.fresh.len()) {
-            self.fresh.shrink_to(keep(self.fresh.len()));
+        for young in [&mut self.fresh, &mut self.settling] {
+            if young.capacity() > 2 * keep(young.len()) {
+                young.shrink_to(keep(young.len()));
+            }
         }
         if self.aged.capacity() > 2 * keep(self.aged.len()) {
             self.aged.shrink_to(keep(self.aged.len()));
@@ -340,32 +462,37 @@ impl Threads {
         self.wake_check(lowered)
     }
 
-    /// The tick's filter (module docs): the fresh entries `live` says are not live are
-    /// dropped, the others join the aged ones (or go to the reaper now, if due before the
-    /// last aged one); then the aged ones whose hand-off tick has come by `now` and are
-    /// still live go to the reaper. The inbox's new earliest tick, if it is earlier
+    /// The tick's filter (module docs): the first look, at the entries whose turn it is
+    /// (the fresh ones; with a settling period, the settling ones once the fresh ones'
+    /// period is over, "The first look"): those `live` says are not live are dropped, the
+    /// others join the aged ones (or go to the reaper now, if due before the last aged one);
+    /// then the aged ones whose hand-off tick has come by `now` and are still live go to the
+    /// reaper. The inbox's new earliest tick, if it is earlier
     /// ([`hand_off`](Self::hand_off)).
     #[cold]
     fn filter(&self, entries: &mut Entries, now: Tick, mut live: impl Liveness) -> Option<Tick> {
         let mut due = Vec::new();
-        // No look-ahead here: the fresh entries were filed in the tick before, and their
-        // lines are most likely still in this core's cache.
-        let mut fresh = std::mem::take(&mut entries.fresh);
-        for held in fresh.drain(..) {
-            if !live.live(&held.entry) {
-                continue;
-            }
-            let in_order = entries
-                .aged
-                .back()
-                .map_or(true, |last| reached(last.due.hand_off, held.due.hand_off));
-            if in_order && !reached(held.due.hand_off, now) {
-                entries.push_aged(held);
-            } else {
-                due.push(held);
-            }
+        if self.settle == 0 {
+            // No look-ahead: the entries were filed in the tick before, and their lines
+            // are most likely still in this core's cache.
+            let mut fresh = std::mem::take(&mut entries.fresh);
+            entries.first_look(&mut fresh, false, now, &mut live, &mut due);
+            entries.fresh = fresh; // its room, for the next tick's entries
+        } else if reached(entries.since.wrapping_add(self.settle), now) {
+            // Looking ahead: filed up to a millisecond ago, their lines may have left this
+            // core's cache in a burst ("Looking ahead").
+            let mut settling = std::mem::take(&mut entries.settling);
+            entries.first_look(&mut settling, true, now, &mut live, &mut due);
+            // The fresh entries settle for a period; the emptied room takes the next ones.
+            entries.settling = std::mem::replace(&mut entries.fresh, settling);
+            entries.settling_by = entries.fresh_by;
+            entries.since = now;
         }
-        entries.fresh = fresh; // its room, for the next tick's entries
+        if entries.earliest_young().is_some_and(|by| reached(by, now)) {
+            // An entry not looked at yet must be with the reaper by now (a timeout of its
+            // own, shorter than the settling).
+            entries.hand_off_young(now, &mut live, &mut due);
+        }
         let is_due = |held: &&Held| reached(held.due.hand_off, now);
         for held in entries.aged.iter().take(LOOK_AHEAD).take_while(is_due) {
             live.prefetch(&held.entry);

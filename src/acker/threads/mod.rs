@@ -157,6 +157,9 @@ pub struct Threads {
     closed: AtomicBool,
     /// Time is being re-anchored ("Re-anchoring"): operations wait at their entry.
     moving: AtomicBool,
+    /// The settling period of the hand-off lists' fresh entries, in ticks; 0 for none
+    /// ([`handoff`], "The first look").
+    settle: Tick,
     /// Operations in progress on threads that have no hand-off list (exiting threads; under
     /// loom, every thread).
     shared: AtomicU32,
@@ -168,8 +171,17 @@ pub struct Threads {
 }
 
 impl Threads {
-    /// No hand-off lists yet; `fences` for the owners' pins and the reaper's takeovers.
+    /// [`settling`](Self::settling) with no settling: a new entry's first look is at the
+    /// next tick.
+    #[cfg(any(test, loom))] // the tests and loom models of the hand-off lists
     pub fn new(fences: Fences) -> Self {
+        Self::settling(fences, 0)
+    }
+
+    /// No hand-off lists yet; `fences` for the owners' pins and the reaper's takeovers. New
+    /// entries settle for `settle` ticks before their first look ([`handoff`], "The first
+    /// look"); 0 for none.
+    pub fn settling(fences: Fences, settle: Tick) -> Self {
         static NEXT_ID: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(1);
         Threads {
             // Relaxed: a unique number; nothing is published through it.
@@ -182,6 +194,7 @@ impl Threads {
             idle: AtomicBool::new(false),
             closed: AtomicBool::new(false),
             moving: AtomicBool::new(false),
+            settle,
             shared: AtomicU32::new(0),
             barrier_failures: AtomicU64::new(0),
             counters: Counters::default(),
@@ -298,6 +311,14 @@ impl Threads {
     pub fn records(&self) -> usize {
         self.all.lock().unwrap().len()
     }
+
+    /// The entries in the calling thread's hand-off list.
+    #[cfg(test)]
+    pub fn own_held(&self) -> usize {
+        // Relaxed: this thread's own store.
+        self.own()
+            .map_or(0, |record| record.len.load(Ordering::Relaxed))
+    }
 }
 
 /// A thread's hand-off lists, one per acker it created entries in. Dropping it (thread
@@ -351,7 +372,9 @@ impl Threads {
     /// [`push`](Self::push) inside the operation `active` marks: to the hand-off list it
     /// entered with (no lookup), else (a thread without a hand-off list) as `push`, out of
     /// line.
-    #[inline]
+    // Always: in the operation's frame, as `Engine::file_timers` (a call cost a tracked
+    // request about 40 instructions).
+    #[inline(always)]
     pub fn push_in(
         &self,
         active: &Active,

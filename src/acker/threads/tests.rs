@@ -412,3 +412,44 @@ fn a_nested_pause_leaves_the_outer_callback_paused() {
         "the re-anchorer waited for a thread paused in its outer callback"
     );
 }
+
+/// With a settling period, a new entry's first look waits for the end of the period after
+/// its own; one that must be with the reaper sooner (a timeout of its own) is handed off by
+/// then, and a quiet owner's settling entries are taken over with the rest.
+#[test]
+fn settling_entries_are_looked_at_after_a_period_unless_due_sooner() {
+    let threads = Threads::settling(Fences::detect(), 4);
+    let looked = std::cell::RefCell::new(Vec::new());
+    let live = std::cell::Cell::new(u32::MAX); // slots below this are live
+    let is_live = |e: &Entry| {
+        looked.borrow_mut().push(e.slot);
+        e.slot < live.get()
+    };
+    let mut due = Vec::new();
+    // Tick 10: entry 1 is due at the reaper by tick 12; entries 2 and 3 by 100.
+    threads.push(entry(1), at(12), 10, is_live);
+    threads.push(entry(2), at(100), 10, is_live);
+    threads.push(entry(3), at(100), 10, is_live);
+    // Tick 11: their period ends; they settle, unlooked at.
+    threads.push(entry(10), at(100), 11, is_live);
+    assert!(
+        looked.borrow().is_empty(),
+        "looked at a tick old: {looked:?}"
+    );
+    // Tick 12: entry 1 must be with the reaper: handed off, the others left.
+    threads.push(entry(11), at(100), 12, is_live);
+    assert_eq!(*looked.borrow(), vec![1]);
+    threads.collect(12, false, &mut due);
+    assert_eq!(due, vec![entry(1)]);
+    // Entry 3 completes; tick 15 ends the next period: the first look at 2 and 3 (3 is
+    // dropped), and entries 10 and 11 settle.
+    live.set(3);
+    looked.borrow_mut().clear();
+    threads.push(entry(12), at(100), 15, is_live);
+    assert_eq!(*looked.borrow(), vec![2, 3]);
+    // The owner goes quiet: the reaper takes what is left, aged, settling and fresh.
+    due.clear();
+    threads.collect(17, false, &mut due);
+    due.sort_by_key(|e| e.slot);
+    assert_eq!(due, vec![entry(2), entry(10), entry(11), entry(12)]);
+}
