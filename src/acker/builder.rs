@@ -26,6 +26,9 @@ pub struct AckerBuilder<T> {
     /// `on_complete` (`Engine::deliver_timeouts`): set by the async acker (its runtime's
     /// workers), not by users.
     pub(crate) burst_hand_over: Option<BurstHandOver<T>>,
+    /// The groups of the smallest table ([`engine`]'s `Config::smallest_groups`): `None`
+    /// for the plain acker's; the async acker's are smaller.
+    pub(crate) smallest_groups: Option<usize>,
 }
 
 impl<T> fmt::Debug for AckerBuilder<T> {
@@ -66,6 +69,7 @@ impl<T: Send + 'static> AckerBuilder<T> {
             on_complete: None,
             delivery_order: None,
             burst_hand_over: None,
+            smallest_groups: None,
         }
     }
 
@@ -103,8 +107,9 @@ impl<T: Send + 'static> AckerBuilder<T> {
     /// for it. Each thread keeps a few spare credits for its next trees (at most 64, and
     /// none when `max_pending` is below 128 times the credits' stripes, twice the cores
     /// rounded up to a power of two), so with several threads an init may be refused while
-    /// another thread holds some: early by at most that many a thread. The tables start small (2,048 to 4,096 slots each, 32 B a slot for a `u32`
-    /// payload, mapped but untouched until used), double as what is pending grows, up to
+    /// another thread holds some: early by at most that many a thread. The tables start
+    /// small (2,048 to 4,096 slots each, 32 B a slot for a `u32` payload; `build_async`'s,
+    /// 512 to 1,024; mapped but untouched until used), double as what is pending grows, up to
     /// their share of `max_pending` at a load of 4/5 (further for a root that finds no
     /// room), and shrink back after it falls. A completed tree's
     /// slot is reusable at once. Random roots from one thread fill an acker to the brim
@@ -218,6 +223,7 @@ impl<T: Send + 'static> AckerBuilder<T> {
             on_complete: self.on_complete,
             delivery_order: self.delivery_order,
             burst_hand_over: self.burst_hand_over,
+            smallest_groups: self.smallest_groups,
             manual,
         };
         Ok(Acker {

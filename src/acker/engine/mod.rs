@@ -160,6 +160,10 @@ pub(super) struct Config<T> {
     /// Where the reaper thread's bursts of timeouts go, a batch at a time, in place of
     /// `on_complete` ([`deliver`], "A burst's hand-over").
     pub burst_hand_over: Option<BurstHandOver<T>>,
+    /// The groups of the smallest table, before staggering
+    /// ([`staggered`](tables::growth::staggered)); `None` for
+    /// [`MIN_TABLE_SLOTS`](tables::growth::MIN_TABLE_SLOTS)' groups.
+    pub smallest_groups: Option<usize>,
     pub manual: bool,
 }
 
@@ -245,7 +249,14 @@ impl<T: Send + 'static> Engine<T> {
             h.finish()
         };
         Engine {
-            tables: Tables::new(shards, config.max_pending, &credits, timeout, Mix { seed }),
+            tables: Tables::new(
+                shards,
+                config.max_pending,
+                config.smallest_groups,
+                &credits,
+                timeout,
+                Mix { seed },
+            ),
             late_handed_back: Mutex::new(Vec::new()),
             credits,
             threads,

@@ -418,6 +418,31 @@ async fn build_async_ticks_at_262_us_unless_told_otherwise() {
     }
 }
 
+/// The async acker's tables start at 128 to 256 groups, a quarter of the plain acker's
+/// 512 to 1,024 (`ASYNC_SMALLEST_GROUPS`).
+#[::tokio::test]
+#[cfg(not(miri))] // Miri's tables are smaller still, for both
+async fn the_async_ackers_tables_start_at_a_quarter_of_the_plain_ones() {
+    const LINE: usize = 128; // a group's line, its payload a `u32` cell number
+    let plain: Acker<u32> = Acker::builder().shards(16).build().unwrap();
+    let (acker, _completions) = Acker::<u32>::builder().shards(16).build_async(4).unwrap();
+    let groups = |bytes: usize| bytes / LINE;
+    // 16 tables staggered over a doubling: about 16 x 1.44 times the smallest.
+    let (async_groups, plain_groups) = (
+        groups(acker.memory_parts()[0]),
+        groups(plain.memory_parts()[0]),
+    );
+    assert!(
+        (16 * 128..16 * 256).contains(&async_groups),
+        "the async acker's tables: {async_groups} groups"
+    );
+    assert!(
+        (16 * 512..16 * 1024).contains(&plain_groups),
+        "the plain acker's tables: {plain_groups} groups"
+    );
+    acker.shutdown().await;
+}
+
 #[test]
 fn build_async_refuses_a_zero_buffer_and_a_callback() {
     let zero = Acker::<u32>::builder().build_async(0).unwrap_err();

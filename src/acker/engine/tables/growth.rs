@@ -42,7 +42,8 @@ use crate::acker::timers::ticks::Tick;
 use crate::sync::Ordering;
 use crate::zeroed::HUGE;
 
-/// The fewest slots per table: 512 groups, 64 KiB of lines for a `u32` payload, 1 MiB of
+/// The fewest slots per table (the async acker's start smaller: `build_async`'s
+/// `ASYNC_SMALLEST_GROUPS`): 512 groups, 64 KiB of lines for a `u32` payload, 1 MiB of
 /// mapped memory for the default 16 tables (untouched until used:
 /// [`lines`](crate::acker::table::lines)). A few thousand roots in flight then sit at a
 /// load of an eighth or less: few are displaced from their home group (the ack's short
@@ -60,12 +61,11 @@ pub(in crate::acker::engine) const MIN_TABLE_SLOTS: usize = if cfg!(loom) {
     512 * GROUP_SLOTS
 };
 
-/// The groups shard `shard` of `tables` starts with: [`MIN_TABLE_SLOTS`]' times
-/// 2^(`shard` / `tables`), so that the tables' sizes, and the pending counts at which they
-/// grow, spread evenly over a doubling (the engine's module docs, "The bound, and
-/// growth"). Equal under loom, whose models count on the smallest tables.
-pub(in crate::acker::engine) fn staggered(shard: usize, tables: usize) -> usize {
-    let smallest = MIN_TABLE_SLOTS / GROUP_SLOTS;
+/// The groups shard `shard` of `tables` starts with: `smallest` times 2^(`shard` /
+/// `tables`), so that the tables' sizes, and the pending counts at which they grow, spread
+/// evenly over a doubling (the engine's module docs, "The bound, and growth"). Equal under
+/// loom, whose models count on the smallest tables.
+pub(in crate::acker::engine) fn staggered(smallest: usize, shard: usize, tables: usize) -> usize {
     if cfg!(loom) {
         return smallest;
     }
@@ -422,7 +422,9 @@ impl<T: Send + 'static> Engine<T> {
     /// The slots shard `shard`'s table starts with, and shrinks back to
     /// ([`staggered`]).
     pub(in crate::acker::engine) fn smallest_slots(&self, shard: usize) -> usize {
-        staggered(shard, self.tables.shards.len()).min(self.tables.max_table_slots / GROUP_SLOTS)
+        let tables = &self.tables;
+        staggered(tables.smallest_groups, shard, tables.shards.len())
+            .min(tables.max_table_slots / GROUP_SLOTS)
             * GROUP_SLOTS
     }
 

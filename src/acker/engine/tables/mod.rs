@@ -36,6 +36,9 @@ pub(super) struct Tables<T> {
     /// `max_pending` at a load of 2/3. The bound is exact (credits); a full probe window
     /// in a table at `max_table_slots` is no reason to refuse.
     pub(super) room_table_slots: usize,
+    /// The groups of the smallest table, before staggering ([`staggered`]): at most
+    /// [`MIN_TABLE_SLOTS`]' groups (the async acker's are fewer).
+    pub(super) smallest_groups: usize,
     /// Bits of a timer entry's slot number that hold the slot (the rest, above, the
     /// table): enough for `room_table_slots`. Tables times 2^slot_bits stays within `u32`:
     /// 2 x max_pending (at most 2^31) rounded up to a power of two per table.
@@ -54,12 +57,14 @@ pub(super) struct Tables<T> {
 }
 
 impl<T> Tables<T> {
-    /// `shards` tables (a power of two) for at most `max_pending` roots, taking their
-    /// credits from `credits`, with `timeout` ticks as the default timeout, placed by
-    /// `mix`.
+    /// `shards` tables (a power of two) for at most `max_pending` roots, the smallest of
+    /// `smallest_groups` groups (fewer only: the default is [`MIN_TABLE_SLOTS`]' groups),
+    /// taking their credits from `credits`, with `timeout` ticks as the default timeout,
+    /// placed by `mix`.
     pub(super) fn new(
         shards: usize,
         max_pending: usize,
+        smallest_groups: Option<usize>,
         credits: &Arc<Credits>,
         timeout: Tick,
         mix: Mix,
@@ -75,18 +80,23 @@ impl<T> Tables<T> {
             .div_ceil(2)
             .max(max_table_slots)
             .next_multiple_of(GROUP_SLOTS);
+        let default_groups = MIN_TABLE_SLOTS / GROUP_SLOTS;
+        let smallest_groups =
+            smallest_groups.map_or(default_groups, |g| g.clamp(1, default_groups));
         Tables {
             shards: (0..shards)
                 .map(|shard| {
                     let credits = Some(Arc::clone(credits));
                     // As `smallest_slots`, which needs the engine.
-                    let groups = staggered(shard, shards).min(max_table_slots / GROUP_SLOTS);
+                    let groups = staggered(smallest_groups, shard, shards)
+                        .min(max_table_slots / GROUP_SLOTS);
                     Generations::new(Table::bounded(groups, credits, timeout, false))
                 })
                 .collect(),
             layout: Layout::new(mix, shards.trailing_zeros()),
             max_table_slots,
             room_table_slots,
+            smallest_groups,
             slot_bits: room_table_slots.next_power_of_two().trailing_zeros(),
             retired: Mutex::new(Vec::new()),
             peak_pending: AtomicUsize::new(0),
