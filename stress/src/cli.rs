@@ -60,6 +60,12 @@ pub(crate) struct Cli {
     #[arg(long, default_value_t = 500)]
     pub(crate) timeout_ms: u64,
 
+    /// Acker: the acker's resolution (its tick), microseconds, rounded up to a power of two
+    /// of nanoseconds [default: the builder's, 2^20 ns]. 262 is the async acker's 2^18 ns,
+    /// where new trees settle before their first look in their thread's hand-off list.
+    #[arg(long)]
+    pub(crate) resolution_us: Option<u64>,
+
     /// Acker: replay failed and timed-out trees as new trees (up to 3 attempts per message).
     #[arg(long)]
     pub(crate) replay: bool,

@@ -102,6 +102,7 @@ fn main() -> ExitCode {
             drop_rate: cli.drop_rate,
             dup_rate: cli.dup_rate,
             timeout_ms: cli.timeout_ms,
+            resolution_us: cli.resolution_us,
             seed,
             replay: cli.replay,
             in_flight: cli.in_flight,

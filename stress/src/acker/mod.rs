@@ -73,6 +73,8 @@ pub(crate) struct Config {
     pub(crate) drop_rate: f64,
     pub(crate) dup_rate: f64,
     pub(crate) timeout_ms: u64,
+    /// See `--resolution-us`.
+    pub(crate) resolution_us: Option<u64>,
     pub(crate) seed: u64,
     pub(crate) replay: bool,
     pub(crate) in_flight: usize,

@@ -134,7 +134,7 @@ pub(super) fn fill_from_counters(summary: &mut Summary, topo: &Topology) {
 pub(crate) fn print(s: &Summary) {
     let Some(cfg) = &s.config else { return };
     println!(
-        "acker: {:.1} s of traffic, seed {}, {} spout + {} bolt threads, fanout {}, depth {}, timeout {} ms, {} trees in flight at most{}",
+        "acker: {:.1} s of traffic, seed {}, {} spout + {} bolt threads, fanout {}, depth {}, timeout {} ms{}, {} trees in flight at most{}",
         s.traffic_seconds,
         cfg.seed,
         cfg.spouts,
@@ -142,6 +142,8 @@ pub(crate) fn print(s: &Summary) {
         cfg.fanout,
         cfg.depth,
         cfg.timeout_ms,
+        cfg.resolution_us
+            .map_or(String::new(), |us| format!(", resolution {us} µs")),
         cfg.in_flight,
         if cfg.replay { ", replays on" } else { "" }
     );

@@ -55,12 +55,14 @@ impl Rig {
         drop(replay_tx);
 
         let sink = Arc::clone(&oracle);
-        let acker: Acker<u32> = Acker::builder()
+        let mut builder = Acker::builder()
             .timeout(timeout)
             .max_pending(cfg.max_pending)
-            .on_complete(move |c| sink.on_complete(c))
-            .build()
-            .expect("a valid acker configuration");
+            .on_complete(move |c| sink.on_complete(c));
+        if let Some(us) = cfg.resolution_us {
+            builder = builder.resolution(Duration::from_micros(us.max(1)));
+        }
+        let acker: Acker<u32> = builder.build().expect("a valid acker configuration");
 
         let (bolt_tx, bolt_rx): (Vec<_>, Vec<_>) = (0..cfg.bolts)
             .map(|_| crossbeam_channel::unbounded())
