@@ -38,7 +38,12 @@ every 2^24 ns instead of 2^18): a tree lives as many
 ticks as natively (a fraction of one), and what is done by the clock (a thread's hand-off
 filter once a tick, the reaper's passes) comes about as often a tree. (At 1 ms, trees
 lived hundreds of ticks under callgrind and reached the reaper, which they never do
-natively.)"""
+natively.) One thing does not scale so: where a tick is finer than 2^20 ns, natively, a new
+tree's hand-off entry settles a millisecond before its first look
+(src/acker/threads/handoff.rs, "The first look"), and a tracked request is gone by then; at
+the 2^24 ns tick given it under callgrind there is no settling, the entry is looked at the
+next tick, and a request still live then is looked at a second time later: `track`'s count
+is a little above its native path's."""
 import collections
 import os
 import re

@@ -15,6 +15,16 @@ use std::time::{Duration, Instant};
 
 const MS: Duration = Duration::from_millis(1);
 
+/// A manual acker on `clock` with `timeout` and ticks of 2^`shift` ns.
+fn manual_acker(clock: &ManualClock, timeout: Duration, shift: u32) -> Acker<u32> {
+    Acker::builder()
+        .timeout(timeout)
+        .resolution(Duration::from_nanos(1 << shift))
+        .clock(clock.clone())
+        .build_manual()
+        .unwrap()
+}
+
 /// A caller runs the pass of a reaper thread asleep on its timer once the timer's tick has
 /// begun (callers first), and claims it; never before that tick, nor for a thread not
 /// asleep on a timer. (A manual acker: the published tick is set here as the thread would.)
@@ -204,12 +214,7 @@ fn callers_lead_until_the_threads_pass_delivers_what_they_left() {
 #[test]
 fn the_backstops_lag_doubles_while_callers_keep_coming_up_to_its_most() {
     let clock = ManualClock::new(0);
-    let acker: Acker<u32> = Acker::builder()
-        .timeout(10 * MS)
-        .resolution(Duration::from_nanos(1 << 17))
-        .clock(clock.clone())
-        .build_manual()
-        .unwrap();
+    let acker = manual_acker(&clock, 10 * MS, 17);
     let engine = acker.engine();
     let threads = || threads_pass(&acker);
     // A caller's pass for a timer come due.
@@ -834,12 +839,7 @@ fn a_sleep_ends_where_its_tick_begins_not_a_whole_number_of_ticks_from_now() {
 #[test]
 fn the_hand_off_age_is_a_length_of_time_not_64_ticks() {
     let clock = ManualClock::new(0);
-    let acker: Acker<u32> = Acker::builder()
-        .timeout(100 * MS)
-        .resolution(Duration::from_nanos(1 << 18))
-        .clock(clock.clone())
-        .build_manual()
-        .unwrap();
+    let acker = manual_acker(&clock, 100 * MS, 18);
     let engine = acker.engine();
     let timers = || engine.reaper.lock_wheel().len();
     acker.init(1, 0b1, 0).unwrap();
@@ -868,12 +868,7 @@ fn the_hand_off_age_is_a_length_of_time_not_64_ticks() {
 #[test]
 fn trees_that_complete_within_the_settling_never_wait_for_their_hand_off_age() {
     let clock = ManualClock::new(0);
-    let acker: Acker<u32> = Acker::builder()
-        .timeout(100 * MS)
-        .resolution(Duration::from_nanos(1 << 18))
-        .clock(clock.clone())
-        .build_manual()
-        .unwrap();
+    let acker = manual_acker(&clock, 100 * MS, 18);
     let engine = acker.engine();
     let tick = Duration::from_nanos(1 << 18);
     // 100 trees a tick for 8 ticks, each completed the tick after its own: every tree's
