@@ -29,10 +29,6 @@ pub struct AckerBuilder<T> {
     /// The groups of the smallest table ([`engine`]'s `Config::smallest_groups`): `None`
     /// for the plain acker's; the async acker's are smaller.
     pub(crate) smallest_groups: Option<usize>,
-    /// The reaper thread's wake-ups never preempt the thread on its core ([`engine`]'s
-    /// `Config::reaper_yields`): set by the async acker, whose callers run the passes due
-    /// while they lead.
-    pub(crate) reaper_yields: bool,
 }
 
 impl<T> fmt::Debug for AckerBuilder<T> {
@@ -74,7 +70,6 @@ impl<T: Send + 'static> AckerBuilder<T> {
             delivery_order: None,
             burst_hand_over: None,
             smallest_groups: None,
-            reaper_yields: false,
         }
     }
 
@@ -229,7 +224,6 @@ impl<T: Send + 'static> AckerBuilder<T> {
             delivery_order: self.delivery_order,
             burst_hand_over: self.burst_hand_over,
             smallest_groups: self.smallest_groups,
-            reaper_yields: self.reaper_yields,
             manual,
         };
         Ok(Acker {

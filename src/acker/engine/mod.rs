@@ -164,9 +164,6 @@ pub(super) struct Config<T> {
     /// ([`staggered`](tables::growth::staggered)); `None` for
     /// [`MIN_TABLE_SLOTS`](tables::growth::MIN_TABLE_SLOTS)' groups.
     pub smallest_groups: Option<usize>,
-    /// The reaper thread is scheduled so that its wake-ups never preempt the thread on its
-    /// core ([`reaper`]'s `thread` module, "Its scheduling").
-    pub reaper_yields: bool,
     pub manual: bool,
 }
 

@@ -134,12 +134,12 @@ impl<T: Send + 'static> Handle<T> {
     pub(in crate::acker) fn start(
         config: Config<T>,
     ) -> Result<std::sync::Arc<Self>, crate::ConfigError> {
-        let (manual, yields) = (config.manual, config.reaper_yields);
+        let manual = config.manual;
         let engine = std::sync::Arc::new(Engine::new(config));
         let thread = if manual {
             None
         } else {
-            let handle = reaper::spawn(&engine, yields).map_err(|e| crate::ConfigError::Spawn {
+            let handle = reaper::spawn(&engine).map_err(|e| crate::ConfigError::Spawn {
                 what: "reaper thread",
                 reason: e.to_string(),
             })?;

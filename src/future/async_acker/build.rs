@@ -160,10 +160,6 @@ impl<T: Send + 'static> AckerBuilder<T> {
             delivery_order: Some(Held::order),
             burst_hand_over,
             smallest_groups: Some(ASYNC_SMALLEST_GROUPS),
-            // Its callers run the passes due while the workers are busy; the thread is
-            // their backstop, whose wake-up must not take a worker's core from under a
-            // caller's pass (the reaper's `thread` module, "Its scheduling").
-            reaper_yields: true,
         };
         let acker = AsyncAcker {
             shared: Arc::new(Shared {

@@ -443,65 +443,6 @@ async fn the_async_ackers_tables_start_at_a_quarter_of_the_plain_ones() {
     acker.shutdown().await;
 }
 
-/// The ids of this process's threads named as the reaper threads are.
-#[cfg(target_os = "linux")]
-fn reaper_threads() -> std::collections::BTreeSet<i32> {
-    std::fs::read_dir("/proc/self/task")
-        .unwrap()
-        .filter_map(|task| {
-            let task = task.ok()?;
-            let comm = std::fs::read_to_string(task.path().join("comm")).ok()?;
-            (comm.trim() == "ackwheel-reaper").then(|| task.file_name().to_str()?.parse().ok())?
-        })
-        .collect()
-}
-
-/// The async acker's reaper thread runs with `SCHED_BATCH` (its wake-ups never preempt a
-/// worker's caller pass: the reaper's `thread` module, "Its scheduling"); the plain
-/// acker's keeps the default policy. (Other tests' reapers may start meanwhile: each
-/// check asks only that one of the threads new since the build is so.)
-#[::tokio::test]
-#[cfg(all(target_os = "linux", not(miri)))]
-async fn the_async_ackers_reaper_thread_yields_its_wake_ups() {
-    let policy = |tid: i32| {
-        // Safety: a query of a thread's policy by its id; -1 if it is gone.
-        unsafe { libc::sched_getscheduler(tid) }
-    };
-    // The new reaper threads' policies, once the new thread has set its own.
-    let new_policies = |before: &std::collections::BTreeSet<i32>, want: i32| {
-        for _ in 0..1000 {
-            let policies: Vec<i32> = reaper_threads()
-                .difference(before)
-                .map(|&t| policy(t))
-                .collect();
-            if policies.contains(&want) {
-                return policies;
-            }
-            std::thread::sleep(Duration::from_millis(2));
-        }
-        reaper_threads()
-            .difference(before)
-            .map(|&t| policy(t))
-            .collect()
-    };
-    let before = reaper_threads();
-    let (acker, _completions) = Acker::<u32>::builder().build_async(4).unwrap();
-    let policies = new_policies(&before, libc::SCHED_BATCH);
-    assert!(
-        policies.contains(&libc::SCHED_BATCH),
-        "the async acker's reaper: {policies:?}"
-    );
-    let before = reaper_threads();
-    let plain: Acker<u32> = Acker::builder().build().unwrap();
-    let policies = new_policies(&before, libc::SCHED_OTHER);
-    assert!(
-        policies.contains(&libc::SCHED_OTHER),
-        "the plain acker's reaper: {policies:?}"
-    );
-    drop(plain);
-    acker.shutdown().await;
-}
-
 #[test]
 fn build_async_refuses_a_zero_buffer_and_a_callback() {
     let zero = Acker::<u32>::builder().build_async(0).unwrap_err();

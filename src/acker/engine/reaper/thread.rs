@@ -1,22 +1,6 @@
 //! The reaper thread (module docs of [`reaper`](super), "Sleeping" and "Callers first"):
 //! its loop, its sleep decision after a pass (which a manual acker's driver makes the same
 //! way), how long it sleeps at most, and its lag behind its timers while callers lead.
-//!
-//! ## Its scheduling
-//!
-//! The async acker's thread (`build_async`) runs with Linux's `SCHED_BATCH` policy: the
-//! same fair share of the CPU, but its wake-ups wait for the running thread's slice to
-//! end rather than preempt it. Its callers run the passes due while the runtime's workers
-//! are busy, and the thread is their backstop, and the backstop of a burst they leave to
-//! it; woken by its own timer while a caller's pass ran, it took that worker's core at
-//! once, and the caller's `track` waited milliseconds off its core. In the stress run's
-//! shared-deadline phase (a million trees timing out at once on a saturated two-worker
-//! runtime, `cargo run --release -p stress -- acker --duration 1 --memory-roots 0
-//! --growth-roots 0 --burst-roots 0 --churn-trees 0`), 2 runs in 7 had a caller's pass of
-//! 3.6-3.8 ms, and none in 9 with the policy (the longest 87 µs). Where nothing else runs
-//! on a core, a wake-up is as prompt either way. The plain acker's thread keeps the default
-//! policy: no caller runs its passes, and a wake-up that waited for a slice would make its
-//! timeouts that much later.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
@@ -30,36 +14,15 @@ use crate::acker::engine::Engine;
 use crate::acker::timers::ticks::{reached, Tick};
 use crate::sync::{store_raced, Ordering};
 
-/// Starts the reaper thread; `handle` keeps its join handle. With `yields`, its wake-ups
-/// never preempt the thread on its core ("Its scheduling").
+/// Starts the reaper thread; `handle` keeps its join handle.
 pub(in crate::acker::engine) fn spawn<T: Send + 'static>(
     engine: &Arc<Engine<T>>,
-    yields: bool,
 ) -> std::io::Result<thread::JoinHandle<()>> {
     let engine = Arc::clone(engine);
     let handle = std::thread::Builder::new()
         .name("ackwheel-reaper".into())
-        .spawn(move || {
-            if yields {
-                yield_on_wakeup();
-            }
-            reaper_loop(&engine)
-        })?;
+        .spawn(move || reaper_loop(&engine))?;
     Ok(handle)
-}
-
-/// Makes the calling thread's wake-ups wait for the running thread's time slice rather than
-/// preempt it: Linux's `SCHED_BATCH`, otherwise the same fair share ("Its scheduling").
-/// Nothing elsewhere, or where the kernel refuses (the thread then keeps its policy).
-fn yield_on_wakeup() {
-    #[cfg(all(target_os = "linux", not(loom), not(miri)))]
-    {
-        let param = libc::sched_param { sched_priority: 0 };
-        // Safety: pid 0 is the calling thread, and `param` is a valid `sched_param` that
-        // outlives the call; the call changes only this thread's scheduling policy, and a
-        // refusal (an error return) leaves it as it was.
-        unsafe { libc::sched_setscheduler(0, libc::SCHED_BATCH, &param) };
-    }
 }
 
 /// What to do after a pass: the reaper thread's sleep decision, which a task that drives a
