@@ -299,8 +299,10 @@ impl Entries {
             }
         }
         for i in 0..young.len() {
-            if let Some(next) = young.get(i + LOOK_AHEAD).filter(|_| ahead) {
-                live.prefetch(&next.entry);
+            if ahead {
+                if let Some(next) = young.get(i + LOOK_AHEAD) {
+                    live.prefetch(&next.entry);
+                }
             }
             let held = young[i];
             if !live.live(&held.entry) {
