@@ -182,6 +182,26 @@ impl Zeroed {
     pub(crate) fn as_ptr(&self) -> *mut u8 {
         self.base.as_ptr()
     }
+
+    /// Gives a mapping's pages back to the system and keeps its addresses
+    /// (`MADV_DONTNEED`): its bytes read as zero again, and cost memory only once written.
+    /// Unlike unmapping, this leaves the address space's layout alone, so it takes the
+    /// address space's lock only for reading and never holds up another thread's page
+    /// fault or mapping. A block from the allocator is left as it is. So afterwards each
+    /// byte is either as it was or zero.
+    #[cfg_attr(any(loom, not(feature = "tokio")), allow(dead_code))]
+    pub(crate) fn give_back(&mut self) {
+        match self.source {
+            Source::Heap(..) => {}
+            #[cfg(all(target_os = "linux", not(miri)))]
+            Source::Mapped(base, bytes) => {
+                // Safety: advice on the whole of a mapping this block owns, with nothing
+                // referring into it (`&mut self`); its pages become zero pages, valid
+                // bytes. Its failure leaves the pages as they were.
+                unsafe { libc::madvise(base.cast(), bytes, libc::MADV_DONTNEED) };
+            }
+        }
+    }
 }
 
 impl Drop for Zeroed {
@@ -233,6 +253,13 @@ impl<T> Slice<T> {
             len,
             _values: PhantomData,
         }
+    }
+
+    /// [`Zeroed::give_back`] for the values' block: each value is afterwards either as it
+    /// was or all zero, both valid (`new`'s contract).
+    #[cfg_attr(any(loom, not(feature = "tokio")), allow(dead_code))]
+    pub(crate) fn give_back(&mut self) {
+        self.block.give_back();
     }
 }
 

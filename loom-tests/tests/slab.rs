@@ -1,7 +1,7 @@
 //! Loom models of the async acker's slab (`src/future/slab.rs`): cells inserted and removed
 //! from two threads at once, on one page and across shards, while pages are made, kept as
-//! spares, freed and made again; a cell freed by one thread and reused by another; and
-//! `close` racing a remove that empties a page.
+//! spares or bare, freed and made again; a cell freed by one thread and reused by another;
+//! and `close` racing a remove that empties a page, kept whole or bare.
 //!
 //! Under loom a page holds 2 cells and there are 2 shards (one per model thread), so a
 //! few operations make and free pages. Every cell's contents go through a loom
@@ -82,6 +82,32 @@ fn close_vs_a_remove_that_empties_a_page() {
         slab.close();
         remover.join().unwrap();
         assert_eq!(Arc::strong_count(&slab), 1, "a spare page survived close");
+    });
+}
+
+/// A remove that empties a page while its shard already keeps a spare, so that the page
+/// goes bare (the shard's lock let go while its memory goes back, then taken again), races
+/// `close`, and an insert into that shard races both: either way no cell is handed out
+/// twice, and once all is removed and the slab closed no page is left, bare or spare.
+#[test]
+fn close_vs_a_remove_that_leaves_a_page_bare() {
+    loom::model(|| {
+        let slab = Arc::new(Cells::new());
+        // Two cells a page: `a` and `b` fill one, `c` starts the next.
+        let (a, b, c) = (put(&slab, 1), put(&slab, 2), put(&slab, 3));
+        let cn = c.number();
+        take(&slab, a.number(), 1);
+        take(&slab, b.number(), 2); // the first page: this shard's spare
+        let remover = thread::spawn({
+            let slab = Arc::clone(&slab);
+            move || take(&slab, cn, 3) // the second page: bare
+        });
+        let d = put(&slab, 4);
+        slab.close();
+        remover.join().unwrap();
+        assert_ne!(d.number(), cn);
+        take(&slab, d.number(), 4);
+        assert_eq!(Arc::strong_count(&slab), 1, "a kept page survived close");
     });
 }
 
