@@ -17,10 +17,10 @@
 //! every page in writable at once (`MADV_POPULATE_WRITE`, Linux 5.14; older kernels refuse
 //! the advice and the pages come one fault at a time). Filling 1M trees took a median of
 //! 1.02 s against 1.24 without it (`cargo run --release -p stress`, its `burst plain` line,
-//! 5 alternating pairs). A shrinking table's successor is populated only when its roots
-//! will reach nearly every huge page of it (`shrink_reaches_every_page` in the tables'
-//! growth): a sparser one's pages would be memory held after a burst that the sparse
-//! table never needed.
+//! 5 alternating pairs). A shrinking table's successor is populated when it is smaller
+//! than a huge page or its roots will reach nearly every huge page of it
+//! (`shrink_faults_in` in the tables' growth): a larger, sparser one's pages would be
+//! memory held after a burst that the sparse table never needed.
 //!
 //! ## Huge pages only at once
 //!
@@ -280,6 +280,18 @@ impl<T> DerefMut for Slice<T> {
         // Safety: as in `deref`, and `&mut self` makes the borrow unique.
         unsafe { std::slice::from_raw_parts_mut(self.block.as_ptr().cast(), self.len) }
     }
+}
+
+/// How many of the system's pages behind the `bytes` at `base` (page-aligned) are
+/// resident, and how many there are (`mincore`): for tests of what memory a block holds.
+#[cfg(all(test, target_os = "linux", not(miri)))]
+pub(crate) fn resident(base: *const u8, bytes: usize) -> (usize, usize) {
+    let mut flags = vec![0u8; bytes.div_ceil(4096)];
+    // Safety: the caller's range is mapped (a live block's); `flags` has a byte for each
+    // of its pages.
+    let rc = unsafe { libc::mincore(base as *mut _, bytes, flags.as_mut_ptr()) };
+    assert_eq!(rc, 0, "mincore failed");
+    (flags.iter().filter(|&&f| f & 1 == 1).count(), flags.len())
 }
 
 #[cfg(test)]

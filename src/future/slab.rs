@@ -60,8 +60,9 @@
 //! tasks. The advice takes the lock only for reading, and a bare page is reused before any
 //! page is mapped. In the stress run's shared-deadline phase (12 alternating pairs), the
 //! million's last timeout came 1.52 s after the deadline in the median rather than 2.07,
-//! 0.83 times `tokio::time::timeout`'s in the same runs rather than 1.04 (no later than
-//! tokio's in 8 runs of 12 rather than 4). What a bare page still holds is its
+//! 0.83 times `tokio::time::timeout`'s in the same runs rather than 1.04, though a later
+//! set of 6 runs put it at 1.00-1.31 times tokio's (how late that is turns mostly on the
+//! runtime's scheduling: `docs/how-it-works.md`). What a bare page still holds is its
 //! bookkeeping (about 150 B, against its 16 KiB of cells) and its addresses.
 
 use std::mem::MaybeUninit;
@@ -686,18 +687,12 @@ mod tests {
         (spares, bare)
     }
 
-    /// How many of the system's pages behind `page`'s cells are resident (`mincore`).
+    /// How many of the system's pages behind `page`'s cells are resident.
     #[cfg(all(target_os = "linux", not(miri)))]
     fn resident<C>(page: NonNull<Page<C>>) -> usize {
         // Safety: a kept page, which only `close` frees; the test has not closed.
         let cells = unsafe { &page.as_ref().cells };
-        let bytes = std::mem::size_of_val::<[C]>(cells);
-        let mut flags = vec![0u8; bytes.div_ceil(4096)];
-        // Safety: the cells are a page-aligned mapping of `bytes` (`fresh_cells`); `flags`
-        // has a byte for each of its pages.
-        let rc = unsafe { libc::mincore(cells.as_ptr() as *mut _, bytes, flags.as_mut_ptr()) };
-        assert_eq!(rc, 0, "mincore failed");
-        flags.iter().filter(|&&f| f & 1 == 1).count()
+        crate::zeroed::resident(cells.as_ptr().cast(), std::mem::size_of_val::<[C]>(cells)).0
     }
 
     #[test]

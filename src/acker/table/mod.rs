@@ -287,6 +287,16 @@ impl<T> Table<T> {
         }
     }
 
+    /// Where the table's lines are and their bytes: for tests that ask the kernel which of
+    /// their pages are resident.
+    #[cfg(all(test, target_os = "linux", not(miri)))]
+    pub(in crate::acker) fn lines_span(&self) -> (*const u8, usize) {
+        (
+            self.lines.as_ptr().cast(),
+            std::mem::size_of_val::<[_]>(&self.lines),
+        )
+    }
+
     /// Bytes of lines a table of `groups` groups maps (its overflow counts apart).
     pub fn line_bytes(groups: usize) -> usize {
         groups * std::mem::size_of::<lines::Line<T>>()

@@ -384,7 +384,7 @@ impl<T: Send + 'static> Engine<T> {
                 let groups = (table.groups() * 2 / 3)
                     .min(per_table.div_ceil(GROUP_SLOTS) * 4)
                     .max(self.smallest_slots(index) / GROUP_SLOTS);
-                let fault_in = shrink_reaches_every_page(Table::<T>::line_bytes(groups), per_table);
+                let fault_in = shrink_faults_in(Table::<T>::line_bytes(groups), per_table);
                 worked |= self.start_migration(index, table, groups, false, fault_in) == Some(true);
             }
             for migrating in chain(table).filter(|g| g.successor().is_some()) {
@@ -579,13 +579,22 @@ impl<T: Send + 'static> Engine<T> {
 
 /// Whether a shrinking table's successor of `bytes` of lines, which `roots` roots move
 /// into, is worth faulting in at once, as a growing one is ([`zeroed`](crate::zeroed),
-/// "Pages written at once"): when it is mapped on huge pages and holds four roots or more
-/// a page (a page of 2 MiB holds tens of thousands of slots), so that the moves write
-/// nearly every page anyway. Its zeroing is then done by the pass that starts the
-/// migration, not a 2 MiB fault at a time by the callers whose operations help move its
-/// groups: in the shared-deadline stress phase, one `track` call took 13 to 15 such faults
-/// and up to 8 ms. A sparser successor is left to fault as its roots need: a drained
-/// table's would otherwise hold memory that its few roots never touch.
-fn shrink_reaches_every_page(bytes: usize, roots: usize) -> bool {
-    bytes >= HUGE && roots >= 4 * (bytes / HUGE)
+/// "Pages written at once").
+///
+/// * One smaller than a huge page, always: it holds at most 2 MiB, and its 4 KiB pages,
+///   left to fault, are each first read by a search, which maps the shared zero page, and
+///   then written by a claim, whose fault copies it and flushes the other cores' TLBs by
+///   interrupt. In the shared-deadline stress phase, where every shard's table shrinks to
+///   its smallest once the million has timed out, those pairs of faults came in the
+///   `track` calls of the callers, 50 µs to 0.5 ms a pair (the interrupt waits for the
+///   other core, which a VM may not be running).
+/// * A larger one when mapped on huge pages and holding four roots or more a page (a page
+///   of 2 MiB holds tens of thousands of slots), so that the moves write nearly every page
+///   anyway. Its zeroing is then done by the pass that starts the migration, not a 2 MiB
+///   fault at a time by the callers whose operations help move its groups: in the same
+///   phase, one `track` call took 13 to 15 such faults and up to 8 ms. A sparser one is
+///   left to fault as its roots need: a drained table's would otherwise hold memory that
+///   its few roots never touch.
+fn shrink_faults_in(bytes: usize, roots: usize) -> bool {
+    bytes < HUGE || roots >= 4 * (bytes / HUGE)
 }
