@@ -61,7 +61,7 @@
 //! page is mapped. In the stress run's shared-deadline phase (12 alternating pairs), the
 //! million's last timeout came 1.52 s after the deadline in the median rather than 2.07,
 //! 0.83 times `tokio::time::timeout`'s in the same runs rather than 1.04, though a later
-//! set of 6 runs put it at 1.00-1.31 times tokio's (how late that is turns mostly on the
+//! set of 6 runs put it at 0.89-1.31 times tokio's (how late that is turns mostly on the
 //! runtime's scheduling: `docs/how-it-works.md`). What a bare page still holds is its
 //! bookkeeping (about 150 B, against its 16 KiB of cells) and its addresses.
 
