@@ -186,8 +186,8 @@ impl Zeroed {
     /// Gives a mapping's pages back to the system and keeps its addresses
     /// (`MADV_DONTNEED`): its bytes read as zero again, and cost memory only once written.
     /// Unlike unmapping, this leaves the address space's layout alone, so it takes the
-    /// address space's lock only for reading and never holds up another thread's page
-    /// fault or mapping. A block from the allocator is left as it is. So afterwards each
+    /// address space's lock only for reading, beside other threads' page faults rather
+    /// than ahead of them. A block from the allocator is left as it is. So afterwards each
     /// byte is either as it was or zero.
     #[cfg_attr(any(loom, not(feature = "tokio")), allow(dead_code))]
     pub(crate) fn give_back(&mut self) {
