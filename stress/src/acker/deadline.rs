@@ -19,7 +19,10 @@
 //!    the acker would (a `DashMap` entry with a oneshot under `tokio::time::timeout`), timed
 //!    the same way: the peer's tail is what the scheduler alone does to a short call on
 //!    this machine at that moment (a worker preempted mid-call by the reaper thread, by
-//!    the other worker, by another process).
+//!    the other worker, by another process). And beside both, a *bare read*: [`READS`]
+//!    random lines of a resident [`BARE_BYTES`] buffer, timed the same way, a call that
+//!    runs no code of anyone's and touches cold memory as `track` does (its table's
+//!    group, its slab cell): its tail is what the machine alone does to such a call.
 //!
 //! 4. The peer's million: the same number of tasks, each awaiting `tokio::time::timeout`
 //!    at one shared deadline (what a user without the acker writes), under the same load,
@@ -31,7 +34,11 @@
 //! call it reads its thread's CPU time, involuntary context switches and minor page
 //! faults (`CLOCK_THREAD_CPUTIME_ID`, `getrusage(RUSAGE_THREAD)`), and the callers' pass
 //! count, so that each call over [`SLOW`] is told apart: held off its core (preempted),
-//! faulting, running a caller's pass, or simply working.
+//! faulting, running a caller's pass, or simply working. The bare reads' slow calls are
+//! told apart the same way: on a virtual machine a thread can stop for a hundred
+//! microseconds and more at a load from memory it holds, with no fault, no switch, and
+//! the time counted as its own (the hypervisor's doing, which the guest does not see), so
+//! that "on its core and working" does not by itself mean that `track` was working.
 //! Targets (reported, not enforced: a shared machine's scheduler can hold any thread): the
 //! longest `track` ≤ 100 µs at p99.99 and ≤ 1 ms at most.
 
@@ -63,6 +70,13 @@ const LEAD: Duration = Duration::from_millis(500);
 const DRAIN: Duration = Duration::from_secs(10);
 /// A `track` call this long or longer is looked into ([`Slow`]).
 const SLOW: Duration = Duration::from_micros(100);
+/// The bare read's buffer: resident, and larger than the last-level cache, so that its
+/// lines are cold as a table's are.
+const BARE_BYTES: usize = 64 << 20;
+/// Lines a bare read loads, one after the other (each address depends on the last): three
+/// take about as long as a `track` call at its median (1 µs on a 2-core VM), so that the
+/// two are exposed alike to whatever stops a thread for a while.
+pub(crate) const READS: usize = 3;
 
 /// The `track` calls of [`SLOW`] or more, and what each was doing.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -76,6 +90,8 @@ pub(crate) struct Slow {
     /// That ran a caller's pass (the callers' pass count moved during it: another caller's
     /// pass may be counted too).
     pub(crate) in_pass: u64,
+    /// None of those: on its core, no fault, no involuntary switch, no caller's pass.
+    pub(crate) on_core: u64,
     /// The slowest: its wall and CPU time (µs), involuntary switches, minor faults, and
     /// whether a caller's pass ran.
     pub(crate) slowest_us: f64,
@@ -95,6 +111,8 @@ impl Slow {
         self.preempted += u64::from(cpu * 2 < wall);
         self.faulted += u64::from(around.faults > 0);
         self.in_pass += u64::from(in_pass);
+        self.on_core +=
+            u64::from(cpu * 2 >= wall && around.faults == 0 && around.switches == 0 && !in_pass);
         let wall_us = wall.as_secs_f64() * 1e6;
         if wall_us > self.slowest_us {
             self.slowest_us = wall_us;
@@ -112,11 +130,18 @@ impl Slow {
             self.preempted + other.preempted,
             self.faulted + other.faulted,
             self.in_pass + other.in_pass,
+            self.on_core + other.on_core,
         );
         if other.slowest_us > self.slowest_us {
             *self = other.clone();
         }
-        (self.calls, self.preempted, self.faulted, self.in_pass) = counts;
+        (
+            self.calls,
+            self.preempted,
+            self.faulted,
+            self.in_pass,
+            self.on_core,
+        ) = counts;
     }
 }
 
@@ -170,6 +195,46 @@ pub(crate) struct SharedDeadline {
     pub(crate) peer_last_timeout_ms: f64,
     /// The calls of [`SLOW`] or more, and what they were doing.
     pub(crate) slow: Slow,
+    /// The bare reads timed in the same loops, and those of [`SLOW`] or more.
+    pub(crate) bare: Percentiles,
+    pub(crate) bare_p9999_us: f64,
+    pub(crate) bare_slow: Slow,
+}
+
+/// What the callers timed: every `track` call, the peer's starts and the bare reads, and the
+/// slow calls of `track` and of the reads.
+struct Timed {
+    track: Histogram<u64>,
+    peer: Histogram<u64>,
+    bare: Histogram<u64>,
+    slow: Slow,
+    bare_slow: Slow,
+}
+
+impl Timed {
+    fn new() -> Result<Timed, String> {
+        let histogram = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3)
+            .map_err(|e| format!("shared-deadline phase: {e}"))?;
+        Ok(Timed {
+            track: histogram.clone(),
+            peer: histogram.clone(),
+            bare: histogram,
+            slow: Slow::default(),
+            bare_slow: Slow::default(),
+        })
+    }
+
+    /// A caller's figures, added to these.
+    fn add(&mut self, other: &Timed) -> Result<(), String> {
+        self.track
+            .add(&other.track)
+            .and_then(|()| self.peer.add(&other.peer))
+            .and_then(|()| self.bare.add(&other.bare))
+            .map_err(|e| format!("shared-deadline phase: {e}"))?;
+        self.slow.add(&other.slow);
+        self.bare_slow.add(&other.bare_slow);
+        Ok(())
+    }
 }
 
 /// Runs the phase with `roots` trees sharing the deadline.
@@ -188,6 +253,8 @@ async fn phase(roots: usize) -> Result<SharedDeadline, String> {
         .max_pending(roots + 1024 * CALLERS)
         .build_async(1024)
         .map_err(|e| format!("shared-deadline phase: {e}"))?;
+    // Written (resident) before the phase: the bare reads must fault nothing.
+    let bare: Arc<[u64]> = (0..BARE_BYTES / 8).map(|i| i as u64).collect();
     let started = Instant::now();
     let deadline = started + shared_deadline(roots);
     let timed_out = Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -219,36 +286,40 @@ async fn phase(roots: usize) -> Result<SharedDeadline, String> {
             shared_deadline(roots)
         ));
     }
-    let (calls, peer_calls, slow) = under_load(&acker, deadline, roots, &timed_out).await?;
-    let (peer_timed_out, peer_last_timeout_ms) = tokio_peer(&acker, roots).await?;
+    let timed = under_load(&acker, deadline, roots, &timed_out, &bare).await?;
+    let (peer_timed_out, peer_last_timeout_ms) = tokio_peer(&acker, roots, &bare).await?;
     let stats = acker.stats();
     let last = *last.lock().unwrap();
     Ok(SharedDeadline {
         roots,
         fill_seconds,
-        track: Percentiles::of(&calls),
-        track_p9999_us: calls.value_at_quantile(0.9999) as f64 / 1e3,
-        peer: Percentiles::of(&peer_calls),
-        peer_p9999_us: peer_calls.value_at_quantile(0.9999) as f64 / 1e3,
+        track: Percentiles::of(&timed.track),
+        track_p9999_us: timed.track.value_at_quantile(0.9999) as f64 / 1e3,
+        peer: Percentiles::of(&timed.peer),
+        peer_p9999_us: timed.peer.value_at_quantile(0.9999) as f64 / 1e3,
+        bare: Percentiles::of(&timed.bare),
+        bare_p9999_us: timed.bare.value_at_quantile(0.9999) as f64 / 1e3,
         caller_passes: stats.caller_passes,
         caller_pass_longest_us: stats.caller_pass_longest.as_secs_f64() * 1e6,
         timed_out: timed_out.load(Ordering::Relaxed),
         last_timeout_ms: last.saturating_duration_since(deadline).as_secs_f64() * 1e3,
         peer_timed_out,
         peer_last_timeout_ms,
-        slow,
+        slow: timed.slow,
+        bare_slow: timed.bare_slow,
     })
 }
 
 /// Step 3: from [`LEAD`] before `deadline` until `roots` trees have timed out (or
-/// [`DRAIN`] after it), [`BUSY`] spinning tasks and [`CALLERS`] timing their calls; their
-/// histograms of `track` and of the peer's start, and the slow calls.
+/// [`DRAIN`] after it), [`BUSY`] spinning tasks and [`CALLERS`] timing their calls (bare
+/// reads of `bare` among them); what they timed.
 async fn under_load(
     acker: &AsyncAcker<u32>,
     deadline: Instant,
     roots: usize,
     timed_out: &std::sync::atomic::AtomicUsize,
-) -> Result<(Histogram<u64>, Histogram<u64>, Slow), String> {
+    bare: &Arc<[u64]>,
+) -> Result<Timed, String> {
     tokio::time::sleep_until((deadline - LEAD).into()).await;
     let stop = Arc::new(AtomicBool::new(false));
     let busy: Vec<_> = (0..BUSY)
@@ -269,7 +340,8 @@ async fn under_load(
     let callers: Vec<_> = (0..CALLERS)
         .map(|c| {
             let (stop, acker, peer) = (Arc::clone(&stop), acker.clone(), Arc::clone(&peer));
-            tokio::spawn(async move { time_tracks(c as u64, &acker, &peer, &stop).await })
+            let bare = Arc::clone(bare);
+            tokio::spawn(async move { time_tracks(c as u64, &acker, &peer, &bare, &stop).await })
         })
         .collect();
     let end = deadline + DRAIN;
@@ -277,30 +349,27 @@ async fn under_load(
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     stop.store(true, Ordering::Relaxed);
-    let mut calls = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3)
-        .map_err(|e| format!("shared-deadline phase: {e}"))?;
-    let mut peer_calls = calls.clone();
-    let mut slow = Slow::default();
+    let mut timed = Timed::new()?;
     for caller in callers {
-        let (mine, peers, its_slow) = caller
+        let its = caller
             .await
             .map_err(|e| format!("shared-deadline phase: a caller failed: {e}"))??;
-        calls
-            .add(&mine)
-            .and_then(|()| peer_calls.add(&peers))
-            .map_err(|e| format!("shared-deadline phase: {e}"))?;
-        slow.add(&its_slow);
+        timed.add(&its)?;
     }
     for task in busy {
         let _ = task.await;
     }
-    Ok((calls, peer_calls, slow))
+    Ok(timed)
 }
 
 /// Step 4: `roots` tasks each awaiting `tokio::time::timeout` at one shared deadline, under
 /// the same load as step 3 (the callers' figures are not kept); how many timed out, and
 /// the last one's lateness (ms).
-async fn tokio_peer(acker: &AsyncAcker<u32>, roots: usize) -> Result<(usize, f64), String> {
+async fn tokio_peer(
+    acker: &AsyncAcker<u32>,
+    roots: usize,
+    bare: &Arc<[u64]>,
+) -> Result<(usize, f64), String> {
     let started = Instant::now();
     let deadline = started + shared_deadline(roots);
     let timed_out = Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -322,7 +391,7 @@ async fn tokio_peer(acker: &AsyncAcker<u32>, roots: usize) -> Result<(usize, f64
             tokio::task::yield_now().await; // let the awaiting tasks register
         }
     }
-    under_load(acker, deadline, roots, &timed_out).await?;
+    under_load(acker, deadline, roots, &timed_out, bare).await?;
     let last = *last.lock().unwrap();
     Ok((
         timed_out.load(Ordering::Relaxed),
@@ -330,45 +399,35 @@ async fn tokio_peer(acker: &AsyncAcker<u32>, roots: usize) -> Result<(usize, f64
     ))
 }
 
-/// One caller's loop until `stop`: `track`, timed, then the ack and the await; and the
-/// start of the same request the way a user without the acker would write it, timed too
-/// (the peer: a `DashMap` entry with a oneshot, under `tokio::time::timeout`), whose tail
-/// is what the scheduler alone does to a call on this machine at this moment. Each slow
-/// `track` call is looked into ([`Slow`]).
+/// One caller's loop until `stop`: `track`, timed, then the ack and the await; the start
+/// of the same request the way a user without the acker would write it, timed too (the
+/// peer: a `DashMap` entry with a oneshot, under `tokio::time::timeout`), whose tail is
+/// what the scheduler alone does to a call on this machine at this moment; and a bare read
+/// of `bare` ([`bare_read`]), whose tail is what the machine does to a call that touches
+/// cold memory. Each slow `track` call and bare read is looked into ([`Slow`]).
 async fn time_tracks(
     caller: u64,
     acker: &AsyncAcker<u32>,
     peer: &DashMap<u64, oneshot::Sender<Outcome>>,
+    bare: &[u64],
     stop: &AtomicBool,
-) -> Result<(Histogram<u64>, Histogram<u64>, Slow), String> {
-    let histogram = || {
-        Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3)
-            .map_err(|e| format!("shared-deadline phase: {e}"))
-    };
-    let (mut calls, mut peer_calls) = (histogram()?, histogram()?);
+) -> Result<Timed, String> {
+    let mut timed = Timed::new()?;
     let record = |h: &mut Histogram<u64>, took: Duration| {
         h.record(took.as_nanos().max(1) as u64)
             .map_err(|e| format!("shared-deadline phase: {e}"))
     };
     let mut n = 0u64;
-    let mut slow = Slow::default();
     while !stop.load(Ordering::Relaxed) {
         n += 1;
         let root = (caller << 48 | n).wrapping_mul(0xD6E8_FEB8_6659_FD93) & !(1 << 63) | 1;
         let passes = acker.stats().caller_passes;
-        let (cpu, switches, faults) = thread_counters();
-        let call = Instant::now();
-        let tree = acker.track(root, 0b1, 0);
-        let took = call.elapsed();
-        let after = thread_counters();
-        let around = Around {
-            cpu_ns: after.0.saturating_sub(cpu),
-            switches: after.1.saturating_sub(switches),
-            faults: after.2.saturating_sub(faults),
-        };
-        slow.note(took, &around, acker.stats().caller_passes != passes);
+        let (took, around, tree) = timed_call(|| acker.track(root, 0b1, 0));
+        timed
+            .slow
+            .note(took, &around, acker.stats().caller_passes != passes);
         let tree = tree.map_err(|e| format!("shared-deadline phase: track refused: {e}"))?;
-        record(&mut calls, took)?;
+        record(&mut timed.track, took)?;
         acker.ack(root, 0b1);
         match tree.await {
             Ok(done) if done.outcome == Outcome::Acked => {}
@@ -379,7 +438,7 @@ async fn time_tracks(
         peer.insert(root, sender);
         let outcome = tokio::time::timeout(Duration::from_secs(60), receiver);
         let took = call.elapsed();
-        record(&mut peer_calls, took)?;
+        record(&mut timed.peer, took)?;
         if let Some((_, sender)) = peer.remove(&root) {
             let _ = sender.send(Outcome::Acked);
         }
@@ -391,10 +450,40 @@ async fn time_tracks(
                 ))
             }
         }
+        let (took, around, _) = timed_call(|| std::hint::black_box(bare_read(bare, root)));
+        timed.bare_slow.note(took, &around, false);
+        record(&mut timed.bare, took)?;
         // A request's handler gives its worker back (an acked tree's await is ready at
         // once): without it the callers would hold both workers, and the runtime's timers
         // (the phase's own clock) would never run.
         tokio::task::yield_now().await;
     }
-    Ok((calls, peer_calls, slow))
+    Ok(timed)
+}
+
+/// `call`, timed, with what its thread's counters moved by around it, and its result.
+fn timed_call<R>(call: impl FnOnce() -> R) -> (Duration, Around, R) {
+    let (cpu, switches, faults) = thread_counters();
+    let began = Instant::now();
+    let result = call();
+    let took = began.elapsed();
+    let after = thread_counters();
+    let around = Around {
+        cpu_ns: after.0.saturating_sub(cpu),
+        switches: after.1.saturating_sub(switches),
+        faults: after.2.saturating_sub(faults),
+    };
+    (took, around, result)
+}
+
+/// [`READS`] lines of `bare`, each address taken from the word read before it (so the
+/// loads cannot overlap, as a table's search follows its group's words), starting from
+/// `seed`.
+fn bare_read(bare: &[u64], seed: u64) -> u64 {
+    let mut at = seed;
+    for _ in 0..READS {
+        let word = bare[(at.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 20) as usize % bare.len()];
+        at = at.rotate_left(17) ^ word;
+    }
+    at
 }

@@ -315,11 +315,12 @@ fn print_shared_deadline(d: &deadline::SharedDeadline) {
     let slow = &d.slow;
     if slow.calls > 0 {
         println!(
-            "               its {} calls of 100 µs or more: {} off their core for over half their time, {} faulting, {} running a caller's pass; the slowest {} ({} on its core, {} involuntary switches, {} faults, {})",
+            "               its {} calls of 100 µs or more: {} off their core for over half their time, {} faulting, {} running a caller's pass, {} none of these; the slowest {} ({} on its core, {} involuntary switches, {} faults, {})",
             slow.calls,
             slow.preempted,
             slow.faulted,
             slow.in_pass,
+            slow.on_core,
             us(slow.slowest_us),
             us(slow.slowest_cpu_us),
             slow.slowest_switches,
@@ -327,6 +328,18 @@ fn print_shared_deadline(d: &deadline::SharedDeadline) {
             if slow.slowest_in_pass { "a caller's pass" } else { "no caller's pass" },
         );
     }
+    let bare = &d.bare_slow;
+    println!(
+        "               a bare read in the same loops ({} dependent loads of cold lines, no code of anyone's): p50 {}, p99 {}, p99.9 {}, p99.99 {}, max {}; {} of 100 µs or more, {} of them on their core with no fault or switch (the machine's own pauses)",
+        deadline::READS,
+        us(d.bare.p50_us),
+        us(d.bare.p99_us),
+        us(d.bare.p999_us),
+        us(d.bare_p9999_us),
+        us(d.bare.max_us),
+        bare.calls,
+        bare.on_core,
+    );
 }
 
 /// The build and churn lines, each figure with its target beside it (not judged).
