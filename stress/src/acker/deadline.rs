@@ -21,8 +21,9 @@
 //!    this machine at that moment (a worker preempted mid-call by the reaper thread, by
 //!    the other worker, by another process). And beside both, a *bare read*: [`READS`]
 //!    random lines of a resident [`BARE_BYTES`] buffer, timed the same way, a call that
-//!    runs no code of anyone's and touches cold memory as `track` does (its table's
-//!    group, its slab cell): its tail is what the machine alone does to such a call.
+//!    runs no library code and touches cold memory as `track` does (its table's group,
+//!    its slab cell): its tail is what the machine and the process around it do to such
+//!    a call, with no acker code in it.
 //!
 //! 4. The peer's million: the same number of tasks, each awaiting `tokio::time::timeout`
 //!    at one shared deadline (what a user without the acker writes), under the same load,
@@ -34,11 +35,12 @@
 //! call it reads its thread's CPU time, involuntary context switches and minor page
 //! faults (`CLOCK_THREAD_CPUTIME_ID`, `getrusage(RUSAGE_THREAD)`), and the callers' pass
 //! count, so that each call over [`SLOW`] is told apart: held off its core (preempted),
-//! faulting, running a caller's pass, or simply working. The bare reads' slow calls are
-//! told apart the same way: on a virtual machine a thread can stop for a hundred
-//! microseconds and more at a load from memory it holds, with no fault, no switch, and
-//! the time counted as its own (the hypervisor's doing, which the guest does not see), so
-//! that "on its core and working" does not by itself mean that `track` was working.
+//! faulting, running a caller's pass, or none of these (on its core, nothing on the thread
+//! to explain it). The bare reads' slow calls are told apart the same way: on a virtual
+//! machine a thread can stop for a hundred microseconds and more with no fault and no
+//! switch, the time counted as its own (the hypervisor's doing, which the guest does not
+//! see, or an interrupt on its CPU), so that "on its core" does not by itself mean that
+//! `track` was working.
 //! Targets (reported, not enforced: a shared machine's scheduler can hold any thread): the
 //! longest `track` ≤ 100 µs at p99.99 and ≤ 1 ms at most.
 
@@ -68,7 +70,7 @@ fn shared_deadline(roots: usize) -> Duration {
 const LEAD: Duration = Duration::from_millis(500);
 /// The most the phase waits for the million to time out after the deadline.
 const DRAIN: Duration = Duration::from_secs(10);
-/// A `track` call this long or longer is looked into ([`Slow`]).
+/// A `track` call or bare read this long or longer is looked into ([`Slow`]).
 const SLOW: Duration = Duration::from_micros(100);
 /// The bare read's buffer: resident, and larger than the last-level cache, so that its
 /// lines are cold as a table's are.
@@ -78,7 +80,7 @@ const BARE_BYTES: usize = 64 << 20;
 /// two are exposed alike to whatever stops a thread for a while.
 pub(crate) const READS: usize = 3;
 
-/// The `track` calls of [`SLOW`] or more, and what each was doing.
+/// The calls of [`SLOW`] or more (`track`'s, or the bare reads'), and what each was doing.
 #[derive(Debug, Clone, Default, Serialize)]
 pub(crate) struct Slow {
     pub(crate) calls: u64,
@@ -193,7 +195,7 @@ pub(crate) struct SharedDeadline {
     /// last one's lateness after its shared deadline (ms).
     pub(crate) peer_timed_out: usize,
     pub(crate) peer_last_timeout_ms: f64,
-    /// The calls of [`SLOW`] or more, and what they were doing.
+    /// The `track` calls of [`SLOW`] or more, and what they were doing.
     pub(crate) slow: Slow,
     /// The bare reads timed in the same loops, and those of [`SLOW`] or more.
     pub(crate) bare: Percentiles,
@@ -253,7 +255,7 @@ async fn phase(roots: usize) -> Result<SharedDeadline, String> {
         .max_pending(roots + 1024 * CALLERS)
         .build_async(1024)
         .map_err(|e| format!("shared-deadline phase: {e}"))?;
-    // Written (resident) before the phase: the bare reads must fault nothing.
+    // Written (resident) before the fill: the bare reads must fault nothing.
     let bare: Arc<[u64]> = (0..BARE_BYTES / 8).map(|i| i as u64).collect();
     let started = Instant::now();
     let deadline = started + shared_deadline(roots);
@@ -486,4 +488,54 @@ fn bare_read(bare: &[u64], seed: u64) -> u64 {
         at = at.rotate_left(17) ^ word;
     }
     at
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn around(cpu_us: u64, switches: u64, faults: u64) -> Around {
+        Around {
+            cpu_ns: cpu_us * 1_000,
+            switches,
+            faults,
+        }
+    }
+
+    #[test]
+    fn slow_calls_are_told_apart_and_callers_add_up() {
+        let us = Duration::from_micros;
+        let mut one = Slow::default();
+        one.note(us(99), &around(99, 0, 0), false); // not slow
+        one.note(us(150), &around(148, 0, 0), false); // on its core, nothing to show
+        one.note(us(400), &around(40, 1, 0), false); // preempted
+        let mut other = Slow::default();
+        other.note(us(200), &around(190, 0, 3), false); // faulting
+        other.note(us(900), &around(800, 0, 0), true); // in a pass, the slowest
+        other.note(us(120), &around(100, 1, 0), false); // a switch: none of the groups
+        let counts = |s: &Slow| (s.calls, s.preempted, s.faulted, s.in_pass, s.on_core);
+        assert_eq!(counts(&one), (2, 1, 0, 0, 1));
+        one.add(&other);
+        assert_eq!(
+            counts(&one),
+            (5, 1, 1, 1, 1),
+            "the counts of both, whichever holds the slowest"
+        );
+        assert_eq!(one.slowest_us, 900.0);
+        assert_eq!(one.slowest_cpu_us, 800.0);
+        assert!(one.slowest_in_pass);
+    }
+
+    #[test]
+    fn a_bare_read_reads_its_buffer_and_stays_in_it() {
+        let bare: Vec<u64> = (0..1024).collect();
+        let zeros = vec![0u64; 1024];
+        // It reads the words (the same seed over other words comes to another value), the
+        // same ones for the same seed.
+        assert_ne!(bare_read(&bare, 7), bare_read(&zeros, 7));
+        assert_eq!(bare_read(&bare, 7), bare_read(&bare, 7));
+        for seed in 0..10_000 {
+            bare_read(&bare, seed); // in bounds for any seed
+        }
+    }
 }

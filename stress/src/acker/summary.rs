@@ -287,11 +287,24 @@ pub(crate) fn print(s: &Summary) {
     }
 }
 
+/// A timed call's tail: p50, p99, p99.9, p99.99 (`p9999_us`) and max.
+fn tail(p: &Percentiles, p9999_us: f64) -> String {
+    let us = report::duration_us;
+    format!(
+        "p50 {}, p99 {}, p99.9 {}, p99.99 {}, max {}",
+        us(p.p50_us),
+        us(p.p99_us),
+        us(p.p999_us),
+        us(p9999_us),
+        us(p.max_us)
+    )
+}
+
 /// The shared-deadline line (targets beside, not judged).
 fn print_shared_deadline(d: &deadline::SharedDeadline) {
     let us = report::duration_us;
     println!(
-        "  deadline     one `track` call while {} trees time out at once on a saturated runtime: p50 {}, p99 {}, p99.9 {}, p99.99 {} (target ≤ 100 µs), max {} (target ≤ 1 ms), {} calls; the peer's start in the same loops (DashMap + oneshot + tokio::time::timeout) p50 {}, p99 {}, p99.9 {}, p99.99 {}, max {}; {} passes run by callers (longest {}); {} of the trees timed out, the last {:.1} ms after the deadline (tokio::time::timeout on the same number under the same load: {} timed out, the last {:.1} ms after theirs); fill {:.2} s",
+        "  deadline     one `track` call while {} trees time out at once on a saturated runtime: p50 {}, p99 {}, p99.9 {}, p99.99 {} (target ≤ 100 µs), max {} (target ≤ 1 ms), {} calls; the peer's start in the same loops (DashMap + oneshot + tokio::time::timeout) {}; {} passes run by callers (longest {}); {} of the trees timed out, the last {:.1} ms after the deadline (tokio::time::timeout on the same number under the same load: {} timed out, the last {:.1} ms after theirs); fill {:.2} s",
         report::si(d.roots as f64),
         us(d.track.p50_us),
         us(d.track.p99_us),
@@ -299,11 +312,7 @@ fn print_shared_deadline(d: &deadline::SharedDeadline) {
         us(d.track_p9999_us),
         us(d.track.max_us),
         d.track.count,
-        us(d.peer.p50_us),
-        us(d.peer.p99_us),
-        us(d.peer.p999_us),
-        us(d.peer_p9999_us),
-        us(d.peer.max_us),
+        tail(&d.peer, d.peer_p9999_us),
         d.caller_passes,
         us(d.caller_pass_longest_us),
         d.timed_out,
@@ -315,7 +324,7 @@ fn print_shared_deadline(d: &deadline::SharedDeadline) {
     let slow = &d.slow;
     if slow.calls > 0 {
         println!(
-            "               its {} calls of 100 µs or more: {} off their core for over half their time, {} faulting, {} running a caller's pass, {} none of these; the slowest {} ({} on its core, {} involuntary switches, {} faults, {})",
+            "               its {} calls of 100 µs or more: {} off their core for over half their time, {} faulting, {} running a caller's pass, {} on their core with no fault, switch or pass; the slowest {} ({} on its core, {} involuntary switches, {} faults, {})",
             slow.calls,
             slow.preempted,
             slow.faulted,
@@ -330,13 +339,9 @@ fn print_shared_deadline(d: &deadline::SharedDeadline) {
     }
     let bare = &d.bare_slow;
     println!(
-        "               a bare read in the same loops ({} dependent loads of cold lines, no code of anyone's): p50 {}, p99 {}, p99.9 {}, p99.99 {}, max {}; {} of 100 µs or more, {} of them on their core with no fault or switch (the machine's own pauses)",
+        "               a bare read in the same loops ({} dependent loads of cold lines, no library code): {}; {} of 100 µs or more, {} of them on their core with no fault or switch (nothing on the thread to explain them)",
         deadline::READS,
-        us(d.bare.p50_us),
-        us(d.bare.p99_us),
-        us(d.bare.p999_us),
-        us(d.bare_p9999_us),
-        us(d.bare.max_us),
+        tail(&d.bare, d.bare_p9999_us),
         bare.calls,
         bare.on_core,
     );
