@@ -109,7 +109,7 @@ impl<T: Send + 'static> AckerBuilder<T> {
     /// rounded up to a power of two), so with several threads an init may be refused while
     /// another thread holds some: early by at most that many a thread. The tables start
     /// small (2,048 to 4,096 slots each, 32 B a slot for a `u32` payload; `build_async`'s,
-    /// 512 to 1,024; mapped but untouched until used), double as what is pending grows, up to
+    /// 256 to 512; mapped but untouched until used), double as what is pending grows, up to
     /// their share of `max_pending` at a load of 4/5 (further for a root that finds no
     /// room), and shrink back after it falls. A completed tree's
     /// slot is reusable at once. Random roots from one thread fill an acker to the brim

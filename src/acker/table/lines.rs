@@ -47,12 +47,12 @@ pub(super) struct Line<T> {
 }
 
 /// Lines this large or larger are mapped directly (module docs): every table from the
-/// smallest an acker makes (the async acker's 128 groups, 16 KiB of lines for a `u32`
+/// smallest an acker makes (the async acker's 64 groups, 8 KiB of lines for a `u32`
 /// payload; [`engine`](crate::acker::engine)'s `MIN_TABLE_SLOTS` for the plain acker's), so
 /// that building an acker touches none of them (calloc wrote 1 MiB for the default 16
 /// tables) and each goes back to the system when it is dropped.
 #[cfg(not(loom))]
-const MAP_AT: usize = 16 << 10;
+const MAP_AT: usize = 8 << 10;
 
 /// The alignment of the first line: two cache lines, the adjacent-line prefetcher's unit.
 #[cfg(not(loom))]

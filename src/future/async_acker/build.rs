@@ -56,19 +56,24 @@ use crate::{AckerBuilder, Completion, ConfigError};
 /// 2^20 ns, 0.47-0.66 ms at 2^18 ns, tokio 0.92-1.02 ms in the same runs.
 const ASYNC_RESOLUTION: Duration = Duration::from_nanos(1 << 18);
 
-/// The groups of `build_async`'s smallest table: 128 (16 KiB of lines), where the plain
+/// The groups of `build_async`'s smallest table: 64 (8 KiB of lines), where the plain
 /// acker's is 512. A service's requests are started and acked from any of the runtime's
 /// workers, milliseconds apart, with its HTTP work in between, so each message finds its
 /// root's line cold: what decides its cost is how much of the tables the roots in flight
 /// are spread over, not which thread shares a line (the plain acker's reason for 512, the
-/// acker engine's `MIN_TABLE_SLOTS`). A thousand requests in flight sit in 16 tables of 128
-/// to 256 groups at a load of an eighth or less, 0.4 MB of lines, where 512 spread them
+/// acker engine's `MIN_TABLE_SLOTS`). A thousand requests in flight sit in 16 tables of 64
+/// to 128 groups at a load of a quarter or less, 0.2 MB of lines, where 512 spread them
 /// over 1.5 MB, more than this machine's 1 MiB L2. In the project's service bench the
-/// acker's functions took 3.5-3.6 % of the server's samples, 0.66-0.76 µs a request, where
-/// they took 4.5-4.7 %, 0.86-0.92 µs (three alternating pairs; `perf record -e cpu-clock`
-/// of the server of `http-timeouts serve --tracker track --lost 0.005 --fail 0.005
-/// --sleep-ms 10 --work-us 0` under its `load`); 64 groups took no less than 128.
-const ASYNC_SMALLEST_GROUPS: usize = 128;
+/// acker's functions took 3.5-3.6 % of the server's samples at 128 groups, 0.66-0.76 µs a
+/// request, where they took 4.5-4.7 %, 0.86-0.92 µs at 512 (three alternating pairs;
+/// `perf record -e cpu-clock` of the server of `http-timeouts serve --tracker track --lost
+/// 0.005 --fail 0.005 --sleep-ms 10 --work-us 0` under its `load`), and no more at 64.
+/// From 128 to 64, a thousand requests in flight on a 2-worker runtime hold about 0.2 MB
+/// less (the tables touched all their pages at 128), and one thread's tracked requests
+/// (`examples/track_instructions.rs`, 1k in flight) miss L2 0.08 times a request rather
+/// than 0.34 (`benches/instructions/count.py --cache track`). 32 groups saved next to
+/// nothing more (about 30 kB): a table is a page or two either way.
+const ASYNC_SMALLEST_GROUPS: usize = 64;
 
 impl<T: Send + 'static> AckerBuilder<T> {
     /// Builds an acker for tokio (the `tokio` feature): an [`AsyncAcker`] whose trees'
