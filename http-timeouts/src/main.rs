@@ -74,7 +74,15 @@
 //!     --lost 0.005 --fail 0.005 --sleep-ms 10 --work-us 0 --probe off track tokio
 //! cargo run --release --manifest-path http-timeouts/Cargo.toml -- serve --tracker track --port 8055 --secs 60
 //! cargo run --release --manifest-path http-timeouts/Cargo.toml -- load --port 8055 --secs 60
+//! cargo run --release --manifest-path http-timeouts/Cargo.toml -- held --runs 3
 //! ```
+//!
+//! `held` measures memory instead, with no load: for each tracker, in a fresh process, a
+//! 2-worker runtime, the tracker built, `--connections` trees started (four edges each,
+//! a task awaiting each, their timeout a minute), then all acked; the anonymous memory
+//! resident above the runtime's own after each step (`built`, `in flight`, `after`; the
+//! code pages a tracker first runs are the program's), alternating the trackers `--runs`
+//! times.
 //!
 //! Options (each `--name value`): `--secs` (20, per run), `--warm-up` (3), `--runs` (2, per
 //! tracker), `--connections` (1024), `--lost` (0.25: the share of requests whose fourth
@@ -154,6 +162,7 @@ const USAGE: &str = "\
 usage: http-timeouts [bench] [OPTIONS] [TRACKER ...]
        http-timeouts serve --tracker TRACKER [OPTIONS]
        http-timeouts load [OPTIONS]
+       http-timeouts held [--connections N] [--runs N] [TRACKER ...]
 
 TRACKER: track, tokio, thread-cb or task-cb, or several joined by + (one shared server)
 OPTIONS (each --name value): --secs 20, --warm-up 3, --runs 2, --connections 1024,
@@ -386,7 +395,9 @@ impl Tracker {
                 if let Some(r) = resolution {
                     b = b.resolution(r);
                 }
-                let (acker, _completions) = b.build_async(1024).expect("valid settings");
+                // Room for every connection's request (and `held`'s trees).
+                let buffer = s.connections.max(1024);
+                let (acker, _completions) = b.build_async(buffer).expect("valid settings");
                 Tracker::Track(acker)
             }
             "tokio" => Tracker::Tokio(Arc::new(DashMap::new())),
@@ -1248,10 +1259,114 @@ fn bench(mut s: Settings) {
     }
 }
 
+// ---------------------------------------------------------------------------------------
+// What a tracker holds
+
+/// `held-one`: in this fresh process, a 2-worker runtime, then `--tracker` built, then
+/// `--connections` trees started (four edges each, none acked) with a task awaiting each,
+/// then every edge acked and every task done. Prints the anonymous resident memory above
+/// the runtime's own after each step, in kB.
+fn held_one(s: &Settings) {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    // Anonymous memory only: what the trackers allocate. The code pages each first runs
+    // (the acker's build faults in about 0.4 MB of this binary's and libc's) are the
+    // program's, and in a service its other code has faulted in the same pages.
+    let kb = || memory_mb("RssAnon") * 1e3;
+    let settle = || std::thread::sleep(Duration::from_millis(100));
+    // The runtime's workers started and parked: its own memory, before the tracker's.
+    runtime.block_on(async { tokio::time::sleep(Duration::from_millis(50)).await });
+    let base = kb();
+    let tracker = runtime.block_on(async { Tracker::build(&s.tracker, s) });
+    settle();
+    let built = kb() - base;
+    let timeout = Duration::from_millis(s.timeout_ms);
+    let edges = |root: u64| [1, 2, 3, 4].map(|k| splitmix(root * 8 + k) | 1);
+    let tasks: Vec<_> = (1..=s.connections as u64)
+        .map(|root| {
+            let xor = edges(root).iter().fold(0, |x, e| x ^ e);
+            let _in_runtime = runtime.enter(); // for the map's `tokio::time::timeout`
+            runtime.spawn(tracker.start(root, xor, timeout))
+        })
+        .collect();
+    settle();
+    let in_flight = kb() - base;
+    for root in 1..=s.connections as u64 {
+        for edge in edges(root) {
+            tracker.ack(root, edge);
+        }
+    }
+    for task in tasks {
+        let (outcome, _) = runtime.block_on(task).expect("the task ran");
+        assert_eq!(outcome, Outcome::Acked, "every tree acked");
+    }
+    settle();
+    let after = kb() - base;
+    println!("HELD built={built:.0} in_flight={in_flight:.0} after={after:.0}");
+}
+
+/// `held`: `held-one` for each tracker (`track tokio` unless named), each in a fresh
+/// process, `--runs` times alternating; each run's figures and the medians. The trees'
+/// timeout is a minute, so that none times out while they are measured.
+fn held(s: Settings) {
+    let trackers = if s.trackers.is_empty() {
+        vec!["track".to_string(), "tokio".to_string()]
+    } else {
+        s.trackers.clone()
+    };
+    if let Some(shared) = trackers.iter().find(|t| t.contains('+')) {
+        eprintln!("http-timeouts held: one tracker a process, not {shared:?}");
+        std::process::exit(2);
+    }
+    println!(
+        "http-timeouts held: {} trees in flight (four edges each) on a 2-worker runtime, \
+         kB of anonymous memory above the runtime's own",
+        s.connections
+    );
+    println!("  run              built  in flight    after");
+    let exe = std::env::current_exe().expect("this program's path");
+    let mut figures: Vec<Vec<[f64; 3]>> = vec![Vec::new(); trackers.len()];
+    for run in 1..=s.runs {
+        for (i, name) in trackers.iter().enumerate() {
+            let out = Command::new(&exe)
+                .args(["held-one", "--tracker", name])
+                .args(["--connections", &s.connections.to_string()])
+                .args(["--timeout-ms", "60000"])
+                .stderr(Stdio::inherit())
+                .output()
+                .expect("a child process");
+            let text = String::from_utf8_lossy(&out.stdout);
+            let line = text
+                .lines()
+                .find_map(|l| l.strip_prefix("HELD "))
+                .unwrap_or_else(|| panic!("held-one {name} printed no figures: {text}"));
+            let value = |key: &str| -> f64 {
+                line.split_whitespace()
+                    .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('=')?.parse().ok())
+                    .unwrap_or(f64::NAN)
+            };
+            let f = [value("built"), value("in_flight"), value("after")];
+            println!(
+                "  {:<12} #{run} {:>6.0} {:>10.0} {:>8.0}",
+                name, f[0], f[1], f[2]
+            );
+            figures[i].push(f);
+        }
+    }
+    println!("medians over runs:");
+    for (name, runs) in trackers.iter().zip(&figures) {
+        let m = |k: usize| median(runs.iter().map(|f| f[k]).collect());
+        println!("  {:<15} {:>6.0} {:>10.0} {:>8.0}", name, m(0), m(1), m(2));
+    }
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let (command, rest) = match args.first().map(String::as_str) {
-        Some(c @ ("serve" | "load" | "bench")) => (c.to_string(), &args[1..]),
+        Some(c @ ("serve" | "load" | "bench" | "held" | "held-one")) => (c.to_string(), &args[1..]),
         _ => ("bench".to_string(), &args[..]),
     };
     let s = match parse(rest) {
@@ -1268,6 +1383,8 @@ fn main() {
     match command.as_str() {
         "serve" => serve(&s),
         "load" => load(&s),
+        "held-one" => held_one(&s),
+        "held" => held(s),
         _ => bench(s),
     }
 }
