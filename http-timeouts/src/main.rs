@@ -162,7 +162,7 @@ const USAGE: &str = "\
 usage: http-timeouts [bench] [OPTIONS] [TRACKER ...]
        http-timeouts serve --tracker TRACKER [OPTIONS]
        http-timeouts load [OPTIONS]
-       http-timeouts held [--connections N] [--runs N] [TRACKER ...]
+       http-timeouts held [--connections N] [--runs N] [TRACKER ...]  (timeout 60 s)
 
 TRACKER: track, tokio, thread-cb or task-cb, or several joined by + (one shared server)
 OPTIONS (each --name value): --secs 20, --warm-up 3, --runs 2, --connections 1024,
@@ -1132,7 +1132,7 @@ fn print_row(label: &str, figures: &Figures, series: &str) {
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    v.sort_by(|a, b| a.total_cmp(b));
     let n = v.len();
     if n % 2 == 1 {
         v[n / 2]
@@ -1262,11 +1262,19 @@ fn bench(mut s: Settings) {
 // ---------------------------------------------------------------------------------------
 // What a tracker holds
 
+/// The trees' timeout in `held`: a minute, so that none times out while it is measured.
+const HELD_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// `held-one`: in this fresh process, a 2-worker runtime, then `--tracker` built, then
 /// `--connections` trees started (four edges each, none acked) with a task awaiting each,
 /// then every edge acked and every task done. Prints the anonymous resident memory above
-/// the runtime's own after each step, in kB.
+/// the runtime's own after each step, in kB. The trees' timeout is [`HELD_TIMEOUT`],
+/// whatever `--timeout-ms` says; a tree that came to anything but acked is an error.
 fn held_one(s: &Settings) {
+    let s = &Settings {
+        timeout_ms: HELD_TIMEOUT.as_millis() as u64,
+        ..s.clone()
+    };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -1283,13 +1291,11 @@ fn held_one(s: &Settings) {
     let tracker = runtime.block_on(async { Tracker::build(&s.tracker, s) });
     settle();
     let built = kb() - base;
-    let timeout = Duration::from_millis(s.timeout_ms);
     let edges = |root: u64| [1, 2, 3, 4].map(|k| splitmix(root * 8 + k) | 1);
     let tasks: Vec<_> = (1..=s.connections as u64)
         .map(|root| {
             let xor = edges(root).iter().fold(0, |x, e| x ^ e);
-            let _in_runtime = runtime.enter(); // for the map's `tokio::time::timeout`
-            runtime.spawn(tracker.start(root, xor, timeout))
+            runtime.spawn(tracker.start(root, xor, HELD_TIMEOUT))
         })
         .collect();
     settle();
@@ -1300,8 +1306,17 @@ fn held_one(s: &Settings) {
         }
     }
     for task in tasks {
-        let (outcome, _) = runtime.block_on(task).expect("the task ran");
-        assert_eq!(outcome, Outcome::Acked, "every tree acked");
+        match runtime.block_on(task) {
+            Ok((Outcome::Acked, _)) => {}
+            Ok((outcome, _)) => {
+                eprintln!("http-timeouts held-one: a tree came to {outcome:?}, not Acked");
+                std::process::exit(1);
+            }
+            Err(e) => {
+                eprintln!("http-timeouts held-one: a tree's task failed: {e}");
+                std::process::exit(1);
+            }
+        }
     }
     settle();
     let after = kb() - base;
@@ -1309,9 +1324,12 @@ fn held_one(s: &Settings) {
 }
 
 /// `held`: `held-one` for each tracker (`track tokio` unless named), each in a fresh
-/// process, `--runs` times alternating; each run's figures and the medians. The trees'
-/// timeout is a minute, so that none times out while they are measured.
+/// process, `--runs` times alternating; each run's figures and the medians.
 fn held(s: Settings) {
+    if s.runs == 0 {
+        eprintln!("http-timeouts held: --runs must be at least 1");
+        std::process::exit(2);
+    }
     let trackers = if s.trackers.is_empty() {
         vec!["track".to_string(), "tokio".to_string()]
     } else {
@@ -1334,15 +1352,17 @@ fn held(s: Settings) {
             let out = Command::new(&exe)
                 .args(["held-one", "--tracker", name])
                 .args(["--connections", &s.connections.to_string()])
-                .args(["--timeout-ms", "60000"])
                 .stderr(Stdio::inherit())
                 .output()
                 .expect("a child process");
             let text = String::from_utf8_lossy(&out.stdout);
-            let line = text
-                .lines()
-                .find_map(|l| l.strip_prefix("HELD "))
-                .unwrap_or_else(|| panic!("held-one {name} printed no figures: {text}"));
+            let Some(line) = text.lines().find_map(|l| l.strip_prefix("HELD ")) else {
+                eprintln!(
+                    "http-timeouts held: held-one {name} failed ({})",
+                    out.status
+                );
+                std::process::exit(1);
+            };
             let value = |key: &str| -> f64 {
                 line.split_whitespace()
                     .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('=')?.parse().ok())

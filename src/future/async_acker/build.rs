@@ -67,15 +67,17 @@ const ASYNC_RESOLUTION: Duration = Duration::from_nanos(1 << 18);
 /// acker's functions took 3.5-3.6 % of the server's samples at 128 groups, 0.66-0.76 µs a
 /// request, where they took 4.5-4.7 %, 0.86-0.92 µs at 512 (three alternating pairs;
 /// `perf record -e cpu-clock` of the server of `http-timeouts serve --tracker track --lost
-/// 0.005 --fail 0.005 --sleep-ms 10 --work-us 0` under its `load`); 64 took no less there.
-/// From 128 to 64, 1,024 tracked trees in flight on a 2-worker runtime, their tasks
-/// included, hold 840-860 kB of anonymous memory rather than 1,032-1,040 (the tables
-/// touched all their pages at 128; the map's tracker holds 672-676: `http-timeouts held`,
-/// the project's service bench's memory mode), and one thread's tracked requests
-/// (`examples/track_instructions.rs`, 1k in flight) miss L2 0.08 times a request rather
-/// than 0.34 (`benches/instructions/count.py --cache track`). 32 groups (4 KiB) held
-/// 756-764 kB, but cost 2,672-2,689 instructions a request against 2,605 at 64: the
-/// smallest tables grow under a thousand in flight.
+/// 0.005 --fail 0.005 --sleep-ms 10 --work-us 0` under its `load`); 64 groups took no
+/// less CPU than 128 there.
+///
+/// What 64 saves is memory. 1,024 tracked trees in flight on a 2-worker runtime, their
+/// tasks included, hold 840-860 kB of anonymous memory at 64 groups and 1,032-1,040 at 128,
+/// whose tables they touched every page of; the map's tracker holds 668-676
+/// (`http-timeouts held`, the project's service bench's memory mode). One thread's tracked
+/// requests (`examples/track_instructions.rs`, 1k in flight) miss L2 0.08 times a request
+/// rather than 0.34, for 2,605 instructions rather than 2,581
+/// (`benches/instructions/count.py --cache track`). 32 groups (4 KiB) held 756-764 kB, but
+/// cost 2,672-2,689 instructions and 10.15 locked ones a request, against 2,605 and 10.02.
 const ASYNC_SMALLEST_GROUPS: usize = 64;
 
 impl<T: Send + 'static> AckerBuilder<T> {
