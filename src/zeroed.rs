@@ -183,12 +183,6 @@ impl Zeroed {
         self.base.as_ptr()
     }
 
-    /// Whether the block is a mapping of its own (tests of who maps what).
-    #[cfg(all(test, target_os = "linux", not(miri)))]
-    pub(crate) fn is_mapped(&self) -> bool {
-        matches!(self.source, Source::Mapped(..))
-    }
-
     /// Gives a mapping's pages back to the system and keeps its addresses
     /// (`MADV_DONTNEED`): its bytes read as zero again, and cost memory only once written.
     /// Unlike unmapping, this leaves the address space's layout alone, so it takes the
@@ -243,10 +237,10 @@ unsafe impl<T: Send> Send for Slice<T> {}
 unsafe impl<T: Sync> Sync for Slice<T> {}
 
 impl<T> Slice<T> {
-    /// [`Zeroed::is_mapped`] for the values' block.
+    /// Whether the values' block is a mapping of its own (tests of who maps what).
     #[cfg(all(test, target_os = "linux", not(miri)))]
     pub(crate) fn is_mapped(&self) -> bool {
-        self.block.is_mapped()
+        matches!(self.block.source, Source::Mapped(..))
     }
 
     /// `len` zero values aligned to `align` (at least `T`'s own), from a block made as

@@ -949,6 +949,23 @@ fn load(s: &Settings) {
 
 type Figures = Vec<(String, String)>;
 
+/// The `key=value` words of a line (a server's `RESULT`, a load's `CLIENT`, `held-one`'s
+/// `HELD`), in order.
+fn figures_of(line: &str) -> Figures {
+    line.split_whitespace()
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+/// The figure named `key`, if there is one and it is a number.
+fn number(figures: &Figures, key: &str) -> Option<f64> {
+    figures
+        .iter()
+        .find(|(k, _)| k == key)
+        .and_then(|(_, v)| v.parse().ok())
+}
+
 /// CPU seconds every process on the machine has used since boot (`/proc/stat`; 0 where
 /// there is none), and this process's waited-for children's.
 /// This process's CPU time so far (user and system, every thread), in seconds.
@@ -1007,12 +1024,7 @@ fn wait_quiet(max_other: f64) -> bool {
 /// A run, repeated (up to three times) while other processes took more than
 /// `--max-other` cores during it: the figures are of the quietest try.
 fn run_quietly(s: &Settings, tracker: &str) -> Figures {
-    let other = |f: &Figures| {
-        f.iter()
-            .find(|(k, _)| k == "cpu_other")
-            .and_then(|(_, v)| v.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
+    let other = |f: &Figures| number(f, "cpu_other").unwrap_or(0.0);
     let mut best: Option<Figures> = None;
     for _ in 0..3 {
         wait_quiet(s.max_other);
@@ -1071,11 +1083,7 @@ fn run_once(s: &Settings, tracker: &str) -> Figures {
     let (machine, ours) = cpu_seconds();
     let wall = began.elapsed().as_secs_f64();
     let result = result.expect("the server's result") + " " + &client;
-    let mut figures: Figures = result
-        .split_whitespace()
-        .filter_map(|kv| kv.split_once('='))
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
+    let mut figures = figures_of(&result);
     // Other processes' CPU during the run, in cores: anything above a few hundredths
     // means the figures were disturbed.
     let cpu_ours = (ours - ours_before) / wall;
@@ -1205,12 +1213,7 @@ fn bench(mut s: Settings) {
     }
     // Each run's requests/s and peak RSS over the second tracker's in the same pair.
     if s.trackers.len() == 2 {
-        let figure = |f: &Figures, k: &str| {
-            f.iter()
-                .find(|(n, _)| n == k)
-                .and_then(|(_, v)| v.parse::<f64>().ok())
-                .unwrap_or(f64::NAN)
-        };
+        let figure = |f: &Figures, k: &str| number(f, k).unwrap_or(f64::NAN);
         let ratios = |k: &str| -> Vec<f64> {
             all.chunks(2)
                 .filter(|pair| pair.len() == 2)
@@ -1363,12 +1366,8 @@ fn held(s: Settings) {
                 );
                 std::process::exit(1);
             };
-            let value = |key: &str| -> f64 {
-                line.split_whitespace()
-                    .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('=')?.parse().ok())
-                    .unwrap_or(f64::NAN)
-            };
-            let f = [value("built"), value("in_flight"), value("after")];
+            let held = figures_of(line);
+            let f = ["built", "in_flight", "after"].map(|k| number(&held, k).unwrap_or(f64::NAN));
             println!(
                 "  {:<12} #{run} {:>6.0} {:>10.0} {:>8.0}",
                 name, f[0], f[1], f[2]

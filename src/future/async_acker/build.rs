@@ -72,7 +72,7 @@ const ASYNC_RESOLUTION: Duration = Duration::from_nanos(1 << 18);
 ///
 /// What 64 saves is memory. 1,024 tracked trees in flight on a 2-worker runtime, their
 /// tasks included, hold 840-860 kB of anonymous memory at 64 groups and 1,032-1,040 at 128,
-/// whose tables they touched every page of; the map's tracker holds 668-676
+/// whose tables they touched every page of; the map's tracker holds 664-676
 /// (`http-timeouts held`, the project's service bench's memory mode). One thread's tracked
 /// requests (`examples/track_instructions.rs`, 1k in flight) miss L2 0.08 times a request
 /// rather than 0.34, for 2,605 instructions rather than 2,581
