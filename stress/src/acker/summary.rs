@@ -321,6 +321,11 @@ fn print_shared_deadline(d: &deadline::SharedDeadline) {
         d.peer_last_timeout_ms,
         d.fill_seconds,
     );
+    println!(
+        "               each worker's first `track` call (its thread's registration with the acker, before the deadline), timed apart: {} calls, the longest {}",
+        d.first.calls,
+        us(d.first.longest_us)
+    );
     let slow = &d.slow;
     if slow.calls > 0 {
         println!(
