@@ -30,11 +30,11 @@
 //!    for how late tokio's own timer delivers the same burst on the same runtime.
 //!
 //! A thread's first `track` call registers the thread with the acker (its record, its
-//! thread-local entry, the first slab page of its stripe): two or more page faults, once in
-//! the thread's life, and here half a second before the deadline, when no tree is due.
-//! Those calls, one a worker, are timed apart ([`FirstCalls`]): a fault on memory the
-//! virtual machine has not backed yet took 30 to 220 µs, and two such calls among the
-//! 20-30 thousand timed are a third of the calls that decide p99.99.
+//! thread-local entry, the first slab page of its stripe): page faults, once in the
+//! thread's life, and here half a second before the deadline, when no tree is due. Those
+//! calls, one a worker, are timed apart ([`FirstCalls`]): they took 24 to 202 µs on a
+//! 2-core VM, and the p99.99 of the 20-30 thousand calls timed is about their third
+//! slowest, which two such calls could set on their own.
 //!
 //! It reports every call's time (p50, p99, p99.9, p99.99, max), the peer's beside it, how many passes callers ran
 //! and the longest of them (`AckerStats`), and how late the last of each million's
