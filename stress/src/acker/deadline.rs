@@ -32,7 +32,7 @@
 //! A thread's first `track` call registers the thread with the acker (its record, its
 //! thread-local entry, the first slab page of its stripe): page faults, once in the
 //! thread's life, and here half a second before the deadline, when no tree is due. Those
-//! calls, one a worker, are timed apart ([`FirstCalls`]): they took 24 to 202 µs on a
+//! calls, one a worker, are timed apart ([`FirstCalls`]): they took 19 to 222 µs on a
 //! 2-core VM, and the p99.99 of the 20-30 thousand calls timed is about their third
 //! slowest, which two such calls could set on their own.
 //!
