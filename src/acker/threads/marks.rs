@@ -2,6 +2,11 @@
 //! [`Record`], stored with plain stores and a light fence, read by the rare side behind a
 //! heavy fence. Three protocols wait on them.
 //!
+//! An entry is one load and one store of the record's `active` word (the depth in its low
+//! half, the outermost operations begun in its high half: "Grace periods"), the light
+//! fence, and one load of the acker's *gates* ([`CLOSED`], [`MOVING`]), which are both
+//! clear on every operation's path but shutdown's and a re-anchoring's.
+//!
 //! ## Closing the callback
 //!
 //! Shutdown must be able to drop the acker's `on_complete` (a callback that holds a handle
@@ -72,13 +77,40 @@
 //!
 
 use super::{Record, Threads};
-use crate::sync::{fence, Arc, AtomicU32, Ordering};
+use crate::sync::{fence, Arc, AtomicU64, Ordering};
+
+/// A gate of [`Threads`]: shutdown has closed the callback ("Closing the callback").
+pub(super) const CLOSED: u8 = 1;
+/// A gate of [`Threads`]: time is being re-anchored ("Re-anchoring").
+pub(super) const MOVING: u8 = 2;
+
+/// The depth in a record's `active` word: the operations in progress on its thread.
+#[inline]
+pub(super) fn depth(active: u64) -> u32 {
+    active as u32 // the low half
+}
+
+/// The outermost operations begun, wrapping, in a record's `active` word.
+#[inline]
+fn begun(active: u64) -> u32 {
+    (active >> 32) as u32
+}
+
+/// A record's `active` word after one more entry: the depth one up and, for an outermost
+/// entry (depth 0), the operations begun too. Branch-free: one load and one store an entry.
+#[inline]
+fn entered(active: u64) -> u64 {
+    let outer = u64::from(depth(active) == 0);
+    // Wrapping: the count of operations begun wraps in the high half, and the depth below
+    // it never carries into it (it is far below 2^32).
+    active.wrapping_add(1 | outer << 32)
+}
 
 /// An acker operation in progress on the calling thread; see [`Threads::enter`].
 #[derive(Debug)]
 pub struct Active {
-    /// The thread's depth counter, or [`Threads::shared`].
-    depth: *const AtomicU32,
+    /// The thread's `active` word (its depth in the low half), or [`Threads::shared`].
+    depth: *const AtomicU64,
     /// `depth` is the count shared by threads without a hand-off list. Otherwise it is the
     /// `active` field of the thread's record, reached through a pointer to the whole record
     /// (so that [`record`](Self::record) may go back to it).
@@ -122,6 +154,7 @@ impl Drop for Active {
         }
         // Relaxed load: only this thread writes it. Release: the operation (its callback
         // included) happens before a shutdown or a grace period that reads the lower depth.
+        // The depth is at least 1 here: the low half does not borrow from the high one.
         depth.store(depth.load(Ordering::Relaxed) - 1, Ordering::Release);
     }
 }
@@ -146,12 +179,12 @@ impl Drop for Paused<'_> {
             return;
         };
         // Relaxed load: only this thread writes it.
-        let depth = record.active.load(Ordering::Relaxed);
-        // Relaxed: ordered before the `moving` load by the light fence (module docs).
+        let depth = depth(record.active.load(Ordering::Relaxed));
+        // Relaxed: ordered before the gates' load by the light fence (module docs).
         record.paused.store(self.previous, Ordering::Relaxed);
         self.threads.fences.light();
         // Acquire: as in `enter_with`, a sweep that ended happens before what follows.
-        if self.threads.moving.load(Ordering::Acquire) {
+        if self.threads.gates.load(Ordering::Acquire) & MOVING != 0 {
             self.threads
                 .resume_after_moved(record, depth, self.previous);
         }
@@ -169,11 +202,11 @@ impl Threads {
             // Release: as in `pause`.
             record.paused.store(depth, Ordering::Release);
             self.wait_moved();
-            // Relaxed: ordered before the `moving` load by the light fence (module docs).
+            // Relaxed: ordered before the gates' load by the light fence (module docs).
             record.paused.store(previous, Ordering::Relaxed);
             self.fences.light();
             // Acquire: as in `enter_with`.
-            if !self.moving.load(Ordering::Acquire) {
+            if self.gates.load(Ordering::Acquire) & MOVING == 0 {
                 return;
             }
         }
@@ -195,43 +228,49 @@ impl Threads {
     /// [`enter`](Self::enter) on `record`, which must be the calling thread's.
     #[inline]
     pub fn enter_with(&self, record: &Record) -> Active {
-        let depth = &record.active;
-        // Relaxed loads: only this thread writes them; Relaxed stores: ordered before the
-        // `closed` load (and the operation's loads of tables) by the light fence.
-        let outer = depth.load(Ordering::Relaxed) == 0;
-        if outer {
-            let begun = record.begun.load(Ordering::Relaxed);
-            record.begun.store(begun.wrapping_add(1), Ordering::Relaxed);
-        }
-        let entered = depth.load(Ordering::Relaxed);
-        depth.store(entered + 1, Ordering::Relaxed);
+        // Relaxed load: only this thread writes it; Relaxed store: ordered before the
+        // gates' load (and the operation's loads of tables) by the light fence.
+        let was = record.active.load(Ordering::Relaxed);
+        record.active.store(entered(was), Ordering::Relaxed);
         self.fences.light();
         // Ordered after the depth store by the light fence (module docs). Acquire: a
-        // `false` read from `end_moving` orders the re-anchorer's sweep before this
+        // `MOVING` cleared by `end_moving` orders the re-anchorer's sweep before this
         // operation's reads of the tables (a Relaxed load let loom's model race them).
-        if self.moving.load(Ordering::Acquire) {
-            self.enter_moving(record, entered);
-        }
+        let gates = self.gates.load(Ordering::Acquire);
+        let open = gates == 0 || self.enter_gated(record, was, gates);
         Active {
             // Through a pointer to the whole record: `record` steps back from it.
             depth: std::ptr::from_ref(record)
                 .wrapping_byte_add(std::mem::offset_of!(Record, active))
-                .cast::<AtomicU32>(),
+                .cast::<AtomicU64>(),
             shared: false,
-            // Relaxed: ordered after the depth store by the light fence (module docs).
-            open: !self.closed.load(Ordering::Relaxed),
+            open,
         }
     }
 
-    /// [`enter_with`](Self::enter_with) after its first look found a re-anchoring under
-    /// way, with the depth `entered` at its entry stored one up: the rest of its loop (out
-    /// of line, so that the common entry keeps nothing of it in registers). The same
-    /// steps in the same order: each round either stays entered or undoes its depth
-    /// store, waits, stores it again and looks again.
+    /// [`enter_with`](Self::enter_with) after its load of the gates found one set, with its
+    /// record's `active` word `was` at its entry stored one entry up: a re-anchoring to
+    /// wait out ([`enter_moving`](Self::enter_moving)); whether the callback is still open.
+    /// Out of line, as the common entry finds no gate.
     #[cold]
     #[inline(never)]
-    fn enter_moving(&self, record: &Record, entered: u32) {
-        let depth = &record.active;
+    fn enter_gated(&self, record: &Record, was: u64, gates: u8) -> bool {
+        let mut gates = gates;
+        if gates & MOVING != 0 {
+            self.enter_moving(record, was);
+            // Relaxed: ordered after the depth store by the light fence (module docs), as
+            // the first load; the callback may have been closed while this entry waited.
+            gates = self.gates.load(Ordering::Relaxed);
+        }
+        gates & CLOSED == 0
+    }
+
+    /// [`enter_with`](Self::enter_with) after its first look found a re-anchoring under
+    /// way, with the record's `active` word `was` at its entry stored one entry up: the
+    /// rest of its loop. The same steps in the same order: each round either stays entered
+    /// or undoes its store, waits, stores it again and looks again.
+    fn enter_moving(&self, record: &Record, was: u64) {
+        let entered = depth(was);
         loop {
             // Nested in an operation that is not paused ("Re-anchoring"): the re-anchorer
             // counts this thread busy and waits for that operation, so its sweep has not
@@ -242,13 +281,13 @@ impl Threads {
             }
             // Quiescent again (its depth as before: 0, or its callback's) while the
             // re-anchorer works ("Re-anchoring"). Release: as when an operation ends.
-            depth.store(entered, Ordering::Release);
+            record.active.store(was, Ordering::Release);
             self.wait_moved();
             // Relaxed: as in `enter_with`, ordered by the light fence.
-            depth.store(entered + 1, Ordering::Relaxed);
+            record.active.store(self::entered(was), Ordering::Relaxed);
             self.fences.light();
             // Acquire: as in `enter_with`.
-            if !self.moving.load(Ordering::Acquire) {
+            if self.gates.load(Ordering::Acquire) & MOVING == 0 {
                 return;
             }
         }
@@ -259,7 +298,7 @@ impl Threads {
         let mut backoff = crate::sync::Backoff::default();
         // Acquire: what the re-anchorer wrote before it cleared the flag happens before
         // this thread's next reads of the tables.
-        while self.moving.load(Ordering::Acquire) {
+        while self.gates.load(Ordering::Acquire) & MOVING != 0 {
             backoff.wait();
         }
     }
@@ -295,7 +334,7 @@ impl Threads {
             // accesses so far happen before a re-anchorer that reads it (Acquire) and then
             // sweeps.
             previous = record.paused.load(Ordering::Relaxed);
-            let depth = record.active.load(Ordering::Relaxed);
+            let depth = depth(record.active.load(Ordering::Relaxed));
             record.paused.store(depth, Ordering::Release);
         }
         Paused {
@@ -311,7 +350,7 @@ impl Threads {
     /// could not run: then nothing is excluded (call [`end_moving`](Self::end_moving) and
     /// give up, or try again).
     pub fn begin_moving(&self) -> bool {
-        self.moving.store(true, Ordering::Relaxed); // Relaxed: ordered by the heavy fence
+        self.gates.fetch_or(MOVING, Ordering::Relaxed); // Relaxed: ordered by the heavy fence
         if !self.heavy() {
             return false;
         }
@@ -324,7 +363,7 @@ impl Threads {
         // Acquire (both): reads the owner's release of its depth or pause, so what its
         // operation did happens before the re-anchorer's sweep.
         let quiescent = |b: &Arc<Record>| {
-            let depth = b.active.load(Ordering::Acquire);
+            let depth = depth(b.active.load(Ordering::Acquire));
             depth == 0 || b.paused.load(Ordering::Acquire) == depth
         };
         for record in &busy {
@@ -343,7 +382,7 @@ impl Threads {
     pub fn end_moving(&self) {
         // Release: the sweep's writes happen before the waiting threads' reads (Acquire in
         // `wait_moved`).
-        self.moving.store(false, Ordering::Release);
+        self.gates.fetch_and(!MOVING, Ordering::Release);
     }
 
     /// Shutdown: closes the callback, then reports whether it may be dropped: `true` once
@@ -351,14 +390,14 @@ impl Threads {
     /// again), or when the calling thread is itself in an operation (shutdown from inside
     /// the callback: it must not be dropped under its own feet).
     pub fn close(&self, caller_active: bool) -> bool {
-        self.closed.store(true, Ordering::Relaxed); // Relaxed: ordered by the heavy fence
+        self.gates.fetch_or(CLOSED, Ordering::Relaxed); // Relaxed: ordered by the heavy fence
         if !self.heavy() || caller_active {
             return false; // without the barrier, a depth read as 0 proves nothing
         }
         // Acquire: reads each thread's release of its depth, so its callback happened
         // before.
         let others =
-            (self.all.lock().unwrap().iter()).any(|b| b.active.load(Ordering::Acquire) > 0);
+            (self.all.lock().unwrap().iter()).any(|b| depth(b.active.load(Ordering::Acquire)) > 0);
         !others && self.shared.load(Ordering::SeqCst) == 0
     }
 
@@ -384,8 +423,10 @@ impl Threads {
         // Acquire (all): reads each thread's release of its depth, so what its operation
         // read of the old table happened before the caller frees it.
         let busy = (self.all.lock().unwrap().iter())
-            .filter(|b| b.active.load(Ordering::Acquire) > 0)
-            .map(|b| (Arc::clone(b), b.begun.load(Ordering::Acquire)))
+            .filter_map(|b| {
+                let active = b.active.load(Ordering::Acquire);
+                (depth(active) > 0).then(|| (Arc::clone(b), begun(active)))
+            })
             .collect();
         Grace {
             busy,
@@ -402,8 +443,9 @@ impl Threads {
             return false;
         }
         // Acquire (both): as in `grace`.
-        grace.busy.retain(|(b, begun)| {
-            b.active.load(Ordering::Acquire) > 0 && b.begun.load(Ordering::Acquire) == *begun
+        grace.busy.retain(|(b, was_begun)| {
+            let active = b.active.load(Ordering::Acquire);
+            depth(active) > 0 && begun(active) == *was_begun
         });
         if grace.shared {
             // Threads without a hand-off list cannot be told apart: wait for none to be
@@ -422,7 +464,7 @@ impl Threads {
         // Relaxed: a close from this thread (a callback's shutdown) is seen in program
         // order. One from another thread waits for this operation to end before it goes
         // on; reading it here or not are both orders a message entering now could see.
-        active.open = !self.closed.load(Ordering::Relaxed);
+        active.open = self.gates.load(Ordering::Relaxed) & CLOSED == 0;
     }
 
     /// Marks an operation of a thread without a hand-off list: one shared count, an RMW
@@ -436,18 +478,18 @@ impl Threads {
             // fences join its total order; the fence makes the code loom checks the code
             // that runs, and this path is rare (exiting threads).
             fence(Ordering::SeqCst);
-            if !self.moving.load(Ordering::SeqCst) {
+            if self.gates.load(Ordering::SeqCst) & MOVING == 0 {
                 break;
             }
             self.shared.fetch_sub(1, Ordering::SeqCst);
             self.wait_moved();
         }
         Active {
-            depth: &self.shared as *const AtomicU32,
+            depth: &self.shared as *const AtomicU64,
             shared: true,
             // SeqCst: after the count's RMW and the fence, as a hand-off list's light fence
             // orders its depth store.
-            open: !self.closed.load(Ordering::SeqCst),
+            open: self.gates.load(Ordering::SeqCst) & CLOSED == 0,
         }
     }
 }

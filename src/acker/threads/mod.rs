@@ -34,7 +34,7 @@ use crate::acker::stats::{Counters, Tally};
 use crate::acker::timers::ticks::Tick;
 use crate::sync::fences::Fences;
 use crate::sync::{
-    Arc, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Mutex, Ordering, UnsafeCell,
+    Arc, AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Mutex, Ordering, UnsafeCell,
 };
 
 pub(super) mod handoff;
@@ -61,14 +61,14 @@ pub struct Record {
     /// The earliest tick by which the reaper must have one of the entries, while `len` is
     /// not 0: for its sleep ([`handoff`], "Waking the reaper when it is due").
     due: AtomicU32,
-    /// Acker operations of the owner's thread in progress (nested when a callback calls
-    /// back into the acker); written only by the owner ("Closing the callback").
-    active: AtomicU32,
-    /// Outermost operations the owner has begun (wrapping): a grace period sees a thread
-    /// that was inside one leave it when this changes ("Grace periods").
-    begun: AtomicU32,
+    /// The owner's operations, two counts in one word ([`marks`]): in the low half its
+    /// *depth*, the acker operations in progress on its thread (nested when a callback
+    /// calls back into the acker, "Closing the callback"); in the high half the outermost
+    /// operations it has begun, wrapping (a grace period sees a thread that was inside one
+    /// leave it when this changes, "Grace periods"). Written only by the owner.
+    active: AtomicU64,
     /// The depth of the operation the owner has paused (in a callback, or a wait that holds
-    /// nothing), 0 when none: the thread is quiescent while this equals `active`
+    /// nothing), 0 when none: the thread is quiescent while this equals its depth
     /// ("Re-anchoring"). Written only by the owner.
     paused: AtomicU32,
     /// The owner's thread has ended (or dropped its handle): the reaper may drop the
@@ -111,8 +111,7 @@ impl Record {
             tick: AtomicU32::new(0),
             len: AtomicUsize::new(0),
             due: AtomicU32::new(0),
-            active: AtomicU32::new(0),
-            begun: AtomicU32::new(0),
+            active: AtomicU64::new(0),
             paused: AtomicU32::new(0),
             abandoned: AtomicBool::new(false),
             entries: UnsafeCell::new(Entries::default()),
@@ -153,16 +152,16 @@ pub struct Threads {
     inbox_due: AtomicU32,
     /// The reaper is about to sleep past the next tick, or asleep so ([`wake`]).
     idle: AtomicBool,
-    /// Shutdown has closed the callback ("Closing the callback").
-    closed: AtomicBool,
-    /// Time is being re-anchored ("Re-anchoring"): operations wait at their entry.
-    moving: AtomicBool,
+    /// What an entering operation must heed, read in one load ([`marks`]): `CLOSED` once
+    /// shutdown has closed the callback ("Closing the callback"), `MOVING` while time is
+    /// being re-anchored ("Re-anchoring": operations wait at their entry).
+    gates: AtomicU8,
     /// The settling period of the hand-off lists' fresh entries, in ticks; 0 for none
     /// ([`handoff`], "The first look").
     settle: Tick,
     /// Operations in progress on threads that have no hand-off list (exiting threads; under
-    /// loom, every thread).
-    shared: AtomicU32,
+    /// loom, every thread): a count, as a record's depth, in a word of the same width.
+    shared: AtomicU64,
     /// Heavy fences whose barrier could not be run (see [`Threads::heavy`]).
     barrier_failures: AtomicU64,
     /// The counts of threads without a record, and of records gone
@@ -192,10 +191,9 @@ impl Threads {
             inbox_len: AtomicUsize::new(0),
             inbox_due: AtomicU32::new(0),
             idle: AtomicBool::new(false),
-            closed: AtomicBool::new(false),
-            moving: AtomicBool::new(false),
+            gates: AtomicU8::new(0),
             settle,
-            shared: AtomicU32::new(0),
+            shared: AtomicU64::new(0),
             barrier_failures: AtomicU64::new(0),
             counters: Counters::default(),
         }
@@ -303,7 +301,7 @@ impl Threads {
     /// A re-anchoring is under way: between `begin_moving` and `end_moving`.
     #[cfg(test)]
     pub fn moving(&self) -> bool {
-        self.moving.load(Ordering::SeqCst)
+        self.gates.load(Ordering::SeqCst) & marks::MOVING != 0
     }
 
     /// Records registered and not yet dropped.
@@ -400,6 +398,21 @@ impl Threads {
     // Always: every operation's first step, and a call here costs more than its body.
     #[inline(always)]
     pub fn enter(&self) -> Active {
+        let (id, last) = LAST.get();
+        if id == self.id {
+            // Matched here rather than through `own`, whose `Option` made every entry test
+            // the pointer for null. Safety: as in `push`: `LAST` names a record that this
+            // thread's `LOCAL` holds an `Arc` of whenever its id is this acker's.
+            return self.enter_with(unsafe { &*last });
+        }
+        self.enter_looked_up()
+    }
+
+    /// [`enter`](Self::enter) when `LAST` names another acker's record (or none): a
+    /// thread's first operation on this acker, or an exiting thread's. Out of line.
+    #[cold]
+    #[inline(never)]
+    fn enter_looked_up(&self) -> Active {
         match self.own() {
             Some(record) => self.enter_with(record),
             // The thread is exiting (a thread-local's destructor acks): it has no hand-off
@@ -414,7 +427,7 @@ impl Threads {
     pub fn caller_active(&self) -> bool {
         // Relaxed: this thread's own counter.
         self.own()
-            .is_some_and(|b| b.active.load(Ordering::Relaxed) > 0)
+            .is_some_and(|b| marks::depth(b.active.load(Ordering::Relaxed)) > 0)
     }
 
     /// The calling thread's hand of credits ([`bound`](crate::acker::bound), "Hands"),

@@ -413,6 +413,38 @@ fn a_nested_pause_leaves_the_outer_callback_paused() {
     );
 }
 
+/// A grace period ends once every thread that was inside an operation when it began has
+/// left that outermost operation: not when a call nested in it returns (a callback's call
+/// into the acker), and at once when the thread has since begun another outermost one (a
+/// thread that is always busy still lets it end).
+#[test]
+fn a_grace_period_waits_for_the_outermost_operation_not_a_nested_one() {
+    let threads = Threads::new(Fences::Symmetric);
+    let record = threads.register();
+    let outer = threads.enter_with(&record);
+    let mut grace = threads.grace();
+    assert!(
+        !threads.grace_over(&mut grace),
+        "a thread inside an operation"
+    );
+    drop(threads.enter_with(&record));
+    assert!(
+        !threads.grace_over(&mut grace),
+        "ended by a nested operation while the outer one goes on"
+    );
+    drop(outer);
+    assert!(threads.grace_over(&mut grace), "the operation ended");
+
+    let first = threads.enter_with(&record);
+    let mut grace = threads.grace();
+    drop(first);
+    let _second = threads.enter_with(&record);
+    assert!(
+        threads.grace_over(&mut grace),
+        "the thread is inside another outermost operation, begun after the grace period"
+    );
+}
+
 /// With a settling period, a new entry's first look waits for the end of the period after
 /// its own; one that must be with the reaper sooner (a timeout of its own) is handed off by
 /// then, and a quiet owner's settling entries are taken over with the rest.
