@@ -270,8 +270,8 @@ fn beside_a_reanchoring(op: impl FnOnce(&Threads, &Ticks) + Send + 'static) {
 /// can take turns forever while the re-anchorer they wait for never runs again ("Model
 /// exceeded maximum number of branches", at any preemption bound).
 ///
-/// Fails (a causality violation on a cell) with the `moving` check in `enter_with`
-/// removed, with its `moving` load Relaxed (a `false` read from `end_moving` then does not
+/// Fails (a causality violation on a cell) with the gates' check in `enter_with` removed,
+/// with its load of the gates Relaxed (a `MOVING` cleared by `end_moving` then does not
 /// order the sweep before the operation), or with `begin_moving`'s loads of `active`
 /// Relaxed (an operation's accesses then do not happen before the sweep that saw it end).
 #[test]
@@ -318,8 +318,8 @@ fn reanchor_excludes_an_operation() {
 /// yields, so as "Model exceeded maximum number of branches" rather than "deadlock"). The
 /// model checks that the nested call ran on both sides of the sweep.
 ///
-/// Fails: as a race with the re-check of `moving` in `Paused::drop` removed (the resumed
-/// outer operation touches the cell during the sweep), with the `moving` check in
+/// Fails: as a race with the re-check of `MOVING` in `Paused::drop` removed (the resumed
+/// outer operation touches the cell during the sweep), with the gates' check in
 /// `enter_with` removed (the nested call does), or with the pause's store of `paused`
 /// Relaxed (the outer operation's first touch then does not happen before the sweep that
 /// saw it paused; the older model above, which does not touch the cell before its pause,
@@ -415,7 +415,7 @@ fn reanchor_waits_for_nothing_paused_after_a_nested_callback() {
 /// checks that the operation ran on both sides of the sweep.
 ///
 /// Fails at loom's branch limit with the nested-entry check of `enter_with` (in
-/// `enter_moving`) removed (the nested entry then waits for `moving` to clear, and the
+/// `enter_moving`) removed (the nested entry then waits for `MOVING` to clear, and the
 /// re-anchorer for the thread); as a race if that check let a paused operation's nested
 /// entry go on (the callback model above).
 #[test]
@@ -451,8 +451,8 @@ fn reanchor_waits_for_an_operation_whose_nested_entry_goes_on() {
 /// `reanchor_excludes_an_operation`.)
 ///
 /// Fails (a causality violation) with the fence in `enter_shared` removed (loom models
-/// SeqCst loads and RMWs as AcqRel, so the count's RMW and the `moving` load alone do not
-/// pair with `begin_moving`'s heavy fence there), with the `moving` check in
+/// SeqCst loads and RMWs as AcqRel, so the count's RMW and the gates' load alone do not
+/// pair with `begin_moving`'s heavy fence there), with the `MOVING` check in
 /// `enter_shared` removed, or with `begin_moving`'s last check of the shared count removed.
 #[test]
 fn reanchor_gives_up_or_excludes_a_thread_without_a_hand_off_list() {

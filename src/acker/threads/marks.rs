@@ -1,6 +1,6 @@
-//! The marks of each thread's acker operations in progress: a depth counter in its
-//! [`Record`], stored with plain stores and a light fence, read by the rare side behind a
-//! heavy fence. Three protocols wait on them.
+//! The marks of each thread's acker operations in progress: a word in its [`Record`] (its
+//! depth and the outermost operations it has begun), stored with plain stores and a light
+//! fence, read by the rare side behind a heavy fence. Three protocols wait on them.
 //!
 //! An entry is one load and one store of the record's `active` word (the depth in its low
 //! half, the outermost operations begun in its high half: "Grace periods"), the light
@@ -12,9 +12,9 @@
 //! Shutdown must be able to drop the acker's `on_complete` (a callback that holds a handle
 //! of its own acker otherwise keeps the acker alive in a cycle), but not while a thread may
 //! still call it. Each operation therefore marks its thread *active* in its hand-off list
-//! for its length (a depth counter, plain stores, and a light fence), then reads `closed`;
-//! the callback may be called only by an operation that found it open. Shutdown stores
-//! `closed`, runs the heavy fence, and waits until no other thread is active: the same
+//! for its length (its depth, plain stores, and a light fence), then reads the `CLOSED`
+//! gate; the callback may be called only by an operation that found it open. Shutdown sets
+//! `CLOSED`, runs the heavy fence, and waits until no other thread is active: the same
 //! Dekker pair as the takeover's, so an operation either finished (or will finish) with the
 //! callback before shutdown drops it, or saw it closed.
 //!
@@ -49,15 +49,15 @@
 //! The acker's stored ticks are `u32`s read against a published anchor
 //! ([`anchor`](crate::acker::engine::time)); after a stall the anchor must move and the
 //! stored ticks with it, while no operation reads or writes them. The re-anchoring thread
-//! stores `moving`, runs the heavy fence and waits until every other thread is *quiescent*:
+//! sets `MOVING`, runs the heavy fence and waits until every other thread is *quiescent*:
 //! outside any operation, or *paused* inside one ([`Threads::pause`]: its depth stored in
 //! `paused`) where it holds nothing of the tables: in the callback (and a payload's drop)
 //! that delivers a completion, or in a wait (for room, for another re-anchorer). Each step
 //! that leaves quiescence (an outermost entry, an entry nested in a paused operation, a
 //! pause's end) stores its depth (or restores `paused`), runs the light fence and reads
-//! `moving`; if it is set, it undoes its store and waits until it is clear. The same Dekker
-//! pair again: the re-anchorer sees the thread busy and waits for it, or the thread sees
-//! `moving` and waits for the re-anchorer.
+//! the gates; if `MOVING` is set, it undoes its store and waits until it is clear. The same
+//! Dekker pair again: the re-anchorer sees the thread busy and waits for it, or the thread
+//! sees `MOVING` and waits for the re-anchorer.
 //!
 //! Pauses nest: a callback (paused at depth 1) that calls the acker enters at depth 2, and
 //! when that call completes a tree it pauses again for the tree's callback. A pause keeps
@@ -279,8 +279,9 @@ impl Threads {
             if entered > 0 && record.paused.load(Ordering::Relaxed) != entered {
                 return;
             }
-            // Quiescent again (its depth as before: 0, or its callback's) while the
-            // re-anchorer works ("Re-anchoring"). Release: as when an operation ends.
+            // Quiescent again (its depth as before: 0, or its callback's; the count of
+            // operations begun as before too) while the re-anchorer works
+            // ("Re-anchoring"). Release: as when an operation ends.
             record.active.store(was, Ordering::Release);
             self.wait_moved();
             // Relaxed: as in `enter_with`, ordered by the light fence.
@@ -296,7 +297,7 @@ impl Threads {
     /// Waits (spin, yield, sleep) until no re-anchoring is under way.
     fn wait_moved(&self) {
         let mut backoff = crate::sync::Backoff::default();
-        // Acquire: what the re-anchorer wrote before it cleared the flag happens before
+        // Acquire: what the re-anchorer wrote before it cleared `MOVING` happens before
         // this thread's next reads of the tables.
         while self.gates.load(Ordering::Acquire) & MOVING != 0 {
             backoff.wait();
@@ -473,7 +474,7 @@ impl Threads {
         loop {
             self.shared.fetch_add(1, Ordering::SeqCst);
             // The count's side of the Dekker pairs with `begin_moving` and `close` (their
-            // flag store, heavy fence, count load). A SeqCst RMW then a SeqCst load would
+            // gate's RMW, heavy fence, count load). A SeqCst RMW then a SeqCst load would
             // do in the C++20 model, but loom treats SeqCst accesses as AcqRel and only
             // fences join its total order; the fence makes the code loom checks the code
             // that runs, and this path is rare (exiting threads).
