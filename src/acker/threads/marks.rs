@@ -270,13 +270,13 @@ impl Threads {
     /// rest of its loop. The same steps in the same order: each round either stays entered
     /// or undoes its store, waits, stores it again and looks again.
     fn enter_moving(&self, record: &Record, was: u64) {
-        let entered = depth(was);
+        let depth_was = depth(was);
         loop {
             // Nested in an operation that is not paused ("Re-anchoring"): the re-anchorer
             // counts this thread busy and waits for that operation, so its sweep has not
             // begun and cannot begin before this one ends or pauses. Relaxed: only this
             // thread writes `paused`.
-            if entered > 0 && record.paused.load(Ordering::Relaxed) != entered {
+            if depth_was > 0 && record.paused.load(Ordering::Relaxed) != depth_was {
                 return;
             }
             // Quiescent again (its depth as before: 0, or its callback's; the count of
@@ -285,7 +285,7 @@ impl Threads {
             record.active.store(was, Ordering::Release);
             self.wait_moved();
             // Relaxed: as in `enter_with`, ordered by the light fence.
-            record.active.store(self::entered(was), Ordering::Relaxed);
+            record.active.store(entered(was), Ordering::Relaxed);
             self.fences.light();
             // Acquire: as in `enter_with`.
             if self.gates.load(Ordering::Acquire) & MOVING == 0 {

@@ -350,21 +350,13 @@ impl Threads {
     /// (registered at its first push).
     #[inline]
     pub fn push(&self, entry: Entry, due: Due, now: Tick, live: impl Liveness) -> Pushed {
-        let (id, last) = LAST.get();
-        if id == self.id {
-            // Safety: `LAST` names a hand-off list that this thread's `LOCAL` holds an
-            // `Arc` of (it is set only from there, and `LOCAL` drops no hand-off list while
-            // `LAST` names it).
-            return self.push_to(unsafe { &*last }, entry, due, now, live);
-        }
-        let Some(record) = self.local() else {
+        let Some(record) = self.own() else {
             // The thread is exiting and its hand-off lists are gone: straight to the
             // reaper.
             let lowered = self.hand_off(std::iter::once(Held { entry, due }));
             return self.wake_check(lowered);
         };
-        LAST.set((self.id, Arc::as_ptr(&record)));
-        self.push_to(&record, entry, due, now, live)
+        self.push_to(record, entry, due, now, live)
     }
 
     /// [`push`](Self::push) inside the operation `active` marks: to the hand-off list it
@@ -398,14 +390,7 @@ impl Threads {
     // Always: every operation's first step, and a call here costs more than its body.
     #[inline(always)]
     pub fn enter(&self) -> Active {
-        let (id, last) = LAST.get();
-        if id == self.id {
-            // Matched here rather than through `own`, whose `Option` made every entry test
-            // the pointer for null. Safety: as in `push`: `LAST` names a record that this
-            // thread's `LOCAL` holds an `Arc` of whenever its id is this acker's.
-            return self.enter_with(unsafe { &*last });
-        }
-        self.enter_looked_up()
+        self.cached(|record| self.enter_with(record), || self.enter_looked_up())
     }
 
     /// [`enter`](Self::enter) when `LAST` names another acker's record (or none): a
@@ -441,16 +426,29 @@ impl Threads {
     /// The calling thread's hand-off list (registered at its first use).
     #[inline]
     pub(super) fn own(&self) -> Option<&Record> {
+        self.cached(Some, || {
+            let record = self.local()?;
+            LAST.set((self.id, Arc::as_ptr(&record)));
+            // Safety: `LOCAL` holds an `Arc` of it for as long as this thread runs, and
+            // the reference is used only while this thread runs the caller.
+            Some(unsafe { &*Arc::as_ptr(&record) })
+        })
+    }
+
+    /// `hit` on the calling thread's hand-off list for this acker when `LAST` names it (a
+    /// thread-local read and a compare), else `miss`. A continuation, not an `Option`:
+    /// `enter` through `Option<&Record>` tested the pointer for null on every operation.
+    #[inline(always)]
+    fn cached<'a, R>(&'a self, hit: impl FnOnce(&'a Record) -> R, miss: impl FnOnce() -> R) -> R {
         let (id, last) = LAST.get();
         if id == self.id {
-            // Safety: as in `push`: `LOCAL` keeps the hand-off list `LAST` names alive, and
-            // the reference is used only while this thread runs the caller.
-            return Some(unsafe { &*last });
+            // Safety: `LAST` names a hand-off list that this thread's `LOCAL` holds an
+            // `Arc` of (it is set only from there, and `LOCAL` drops no hand-off list while
+            // `LAST` names it), and the reference is used only while this thread runs the
+            // caller.
+            return hit(unsafe { &*last });
         }
-        let record = self.local()?;
-        LAST.set((self.id, Arc::as_ptr(&record)));
-        // Safety: as above: `LOCAL` holds an `Arc` of it for as long as this thread runs.
-        Some(unsafe { &*Arc::as_ptr(&record) })
+        miss()
     }
 
     #[cold]
