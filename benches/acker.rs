@@ -116,11 +116,12 @@ const TREES_IN_TABLE: u64 = (TABLE / 4) as u64;
 const BACKGROUND: u64 = 1_000_000;
 /// The trees' timeout. A tree is in flight for 1024 steps (a few ms even for moka), so none
 /// expires; but it is short enough that every contender's timer work for a tree — the
-/// Acker's reaper scheduling it, yielding its stale timer and recycling its slot, the peers'
-/// rotations and sweeps — happens inside the measurement (the lifecycle's
-/// figure is "timer included"). With Storm's default 30 s, the Acker's reaper would not run a single
-/// pass during a contender's few seconds, so its timer work would go unmeasured, and it
-/// cannot recycle completed slots without those passes (see `sustained_capacity`).
+/// Acker's reaper scanning its dirty group, yielding its stale timer and recycling its
+/// slot, the peers' rotations and sweeps — happens inside the measurement (the lifecycle's
+/// figure is "timer included"). With Storm's default 30 s, the Acker's reaper would not
+/// scan a single dirty group during a contender's few seconds, so its timer work would go
+/// unmeasured, and it cannot recycle completed slots without its passes (see
+/// `sustained_capacity`).
 const TIMEOUT: Duration = Duration::from_millis(200);
 /// The 1M group's background roots must outlive the whole group. Trackers with one global
 /// timeout are built with it; the Acker holds them with `init_with_timeout` and keeps

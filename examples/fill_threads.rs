@@ -1,9 +1,9 @@
 //! Who pays for a fill: one thread inits a million trees into an empty [`Acker`] (its
 //! tables grow all the way, as in the bench's `fill/1t/1M-from-empty`), and the program
 //! prints the fill's wall time a tree and each thread's CPU time a tree over the same
-//! stretch: the filler's and the reaper thread's (`ackwheel-reaper`), which files the
-//! trees' timers and builds and moves the growing tables meanwhile. A fill goes no faster
-//! than the busier of the two.
+//! stretch: the filler's and the reaper thread's (`ackwheel-reaper`), which builds and
+//! moves the growing tables meanwhile, filing the groups it moves on its wheel. A fill goes
+//! no faster than the busier of the two.
 //!
 //! `one` inits one call at a time, `batched` through one `Acker::init_each` over the
 //! million (lines fetched ahead). CPU times come from `/proc/self/task` (Linux);

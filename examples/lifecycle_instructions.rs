@@ -16,9 +16,11 @@
 //! `ack-dashmap` are the bench's `ack/1t` groups instead: BACKGROUND roots held, then TREES
 //! acks of them one at a time in a shuffled order, none completing a tree (each "tree" of
 //! `count.py` is then one ack). RESOLUTION_MS is the acker's tick (default 1): `count.py`
-//! makes it 64 under callgrind, which runs about 50 times slower, so that a tree lives as
-//! many ticks as it does natively (a few tenths of one) and is dropped from its thread's
-//! hand-off list before the reaper ever sees it, as natively.
+//! makes it 64 under callgrind, which runs about 50 times slower, so that the reaper
+//! thread's passes, 64 ticks apart while trees are pending, come about as often a tree as
+//! they do natively (at 1 ms they would come 50 times as often). No tree reaches the reaper
+//! either way: each completes long before its group's scan, due only by the tick before
+//! its deadline, 600 s on.
 
 use ackwheel::{Acker, Message};
 use dashmap::DashMap;
@@ -121,12 +123,13 @@ fn hold(tracker: &dyn Tracker, background: u64) {
     }
 }
 
-/// Waits until the background is settled: every root filed with the reaper, the tables'
-/// growth finished and its old generations freed, and the dead entries the growth left in
-/// the reaper's wheel swept (a sweep is due above 9/8 of the live bound plus 4,096).
-/// Otherwise the reaper would still be at it during the lifecycle, for longer in a longer
-/// one (more so under callgrind, which runs the threads one at a time), which would not
-/// cancel out between two tree counts.
+/// Waits until the background is settled: every root covered (its group dirty, or filed on
+/// the reaper's wheel by a move of the growth), the tables' growth finished and its old
+/// generations freed, and the dead entries the growth left in the reaper's wheel swept (a
+/// sweep is due above 9/8 of the live bound plus 4,096). Otherwise the reaper would still
+/// be at it during the lifecycle, for longer in a longer one (more so under callgrind,
+/// which runs the threads one at a time), which would not cancel out between two tree
+/// counts.
 fn settle(acker: &Acker<u32>) {
     loop {
         let [_, successors, retired, _] = acker.memory_parts();

@@ -62,13 +62,14 @@ pub mod table {
         Applied, Change, Completed, Effects, Expiry, Refused, Stamp, Table, GROUP_SLOTS, MAX_PROBE,
     };
 }
-/// The per-thread records (timer hand-off, operation marks, hands of credits), for the
-/// `threads` loom models only.
+/// The per-thread records (operation marks, hands of credits), the reaper's wake-up and a
+/// table's dirty bits, for the `threads` loom models only.
 #[cfg(loom)]
 #[doc(hidden)]
 pub mod threads {
     pub use crate::acker::bound::Credits;
-    pub use crate::acker::threads::{Due, Entry, Pushed, Record, Threads};
+    pub use crate::acker::threads::{Pushed, Record, Threads};
+    pub use crate::acker::DirtyGroups;
     pub use crate::sync::fences::Fences;
 }
 

@@ -34,16 +34,13 @@ one ack):
 
 Callgrind runs the threads one at a time and about 50x slower than natively, so the
 lifecycle's acker ticks every 64 ms under it instead of every 1 ms (the tracked request's
-every 2^24 ns instead of 2^18): a tree lives as many
-ticks as natively (a fraction of one), and what is done by the clock (a thread's hand-off
-filter once a tick, the reaper's passes) comes about as often a tree. (At 1 ms, trees
-lived hundreds of ticks under callgrind and reached the reaper, which they never do
-natively.) One thing does not scale so: where a tick is finer than 2^20 ns, natively, a new
-tree's hand-off entry settles a millisecond before its first look
-(src/acker/threads/handoff.rs, "The first look"), and a tracked request is gone by then; at
-the 2^24 ns tick given it under callgrind there is no settling, the entry is looked at the
-next tick, and a request still live then is looked at a second time later: `track`'s count
-is a little above its native path's."""
+every 2^24 ns instead of 2^18), so that what is done by the clock, the reaper thread's
+passes, at most 64 ticks apart while trees are pending, comes about as often a tree as
+natively (at 1 ms it would come 50 times as often). The tracked request's passes scale
+less: natively its reaper sleeps 2^26 ns (256 ticks of 2^18 ns), under callgrind 64 ticks
+of 2^24 ns, so they come about 3 times as often a request. No tree reaches the reaper
+either way: each completes long before its group's scan, due only by the tick before its
+600 s deadline."""
 import collections
 import os
 import re

@@ -15,8 +15,8 @@
 //! not part of the protocol, and loom runs every model thread on one OS thread.
 //!
 //! The table's own races (twin claims, slot reuse, resets) are modelled on `Table` in
-//! `table.rs`, migrations in `migrate.rs`, the per-thread records (timer hand-off, marks)
-//! in `threads.rs`.
+//! `table.rs`, migrations in `migrate.rs`, the per-thread records (marks) and the
+//! registration by dirty groups in `threads.rs`.
 #![cfg(loom)]
 
 use std::sync::Mutex as StdMutex;

@@ -45,8 +45,8 @@ fn completions(log: &Log) -> Vec<(u64, Outcome)> {
     log.lock().unwrap().clone()
 }
 
-/// Preemptions per execution: a pass is hundreds of loom steps (its marks, the hand-off
-/// lists' hand-off, every slot of a due group), and three would take minutes.
+/// Preemptions per execution: a pass is hundreds of loom steps (its marks, the dirty
+/// groups' scan, every slot of a due group), and three would take minutes.
 fn bounded() -> loom::model::Builder {
     let mut model = loom::model::Builder::new();
     model.max_branches = 10_000;

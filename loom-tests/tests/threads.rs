@@ -1,116 +1,128 @@
-//! Loom models of what each thread keeps per acker (`src/acker/threads/`): an owner filing
-//! entries in its hand-off list while the reaper takes quiet hand-off lists over
-//! (`handoff.rs`), the reaper's idle check against a push that makes a hand-off list
-//! non-empty (`wake.rs`), and re-anchoring's exclusion of operations (`marks.rs`: (an
-//! operation, a callback's pause and a nested call, an operation of a thread without a
-//! hand-off list, against `begin_moving`)), and the hands of credits (`src/acker/bound.rs`:
-//! a hand reclaimed from an ended owner, hands against the bound).
+//! Loom models of what each thread keeps per acker (`src/acker/threads/`) and of the
+//! reaper's registration of new roots: an operation registering a root (its slot, its
+//! group's dirty bit, the summary's tick: `src/acker/timers/dirty.rs`) against the reaper's
+//! scan and against its idle check before it sleeps (`wake.rs`); re-anchoring's exclusion
+//! of operations (`marks.rs`: an operation, a callback's pause and a nested call, an
+//! operation of a thread without a record, against `begin_moving`); and the hands of
+//! credits (`src/acker/bound.rs`: a hand reclaimed from an ended owner, hands against the
+//! bound).
 //!
-//! The hand-off list's entries live in a loom `UnsafeCell`, so an owner and a reaper inside
-//! the hand-off list at once is reported as a causality violation; the models also check
-//! that every entry reaches the reaper exactly once. As in the grace models, loom runs the
-//! pins with `Fences::Symmetric` (a SeqCst fence on each side); the asymmetric form's
-//! argument is in the module docs.
+//! As in the grace models, loom runs the marks with `Fences::Symmetric` (a SeqCst fence on
+//! each side); the asymmetric form's argument is in the module docs.
 #![cfg(loom)]
 
-use ackwheel::threads::{Credits, Due, Entry, Fences, Pushed, Threads};
+use ackwheel::threads::{Credits, DirtyGroups, Fences, Pushed, Threads};
+use loom::sync::atomic::{AtomicBool, Ordering};
 use loom::sync::Arc;
 use loom::thread;
 use loom_tests::sized;
 
-fn entry(slot: u32) -> Entry {
-    Entry { slot, tag: slot }
+/// What was registered before the race: nothing since the last scan, or another root of
+/// the same group with the summary at `tick` (its bit set).
+#[derive(Clone, Copy, Debug)]
+enum Before {
+    Nothing,
+    AMate { tick: u32 },
 }
 
-/// An entry's times when it is due at the reaper by its hand-off tick.
-fn at(hand_off: u32) -> Due {
-    Due {
-        hand_off,
-        by: hand_off,
+fn registered_before(before: Before, groups: &DirtyGroups, threads: &Threads) {
+    if let Before::AMate { tick } = before {
+        assert!(groups.mark(0));
+        threads.registered(tick);
     }
 }
 
-/// The owner files three entries over two ticks (its second tick's push hands the first
-/// tick's entries off) while the reaper, at tick 2, tries to take the hand-off list over.
-/// After both, a final manual collection; every entry is collected exactly once.
-#[test]
-fn batches_owner_vs_takeover_loses_and_duplicates_nothing() {
-    loom::model(|| {
+/// An operation registers a new root (its slot stored, the light fence, then its group
+/// marked and the summary lowered to `by`, as `Engine::file_timers` does) while the reaper
+/// scans (the summary taken, then the group's bits, the heavy fence, then the slot read, as
+/// a pass does). Either the
+/// scan sees the root, or the root waits for the next scan: its bit set and the summary
+/// set no later than `by`. (Planted: with `registering` a no-op, no light fence, the two
+/// models with a mate's bit set fail: the operation reads the mate's bit, the scan reads
+/// the slot empty.)
+fn scan_never_misses(before: Before, by: u32) {
+    loom::model(move || {
+        let groups = Arc::new(DirtyGroups::new(1));
         let threads = Arc::new(Threads::new(Fences::Symmetric));
-        let record = threads.register();
-        threads.push_to(&record, entry(1), at(1), 1, |_: &Entry| true);
-        let owner = {
-            let (threads, record) = (Arc::clone(&threads), Arc::clone(&record));
+        registered_before(before, &groups, &threads);
+        let root = Arc::new(AtomicBool::new(false));
+        let operation = {
+            let (groups, threads, root) =
+                (Arc::clone(&groups), Arc::clone(&threads), Arc::clone(&root));
             thread::spawn(move || {
-                threads.push_to(&record, entry(2), at(1), 1, |_: &Entry| true);
-                threads.push_to(&record, entry(3), at(2), 2, |_: &Entry| true);
+                root.store(true, Ordering::SeqCst); // the word's CAS
+                threads.registering();
+                groups.mark(0);
+                threads.registered(by)
             })
         };
-        let mut got = Vec::new();
-        threads.collect(2, false, &mut got);
-        owner.join().unwrap();
-        threads.collect(2, true, &mut got);
-        got.sort_by_key(|e| e.slot);
-        assert_eq!(got, vec![entry(1), entry(2), entry(3)]);
+        threads.take_dirty();
+        let bits = groups.take(0);
+        assert!(threads.scanned());
+        let seen = bits != 0 && root.load(Ordering::SeqCst);
+        operation.join().unwrap();
+        let waits = groups.is_marked(0)
+            && threads
+                .earliest_due()
+                .is_some_and(|due| (by.wrapping_sub(due) as i32) >= 0);
+        assert!(
+            seen || waits,
+            "{before:?}: the root is neither scanned nor left for the next scan"
+        );
     });
 }
 
-/// The model of the reaper's sleep against an owner's push (`wake.rs`): the owner's
-/// hand-off list holds `before` (each pushed at tick 1), then the owner pushes `entry` at
-/// tick `now` while the reaper checks before it sleeps. Either the reaper sees a tick no
-/// later than `by` (and sleeps no later) or the owner is told to wake it for `by`. After
-/// both, every entry is collected once.
-fn never_slept_past(before: &[(Entry, Due)], entry: (Entry, Due), now: u32, by: u32) {
-    let before = before.to_vec();
+#[test]
+fn batches_a_first_registration_vs_a_scan_misses_no_root() {
+    scan_never_misses(Before::Nothing, 5);
+}
+
+#[test]
+fn batches_a_registration_into_a_dirty_group_vs_a_scan_misses_no_root() {
+    scan_never_misses(Before::AMate { tick: 3 }, 5);
+}
+
+#[test]
+fn batches_an_earlier_registration_into_a_dirty_group_vs_a_scan_misses_no_root() {
+    scan_never_misses(Before::AMate { tick: 9 }, 5);
+}
+
+/// The model of the reaper's sleep against a registration (`wake.rs`): the operation
+/// registers a root due at the reaper by `by` while the reaper checks before it sleeps.
+/// Either the reaper sees a tick no later than `by` (and sleeps no later) or the operation
+/// is told to wake it for `by`. (Planted: a `lower` that leaves a set summary alone fails
+/// the earlier registration's model, the reaper reading the mate's later tick.)
+fn never_slept_past(before: Before, by: u32) {
     loom::model(move || {
+        let groups = Arc::new(DirtyGroups::new(1));
         let threads = Arc::new(Threads::new(Fences::Symmetric));
-        let record = threads.register();
-        for &(e, due) in &before {
-            threads.push_to(&record, e, due, 1, |_: &Entry| true);
-        }
-        let owner = {
-            let (threads, record) = (Arc::clone(&threads), Arc::clone(&record));
-            thread::spawn(move || threads.push_to(&record, entry.0, entry.1, now, |_: &Entry| true))
+        registered_before(before, &groups, &threads);
+        let operation = {
+            let (groups, threads) = (Arc::clone(&groups), Arc::clone(&threads));
+            thread::spawn(move || {
+                groups.mark(0);
+                threads.registered(by)
+            })
         };
         let seen = threads.park_check(0);
-        let pushed = owner.join().unwrap();
+        let pushed = operation.join().unwrap();
         assert!(
-            seen.is_some_and(|due| due <= by) || pushed == Pushed::WakeReaper { by },
-            "the reaper would sleep past tick {by} ({seen:?}), and no one would wake it"
+            seen.is_some_and(|due| (by.wrapping_sub(due) as i32) >= 0)
+                || pushed == Pushed::WakeReaper { by },
+            "{before:?}: the reaper would sleep past tick {by} ({seen:?}), and no one would \
+             wake it"
         );
-        let mut got = Vec::new();
-        threads.collect(now, true, &mut got);
-        got.sort_by_key(|e| e.slot);
-        let mut all: Vec<Entry> = before.iter().map(|&(e, _)| e).collect();
-        all.push(entry.0);
-        assert_eq!(got, all);
     });
 }
 
-/// The owner files the first entry of an empty hand-off list.
 #[test]
-fn batches_first_push_vs_park_check_never_strands_an_entry() {
-    never_slept_past(&[], (entry(1), at(1)), 1, 1);
+fn batches_a_first_registration_vs_park_check_is_never_slept_past() {
+    never_slept_past(Before::Nothing, 5);
 }
 
-/// The owner files an entry due sooner than the one its hand-off list holds (a timeout of
-/// its own).
 #[test]
-fn batches_an_earlier_entry_vs_park_check_is_never_slept_past() {
-    never_slept_past(&[(entry(1), at(10))], (entry(2), at(3)), 1, 3);
-}
-
-/// The owner's filter moves an entry due at the reaper by tick 5 from its hand-off list to
-/// the inbox, and the list's earliest tick becomes 50. (Planted: a hand-off that reports no
-/// earlier tick fails here, the reaper reading the list's new 50 and the inbox empty.)
-#[test]
-fn batches_a_hand_off_vs_park_check_is_never_slept_past() {
-    let handed = Due { hand_off: 2, by: 5 };
-    let later = Due {
-        hand_off: 20,
-        by: 50,
-    };
-    never_slept_past(&[(entry(1), handed)], (entry(2), later), 2, 5);
+fn batches_an_earlier_registration_vs_park_check_is_never_slept_past() {
+    never_slept_past(Before::AMate { tick: 9 }, 5);
 }
 
 /// Two operations that may call the callback race shutdown's close: one that found the
@@ -230,12 +242,12 @@ fn totals(ticks: &Ticks) -> Vec<u64> {
 }
 
 /// The re-anchorer: `begin_moving`, the sweep, `end_moving`, as `Engine::reanchor` does
-/// (`engine/time.rs`). `begin_moving` must succeed where every thread has a hand-off list
+/// (`engine/time.rs`). `begin_moving` must succeed where every thread has a record
 /// (loom's fences are symmetric, so the heavy side cannot fail).
 fn reanchor(threads: &Threads, ticks: &Ticks) {
     assert!(
         threads.begin_moving(),
-        "no thread without a hand-off list is inside"
+        "no thread without a record is inside"
     );
     sweep(ticks);
     threads.end_moving();
@@ -260,8 +272,8 @@ fn beside_a_reanchoring(op: impl FnOnce(&Threads, &Ticks) + Send + 'static) {
 /// between `enter_with` and the drop of its `Active`, then starts a second thread, which
 /// does so twice (quiescent in between, so the sweep may fall between its two operations);
 /// the re-anchorer rewrites every thread's ticks between `begin_moving` and `end_moving`.
-/// Each thread registers its own hand-off list, so the re-anchorer's snapshot of the
-/// hand-off lists holds none, one or both of them. Loom reports any two accesses not
+/// Each thread registers its own record, so the re-anchorer's snapshot of the
+/// records holds none, one or both of them. Loom reports any two accesses not
 /// ordered by the protocol, and the model checks that operations ran on both sides of the
 /// sweep.
 ///
@@ -441,12 +453,12 @@ fn reanchor_waits_for_an_operation_whose_nested_entry_goes_on() {
     );
 }
 
-/// An operation on a thread without a hand-off list (`Threads::enter` under loom: the
+/// An operation on a thread without a record (`Threads::enter` under loom: the
 /// shared count, `enter_shared`) against `begin_moving`: the thread runs two operations,
 /// each reading and rewriting the stored ticks; either `begin_moving` reports `false` (a
 /// shared operation was inside, or may have been: the caller gives up and sweeps nothing)
 /// or no operation touches the stored ticks during the sweep. The model checks that both
-/// outcomes occur. (No thread with a hand-off list beside it: two threads that may wait in
+/// outcomes occur. (No thread with a record beside it: two threads that may wait in
 /// `wait_moved` at once can starve the re-anchorer under loom's scheduler, as in
 /// `reanchor_excludes_an_operation`.)
 ///
@@ -455,7 +467,7 @@ fn reanchor_waits_for_an_operation_whose_nested_entry_goes_on() {
 /// pair with `begin_moving`'s heavy fence there), with the `MOVING` check in
 /// `enter_shared` removed, or with `begin_moving`'s last check of the shared count removed.
 #[test]
-fn reanchor_gives_up_or_excludes_a_thread_without_a_hand_off_list() {
+fn reanchor_gives_up_or_excludes_a_thread_without_a_record() {
     static GAVE_UP: Seen = Seen::new();
     loom::model(|| {
         let threads = Arc::new(Threads::new(Fences::Symmetric));
@@ -539,8 +551,8 @@ fn credits_hands_never_exceed_the_bound() {
 }
 
 /// Counts in records (`src/acker/stats.rs`): an owner counts trees in its record's set with
-/// plain stores and ends, while the reaper looks at the hand-off lists and drops the
-/// abandoned record, folding its counts into the shared set first. A sum meanwhile never
+/// plain stores and ends, while the reaper prunes the records and drops the abandoned one,
+/// folding its counts into the shared set first. A sum meanwhile never
 /// sees a count twice (a record is in the list or folded, never both), and a sum after both
 /// sees every count once: the fold reads the owner's last store (it happens before the
 /// owner's `abandoned`, which the fold read).
@@ -558,12 +570,11 @@ fn counts_of_an_ended_owner_are_folded_once() {
                 drop(threads);
             })
         };
-        let mut into = Vec::new();
-        threads.collect(9, false, &mut into);
+        threads.prune_ended();
         let seen = threads.acked();
         assert!(seen <= 3, "a sum saw {seen} of 3: a count doubled");
         owner.join().unwrap();
-        threads.collect(9, false, &mut into);
+        threads.prune_ended();
         assert_eq!(threads.acked(), 3, "counts lost or doubled");
         assert_eq!(threads.records(), 0, "the ended owner's record stayed");
     });

@@ -4,12 +4,12 @@
 //!
 //! The decision is the reaper thread's own ([`reaper`](crate::acker::engine::reaper),
 //! `next_wait`), with its idle mark, and the driver publishes the tick its sleep ends in
-//! (`Engine::driver_sleeps`) as the thread publishes its timer: a push that makes the
-//! earliest tick by which a pass must file an entry of its hand-off list earlier (or the
-//! list non-empty) after the mark calls the hook where it would unpark the thread, when
-//! the driver's sleep ends after that tick ([`wake`](crate::acker::threads::wake),
-//! "Waking the reaper"), so no entry waits for a driver asleep past its tick, and
-//! entries due later cost the driver no wake-up.
+//! (`Engine::driver_sleeps`) as the thread publishes its timer: a registration that makes
+//! the tick by which a pass must scan the dirty groups earlier (or sets it, the first
+//! since a scan) after the mark calls the hook where it would unpark the thread, when the
+//! driver's sleep ends after that tick ([`wake`](crate::acker::threads::wake)), so no
+//! entry waits for a driver asleep past its tick, and entries due later cost the driver
+//! no wake-up.
 
 use std::ops::ControlFlow;
 use std::sync::Weak;
@@ -23,13 +23,13 @@ impl<T: Send + 'static> Acker<T> {
     /// time in this crate) at which [`expire`](Self::expire) next has work, or `None` when
     /// nothing is pending anywhere.
     ///
-    /// That is the earliest of: the tick before the earliest deadline of the entries that
-    /// wait in the threads' hand-off lists (a pass must file them on the reaper's wheel by
-    /// then; most complete before, and never reach it), the reaper wheel's next due tick,
-    /// and the tables' housekeeping's next work (a migration to finish, a table to shrink, memory
-    /// to free). Deadlines are kept in ticks of the resolution and rounded up (a tree never
-    /// times out early), so the time returned for a tree filed by a pass is its deadline
-    /// rounded up to a tick, and for one still in a hand-off list the tick before.
+    /// That is the earliest of: the tick before the earliest deadline of the trees created
+    /// since the last pass scanned them (a pass must then file their groups on the reaper's
+    /// wheel; most complete before, and cost it nothing), the reaper wheel's next due tick,
+    /// and the tables' housekeeping's next work (a migration to finish, a table to shrink,
+    /// memory to free). Deadlines are kept in ticks of the resolution and rounded up (a
+    /// tree never times out early), so the time returned for a tree filed by a pass is its
+    /// deadline rounded up to a tick, and for one not scanned yet the tick before.
     ///
     /// It may be earlier than strictly needed, never later: a tree that completed after a
     /// pass filed its timer still counts until its deadline, and a pass then finds nothing
@@ -59,8 +59,8 @@ impl<T: Send + 'static> Acker<T> {
     ///
     /// acker.init(1, 0b11, "lost").unwrap();
     /// let deadline = 30_000_000_000;
-    /// // About the deadline: the new timer waits in this thread's hand-off list until a
-    /// // pass must file it, a tick before its deadline (rounded up to ticks).
+    /// // About the deadline: the new tree waits for a pass to file its timer, a tick before
+    /// // its deadline (rounded up to ticks).
     /// let next = acker.next_expiration().unwrap();
     /// assert!(next.abs_diff(deadline) < 10_000_000);
     ///
@@ -219,7 +219,7 @@ mod tests {
     }
 
     #[test]
-    fn entries_in_hand_off_lists_make_it_a_tick_before_their_deadline() {
+    fn trees_not_scanned_yet_make_it_a_tick_before_their_deadline() {
         let clock = ManualClock::new(0);
         let (acker, seen) = manual(&clock);
         acker.init(1, 1, 1).unwrap();
@@ -250,7 +250,8 @@ mod tests {
         clock.set(deadline);
         assert_eq!(acker.expire(), 1);
         assert_eq!(*seen.lock().unwrap(), [(2, Outcome::TimedOut)]);
-        // Tree 1's entry was filed by that pass (it takes every hand-off list): its deadline.
+        // Tree 1's group was filed by that pass (`expire` scans every dirty group): its
+        // deadline.
         assert_eq!(acker.next_expiration(), Some(next + RESOLUTION));
     }
 
@@ -353,8 +354,7 @@ mod tests {
     }
 
     /// A driver asleep until the tick before a deadline is not woken by an entry due no
-    /// sooner: neither the owner's hand-off of its aged entries to the empty inbox nor a
-    /// new tree of the same timeout. A tree due sooner wakes it.
+    /// sooner: new trees of the same timeout, later. A tree due sooner wakes it.
     #[test]
     fn the_waker_is_called_only_for_an_entry_due_before_the_drivers_sleep_ends() {
         let clock = ManualClock::new(0);
@@ -362,14 +362,14 @@ mod tests {
         let calls = counting_waker(&acker);
         let driver = acker.expiry_driver();
         acker.init(1, 1, 1).unwrap();
-        // The driver's pass leaves tree 1 with its owner (this thread, busy in this tick),
-        // and it sleeps until the tick before the deadline.
+        // The driver's pass leaves tree 1's group dirty (its scan is not due), and it
+        // sleeps until the tick before the deadline.
         let ControlFlow::Continue(Some(sleep)) = driver.step() else {
             panic!("a timed sleep");
         };
         assert!(sleep > Duration::from_secs(29), "{sleep:?}");
         let before = calls.load(Ordering::SeqCst);
-        // Past the hand-off age: tree 2's push hands tree 1 to the empty inbox.
+        // Later trees of the same timeout: due later.
         clock.advance(Duration::from_nanos(66 * RESOLUTION));
         acker.init(2, 1, 2).unwrap();
         acker.init(3, 1, 3).unwrap();
@@ -410,8 +410,8 @@ mod tests {
         acker.init(2, 1, 2).unwrap();
         assert_eq!(calls.load(Ordering::SeqCst), 1, "awake: no call");
 
-        // Another thread's hand-off list, after the driver's decision to sleep until the
-        // deadline.
+        // Another thread's entry, the first since the pass's scan, after the driver's
+        // decision to sleep until the deadline.
         acker.expire();
         assert!(acker.next_expiration().is_some());
         let other = acker.clone();

@@ -31,8 +31,8 @@
 //!     push makes (`reaper/hooks.rs`) and what the tests use to stand in for it
 //!     (`reaper/probes.rs`).
 //!
-//!   Between them: an operation's effects finished, a created entry filed in its thread's
-//!   hand-off ([`engine::filing`]), completions delivered, a burst's timeouts in order
+//!   Between them: an operation's effects finished, a created entry registered by its
+//!   group's dirty bit ([`engine::filing`]), completions delivered, a burst's timeouts in order
 //!   ([`engine::deliver`]), and shutdown ([`engine::shutdown`]).
 //! * [`table`]: one lock-free hash table of roots, [`table::Table`]. A slot is one 16-byte
 //!   word, key, state and XOR value together ([`table::word`]), changed only by a 128-bit
@@ -42,14 +42,15 @@
 //!   deadline and resets (`times.rs`), taking a payload (`taking.rs`), migration to a
 //!   successor (`migrate.rs`), the lines in memory (`lines.rs`), what an operation did,
 //!   `Effects` (`effects.rs`).
-//! * [`timers`]: time in `u32` ticks that wrap ([`timers::ticks`]), and what the reaper
+//! * [`timers`]: time in `u32` ticks that wrap ([`timers::ticks`]); how a new entry
+//!   reaches the reaper, a dirty bit per group ([`timers::dirty`]); and what the reaper
 //!   keeps: one timer per group of slots, not per tree ([`timers::groups`]), in a compact
 //!   hierarchical wheel ([`timers::wheel`]).
 //! * [`threads`]: what each thread keeps per acker, a [`threads::Record`] registered in the
-//!   acker's [`threads::Threads`]: its timer hand-off ([`threads::handoff`]), the marks
-//!   of its operations in progress, on which the grace periods, the callback's closing and
-//!   re-anchoring rest ([`threads::marks`]) (asymmetric fences, [`crate::sync::fences`]),
-//!   and the reaper's wake-up ([`threads::wake`]).
+//!   acker's [`threads::Threads`]: the marks of its operations in progress, on which the
+//!   grace periods, the callback's closing and re-anchoring rest ([`threads::marks`])
+//!   (asymmetric fences, [`crate::sync::fences`]), its hand of credits and its counts; and
+//!   the reaper's wake-up ([`threads::wake`]).
 //! * [`bound`]: `max_pending`, kept as credits in stripes and threads' hands: a claim
 //!   takes one, emptying the slot gives it back, and the bound stays exact.
 //! * [`manual`] (a manual acker's next expiration, for whoever drives its passes),
@@ -79,10 +80,11 @@
 //!  +--------------------------------------------------------------------+
 //!     |  a created entry (a new root, an orphan)          ^
 //!     v                                                   |  a due group's line read,
-//!  the creating thread's hand-off list                    |  what is due timed out
-//!     |  what outlives the hand-off age (67 ms at most),  |
-//!     v  handed over once a tick                          |
-//!  the reaper: one timer per group of slots, in its wheel +
+//!  its group's dirty bit, and the acker's summary:        |  what is due timed out
+//!     |  the tick before the earliest deadline            |
+//!     v  registered since the reaper's last scan          |
+//!  the reaper: scans the dirty groups by that tick,       |
+//!  one timer per group of slots, in its wheel ------------+
 //! ```
 //!
 //! * **Placement.** Every call first marks its operation in its thread's record
@@ -103,8 +105,8 @@
 //!   for a twin follows ([`table`], "Twin claims"); then init writes the payload and
 //!   settles the word LIVE, or completes the tree at once: `Acked` if held acks cancel its
 //!   XOR (Acked wins, even over a held fail), `Failed` if a fail was held. What it did
-//!   comes back as [`table::Effects`], and the engine files an entry it created in its
-//!   thread's hand-off list, with plain stores ([`threads::handoff`]).
+//!   comes back as [`table::Effects`], and the engine registers an entry it created by
+//!   its group's dirty bit ([`timers::dirty`]).
 //! * **ack** ([`Acker::ack`]): a search for the root's word and one 128-bit CAS that XORs
 //!   the value in. Key, state and value change together, so an ack never lands on the
 //!   slot's next root (no grace period guards a slot's reuse: [`table`], "No grace
@@ -112,8 +114,8 @@
 //!   `Acked`). The CAS that brings a LIVE word to 0 writes it EMPTY in the same step:
 //!   that thread owns the completion.
 //! * **Orphans**: an ack or fail whose root has no entry claims a HELD one (the value, and
-//!   the flag F for a fail; no payload), filed in its thread's hand-off list as a new tree
-//!   is and with its deadline counted from that first message; the init that comes later
+//!   the flag F for a fail; no payload), registered as a new tree is and with its deadline
+//!   counted from that first message; the init that comes later
 //!   joins it. Two threads that claim one new root at once make *twins*, merged lock-free
 //!   ([`table`], "Twin claims").
 //! * **fail** ([`Acker::fail`]) completes a LIVE tree `Failed` with one CAS; before init
@@ -125,20 +127,16 @@
 //!   frees the slot (its times back to 0, its credit back to its thread's hand) before anything
 //!   that can panic, counts the completion (the tree has left `pending()`), and then calls
 //!   `on_complete`, on that thread.
-//! * **Timers** ([`threads::handoff`]): once a tick (seen at its next push) a thread
-//!   filters its hand-off list: it drops the entries of the tick before whose slot no
-//!   longer holds their root, and hands the reaper those whose hand-off tick has come (the
-//!   acker's hand-off age after the first message, a quarter of its timeout and at most
-//!   67 ms or 64 ticks, whichever is longer; or the tick before a sooner deadline). So a tree that completes within the
-//!   hand-off age costs its slot's lines and its creator's hand-off list: no shared queue,
-//!   no lock, no allocation, no work of the reaper's (which reads its line only if a
-//!   long-lived group mate comes due). The reaper takes over the hand-off list of a thread
-//!   that went quiet.
-//! * **Timeout** ([`engine::reaper`], "A pass"): the reaper registers each root handed to
-//!   it with its group, one timer per group of slots rather than per root
-//!   ([`timers::groups`]), filed in its wheel ([`engine::reaper::wheel`],
-//!   [`timers::wheel`]) at the earliest deadline of the group's registered roots. It
-//!   sleeps until the next due tick begins; then, for each due group, it reads the
+//! * **Timers** ([`timers::dirty`]): a new entry sets its group's dirty bit (a load, and a
+//!   `lock or` once a group a scan) and lowers the acker's summary to the tick before its
+//!   deadline when that is the earliest registered since the reaper's last scan. So a tree
+//!   that completes before its group's next scan costs its slot's lines and a bit: no
+//!   shared queue, no lock, no allocation, no work of the reaper's of its own.
+//! * **Timeout** ([`engine::reaper`], "A pass"): when the summary's tick comes the reaper
+//!   scans the dirty groups, and gives each a timer, one per group of slots rather than
+//!   per root ([`timers::groups`]), filed in its wheel ([`engine::reaper::wheel`],
+//!   [`timers::wheel`]) at the earliest deadline of the group's roots. It sleeps until the
+//!   next due tick begins; then, for each due group, it reads the
 //!   group's line and judges each slot ([`table::Judge`], `Table::expire`): a slot that no
 //!   longer holds its root is passed over, a tree whose deadline has come is CASed EMPTY
 //!   and completes `TimedOut` (delivered as an ack's completion is), an orphan is dropped
@@ -150,8 +148,8 @@
 //! * **Growth** ([`engine::tables::growth`]): a claim that lands far from home, or finds no
 //!   room, reports its table crowded, and past 3/4 load the table starts moving to a
 //!   successor twice its size ([`table::migrate`]). Every operation on a migrating table
-//!   moves a group before its own work (its moved roots filed in its hand-off list, as new
-//!   ones are), the reaper finishes the rest (filing the groups it moves straight on its
+//!   moves a group before its own work (its moved roots registered, as new ones are), the
+//!   reaper finishes the rest (filing the groups it moves straight on its
 //!   wheel) and promotes the successor, and the old table is freed after a grace period
 //!   ([`threads::marks`], "Grace periods"). The reaper shrinks a table whose load stayed
 //!   under 1/8 ([`engine`], "The bound, and growth").
@@ -183,6 +181,9 @@ mod probes;
 mod stats;
 pub(crate) mod table;
 mod timers;
+/// The dirty bits, for the `threads` loom models.
+#[cfg(loom)]
+pub use timers::dirty::DirtyGroups;
 
 use std::fmt;
 use std::time::Duration;
@@ -538,12 +539,12 @@ impl<T: Send + 'static> Acker<T> {
 
     /// Reaper wake-ups that found nothing to do, since build: what an idle acker costs.
     ///
-    /// The reaper sleeps until the next deadline, at most the hand-off age (a quarter of
-    /// the timeout, at most 67 ms or 64 ticks of the resolution, whichever is longer) while
-    /// trees are pending, so that starting a tree never has to wake
-    /// it; and not at all when nothing is pending. So on an idle acker this stays flat,
-    /// and with long-lived trees pending and nothing due it climbs by one per hand-off age
-    /// (15 a second at `build`'s 1 ms resolution); a count that climbs faster while nothing
+    /// The reaper sleeps until the next deadline, at most a quarter of the timeout (and at
+    /// most 67 ms or 64 ticks of the resolution, whichever is longer) while trees are
+    /// pending, so that starting a tree never has to wake it; and not at all when nothing
+    /// is pending. So on an idle acker this stays flat, and with long-lived trees pending
+    /// and nothing due it climbs by one per such sleep (15 a second at `build`'s 1 ms
+    /// resolution); a count that climbs faster while nothing
     /// is due is a bug worth reporting. (A manual acker's driven passes count here too.)
     pub fn idle_wakeups(&self) -> u64 {
         self.engine().idle_wakeups()
@@ -561,10 +562,10 @@ impl<T: Send + 'static> Acker<T> {
     /// Process-wide memory barriers (Linux `membarrier`) that failed, since build.
     ///
     /// Operations mark themselves with a plain store and the reaper (or a growing table)
-    /// runs one heavy barrier before it reads the marks. A failed barrier is not an
-    /// error for any caller: the table it would have freed, the quiet thread's timers it
-    /// would have taken over, or the shutdown it would have let finish wait for the next
-    /// barrier that runs. Non-zero means the kernel refused the call (a seccomp filter,
+    /// runs one heavy barrier before it reads the marks, or the slots of the groups that
+    /// new trees made dirty. A failed barrier is not an error for any caller: the table it
+    /// would have freed, the new trees' timers it would have filed, or the shutdown it
+    /// would have let finish wait for the next barrier that runs. Non-zero means the kernel refused the call (a seccomp filter,
     /// for example): memory is freed later than it could be. Always 0 where the acker uses
     /// plain fences instead (no `membarrier`).
     pub fn grace_barrier_failures(&self) -> u64 {

@@ -12,9 +12,9 @@ use crate::Acker;
 /// [`build_manual`](crate::AckerBuilder::build_manual), on a task of the current tokio
 /// runtime, in place of the reaper thread [`build`](crate::AckerBuilder::build) starts.
 ///
-/// The task runs the reaper thread's passes and sleeps as that thread does: a tick at a
-/// time while new timers wait in the threads' hand-off lists, else until the next deadline
-/// or the tables' next housekeeping ([`Acker::next_expiration`]), and with nothing pending
+/// The task runs the reaper thread's passes and sleeps as that thread does: until the tick
+/// by which it must scan the groups of new trees, the next deadline or the tables' next
+/// housekeeping, whichever comes first ([`Acker::next_expiration`]), and with nothing pending
 /// until woken. An init made while it sleeps past the new tree's deadline wakes it (through
 /// a hook called where the thread would be unparked), so no deadline waits for it; an idle
 /// acker costs it no wake-ups. The owner may still call [`Acker::expire`] as well.
@@ -175,7 +175,7 @@ mod tests {
         for round in 0..3u64 {
             ::tokio::time::sleep(Duration::from_millis(50)).await; // asleep, nothing pending
             assert_eq!(acker.next_expiration(), None);
-            // From a thread of its own (a hand-off list of its own) and from this task's.
+            // From a thread of its own (a record of its own) and from this task's.
             if round % 2 == 0 {
                 let other = acker.clone();
                 std::thread::spawn(move || {
@@ -220,7 +220,7 @@ mod tests {
         acker
             .init_with_timeout(2, 1, 0, Duration::from_secs(3600))
             .unwrap();
-        ::tokio::time::sleep(Duration::from_millis(50)).await; // its hand-off list handed over
+        ::tokio::time::sleep(Duration::from_millis(50)).await; // the driver's sleep planned
         let before = acker.idle_wakeups();
         ::tokio::time::sleep(Duration::from_millis(300)).await;
         let idle = acker.idle_wakeups() - before;

@@ -8,8 +8,9 @@
 //! that runs a thread of this process, so either the frequent side's store is visible to
 //! the rare side's read, or the frequent side's read comes after the barrier and sees the
 //! rare side's store. Where the kernel has no such barrier (and under loom and Miri) both
-//! sides use a SeqCst fence. Used by the timer hand-off lists and the grace periods that
-//! retire old tables ([`threads`](crate::acker::threads)).
+//! sides use a SeqCst fence. Used by the registration of new roots with the reaper
+//! (`src/acker/timers/dirty.rs`) and the marks that grace periods, the
+//! callback's closing and re-anchoring wait on ([`threads`](crate::acker::threads)).
 
 use crate::sync::{fence, Ordering};
 

@@ -23,8 +23,8 @@
 //! run the reaper's passes first (the reaper's module docs, "Callers first";
 //! `docs/how-it-works.md`, "Timeouts on a busy runtime").
 //!
-//! The slice asked for is the kernel's shortest, 100 µs: a pass that collects hand-off
-//! lists and fires a tick's timers takes tens of microseconds. Older kernels accept the
+//! The slice asked for is the kernel's shortest, 100 µs: a pass that scans the dirty groups
+//! and fires a tick's timers takes tens of microseconds. Older kernels accept the
 //! call and keep their default slice (nothing changes); elsewhere (other systems, Miri,
 //! loom) there is nothing to ask.
 

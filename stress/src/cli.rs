@@ -61,8 +61,7 @@ pub(crate) struct Cli {
     pub(crate) timeout_ms: u64,
 
     /// Acker: the acker's resolution (its tick), microseconds, rounded up to a power of two
-    /// of nanoseconds [default: the builder's, 2^20 ns]. 262 is the async acker's 2^18 ns,
-    /// where new trees settle before their first look in their thread's hand-off list.
+    /// of nanoseconds [default: the builder's, 2^20 ns]. 262 is the async acker's 2^18 ns.
     #[arg(long)]
     pub(crate) resolution_us: Option<u64>,
 

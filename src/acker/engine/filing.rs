@@ -1,14 +1,14 @@
 //! A created entry's way to the reaper: an operation's effects finished (its new entries
-//! filed in the thread's hand-off list, or on the wheel for the roots a reaper pass moves;
-//! its completions delivered; what it stranded moved). The way back, from an entry to its
+//! registered by their groups' dirty bits, [`dirty`](crate::acker::timers::dirty), or
+//! filed on the wheel for the roots a reaper pass moves; its completions delivered; what it
+//! stranded moved). The way back, from an entry to its
 //! slot, is the tables' ([`tables`](super::tables)).
 
 use super::reaper::publish_timers;
 use super::reaper::wheel::file;
-use super::tables::EntrySlots;
 use super::Engine;
-use crate::acker::table::{Effects, Table};
-use crate::acker::threads::{Active, Due, Pushed};
+use crate::acker::table::{Effects, Table, GROUP_SLOTS};
+use crate::acker::threads::{Active, Pushed};
 
 impl<T: Send + 'static> Engine<T> {
     /// After an operation's table calls on `table` (and its successors): files the timers
@@ -26,7 +26,7 @@ impl<T: Send + 'static> Engine<T> {
     ) -> bool {
         let crowded = effects.crowded();
         loop {
-            self.file_timers(shard, table, effects, active);
+            self.file_timers(table, effects);
             while let Some(completed) = effects.take() {
                 let in_gen = generation(table, completed.gen);
                 self.deliver(shard, in_gen, completed, None, active);
@@ -43,35 +43,28 @@ impl<T: Send + 'static> Engine<T> {
         }
     }
 
-    /// Files the entries `effects` reports created in `table` or its successors in this
-    /// thread's hand-off list (the one `active`, the calling operation, entered with), and
-    /// wakes the reaper if it may be asleep past the tick by which an entry must reach it.
+    /// Registers the entries `effects` reports created in `table` or its successors: marks
+    /// each one's group dirty, and lowers the acker's summary to the tick before its
+    /// deadline, by which the reaper must scan ([`dirty`](crate::acker::timers::dirty));
+    /// wakes the reaper if it may be asleep past that tick.
     // Always: as `finish`.
     #[inline(always)]
-    pub(in crate::acker::engine) fn file_timers(
-        &self,
-        shard: usize,
-        table: &Table<T>,
-        effects: &mut Effects,
-        active: &Active,
-    ) {
-        while let Some((gen, slot)) = effects.take_to_file() {
-            let Some((stamp, deadline, key)) = generation(table, gen).to_file(slot) else {
+    pub(in crate::acker::engine) fn file_timers(&self, table: &Table<T>, effects: &mut Effects) {
+        let mut next = effects.take_to_file();
+        if next.is_some() {
+            // After the table's CAS that created the entry, before its group's bit is read.
+            self.threads.registering();
+        }
+        while let Some((gen, slot)) = next {
+            next = effects.take_to_file();
+            let table = generation(table, gen);
+            let Some(deadline) = table.deadline(slot) else {
                 continue; // completed and freed already
             };
-            let entry = self.tables.entry_of(shard, slot, key, gen);
-            // To the reaper after the hand-off age, or a tick before the deadline; by a
-            // tick before the deadline in any case.
-            let due = Due::new(
-                stamp.start().wrapping_add(self.hand_off_age),
-                deadline.wrapping_sub(1),
-            );
-            let pushed =
-                self.threads
-                    .push_in(active, entry, due, stamp.start(), EntrySlots(&self.tables));
-            // The push made its hand-off list's earliest tick (or the inbox's) `by`, and the
-            // reaper is idle: wake it if its timer ends after that (`reaper_sleeps_past`).
-            if let Pushed::WakeReaper { by } = pushed {
+            table.dirty().mark(slot / GROUP_SLOTS);
+            // The summary made earlier, and the reaper idle: wake it if its timer ends
+            // after that tick (`reaper_sleeps_past`).
+            if let Pushed::WakeReaper { by } = self.threads.registered(deadline.wrapping_sub(1)) {
                 if self.reaper_sleeps_past(by) {
                     self.wake_reaper();
                 }
@@ -80,12 +73,11 @@ impl<T: Send + 'static> Engine<T> {
     }
 
     /// The groups a reaper pass moves (`housekeeping`): files the entries `effects` reports
-    /// created in `table`'s successors straight on the wheel, not in the thread's hand-off
-    /// list, and publishes the wheel's next due tick again (`publish_timers`). The lines
-    /// were just written, and the hand-off list would hand the same entries back to this
-    /// thread a tick later, to be read twice more (its filter, then the filing) once a fill
-    /// has pushed them out of the cache; in a fill the reaper thread moves most roots, and
-    /// its time paces the fill. Takes the wheel's lock: called outside it.
+    /// created in `table`'s successors straight on the wheel, not by their dirty bits, and
+    /// publishes the wheel's next due tick again (`publish_timers`). The lines were just
+    /// written, and a scan would read them again once a fill has pushed them out of the
+    /// cache; in a fill the reaper thread moves most roots, and its time paces the fill.
+    /// Takes the wheel's lock: called outside it.
     pub(in crate::acker::engine) fn file_on_wheel(
         &self,
         shard: usize,

@@ -4,9 +4,9 @@
 //! ## A tree's path
 //!
 //! A tree's path through the engine (placement, the operations, completion, the timers'
-//! hand-off to the reaper, a due group's judgement, growth) is told once, in the
+//! registration with the reaper, a due group's judgement, growth) is told once, in the
 //! [`acker`](crate::acker) module docs, "A tree's path". The sections below are the details
-//! it points to; the timers' are in [`handoff`](crate::acker::threads::handoff),
+//! it points to; the timers' are in [`dirty`](crate::acker::timers::dirty),
 //! [`groups`](crate::acker::timers::groups) and [`reaper`].
 //!
 //! ## Times
@@ -106,37 +106,18 @@ use time::{TickScale, TimeBase};
 /// keeps every stored deadline within 2^31 ticks of the anchor ([`time`]).
 pub(super) const MAX_TIMEOUT_TICKS: u64 = (1 << 30) - 2;
 
-/// The longest a new entry stays with its creator
-/// ([`handoff`](crate::acker::threads::handoff)), in ticks of `shift` (2^shift ns): trees
-/// that complete within it never reach the reaper. 2^26 ns (67 ms), or 64 ticks where a
-/// tick is coarser than 2^20 ns (`build`'s default resolution, whose 64 ticks make those
-/// 67 ms). A length of time, not a count of ticks: at the async acker's 2^18 ns, 64 ticks
-/// were 17 ms, and a service's requests that lived 17-25 ms under load (a quarter of a
-/// 100 ms timeout) each reached the reaper's wheel, about 35 thousand of 60 thousand
-/// requests a second in the project's service bench (`http-timeouts/`). Shorter sends the
-/// reaper trees that live a few milliseconds, whose lines it then reads while workers write
-/// them; longer holds more entries in the hand-off lists (16 bytes each, a thread's rate
-/// times the age) and lets the reaper thread sleep longer while trees are pending.
-fn hand_off_most(shift: u32) -> Tick {
+/// The longest the reaper thread sleeps while trees are pending
+/// ([`reaper`], "Sleeping"), in ticks of `shift` (2^shift
+/// ns): 2^26 ns (67 ms), or 64 ticks where a tick is coarser than 2^20 ns (`build`'s
+/// default resolution, whose 64 ticks make those 67 ms). A root registered while it sleeps
+/// is due at the reaper a timeout later, four of these sleeps or more, so a registration
+/// never wakes it (only one into an acker whose reaper parked, or of a tree with a short
+/// timeout of its own); shorter wakes it more often, longer makes an idle acker's reaper
+/// park later (after four of them, `LINGER_AGES`).
+fn pending_sleep_most(shift: u32) -> Tick {
     const AGE_NS: u64 = 1 << 26;
     const AGE_TICKS: Tick = 64;
     Tick::try_from(AGE_NS >> shift).map_or(Tick::MAX, |ticks| ticks.max(AGE_TICKS))
-}
-
-/// How long a hand-off list's new entries settle before their first look
-/// ([`handoff`](crate::acker::threads::handoff), "The first look"), in ticks of `shift`,
-/// for a hand-off age of `age` ticks: half of 2^20 ns a period (an entry is looked at
-/// between one and two periods after it was filed, about 0.5 to 1 ms), and none (a look
-/// at the next tick) where a tick is 2^20 ns or coarser, or where two periods would not
-/// end well before the hand-off age.
-fn settle_ticks(shift: u32, age: Tick) -> Tick {
-    const SETTLE_NS: u64 = 1 << 20;
-    let period = Tick::try_from((SETTLE_NS >> shift) / 2).unwrap_or(Tick::MAX);
-    if period.saturating_mul(4) > age {
-        0
-    } else {
-        period
-    }
 }
 
 /// The fewest shards: a key drops the top [`KEY_SHIFT`] bits of the root's hash, which
@@ -175,15 +156,15 @@ pub(super) struct Engine<T> {
     /// `give_up_stranded`), for shutdown to hand back with the rest.
     late_handed_back: Mutex<Vec<(u64, T)>>,
     credits: Arc<Credits>,
-    /// Each thread's record: its hand-off list, its operations' marks, its hand of
-    /// credits ([`threads`](crate::acker::threads)); shared with `credits`.
+    /// Each thread's record: its operations' marks, its hand of credits
+    /// ([`threads`](crate::acker::threads)); shared with `credits`. And the summary of the
+    /// dirty groups, for the reaper's sleep.
     threads: Arc<Threads>,
     /// The clock, its ticks and the anchor they are read against ([`time`]).
     time: TimeBase,
-    /// How long a new entry stays in its creator's hand-off list before the reaper gets it
-    /// (unless its deadline is sooner): a quarter of the default timeout, at most
-    /// [`hand_off_most`].
-    hand_off_age: Tick,
+    /// The longest the reaper thread sleeps while trees are pending: a quarter of the
+    /// default timeout, at most [`pending_sleep_most`].
+    pending_sleep: Tick,
     /// Dropped by shutdown once no operation can call it
     /// ([`marks`](crate::acker::threads::marks), "Closing the callback"), which breaks the
     /// cycle of a callback that holds a handle of its acker.
@@ -227,14 +208,13 @@ impl<T: Send + 'static> Engine<T> {
             shift: config.resolution_ns.trailing_zeros(),
         };
         let timeout = ticks.timeout(config.timeout_ns);
-        let hand_off_age = (timeout / 4).clamp(1, hand_off_most(ticks.shift));
+        let pending_sleep = (timeout / 4).clamp(1, pending_sleep_most(ticks.shift));
         let fences = if cfg!(loom) {
             Fences::Symmetric
         } else {
             Fences::detect()
         };
-        let settle = settle_ticks(ticks.shift, hand_off_age);
-        let threads = Arc::new(Threads::settling(fences, settle));
+        let threads = Arc::new(Threads::new(fences));
         let credits = Arc::new(Credits::new(
             config.max_pending,
             stripes,
@@ -260,7 +240,7 @@ impl<T: Send + 'static> Engine<T> {
             late_handed_back: Mutex::new(Vec::new()),
             credits,
             threads,
-            hand_off_age,
+            pending_sleep,
             reaper: reaper::Reaper::new(ticks.full(now), config.manual),
             time: TimeBase::new(config.clock, config.tsc_ticks, ticks),
             on_complete: std::cell::UnsafeCell::new(config.on_complete),
@@ -282,18 +262,15 @@ impl<T: Send + 'static> Engine<T> {
     }
 
     /// A re-anchoring's rewrite from the anchor `from` to `to`, every other thread
-    /// quiescent ([`time`]): every stored base and start in the tables, then the hand-off
-    /// lists' entries into the reaper's wheel, whose filed `u32` ticks are forgotten.
+    /// quiescent ([`time`]): every stored base and start in the tables; the reaper's wheel,
+    /// whose filed `u32` ticks are forgotten; and the dirty groups' summary, whose tick
+    /// becomes `to` (the pass that re-anchors scans them).
     /// Called inside an operation, not under the wheel's lock.
     fn rebase(&self, from: u64, to: u64) {
         let mut wheel = self.reaper.lock_wheel();
         self.tables.rebase(from, to);
         wheel.reanchored(to);
-        let mut collected = Vec::new();
-        self.threads.collect(to as u32, true, &mut collected);
-        for entry in collected {
-            reaper::wheel::file(self, &mut wheel, entry);
-        }
+        self.threads.rebase_dirty(to as Tick);
     }
 
     /// A re-anchoring is under way (its thread waits for the busy ones, or sweeps).
@@ -301,12 +278,6 @@ impl<T: Send + 'static> Engine<T> {
     #[cfg(test)]
     pub(in crate::acker) fn thread_records(&self) -> usize {
         self.threads.records()
-    }
-
-    /// The entries in the calling thread's hand-off list.
-    #[cfg(test)]
-    pub(in crate::acker) fn own_held(&self) -> usize {
-        self.threads.own_held()
     }
 
     #[cfg(test)]
@@ -529,8 +500,8 @@ impl<T: Send + 'static> Engine<T> {
         let now = self.write_tick() as Tick;
         // Safety: inside the operation `active` marks.
         let table = unsafe { self.tables.shards[shard].current() };
-        // The entry's timer is in a hand-off list or the reaper's wheel since its creation;
-        // the reaper files it again when the old deadline comes (R, or `NotDue`). During a
+        // The entry is registered (its group dirty, or filed on the reaper's wheel) since its
+        // creation; the reaper files it again when the old deadline comes (R, or `NotDue`). During a
         // migration the old table's entry first (`reset` waits for one being moved), then
         // the successor's. Every generation's entry, not just the first found (no short
         // circuit).
@@ -566,7 +537,7 @@ impl<T: Send + 'static> Engine<T> {
     }
 
     /// Where the acker's memory is, in bytes: tables (current, successors, retired) and
-    /// the reaper's wheel. (The hand-off lists are their owners' and not counted.)
+    /// the reaper's wheel.
     #[cfg(any(test, loom, feature = "internals"))]
     pub(super) fn memory_parts(&self) -> [usize; 4] {
         let [current, successors, retired] = self.table_bytes();

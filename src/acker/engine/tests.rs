@@ -143,8 +143,8 @@ fn tables_grow_with_pending_and_shrink_after_it_falls() {
 }
 
 /// The pass whose housekeeping moves a table files the moved roots' timers on its wheel as
-/// it moves them: right after it every pending root is covered, with no later pass to take
-/// the moved entries over from the thread's hand-off list.
+/// it moves them: right after it every pending root is covered, with no scan of the dirty
+/// groups for them.
 #[test]
 fn the_pass_that_moves_a_table_covers_every_root_it_moved() {
     let clock = ManualClock::new(0);
@@ -795,7 +795,8 @@ fn memory_per_root_stays_bounded_while_the_tables_grow() {
         if (i + 1) % 4_096 != 0 {
             continue;
         }
-        // Past the hand-off age, so the pass files every root's group with the reaper.
+        // The pass files every root's group with the reaper (`expire` scans the dirty
+        // groups).
         clock.advance(Duration::from_millis(100));
         acker.expire();
         let pending = acker.pending();

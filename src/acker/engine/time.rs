@@ -9,8 +9,8 @@
 //! The anchor: the full tick every stored `u32` tick is read against, so that no gap
 //! between reaper passes and no life of a tree makes one alias.
 //!
-//! A slot keeps its base (and through it its deadline) as a `u32` tick, and hand-off lists
-//! keep their hand-off ticks so; 2^32 ticks are 72 minutes at the finest resolution. Each
+//! A slot keeps its base (and through it its deadline) as a `u32` tick, and the dirty
+//! groups' summary its tick so; 2^32 ticks are 72 minutes at the finest resolution. Each
 //! is decoded as the full tick nearest the *anchor*, a full tick published in
 //! [`TimeBase::anchor`], which is right while every stored tick lies within 2^31 ticks of
 //! it. The invariant, and what keeps it:
@@ -36,9 +36,9 @@
 //!   base at the old anchor, raises those more than 2^30 ticks behind the new one to that
 //!   floor (their deadlines had passed and still have: the next pass times them out, late
 //!   by the stall and never early), puts every start in a form decodable at the new anchor
-//!   ([`times`](crate::acker::table::times)), takes every hand-off list's entries into the
-//!   reaper's wheel (full ticks) and forgets the wheel's filed `u32` ticks; then publishes
-//!   the new anchor. It costs a walk of every table, once per stall.
+//!   ([`times`](crate::acker::table::times)), forgets the wheel's filed `u32` ticks and
+//!   makes a set summary of the dirty groups due at once (the pass scans them); then
+//!   publishes the new anchor. It costs a walk of every table, once per stall.
 //!
 //! Readers then decode against the anchor, not against their own clock: `elapsed` is
 //! right whatever the clock reads now, and the reaper judges each deadline in full ticks
@@ -47,7 +47,7 @@
 //!
 //! One corner stays: a re-anchoring needs every thread's marks
 //! ([`marks`](crate::acker::threads::marks)); if the heavy fence cannot run, or a thread
-//! without a hand-off list (one whose thread-locals are gone) is inside an operation, it
+//! without a record (one whose thread-locals are gone) is inside an operation, it
 //! gives up, and the writer stamps at most 2^30 ticks past the old anchor (its deadline
 //! then comes early by the rest of the jump). Neither happens on a Linux machine with
 //! `membarrier` and threads that are not exiting.

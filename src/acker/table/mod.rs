@@ -89,6 +89,7 @@ use twins::InFlight;
 use crate::acker::bound::Credits;
 use crate::acker::outcome::Outcome;
 use crate::acker::table::word::{Key, Phase, Step, Word, KEY_SHIFT};
+use crate::acker::timers::dirty::DirtyGroups;
 use crate::sync::{Arc, AtomicPtr, AtomicU16, AtomicU32, AtomicU64, AtomicUsize, Cpu, Ordering};
 use lines::{Group, Lines, Payload, Side};
 
@@ -232,6 +233,9 @@ pub struct Table<T> {
     clean: Box<[AtomicU64]>,
     /// Migration: groups clean.
     clean_groups: AtomicUsize,
+    /// The groups that got an entry since the reaper last scanned them: how a new root is
+    /// registered with the reaper ([`dirty`](crate::acker::timers::dirty)).
+    dirty: DirtyGroups,
 }
 
 // Safety: the payload cells are the only non-Sync parts. A cell is written only by the
@@ -283,6 +287,7 @@ impl<T> Table<T> {
                 next: AtomicPtr::new(std::ptr::null_mut()),
                 cursor: AtomicUsize::new(0),
                 clean_groups: AtomicUsize::new(0),
+                dirty: DirtyGroups::new(groups),
             }
         }
     }
@@ -302,11 +307,14 @@ impl<T> Table<T> {
         groups * std::mem::size_of::<lines::Line<T>>()
     }
 
-    /// Bytes the table holds (its lines and overflow counts).
+    /// Bytes the table holds (its lines, overflow counts, and a bit per group for the
+    /// migration and one for the reaper's scan).
     #[cfg(any(test, loom, feature = "internals"))] // the tests, loom models and `table` bench only
     pub fn bytes(&self) -> usize {
         self.lines.len() * std::mem::size_of::<lines::Line<T>>()
             + self.overflow.len() * std::mem::size_of::<AtomicU16>()
+            + std::mem::size_of_val::<[AtomicU64]>(&self.clean)
+            + self.dirty.heap_bytes()
     }
 
     /// Slots in the table.
@@ -352,6 +360,13 @@ impl<T> Table<T> {
     /// Groups in the table.
     pub fn groups(&self) -> usize {
         self.groups
+    }
+
+    /// The groups that got an entry since the reaper last scanned them
+    /// ([`dirty`](crate::acker::timers::dirty)).
+    #[inline]
+    pub(in crate::acker) fn dirty(&self) -> &DirtyGroups {
+        &self.dirty
     }
 
     /// This table's generation (see the field).

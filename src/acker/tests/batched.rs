@@ -83,11 +83,14 @@ fn a_batch_does_exactly_what_its_messages_do_one_by_one() {
                     assert_eq!(results, expected, "seed {seed} step {step}: {frame:?}");
                 }
             }
-            assert_eq!(
-                take(&batched_log),
-                take(&single_log),
-                "seed {seed} step {step}: completions"
-            );
+            // Timeouts within one pass come in no promised order (the groups' order in the
+            // pass): compared as sets.
+            let (mut got, mut expected) = (take(&batched_log), take(&single_log));
+            if got.iter().all(|c| c.2 == Outcome::TimedOut) {
+                got.sort_unstable_by_key(|c| (c.0, c.1));
+                expected.sort_unstable_by_key(|c| (c.0, c.1));
+            }
+            assert_eq!(got, expected, "seed {seed} step {step}: completions");
             assert_eq!(
                 batched.pending(),
                 single.pending(),

@@ -32,8 +32,8 @@ fn manual(
     (builder(b).build_manual().unwrap(), log)
 }
 
-/// Roots the acker's wheel covers (right after a pass, every hand-off list has been taken
-/// over).
+/// Roots the acker's timers cover: its wheel's, or its dirty groups' while the summary is
+/// due no later than their deadlines.
 fn covered<T: Send + 'static>(acker: &Acker<T>) -> usize {
     acker.covered_roots()
 }
@@ -114,10 +114,9 @@ fn fail_on_an_initialized_tree_fails_it_now() {
     assert_eq!(acker.stats().failed, 1);
 }
 
-/// An init that shortens the deadline of an orphan another thread created (whose hand-off
-/// list holds the orphan's timer, at the default deadline) files a timer of its own: the
-/// tree times out at the shortened deadline, not late. (Filing the shortened deadline only
-/// where the orphan's creator filed its timer would lose it.)
+/// An init that shortens the deadline of an orphan another thread created (registered at
+/// the default deadline) registers the tree again: the tree times out at the shortened
+/// deadline, not late. (Leaving the summary at the orphan's deadline would lose it.)
 #[test]
 fn an_adjust_word_follows_its_open_word_on_another_threads_lane() {
     let clock = ManualClock::new(0);
@@ -145,9 +144,9 @@ fn an_adjust_word_follows_its_open_word_on_another_threads_lane() {
     }
 }
 
-/// In manual mode nothing drains a thread's hand-off list between `expire` calls: one
-/// thread can hold hundreds of orphans and shorten every one's deadline by its init, and
-/// each tree times out at its shortened deadline.
+/// In manual mode nothing scans between `expire` calls: one thread can create hundreds of
+/// orphans and shorten every one's deadline by its init, and each tree times out at its
+/// shortened deadline.
 #[test]
 fn one_thread_can_shorten_the_deadline_of_every_orphan_it_holds() {
     let clock = ManualClock::new(0);

@@ -90,8 +90,8 @@ fn the_reaper_thread_times_out_trees_never_early() {
     }
     assert_eq!(acker.pending(), 0);
     drop(seen);
-    // Idle now: once its linger is over (four hand-off ages: 20 ms here, whose hand-off
-    // age is a quarter of the 20 ms timeout) the reaper must be parked, not polling.
+    // Idle now: once its linger is over (four of its sleeps while trees are pending: 20 ms
+    // here, each a quarter of the 20 ms timeout) the reaper must be parked, not polling.
     std::thread::sleep(Duration::from_millis(60));
     let before = acker.idle_wakeups();
     std::thread::sleep(Duration::from_millis(50));

@@ -11,11 +11,11 @@
 //!
 //! Shutdown must be able to drop the acker's `on_complete` (a callback that holds a handle
 //! of its own acker otherwise keeps the acker alive in a cycle), but not while a thread may
-//! still call it. Each operation therefore marks its thread *active* in its hand-off list
+//! still call it. Each operation therefore marks its thread *active* in its record
 //! for its length (its depth, plain stores, and a light fence), then reads the `CLOSED`
 //! gate; the callback may be called only by an operation that found it open. Shutdown sets
 //! `CLOSED`, runs the heavy fence, and waits until no other thread is active: the same
-//! Dekker pair as the takeover's, so an operation either finished (or will finish) with the
+//! Dekker pair as the grace periods', so an operation either finished (or will finish) with the
 //! callback before shutdown drops it, or saw it closed.
 //!
 //! ## Grace periods
@@ -26,7 +26,7 @@
 //! inside an operation, with the count of outermost operations it has begun; the old table
 //! is freed once each of those threads was seen outside that operation (its depth 0, or its
 //! count moved on). A thread stores its depth before it loads a table, so one seen at depth
-//! 0 after the fence loads the new table. Threads without a hand-off list (exiting ones)
+//! 0 after the fence loads the new table. Threads without a record (exiting ones)
 //! count in a shared counter with an RMW, and a grace period waits for it to read 0.
 //!
 //! ### Why not `crossbeam-epoch` or `seize`
@@ -41,7 +41,7 @@
 //! table's retirement used it, its pin was 37 % of an in-cache ack by `perf`, and dropping
 //! it took a probe from 95 to 87 ns an operation on one thread and 72 to 66 on two. `seize`
 //! can enter as cheaply (with `membarrier` too), but it leaves with a locked `xchg`, and
-//! the last thread to leave frees a retired hand-off list: a worker's ack could end by
+//! the last thread to leave frees a retired table: a worker's ack could end by
 //! unmapping a table. Not measured: `seize` itself.
 //!
 //! ## Re-anchoring
@@ -111,7 +111,7 @@ fn entered(active: u64) -> u64 {
 pub struct Active {
     /// The thread's `active` word (its depth in the low half), or [`Threads::shared`].
     depth: *const AtomicU64,
-    /// `depth` is the count shared by threads without a hand-off list. Otherwise it is the
+    /// `depth` is the count shared by threads without a record. Otherwise it is the
     /// `active` field of the thread's record, reached through a pointer to the whole record
     /// (so that [`record`](Self::record) may go back to it).
     shared: bool,
@@ -121,7 +121,7 @@ pub struct Active {
 
 impl Active {
     /// The calling thread's record the operation entered with; `None` for a thread
-    /// without a hand-off list.
+    /// without a record.
     #[inline]
     pub(super) fn record(&self) -> Option<&Record> {
         if self.shared {
@@ -129,8 +129,8 @@ impl Active {
         }
         // Safety: `depth` points at the `active` field of the record the operation entered
         // with, derived from a pointer to the whole record (`enter_with`), so stepping back
-        // by the field's offset is that record; it is alive as in `drop` (the hand-off
-        // lists this thread's `LOCAL` keeps), and the reference lives no longer than this
+        // by the field's offset is that record; it is alive as in `drop` (the records
+        // this thread's `LOCAL` keeps), and the reference lives no longer than this
         // `Active`, which lives within one operation on this thread.
         Some(unsafe {
             &*self
@@ -144,7 +144,7 @@ impl Active {
 impl Drop for Active {
     #[inline]
     fn drop(&mut self) {
-        // Safety: the counter is in a hand-off list this thread's `LOCAL` keeps alive, or
+        // Safety: the counter is in a record this thread's `LOCAL` keeps alive, or
         // in the `Threads` of the acker the operation runs on, and an `Active` lives within
         // one operation on this thread (it is not `Send`).
         let depth = unsafe { &*self.depth };
@@ -218,7 +218,7 @@ impl Threads {
 #[derive(Debug)]
 pub struct Grace {
     busy: Vec<(Arc<Record>, u32)>,
-    /// Threads without a hand-off list were inside operations.
+    /// Threads without a record were inside operations.
     shared: bool,
     /// The barrier failed: nothing is known yet; the next check snapshots again.
     unfenced: bool,
@@ -347,7 +347,7 @@ impl Threads {
 
     /// Re-anchoring: makes every later operation wait at its entry (and every callback at
     /// its return), then waits until every other thread is quiescent. `false` when a thread
-    /// without a hand-off list (an exiting one) is inside an operation, or the barrier
+    /// without a record (an exiting one) is inside an operation, or the barrier
     /// could not run: then nothing is excluded (call [`end_moving`](Self::end_moving) and
     /// give up, or try again).
     pub fn begin_moving(&self) -> bool {
@@ -375,7 +375,7 @@ impl Threads {
                 backoff.wait();
             }
         }
-        // Threads without a hand-off list cannot pause: any inside an operation is busy.
+        // Threads without a record cannot pause: any inside an operation is busy.
         self.shared.load(Ordering::SeqCst) == 0
     }
 
@@ -449,7 +449,7 @@ impl Threads {
             depth(active) > 0 && begun(active) == *was_begun
         });
         if grace.shared {
-            // Threads without a hand-off list cannot be told apart: wait for none to be
+            // Threads without a record cannot be told apart: wait for none to be
             // inside.
             grace.shared = self.shared.load(Ordering::SeqCst) > 0;
         }
@@ -457,7 +457,7 @@ impl Threads {
     }
 
     /// Looks again whether the callback is open, for an operation that goes on past a
-    /// message whose callback ran inside it (a hand-off list's chunk, `Acker::apply`): that
+    /// message whose callback ran inside it (a record's chunk, `Acker::apply`): that
     /// callback may have shut the acker down, and the operation's next messages must then
     /// change nothing, as the same calls made one at a time after it would not.
     #[inline]
@@ -468,7 +468,7 @@ impl Threads {
         active.open = self.gates.load(Ordering::Relaxed) & CLOSED == 0;
     }
 
-    /// Marks an operation of a thread without a hand-off list: one shared count, an RMW
+    /// Marks an operation of a thread without a record: one shared count, an RMW
     /// (rare: exiting threads; every thread under loom).
     pub(super) fn enter_shared(&self) -> Active {
         loop {
@@ -488,7 +488,7 @@ impl Threads {
         Active {
             depth: &self.shared as *const AtomicU64,
             shared: true,
-            // SeqCst: after the count's RMW and the fence, as a hand-off list's light fence
+            // SeqCst: after the count's RMW and the fence, as a record's light fence
             // orders its depth store.
             open: self.gates.load(Ordering::SeqCst) & CLOSED == 0,
         }

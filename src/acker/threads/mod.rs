@@ -5,10 +5,8 @@
 //! keeps its record for every acker it operated on (`LOCAL`), and the last one it used
 //! (`LAST`) answers the common case, one acker on many calls, with one thread-local read.
 //! Under loom, where the models pass records explicitly, nothing is per-thread. The record
-//! serves four purposes, each with its own rules:
+//! serves three purposes, each with its own rules:
 //!
-//! * the thread's timer hand-off ([`handoff`]): the entries it created wait in its hand-off
-//!   list for a tick or two, and only those that outlive the hand-off age reach the reaper;
 //! * the marks of the thread's operations in progress ([`marks`]): shutdown's closing of
 //!   the callback, the grace periods that retire tables and re-anchoring all wait on them;
 //! * its hand of `max_pending` credits ([`bound`](crate::acker::bound), "Hands");
@@ -21,46 +19,31 @@
 //! goes. The owner's last writes happen before its `abandoned` store, which the reaper's
 //! load reads (both SeqCst), so nothing it counted or held is lost.
 //!
-//! The reaper's wake-up ([`wake`]) closes the loop: a push that makes the earliest tick by
-//! which the reaper must have an entry of its hand-off list earlier wakes a reaper asleep
-//! past it. Each protocol is a Dekker pair through
-//! asymmetric fences ([`fences`](crate::sync::fences)): the thread's side is plain stores
-//! and a compiler fence, the rare side (the reaper, shutdown, a re-anchorer) a heavy fence.
+//! The acker's [`Threads`] also keeps the reaper's wake-up ([`wake`]): an operation that
+//! registers a root due at the reaper sooner than anything registered since its last scan
+//! ([`dirty`](crate::acker::timers::dirty)) wakes a reaper asleep past that tick. The
+//! marks' protocols are Dekker pairs through asymmetric fences
+//! ([`fences`](crate::sync::fences)): the thread's side is plain stores and a compiler
+//! fence, the rare side (shutdown, a re-anchorer, a grace period) a heavy fence.
 
 #[cfg(not(loom))]
 use std::cell::{Cell, RefCell};
 
 use crate::acker::stats::{Counters, Tally};
-use crate::acker::timers::ticks::Tick;
+use crate::acker::timers::dirty::DirtySince;
 use crate::sync::fences::Fences;
-use crate::sync::{
-    Arc, AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Mutex, Ordering, UnsafeCell,
-};
+use crate::sync::{Arc, AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Mutex, Ordering};
 
-pub(super) mod handoff;
 pub(super) mod marks;
 pub(super) mod wake;
 
-pub use handoff::{Due, Entry, Liveness, Pushed, LOOK_AHEAD};
-use handoff::{Entries, Held};
 pub use marks::{Active, Grace};
+pub use wake::Pushed;
 
-/// One thread's record for one acker: its hand-off list of timer entries ([`handoff`]) and
-/// the marks of its operations ([`marks`]).
+/// One thread's record for one acker: the marks of its operations ([`marks`]), its hand of
+/// credits and its counts.
 #[derive(Debug)]
 pub struct Record {
-    /// The owner is inside (module docs).
-    pin: AtomicBool,
-    /// The reaper is taking the entries over (module docs).
-    taken: AtomicBool,
-    /// The tick at which the entries were filed; the reaper reads it to spot a quiet
-    /// hand-off list.
-    tick: AtomicU32,
-    /// `entries.len()`, for the reaper's checks without entering the hand-off list.
-    len: AtomicUsize,
-    /// The earliest tick by which the reaper must have one of the entries, while `len` is
-    /// not 0: for its sleep ([`handoff`], "Waking the reaper when it is due").
-    due: AtomicU32,
     /// The owner's operations, two counts in one word ([`marks`]): in the low half its
     /// *depth*, the acker operations in progress on its thread (nested when a callback
     /// calls back into the acker, "Closing the callback"); in the high half the outermost
@@ -72,11 +55,8 @@ pub struct Record {
     /// ("Re-anchoring"). Written only by the owner.
     paused: AtomicU32,
     /// The owner's thread has ended (or dropped its handle): the reaper may drop the
-    /// hand-off list once it is empty.
+    /// record once its hand is reclaimed ([`Threads::prune_ended`]).
     abandoned: AtomicBool,
-    /// Written by the owner while pinned, or by the reaper while it holds `taken` with the
-    /// owner unpinned (module docs).
-    entries: UnsafeCell<Entries>,
     /// The owner's hand of `max_pending` credits ([`bound`](crate::acker::bound), "Hands"):
     /// written by the owner alone while it lives, and by whoever reclaims it once
     /// `abandoned` is set.
@@ -85,10 +65,6 @@ pub struct Record {
     /// folded into the shared set before the record goes.
     counters: Counters,
 }
-
-// Safety: `entries` is the only non-Sync part, and the pin protocol (module docs) gives it
-// one accessor at a time.
-unsafe impl Sync for Record {}
 
 impl Record {
     /// The owner's hand of credits, for the loom models, which pass hands explicitly.
@@ -106,22 +82,16 @@ impl Record {
 
     fn new() -> Self {
         Record {
-            pin: AtomicBool::new(false),
-            taken: AtomicBool::new(false),
-            tick: AtomicU32::new(0),
-            len: AtomicUsize::new(0),
-            due: AtomicU32::new(0),
             active: AtomicU64::new(0),
             paused: AtomicU32::new(0),
             abandoned: AtomicBool::new(false),
-            entries: UnsafeCell::new(Entries::default()),
             hand: AtomicUsize::new(0),
             counters: Counters::default(),
         }
     }
 }
 
-/// Entries a scratch or hand-off list vector keeps room for whatever it held (about 8 KiB).
+/// Entries a scratch vector keeps room for whatever it held (about 8 KiB).
 pub(crate) const KEEP_ROOM: usize = 1024;
 
 /// Gives back the room of a vector that held far more than it holds now: it keeps twice
@@ -133,7 +103,7 @@ pub(crate) fn trim<E>(v: &mut Vec<E>) {
     }
 }
 
-/// Every hand-off list of one acker, and the reaper's inbox.
+/// Every thread's record for one acker, and the summary of its dirty groups.
 #[derive(Debug)]
 pub struct Threads {
     /// This acker among all of the process's, for the per-thread lookup (not under loom,
@@ -142,24 +112,16 @@ pub struct Threads {
     id: usize,
     fences: Fences,
     all: Mutex<Vec<Arc<Record>>>,
-    /// Survivors handed off by owners, and entries pushed while the reaper held a hand-off
-    /// list.
-    inbox: Mutex<Vec<Entry>>,
-    /// `inbox.len()`, for the reaper's idle check.
-    inbox_len: AtomicUsize,
-    /// The earliest tick by which the reaper must have an entry of the inbox (no later than
-    /// it), while `inbox_len` is not 0.
-    inbox_due: AtomicU32,
+    /// Whether a group was marked dirty since the reaper's last scan, and the tick by which
+    /// it must scan ([`dirty`](crate::acker::timers::dirty)).
+    dirty: DirtySince,
     /// The reaper is about to sleep past the next tick, or asleep so ([`wake`]).
     idle: AtomicBool,
     /// What an entering operation must heed, read in one load ([`marks`]): `CLOSED` once
     /// shutdown has closed the callback ("Closing the callback"), `MOVING` while time is
     /// being re-anchored ("Re-anchoring": operations wait at their entry).
     gates: AtomicU8,
-    /// The settling period of the hand-off lists' fresh entries, in ticks; 0 for none
-    /// ([`handoff`], "The first look").
-    settle: Tick,
-    /// Operations in progress on threads that have no hand-off list (exiting threads; under
+    /// Operations in progress on threads that have no record (exiting threads; under
     /// loom, every thread): a count, as a record's depth, in a word of the same width.
     shared: AtomicU64,
     /// Heavy fences whose barrier could not be run (see [`Threads::heavy`]).
@@ -170,36 +132,24 @@ pub struct Threads {
 }
 
 impl Threads {
-    /// [`settling`](Self::settling) with no settling: a new entry's first look is at the
-    /// next tick.
-    #[cfg(any(test, loom))] // the tests and loom models of the hand-off lists
+    /// No records yet; `fences` for the marks' Dekker pairs ([`marks`]).
     pub fn new(fences: Fences) -> Self {
-        Self::settling(fences, 0)
-    }
-
-    /// No hand-off lists yet; `fences` for the owners' pins and the reaper's takeovers. New
-    /// entries settle for `settle` ticks before their first look ([`handoff`], "The first
-    /// look"); 0 for none.
-    pub fn settling(fences: Fences, settle: Tick) -> Self {
         static NEXT_ID: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(1);
         Threads {
             // Relaxed: a unique number; nothing is published through it.
             id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             fences,
             all: Mutex::new(Vec::new()),
-            inbox: Mutex::new(Vec::new()),
-            inbox_len: AtomicUsize::new(0),
-            inbox_due: AtomicU32::new(0),
+            dirty: DirtySince::default(),
             idle: AtomicBool::new(false),
             gates: AtomicU8::new(0),
-            settle,
             shared: AtomicU64::new(0),
             barrier_failures: AtomicU64::new(0),
             counters: Counters::default(),
         }
     }
 
-    /// A new hand-off list for a thread; its handle must be used by that thread only.
+    /// A new record for a thread; its handle must be used by that thread only.
     pub fn register(&self) -> Arc<Record> {
         let record = Arc::new(Record::new());
         self.all.lock().unwrap().push(Arc::clone(&record));
@@ -208,7 +158,7 @@ impl Threads {
 
     /// The heavy fence; a barrier that could not be run is counted (`false`). A registered
     /// process's `membarrier` has no documented way to fail, but if it does, the callers
-    /// wait rather than trust a depth or pin read without it.
+    /// wait rather than trust a depth read without it.
     fn heavy(&self) -> bool {
         let ran = self.fences.heavy();
         if !ran {
@@ -223,7 +173,7 @@ impl Threads {
         self.barrier_failures.load(Ordering::Relaxed) // Relaxed: a statistic.
     }
 
-    /// Marks a thread's hand-off list abandoned (the thread is done with it).
+    /// Marks a thread's record abandoned (the thread is done with it).
     pub fn abandon(record: &Record) {
         record.abandoned.store(true, Ordering::SeqCst);
     }
@@ -242,7 +192,7 @@ impl Threads {
 
     /// Empties the hands of abandoned records (their threads are gone): how many credits
     /// they held, which the caller now holds. A record is dropped only with an empty hand
-    /// (`take_quiet`), so none is lost.
+    /// ([`prune_ended`](Self::prune_ended)), so none is lost.
     pub fn reclaim_hands(&self) -> usize {
         let all = self.all.lock().unwrap();
         // SeqCst (both): the owner's last write of its hand happens before its store of
@@ -310,17 +260,24 @@ impl Threads {
         self.all.lock().unwrap().len()
     }
 
-    /// The entries in the calling thread's hand-off list.
-    #[cfg(test)]
-    pub fn own_held(&self) -> usize {
-        // Relaxed: this thread's own store.
-        self.own()
-            .map_or(0, |record| record.len.load(Ordering::Relaxed))
+    /// Drops the records of threads that ended, once their hands are reclaimed
+    /// ([`reclaim_hands`](Self::reclaim_hands)); their counts stay, folded into the shared
+    /// set under the records' lock.
+    pub fn prune_ended(&self) {
+        let mut all = self.all.lock().unwrap();
+        all.retain(|b| {
+            // SeqCst (both): the owner's last writes happen before its `abandoned` store.
+            let goes = b.abandoned.load(Ordering::SeqCst) && b.hand.load(Ordering::SeqCst) == 0;
+            if goes {
+                self.counters.fold(&b.counters);
+            }
+            !goes
+        });
     }
 }
 
-/// A thread's hand-off lists, one per acker it created entries in. Dropping it (thread
-/// exit) abandons them; the reaper takes over what is left in them.
+/// A thread's records, one per acker it operated on. Dropping it (thread exit) abandons
+/// them; the reaper reclaims their hands and drops them.
 #[cfg(not(loom))]
 #[derive(Default)]
 struct Local {
@@ -330,7 +287,7 @@ struct Local {
 #[cfg(not(loom))]
 impl Drop for Local {
     fn drop(&mut self) {
-        // `LAST` must not name a hand-off list this drop may free (an acker id is never
+        // `LAST` must not name a record this drop may free (an acker id is never
         // reused, so nothing else can make it name a freed one).
         LAST.set((0, std::ptr::null()));
         self.threads.iter().for_each(|(_, b)| Threads::abandon(b));
@@ -340,51 +297,12 @@ impl Drop for Local {
 #[cfg(not(loom))]
 thread_local! {
     static LOCAL: RefCell<Local> = RefCell::new(Local::default());
-    /// The last lookup: an acker's id and its hand-off list (kept alive by `LOCAL`).
+    /// The last lookup: an acker's id and its record (kept alive by `LOCAL`).
     static LAST: Cell<(usize, *const Record)> = const { Cell::new((0, std::ptr::null())) };
 }
 
 #[cfg(not(loom))]
 impl Threads {
-    /// [`push_to`](Self::push_to) on the calling thread's hand-off list for this acker
-    /// (registered at its first push).
-    #[inline]
-    pub fn push(&self, entry: Entry, due: Due, now: Tick, live: impl Liveness) -> Pushed {
-        let Some(record) = self.own() else {
-            // The thread is exiting and its hand-off lists are gone: straight to the
-            // reaper.
-            let lowered = self.hand_off(std::iter::once(Held { entry, due }));
-            return self.wake_check(lowered);
-        };
-        self.push_to(record, entry, due, now, live)
-    }
-
-    /// [`push`](Self::push) inside the operation `active` marks: to the hand-off list it
-    /// entered with (no lookup), else (a thread without a hand-off list) as `push`, out of
-    /// line.
-    // Always: in the operation's frame, as `Engine::file_timers` (a call cost a tracked
-    // request about 40 instructions).
-    #[inline(always)]
-    pub fn push_in(
-        &self,
-        active: &Active,
-        entry: Entry,
-        due: Due,
-        now: Tick,
-        live: impl Liveness,
-    ) -> Pushed {
-        match active.record() {
-            Some(record) => self.push_to(record, entry, due, now, live),
-            None => self.push_outlined(entry, due, now, live),
-        }
-    }
-
-    /// [`push`](Self::push), never inlined ([`push_in`](Self::push_in)'s rare case).
-    #[inline(never)]
-    fn push_outlined(&self, entry: Entry, due: Due, now: Tick, live: impl Liveness) -> Pushed {
-        self.push(entry, due, now, live)
-    }
-
     /// Marks an acker operation in progress on the calling thread until the returned
     /// `Active` drops; its `open` says whether the operation may call the callback.
     // Always: every operation's first step, and a call here costs more than its body.
@@ -400,9 +318,9 @@ impl Threads {
     fn enter_looked_up(&self) -> Active {
         match self.own() {
             Some(record) => self.enter_with(record),
-            // The thread is exiting (a thread-local's destructor acks): it has no hand-off
-            // list to mark, so it counts in the shared count, which shutdown's close waits
-            // for as it waits for a hand-off list's depth. Its completions go to the
+            // The thread is exiting (a thread-local's destructor acks): it has no record to
+            // mark, so it counts in the shared count, which shutdown's close waits for as
+            // it waits for a record's depth. Its completions go to the
             // callback like any.
             None => self.enter_shared(),
         }
@@ -423,7 +341,7 @@ impl Threads {
         self.own().map(|record| &record.hand)
     }
 
-    /// The calling thread's hand-off list (registered at its first use).
+    /// The calling thread's record for this acker (registered at its first use).
     #[inline]
     pub(super) fn own(&self) -> Option<&Record> {
         self.cached(Some, || {
@@ -435,16 +353,16 @@ impl Threads {
         })
     }
 
-    /// `hit` on the calling thread's hand-off list for this acker when `LAST` names it (a
+    /// `hit` on the calling thread's record for this acker when `LAST` names it (a
     /// thread-local read and a compare), else `miss`. A continuation, not an `Option`:
     /// `enter` through `Option<&Record>` tested the pointer for null on every operation.
     #[inline(always)]
     fn cached<'a, R>(&'a self, hit: impl FnOnce(&'a Record) -> R, miss: impl FnOnce() -> R) -> R {
         let (id, last) = LAST.get();
         if id == self.id {
-            // Safety: `LAST` names a hand-off list that this thread's `LOCAL` holds an
-            // `Arc` of (it is set only from there, and `LOCAL` drops no hand-off list while
-            // `LAST` names it), and the reference is used only while this thread runs the
+            // Safety: `LAST` names a record that this thread's `LOCAL` holds an `Arc` of
+            // (it is set only from there, and `LOCAL` drops no record while `LAST` names
+            // it), and the reference is used only while this thread runs the
             // caller.
             return hit(unsafe { &*last });
         }
@@ -485,25 +403,6 @@ impl Threads {
     /// Under loom nothing is per-thread.
     pub(super) fn own(&self) -> Option<&Record> {
         None
-    }
-
-    /// Under loom, where the models drive [`push_to`](Self::push_to) with explicit
-    /// hand-off lists, an entry filed without one goes straight to the inbox.
-    pub fn push(&self, entry: Entry, due: Due, _now: Tick, _live: impl Liveness) -> Pushed {
-        let lowered = self.hand_off(std::iter::once(Held { entry, due }));
-        self.wake_check(lowered)
-    }
-
-    /// Under loom, as [`push`](Self::push) (the operations' `Active` has no hand-off list).
-    pub fn push_in(
-        &self,
-        _active: &Active,
-        entry: Entry,
-        due: Due,
-        now: Tick,
-        live: impl Liveness,
-    ) -> Pushed {
-        self.push(entry, due, now, live)
     }
 }
 

@@ -1,31 +1,49 @@
 //! Waking the reaper.
 //!
-//! Each hand-off list publishes the earliest tick by which the reaper must have one of its
-//! entries (the tick before that entry's deadline: [`Due`](super::Due)), and the inbox the
-//! earliest of what owners handed it; the reaper sleeps no later than the earliest of them
-//! ([`handoff`](super::handoff), "Waking the reaper when it is due"). A push that makes
-//! its hand-off list's tick earlier (or the list non-empty), and a hand-off that makes the
-//! inbox's earlier, stores it, fences, and reads `idle`; the reaper stores `idle`, fences,
-//! and reads every hand-off list's and the inbox's before it sleeps. Of the two, one sees
-//! the other: either the reaper's sleep ends by the new tick, or the pusher learns that
-//! the reaper is idle and wakes it if its published timer ends after that tick
-//! (`Engine::reaper_sleeps_past`). A push whose entry is due no sooner than the list's
-//! earliest (entries of one timeout, filed in order: nearly all) neither fences nor wakes.
+//! The acker's summary of its dirty groups holds the earliest tick by which the reaper must
+//! scan them ([`dirty`](crate::acker::timers::dirty)), and the reaper sleeps no later than
+//! that tick. An operation that registers a root makes the summary's tick earlier (or sets
+//! it, the first since a scan) with a SeqCst CAS, fences, and reads `idle`; the reaper
+//! stores `idle`, fences, and reads the summary before it sleeps. Of the two, one sees the
+//! other: either the reaper's sleep ends by the new tick, or the operation learns that the
+//! reaper is idle and wakes it if its published timer ends after that tick
+//! (`Engine::reaper_sleeps_past`). A registration whose tick is no earlier than the
+//! summary's (the roots of one timeout, registered in order: nearly all) neither fences
+//! nor wakes.
 
-use super::handoff::earliest;
-use super::{Pushed, Record, Threads};
+use super::Threads;
 use crate::acker::timers::ticks::{reached, Tick};
-use crate::sync::{fence, Arc, Ordering};
+use crate::sync::{fence, Ordering};
+
+/// What a registration asks of its caller.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pushed {
+    /// Nothing.
+    Filed,
+    /// The reaper is idle (parked, or asleep on a timer), and the registration made `by`
+    /// the earliest tick by which it must scan the dirty groups: wake it if it sleeps past
+    /// `by` (module docs).
+    WakeReaper {
+        /// The registered root's tick: the one before its deadline.
+        by: Tick,
+    },
+}
 
 impl Threads {
-    /// After a push or hand-off that made `lowered` the earliest tick of its hand-off list
-    /// or of the inbox (`None`: it made none earlier): whether the reaper is idle, parked
-    /// or asleep on a timer.
+    /// After an operation marked a root's group dirty: the reaper must scan by `by` (the
+    /// tick before the root's deadline). Whether the reaper is idle, parked or asleep on a
+    /// timer, when that made the summary's tick earlier (module docs).
     #[inline]
-    pub fn wake_check(&self, lowered: Option<Tick>) -> Pushed {
-        let Some(by) = lowered else {
+    pub fn registered(&self, by: Tick) -> Pushed {
+        if !self.dirty.lower(by) {
             return Pushed::Filed;
-        };
+        }
+        self.wake_check(by)
+    }
+
+    /// After the summary's tick became `by`: whether the reaper is idle (module docs).
+    #[cold]
+    fn wake_check(&self, by: Tick) -> Pushed {
         fence(Ordering::SeqCst); // orders the tick's store before the `idle` load (docs)
         if self.idle.load(Ordering::Relaxed) {
             Pushed::WakeReaper { by }
@@ -35,43 +53,54 @@ impl Threads {
     }
 
     /// The reaper, before it sleeps past the next tick: marks itself idle and returns the
-    /// earliest tick by which it must have an entry, if any waits (module docs). When that
-    /// tick has come by `now`, it stays awake (unidles): its next pass is due now.
+    /// tick by which it must scan the dirty groups, if any was marked since its last scan
+    /// (module docs). When that tick has come by `now`, it stays awake (unidles): its next
+    /// pass is due now.
     pub fn park_check(&self, now: Tick) -> Option<Tick> {
         self.idle.store(true, Ordering::Relaxed); // Relaxed: ordered by the fence below.
-        fence(Ordering::SeqCst); // against the pusher's fence (module docs)
-        let due = self.earliest_in(&self.all.lock().unwrap());
+        fence(Ordering::SeqCst); // against the registering operation's fence (module docs)
+        let due = self.dirty.due();
         if due.is_some_and(|due| reached(due, now)) {
             self.unidle();
         }
         due
     }
 
-    /// The earliest tick by which the reaper must have an entry waiting in a hand-off list
-    /// or the inbox, if any waits (a hint: a push under way may be missed; `park_check` is
-    /// the race-free check).
+    /// The tick by which the reaper must scan the dirty groups, if any was marked since its
+    /// last scan (a hint: a registration under way may be missed; `park_check` is the
+    /// race-free check).
     pub fn earliest_due(&self) -> Option<Tick> {
-        self.earliest_in(&self.all.lock().unwrap())
+        self.dirty.due()
     }
 
-    /// [`earliest_due`](Self::earliest_due) without waiting for the hand-off lists' list:
-    /// `busy` while another thread holds it.
-    pub fn earliest_due_or(&self, busy: Tick) -> Option<Tick> {
-        match self.all.try_lock() {
-            Ok(all) => self.earliest_in(&all),
-            Err(_) => Some(busy),
+    /// A scan of the dirty groups begins: the summary is cleared, and its tick returned if
+    /// any group was marked since the last scan ([`dirty`](crate::acker::timers::dirty)).
+    pub fn take_dirty(&self) -> Option<Tick> {
+        self.dirty.take()
+    }
+
+    /// The light side of the registration's Dekker pair, between an operation's CAS that
+    /// created a root and its load of the root's group's bit (free where `membarrier`
+    /// works: [`dirty`](crate::acker::timers::dirty), "Why no root is missed").
+    #[inline(always)]
+    pub fn registering(&self) {
+        self.fences.light();
+    }
+
+    /// The heavy side of the registration's Dekker pair, between a scan's swaps of the bits
+    /// and its reads of the groups' slots: `false` when the barrier could not be run
+    /// (counted), and the scan must not trust what it would read.
+    pub fn scanned(&self) -> bool {
+        self.heavy()
+    }
+
+    /// A re-anchoring to the tick `to` ([`anchor`](crate::acker::engine::time)): a tick
+    /// stored in the summary would not decode after it, so a summary that is set becomes
+    /// due at `to`, and the pass that re-anchored scans.
+    pub fn rebase_dirty(&self, to: Tick) {
+        if self.dirty.take().is_some() {
+            self.dirty.lower(to);
         }
-    }
-
-    fn earliest_in(&self, all: &[Arc<Record>]) -> Option<Tick> {
-        // Relaxed (all): hints, or ordered by `park_check`'s fence.
-        let inbox = (self.inbox_len.load(Ordering::Relaxed) > 0)
-            .then(|| self.inbox_due.load(Ordering::Relaxed));
-        all.iter()
-            .filter(|r| r.len.load(Ordering::Relaxed) > 0)
-            .map(|r| r.due.load(Ordering::Relaxed))
-            .chain(inbox)
-            .reduce(earliest)
     }
 
     /// The reaper is awake.

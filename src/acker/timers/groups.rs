@@ -1,9 +1,9 @@
 //! The reaper's timers: one per *group* of slots (the words of one cache line), not one
 //! per root.
 //!
-//! A root that outlives its hand-off age is *registered* with the reaper (its hand-off
-//! entry, [`handoff`](crate::acker::threads::handoff)), which must then look at it by its
-//! deadline. Rather than a wheel entry per root, the reaper files one per group: when it
+//! A root is *registered* with the reaper once a scan of the dirty groups has looked at
+//! its group ([`dirty`](super::dirty)), or once the reaper moved it, and the reaper must
+//! then look at it by its deadline. Rather than a wheel entry per root, the reaper files one per group: when it
 //! comes due, the reaper looks at every slot of the group (one line), times out what is
 //! due, and files the group again at the earliest deadline left. A full acker's groups hold
 //! about three roots each, so the wheel holds about a third as many entries, plus one filed
@@ -17,9 +17,11 @@
 //! none. The invariant: every registered root still in its group has its deadline at or
 //! after `filed`, and an entry at `filed` will make the reaper look at the group.
 //!
-//! * Registering a root whose deadline is `d` ([`Filed::cover`]): if `filed` is at or
-//!   before `d`, that entry covers it; otherwise an entry is filed at `d` and `filed = d`
-//!   (the later entry stays in the wheel, *stale*).
+//! * Registering a root whose deadline is `d` ([`Filed::cover`], for a root the reaper
+//!   moved): if `filed` is at or before `d`, that entry covers it; otherwise an entry is
+//!   filed at `d` and `filed = d` (the later entry stays in the wheel, *stale*).
+//! * A scan's look at a dirty group is an entry come due, as below: every root in the
+//!   group is registered by it.
 //! * An entry comes due: the reaper looks at the group's slots and finds the earliest
 //!   deadline `m` left among them (the next tick for an init under way or a root being
 //!   moved). If `filed` is none or at or before now, this entry (or one due in the same
@@ -28,18 +30,18 @@
 //!   filed at `m` only if `m` is before `filed`.
 //! * The look sees every registered root still in the group: a slot holds its root from
 //!   the root's creation to its completion or its move to a successor table (the mover
-//!   hands the copy to the reaper again, registered in the successor's group), and
-//!   registration came after the creation. A root the look misses was created during it
-//!   and is not registered yet; its registration comes later, and files an entry if
-//!   `filed` does not cover it.
+//!   registers the copy again, in the successor's group), and registration came after the
+//!   creation. A root the look misses was created during it and is not registered yet:
+//!   its group is dirty, and the next scan's look files an entry if `filed` does not
+//!   cover it.
 //! * A sweep drops the entries of groups with no root left (their `filed` becomes none),
 //!   and of the others the entries after `filed`, which the named entry covers. It keeps
 //!   entries before `filed`: normally stale ones that will look again early, but after a
 //!   tick that read as none (below), the one a registered root needs.
 //!
 //! Every entry the reaper files at a tick at or before its time comes out of the wheel's
-//! next advance, before any look of that advance's pass: a pass registers what it collected
-//! before it advances, and the groups its upkeep moved after its looks (their entries come
+//! next advance, before any look of that advance's pass: a pass looks at the dirty groups
+//! it scanned before it advances, and the groups its upkeep moved after its looks (their entries come
 //! out of the next pass's advance). So "`filed` at or before now" means its entry is due in
 //! this pass, and never means it was lost.
 //!
@@ -55,6 +57,21 @@ use std::mem;
 
 use crate::acker::timers::wheel::WheelEntry;
 use crate::zeroed::Slice;
+
+/// A root's slot, for the reaper to find again: its slot (across the acker's tables) and a
+/// tag: its table's generation and 18 bits of its root's key, which tell nearly every
+/// stale entry apart cheaply (the reaper re-reads the slot's word and times anyway, so a
+/// tag that matches a later root costs a look, never a wrong timeout). The tag's top bits
+/// are zero. A group timer's first slot, with the generation alone as its tag, names its
+/// group the same way.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Entry {
+    /// The slot, numbered across the acker's tables.
+    pub slot: u32,
+    /// Bits of the root's key (`Key::tag`, below `TAG_CHECK_BITS`) with the generation in
+    /// the lowest; the rest zero.
+    pub tag: u32,
+}
 
 /// A wheel entry: a group of a table generation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

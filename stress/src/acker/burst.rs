@@ -2,19 +2,20 @@
 //!
 //! Each path runs in a fresh child process (this binary, with [`BURST_ENV`] set), so that
 //! its baseline is clean and what the allocator keeps of one path is not charged to the
-//! next. A child builds a default acker with the real clock, a reaper thread and a
-//! timeout of 600 s (nothing times out during the phase), reads RSS (the *baseline*),
-//! starts `roots` trees from one thread and reads RSS once the reaper has filed every
-//! tree's timer (the *fill*: bytes per pending tree), then completes every tree and
-//! samples RSS every 50 ms for 3 s: how long until it is back within 2 MiB of the baseline,
-//! and how far above it it still is after 2 s. A server's memory should follow what is
-//! pending, not what a burst left behind for a whole timeout.
+//! next. A child builds a default acker with the real clock, a reaper thread and a timeout
+//! of 600 s (nothing times out during the phase), reads RSS (the *baseline*), starts
+//! `roots` trees from one thread and reads RSS once every tree is covered (its group dirty,
+//! or filed on the reaper's wheel by a move of the growth: the *fill*, bytes per pending
+//! tree), then completes every tree and samples RSS every 50 ms for 3 s: how long until it
+//! is back within 2 MiB of the baseline, and how far above it it still is after 2 s. A
+//! server's memory should follow what is pending, not what a burst left behind for a whole
+//! timeout.
 //!
 //! The paths:
 //!
 //! * **plain**: `Acker<u32>` (`build`), `init`, then one `ack` per tree. The fill also
-//!   reads RSS at each power of two of trees pending from 64k (once the reaper has filed
-//!   their timers): memory per tree as pending grows, tables growing with it.
+//!   reads RSS at each power of two of trees pending from 64k (once they are covered):
+//!   memory per tree as pending grows, tables growing with it.
 //! * **full**: the same with `max_pending` set to the burst's size: an acker filled to its
 //!   bound.
 //! * **track**: `AsyncAcker<u32>` (`build_async`) on a current-thread tokio runtime,
@@ -70,9 +71,8 @@ pub(crate) struct Burst {
     pub(crate) tables_after: u64,
     pub(crate) wheel_after: u64,
     /// RSS growth per pending tree at each power of two from 64k during the fill, and at
-    /// its end (each read once the reaper has filed every pending tree's timer): `(trees
-    /// pending, bytes per tree, of which tables, of which the reaper's wheel)`. Plain
-    /// paths only.
+    /// its end (each read once every pending tree is covered): `(trees pending, bytes per
+    /// tree, of which tables, of which the reaper's wheel)`. Plain paths only.
     pub(crate) curve: Vec<(usize, f64, f64, f64)>,
     /// The acker's `max_pending`.
     pub(crate) max_pending: usize,
@@ -184,7 +184,8 @@ fn tree(i: usize) -> (u64, u64) {
     (root, root | 1)
 }
 
-/// Waits until the reaper has filed every pending tree's timer (RSS then includes them).
+/// Waits until every pending tree is covered: its group dirty with a scan due by its
+/// deadline, or filed on the reaper's wheel (RSS then includes what covers them).
 fn filed(acker: &impl Figures) -> Result<(), String> {
     let waited = Instant::now();
     while acker.covered_roots() < acker.pending() {
@@ -250,7 +251,7 @@ fn plain(roots: usize, max_pending: usize) -> Result<Option<Burst>, String> {
         }
         fill_seconds += started.elapsed().as_secs_f64();
         done = next;
-        // Not counted in the fill's time: the reaper files the timers meanwhile.
+        // Not counted in the fill's time: the reaper files the groups it moves meanwhile.
         filed(&acker)?;
         let rss = rss::current().unwrap_or(0);
         let (tables, wheel) = parts(&acker);

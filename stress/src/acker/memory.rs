@@ -2,24 +2,23 @@
 //! pending rather than the roots ever seen.
 //!
 //! An `Acker<u32>` is built with `max_pending = N` and filled with N roots (random ids,
-//! `u32` payloads), then one reaper pass schedules their timers; the resident-set growth
-//! from before the build to that point, divided by the roots actually pending, is the cost
-//! per pending root with everything included: the tables (which grow with what is pending),
-//! the payloads and the reaper's timers. Every root is then acked, the clock moves past the
-//! timeout and a pass reaps the stale timers, and a second wave of N new roots does the same. The second wave's resident
-//! size must not exceed the first's by much: roots that came and went must leave nothing
-//! behind.
+//! `u32` payloads), then one reaper pass scans their groups and files them on its wheel;
+//! the resident-set growth from before the build to that point, divided by the roots
+//! actually pending, is the cost per pending root with everything included: the tables
+//! (which grow with what is pending), the payloads and the reaper's timers. Every root is
+//! then acked, the clock moves past the timeout and a pass reaps the stale timers, and a
+//! second wave of N new roots does the same. The second wave's resident size must not
+//! exceed the first's by much: roots that came and went must leave nothing behind.
 //!
 //! The acker runs in manual mode on a `ManualClock`: the same tables and wheel as with a
 //! reaper thread, but the phase does not wait out real timeouts, and a slow machine cannot
-//! make roots time out in the middle of a fill. In manual mode only `expire` hands the
-//! hand-off lists' entries to the reaper's wheel, though, so the phase then fills a second
-//! acker, with a reaper thread and the same `ManualClock`, and reports its growth too: what
-//! a root costs a server. That one runs in a child process (this binary, with
-//! [`THREADED_ENV`] set): what the allocator keeps of the reaper thread's arena after the
-//! acker is dropped would otherwise stay in this process's RSS and in the traffic phase's
-//! peak, and the child starts from a clean baseline. RSS is coarse (pages, allocator
-//! arenas), which is why N is in the millions.
+//! make roots time out in the middle of a fill. A server's acker has a reaper thread,
+//! though, so the phase then fills a second acker, with a reaper thread and the same
+//! `ManualClock`, and reports its growth too: what a root costs a server. That one runs in
+//! a child process (this binary, with [`THREADED_ENV`] set): what the allocator keeps of
+//! the reaper thread's arena after the acker is dropped would otherwise stay in this
+//! process's RSS and in the traffic phase's peak, and the child starts from a clean
+//! baseline. RSS is coarse (pages, allocator arenas), which is why N is in the millions.
 
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
@@ -88,7 +87,7 @@ pub(crate) fn run(roots: usize, seed: u64) -> Result<Option<Memory>, String> {
                 refused.insert(root);
             }
         }
-        // One pass at the same instant: nothing is due, every new timer goes on a wheel.
+        // One pass at the same instant: nothing is due, each dirty group goes on the wheel.
         acker.expire();
         refused
     };
@@ -193,9 +192,10 @@ pub(crate) fn threaded_child(spec: &str) -> std::process::ExitCode {
 }
 
 /// One wave into an acker with a reaper thread: RSS growth per pending root once the reaper
-/// has scheduled every root's timer. The clock stays put, so nothing is due: the reaper
-/// takes over the quiet hand-off list, and a last root with a 1 ns timeout, timed out
-/// once the clock moves 10 ms, wakes it for the rest.
+/// has filed every root's group on its wheel. The clock stays put, so nothing is due and
+/// no scan of the dirty groups either: a last root with a 1 ns timeout makes the scan due
+/// by its deadline, and once the clock moves 10 ms the pass that times it out scans every
+/// dirty group and files it.
 fn threaded_bytes_per_root(roots: usize, seed: u64) -> Result<Option<f64>, String> {
     let Some(rss_before) = rss::current() else {
         return Ok(None);

@@ -373,8 +373,8 @@ fn idle_phase(rig: &Rig, quiet_since: u64, summary: &mut Summary) {
     let Rig { oracle, acker, .. } = rig;
     let timeout_ns = rig.timeout_ns;
     // --- idle: every deadline (stale wheel timers included) has passed, and the reaper's
-    // linger after the last pending tree (four hand-off ages of 64 ticks, 270 ms at the
-    // default 1 ms resolution) is over; count wake-ups.
+    // linger after the last pending tree (four of its sleeps while trees are pending, 64
+    // ticks each: 270 ms at the default 1 ms resolution) is over; count wake-ups.
     let quiet_until = quiet_since + timeout_ns + 2 * 1_000_000 + 50_000_000 + 300_000_000;
     while oracle.now() < quiet_until {
         thread::sleep(Duration::from_millis(10));

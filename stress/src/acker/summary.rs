@@ -266,7 +266,7 @@ pub(crate) fn print(s: &Summary) {
     if let Some(m) = &s.memory {
         let [tables, successors, retired, wheel] = m.parts_per_root;
         println!(
-            "  memory parts manual mode, per pending root: tables {tables:.1} B, successors {successors:.1} B, retired {retired:.1} B, reaper wheel {wheel:.1} B; the rest ({:.1} B) is hand-off lists, payloads' allocator slack and heap overhead",
+            "  memory parts manual mode, per pending root: tables {tables:.1} B, successors {successors:.1} B, retired {retired:.1} B, reaper wheel {wheel:.1} B; the rest ({:.1} B) is heap outside the tables and the wheel (the threads' records, the passes' other scratch), payloads' allocator slack and heap overhead",
             m.bytes_per_pending_root - (tables + successors + retired + wheel)
         );
     }

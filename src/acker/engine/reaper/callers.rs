@@ -9,14 +9,15 @@ use super::pass::{pass, Runner};
 use super::thread::longest_sleep;
 use super::AWAKE;
 use crate::acker::engine::Engine;
-use crate::acker::timers::ticks::{full_near, ticks_at_least_one, Tick};
+use crate::acker::timers::ticks::{full_near, ticks_at_least_one};
 use crate::sync::{fence, Ordering};
 
 /// How late the reaper thread may be before a caller runs a pass it woke for with no timer
-/// due (to collect the hand-off lists), or one a push woke it for (`Engine::wake_reaper`),
-/// in nanoseconds; also how long a caller's pass that left a burst leaves it to the thread.
-/// A thread only slow to be scheduled (tens of microseconds on an idle machine) is left its
-/// pass, and the caller that pushed does not run the pass it has just woken the thread for.
+/// due (to scan the dirty groups), or one a registration woke it for
+/// (`Engine::wake_reaper`), in nanoseconds; also how long a caller's pass that left a burst
+/// leaves it to the thread. A thread only slow to be scheduled (tens of microseconds on an
+/// idle machine) is left its pass, and the caller that registered does not run the pass it
+/// has just woken the thread for.
 /// At least a tick ([`late_after`]).
 pub(super) const LATE_AFTER_NS: u64 = 250_000;
 
@@ -61,7 +62,7 @@ pub(in crate::acker::engine) fn help_if_late<T: Send + 'static>(engine: &Engine<
         wakes_at = publish_next_help(engine, now, left);
     }
     engine.reaper.helping.store(false, Ordering::SeqCst);
-    // The tick published last is a promise to pushers ("Sleeping"): the thread, their
+    // The tick published last is a promise to registrations ("Sleeping"): the thread, their
     // backstop, must wake within a lag of it. Its sleep may end later (it was planned
     // before this pass filed earlier deadlines): then it plans again. Waking it at every
     // caller's pass instead would keep it running beside the workers, and callers find
@@ -84,7 +85,7 @@ pub(in crate::acker::engine) fn help_if_late<T: Send + 'static>(engine: &Engine<
 
 /// Whether the pass the thread's timer is set for is the callers' now ([`help_if_late`]):
 /// the tick the thread published and the caller's tick, once that tick has begun and a
-/// timer is due, or the thread is a lateness late for its collection of the hand-off lists.
+/// timer is due, or the thread is a lateness late for its scan of the dirty groups.
 #[inline]
 fn due_to_callers<T: Send + 'static>(engine: &Engine<T>) -> Option<(u64, u64)> {
     let wakes_at = engine.reaper.wakes_at.load(Ordering::SeqCst);
@@ -101,9 +102,8 @@ fn due_to_callers<T: Send + 'static>(engine: &Engine<T>) -> Option<(u64, u64)> {
     if now < wakes_at {
         return None; // the common case: the thread's tick has not begun
     }
-    // Callers first for timers; for the thread's collection of the hand-off lists (its tick
-    // by tick sleeps while entries wait), only once the thread is late for it, its
-    // backstop's lag included.
+    // Callers first for timers; for the thread's scan of the dirty groups (or its upkeep),
+    // only once the thread is late for it, its backstop's lag included.
     let late = late_after(engine.time.ticks.shift);
     // Relaxed: a hint (`publish_timers`).
     let timers_due = now >= engine.reaper.timers_due_at.load(Ordering::Relaxed);
@@ -124,15 +124,14 @@ fn due_to_callers<T: Send + 'static>(engine: &Engine<T>) -> Option<(u64, u64)> {
 /// work (a burst: the thread's), when the thread's timer ends if that is within the
 /// longest lag ([`BACKSTOP_MOST_NS`]), and a lateness from now at the soonest (a caller
 /// helps then only if the thread got no core); else the wheel's next due tick, or the
-/// earliest tick by which an entry waiting in a hand-off list must reach the reaper, if
-/// sooner, and no later than the thread would sleep (pushes rely on it, "Sleeping"); none
-/// with neither (a push that finds the thread idle publishes its tick then,
-/// `Engine::wake_reaper`).
+/// tick by which the reaper must scan the dirty groups, if sooner, and no later than the
+/// thread would sleep (registrations rely on it, "Sleeping"); none with neither (a
+/// registration that finds the thread idle publishes its tick then, `Engine::wake_reaper`).
 fn publish_next_help<T: Send + 'static>(engine: &Engine<T>, now: u64, left: bool) -> u64 {
     let next = if left {
         // A burst: the thread's, on its own timer if that ends within the longest lag (a
         // lag past its tick, while callers led); a caller helps again if it has not run
-        // by then. A thread asleep longer (it planned before this burst's entries were
+        // by then. A thread asleep longer (it planned before this burst's groups were
         // filed), or with no timer (parked), is woken by the caller (`help_if_late`).
         let soonest = now + late_after(engine.time.ticks.shift);
         let within = now + ticks_at_least_one(BACKSTOP_MOST_NS, engine.time.ticks.shift);
@@ -150,8 +149,8 @@ fn publish_next_help<T: Send + 'static>(engine: &Engine<T>, now: u64, left: bool
         // Not waited for: a pass under way (the thread's, which publishes its own tick)
         // leaves the claim's.
         engine.reaper.try_lock_wheel().map(|wheel| {
-            let hand_offs = hand_offs_due(engine, wheel.now);
-            [wheel.timers.next_due(), hand_offs]
+            let scan = scan_due(engine, wheel.now);
+            [wheel.timers.next_due(), scan]
                 .into_iter()
                 .flatten()
                 .min()
@@ -167,9 +166,9 @@ fn publish_next_help<T: Send + 'static>(engine: &Engine<T>, now: u64, left: bool
         .wakes_at
         .compare_exchange(now + 1, ours, Ordering::SeqCst, Ordering::SeqCst)
         .is_ok();
-    // A push between the check above and the CAS read `now + 1` and did not wake the
-    // thread ("Sleeping"); its entry must not wait for the later tick. The fence pairs
-    // with the push's (its list's earliest tick stored, then the published tick read).
+    // A registration between the check above and the CAS read `now + 1` and did not wake
+    // the thread ("Sleeping"); its entry must not wait for the later tick. The fence pairs
+    // with the registration's (the summary's tick stored, then the published tick read).
     fence(Ordering::SeqCst);
     // A CAS, not a `fetch_min`: the thread may have published itself running since.
     // (After a burst the tick is the thread's own timer's, which keeps that promise.)
@@ -178,7 +177,7 @@ fn publish_next_help<T: Send + 'static>(engine: &Engine<T>, now: u64, left: bool
     }
     if ours != now + 1
         && !left
-        && hand_offs_due(engine, now).is_some_and(|due| due < ours)
+        && scan_due(engine, now).is_some_and(|due| due < ours)
         && engine
             .reaper
             .wakes_at
@@ -190,12 +189,9 @@ fn publish_next_help<T: Send + 'static>(engine: &Engine<T>, now: u64, left: bool
     ours
 }
 
-/// The earliest tick by which an entry waiting in a hand-off list or the inbox must reach
-/// the reaper, as a full tick near `now`; `now` while another thread holds the hand-off
-/// lists' list (a takeover under way, a thread registering).
-fn hand_offs_due<T: Send + 'static>(engine: &Engine<T>, now: u64) -> Option<u64> {
-    engine
-        .threads
-        .earliest_due_or(now as Tick)
-        .map(|due| full_near(now, due))
+/// The tick by which the reaper must scan the dirty groups, as a full tick near `now`
+/// ([`dirty`](crate::acker::timers::dirty)); `None` when no group was marked since its last
+/// scan.
+fn scan_due<T: Send + 'static>(engine: &Engine<T>, now: u64) -> Option<u64> {
+    engine.threads.earliest_due().map(|due| full_near(now, due))
 }

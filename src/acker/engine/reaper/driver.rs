@@ -57,9 +57,9 @@ impl<T: Send + 'static> Engine<T> {
         Duration::from_nanos(1 << self.time.ticks.shift)
     }
 
-    /// Manual mode, a driver's pass: the reaper thread's (hand-off lists taken once quiet,
-    /// so that trees completing within the hand-off age never reach the wheel, and a push
-    /// wakes the driver at most once a tick per busy thread), counted as the thread's are.
+    /// Manual mode, a driver's pass: the reaper thread's (the dirty groups scanned when
+    /// their tick comes, so that trees completing before then never reach the wheel),
+    /// counted as the thread's are.
     /// `false` when it panicked (counted): the driver then waits a tick, as the thread
     /// does, rather than spin on a clock that keeps panicking.
     pub(in crate::acker) fn driven_pass(&self) -> bool {
@@ -77,8 +77,7 @@ impl<T: Send + 'static> Engine<T> {
         }
     }
 
-    /// Manual mode: one reaper pass now, with every hand-off list's entries. Completions
-    /// delivered.
+    /// Manual mode: one reaper pass now, scanning every dirty group. Completions delivered.
     pub(in crate::acker) fn expire(&self) -> usize {
         if !self.reaper.manual {
             return 0;
@@ -87,19 +86,19 @@ impl<T: Send + 'static> Engine<T> {
     }
 
     /// A driver woke ([`reaper`](super), [`Wait`]): awake until it publishes its next sleep
-    /// ([`driver_sleeps`](Self::driver_sleeps)), so a push made meanwhile calls its waker
-    /// if it finds it idle again.
+    /// ([`driver_sleeps`](Self::driver_sleeps)), so a registration made meanwhile calls its
+    /// waker if it finds it idle again.
     pub(in crate::acker) fn unidle(&self) {
         self.reaper.thread_wakes_at.store(AWAKE, Ordering::SeqCst);
         self.threads.unidle();
     }
 
     /// Manual mode: the driver sleeps as `next` (from [`next_pass`](Self::next_pass))
-    /// says: it publishes the tick its sleep ends in, so that a push due no sooner need
-    /// not call its waker (`Engine::reaper_sleeps_past`), as a push leaves the reaper
-    /// thread's timer be. Stored after `next_pass`'s idle mark and look at the hand-off
-    /// lists: a push those missed reads [`AWAKE`] (stored when the driver woke, before
-    /// that mark) or this, and calls the waker for an entry due sooner.
+    /// says: it publishes the tick its sleep ends in, so that a registration due no sooner
+    /// need not call its waker (`Engine::reaper_sleeps_past`), as a registration leaves the
+    /// reaper thread's timer be. Stored after `next_pass`'s idle mark and look at the
+    /// summary: a registration those missed reads [`AWAKE`] (stored when the driver woke,
+    /// before that mark) or this, and calls the waker for an entry due sooner.
     pub(in crate::acker) fn driver_sleeps(&self, next: Next) {
         let ends = match next {
             Next::At(at) => self.time.ticks.full(at),

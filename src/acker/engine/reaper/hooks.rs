@@ -1,5 +1,5 @@
 //! The engine's side of the reaper's publication (module docs, "Sleeping" and "Callers
-//! first"): whether a push must wake the thread, the wake itself, the caller's help, the
+//! first"): whether a registration must wake the thread, the wake itself, the caller's help, the
 //! thread's handle and the count of its panics. (The manual driver's side is
 //! [`driver`](super::driver); what the tests and loom models use to stand in for the
 //! thread or look at its wheel, `probes`.)
@@ -15,9 +15,9 @@ impl<T: Send + 'static> Engine<T> {
     /// Whether the reaper thread, marked idle, may sleep past tick `by` (an entry's, which
     /// must reach it by then): parked with nothing pending (or about to sleep, its timer
     /// not yet published), or asleep on a timer set after it. Otherwise its timer wakes it
-    /// in time, and the push need not: a wake from the caller's thread makes the kernel
-    /// switch to the reaper at once (its short slice, [`slice`](crate::sync::slice)), and
-    /// the call that pushed waits out the reaper's turn ([`reaper`](super), "Sleeping"). A
+    /// in time, and the registration need not: a wake from the caller's thread makes the
+    /// kernel switch to the reaper at once (its short slice, [`slice`](crate::sync::slice)),
+    /// and the call that registered waits out the reaper's turn ([`reaper`](super), "Sleeping"). A
     /// manual acker's driver publishes the tick its sleep ends in
     /// ([`driver`](super::driver)), [`AWAKE`] while it runs a pass or sleeps with no
     /// deadline.
@@ -35,8 +35,8 @@ impl<T: Send + 'static> Engine<T> {
     pub(in crate::acker::engine) fn wake_reaper(&self) {
         if let Some(thread) = self.reaper.thread.get() {
             // Its pass is due now: if it gets no core within a lateness, a caller runs it
-            // ([`reaper`](super), "Callers first"); not at once, or the caller that pushed would
-            // run the pass it has just woken the thread for. The thread publishes again
+            // ([`reaper`](super), "Callers first"); not at once, or the caller that
+            // registered would run the pass it has just woken the thread for. The thread publishes again
             // when it runs.
             let late = self.time.caller_full() + late_after(self.time.ticks.shift);
             self.reaper.wakes_at.fetch_min(late, Ordering::SeqCst);

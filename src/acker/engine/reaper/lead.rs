@@ -43,8 +43,8 @@ impl Lead {
     /// the thread's lag while they do, in ticks of `shift`; `caller_passes`: the callers'
     /// passes counted so far:
     ///
-    /// * callers lead once one runs a pass for timers (a collection of the hand-off lists
-    ///   alone is the thread's), at a lag of [`BACKSTOP_NS`], unless it leaves work (a
+    /// * callers lead once one runs a pass for timers (a scan of the dirty groups alone is
+    ///   the thread's), at a lag of [`BACKSTOP_NS`], unless it leaves work (a
     ///   burst: the thread's);
     /// * each pass of the thread that finds nothing they left, with a caller's pass run
     ///   since its last, doubles the lag, up to [`BACKSTOP_MOST_NS`]: they keep coming in

@@ -2,13 +2,12 @@
 //!
 //! ## A pass
 //!
-//! 1. Collect the hand-off lists' entries ([`handoff`](crate::acker::threads::handoff)):
-//!    those handed off by their owners, and those of hand-off lists quiet since an earlier
-//!    tick (in manual mode, every hand-off list's).
-//! 2. Register each root ([`groups`](crate::acker::timers::groups)): its group of slots
-//!    gets a wheel entry at the root's deadline, unless one filed at or before it covers it
-//!    already; an entry whose slot no longer holds an uncompleted root of its tag is
-//!    dropped.
+//! 1. Once the summary's tick has come (a manual `expire`: always), scan the dirty groups
+//!    ([`dirty`](crate::acker::timers::dirty)): take the summary, then every table
+//!    generation's bits, then a heavy fence.
+//! 2. Look at each dirty group as at a due one (3): what is due times out, and the group
+//!    gets a wheel entry at the earliest deadline left in it, unless one filed at or before
+//!    that covers it already ([`groups`](crate::acker::timers::groups)).
 //! 3. Advance the wheel to now, and for each due group look at every slot of it
 //!    (`Table::expire`): `TimedOut` claims the tree for step 4; `Dropped` counts an
 //!    orphan; `NotDue(deadline)` (a reset, a joining init, or a root that is simply due
@@ -29,33 +28,31 @@
 //!
 //! The reaper sleeps until the earliest of: the wheel's next due tick (the next tick, when
 //! nothing is pending and the wheel holds entries to sweep: [`wheel`], "Dead entries"),
-//! the tick by which an entry waiting in a hand-off list or the inbox must reach it (the
-//! one before its deadline: [`handoff`](crate::acker::threads::handoff), "Waking the
-//! reaper when it is due"), and housekeeping's next work; each begins on the clock
-//! ([`sleep_until`]). With none of them, it parks with no deadline. While an entry due by
-//! now is still with an owner busy in this tick, it wakes a tick later, when the owner
-//! will have handed it over. Before any sleep longer than a tick it marks itself idle in
-//! the hand-off lists and checks them once more: a push that makes a hand-off list's
-//! earliest tick earlier wakes an idle reaper that would sleep past it, so no entry waits
-//! for a reaper asleep past its tick ([`wake`](crate::acker::threads::wake)). With nothing
-//! pending it sleeps without wake-ups.
+//! the tick by which it must scan the dirty groups (the one before the earliest deadline
+//! registered since its last scan: [`dirty`](crate::acker::timers::dirty)), and
+//! housekeeping's next work; each begins on the clock ([`sleep_until`]). With none of
+//! them, it parks with no deadline. Before any sleep longer than a tick it marks itself
+//! idle and reads the summary once more: a registration that makes the summary's tick
+//! earlier wakes an idle reaper that would sleep past it, so no entry waits for a reaper
+//! asleep past its tick ([`wake`](crate::acker::threads::wake)). With nothing pending it
+//! sleeps without wake-ups.
 //!
-//! A push that wakes the thread costs its caller more than the syscall: the thread's short
-//! slice ([`slice`](crate::sync::slice)) makes the kernel switch to it at once, and the
-//! call that pushed (an `init`, a `track` on a runtime's worker) waits out the reaper's
-//! turn, milliseconds when that turn delivers a burst's timeouts. So while trees are
-//! pending the thread sleeps at most the hand-off age (a quarter of the timeout, at most
-//! 67 ms: 25 ms for a 100 ms timeout), and a push wakes it only when its timer, as
-//! published, would end after the tick by which the new entry must reach it
+//! A registration that wakes the thread costs its caller more than the syscall: the
+//! thread's short slice ([`slice`](crate::sync::slice)) makes the kernel switch to it at
+//! once, and the call that registered (an `init`, a `track` on a runtime's worker) waits
+//! out the reaper's turn, milliseconds when that turn delivers a burst's timeouts. So while
+//! trees are pending the thread sleeps at most a quarter of the timeout (at most 67 ms:
+//! 25 ms for a 100 ms timeout, `Engine::pending_sleep`), and a registration wakes it only
+//! when its timer, as published, would end after the tick by which it must scan
 //! (`Engine::reaper_sleeps_past`): it is parked with nothing pending, or the entry is due
-//! sooner (a short timeout of its own). Trees started beside pending ones never wake it; a long-lived tree alone costs the
-//! thread a wake-up per hand-off age. Once nothing is pending it keeps those sleeps for four
-//! hand-off ages more before it parks ([`LINGER_AGES`]): requests that each complete before
-//! the next begins leave nothing pending between them, and would otherwise each wake it
-//! from its park. So an acker that goes idle costs four more wake-ups, then none.
-//! [`next_wait`] makes this decision, for the thread and for a task that runs a manual
-//! acker's passes in its place ([`manual`](crate::acker::manual)), which the same pushes
-//! wake through a hook (`Engine::wake_reaper`).
+//! sooner (a short timeout of its own). Trees started beside pending ones never wake it; a
+//! long-lived tree alone costs the thread a wake-up per such sleep. Once nothing is
+//! pending it keeps those sleeps for four more before it parks ([`LINGER_AGES`]): requests
+//! that each complete before the next begins leave nothing pending between them, and would
+//! otherwise each wake it from its park. So an acker that goes idle costs four more
+//! wake-ups, then none. [`next_wait`] makes this decision, for the thread and for a task
+//! that runs a manual acker's passes in its place ([`manual`](crate::acker::manual)),
+//! which the same registrations wake through a hook (`Engine::wake_reaper`).
 //!
 //! ## Callers first
 //!
@@ -73,24 +70,23 @@
 //! runs, or sleeps with nothing pending), every pass the wheel's next due tick
 //! (`Reaper::timers_due_at`), and a caller reads them after its init: once the thread's
 //! tick has begun and a timer is due, the caller runs the pass's timers itself
-//! ([`help_if_late`]). A tick the thread wakes at only to collect the hand-off lists is
-//! left to it unless it is [`LATE_AFTER_NS`] (250 µs) late: a pass per tick on the
-//! callers, with the heavy fence of a takeover, would cost them more than the timers they
-//! deliver. (The async acker's completions only wake tasks, fill a
+//! ([`help_if_late`]). A tick the thread wakes at only to scan the dirty groups (or for its
+//! upkeep) is left to it unless it is [`LATE_AFTER_NS`] (250 µs) late: a scan on the
+//! callers, with its heavy fence, would cost them more than the timers they deliver. (The async acker's completions only wake tasks, fill a
 //! queue or drop a payload nobody awaits, so they may run on a caller; a plain acker's
 //! `on_complete` is the user's code, and stays on the reaper thread.) The caller first
 //! moves the published tick to the next one (a CAS: only one caller claims a pass), and
 //! after its pass to the wheel's next due tick, so callers run a pass when timers are due,
 //! not at every call. It wakes the thread only when the thread's sleep would end more than
-//! a lag after the tick it published (a pushed entry relies on that tick, "Sleeping"):
+//! a lag after the tick it published (a registration relies on that tick, "Sleeping"):
 //! woken at every caller's pass, the thread would run beside the workers, and callers find
 //! no pass to claim while it runs.
 //!
 //! A caller's pass makes callers lead (`Lead`), and the thread becomes their
-//! backstop: it sleeps a lag past each timer (a tick it wakes at only to collect the
-//! hand-off lists too: callers then leave that to it unless it is a lateness past the lag,
-//! and the thread kept waking beside the workers made an HTTP load's 504s as late as
-//! before), leaving the tick to the first caller in it, and judges its own pass that far
+//! backstop: it sleeps a lag past each timer (a tick it wakes at only to scan the dirty
+//! groups too: callers then leave that to it unless it is a lateness past the lag, and the
+//! thread kept waking beside the workers made an HTTP load's 504s as late as without
+//! callers), leaving the tick to the first caller in it, and judges its own pass that far
 //! behind the clock, so that it delivers only what callers left that late. The lag starts
 //! at [`BACKSTOP_NS`] (500 µs) and doubles, up to [`BACKSTOP_MOST_NS`] (2 ms), at each of
 //! the thread's passes that finds nothing left with a caller's pass run since its last:
@@ -101,9 +97,10 @@
 //! pays one lag's lateness after a caller happened to come first, and a busy one has its
 //! timeouts delivered on its workers (an HTTP service under load: `http-timeouts/`, whose
 //! 504s came 1.6-2.5 times as late as `tokio::time::timeout`'s when its workers were
-//! saturated, and at about tokio's with callers first). A push that wakes the idle thread
-//! publishes its own tick plus [`LATE_AFTER_NS`] (250 µs), as a timer that ends then: the
-//! caller that pushed leaves the thread its pass unless the thread gets no core. A pass may
+//! saturated, and at about tokio's with callers first). A registration that wakes the idle
+//! thread publishes its own tick plus [`LATE_AFTER_NS`] (250 µs), as a timer that ends
+//! then: the caller that registered leaves the thread its pass unless the thread gets no
+//! core. A pass may
 //! run beside another one (a manual acker's `expire` beside its driver does the same): the
 //! wheel is under its lock, moves and promotions are the operations' own protocols, and
 //! each timed-out tree is taken by one CAS.
@@ -114,28 +111,27 @@
 //! work (the async acker's `track` promises never to), so its pass is bounded:
 //!
 //! * **Nothing that waits.** It takes the wheel's lock with `try_lock`: a pass under way
-//!   (the thread's after all, a manual `expire`) does this one's work; and the locks of the
-//!   inbox and the hand-off lists' list too, leaving their entries when another thread
-//!   holds one (a holder the kernel preempted would hold the caller for its whole wait). It
+//!   (the thread's after all, a manual `expire`) does this one's work (a holder the kernel
+//!   preempted would hold the caller for its whole wait). It
 //!   leaves a re-anchoring (a walk of every table that waits for every thread,
 //!   [`anchor`](crate::acker::engine::time)) to the thread, and runs nothing once shutdown
 //!   has closed the callback, so no pass runs after `shutdown` returned.
 //! * **Its timers only**: no sweep of the wheel, no migration, shrink or freeing of retired
 //!   generations, no pruning and no giving memory back: the upkeep waits for the thread.
-//! * **Bounded work.** It files at most [`CALLER_ENTRIES`] of the entries handed off or
-//!   left in quiet hand-off lists (taken over as the thread does, with its heavy fence: a
-//!   few microseconds); the rest wait for the next pass (the thread's by the earliest tick
-//!   the lists publish for them, "Sleeping"), unless one of them must reach the reaper
-//!   within the thread's lag: that is a burst. Its advance of the wheel takes
+//! * **Bounded work.** A scan of the dirty groups due within the thread's lag (the thread
+//!   late for it) takes at most [`CALLER_GROUPS`] of them, with the heavy fence (a few
+//!   microseconds); the bits it leaves wait for the next scan, due as they were, and are a
+//!   burst, the thread's. Its advance of the wheel takes
 //!   [`CALLER_PART`] groups at a time
 //!   ([`advance_within`](crate::acker::timers::wheel::CompactWheel::advance_within), which
 //!   takes due entries out of a coarse bucket too large to cascade), and no more once it
-//!   has claimed [`CALLER_TIMEOUTS`] timeouts or looked at [`CALLER_GROUPS`] groups: at
+//!   has claimed [`CALLER_TIMEOUTS`] timeouts or looked at [`CALLER_GROUPS`] groups (the
+//!   scan's with them): at
 //!   most `CALLER_TIMEOUTS` plus a part's timeouts (`CALLER_PART` × [`GROUP_SLOTS`]) are
 //!   delivered on the caller (a million trees that share a deadline are a million
 //!   wake-ups: the caller wakes a few dozen). Most groups that come due in a service hold
-//!   only trees completed after their hand-off (an entry waits for its deadline, [`wheel`],
-//!   "Dead entries"), a line read each: a bound of 32 groups left due ones behind in about
+//!   only trees completed after their group was filed (an entry waits for its deadline,
+//!   [`wheel`], "Dead entries"), a line read each: a bound of 32 groups left due ones behind in about
 //!   one caller's pass in ten in `http-timeouts/`, each a wake-up of the thread and an end
 //!   of the callers' lead. Groups left due are a burst, the thread's. Callers stop leading
 //!   ("Callers first"), and the caller leaves the burst to the thread's own timer when that
@@ -151,16 +147,15 @@
 //!   switches). The thread's own timer, which ends a lag after the burst's tick, can still
 //!   come while a caller's pass runs and take its core the same way (in 2 of 12 runs
 //!   since, a pass of 3.5-3.8 ms). A thread asleep longer (planned before the burst's
-//!   entries were filed), or parked with no timer, is woken, and the next caller helps a
+//!   groups were filed), or parked with no timer, is woken, and the next caller helps a
 //!   lateness on. The thread
 //!   claims the burst, and the async acker's hands its wake-ups to tasks on its runtime
 //!   ([`deliver`](crate::acker::engine::deliver), "A burst's hand-over"): on the workers
 //!   after all, but a batch at a time, on tasks of their own.
-//! * **Its publication keeps the pushers' promise** ("Sleeping"): a push that found the
-//!   published tick early enough did not wake the thread, so after its pass the caller
-//!   publishes no later than the thread would sleep, and once more checks the hand-off
-//!   lists after a fence (against the push's fence before it read the tick): entries
-//!   waiting mean the next tick.
+//! * **Its publication keeps the registrations' promise** ("Sleeping"): a registration
+//!   that found the published tick early enough did not wake the thread, so after its pass
+//!   the caller publishes no later than the thread would sleep, the summary's tick
+//!   included.
 //!
 //! Each such pass is counted with the longest one
 //! ([`AckerStats::caller_passes`](crate::AckerStats::caller_passes)).
@@ -168,7 +163,6 @@
 //! [`LATE_AFTER_NS`]: callers::LATE_AFTER_NS
 //! [`BACKSTOP_NS`]: lead::BACKSTOP_NS
 //! [`BACKSTOP_MOST_NS`]: lead::BACKSTOP_MOST_NS
-//! [`CALLER_ENTRIES`]: pass::CALLER_ENTRIES
 //! [`CALLER_GROUPS`]: pass::CALLER_GROUPS
 //! [`CALLER_PART`]: pass::CALLER_PART
 //! [`CALLER_TIMEOUTS`]: pass::CALLER_TIMEOUTS
@@ -222,12 +216,12 @@ pub(in crate::acker::engine) struct Reaper {
     /// The full tick the reaper thread's timed sleep ends in, its backstop's lag included,
     /// else [`AWAKE`]: a caller whose publication is more than a lag earlier wakes the
     /// thread to plan again ("Callers first"). In manual mode, the tick a driver's sleep
-    /// ends in, else [`AWAKE`] (awake, or asleep with no deadline): a push due sooner
-    /// calls its waker (`Engine::reaper_sleeps_past`).
+    /// ends in, else [`AWAKE`] (awake, or asleep with no deadline): a registration due
+    /// sooner calls its waker (`Engine::reaper_sleeps_past`).
     thread_wakes_at: AtomicU64,
     /// The wheel's next due tick as the last pass left it, else [`AWAKE`]: callers run a
-    /// pass for its timers ("Callers first"), not for the thread's tick by tick collection
-    /// of the hand-off lists.
+    /// pass for its timers ("Callers first"), not for the thread's scans of the dirty
+    /// groups.
     timers_due_at: AtomicU64,
     /// Whether callers lead, and the thread's lag behind its timers as their backstop
     /// ("Callers first").

@@ -1,16 +1,16 @@
-//! One pass of the reaper (module docs of [`reaper`](super), "A pass"): the hand-off lists'
-//! entries collected and filed, the wheel advanced and each group come due looked at, the
+//! One pass of the reaper (module docs of [`reaper`](super), "A pass"): the dirty groups
+//! scanned when due, the wheel advanced, each group dirty or come due looked at, the
 //! timeouts delivered, then (the reaper's passes only) the upkeep; a caller's pass within
 //! its bounds ("A caller's pass").
 
 use std::time::Instant;
 
-use super::wheel::{file, Wheel};
+use super::wheel::Wheel;
 use crate::acker::engine::tables::tag_of;
 use crate::acker::engine::Engine;
 use crate::acker::table::{Completed, Effects, Expiry, Judge, Table, GROUP_SLOTS};
-use crate::acker::threads::{trim, Active, Entry, LOOK_AHEAD};
-use crate::acker::timers::groups::{GroupAt, GroupTimer};
+use crate::acker::threads::{trim, Active};
+use crate::acker::timers::groups::{Entry, GroupAt, GroupTimer};
 use crate::acker::timers::ticks::{full_near, reached, Tick};
 use crate::sync::Ordering;
 
@@ -20,11 +20,10 @@ use super::AWAKE;
 #[derive(Clone, Copy, Debug, Default)]
 pub(in crate::acker::engine) struct Pass {
     pub delivered: usize,
-    /// Any entry collected, filed, due or dropped.
+    /// Any group scanned, due or dropped.
     pub worked: bool,
-    /// A caller's pass: groups due that its bounds kept it from, or entries left in the
-    /// hand-off lists of which one must reach the reaper within the thread's lag (a burst,
-    /// the thread's). Entries due later wait for the next pass.
+    /// A caller's pass: groups due that its bounds kept it from, or dirty groups the
+    /// reaper must scan within the thread's lag (a burst, or the scan: the thread's).
     pub left: bool,
     /// It ran: a caller's pass gives way to a re-anchoring, to another pass under way and
     /// to shutdown.
@@ -35,8 +34,8 @@ pub(in crate::acker::engine) struct Pass {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Runner {
     /// The reaper thread, or a manual acker's driver or `expire`: the whole pass.
-    /// `everything`: take every hand-off list's entries (manual mode, where the caller's
-    /// own hand-off list is one of them). `behind`: ticks before the clock that the pass
+    /// `everything`: scan the dirty groups whatever the summary's tick (a manual acker's
+    /// `expire`, whose caller registered its own trees a moment ago). `behind`: ticks before the clock that the pass
     /// judges deadlines at, the thread's lag as the callers' backstop (module docs of
     /// [`reaper`](super), "Callers first").
     Reaper { everything: bool, behind: u64 },
@@ -45,9 +44,10 @@ pub(super) enum Runner {
     Caller,
 }
 
-/// The most entries a caller's pass takes from the reaper's inbox and quiet hand-off lists
-/// (module docs of [`reaper`](super), "A caller's pass").
-pub(super) const CALLER_ENTRIES: usize = 256;
+/// Dirty groups whose lines a pass asks for ahead of the one it looks at: enough misses in
+/// flight to fill a core's queue of them (10 to 16 on current x86 cores), few enough that
+/// the lines asked for first are still in cache when their group's turn comes.
+const LOOK_AHEAD: usize = 8;
 
 /// The groups a caller's pass looks at before it takes no more, a [`CALLER_PART`] at a
 /// time (so at most this plus a part; module docs of [`reaper`](super), "A caller's
@@ -69,8 +69,8 @@ pub(super) const CALLER_CASCADE: usize = 1024;
 /// a part's ([`CALLER_PART`] × [`GROUP_SLOTS`]) are delivered on the caller.
 pub(super) const CALLER_TIMEOUTS: usize = 32;
 
-/// One pass at the clock's time (module docs). `everything`: take every hand-off list's
-/// entries (manual mode, where the caller's own hand-off list is one of them).
+/// One pass at the clock's time (module docs). `everything`: scan the dirty groups whatever
+/// the summary's tick (a manual acker's `expire`).
 pub(in crate::acker::engine) fn run_once<T: Send + 'static>(
     engine: &Engine<T>,
     everything: bool,
@@ -123,10 +123,10 @@ pub(super) fn pass<T: Send + 'static>(engine: &Engine<T>, runner: Runner) -> Pas
             anchor: engine.time.anchor(),
             clock,
         };
-        collect_and_file(engine, &mut wheel, runner, judge, live, &mut pass);
+        scan_dirty(engine, &mut wheel, runner, judge, live, &mut pass);
         let timers = take_due(engine, &mut wheel, runner, judge, &mut pass, &mut timed_out);
-        // Entries of trees completed after their hand-off, and of groups that moved to a
-        // successor, wait for their deadlines; once they crowd the wheel, a sweep drops
+        // Entries of groups whose trees completed after they were filed, and of groups that
+        // moved to a successor, wait for their deadlines; once they crowd the wheel, a sweep drops
         // them ([`wheel`], "Dead entries").
         if !caller {
             pass.worked |= wheel.sweep_if_crowded(engine, live);
@@ -188,9 +188,11 @@ fn anchored_clock<T: Send + 'static>(engine: &Engine<T>, runner: Runner) -> Opti
 }
 
 /// A pass's first step, under the wheel's lock: the wheel's time moved to the anchor's
-/// (never back), the hand-off lists' entries collected (within the caller's bound) and
-/// filed.
-fn collect_and_file<T: Send + 'static>(
+/// (never back), and the dirty groups taken into the wheel's `dirty` list when the
+/// summary's tick has come (or `everything`), for the second step to look at
+/// ([`dirty`](crate::acker::timers::dirty)); a caller's pass takes at most
+/// [`CALLER_GROUPS`] and leaves the rest to the next scan (`Pass::left`).
+fn scan_dirty<T: Send + 'static>(
     engine: &Engine<T>,
     wheel: &mut Wheel,
     runner: Runner,
@@ -201,55 +203,58 @@ fn collect_and_file<T: Send + 'static>(
     let now = judge.anchor.max(wheel.now);
     wheel.now = now;
     wheel.clock = judge.clock;
-    let mut collected = std::mem::take(&mut wheel.collected);
-    match runner {
-        Runner::Reaper { everything, .. } => {
-            engine
-                .threads
-                .collect(now as Tick, everything, &mut collected);
-        }
-        Runner::Caller => {
-            // What it leaves waits for the next pass ("A caller's pass"), unless an entry
-            // must reach the reaper within the thread's lag: that is the thread's, now.
-            let left = engine
-                .threads
-                .collect_within(now as Tick, CALLER_ENTRIES, &mut collected);
-            if left {
-                let lag = engine.reaper.lead.lag() as Tick;
-                pass.left |= engine
-                    .threads
-                    .earliest_due_or(now as Tick)
-                    .is_some_and(|by| reached(by.wrapping_sub(lag), now as Tick));
-            }
-        }
+    // While callers lead, the thread wakes a lag before the tick it aims at ("Callers
+    // first"): the scan is due once that lag before its tick has come. A manual acker's
+    // `expire` scans whatever the summary says (a registration under way may have set its
+    // bit and not the summary yet). A caller's pass scans within its bound ("A caller's
+    // pass").
+    let lag = engine.reaper.lead.lag() as Tick;
+    let due = engine
+        .threads
+        .earliest_due()
+        .is_some_and(|by| reached(by.wrapping_sub(lag), now as Tick));
+    let (due, most) = match runner {
+        Runner::Reaper { everything, .. } => (due || everything, usize::MAX),
+        Runner::Caller => (due, CALLER_GROUPS),
+    };
+    if !due {
+        return;
     }
-    pass.worked |= !collected.is_empty();
-    // Before filing: the groups operations moved come through their hand-off lists, filed
-    // again in their successors, and the dead entries of the generations they left
-    // are best gone before the wheel's vectors grow for the new ones. (The groups a
-    // pass moves are filed at once, `Engine::file_on_wheel`, and swept at the next.)
     if runner != Runner::Caller {
+        // Before the scan: the groups operations moved are dirty in their successors, and
+        // the dead entries of the generations they left are best gone before the wheel's
+        // vectors grow for the new ones. (The groups a pass moves are filed at once,
+        // `Engine::file_on_wheel`, and swept at the next.)
         pass.worked |= wheel.sweep_if_crowded(engine, live);
     }
-    // Filing reads each entry's line, long out of cache for a tree past its hand-off
-    // age: asked for ahead, as the hand-off lists' filter does.
-    for entry in collected.iter().take(LOOK_AHEAD) {
-        engine.tables.prefetch_entry(entry);
-    }
-    for i in 0..collected.len() {
-        if let Some(ahead) = collected.get(i + LOOK_AHEAD) {
-            engine.tables.prefetch_entry(ahead);
+    // The summary first, then the bits: a bit set after the summary's swap stores it again
+    // (module docs of `dirty`, "Why no root is missed").
+    let taken = engine.threads.take_dirty();
+    let mut left = engine.tables.take_dirty(most, &mut wheel.dirty);
+    // The heavy side of the registration's Dekker pair, before the looks read the slots.
+    // Without the barrier a root whose operation found its bit set may not be seen: the
+    // bits go back, for the next pass.
+    if !engine.threads.scanned() {
+        for timer in wheel.dirty.drain(..) {
+            engine.tables.mark_dirty(&timer);
         }
-        file(engine, wheel, collected[i]);
+        left = true;
     }
-    collected.clear();
-    wheel.collected = collected;
+    if left {
+        // What this scan left (past a caller's bound, or put back) is due as it was.
+        engine.threads.registered(taken.unwrap_or(now as Tick));
+        if runner == Runner::Caller {
+            pass.left = true;
+        }
+    }
+    pass.worked |= !wheel.dirty.is_empty();
 }
 
 /// A pass's second step, under the wheel's lock: the wheel advanced to its time (a
 /// caller's advance within its bound), and every group come due looked at
-/// ([`look_at_group`]), its timeouts claimed into `timed_out`. Whether any group came due:
-/// the pass ran for timers, not only to collect the hand-off lists.
+/// ([`look_at_group`]), as is every dirty group the first step took; its timeouts claimed
+/// into `timed_out`. Whether any group came due: the pass ran for timers, not only to
+/// scan.
 fn take_due<'e, T: Send + 'static>(
     engine: &'e Engine<T>,
     wheel: &mut Wheel,
@@ -261,6 +266,23 @@ fn take_due<'e, T: Send + 'static>(
     let now = wheel.now;
     let mut due = std::mem::take(&mut wheel.due);
     let mut taken = 0;
+    // The dirty groups first, before the advance: a group they file due already comes out
+    // of it ([`groups`](crate::acker::timers::groups)).
+    // Their lines are long out of cache (a scan comes a timeout after the first of them
+    // was marked): asked for ahead, so that their misses overlap.
+    let mut dirty = std::mem::take(&mut wheel.dirty);
+    let scanned = dirty.len();
+    for timer in dirty.iter().take(LOOK_AHEAD) {
+        engine.tables.prefetch_group(timer);
+    }
+    for i in 0..dirty.len() {
+        if let Some(ahead) = dirty.get(i + LOOK_AHEAD) {
+            engine.tables.prefetch_group(ahead);
+        }
+        look_at_group(engine, wheel, dirty[i], judge, timed_out);
+    }
+    dirty.clear();
+    wheel.dirty = dirty;
     match runner {
         Runner::Reaper { .. } => {
             wheel.timers.advance(now, &mut due);
@@ -289,7 +311,10 @@ fn take_due<'e, T: Send + 'static>(
                 // A part that took nothing stopped at a bucket or an overflow too large to
                 // cascade within its bound (a bucket's due entries come out a part at a
                 // time first): a burst. Or the caller's bounds are reached.
-                if took == 0 || timed_out.len() >= CALLER_TIMEOUTS || taken >= CALLER_GROUPS {
+                if took == 0
+                    || timed_out.len() >= CALLER_TIMEOUTS
+                    || scanned + taken >= CALLER_GROUPS
+                {
                     pass.left = true;
                     break;
                 }
@@ -302,12 +327,10 @@ fn take_due<'e, T: Send + 'static>(
     pass.worked |= timers;
     wheel.due = due;
     // A burst (a million trees handed over at once) must not keep its scratch space.
-    let scratch = |w: &Wheel| {
-        w.collected.capacity() * std::mem::size_of::<Entry>()
-            + w.due.capacity() * std::mem::size_of::<GroupTimer>()
-    };
+    let scratch =
+        |w: &Wheel| (w.dirty.capacity() + w.due.capacity()) * std::mem::size_of::<GroupTimer>();
     let before = scratch(wheel);
-    trim(&mut wheel.collected);
+    trim(&mut wheel.dirty);
     trim(&mut wheel.due);
     wheel.released += before - scratch(wheel);
     timers
@@ -341,8 +364,9 @@ fn upkeep<T: Send + 'static>(engine: &Engine<T>, active: Active) -> bool {
     // Out of the operation: the generations this pass retired wait for no one but other
     // threads now (the pass itself was one of those their grace periods waited for).
     engine.free_retired();
-    // The hands of threads that ended, back to the stripes, so that their records go.
+    // The hands of threads that ended, back to the stripes, then their records.
     engine.credits.reclaim();
+    engine.threads.prune_ended();
     let kept = engine.give_back_memory(now as Tick, released);
     if kept > 0 {
         // Not given back yet: counted again at the next pass.

@@ -40,12 +40,14 @@ impl<T: Send + 'static> Engine<T> {
     }
 
     /// Roots the reaper's timers cover: in a group whose filed tick is at or before their
-    /// deadline ([`groups`](crate::acker::timers::groups)). For tests: right after a manual
-    /// pass, every pending root.
+    /// deadline ([`groups`](crate::acker::timers::groups)), or dirty while the summary's
+    /// tick is before it ([`dirty`](crate::acker::timers::dirty)). For tests: every pending
+    /// root, once the operations that created them returned.
     #[cfg(any(test, loom, feature = "internals"))]
     pub(in crate::acker) fn covered_roots(&self) -> usize {
         let active = self.threads.enter();
         let wheel = self.reaper.lock_wheel();
+        let scan = self.threads.earliest_due();
         let mut covered = 0;
         for (shard, t) in self.tables.shards.iter().enumerate() {
             // Safety: inside the operation `active` marks.
@@ -55,8 +57,11 @@ impl<T: Send + 'static> Engine<T> {
                     else {
                         continue;
                     };
-                    let filed = wheel.filed(shard, table.gen(), slot / GROUP_SLOTS);
-                    if filed.is_some_and(|filed| reached(filed as Tick, deadline)) {
+                    let group = slot / GROUP_SLOTS;
+                    let filed = wheel.filed(shard, table.gen(), group);
+                    let dirty = table.dirty().is_marked(group)
+                        && scan.is_some_and(|by| reached(by, deadline.wrapping_sub(1)));
+                    if dirty || filed.is_some_and(|filed| reached(filed as Tick, deadline)) {
                         covered += 1;
                     }
                 }

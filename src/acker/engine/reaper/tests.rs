@@ -7,6 +7,7 @@ use super::thread::wait_nanos;
 use super::AWAKE;
 use crate::acker::engine::Next;
 use crate::acker::table::GROUP_SLOTS;
+use crate::acker::timers::ticks::ticks_at_least_one;
 use crate::sync::Ordering::SeqCst;
 use crate::{Acker, Clock, Completion, ManualClock, Outcome};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -87,9 +88,9 @@ fn manual_at_1ms() -> (ManualClock, Acker<u32>) {
     (clock, acker)
 }
 
-/// Callers run a pass at once for timers due, not for the thread's tick by tick collection
-/// of the hand-off lists: while no timer is due, only once the thread is a lateness past
-/// its tick (as a late reaper).
+/// Callers run a pass at once for timers due, not for the thread's scans of the dirty
+/// groups: while no timer is due, only once the thread is a lateness past its tick (as a
+/// late reaper).
 #[test]
 fn callers_run_passes_at_once_for_timers_only() {
     let (clock, acker) = manual_at_1ms();
@@ -98,7 +99,7 @@ fn callers_run_passes_at_once_for_timers_only() {
     let now = || engine.time.ticks.full(clock.now());
     acker.init(1, 0b1, 0).unwrap();
     assert_eq!(acker.expire(), 0, "filed, not due");
-    // The thread's next tick, for entries in hand-off lists: no timer due.
+    // The thread's next tick, for a scan or its upkeep: no timer due.
     engine.reaper.wakes_at.store(now(), SeqCst);
     assert!(
         !acker.help_late_reaper(),
@@ -271,12 +272,13 @@ fn the_backstops_lag_doubles_while_callers_keep_coming_up_to_its_most() {
     );
 }
 
-/// A push that wakes the idle reaper thread publishes its tick plus the lateness allowed
-/// (`Engine::wake_reaper`): the caller that pushed leaves the thread the pass it has just
+/// A registration that wakes the idle reaper thread publishes its tick plus the lateness
+/// allowed (`Engine::wake_reaper`): the caller that registered leaves the thread the pass
+/// it has just
 /// woken it for, unless the thread gets no core for that long. (A manual acker with this
 /// test's thread standing in for the reaper's, so that no thread runs and publishes.)
 #[test]
-fn a_push_that_wakes_the_thread_leaves_it_its_pass() {
+fn a_registration_that_wakes_the_thread_leaves_it_its_pass() {
     let (clock, acker) = manual_at_1ms();
     let engine = acker.engine();
     engine.set_reaper_thread(std::thread::current());
@@ -284,12 +286,12 @@ fn a_push_that_wakes_the_thread_leaves_it_its_pass() {
     acker.init(1, 0b1, 0).unwrap();
     acker.expire();
     clock.advance(50 * MS);
-    // Due, and the thread idle: a push wakes it.
+    // Due, and the thread idle: a registration wakes it.
     engine.wake_reaper();
     for _ in 0..late_after(engine.time.ticks.shift) {
         assert!(
             !acker.help_late_reaper(),
-            "a caller ran the pass a push had just woken the thread for"
+            "a caller ran the pass a registration had just woken the thread for"
         );
         clock.advance(tick);
     }
@@ -340,7 +342,7 @@ fn a_clock_that_panics_in_a_callers_check_is_caught_and_counted() {
 
 /// The reaper thread publishes the tick its timer is set for while it sleeps on one,
 /// and no tick while it runs. With a tree pending whose deadline is a minute away it
-/// sleeps the hand-off age at most ("Sleeping").
+/// sleeps a quarter of the timeout at most ("Sleeping").
 #[test]
 fn the_reaper_thread_publishes_the_tick_it_sleeps_until() {
     let acker: Acker<u32> = Acker::builder()
@@ -350,7 +352,7 @@ fn the_reaper_thread_publishes_the_tick_it_sleeps_until() {
     let engine = acker.engine();
     assert_eq!(engine.reaper.wakes_at.load(SeqCst), AWAKE);
     acker.init(1, 0b1, 0).unwrap();
-    let age = u64::from(engine.hand_off_age);
+    let age = u64::from(engine.pending_sleep);
     let waited = Instant::now();
     loop {
         let now = engine.time.clock_full();
@@ -368,8 +370,8 @@ fn the_reaper_thread_publishes_the_tick_it_sleeps_until() {
     assert!(acker.ack(1, 0b1));
 }
 
-/// An acker with its reaper thread on a manual clock at 20 ms ticks (a hand-off age of
-/// 1.28 s), trees due a minute on. The clock stands still once the thread sleeps, so
+/// An acker with its reaper thread on a manual clock at 20 ms ticks (sleeps of at most
+/// 1.28 s while trees are pending), trees due a minute on. The clock stands still once the thread sleeps, so
 /// that its sleeps last their whole length.
 fn threaded_on_a_manual_clock() -> (ManualClock, Acker<u32>) {
     let clock = ManualClock::new(0);
@@ -383,8 +385,7 @@ fn threaded_on_a_manual_clock() -> (ManualClock, Acker<u32>) {
 }
 
 /// Waits until the reaper thread sleeps on a timer past the next tick (idle, not a tick at
-/// a time for entries in hand-off lists), moving the clock `step` on at each look; its
-/// tick.
+/// a time), moving the clock `step` on at each look; its tick.
 fn asleep_past_the_next_tick(acker: &Acker<u32>, clock: &ManualClock, step: Duration) -> u64 {
     let engine = acker.engine();
     let waited = Instant::now();
@@ -403,16 +404,15 @@ fn asleep_past_the_next_tick(acker: &Acker<u32>, clock: &ManualClock, step: Dura
 }
 
 /// A tree started while the reaper thread sleeps beside pending ones does not wake it:
-/// its timer ends before the new entry's hand-off tick ("Sleeping"). (A wake would
-/// have moved the published tick to the pusher's.) One whose own timeout ends sooner
-/// does, even pushed into a hand-off list that holds entries already.
+/// its timer ends before the tick by which it must scan for the new tree ("Sleeping"). (A
+/// wake would have moved the published tick to the registration's.) One whose own timeout
+/// ends sooner does, though a tree registered since the last scan is already dirty.
 #[test]
 fn a_tree_started_beside_pending_ones_does_not_wake_the_reaper_one_due_sooner_does() {
     let (clock, acker) = threaded_on_a_manual_clock();
     let engine = acker.engine();
     acker.init(1, 0b1, 0).unwrap();
-    // On while waiting, so that the tree's hand-off list goes quiet and the reaper takes it
-    // over.
+    // On while waiting, so that the reaper sleeps on a timer past the next tick.
     let asleep_until = asleep_past_the_next_tick(&acker, &clock, 20 * MS);
     acker.init(2, 0b1, 0).unwrap();
     assert_eq!(
@@ -420,8 +420,8 @@ fn a_tree_started_beside_pending_ones_does_not_wake_the_reaper_one_due_sooner_do
         asleep_until,
         "the init woke the reaper"
     );
-    // A tree due before the reaper's timer ends, pushed into the hand-off list that now
-    // holds tree 2: it wakes the reaper, whose pass finds nothing to do (an idle wake-up)
+    // A tree due before the reaper's timer ends, registered beside tree 2 (the summary
+    // set, its tick later): it wakes the reaper, whose pass finds nothing to do (an idle wake-up)
     // long before its timer (64 ticks of 20 ms: 1.28 s, the clock standing still).
     let before = acker.idle_wakeups();
     acker.init_with_timeout(3, 0b1, 0, 40 * MS).unwrap();
@@ -436,38 +436,38 @@ fn a_tree_started_beside_pending_ones_does_not_wake_the_reaper_one_due_sooner_do
     assert!(acker.ack(1, 0b1) && acker.ack(2, 0b1) && acker.ack(3, 0b1));
 }
 
-/// A thread that keeps starting trees keeps its hand-off list busy (never quiet, never
-/// empty), yet the reaper thread sleeps past the next tick: until the earliest tick by
-/// which one of those entries must reach it (a tick before its 60 s deadline), bounded by
-/// the hand-off age, not a tick at a time to look at the list again ("Sleeping").
+/// A thread that keeps starting trees keeps the summary set, yet the reaper thread sleeps
+/// past the next tick: until the tick by which it must scan (a tick before the first
+/// tree's 60 s deadline), bounded by a quarter of the timeout, not a tick at a time
+/// ("Sleeping").
 #[test]
-fn a_busy_hand_off_list_leaves_the_reaper_asleep_until_an_entry_is_due() {
+fn trees_started_in_a_row_leave_the_reaper_asleep_until_their_scan_is_due() {
     let (clock, acker) = threaded_on_a_manual_clock();
     let engine = acker.engine();
-    let age = u64::from(engine.hand_off_age);
+    let age = u64::from(engine.pending_sleep);
     for root in 1..=4 {
         acker.init(root, 0b1, 0).unwrap();
         clock.advance(20 * MS);
     }
-    acker.init(5, 0b1, 0).unwrap(); // this tick's push: the list is not quiet
+    acker.init(5, 0b1, 0).unwrap();
     let now = engine.time.ticks.full(clock.now());
-    // The clock stands still: the list stays busy, its owner inside this tick.
+    // The clock stands still.
     let asleep_until = asleep_past_the_next_tick(&acker, &clock, Duration::ZERO);
     assert!(
         asleep_until <= now + age,
-        "{asleep_until} past the hand-off age"
+        "{asleep_until} past a quarter of the timeout"
     );
     assert_eq!(acker.pending(), 5);
 }
 
 /// Requests that each complete before the next begins leave nothing pending between
-/// them: the reaper thread lingers on timed sleeps for four hand-off ages rather than
+/// them: the reaper thread lingers on four more of its timed sleeps rather than
 /// park, so the next request's tree does not wake it; after that it parks ("Sleeping").
 #[test]
 fn the_reaper_lingers_after_the_last_tree_then_parks() {
     let (clock, acker) = threaded_on_a_manual_clock();
     let engine = acker.engine();
-    let age = u64::from(engine.hand_off_age);
+    let age = u64::from(engine.pending_sleep);
     acker.init(1, 0b1, 0).unwrap();
     // Until the reaper has seen it pending: its timer is then at most an age away.
     let waited = Instant::now();
@@ -650,12 +650,12 @@ fn a_callers_pass_looks_past_groups_of_completed_trees() {
     }
 }
 
-/// Entries a caller's pass leaves in the inbox (past its bound of entries) wait for the
-/// next pass while their trees' deadlines are far: callers keep the lead. One that must
-/// reach the reaper within the thread's lag makes them a burst, the thread's: the lead
-/// ends. (Before, any entry left was a burst.)
+/// Dirty groups wait for the scan due a tick before the earliest deadline registered:
+/// callers keep the lead while it is far. A scan due within the thread's lag that a
+/// caller's pass takes only in part (past its bound of groups) is a burst, the thread's:
+/// the lead ends.
 #[test]
-fn entries_a_callers_pass_leaves_are_a_burst_only_when_due_within_the_lag() {
+fn a_scan_a_callers_pass_leaves_is_a_burst_only_when_due_within_the_lag() {
     for urgent in [false, true] {
         let clock = ManualClock::new(0);
         let acker: Acker<u32> = Acker::builder()
@@ -673,19 +673,15 @@ fn entries_a_callers_pass_leaves_are_a_burst_only_when_due_within_the_lag() {
         acker.pretend_reaper_late();
         assert!(acker.help_late_reaper());
         assert_eq!(engine.reaper.lead.lag(), 1, "callers lead at 500 µs");
-        // A timer the next caller's pass runs for, filed; then 300 trees whose entries
-        // reach the inbox at their hand-off age (a quarter of the timeout), due 49 ticks
-        // from now.
+        // A timer the next caller's pass runs for, filed; then trees in more groups than a
+        // caller's pass takes, their scan due 49 ticks from now.
         acker.init_with_timeout(2, 0b1, 0, 30 * tick).unwrap();
         assert_eq!(acker.expire(), 0, "filed, not due");
-        for root in 100..400 {
+        for root in 100..2100 {
             acker.init_with_timeout(root, 0b1, 0, 50 * tick).unwrap();
         }
-        clock.advance(25 * tick);
-        // Its push hands the aged 300 off.
-        acker.init(9, 0b1, 0).unwrap();
-        // Tree 2 due; the 300 a lag from due, or far from it.
-        clock.advance(if urgent { 23 * tick } else { 8 * tick });
+        // Tree 2 due; the scan a lag from due, or far from it.
+        clock.advance(if urgent { 48 * tick } else { 33 * tick });
         acker.pretend_reaper_late();
         assert!(acker.help_late_reaper(), "no caller's pass");
         assert!(acker.stats().timed_out >= 2, "tree 2 was due");
@@ -694,7 +690,7 @@ fn entries_a_callers_pass_leaves_are_a_burst_only_when_due_within_the_lag() {
         // Every tree times out once, in the end.
         clock.advance(100 * tick);
         acker.expire();
-        assert_eq!(acker.stats().timed_out, 303);
+        assert_eq!(acker.stats().timed_out, 2002);
     }
 }
 
@@ -832,74 +828,36 @@ fn a_sleep_ends_where_its_tick_begins_not_a_whole_number_of_ticks_from_now() {
     assert_eq!(wait_nanos(u64::MAX - 4, 5, 3 * TICK), None);
 }
 
-/// The hand-off age is a length of time, not a count of ticks: at the async acker's
-/// 2^18 ns ticks and a 100 ms timeout it is a quarter of the timeout (95 ticks), so a tree
-/// that lives 20 ms (76 ticks, past 64) never reaches the reaper's wheel, and one that
-/// lives past 25 ms does.
+/// A tree reaches the reaper as its group's dirty bit, scanned at the tick before the
+/// earliest deadline registered since the last scan: a tree that completes before then costs
+/// the reaper no timer, and one still pending at the scan gets its group's timer, which
+/// times it out at its deadline.
 #[test]
-fn the_hand_off_age_is_a_length_of_time_not_64_ticks() {
+fn the_reaper_scans_the_dirty_groups_by_the_earliest_deadline_registered() {
     let clock = ManualClock::new(0);
     let acker = manual_acker(&clock, 100 * MS, 18);
     let engine = acker.engine();
     let timers = || engine.reaper.lock_wheel().len();
     acker.init(1, 0b1, 0).unwrap();
-    // A push 20 ms on runs this thread's filter, which would hand tree 1 over at its
-    // hand-off tick; the driver's pass (the thread's: this one, busy in this tick, keeps
-    // its list) files what was handed over.
-    clock.advance(20 * MS);
+    clock.advance(10 * MS);
     acker.init(2, 0b1, 0).unwrap();
+    assert!(acker.ack(1, 0b1));
+    let by = engine.threads.earliest_due().expect("registered");
+    // Tree 1's deadline less a tick: its base plus the timeout in ticks, rounded up.
+    let timeout = ticks_at_least_one(100_000_000, 18);
+    assert_eq!(u64::from(by), engine.time.ticks.full(0) + timeout);
+    // Passes before that tick scan nothing.
+    clock.advance(80 * MS);
     assert!(engine.driven_pass());
-    assert_eq!(timers(), 0, "a tree 20 ms old reached the reaper");
-    clock.advance(6 * MS);
-    acker.init(3, 0b1, 0).unwrap();
+    assert_eq!(timers(), 0, "scanned before the tick it was due at");
+    assert_eq!(engine.threads.earliest_due(), Some(by));
+    // Past it, the scan looks at both groups: tree 1's is empty, tree 2's gets a timer.
+    clock.advance(11 * MS);
     assert!(engine.driven_pass());
-    assert_eq!(timers(), 1, "tree 1, 26 ms old, is with the reaper");
-    for root in 1..=3 {
-        assert!(acker.ack(root, 0b1));
-    }
-}
-
-/// At the async acker's 2^18 ns ticks, a tree's hand-off entry settles for two periods of
-/// two ticks before its first look: a tree that completes within half a millisecond or so
-/// is looked at once, dead, and never waits in its thread's hand-off list until the
-/// hand-off age (25 ms at a 100 ms timeout) with the survivors. Looked at the next tick
-/// (before), a tree that lived past a tick's end stayed there for the whole age: 4 MB of
-/// dead entries at 6 million requests a second (`examples/track_instructions.rs`).
-#[test]
-fn trees_that_complete_within_the_settling_never_wait_for_their_hand_off_age() {
-    let clock = ManualClock::new(0);
-    let acker = manual_acker(&clock, 100 * MS, 18);
-    let engine = acker.engine();
-    let tick = Duration::from_nanos(1 << 18);
-    // 100 trees a tick for 8 ticks, each completed the tick after its own: every tree's
-    // entry sees a tick change while its tree is alive.
-    let mut root = 0;
-    for _ in 0..8 {
-        for _ in 0..100 {
-            root += 1;
-            acker.init(root, 0b1, 0).unwrap();
-        }
-        clock.advance(tick);
-        if root > 100 {
-            for done in root - 199..=root - 100 {
-                assert!(acker.ack(done, 0b1));
-            }
-        }
-    }
-    // A push a few ticks later runs the filters that are due.
-    for _ in 0..4 {
-        clock.advance(tick);
-        acker.init(10_000, 0b1, 0).unwrap();
-        assert!(acker.ack(10_000, 0b1));
-    }
-    // Pending: the last tick's 100 trees; held: theirs, and nothing of the 700 completed.
-    assert_eq!(acker.pending(), 100);
-    assert!(
-        engine.own_held() <= 100 + 4,
-        "dead entries wait for their hand-off age: {} held for 100 pending",
-        engine.own_held()
-    );
-    for done in root - 99..=root {
-        assert!(acker.ack(done, 0b1));
-    }
+    assert_eq!(engine.threads.earliest_due(), None, "scanned");
+    assert_eq!(timers(), 1, "tree 2's group, once");
+    assert_eq!(acker.pending(), 1);
+    clock.advance(11 * MS);
+    assert_eq!(acker.expire(), 1, "tree 2 timed out at its deadline");
+    assert_eq!(acker.pending(), 0);
 }

@@ -28,20 +28,20 @@ pub(in crate::acker::engine) fn spawn<T: Send + 'static>(
 /// What to do after a pass: the reaper thread's sleep decision, which a task that drives a
 /// manual acker's passes makes the same way (`Engine::next_pass`). Every variant but
 /// [`Wait::Tick`] and [`Wait::Again`] has marked the reaper idle
-/// ([`wake`](crate::acker::threads::wake), "Waking the reaper"): whoever sleeps on it must
-/// call `hand-off lists.unidle()` when it wakes, and must be woken by
-/// `Engine::wake_reaper`, or a push made while it sleeps waits for its deadline.
+/// ([`wake`](crate::acker::threads::wake)): whoever sleeps on it must call
+/// `Threads::unidle` when it wakes, and must be woken by `Engine::wake_reaper`, or a
+/// registration made while it sleeps waits for its deadline.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(in crate::acker::engine) enum Wait {
-    /// An entry that must reach the reaper by now is still with its owner (busy in this
-    /// tick: its next push hands it over), or came since the pass: one tick after `from`
-    /// (the last pass's tick), not idle.
+    /// A scan of the dirty groups is due by now (a registration since the pass, due
+    /// sooner): one tick after `from` (the last pass's tick), not idle.
     Tick { from: u64 },
-    /// An entry arrived due while the reaper marked itself idle: a pass now (not idle).
+    /// A registration made a scan due while the reaper marked itself idle: a pass now (not
+    /// idle).
     Again,
     /// Idle: `ticks` after `from` (the last pass's tick): the wheel's next due tick,
-    /// housekeeping's next work or the tick by which an entry waiting in a hand-off list
-    /// must reach the reaper, whichever is soonest, or until woken.
+    /// housekeeping's next work or the tick by which the reaper must scan the dirty groups,
+    /// whichever is soonest, or until woken.
     Ticks { ticks: u64, from: u64 },
     /// Idle with nothing pending anywhere: until woken.
     Forever,
@@ -49,13 +49,12 @@ pub(in crate::acker::engine) enum Wait {
     Stop,
 }
 
-/// The sleep decision after a pass (module docs of [`reaper`](super)): a tick at a time
-/// while an entry due at the reaper by now waits with its owner; otherwise idle (then one
-/// more look at the hand-off lists), until the wheel's next due tick, housekeeping's next
-/// work or the earliest tick by which a waiting entry must reach the reaper, or until
-/// woken when none has any.
+/// The sleep decision after a pass (module docs of [`reaper`](super)): a tick while a scan
+/// is due by now; otherwise idle (then one more look at the summary), until the wheel's
+/// next due tick, housekeeping's next work or the tick by which the reaper must scan, or
+/// until woken when none has any.
 pub(in crate::acker::engine) fn next_wait<T: Send + 'static>(engine: &Engine<T>) -> Wait {
-    let (hand_offs, next_due, now) = {
+    let (scan, next_due, now) = {
         let mut wheel = engine.reaper.lock_wheel();
         // Dead entries with nothing pending: the next tick's pass sweeps them, rather than
         // their deadlines ([`wheel`], "Dead entries").
@@ -68,30 +67,30 @@ pub(in crate::acker::engine) fn next_wait<T: Send + 'static>(engine: &Engine<T>)
     };
     // While callers lead, the thread sleeps a lag past the tick it aims at, and leaves a
     // tick with no timer due to itself ("Callers first"): it aims that far before the tick
-    // by which an entry must reach it, to have it by then.
+    // by which it must scan, to have scanned by then.
     let lag = engine.reaper.lead.lag() as Tick;
     let aim = |due: Option<Tick>| due.map(|due| due.wrapping_sub(lag));
-    if aim(hand_offs).is_some_and(|at| reached(at, now as Tick)) {
+    if aim(scan).is_some_and(|at| reached(at, now as Tick)) {
         engine.threads.unidle();
         return Wait::Tick { from: now };
     }
-    // A longer sleep: idle first, then one more look at the hand-off lists (module docs of
+    // A longer sleep: idle first, then one more look at the summary (module docs of
     // [`reaper`](super)).
-    let hand_offs = aim(engine.threads.park_check((now as Tick).wrapping_add(lag)));
-    if hand_offs.is_some_and(|at| reached(at, now as Tick)) {
+    let scan = aim(engine.threads.park_check((now as Tick).wrapping_add(lag)));
+    if scan.is_some_and(|at| reached(at, now as Tick)) {
         return Wait::Again;
     }
     if engine.stopping() {
         return Wait::Stop;
     }
     // Until the next deadline, housekeeping's next work (a migration, a generation to
-    // free, a table to shrink) or the earliest entry due at the reaper, whichever comes
+    // free, a table to shrink) or the scan of the dirty groups, whichever comes
     // first; unbounded when none.
     let house = engine.housekeeping_due(now as Tick).map(u64::from);
     let wait = [
         next_due.map(|due| due.saturating_sub(now)),
         house,
-        hand_offs.map(|due| u64::from(due.wrapping_sub(now as Tick))),
+        scan.map(|due| u64::from(due.wrapping_sub(now as Tick))),
     ]
     .into_iter()
     .flatten()
@@ -99,8 +98,8 @@ pub(in crate::acker::engine) fn next_wait<T: Send + 'static>(engine: &Engine<T>)
     // At most half the anchor's reach while anything is pending
     // ([`anchor`](crate::acker::engine::time)), so that passes keep the anchor near what
     // is stored and no re-anchoring is ever needed; and the thread, while trees are
-    // pending, at most the hand-off age, so that the hand-off lists of threads gone quiet
-    // are taken over within it (module docs, "Sleeping").
+    // pending, at most a quarter of the timeout, so that a registration never needs to
+    // wake it (module docs, "Sleeping").
     let most = longest_sleep(engine, now);
     match wait {
         // Nothing pending: no wake-ups at all, once the linger is over ("Sleeping").
@@ -116,17 +115,17 @@ pub(in crate::acker::engine) fn next_wait<T: Send + 'static>(engine: &Engine<T>)
     }
 }
 
-/// How long, in hand-off ages, the reaper thread keeps sleeping a hand-off age at a time
-/// after the last tree it saw pending ("Sleeping"): a server whose requests each complete
+/// How many of its sleeps while trees are pending (`Engine::pending_sleep`) the reaper
+/// thread keeps after the last tree it saw pending ("Sleeping"): a server whose requests each complete
 /// before the next begins would otherwise wake it from its park at every request.
 pub(super) const LINGER_AGES: u64 = 4;
 
 /// The most ticks the reaper thread sleeps on a timer at full tick `now` ([`next_wait`]):
-/// the hand-off age while trees are pending and for [`LINGER_AGES`] of them after,
-/// otherwise half the anchor's reach. A manual acker's driver is woken by every push that
-/// needs it, and sleeps as long as it likes.
+/// `Engine::pending_sleep` while trees are pending and for [`LINGER_AGES`] of them after,
+/// otherwise half the anchor's reach. A manual acker's driver is woken by every
+/// registration that needs it, and sleeps as long as it likes.
 pub(super) fn longest_sleep<T: Send + 'static>(engine: &Engine<T>, now: u64) -> u64 {
-    let age = u64::from(engine.hand_off_age);
+    let age = u64::from(engine.pending_sleep);
     if engine.reaper.manual {
         return REANCHOR_AFTER / 2;
     }
@@ -221,8 +220,8 @@ pub(super) fn sleep_until<T: Send + 'static>(
     };
     let wait = if again { wait.map(|_| most) } else { wait };
     // While callers lead, the thread sleeps a lag past its timer: the first caller in the
-    // tick runs the pass if a timer is due ("Callers first"); a tick for the hand-off lists
-    // alone, callers leave to the thread unless it is a lateness past the lag.
+    // tick runs the pass if a timer is due ("Callers first"); a tick for a scan alone,
+    // callers leave to the thread unless it is a lateness past the lag.
     let lag = engine.reaper.lead.lag() * tick_nanos;
     let wait = match wait {
         None if lag > 0 => Some(0),
@@ -231,8 +230,8 @@ pub(super) fn sleep_until<T: Send + 'static>(
     if let Some(wait) = wait {
         // The tick the timer ends in: `tick`, or later for a whole `ticks` from now (a
         // second sleep aimed at it); unknown with a clock that panicked. A caller runs the
-        // pass once it begins ("Callers first"); a push relies on the thread or a caller
-        // to run it by then ("Sleeping").
+        // pass once it begins ("Callers first"); a registration relies on the thread or a
+        // caller to run it by then ("Sleeping").
         let ends = now.map_or(AWAKE, |now| {
             tick.max(engine.time.ticks.full(now.wrapping_add(wait)))
         });

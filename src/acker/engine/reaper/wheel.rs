@@ -37,8 +37,7 @@
 use crate::acker::engine::tables::GEN_MASK;
 use crate::acker::engine::Engine;
 use crate::acker::table::GROUP_SLOTS;
-use crate::acker::threads::Entry;
-use crate::acker::timers::groups::{File, Filed, GroupAt, GroupTimer};
+use crate::acker::timers::groups::{Entry, File, Filed, GroupAt, GroupTimer};
 use crate::acker::timers::ticks::{full_near, Tick};
 use crate::acker::timers::wheel::CompactWheel;
 
@@ -56,7 +55,8 @@ pub(in crate::acker::engine) struct Wheel {
     /// The clock's full tick at the last pass, which judged its deadlines (it may be
     /// behind `now`, after the clock stepped back).
     pub(super) clock: u64,
-    pub(super) collected: Vec<Entry>,
+    /// The dirty groups a pass's scan took, for its look.
+    pub(super) dirty: Vec<GroupTimer>,
     pub(super) due: Vec<GroupTimer>,
     /// Heap bytes the sweeps and scratch trims gave back to the allocator since it was
     /// last asked to return free memory to the system (`Engine::give_back_memory`).
@@ -76,7 +76,7 @@ impl Wheel {
             filed: Filed::default(),
             now,
             clock: now,
-            collected: Vec::new(),
+            dirty: Vec::new(),
             due: Vec::new(),
             released: 0,
             kept: 0,
@@ -94,8 +94,7 @@ impl Wheel {
     pub(in crate::acker::engine) fn heap_bytes(&self) -> usize {
         self.timers.heap_bytes()
             + self.filed.heap_bytes()
-            + self.collected.capacity() * std::mem::size_of::<Entry>()
-            + self.due.capacity() * std::mem::size_of::<GroupTimer>()
+            + (self.dirty.capacity() + self.due.capacity()) * std::mem::size_of::<GroupTimer>()
     }
 
     /// The full tick of a `u32` tick near the wheel's time (within 2^31 ticks: the wheel's

@@ -5,9 +5,9 @@
 //! migrations, promote what has moved, shrink tables whose load stayed low (to 2/3, or to a
 //! load of 1/4 at once), and free retired generations after their grace period. A pass
 //! files the groups it moves on its wheel at once (`Engine::file_on_wheel`), where an
-//! operation files those it moves in its hand-off list: in a fill the reaper thread moves
-//! most roots, and through its own hand-off list each came back a tick later to be read
-//! twice more, its line gone from the cache by then. The protocol itself is
+//! operation registers those it moves by their groups' dirty bits: in a fill the reaper
+//! thread moves most roots, and a scan would read each line again, gone from the cache by
+//! then. The protocol itself is
 //! [`migrate`](crate::acker::table::migrate); the generations' ownership is
 //! [`generations`](crate::acker::engine::tables::generations).
 //!
@@ -488,8 +488,8 @@ impl<T: Send + 'static> Engine<T> {
     /// pass's share). Returns the released bytes not yet given back.
     ///
     /// The tables are mapped directly and go back when freed, but what a burst of trees
-    /// allocated on the heap (the reaper's wheel and filed ticks, the threads' hand-off
-    /// lists, the payloads' own allocations, an async caller's waiters) goes back to
+    /// allocated on the heap (the reaper's wheel, filed ticks and scratch, the payloads'
+    /// own allocations, an async caller's waiters) goes back to
     /// glibc's arenas, which keep it: a small block left near the top of an arena holds
     /// every free page below it, and once a large block has been freed glibc serves blocks
     /// of that size from its arenas rather than from mappings of their own. So the burst's

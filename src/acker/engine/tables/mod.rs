@@ -1,8 +1,8 @@
 //! The tables: one chain of generations per shard ([`generations`]),
 //! where a root lives ([`layout`]), how large a shard's table may grow
 //! ([`growth`]), and the generations retired by migrations until their
-//! grace period ends; and the way back from a timer entry (a thread's hand-off list, the
-//! reaper's wheel) to its slot: an entry names its shard and slot in one `u32` and its
+//! grace period ends; and the way back from a timer entry (a root the reaper files, a group
+//! timer in its wheel) to its slot: an entry names its shard and slot in one `u32` and its
 //! generation in its tag's low bits, and is live while its slot holds a root of its tag.
 
 pub(in crate::acker) mod generations;
@@ -12,8 +12,7 @@ pub(in crate::acker) mod layout;
 use crate::acker::bound::Credits;
 use crate::acker::table::word::Key;
 use crate::acker::table::{Table, GROUP_SLOTS};
-use crate::acker::threads::{Entry, Liveness};
-use crate::acker::timers::groups::{Filed, GroupAt, GroupTimer};
+use crate::acker::timers::groups::{Entry, Filed, GroupAt, GroupTimer};
 use crate::acker::timers::ticks::Tick;
 use crate::acker::timers::{GEN_TAG_BITS, TAG_CHECK_MASK};
 use crate::sync::{Arc, AtomicU64, AtomicUsize, Mutex};
@@ -108,7 +107,7 @@ impl<T> Tables<T> {
 }
 
 impl<T: Send + 'static> Tables<T> {
-    /// The hand-off entry of `slot` of `shard`'s generation `gen`, which holds `key`.
+    /// The timer entry of `slot` of `shard`'s generation `gen`, which holds `key`.
     #[inline(always)]
     pub(super) fn entry_of(&self, shard: usize, slot: usize, key: Key, gen: u32) -> Entry {
         Entry {
@@ -117,28 +116,23 @@ impl<T: Send + 'static> Tables<T> {
         }
     }
 
-    /// Asks for the line of a hand-off entry's slot (in its table's current generation,
-    /// where nearly every entry is; another's is not worth the walk for a hint). Called
-    /// inside an acker operation.
+    /// Asks for the line of a group timer's group (in its shard's current generation, where
+    /// nearly every group is; another's is not worth the walk for a hint), without waiting.
+    /// Called inside an acker operation.
     #[inline]
-    pub(super) fn prefetch_entry(&self, entry: &Entry) {
-        let (shard, slot) = self.shard_and_slot(entry);
+    pub(super) fn prefetch_group(&self, timer: &GroupTimer) {
+        let (shard, first) = self.shard_and_slot(&Entry {
+            slot: timer.first,
+            tag: timer.gen,
+        });
         let Some(generations) = self.shards.get(shard) else {
             return;
         };
         // Safety: the caller's contract.
         let current = unsafe { generations.current() };
-        if current.gen() & GEN_MASK == entry.tag & GEN_MASK {
-            current.prefetch_slot(slot);
+        if current.gen() & GEN_MASK == timer.gen & GEN_MASK {
+            current.prefetch_slot(first);
         }
-    }
-
-    /// Whether a hand-off entry's slot still holds an uncompleted (or moving) root of its
-    /// tag. Called inside an acker operation.
-    #[inline]
-    pub(super) fn entry_live(&self, entry: &Entry) -> bool {
-        self.locate(entry)
-            .is_some_and(|(_, table, slot)| self.holds_entry(table, slot, entry))
     }
 
     /// Whether `slot` of `table` (where [`locate`](Self::locate) put `entry`) still holds
@@ -168,6 +162,49 @@ impl<T: Send + 'static> Tables<T> {
         Some((at, live))
     }
 
+    /// Takes the dirty bits of every generation of every shard
+    /// ([`dirty`](crate::acker::timers::dirty)), a word of 64 groups at a time, until `into`
+    /// holds `most` or more: each dirty group into `into`, as its group timer. `true` when
+    /// it stopped before the last word (bits may be left). Called inside an acker
+    /// operation, after the summary's swap.
+    pub(super) fn take_dirty(&self, most: usize, into: &mut Vec<GroupTimer>) -> bool {
+        for (shard, generations) in self.shards.iter().enumerate() {
+            // Safety: the caller's contract.
+            let current = unsafe { generations.current() };
+            for table in chain(current) {
+                let dirty = table.dirty();
+                for word in 0..dirty.words() {
+                    if into.len() >= most {
+                        return true;
+                    }
+                    let mut bits = dirty.take(word);
+                    while bits != 0 {
+                        let group = word * 64 + bits.trailing_zeros() as usize;
+                        bits &= bits - 1;
+                        into.push(GroupTimer {
+                            first: ((shard << self.slot_bits) | (group * GROUP_SLOTS)) as u32,
+                            gen: table.gen() & GEN_MASK,
+                        });
+                    }
+                }
+            }
+        }
+        false
+    }
+
+    /// Marks a group timer's group dirty again (a scan that could not look at it), unless
+    /// its generation left the chain (its roots moved, each registered in the successor).
+    /// Called inside an acker operation.
+    pub(super) fn mark_dirty(&self, timer: &GroupTimer) {
+        let entry = Entry {
+            slot: timer.first,
+            tag: timer.gen,
+        };
+        if let Some((_, table, first)) = self.locate(&entry) {
+            table.dirty().mark(first / GROUP_SLOTS);
+        }
+    }
+
     /// Drops the reaper's filed ticks of `shard`'s generations that left its chain. Called
     /// inside an acker operation.
     pub(super) fn prune_filed(&self, shard: usize, filed: &mut Filed) {
@@ -179,7 +216,7 @@ impl<T: Send + 'static> Tables<T> {
     }
 
     /// A timer entry's table generation and slot: the table is the slot number's top bits
-    /// (a shift and a mask: the hand-off list filter does this per entry), the generation
+    /// (a shift and a mask), the generation
     /// the tag's low bits, which must be the current one's or its successor's. `None` for
     /// an entry of an older generation: its root was moved, with a timer of its own. Called
     /// inside an acker operation, and the result used only within it.
@@ -220,7 +257,7 @@ impl<T: Send + 'static> Tables<T> {
     }
 }
 
-/// A hand-off entry's tag: the key's tag's check bits, with the generation in the low bits
+/// A timer entry's tag: the key's tag's check bits, with the generation in the low bits
 /// and the bits above zero.
 #[inline]
 pub(super) fn tag_of(key_tag: u32, gen: u32) -> u32 {
@@ -229,19 +266,3 @@ pub(super) fn tag_of(key_tag: u32, gen: u32) -> u32 {
 
 /// The generation bits of a timer entry's tag.
 pub(super) const GEN_MASK: u32 = (1 << GEN_TAG_BITS) - 1;
-
-/// The tables as the hand-off lists' filter sees them: whether an entry's slot still holds
-/// its root, and its line asked for ahead of that look. Used inside an acker operation.
-pub(super) struct EntrySlots<'a, T: Send + 'static>(pub(super) &'a Tables<T>);
-
-impl<T: Send + 'static> Liveness for EntrySlots<'_, T> {
-    #[inline]
-    fn live(&mut self, entry: &Entry) -> bool {
-        self.0.entry_live(entry)
-    }
-
-    #[inline]
-    fn prefetch(&self, entry: &Entry) {
-        self.0.prefetch_entry(entry);
-    }
-}
