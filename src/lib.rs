@@ -68,7 +68,7 @@ pub mod table {
 #[doc(hidden)]
 pub mod threads {
     pub use crate::acker::bound::Credits;
-    pub use crate::acker::threads::{Pushed, Record, Threads};
+    pub use crate::acker::threads::{Record, Registered, Threads};
     pub use crate::acker::DirtyGroups;
     pub use crate::sync::fences::Fences;
 }

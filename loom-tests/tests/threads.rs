@@ -11,7 +11,7 @@
 //! each side); the asymmetric form's argument is in the module docs.
 #![cfg(loom)]
 
-use ackwheel::threads::{Credits, DirtyGroups, Fences, Pushed, Threads};
+use ackwheel::threads::{Credits, DirtyGroups, Fences, Registered, Threads};
 use loom::sync::atomic::{AtomicBool, Ordering};
 use loom::sync::Arc;
 use loom::thread;
@@ -105,10 +105,10 @@ fn never_slept_past(before: Before, by: u32) {
             })
         };
         let seen = threads.park_check(0);
-        let pushed = operation.join().unwrap();
+        let woke = operation.join().unwrap();
         assert!(
             seen.is_some_and(|due| (by.wrapping_sub(due) as i32) >= 0)
-                || pushed == Pushed::WakeReaper { by },
+                || woke == Registered::WakeReaper { by },
             "{before:?}: the reaper would sleep past tick {by} ({seen:?}), and no one would \
              wake it"
         );

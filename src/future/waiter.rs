@@ -633,7 +633,7 @@ mod tests {
 
     #[test]
     fn a_completion_races_polls_and_drops_across_threads() {
-        let rounds = if cfg!(miri) { 20 } else { 2_000u32 };
+        let rounds = if cfg!(miri) { 8 } else { 2_000u32 };
         for round in 0..rounds {
             let drops = Arc::new(AtomicUsize::new(0));
             let (waiter, mut rx) = pair(Counted(Arc::clone(&drops)));

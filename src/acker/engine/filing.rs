@@ -8,7 +8,7 @@ use super::reaper::publish_timers;
 use super::reaper::wheel::file;
 use super::Engine;
 use crate::acker::table::{Effects, Table, GROUP_SLOTS};
-use crate::acker::threads::{Active, Pushed};
+use crate::acker::threads::{Active, Registered};
 
 impl<T: Send + 'static> Engine<T> {
     /// After an operation's table calls on `table` (and its successors): files the timers
@@ -64,7 +64,8 @@ impl<T: Send + 'static> Engine<T> {
             table.dirty().mark(slot / GROUP_SLOTS);
             // The summary made earlier, and the reaper idle: wake it if its timer ends
             // after that tick (`reaper_sleeps_past`).
-            if let Pushed::WakeReaper { by } = self.threads.registered(deadline.wrapping_sub(1)) {
+            if let Registered::WakeReaper { by } = self.threads.registered(deadline.wrapping_sub(1))
+            {
                 if self.reaper_sleeps_past(by) {
                     self.wake_reaper();
                 }

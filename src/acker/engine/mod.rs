@@ -264,7 +264,7 @@ impl<T: Send + 'static> Engine<T> {
     /// A re-anchoring's rewrite from the anchor `from` to `to`, every other thread
     /// quiescent ([`time`]): every stored base and start in the tables; the reaper's wheel,
     /// whose filed `u32` ticks are forgotten; and the dirty groups' summary, whose tick
-    /// becomes `to` (the pass that re-anchors scans them).
+    /// becomes `to` (the next pass scans them).
     /// Called inside an operation, not under the wheel's lock.
     fn rebase(&self, from: u64, to: u64) {
         let mut wheel = self.reaper.lock_wheel();

@@ -37,7 +37,7 @@
 //!   floor (their deadlines had passed and still have: the next pass times them out, late
 //!   by the stall and never early), puts every start in a form decodable at the new anchor
 //!   ([`times`](crate::acker::table::times)), forgets the wheel's filed `u32` ticks and
-//!   makes a set summary of the dirty groups due at once (the pass scans them); then
+//!   makes a set summary of the dirty groups due at once (the next pass scans them); then
 //!   publishes the new anchor. It costs a walk of every table, once per stall.
 //!
 //! Readers then decode against the anchor, not against their own clock: `elapsed` is

@@ -38,7 +38,7 @@ pub(super) mod marks;
 pub(super) mod wake;
 
 pub use marks::{Active, Grace};
-pub use wake::Pushed;
+pub use wake::Registered;
 
 /// One thread's record for one acker: the marks of its operations ([`marks`]), its hand of
 /// credits and its counts.

@@ -7,11 +7,11 @@ use super::*;
 fn the_first_registration_wakes_an_idle_reaper_and_an_idle_reaper_sees_the_summary() {
     let threads = Threads::new(Fences::detect());
     assert_eq!(threads.park_check(1), None, "nothing registered");
-    assert_eq!(threads.registered(5), Pushed::WakeReaper { by: 5 });
+    assert_eq!(threads.registered(5), Registered::WakeReaper { by: 5 });
     threads.unidle();
     assert_eq!(
         threads.registered(3),
-        Pushed::Filed,
+        Registered::Quiet,
         "earlier, but the reaper is awake"
     );
     assert_eq!(threads.park_check(1), Some(3), "sleep until 3 at most");
@@ -25,22 +25,22 @@ fn only_a_registration_that_brings_the_reapers_tick_nearer_checks_whether_it_is_
     let threads = Threads::new(Fences::detect());
     assert_eq!(threads.park_check(1), None);
     // Idle from here on. The first registration since a scan sets the summary.
-    assert_eq!(threads.registered(40), Pushed::WakeReaper { by: 40 });
+    assert_eq!(threads.registered(40), Registered::WakeReaper { by: 40 });
     // Due later (one timeout, in order): no check.
-    assert_eq!(threads.registered(41), Pushed::Filed);
-    assert_eq!(threads.registered(40), Pushed::Filed);
+    assert_eq!(threads.registered(41), Registered::Quiet);
+    assert_eq!(threads.registered(40), Registered::Quiet);
     // A shorter timeout of its own: earlier than the summary's.
-    assert_eq!(threads.registered(4), Pushed::WakeReaper { by: 4 });
+    assert_eq!(threads.registered(4), Registered::WakeReaper { by: 4 });
     assert_eq!(threads.earliest_due(), Some(4));
     // Across the wrap: u32::MAX is before 2.
     assert_eq!(threads.take_dirty(), Some(4));
     assert_eq!(threads.earliest_due(), None, "the scan cleared it");
-    assert_eq!(threads.registered(2), Pushed::WakeReaper { by: 2 });
+    assert_eq!(threads.registered(2), Registered::WakeReaper { by: 2 });
     assert_eq!(
         threads.registered(u32::MAX),
-        Pushed::WakeReaper { by: u32::MAX }
+        Registered::WakeReaper { by: u32::MAX }
     );
-    assert_eq!(threads.registered(1), Pushed::Filed);
+    assert_eq!(threads.registered(1), Registered::Quiet);
     assert_eq!(threads.earliest_due(), Some(u32::MAX));
 }
 

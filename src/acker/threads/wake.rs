@@ -17,9 +17,9 @@ use crate::sync::{fence, Ordering};
 
 /// What a registration asks of its caller.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Pushed {
-    /// Nothing.
-    Filed,
+pub enum Registered {
+    /// Nothing to wake.
+    Quiet,
     /// The reaper is idle (parked, or asleep on a timer), and the registration made `by`
     /// the earliest tick by which it must scan the dirty groups: wake it if it sleeps past
     /// `by` (module docs).
@@ -34,21 +34,21 @@ impl Threads {
     /// tick before the root's deadline). Whether the reaper is idle, parked or asleep on a
     /// timer, when that made the summary's tick earlier (module docs).
     #[inline]
-    pub fn registered(&self, by: Tick) -> Pushed {
+    pub fn registered(&self, by: Tick) -> Registered {
         if !self.dirty.lower(by) {
-            return Pushed::Filed;
+            return Registered::Quiet;
         }
         self.wake_check(by)
     }
 
     /// After the summary's tick became `by`: whether the reaper is idle (module docs).
     #[cold]
-    fn wake_check(&self, by: Tick) -> Pushed {
+    fn wake_check(&self, by: Tick) -> Registered {
         fence(Ordering::SeqCst); // orders the tick's store before the `idle` load (docs)
         if self.idle.load(Ordering::Relaxed) {
-            Pushed::WakeReaper { by }
+            Registered::WakeReaper { by }
         } else {
-            Pushed::Filed
+            Registered::Quiet
         }
     }
 
@@ -96,7 +96,7 @@ impl Threads {
 
     /// A re-anchoring to the tick `to` ([`anchor`](crate::acker::engine::time)): a tick
     /// stored in the summary would not decode after it, so a summary that is set becomes
-    /// due at `to`, and the pass that re-anchored scans.
+    /// due at `to`, and the next pass scans.
     pub fn rebase_dirty(&self, to: Tick) {
         if self.dirty.take().is_some() {
             self.dirty.lower(to);
@@ -105,6 +105,6 @@ impl Threads {
 
     /// The reaper is awake.
     pub fn unidle(&self) {
-        self.idle.store(false, Ordering::Relaxed); // Relaxed: a hint for pushers.
+        self.idle.store(false, Ordering::Relaxed); // Relaxed: a hint for registrations.
     }
 }

@@ -8,7 +8,7 @@
 //! root a worker moved) sets its group's bit, and the acker keeps one word beside them all,
 //! [`DirtySince`]: whether any bit was set since the reaper's last scan, and the earliest
 //! tick by which the reaper must scan, the one before the earliest deadline of what was
-//! registered. When that tick comes (or at every pass of a manual acker's) the reaper
+//! registered. When that tick comes (a manual acker's `expire`: at every call) the reaper
 //! takes the bits and looks at each dirty group as if its timer had come due: it times out
 //! what is due and files the group at the earliest deadline left in it, as a group timer's
 //! look does (a look of a group whose entry is still in the wheel is a *stale* one's, and
@@ -34,13 +34,17 @@
 //! ```text
 //!   operation (every new entry)          scan (a pass, when the summary's tick comes)
 //!   CAS the root into its slot           swap the summary to clear
-//!   light fence    (compiler fence)      swap each word of bits to zero
+//!   light fence    (compiler fence)      take each word of bits (swap it to zero)
 //!   load its group's bit                 heavy fence    (membarrier)
 //!   if clear: lock or the bit            read the slots of the groups taken
 //!   lower the summary to its tick
 //! ```
 //!
-//! If the operation's load reads a value from before the scan's swap of its word, the
+//! (A word that loads zero is not swapped: most words of a large table are clear. A load
+//! that reads zero where a mark's bit is set reads it before that mark in the order of the
+//! word's writes, so the mark's `lower` comes after the summary's swap, as below; and a
+//! scan that took no bits reads no slots, and needs no fence.) If the operation's load
+//! reads a value from before the scan's swap of its word, the
 //! heavy fence makes the scan's read of the slot see the root. Otherwise its load reads the
 //! swap's zero or a bit set after it, and the root waits for the next scan, which the
 //! summary holds: the operation's own `lower` comes after the swap of the bits it read

@@ -119,9 +119,10 @@
 //! * **Its timers only**: no sweep of the wheel, no migration, shrink or freeing of retired
 //!   generations, no pruning and no giving memory back: the upkeep waits for the thread.
 //! * **Bounded work.** A scan of the dirty groups due within the thread's lag (the thread
-//!   late for it) takes at most [`CALLER_GROUPS`] of them, with the heavy fence (a few
-//!   microseconds); the bits it leaves wait for the next scan, due as they were, and are a
-//!   burst, the thread's. Its advance of the wheel takes
+//!   late for it) takes at most [`CALLER_GROUPS`] of them and the rest of the word of 64
+//!   it reached, with the heavy fence (a few microseconds), and looks at them until it has
+//!   claimed [`CALLER_TIMEOUTS`] timeouts; the groups it leaves wait for the next scan, due
+//!   at once or as they were, and are a burst, the thread's. Its advance of the wheel takes
 //!   [`CALLER_PART`] groups at a time
 //!   ([`advance_within`](crate::acker::timers::wheel::CompactWheel::advance_within), which
 //!   takes due entries out of a coarse bucket too large to cascade), and no more once it

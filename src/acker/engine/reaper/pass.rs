@@ -9,7 +9,7 @@ use super::wheel::Wheel;
 use crate::acker::engine::tables::tag_of;
 use crate::acker::engine::Engine;
 use crate::acker::table::{Completed, Effects, Expiry, Judge, Table, GROUP_SLOTS};
-use crate::acker::threads::{trim, Active};
+use crate::acker::threads::{trim, Active, Registered};
 use crate::acker::timers::groups::{Entry, GroupAt, GroupTimer};
 use crate::acker::timers::ticks::{full_near, reached, Tick};
 use crate::sync::Ordering;
@@ -28,6 +28,10 @@ pub(in crate::acker::engine) struct Pass {
     /// It ran: a caller's pass gives way to a re-anchoring, to another pass under way and
     /// to shutdown.
     pub ran: bool,
+    /// Dirty groups it left (a failed barrier) made the summary's tick this one, and found
+    /// the reaper idle: a manual acker's driver, woken once the wheel's lock is released if
+    /// it sleeps past it (a caller's pass leaves them to the thread, `left`, instead).
+    wake: Option<Tick>,
 }
 
 /// Who runs a pass, and so how much of it.
@@ -134,6 +138,12 @@ pub(super) fn pass<T: Send + 'static>(engine: &Engine<T>, runner: Runner) -> Pas
         publish_timers(engine, &wheel);
         timers
     };
+    // Outside the lock: a manual acker's waker is the user's code.
+    if let Some(by) = pass.wake {
+        if engine.reaper_sleeps_past(by) {
+            engine.wake_reaper();
+        }
+    }
     pass.delivered = timed_out.len();
     // Relaxed: a count the lead's hint compares.
     let caller_passes = engine.reaper.caller_passes.load(Ordering::Relaxed);
@@ -229,25 +239,47 @@ fn scan_dirty<T: Send + 'static>(
     }
     // The summary first, then the bits: a bit set after the summary's swap stores it again
     // (module docs of `dirty`, "Why no root is missed").
-    let taken = engine.threads.take_dirty();
-    let mut left = engine.tables.take_dirty(most, &mut wheel.dirty);
-    // The heavy side of the registration's Dekker pair, before the looks read the slots.
-    // Without the barrier a root whose operation found its bit set may not be seen: the
-    // bits go back, for the next pass.
-    if !engine.threads.scanned() {
-        for timer in wheel.dirty.drain(..) {
-            engine.tables.mark_dirty(&timer);
-        }
-        left = true;
-    }
-    if left {
-        // What this scan left (past a caller's bound, or put back) is due as it was.
-        engine.threads.registered(taken.unwrap_or(now as Tick));
-        if runner == Runner::Caller {
-            pass.left = true;
-        }
+    let by = engine.threads.take_dirty().unwrap_or(now as Tick);
+    let left = engine.tables.take_dirty(most, &mut wheel.dirty);
+    // The heavy side of the registration's Dekker pair, before the looks read the slots
+    // (none to read, none needed). Without the barrier a root whose operation found its bit
+    // set may not be seen: the bits go back, for the next pass.
+    if !wheel.dirty.is_empty() && !engine.threads.scanned() {
+        let taken = std::mem::take(&mut wheel.dirty);
+        leave_dirty(engine, taken.iter(), by, runner, pass);
+        wheel.dirty = taken;
+        wheel.dirty.clear();
+    } else if left {
+        // Past a caller's bound: the bits left are due as they were.
+        leave_dirty(engine, [].iter(), by, runner, pass);
     }
     pass.worked |= !wheel.dirty.is_empty();
+}
+
+/// Dirty groups a scan took and will not look at (`timers`; a failed barrier, or a caller's
+/// bound), and the bits it did not take: marked again, the summary due at `by` (no later
+/// than it was), for the next scan ([`dirty`](crate::acker::timers::dirty)). A caller's
+/// pass leaves them to the thread (`Pass::left`); a reaper's wakes an idle driver after
+/// its lock (`Pass::wake`).
+fn leave_dirty<'a, T: Send + 'static>(
+    engine: &Engine<T>,
+    timers: impl Iterator<Item = &'a GroupTimer>,
+    by: Tick,
+    runner: Runner,
+    pass: &mut Pass,
+) {
+    for timer in timers {
+        engine.tables.mark_dirty(timer);
+    }
+    let woke = engine.threads.registered(by);
+    match runner {
+        Runner::Caller => pass.left = true,
+        Runner::Reaper { .. } => {
+            if let Registered::WakeReaper { by } = woke {
+                pass.wake = Some(by);
+            }
+        }
+    }
 }
 
 /// A pass's second step, under the wheel's lock: the wheel advanced to its time (a
@@ -276,6 +308,11 @@ fn take_due<'e, T: Send + 'static>(
         engine.tables.prefetch_group(timer);
     }
     for i in 0..dirty.len() {
+        if runner == Runner::Caller && timed_out.len() >= CALLER_TIMEOUTS {
+            // A caller's bound ("A caller's pass"): the rest wait for the next scan, now.
+            leave_dirty(engine, dirty[i..].iter(), now as Tick, runner, pass);
+            break;
+        }
         if let Some(ahead) = dirty.get(i + LOOK_AHEAD) {
             engine.tables.prefetch_group(ahead);
         }

@@ -408,7 +408,7 @@ fn random_messages_match_a_sequential_model() {
     let table = Table::<u32>::new(8);
     let mut model: HashMap<u64, Model> = HashMap::new();
     let mut effects = Effects::default();
-    let rounds = if cfg!(miri) { 500 } else { 200_000 };
+    let rounds = if cfg!(miri) { 150 } else { 200_000 };
     for round in 0..rounds {
         let id = rng.random_range(0..24u64);
         let key = key_in(8, (id % 3) as usize, id);
@@ -544,7 +544,7 @@ fn merges_conserve_every_xor_under_churn() {
     const KEYS: u64 = 14;
     let groups = 4;
     let table = Table::<u32>::new(groups);
-    let ops = if cfg!(miri) { 300 } else { 300_000 };
+    let ops = if cfg!(miri) { 120 } else { 300_000 };
     let sent: Vec<Vec<u64>> = std::thread::scope(|s| {
         let workers: Vec<_> = (0..THREADS)
             .map(|me| {
