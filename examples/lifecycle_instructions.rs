@@ -19,7 +19,7 @@
 //! makes it 64 under callgrind, which runs about 50 times slower, so that the reaper
 //! thread's passes, 64 ticks apart while trees are pending, come about as often a tree as
 //! they do natively (at 1 ms they would come 50 times as often). No tree reaches the reaper
-//! either way: each completes long before its group's scan, due only by the tick before
+//! either way: each completes long before its group's scan, due only 67 ms or so before
 //! its deadline, 600 s on.
 
 use ackwheel::{Acker, Message};

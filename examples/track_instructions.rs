@@ -26,7 +26,7 @@
 //! pending it sleeps 2^26 ns (256 ticks) at the native tick and 64 ticks (2^30 ns) at
 //! 2^24 ns, so its passes come about 3 times as often a request under callgrind, rather
 //! than 50. No request reaches the reaper either way: each completes long before its
-//! group's scan, due only by the tick before its deadline, 600 s on.
+//! group's scan, due only 67 ms or so before its deadline, 600 s on.
 
 use std::collections::VecDeque;
 use std::future::Future;

@@ -39,7 +39,7 @@ passes, at most 64 ticks apart while trees are pending, comes about as often a t
 natively (at 1 ms it would come 50 times as often). The tracked request's passes scale
 less: natively its reaper sleeps 2^26 ns (256 ticks of 2^18 ns), under callgrind 64 ticks
 of 2^24 ns, so they come about 3 times as often a request. No tree reaches the reaper
-either way: each completes long before its group's scan, due only by the tick before its
+either way: each completes long before its group's scan, due only 67 ms or so before its
 600 s deadline."""
 import collections
 import os

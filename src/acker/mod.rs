@@ -81,8 +81,9 @@
 //!     |  a created entry (a new root, an orphan)          ^
 //!     v                                                   |  a due group's line read,
 //!  its group's dirty bit, and the acker's summary:        |  what is due timed out
-//!     |  the tick before the earliest deadline            |
-//!     v  registered since the reaper's last scan          |
+//!     |  a quarter of the timeout before the earliest     |
+//!     |  deadline registered since the reaper's last scan |
+//!     v                                                   |
 //!  the reaper: scans the dirty groups by that tick,       |
 //!  one timer per group of slots, in its wheel ------------+
 //! ```
@@ -128,10 +129,11 @@
 //!   that can panic, counts the completion (the tree has left `pending()`), and then calls
 //!   `on_complete`, on that thread.
 //! * **Timers** ([`timers::dirty`]): a new entry sets its group's dirty bit (a load, and a
-//!   `lock or` once a group a scan) and lowers the acker's summary to the tick before its
-//!   deadline when that is the earliest registered since the reaper's last scan. So a tree
-//!   that completes before its group's next scan costs its slot's lines and a bit: no
-//!   shared queue, no lock, no allocation, no work of the reaper's of its own.
+//!   `lock or` once a group a scan) and lowers the acker's summary to the tick its scan is
+//!   due at, a quarter of the timeout (at most 67 ms) before its deadline, when that is
+//!   the earliest registered since the reaper's last scan. So a tree that completes before
+//!   its group's next scan costs its slot's lines and a bit: no shared queue, no lock, no
+//!   allocation, no work of the reaper's of its own.
 //! * **Timeout** ([`engine::reaper`], "A pass"): when the summary's tick comes the reaper
 //!   scans the dirty groups, and gives each a timer, one per group of slots rather than
 //!   per root ([`timers::groups`]), filed in its wheel ([`engine::reaper::wheel`],

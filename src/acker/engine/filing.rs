@@ -44,8 +44,8 @@ impl<T: Send + 'static> Engine<T> {
     }
 
     /// Registers the entries `effects` reports created in `table` or its successors: marks
-    /// each one's group dirty, and lowers the acker's summary to the tick before its
-    /// deadline, by which the reaper must scan ([`dirty`](crate::acker::timers::dirty));
+    /// each one's group dirty, and lowers the acker's summary to the tick by which the
+    /// reaper must scan for it, a quarter of the timeout before its deadline ([`dirty`](crate::acker::timers::dirty));
     /// wakes the reaper if it may be asleep past that tick.
     // Always: as `finish`.
     #[inline(always)]
@@ -62,10 +62,12 @@ impl<T: Send + 'static> Engine<T> {
                 continue; // completed and freed already
             };
             table.dirty().mark(slot / GROUP_SLOTS);
-            // The summary made earlier, and the reaper idle: wake it if its timer ends
-            // after that tick (`reaper_sleeps_past`).
-            if let Registered::WakeReaper { by } = self.threads.registered(deadline.wrapping_sub(1))
-            {
+            // To be scanned one of the reaper's longest sleeps before the tick before the
+            // deadline ([`dirty`](crate::acker::timers::dirty), "When to scan"). The summary
+            // made earlier, and the reaper idle: wake it if its timer ends after that tick
+            // (`reaper_sleeps_past`).
+            let by = deadline.wrapping_sub(1).wrapping_sub(self.pending_sleep);
+            if let Registered::WakeReaper { by } = self.threads.registered(by) {
                 if self.reaper_sleeps_past(by) {
                     self.wake_reaper();
                 }

@@ -24,14 +24,14 @@ pub enum Registered {
     /// the earliest tick by which it must scan the dirty groups: wake it if it sleeps past
     /// `by` (module docs).
     WakeReaper {
-        /// The registered root's tick: the one before its deadline.
+        /// The registered root's scan's tick.
         by: Tick,
     },
 }
 
 impl Threads {
     /// After an operation marked a root's group dirty: the reaper must scan by `by` (the
-    /// tick before the root's deadline). Whether the reaper is idle, parked or asleep on a
+    /// root's scan's tick: [`dirty`](crate::acker::timers::dirty), "When to scan"). Whether the reaper is idle, parked or asleep on a
     /// timer, when that made the summary's tick earlier (module docs).
     #[inline]
     pub fn registered(&self, by: Tick) -> Registered {

@@ -7,14 +7,27 @@
 //! an operation that creates an entry (a new root's claim, an orphan, a carried twin, a
 //! root a worker moved) sets its group's bit, and the acker keeps one word beside them all,
 //! [`DirtySince`]: whether any bit was set since the reaper's last scan, and the earliest
-//! tick by which the reaper must scan, the one before the earliest deadline of what was
-//! registered. When that tick comes (a manual acker's `expire`: at every call) the reaper
+//! tick by which the reaper must scan ("When to scan"). When that tick comes (a manual acker's `expire`: at every call) the reaper
 //! takes the bits and looks at each dirty group as if its timer had come due: it times out
 //! what is due and files the group at the earliest deadline left in it, as a group timer's
 //! look does (a look of a group whose entry is still in the wheel is a *stale* one's, and
 //! changes nothing the filed tick covers). So a tree that completes before its group's
 //! next scan costs the reaper nothing of its own; a scan reads a line per dirty group,
 //! however many trees came and went in it.
+//!
+//! ## When to scan
+//!
+//! A root's scan is due one of the reaper's longest sleeps while trees are pending (a
+//! quarter of the timeout, at most 67 ms: `Engine::pending_sleep`) before the tick before
+//! its deadline, and the summary holds the earliest such tick of what was registered since
+//! the last scan. A scan at the tick before the deadline would be correct (the look files
+//! the group at its deadline), but its groups would reach the wheel only then: the timeouts
+//! of a busy runtime, which callers run from the wheel
+//! ([`reaper`](crate::acker::engine::reaper), "Callers first"), waited for the thread's
+//! scan, and a burst's scan of every group delayed the burst's timeouts. A sleep ahead, the
+//! reaper (which wakes that often anyway while trees are pending) has filed them by their
+//! deadlines, and a tree that completes within three quarters of its timeout still costs it
+//! nothing.
 //!
 //! ## What an operation pays
 //!

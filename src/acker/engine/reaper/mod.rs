@@ -28,9 +28,9 @@
 //!
 //! The reaper sleeps until the earliest of: the wheel's next due tick (the next tick, when
 //! nothing is pending and the wheel holds entries to sweep: [`wheel`], "Dead entries"),
-//! the tick by which it must scan the dirty groups (the one before the earliest deadline
-//! registered since its last scan: [`dirty`](crate::acker::timers::dirty)), and
-//! housekeeping's next work; each begins on the clock ([`sleep_until`]). With none of
+//! the tick by which it must scan the dirty groups (a quarter of the timeout before the
+//! earliest deadline registered since its last scan: [`dirty`](crate::acker::timers::dirty),
+//! "When to scan"), and housekeeping's next work; each begins on the clock ([`sleep_until`]). With none of
 //! them, it parks with no deadline. Before any sleep longer than a tick it marks itself
 //! idle and reads the summary once more: a registration that makes the summary's tick
 //! earlier wakes an idle reaper that would sleep past it, so no entry waits for a reaper

@@ -437,7 +437,7 @@ fn a_tree_started_beside_pending_ones_does_not_wake_the_reaper_one_due_sooner_do
 }
 
 /// A thread that keeps starting trees keeps the summary set, yet the reaper thread sleeps
-/// past the next tick: until the tick by which it must scan (a tick before the first
+/// past the next tick: until the tick by which it must scan (a sleep before the first
 /// tree's 60 s deadline), bounded by a quarter of the timeout, not a tick at a time
 /// ("Sleeping").
 #[test]
@@ -650,7 +650,7 @@ fn a_callers_pass_looks_past_groups_of_completed_trees() {
     }
 }
 
-/// Dirty groups wait for the scan due a tick before the earliest deadline registered:
+/// Dirty groups wait for their scan, due a sleep before the earliest deadline registered:
 /// callers keep the lead while it is far. A scan due within the thread's lag that a
 /// caller's pass takes only in part (past its bound of groups) is a burst, the thread's:
 /// the lead ends.
@@ -674,14 +674,15 @@ fn a_scan_a_callers_pass_leaves_is_a_burst_only_when_due_within_the_lag() {
         assert!(acker.help_late_reaper());
         assert_eq!(engine.reaper.lead.lag(), 1, "callers lead at 500 µs");
         // A timer the next caller's pass runs for, filed; then trees in more groups than a
-        // caller's pass takes, their scan due 49 ticks from now.
+        // caller's pass takes, their scan due 55 ticks from now (80 ticks, less a quarter
+        // of the acker's timeout).
         acker.init_with_timeout(2, 0b1, 0, 30 * tick).unwrap();
         assert_eq!(acker.expire(), 0, "filed, not due");
         for root in 100..2100 {
-            acker.init_with_timeout(root, 0b1, 0, 50 * tick).unwrap();
+            acker.init_with_timeout(root, 0b1, 0, 80 * tick).unwrap();
         }
         // Tree 2 due; the scan a lag from due, or far from it.
-        clock.advance(if urgent { 48 * tick } else { 33 * tick });
+        clock.advance(if urgent { 54 * tick } else { 33 * tick });
         acker.pretend_reaper_late();
         assert!(acker.help_late_reaper(), "no caller's pass");
         assert!(acker.stats().timed_out >= 2, "tree 2 was due");
@@ -828,9 +829,9 @@ fn a_sleep_ends_where_its_tick_begins_not_a_whole_number_of_ticks_from_now() {
     assert_eq!(wait_nanos(u64::MAX - 4, 5, 3 * TICK), None);
 }
 
-/// A tree reaches the reaper as its group's dirty bit, scanned at the tick before the
-/// earliest deadline registered since the last scan: a tree that completes before then costs
-/// the reaper no timer, and one still pending at the scan gets its group's timer, which
+/// A tree reaches the reaper as its group's dirty bit, scanned a quarter of the timeout
+/// before the tick before the earliest deadline registered since the last scan: a tree that
+/// completes before then costs the reaper no timer, and one still pending at the scan gets its group's timer, which
 /// times it out at its deadline.
 #[test]
 fn the_reaper_scans_the_dirty_groups_by_the_earliest_deadline_registered() {
@@ -843,11 +844,14 @@ fn the_reaper_scans_the_dirty_groups_by_the_earliest_deadline_registered() {
     acker.init(2, 0b1, 0).unwrap();
     assert!(acker.ack(1, 0b1));
     let by = engine.threads.earliest_due().expect("registered");
-    // Tree 1's deadline less a tick: its base plus the timeout in ticks, rounded up.
+    // Tree 1's deadline less a tick (its base plus the timeout in ticks, rounded up), less
+    // the reaper's longest sleep while trees are pending (a quarter of the timeout).
     let timeout = ticks_at_least_one(100_000_000, 18);
-    assert_eq!(u64::from(by), engine.time.ticks.full(0) + timeout);
+    let ahead = u64::from(engine.pending_sleep);
+    assert_eq!(ahead, timeout / 4);
+    assert_eq!(u64::from(by), engine.time.ticks.full(0) + timeout - ahead);
     // Passes before that tick scan nothing.
-    clock.advance(80 * MS);
+    clock.advance(60 * MS);
     assert!(engine.driven_pass());
     assert_eq!(timers(), 0, "scanned before the tick it was due at");
     assert_eq!(engine.threads.earliest_due(), Some(by));
@@ -857,7 +861,7 @@ fn the_reaper_scans_the_dirty_groups_by_the_earliest_deadline_registered() {
     assert_eq!(engine.threads.earliest_due(), None, "scanned");
     assert_eq!(timers(), 1, "tree 2's group, once");
     assert_eq!(acker.pending(), 1);
-    clock.advance(11 * MS);
+    clock.advance(30 * MS);
     assert_eq!(acker.expire(), 1, "tree 2 timed out at its deadline");
     assert_eq!(acker.pending(), 0);
 }
