@@ -106,14 +106,14 @@ use time::{TickScale, TimeBase};
 /// keeps every stored deadline within 2^31 ticks of the anchor ([`time`]).
 pub(super) const MAX_TIMEOUT_TICKS: u64 = (1 << 30) - 2;
 
-/// The longest the reaper thread sleeps while trees are pending
-/// ([`reaper`], "Sleeping"), in ticks of `shift` (2^shift
-/// ns): 2^26 ns (67 ms), or 64 ticks where a tick is coarser than 2^20 ns (`build`'s
-/// default resolution, whose 64 ticks make those 67 ms). A root registered while it sleeps
-/// is due at the reaper a timeout later, four of these sleeps or more, so a registration
-/// never wakes it (only one into an acker whose reaper parked, or of a tree with a short
-/// timeout of its own); shorter wakes it more often, longer makes an idle acker's reaper
-/// park later (after four of them, `LINGER_AGES`).
+/// The longest the reaper thread sleeps while trees are pending ([`reaper`], "Sleeping"),
+/// in ticks of `shift` (2^shift ns): 2^26 ns (67 ms), or 64 ticks where a tick is coarser
+/// than 2^20 ns (`build`'s default resolution, whose 64 ticks make those 67 ms). A root
+/// registered while it sleeps is due at the reaper three quarters of a timeout later, three
+/// of these sleeps or more, so a registration never wakes it (only one into an acker whose
+/// reaper parked, or of a tree with a short timeout of its own); shorter wakes it more
+/// often, longer makes an idle acker's reaper park later (after four of them,
+/// `LINGER_AGES`).
 fn pending_sleep_most(shift: u32) -> Tick {
     const AGE_NS: u64 = 1 << 26;
     const AGE_TICKS: Tick = 64;
