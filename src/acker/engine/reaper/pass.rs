@@ -245,9 +245,7 @@ fn scan_dirty<T: Send + 'static>(
     // (none to read, none needed). Without the barrier a root whose operation found its bit
     // set may not be seen: the bits go back, for the next pass.
     if !wheel.dirty.is_empty() && !engine.threads.scanned() {
-        let taken = std::mem::take(&mut wheel.dirty);
-        leave_dirty(engine, taken.iter(), by, runner, pass);
-        wheel.dirty = taken;
+        leave_dirty(engine, wheel.dirty.iter(), by, runner, pass);
         wheel.dirty.clear();
     } else if left {
         // Past a caller's bound: the bits left are due as they were.
@@ -300,26 +298,7 @@ fn take_due<'e, T: Send + 'static>(
     let mut taken = 0;
     // The dirty groups first, before the advance: a group they file due already comes out
     // of it ([`groups`](crate::acker::timers::groups)).
-    // Their lines are long out of cache (a scan comes a timeout after the first of them
-    // was marked): asked for ahead, so that their misses overlap.
-    let mut dirty = std::mem::take(&mut wheel.dirty);
-    let scanned = dirty.len();
-    for timer in dirty.iter().take(LOOK_AHEAD) {
-        engine.tables.prefetch_group(timer);
-    }
-    for i in 0..dirty.len() {
-        if runner == Runner::Caller && timed_out.len() >= CALLER_TIMEOUTS {
-            // A caller's bound ("A caller's pass"): the rest wait for the next scan, now.
-            leave_dirty(engine, dirty[i..].iter(), now as Tick, runner, pass);
-            break;
-        }
-        if let Some(ahead) = dirty.get(i + LOOK_AHEAD) {
-            engine.tables.prefetch_group(ahead);
-        }
-        look_at_group(engine, wheel, dirty[i], judge, timed_out);
-    }
-    dirty.clear();
-    wheel.dirty = dirty;
+    let scanned = look_at_dirty(engine, wheel, runner, judge, pass, timed_out);
     match runner {
         Runner::Reaper { .. } => {
             wheel.timers.advance(now, &mut due);
@@ -371,6 +350,39 @@ fn take_due<'e, T: Send + 'static>(
     trim(&mut wheel.due);
     wheel.released += before - scratch(wheel);
     timers
+}
+
+/// Looks at every dirty group the first step took ([`look_at_group`]), until a caller's
+/// pass has claimed [`CALLER_TIMEOUTS`] timeouts: the rest wait for the next scan, due now
+/// ("A caller's pass"). Their lines are long out of cache (a scan comes most of a timeout
+/// after the first of them was marked): asked for ahead, so that their misses overlap. How
+/// many the scan took.
+fn look_at_dirty<'e, T: Send + 'static>(
+    engine: &'e Engine<T>,
+    wheel: &mut Wheel,
+    runner: Runner,
+    judge: Judge,
+    pass: &mut Pass,
+    timed_out: &mut Vec<(usize, &'e Table<T>, Completed)>,
+) -> usize {
+    let mut dirty = std::mem::take(&mut wheel.dirty);
+    for timer in dirty.iter().take(LOOK_AHEAD) {
+        engine.tables.prefetch_group(timer);
+    }
+    for i in 0..dirty.len() {
+        if runner == Runner::Caller && timed_out.len() >= CALLER_TIMEOUTS {
+            leave_dirty(engine, dirty[i..].iter(), wheel.now as Tick, runner, pass);
+            break;
+        }
+        if let Some(ahead) = dirty.get(i + LOOK_AHEAD) {
+            engine.tables.prefetch_group(ahead);
+        }
+        look_at_group(engine, wheel, dirty[i], judge, timed_out);
+    }
+    let scanned = dirty.len();
+    dirty.clear();
+    wheel.dirty = dirty;
+    scanned
 }
 
 /// The reaper's upkeep after its pass's deliveries (module docs of [`reaper`](super), "A
