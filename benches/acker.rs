@@ -116,12 +116,11 @@ const TREES_IN_TABLE: u64 = (TABLE / 4) as u64;
 const BACKGROUND: u64 = 1_000_000;
 /// The trees' timeout. A tree is in flight for 1024 steps (a few ms even for moka), so none
 /// expires; but it is short enough that every contender's timer work for a tree — the
-/// Acker's reaper scanning its dirty group, yielding its stale timer and recycling its
-/// slot, the peers' rotations and sweeps — happens inside the measurement (the lifecycle's
-/// figure is "timer included"). With Storm's default 30 s, the Acker's reaper would not
-/// scan a single dirty group during a contender's few seconds, so its timer work would go
-/// unmeasured, and it cannot recycle completed slots without its passes (see
-/// `sustained_capacity`).
+/// Acker's reaper scanning its dirty groups and looking at group timers whose trees have
+/// completed, the peers' rotations and sweeps — happens inside the measurement (the
+/// lifecycle's figure is "timer included"). With Storm's default 30 s, the Acker's reaper
+/// would not scan a single dirty group during a contender's few seconds, so its timer work
+/// would go unmeasured.
 const TIMEOUT: Duration = Duration::from_millis(200);
 /// The 1M group's background roots must outlive the whole group. Trackers with one global
 /// timeout are built with it; the Acker holds them with `init_with_timeout` and keeps
@@ -857,10 +856,11 @@ fn expire_batches(group: &mut BenchmarkGroup<'_, WallTime>, name: &str) {
 /// Not a timing: the Acker as a Storm user would configure it (defaults, 30 s timeout) runs
 /// SUSTAINED_TREES trees through the 1k window as fast as it can, and every init refused
 /// with `Full` counts against the refusal budget. Only ~1k trees are ever pending, 1/1000 of
-/// max_pending, so the contract allows none; a completed tree's slot is recycled only after
-/// a reaper pass, and the reaper only wakes for deadlines, so a run that completes more
-/// trees per timeout than the table has slots exposes it. The peers are unbounded maps and
-/// cannot refuse, so only the Acker runs here. Skipped under `--test` (a smoke run).
+/// max_pending, so the contract allows none. The call that completes a tree frees its slot
+/// at once (its group's dirty bit or timer costs the reaper a look later, never the slot):
+/// a run that completes more trees per timeout than the tables have slots would expose a
+/// slot kept until a reaper pass. The peers are unbounded maps and cannot refuse, so only the Acker
+/// runs here. Skipped under `--test` (a smoke run).
 fn sustained_capacity(_: &mut Criterion) {
     if std::env::args().any(|a| a == "--test") {
         eprintln!("sustained_capacity: skipped under --test");
