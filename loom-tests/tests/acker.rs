@@ -32,10 +32,10 @@ use loom_tests::sized;
 const SEC: u64 = 1_000_000_000;
 
 /// The CI bounds of the models too long to explore exhaustively there
-/// ([`loom_tests::sized`]): about 16 and 22 s each on the 2-core machine, against 5 and 8
-/// minutes exhaustively.
-const CI_BOUND_ACK_VS_TIMEOUT: usize = 7;
-const CI_BOUND_INIT_VS_SHUTDOWN: usize = 7;
+/// ([`loom_tests::sized`]): about 6-7 and 4-5 s each on one core of the 2-core machine
+/// (33 and 28 s at 7), against 5 and 8 minutes exhaustively.
+const CI_BOUND_ACK_VS_TIMEOUT: usize = 5;
+const CI_BOUND_INIT_VS_SHUTDOWN: usize = 5;
 
 /// Every completion delivered: `(root, payload, outcome)`.
 type Log = Arc<StdMutex<Vec<(u64, u32, Outcome)>>>;
@@ -204,7 +204,8 @@ fn ack_vs_two_passes_completes_once() {
 }
 
 /// The last ack races the reaper at the deadline: Acked or TimedOut, once. A late ack
-/// becomes an orphan that expires silently.
+/// becomes an orphan that expires silently. (Planted: a timeout CAS whose failure is
+/// ignored in `Table::expire_keeping`, the tree claimed anyway: fails at the bound.)
 #[test]
 fn ack_vs_timeout_completes_once() {
     sized(builder(), CI_BOUND_ACK_VS_TIMEOUT).check(|| {
@@ -315,11 +316,14 @@ fn duplicated_ack_vs_init_of_a_new_root_never_completes() {
 /// A fail and init race on a root nobody has seen: a fail that lands first is held (in
 /// its own entry, or a twin of init's claim whose fail is carried over when the twins
 /// merge) and init completes the tree; a later one completes the LIVE tree. Failed, once.
-/// Bounded at 6 preemptions (about 30 s; 1 already reaches the twins): unbounded it does
-/// not finish in 400 s.
+/// Bounded at 6 preemptions by hand (about 44 s; 1 already reaches the twins), 4 in CI
+/// (5 take 7 to 11 s): unbounded it does not finish in 400 s. (Planted: a merge's loser
+/// with F but a value of 0 taken for an empty twin in `Table::land_lost`, its fail
+/// dropped: fails at the bound.)
 #[test]
 fn init_vs_earlier_fail_completes_once() {
-    bounded(6).check(|| {
+    // 4 preemptions: about 1.5 s on one core; 6 (`ACKWHEEL_LOOM_FULL=1`) about 44 s.
+    sized(bounded(6), 4).check(|| {
         let clock = ManualClock::new(0);
         let (acker, log) = manual(clock.clone());
         let other = acker.clone();
@@ -333,6 +337,8 @@ fn init_vs_earlier_fail_completes_once() {
 
 /// An init racing `shutdown`: the payload comes back exactly once, either in shutdown's
 /// hand-back or as `Shutdown(payload)` from init; it is never lost and never both.
+/// (Planted: a `Table::take_back` that ignores its CAS's failure, so that the scan and the
+/// init both take the tree back: fails at the bound.)
 #[test]
 fn init_vs_shutdown_hands_back_once() {
     sized(builder(), CI_BOUND_INIT_VS_SHUTDOWN).check(|| {
@@ -463,11 +469,13 @@ fn a_group_look_vs_a_mates_init_loses_no_timer() {
 /// slots in the next group: a claim reserves its slot first, so the two may claim two
 /// slots (twins). Each raises the home group's overflow count before its CAS and searches
 /// again after it, so at least one sees the other and the twins merge into one entry: the
-/// tree completes once. Bounded at 4 preemptions (about 20 s; 2 already reach the twins,
-/// 5 take minutes).
+/// tree completes once. Bounded at 4 preemptions by hand (about 27 s; 2 already reach the
+/// twins, 5 take minutes), 3 in CI. (Planted: init's claim taken as alone without its
+/// search for a twin, `has_twin` in `Table::claim_joined`: fails at the bound.)
 #[test]
 fn twin_claims_past_a_full_group_complete_once() {
-    bounded(4).check(|| {
+    // 3 preemptions: about 3 s on one core; 4 (`ACKWHEEL_LOOM_FULL=1`) about 27 s.
+    sized(bounded(4), 3).check(|| {
         let clock = ManualClock::new(0);
         let (acker, log) = manual_with(clock.clone(), 4);
         let mates = group_mates(&acker, 1, 2);
@@ -569,10 +577,13 @@ fn reset_vs_init_of_a_held_orphan_keeps_both() {
 /// take that slot while init's claim lands past the group, so init unjoins and merges) and
 /// shuts down. Init's payload comes back exactly once, from shutdown's hand-back or as
 /// `Shutdown(payload)`; the other mate is handed back; only the completed mate completes.
-/// Bounded at 4 preemptions, as the other twin models.
+/// Bounded at 4 preemptions by hand, as the other twin models, and 3 in CI. (Planted: an
+/// unjoin that gives up when its CAS fails, `Table::unjoin`, so that an ack carried into
+/// the claim leaves it JOINING and init is refused `Duplicate`: fails at the bound.)
 #[test]
 fn init_in_a_twin_window_vs_shutdown_hands_back_once() {
-    bounded(4).check(|| {
+    // 3 preemptions: about 5 s on one core; 4 (`ACKWHEEL_LOOM_FULL=1`) about 64 s.
+    sized(bounded(4), 3).check(|| {
         let (acker, log) = manual_with(ManualClock::new(0), 4);
         let mates = group_mates(&acker, 1, 2);
         for (i, r) in mates.iter().enumerate() {
@@ -607,12 +618,14 @@ fn init_in_a_twin_window_vs_shutdown_hands_back_once() {
 /// successor before or after its filing. The tree completes once and every other root
 /// times out once, at its deadline, not before. Five roots of one home group fill its
 /// probe window (four slots under loom), so the fifth init grows the table and moves one
-/// of its two groups. Bounded at 3 preemptions.
+/// of its two groups. Bounded at 3 preemptions by hand, 2 in CI.
 ///
 /// Catches: a pass's moved roots taken from its `Effects` and not filed (a timer lost).
+/// (Planted: that, in the upkeep's moves in `growth.rs`: fails at the bound.)
 #[test]
 fn a_pass_that_moves_a_group_vs_an_ack_loses_no_timer() {
-    bounded(3).check(|| {
+    // 2 preemptions: about 1.5 s on one core; 3 (`ACKWHEEL_LOOM_FULL=1`) about 23 s.
+    sized(bounded(3), 2).check(|| {
         let clock = ManualClock::new(0);
         // Room for the table to double: its share of `max_pending` at 4/5 load is past
         // 8 slots.
