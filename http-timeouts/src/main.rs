@@ -534,9 +534,8 @@ struct Sample {
 /// that peak RSS compared the trackers' speeds as much as what they hold.
 struct Samples {
     /// `SAMPLES_KEPT` samples, written at the start so that their pages are resident from
-    /// the first request; the first `kept` are samples.
+    /// the first request; the first `total` (at most all) are samples.
     slots: Box<[Sample]>,
-    kept: usize,
     /// Samples recorded, per tracker (`Sample::kind`).
     seen: Vec<u64>,
     /// Samples recorded, all trackers: the reservoir's count.
@@ -559,7 +558,6 @@ impl Samples {
         let slots = vec![filler; SAMPLES_KEPT].into_boxed_slice();
         Samples {
             slots,
-            kept: 0,
             seen: Vec::new(),
             total: 0,
         }
@@ -570,25 +568,23 @@ impl Samples {
             self.seen.resize(sample.kind + 1, 0);
         }
         self.seen[sample.kind] += 1;
-        self.total += 1;
-        if self.kept < self.slots.len() {
-            self.slots[self.kept] = sample;
-            self.kept += 1;
+        // Algorithm R: the n-th sample fills slot n - 1 while there is one, and then
+        // replaces a kept one with probability kept / n.
+        let at = if self.total < self.slots.len() as u64 {
+            self.total
         } else {
-            // Algorithm R: the n-th sample replaces a kept one with probability kept / n.
-            let at = splitmix(self.total ^ 0x5A3B_1E5D) % self.total;
-            if let Some(slot) = self.slots.get_mut(at as usize) {
-                *slot = sample;
-            }
+            splitmix(self.total ^ 0x5A3B_1E5D) % (self.total + 1)
+        };
+        self.total += 1;
+        if let Some(slot) = self.slots.get_mut(at as usize) {
+            *slot = sample;
         }
     }
 
     /// The samples kept and the count recorded per tracker kind.
     fn take(&mut self) -> (Vec<Sample>, Vec<u64>) {
-        (
-            self.slots[..self.kept].to_vec(),
-            std::mem::take(&mut self.seen),
-        )
+        let kept = self.slots.len().min(self.total as usize);
+        (self.slots[..kept].to_vec(), std::mem::take(&mut self.seen))
     }
 }
 

@@ -1,4 +1,4 @@
-//! Loom models of the async acker's slab (`src/future/slab.rs`): cells inserted and removed
+//! Loom models of the async acker's slab (`src/future/slab/`): cells inserted and removed
 //! from two threads at once, on one page and across shards, while pages are made, kept as
 //! spares or bare, freed and made again; a cell freed by one thread and reused by another;
 //! and `close` racing a remove that empties a page, kept whole or bare.
