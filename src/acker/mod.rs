@@ -55,7 +55,7 @@
 //!   takes one, emptying the slot gives it back, and the bound stays exact.
 //! * [`manual`] (a manual acker's next expiration, for whoever drives its passes),
 //!   [`batched`] (the batched API: [`Acker::apply`] and its kin, of [`Message`]s),
-//!   [`stats`] (the counters) and [`probes`] (what the tests, the loom models and the
+//!   [`stats`] (the counters) and `probes` (what the tests, the loom models and the
 //!   benches ask of an `Acker` beyond its API, hidden).
 //!
 //! Beside this module, the crate's parts the Acker stands on: the 128-bit atomic
@@ -179,6 +179,7 @@ mod engine;
 mod manual;
 mod message;
 mod outcome;
+#[cfg(any(test, loom, feature = "internals"))]
 mod probes;
 mod stats;
 pub(crate) mod table;
@@ -399,6 +400,22 @@ impl<T: Send + 'static> Acker<T> {
     ) -> Result<(), InitError<T>> {
         let timeout = duration_nanos(timeout).clamp(1, MAX_TIMEOUT_NS);
         self.engine().init(root, xor, payload, Some(timeout))
+    }
+
+    /// [`init`](Self::init) (with `timeout` as
+    /// [`init_with_timeout`](Self::init_with_timeout) takes it), then the reaper's pass
+    /// here if it is due to callers, judged at the init's own tick: the async acker's start
+    /// of a tree ([`reaper`](crate::acker::engine::reaper), "Callers first").
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    pub(crate) fn init_then_help(
+        &self,
+        root: u64,
+        xor: u64,
+        payload: T,
+        timeout: Option<Duration>,
+    ) -> Result<(), InitError<T>> {
+        let timeout = timeout.map(|timeout| duration_nanos(timeout).clamp(1, MAX_TIMEOUT_NS));
+        self.engine().init_then_help(root, xor, payload, timeout)
     }
 
     /// Storm's ACKER_ACK. `true` iff this call completed the tree (Acked). An ack for an

@@ -1,37 +1,23 @@
 //! What the tests, the loom models, the stress harness and the benches ask of an
 //! [`Acker`] beyond its API: the reaper's publication stood in for, the callers' help run
 //! on demand, and looks at the tables, the wheel and the fences. Hidden from the docs, and
-//! compiled for tests, `--cfg loom` and the `internals` feature only (but the callers'
-//! help, which the async acker calls).
+//! compiled for tests, `--cfg loom` and the `internals` feature only.
 
 use super::Acker;
 
+/// Looks for the tests, the loom models, the stress harness and the benches.
 impl<T: Send + 'static> Acker<T> {
     /// Runs the timers of the reaper thread's pass here once it is due (the tick its timer
     /// is set for has begun, and the thread has not run; 250 µs, or a tick if that is
     /// longer, after a push woke it), within a caller's bounds: `true` when it ran one.
-    /// The async acker calls it when it starts a tree: its completions only wake tasks,
-    /// fill a queue or drop a payload nobody awaits
-    /// ([`reaper`](crate::acker::engine::reaper), "Callers first"). Public under
-    /// `--cfg loom` and the `internals` feature only, for the loom models and the benches.
-    #[cfg(any(loom, feature = "internals"))]
+    /// The async acker helps so after each init, at the init's own tick
+    /// ([`reaper`](crate::acker::engine::reaper), "Callers first"): its completions only
+    /// wake tasks, fill a queue or drop a payload nobody awaits.
     #[doc(hidden)]
     pub fn help_late_reaper(&self) -> bool {
         self.engine().help_late_reaper()
     }
 
-    /// [`help_late_reaper`](Self::help_late_reaper) in every other build: the async acker's
-    /// (and the tests').
-    #[cfg(not(any(loom, feature = "internals")))]
-    #[cfg_attr(not(any(feature = "tokio", test)), allow(dead_code))]
-    pub(crate) fn help_late_reaper(&self) -> bool {
-        self.engine().help_late_reaper()
-    }
-}
-
-/// Looks for the tests, the loom models, the stress harness and the benches.
-#[cfg(any(test, loom, feature = "internals"))]
-impl<T: Send + 'static> Acker<T> {
     /// Publishes a reaper thread asleep on a timer set two ticks before the clock's tick
     /// (due, and late for it at the async acker's and `build`'s resolutions, as
     /// [`help_late_reaper`](Self::help_late_reaper) judges it), as the thread

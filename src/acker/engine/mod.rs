@@ -291,12 +291,45 @@ impl<T: Send + 'static> Engine<T> {
         self.threads.tally()
     }
 
+    #[inline]
     pub(super) fn init(
         &self,
         root: u64,
         xor: u64,
         payload: T,
         timeout_ns: Option<u64>,
+    ) -> Result<(), InitError<T>> {
+        self.init_at(root, xor, payload, timeout_ns, &mut 0)
+    }
+
+    /// [`init`](Self::init), and then the reaper's pass if one is due to callers
+    /// ([`help_if_late_at`](reaper::help_if_late_at), "Callers first"), judged at the tick
+    /// the init stamped with: the async acker's start of a tree.
+    pub(super) fn init_then_help(
+        &self,
+        root: u64,
+        xor: u64,
+        payload: T,
+        timeout_ns: Option<u64>,
+    ) -> Result<(), InitError<T>> {
+        let mut tick = 0;
+        let started = self.init_at(root, xor, payload, timeout_ns, &mut tick);
+        // 0: refused before it read the clock (shut down), when no pass is due anyway.
+        if tick != 0 {
+            reaper::help_if_late_at(self, tick);
+        }
+        started
+    }
+
+    /// [`init`](Self::init), leaving in `tick` the full tick it stamped with last (0 if it
+    /// read none: tick 0 is never used, the module docs' "Times").
+    fn init_at(
+        &self,
+        root: u64,
+        xor: u64,
+        payload: T,
+        timeout_ns: Option<u64>,
+        tick: &mut u64,
     ) -> Result<(), InitError<T>> {
         // Entered before the shutdown check: an init that shutdown's close did not wait for
         // finds the callback closed, and must not create a tree that could complete with no
@@ -311,7 +344,8 @@ impl<T: Send + 'static> Engine<T> {
         loop {
             // Read here, where the operation holds nothing of the tables
             // ([`anchor`](crate::acker::engine::time)): the first message is this call.
-            let stamp = time::stamp_at(self.write_tick());
+            *tick = self.write_tick();
+            let stamp = time::stamp_at(*tick);
             // Safety: inside the operation `active` marks.
             let table = unsafe { self.tables.shards[shard].current() };
             // Safety: the hand is the record of the operation `active` marks, which

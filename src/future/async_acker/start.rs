@@ -97,8 +97,9 @@ impl<T: Send + 'static> AsyncAcker<T> {
         }
     }
 
-    /// The init itself; then, if a reaper's pass is due, the pass's timers, here: the completions it delivers only wake tasks, fill the
-    /// stream, or drop a payload whose future or stream is gone.
+    /// The init itself; then, if a reaper's pass is due, the pass's timers, here: the
+    /// completions it delivers only wake tasks, fill the stream, or drop a payload whose
+    /// future or stream is gone.
     fn init_inner(
         &self,
         root: u64,
@@ -106,15 +107,7 @@ impl<T: Send + 'static> AsyncAcker<T> {
         held: Held,
         timeout: Option<Duration>,
     ) -> Result<(), InitError<Held>> {
-        let started = match timeout {
-            None => self.shared.acker.init(root, xor, held),
-            Some(timeout) => self
-                .shared
-                .acker
-                .init_with_timeout(root, xor, held, timeout),
-        };
-        self.shared.acker.help_late_reaper();
-        started
+        self.shared.acker.init_then_help(root, xor, held, timeout)
     }
 }
 

@@ -6,7 +6,7 @@
 
 use std::thread;
 
-use super::{help_if_late, late_after, AWAKE};
+use super::{late_after, AWAKE};
 use crate::acker::engine::Engine;
 use crate::acker::timers::ticks::{reached, Tick};
 use crate::sync::Ordering;
@@ -50,9 +50,11 @@ impl<T: Send + 'static> Engine<T> {
     }
 
     /// Runs the reaper thread's pass here once it is due ([`reaper`](super), "Callers first"):
-    /// `true` when it did.
+    /// `true` when it did. (The async acker's inits help at their own tick,
+    /// [`init_then_help`](Engine::init_then_help).)
+    #[cfg(any(test, loom, feature = "internals"))]
     pub(in crate::acker) fn help_late_reaper(&self) -> bool {
-        help_if_late(self)
+        super::help_if_late(self)
     }
 
     pub(in crate::acker) fn set_reaper_thread(&self, thread: thread::Thread) {

@@ -68,9 +68,9 @@
 //! So the callers that start trees on the async acker run the passes when they can. The
 //! thread publishes the tick its timer is set for (`Reaper::wakes_at`; [`AWAKE`] while it
 //! runs, or sleeps with nothing pending), every pass the wheel's next due tick
-//! (`Reaper::timers_due_at`), and a caller reads them after its init: once the thread's
-//! tick has begun and a timer is due, the caller runs the pass's timers itself
-//! ([`help_if_late`]). A tick the thread wakes at only to scan the dirty groups (or for its
+//! (`Reaper::timers_due_at`), and a caller reads them after its init, at the init's own
+//! tick: once the thread's tick has begun and a timer is due, the caller runs the pass's
+//! timers itself ([`help_if_late_at`]). A tick the thread wakes at only to scan the dirty groups (or for its
 //! upkeep) is left to it unless it is [`LATE_AFTER_NS`] (250 µs) late: a scan on the
 //! callers, with its heavy fence, would cost them more than the timers they deliver. (The async acker's completions only wake tasks, fill a
 //! queue or drop a payload nobody awaits, so they may run on a caller; a plain acker's
@@ -182,7 +182,9 @@ mod probes;
 mod thread;
 pub(in crate::acker) mod wheel;
 
-pub(in crate::acker::engine) use callers::{help_if_late, late_after};
+#[cfg(any(test, loom, feature = "internals"))]
+pub(in crate::acker::engine) use callers::help_if_late;
+pub(in crate::acker::engine) use callers::{help_if_late_at, late_after};
 pub(in crate::acker) use driver::{ExpiryWaker, Next};
 pub(in crate::acker::engine) use pass::publish_timers;
 pub(in crate::acker::engine) use thread::spawn;

@@ -9,7 +9,7 @@ use crate::acker::engine::Next;
 use crate::acker::table::GROUP_SLOTS;
 use crate::acker::timers::ticks::ticks_at_least_one;
 use crate::sync::Ordering::SeqCst;
-use crate::{Acker, Clock, Completion, ManualClock, Outcome};
+use crate::{Acker, Clock, Completion, InitError, ManualClock, Outcome};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -74,6 +74,48 @@ fn a_caller_runs_the_pass_once_the_threads_timer_is_due() {
     assert_eq!(engine.reaper.wakes_at.load(SeqCst), AWAKE);
     clock.advance(100 * MS);
     assert!(!acker.help_late_reaper());
+}
+
+/// The async acker's start of a tree (`init_then_help`) runs the pass due to callers after
+/// its init, judged at the init's own tick: not before the thread's tick has begun, and
+/// then by the next init, whose tree stays pending. (A manual acker, as above.)
+#[test]
+fn an_init_runs_the_pass_due_to_callers_at_its_own_tick() {
+    let clock = ManualClock::new(0);
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let sink = Arc::clone(&log);
+    let acker: Acker<u32> = Acker::builder()
+        .timeout(10 * MS)
+        .resolution(MS)
+        .clock(clock.clone())
+        .on_complete(move |c: Completion<u32>| sink.lock().unwrap().push((c.root, c.outcome)))
+        .build_manual()
+        .unwrap();
+    let engine = acker.engine();
+    let tick = Duration::from_nanos(1 << engine.time.ticks.shift);
+    let now = || engine.time.ticks.full(clock.now());
+    acker.init(1, 0b1, 0).unwrap();
+    assert_eq!(acker.expire(), 0, "filed, not due");
+    clock.advance(50 * MS);
+    engine.reaper.wakes_at.store(now() + 1, SeqCst);
+    acker.init_then_help(2, 0b1, 0, None).unwrap();
+    assert!(log.lock().unwrap().is_empty(), "ran a pass before its tick");
+    clock.advance(tick);
+    acker
+        .init_then_help(3, 0b1, 0, Some(Duration::from_secs(1)))
+        .unwrap();
+    assert_eq!(*log.lock().unwrap(), [(1, Outcome::TimedOut)]);
+    assert_eq!(acker.stats().caller_passes, 1);
+    assert_eq!(acker.pending(), 2, "trees 2 and 3 stay pending");
+    // Refused, it still helps: a duplicate init reads the clock as any other.
+    engine.reaper.wakes_at.store(now(), SeqCst);
+    clock.advance(20 * MS);
+    assert!(matches!(
+        acker.init_then_help(3, 0b1, 7, None),
+        Err(InitError::Duplicate(7))
+    ));
+    assert_eq!(log.lock().unwrap()[1], (2, Outcome::TimedOut));
+    assert_eq!(acker.stats().caller_passes, 2);
 }
 
 /// A manual acker on a manual clock: 10 ms timeouts, 1 ms resolution (2^20 ns).
