@@ -161,6 +161,38 @@ impl Pair {
         }
     }
 
+    /// [`init`](Pair::init), handing a refusal other than `Retry` back rather than
+    /// panicking.
+    fn try_init(
+        &self,
+        key: Key,
+        xor: u64,
+        payload: u32,
+    ) -> Result<Vec<(u32, Outcome)>, Refused<u32>> {
+        let mut completions = Vec::new();
+        let mut payload = payload;
+        loop {
+            let mut effects = stamped();
+            let mut at = &self.old;
+            let result = loop {
+                let last = at.successor().is_none();
+                match at.init_or(key, xor, payload, None, last, &mut effects) {
+                    Err(Refused::Missing(p)) if !last => {
+                        payload = p;
+                        at = at.successor().unwrap();
+                    }
+                    result => break result,
+                }
+            };
+            completions.extend(self.finish(&mut effects));
+            match result {
+                Ok(()) => return Ok(completions),
+                Err(Refused::Retry(p)) => payload = p,
+                Err(other) => return Err(other),
+            }
+        }
+    }
+
     /// A mover: `move_round` until every group of the old table is clean (yielding between
     /// rounds, so that loom runs the thread whose JOINING, DONE or FROZEN word it waits
     /// for). What its copies completed (a merge with a twin may).
@@ -249,6 +281,38 @@ fn migrate_ack_vs_move() {
         all.extend(pair.ack(k, 0b10));
         all.extend(t.join().unwrap());
         assert_eq!(all, [(7, Outcome::Acked)]);
+        pair.assert_gone(k);
+    });
+}
+
+/// A LIVE tree's move races a second init of its root, along the chain. A moved tree's
+/// copy does not search the successor for twins (the table's `migrate` module, "Why a
+/// moved tree has no twin"), so nothing may create one: the second init finds the tree
+/// (LIVE in the old table; FROZEN, and it waits for MOVED; or the copy in the successor)
+/// and is refused `Duplicate`. The tree's last ack then completes it once, with its own
+/// payload, and nothing of the root is left.
+///
+/// Catches: an init that takes a FROZEN entry for a missing one and creates in the
+/// successor (the second init starts a tree beside the copy: `Ok`, not `Duplicate`).
+#[test]
+fn migrate_second_init_vs_move_of_a_tree() {
+    loom::model(|| {
+        let pair = Pair::new();
+        let k = key(0, 1);
+        let mut effects = stamped();
+        pair.old.init(k, 0b11, 7, &mut effects).unwrap();
+        assert_eq!(pair.old.ack(k, 0b01, &mut effects), Applied::Changed);
+        assert_eq!(pair.finish(&mut effects), NONE);
+        pair.begin();
+        let mover = Arc::clone(&pair);
+        let t = thread::spawn(move || mover.move_all());
+        let second = pair.try_init(k, 0b100, 9);
+        assert_eq!(t.join().unwrap(), NONE);
+        assert!(
+            matches!(second, Err(Refused::Duplicate(9))),
+            "the second init: {second:?}"
+        );
+        assert_eq!(pair.ack(k, 0b10), [(7, Outcome::Acked)]);
         pair.assert_gone(k);
     });
 }

@@ -94,12 +94,9 @@ impl<T: Send + 'static> Engine<T> {
         for (gen, slot) in
             std::iter::once(first).chain(std::iter::from_fn(|| effects.take_to_file()))
         {
-            if let Some((_, _, key)) = generation(table, gen).to_file(slot) {
-                file(
-                    self,
-                    &mut wheel,
-                    self.tables.entry_of(shard, slot, key, gen),
-                );
+            let at = generation(table, gen);
+            if let Some(deadline) = at.deadline(slot) {
+                file(self, &mut wheel, shard, at, slot, deadline);
             }
         }
         publish_timers(self, &wheel);

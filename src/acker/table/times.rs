@@ -1,6 +1,6 @@
 //! A slot's times, in ticks of the acker's resolution, beside its word; the table's reads
-//! of them (`times`, `deadline`, `deadline_from`, `timeout_of`, and what filing a timer and
-//! reporting a completion read: `to_file`, `completed_times`); and their two writers
+//! of them (`times`, `deadline`, `deadline_from`, `timeout_of`, and what reporting a
+//! completion reads: `completed_times`); and their two writers
 //! after the claim: the reaper's check of an entry at its deadline (`expire`) and a
 //! reset's move of the base (`reset`).
 //!
@@ -255,18 +255,6 @@ impl<T> super::Table<T> {
     #[cfg(any(test, loom, feature = "internals"))] // the tests, loom models and `table` bench only
     pub fn timeout_of(&self, slot: usize) -> Option<Tick> {
         own_timeout(self.side(slot))
-    }
-
-    /// What filing the timer of the entry in `slot` reads: its times, then its own timeout
-    /// (for its deadline, as [`deadline_from`](Self::deadline_from) makes it), then its
-    /// word's key; `None`, after the times alone, when the slot is free (completed and
-    /// freed already). One indexing of the slot for the three.
-    #[inline]
-    pub fn to_file(&self, slot: usize) -> Option<(Stamp, Tick, Key)> {
-        let (word, side) = self.parts(slot);
-        let stamp = Stamp::from_bits(side.times.load(Ordering::SeqCst))?;
-        let deadline = self.deadline_in(stamp, side);
-        Some((stamp, deadline, word.load_on(self.cpu).key()))
     }
 
     /// A completed slot's times and own timeout ([`times`](Self::times),

@@ -34,10 +34,10 @@
 //! some: the next one waits until an eighth more were filed, and each entry is still swept
 //! at O(1) amortized.
 
-use crate::acker::engine::tables::GEN_MASK;
 use crate::acker::engine::Engine;
+use crate::acker::table::Table;
 use crate::acker::table::GROUP_SLOTS;
-use crate::acker::timers::groups::{Entry, File, Filed, GroupAt, GroupTimer};
+use crate::acker::timers::groups::{File, Filed, GroupAt, GroupTimer};
 use crate::acker::timers::ticks::{full_near, Tick};
 use crate::acker::timers::wheel::CompactWheel;
 
@@ -199,23 +199,19 @@ impl Wheel {
     }
 }
 
-/// Registers `entry`'s root with the reaper: its group gets a timer at its deadline unless
-/// one at or before it is filed already ([`groups`](crate::acker::timers::groups)). Nothing
-/// when its slot no longer holds its root.
+/// Registers the root in `slot` of `table` (a generation of `shard`), due at `deadline`,
+/// with the reaper: its group gets a timer at the deadline unless one at or before it is
+/// filed already ([`groups`](crate::acker::timers::groups)). A root that completed since
+/// its deadline was read leaves its group a timer that finds nothing, as a completion does
+/// to any timer of its group.
 pub(in crate::acker::engine) fn file<T: Send + 'static>(
     engine: &Engine<T>,
     wheel: &mut Wheel,
-    entry: Entry,
+    shard: usize,
+    table: &Table<T>,
+    slot: usize,
+    deadline: Tick,
 ) {
-    let Some((shard, table, slot)) = engine.tables.locate(&entry) else {
-        return;
-    };
-    if !engine.tables.holds_entry(table, slot, &entry) {
-        return;
-    }
-    let Some(deadline) = table.deadline(slot) else {
-        return;
-    };
     let now = wheel.now;
     // The wheel's time is the anchor (or past it, a clock gone back): decoded against it.
     let tick = wheel.full(deadline).max(now); // due already: the next advance returns it
@@ -227,9 +223,5 @@ pub(in crate::acker::engine) fn file<T: Send + 'static>(
         group,
     };
     let decision = wheel.filed.cover(at, tick, |t| full_near(now, t));
-    let timer = GroupTimer {
-        first: entry.slot - (slot % GROUP_SLOTS) as u32,
-        gen: table.gen() & GEN_MASK,
-    };
-    wheel.push(decision, timer);
+    wheel.push(decision, engine.tables.group_timer(shard, table, group));
 }

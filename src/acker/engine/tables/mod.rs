@@ -10,7 +10,6 @@ pub(in crate::acker) mod growth;
 pub(in crate::acker) mod layout;
 
 use crate::acker::bound::Credits;
-use crate::acker::table::word::Key;
 use crate::acker::table::{Table, GROUP_SLOTS};
 use crate::acker::timers::groups::{Entry, Filed, GroupAt, GroupTimer};
 use crate::acker::timers::ticks::Tick;
@@ -107,12 +106,12 @@ impl<T> Tables<T> {
 }
 
 impl<T: Send + 'static> Tables<T> {
-    /// The timer entry of `slot` of `shard`'s generation `gen`, which holds `key`.
-    #[inline(always)]
-    pub(super) fn entry_of(&self, shard: usize, slot: usize, key: Key, gen: u32) -> Entry {
-        Entry {
-            slot: (shard << self.slot_bits | slot) as u32,
-            tag: tag_of(key.tag(), gen),
+    /// The group timer of `group` of `table`, a generation of `shard`.
+    #[inline]
+    pub(super) fn group_timer(&self, shard: usize, table: &Table<T>, group: usize) -> GroupTimer {
+        GroupTimer {
+            first: ((shard << self.slot_bits) | (group * GROUP_SLOTS)) as u32,
+            gen: table.gen() & GEN_MASK,
         }
     }
 
@@ -133,15 +132,6 @@ impl<T: Send + 'static> Tables<T> {
         if current.gen() & GEN_MASK == timer.gen & GEN_MASK {
             current.prefetch_slot(first);
         }
-    }
-
-    /// Whether `slot` of `table` (where [`locate`](Self::locate) put `entry`) still holds
-    /// the entry's root.
-    #[inline]
-    pub(super) fn holds_entry(&self, table: &Table<T>, slot: usize, entry: &Entry) -> bool {
-        table
-            .key_in(slot)
-            .is_some_and(|key| tag_of(key.tag(), table.gen()) == entry.tag)
     }
 
     /// A group timer's group, and whether any slot of it holds a root (or one being
@@ -181,10 +171,7 @@ impl<T: Send + 'static> Tables<T> {
                     while bits != 0 {
                         let group = word * 64 + bits.trailing_zeros() as usize;
                         bits &= bits - 1;
-                        into.push(GroupTimer {
-                            first: ((shard << self.slot_bits) | (group * GROUP_SLOTS)) as u32,
-                            gen: table.gen() & GEN_MASK,
-                        });
+                        into.push(self.group_timer(shard, table, group));
                     }
                 }
             }
