@@ -137,32 +137,12 @@ impl Pair {
     /// Engine's `init()`: along the chain, claiming a new entry only in the last table;
     /// `Refused::Retry` starts again from the first table. Panics unless it joined.
     fn init(&self, key: Key, xor: u64, payload: u32) -> Vec<(u32, Outcome)> {
-        let mut completions = Vec::new();
-        let mut payload = payload;
-        loop {
-            let mut effects = stamped();
-            let mut at = &self.old;
-            let result = loop {
-                let last = at.successor().is_none();
-                match at.init_or(key, xor, payload, None, last, &mut effects) {
-                    Err(Refused::Missing(p)) if !last => {
-                        payload = p;
-                        at = at.successor().unwrap();
-                    }
-                    result => break result,
-                }
-            };
-            completions.extend(self.finish(&mut effects));
-            match result {
-                Ok(()) => return completions,
-                Err(Refused::Retry(p)) => payload = p,
-                Err(other) => panic!("init refused: {other:?}"),
-            }
-        }
+        self.try_init(key, xor, payload)
+            .unwrap_or_else(|refused| panic!("init refused: {refused:?}"))
     }
 
-    /// [`init`](Pair::init), handing a refusal other than `Retry` back rather than
-    /// panicking.
+    /// Engine's `init()` as [`init`](Pair::init) runs it, handing a refusal other than
+    /// `Retry` back.
     fn try_init(
         &self,
         key: Key,

@@ -31,16 +31,7 @@ fn manual_acker(clock: &ManualClock, timeout: Duration, shift: u32) -> Acker<u32
 /// asleep on a timer. (A manual acker: the published tick is set here as the thread would.)
 #[test]
 fn a_caller_runs_the_pass_once_the_threads_timer_is_due() {
-    let clock = ManualClock::new(0);
-    let log = Arc::new(Mutex::new(Vec::new()));
-    let sink = Arc::clone(&log);
-    let acker: Acker<u32> = Acker::builder()
-        .timeout(10 * MS)
-        .resolution(MS)
-        .clock(clock.clone())
-        .on_complete(move |c: Completion<u32>| sink.lock().unwrap().push((c.root, c.outcome)))
-        .build_manual()
-        .unwrap();
+    let (clock, acker, log) = logged_manual_at_1ms();
     let engine = acker.engine();
     let tick = Duration::from_nanos(1 << engine.time.ticks.shift);
     let now = || engine.time.ticks.full(clock.now());
@@ -81,16 +72,7 @@ fn a_caller_runs_the_pass_once_the_threads_timer_is_due() {
 /// then by the next init, whose tree stays pending. (A manual acker, as above.)
 #[test]
 fn an_init_runs_the_pass_due_to_callers_at_its_own_tick() {
-    let clock = ManualClock::new(0);
-    let log = Arc::new(Mutex::new(Vec::new()));
-    let sink = Arc::clone(&log);
-    let acker: Acker<u32> = Acker::builder()
-        .timeout(10 * MS)
-        .resolution(MS)
-        .clock(clock.clone())
-        .on_complete(move |c: Completion<u32>| sink.lock().unwrap().push((c.root, c.outcome)))
-        .build_manual()
-        .unwrap();
+    let (clock, acker, log) = logged_manual_at_1ms();
     let engine = acker.engine();
     let tick = Duration::from_nanos(1 << engine.time.ticks.shift);
     let now = || engine.time.ticks.full(clock.now());
@@ -116,6 +98,24 @@ fn an_init_runs_the_pass_due_to_callers_at_its_own_tick() {
     ));
     assert_eq!(log.lock().unwrap()[1], (2, Outcome::TimedOut));
     assert_eq!(acker.stats().caller_passes, 2);
+}
+
+/// The completions a test's acker delivered: root and outcome, in order.
+type Log = Arc<Mutex<Vec<(u64, Outcome)>>>;
+
+/// [`manual_at_1ms`], logging its completions.
+fn logged_manual_at_1ms() -> (ManualClock, Acker<u32>, Log) {
+    let clock = ManualClock::new(0);
+    let log = Log::default();
+    let sink = Arc::clone(&log);
+    let acker = Acker::builder()
+        .timeout(10 * MS)
+        .resolution(MS)
+        .clock(clock.clone())
+        .on_complete(move |c: Completion<u32>| sink.lock().unwrap().push((c.root, c.outcome)))
+        .build_manual()
+        .unwrap();
+    (clock, acker, log)
 }
 
 /// A manual acker on a manual clock: 10 ms timeouts, 1 ms resolution (2^20 ns).
