@@ -47,21 +47,12 @@ impl<T> Table<T> {
     /// After claiming `slot` for `key`: files its timer and merges any twin, or, when a
     /// migration has begun, moves the entry to the successor (where that happens).
     pub(super) fn created(&self, key: Key, slot: usize, effects: &mut Effects) {
-        if self.created_alone(slot, effects) {
-            self.merge_twins(key, slot, effects);
-        }
-    }
-
-    /// [`created`](Self::created) for an entry that has no twin (a moved tree's copy,
-    /// [`migrate`](crate::acker::table::migrate)): its timer filed, or, when a migration
-    /// has begun, the entry moved on. Whether it stays here (filed).
-    pub(super) fn created_alone(&self, slot: usize, effects: &mut Effects) -> bool {
         if let Some(next) = self.successor() {
             self.relocate(slot, next, effects);
-            return false;
+            return;
         }
         effects.file_later(self.gen, slot);
-        true
+        self.merge_twins(key, slot, effects);
     }
 
     /// After claiming `mine` for `key`: merges every twin entry (module docs) until `mine`
