@@ -234,6 +234,23 @@ fn ack_in_old(pair: &Pair, key: Key, xor: u64) -> Vec<(u32, Outcome)> {
     completions
 }
 
+/// An init as an operation that began before the migration (or read no `next`) makes it:
+/// `init_or(create = true)` on the old table itself, which moves a claim it finds `next`
+/// set after and reports `Retry`; it then starts again along the chain.
+fn init_in_old(pair: &Pair, key: Key, xor: u64, payload: u32) -> Vec<(u32, Outcome)> {
+    let mut effects = stamped();
+    let result = pair
+        .old
+        .init_or(key, xor, payload, None, true, &mut effects);
+    let mut completions = pair.finish(&mut effects);
+    match result {
+        Ok(()) => {}
+        Err(Refused::Retry(p)) => completions.extend(pair.init(key, xor, p)),
+        Err(other) => panic!("init refused: {other:?}"),
+    }
+    completions
+}
+
 /// The last two acks of a LIVE tree race its move: each either lands in the old table
 /// before the mover's FROZEN CAS (which then fails and the mover copies the new word), or
 /// meets FROZEN, waits for MOVED and starts again, finding the copy in the successor. The
@@ -476,19 +493,7 @@ fn migrate_init_in_old_vs_migration_start() {
         let pair = Pair::new();
         let k = key(0, 1);
         let initializer = Arc::clone(&pair);
-        let a = thread::spawn(move || {
-            let mut effects = stamped();
-            let result = initializer
-                .old
-                .init_or(k, 0b11, 9, None, true, &mut effects);
-            let mut completions = initializer.finish(&mut effects);
-            match result {
-                Ok(()) => {}
-                Err(Refused::Retry(p)) => completions.extend(initializer.init(k, 0b11, p)),
-                Err(other) => panic!("init refused: {other:?}"),
-            }
-            completions
-        });
+        let a = thread::spawn(move || init_in_old(&initializer, k, 0b11, 9));
         let mover = Arc::clone(&pair);
         let b = thread::spawn(move || {
             mover.begin();
@@ -524,19 +529,7 @@ fn migrate_orphan_moved_before_its_tree() {
         let pair = Pair::new();
         let k = key(0, 1);
         let initializer = Arc::clone(&pair);
-        let a = thread::spawn(move || {
-            let mut effects = stamped();
-            let result = initializer
-                .old
-                .init_or(k, 0b111, 9, None, true, &mut effects);
-            let mut completions = initializer.finish(&mut effects);
-            match result {
-                Ok(()) => {}
-                Err(Refused::Retry(p)) => completions.extend(initializer.init(k, 0b111, p)),
-                Err(other) => panic!("init refused: {other:?}"),
-            }
-            completions
-        });
+        let a = thread::spawn(move || init_in_old(&initializer, k, 0b111, 9));
         let acker = Arc::clone(&pair);
         let b = thread::spawn(move || ack_in_old(&acker, k, 0b100));
         pair.begin();

@@ -398,8 +398,8 @@ impl<T: Send + 'static> Acker<T> {
         payload: T,
         timeout: Duration,
     ) -> Result<(), InitError<T>> {
-        let timeout = duration_nanos(timeout).clamp(1, MAX_TIMEOUT_NS);
-        self.engine().init(root, xor, payload, Some(timeout))
+        self.engine()
+            .init(root, xor, payload, Some(own_timeout_ns(timeout)))
     }
 
     /// [`init`](Self::init) (with `timeout` as
@@ -414,8 +414,8 @@ impl<T: Send + 'static> Acker<T> {
         payload: T,
         timeout: Option<Duration>,
     ) -> Result<(), InitError<T>> {
-        let timeout = timeout.map(|timeout| duration_nanos(timeout).clamp(1, MAX_TIMEOUT_NS));
-        self.engine().init_then_help(root, xor, payload, timeout)
+        self.engine()
+            .init_then_help(root, xor, payload, timeout.map(own_timeout_ns))
     }
 
     /// Storm's ACKER_ACK. `true` iff this call completed the tree (Acked). An ack for an
@@ -613,6 +613,12 @@ impl<T: Send + 'static> Acker<T> {
     pub fn shutdown(&self) -> Vec<(u64, T)> {
         self.handle.shutdown()
     }
+}
+
+/// A tree's own timeout as init takes it, in nanoseconds: zero, or beyond 2^62 ns, clamped
+/// to 1 ns or 2^62 ns ([`Acker::init_with_timeout`]).
+fn own_timeout_ns(timeout: Duration) -> u64 {
+    duration_nanos(timeout).clamp(1, MAX_TIMEOUT_NS)
 }
 
 #[cfg(all(test, not(loom)))]
