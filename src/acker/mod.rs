@@ -63,8 +63,8 @@
 //! callers' ticks from the time-stamp counter, never behind the clock
 //! ([`crate::clock::tsc`]); zeroed blocks that go back to the system when dropped, for the
 //! tables' lines, the reaper's filed ticks and the slab's pages ([`crate::zeroed`]); and,
-//! with the `tokio` feature, the async face, [`crate::future`] (its `mod.rs` names what
-//! each of its files holds).
+//! with the `tokio` feature, the async face, `crate::future` (its `mod.rs` names what each
+//! of its files holds).
 //!
 //! ## A tree's path
 //!

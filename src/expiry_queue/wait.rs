@@ -1,5 +1,5 @@
-//! Waiting for the next due bucket: [`ExpiryQueue::wait`], [`ExpiryQueue::wait_async`] and
-//! [`ExpiryQueue::close`].
+//! Waiting for the next due bucket: [`ExpiryQueue::wait`], `ExpiryQueue::wait_async` (the
+//! `tokio` feature) and [`ExpiryQueue::close`].
 //!
 //! # The wake-up protocol
 //!

@@ -1,5 +1,6 @@
 //! A lock for short critical sections on uncontended data: the async acker's slab shards
-//! ([`slab`](crate::future::slab)), where each thread mostly takes a lock of its own.
+//! (`future::slab`, with the `tokio` feature), where each thread mostly takes a lock of its
+//! own.
 
 #[cfg(not(loom))]
 use super::Backoff;
