@@ -60,8 +60,9 @@
 //! Client-side, per status (`c200`, `c502`, `c504`): each request sent after the warm-up
 //! and before the end, from its sending to its whole response read. The server reports
 //! its peak resident set (`VmHWM`), its resident set at the end, its own CPU time over the
-//! window a request answered in it, and for an ackwheel tracker the passes callers ran and
-//! the reaper thread's context switches (`/proc/self/task`). With two trackers,
+//! window a request answered in it, and for an ackwheel tracker the passes callers ran, the
+//! reaper thread's context switches (`/proc/self/task`) and the roots its tables' growth
+//! or shrinking moved. With two trackers,
 //! `bench` prints each pair's requests/s and peak RSS as the first tracker's over the
 //! second's, and their medians.
 //!
@@ -861,6 +862,9 @@ fn serve(s: &Settings) {
                 format!("{prefix}reaper_switches"),
                 reaper_switches().to_string(),
             ));
+            // Growth and shrinking: each moved root is a migration's work, and each
+            // migration a new table and tick record.
+            out.push((format!("{prefix}roots_moved"), st.roots_moved.to_string()));
             out.push((
                 format!("{prefix}acker_late_mean"),
                 format!(
@@ -1259,7 +1263,10 @@ fn bench(mut s: Settings) {
                 .filter_map(|(k, v)| {
                     let unit = if k.ends_with("acker_late_mean") {
                         " ms"
-                    } else if k.ends_with("caller_passes") || k.ends_with("reaper_switches") {
+                    } else if ["caller_passes", "reaper_switches", "roots_moved"]
+                        .iter()
+                        .any(|name| k.ends_with(name))
+                    {
                         ""
                     } else {
                         return None;
