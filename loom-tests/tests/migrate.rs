@@ -547,3 +547,46 @@ fn migrate_orphan_moved_before_its_tree() {
         pair.assert_gone(k);
     });
 }
+
+/// An init that began before the migration joins its root's orphan, which was held before
+/// it, while the migration starts and a mover runs. The join may land before `next` is
+/// set (the mover then finds the word JOINING and comes back for it, LIVE), or after:
+/// then the init finds the migration after its join, takes its XOR back out (JOINING to
+/// HELD) and moves the entry itself, racing the mover's freeze of the same word, and
+/// starts again in the successor, where it joins the copy. A join after `next` is what a
+/// merge's restored loser lets happen unseen (`src/acker/table/migrate.rs`, "Why no root
+/// gets two joined entries"; the unit test
+/// `an_init_that_joins_a_restored_merge_loser_during_a_migration_moves_it` runs that
+/// schedule); here the check after the join runs against every interleaving of a mover.
+/// Wherever the tree settles, the old table is drained, and the last ack completes it
+/// once, Acked, with its payload.
+///
+/// Catches: a check after the join that moves the entry without unjoining it first (a
+/// JOINING word is not moved, and the init, starting again, finds its own join:
+/// `Duplicate`), or that reports success after moving it (the payload is never written
+/// into the copy: the last ack completes nothing). Each fails at 2 preemptions.
+///
+/// Bounded at 5 preemptions (under a second); unbounded, it passes in about two minutes.
+#[test]
+fn migrate_join_of_an_orphan_vs_migration_start() {
+    bounded(5).check(|| {
+        let pair = Pair::new();
+        let k = key(0, 1);
+        let mut effects = stamped();
+        assert_eq!(pair.old.ack(k, 0b01, &mut effects), Applied::Created);
+        assert_eq!(pair.finish(&mut effects), NONE);
+        let initializer = Arc::clone(&pair);
+        let a = thread::spawn(move || init_in_old(&initializer, k, 0b11, 9));
+        let mover = Arc::clone(&pair);
+        let b = thread::spawn(move || {
+            mover.begin();
+            mover.move_all()
+        });
+        let mut all = a.join().unwrap();
+        all.extend(b.join().unwrap());
+        assert_eq!(all, NONE, "the orphan's ack does not cancel init's value");
+        pair.assert_old_drained();
+        assert_eq!(pair.ack(k, 0b10), [(9, Outcome::Acked)]);
+        pair.assert_gone(k);
+    });
+}

@@ -119,8 +119,22 @@ impl<T> Table<T> {
                 search = self.search(key, None);
                 continue;
             }
+            pause_point!(BeforeJoin);
             match self.word(slot).cas_on(self.cpu, word, joined) {
                 Ok(()) => {
+                    pause_point!(Joined);
+                    // Checked again after the join: a merge's loser is EMPTY for a moment
+                    // and then put back as it was (`Landed::Restored`), so this CAS may
+                    // have landed on it after `next` was set, in a group a mover counted
+                    // clean while the slot was EMPTY (an ABA on the word). Settled here,
+                    // the tree would stay in a table about to be retired. So a join that
+                    // finds the migration moves its entry, as a new claim does
+                    // ([`migrate`](crate::acker::table::migrate)).
+                    if self.successor().is_some() {
+                        self.unjoin(slot, xor);
+                        self.created(key, slot, effects);
+                        return Err(Refused::Retry(payload));
+                    }
                     effects.set_joined();
                     break slot;
                 }
@@ -195,7 +209,10 @@ impl<T> Table<T> {
         vacancy: Option<Vacancy>,
         effects: &mut Effects,
     ) -> Claimed {
-        match self.claim(key, Word::joining(key, xor), vacancy, effects) {
+        pause_point!(BeforeClaim);
+        let claimed = self.claim(key, Word::joining(key, xor), vacancy, effects);
+        pause_point!(ClaimedJoining);
+        match claimed {
             // `next` is checked after the claim, as a joiner checks it before its join: a
             // claim that finds it unset came before it was stored, so a creator in the
             // successor, which searched here after that, saw this entry

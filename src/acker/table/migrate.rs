@@ -19,7 +19,9 @@
 //! * JOINING words are left for a later pass (their owners leave that state in
 //!   nanoseconds); a group whose words are all EMPTY or MOVED is *clean* (an EMPTY slot
 //!   whose completer has not freed it yet is clean too: its tree is over, and the completer
-//!   works inside its operation, so the retired table outlives it), and the call that
+//!   works inside its operation, so the retired table outlives it; so is a merge's loser
+//!   between its EMPTY CAS and its restore, whose restorer then moves it as a new claim,
+//!   and whose joiner finds the migration after its join: below), and the call that
 //!   makes the last group clean tells its caller, which makes the successor current and
 //!   retires the old table (freed after a grace period, [`engine`](crate::acker::engine)).
 //!
@@ -37,12 +39,19 @@
 //! Twins across the two tables can only be HELD: a creator in the successor searched the
 //! old table after `next` was set and missed the root there, so the old table's entry was
 //! claimed after that search, by an operation that then sees `next` and moves it. Init
-//! checks `next` after the search that found its entry and before its join CAS, and after
-//! the claim of a new root's entry (JOINING), and settles nothing in a table being migrated
-//! (it unjoins a new claim, moves the HELD entry over and starts again), so an entry that
-//! settles in the old table was joined or claimed before `next` was set, when every creator
-//! in the successor would still find it. The mover's copy into the successor merges with a
-//! HELD twin there as any claim does (`merge_twins`).
+//! checks `next` after the search that found its entry and before its join CAS, again
+//! after its join CAS, and after the claim of a new root's entry (JOINING), and settles
+//! nothing in a table being migrated (it unjoins, moves the HELD entry over and starts
+//! again), so an entry that settles in the old table was joined or claimed before `next`
+//! was set, when every creator in the successor would still find it, and every mover
+//! after it finds it JOINING or joined. The check after the join is needed for a merge's
+//! loser: EMPTY between its merge's EMPTY CAS and its restore (`Landed::Restored`), it is
+//! counted clean by a mover that passes then, and the restore puts back the very word an
+//! init read before, so that init's join CAS lands after `next` was set, in a group
+//! counted clean (an ABA on the word; the schedule is the test
+//! `an_init_that_joins_a_restored_merge_loser_during_a_migration_moves_it`). The mover's
+//! copy into the successor merges with a HELD twin there as any claim does
+//! (`merge_twins`).
 //!
 //! ## Why a moved tree searches for twins too
 //!

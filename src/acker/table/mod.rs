@@ -67,6 +67,18 @@
 // [`lines`](crate::acker::table::lines) (memory), [`times`](crate::acker::table::times) (a
 // slot's ticks, the reaper's expiry and resets), [`effects`](crate::acker::table::effects)
 // (what an operation reports).
+/// A named point of a protocol where a test may stop its thread (`tests::pauses`): a
+/// schedule of racing threads run by hand. Nothing outside the table's tests.
+macro_rules! pause_point {
+    ($point:ident) => {
+        #[cfg(all(test, not(loom)))]
+        {
+            use crate::acker::table::tests::pauses;
+            pauses::at(pauses::Point::$point);
+        }
+    };
+}
+
 mod effects;
 mod group;
 mod init;

@@ -59,6 +59,7 @@ impl<T> Table<T> {
     /// is the root's only entry or has been merged into another. Carrying a twin's contents
     /// may complete the tree (into `effects`).
     pub(super) fn merge_twins(&self, key: Key, mine: usize, effects: &mut Effects) {
+        pause_point!(BeforeTwinSearch);
         while let Some((other, theirs)) = self.find_other(key, Some(mine)) {
             let ours = self.word(mine).load_on(self.cpu);
             if !ours.holds(key) {
@@ -92,6 +93,7 @@ impl<T> Table<T> {
             // counts, credit) until its contents have landed, so no claim can take it.
             // Counted from before the CAS to the landing, for resets ([`InFlight`]).
             self.in_flight.start();
+            pause_point!(MergeJudged);
             if self
                 .word(loser)
                 .cas_on(self.cpu, lost, Word::EMPTY)
@@ -139,6 +141,7 @@ impl<T> Table<T> {
         // like any new one: moved if a migration has begun, else merged with any
         // twin claimed meanwhile (searched again after the restore, as after a
         // claim).
+        pause_point!(BeforeRestore);
         if self
             .word(loser)
             .cas_on(self.cpu, Word::EMPTY, lost)
@@ -153,6 +156,7 @@ impl<T> Table<T> {
             return Landed::Recreated;
         }
         self.in_flight.land();
+        pause_point!(Restored);
         self.created(key, loser, effects);
         Landed::Restored
     }

@@ -284,3 +284,81 @@ fn a_stranded_entry_is_held_and_init_never_joins_it() {
     assert!(old.discard(slot, key));
     assert_eq!(old.find(key), None);
 }
+
+/// A merge's loser is EMPTY between its EMPTY CAS and its restore, and a mover counts such
+/// a slot clean; the restore puts back the very word an init read before, so the init's
+/// join CAS lands on it (an ABA on the word) after `next` was set. The schedule, run by
+/// hand ([`pauses`]): an orphan ack (A) and an init (B) of one root claim twins; A's
+/// merge judges its own entry the loser against B's JOINING claim; B unjoins, loses its
+/// claim to A's entry and finds that entry to join; A empties it, finds no entry left to
+/// carry to, and the migration begins and counts every group clean; A restores its entry
+/// and B joins it, and A's move of the restored entry finds it JOINING and leaves it. An
+/// init that then settled the tree there would leave it in a table about to be retired,
+/// where no operation finds it: B must find the migration after its join and move the
+/// entry instead.
+#[test]
+fn an_init_that_joins_a_restored_merge_loser_during_a_migration_moves_it() {
+    use pauses::{script, Point::*};
+    use std::sync::mpsc::channel;
+    let table = Table::<u32>::new(4);
+    let key = key_in(4, 2, 77);
+    let (a_tx, a_rx) = channel();
+    let (b_tx, b_rx) = channel();
+    std::thread::scope(|s| {
+        let init = s.spawn(|| {
+            script(&[BeforeClaim, ClaimedJoining, BeforeJoin, Joined], &b_tx);
+            let mut effects = Effects::default();
+            table.init(key, 0b11, 9, &mut effects)
+        });
+        let b = b_rx.recv().unwrap();
+        b.reaches(BeforeClaim); // B searched and found nothing
+        let ack = s.spawn(|| {
+            script(
+                &[BeforeTwinSearch, MergeJudged, BeforeRestore, Restored],
+                &a_tx,
+            );
+            let mut effects = Effects::default();
+            table.ack(key, 0b01, &mut effects)
+        });
+        let a = a_rx.recv().unwrap();
+        a.reaches(BeforeTwinSearch); // A's orphan claimed, its twin search next
+        b.go();
+        b.reaches(ClaimedJoining); // B's claim, JOINING, beside A's orphan
+        a.go();
+        a.reaches(MergeJudged); // A's own entry the loser, against B's JOINING claim
+        b.go();
+        b.reaches(BeforeJoin); // B unjoined, lost its claim to A's entry, and would join it
+        a.go();
+        a.reaches(BeforeRestore); // A's entry EMPTY, nothing to carry its ack to
+        let next = begin(&table, 8);
+        let mut effects = Effects::default();
+        assert!(
+            table.move_round(&mut effects),
+            "every group counted clean: the old table can be retired"
+        );
+        a.go();
+        a.reaches(Restored); // A's entry back, as B read it
+        b.go();
+        b.reaches(Joined); // B's join CAS landed on it
+        a.go();
+        assert_eq!(ack.join().unwrap(), Applied::Created);
+        b.go();
+        let payload = match init.join().unwrap() {
+            Err(Refused::Retry(payload)) => payload,
+            other => panic!("the init settled in the migrating table: {other:?}"),
+        };
+        // As the engine does on `Retry`: init again, in the successor.
+        let mut effects = Effects::default();
+        next.init(key, 0b11, payload, &mut effects).unwrap();
+        assert!(
+            table.find(key).is_none(),
+            "nothing of the tree is left in the old table"
+        );
+        assert_eq!(next.ack(key, 0b10, &mut effects), Applied::Changed);
+        assert_eq!(
+            finish(&next, &mut effects),
+            Some((9, Outcome::Acked)),
+            "the held ack and the last one complete the tree, in the successor"
+        );
+    });
+}

@@ -609,4 +609,5 @@ fn merges_conserve_every_xor_under_churn() {
 }
 
 mod migration;
+pub(super) mod pauses;
 mod times;
