@@ -251,6 +251,26 @@ fn init_in_old(pair: &Pair, key: Key, xor: u64, payload: u32) -> Vec<(u32, Outco
     completions
 }
 
+/// [`init_in_old`] on one thread while another starts the migration and moves every
+/// group ([`Pair::move_all`]): what both completed.
+fn init_in_old_vs_migration_start(
+    pair: &Arc<Pair>,
+    key: Key,
+    xor: u64,
+    payload: u32,
+) -> Vec<(u32, Outcome)> {
+    let initializer = Arc::clone(pair);
+    let a = thread::spawn(move || init_in_old(&initializer, key, xor, payload));
+    let mover = Arc::clone(pair);
+    let b = thread::spawn(move || {
+        mover.begin();
+        mover.move_all()
+    });
+    let mut all = a.join().unwrap();
+    all.extend(b.join().unwrap());
+    all
+}
+
 /// The last two acks of a LIVE tree race its move: each either lands in the old table
 /// before the mover's FROZEN CAS (which then fails and the mover copies the new word), or
 /// meets FROZEN, waits for MOVED and starts again, finding the copy in the successor. The
@@ -492,15 +512,7 @@ fn migrate_init_in_old_vs_migration_start() {
     loom::model(|| {
         let pair = Pair::new();
         let k = key(0, 1);
-        let initializer = Arc::clone(&pair);
-        let a = thread::spawn(move || init_in_old(&initializer, k, 0b11, 9));
-        let mover = Arc::clone(&pair);
-        let b = thread::spawn(move || {
-            mover.begin();
-            mover.move_all()
-        });
-        let mut all = a.join().unwrap();
-        all.extend(b.join().unwrap());
+        let all = init_in_old_vs_migration_start(&pair, k, 0b11, 9);
         assert_eq!(all, NONE, "init alone completes nothing");
         pair.assert_old_drained();
         assert_eq!(pair.ack(k, 0b11), [(9, Outcome::Acked)]);
@@ -575,15 +587,7 @@ fn migrate_join_of_an_orphan_vs_migration_start() {
         let mut effects = stamped();
         assert_eq!(pair.old.ack(k, 0b01, &mut effects), Applied::Created);
         assert_eq!(pair.finish(&mut effects), NONE);
-        let initializer = Arc::clone(&pair);
-        let a = thread::spawn(move || init_in_old(&initializer, k, 0b11, 9));
-        let mover = Arc::clone(&pair);
-        let b = thread::spawn(move || {
-            mover.begin();
-            mover.move_all()
-        });
-        let mut all = a.join().unwrap();
-        all.extend(b.join().unwrap());
+        let all = init_in_old_vs_migration_start(&pair, k, 0b11, 9);
         assert_eq!(all, NONE, "the orphan's ack does not cancel init's value");
         pair.assert_old_drained();
         assert_eq!(pair.ack(k, 0b10), [(9, Outcome::Acked)]);
