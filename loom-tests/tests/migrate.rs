@@ -569,7 +569,9 @@ fn migrate_orphan_moved_before_its_tree() {
 /// merge's restored loser lets happen unseen (`src/acker/table/migrate.rs`, "Why no root
 /// gets two joined entries"; the unit test
 /// `an_init_that_joins_a_restored_merge_loser_during_a_migration_moves_it` runs that
-/// schedule); here the check after the join runs against every interleaving of a mover.
+/// schedule and fails without the check); here, with no merge, the check after the join
+/// runs against every interleaving of a mover: without it the mover would wait for the
+/// JOINING word and move the tree LIVE, so this model passes without the check too.
 /// Wherever the tree settles, the old table is drained, and the last ack completes it
 /// once, Acked, with its payload.
 ///

@@ -70,9 +70,9 @@
 //! generation that no walk sees; the operation that stranded it waits for room, and when
 //! shutdown stops it, it gives the entry up itself ([`growth`](tables::growth),
 //! `give_up_stranded`). Such an entry is always HELD (a claim in a migrating table is
-//! unjoined before it moves, and no init joins an entry of a table with a successor), so no
-//! payload is ever in one; were one LIVE, it would be taken back and handed back with the
-//! rest.
+//! unjoined before it moves, and an init keeps no join made in a table with a successor:
+//! it unjoins before it moves the entry), so no payload is ever in one; were one LIVE, it
+//! would be taken back and handed back with the rest.
 
 pub(super) mod batched;
 pub(super) mod deliver;

@@ -65,9 +65,10 @@ impl<T> Table<T> {
     }
 
     /// `init_with`, claiming no new entry unless `create`
-    /// ([`Refused::Missing`]). In a table whose migration has begun init joins nothing: it
-    /// moves the root's HELD entry to the successor and reports [`Refused::Retry`], so that
-    /// a joined entry in a table never has a twin in its successor
+    /// ([`Refused::Missing`]). In a table whose migration has begun init keeps no join: it
+    /// moves the root's HELD entry to the successor (unjoined first, if its join landed
+    /// before it saw the migration) and reports [`Refused::Retry`], so that a joined entry
+    /// in a table never has a twin in its successor
     /// ([`migrate`](crate::acker::table::migrate)).
     // Always, as `claim_joined` and `search` here and the engine's `finish`, `file_timers`
     // and `write_tick`: an init's whole path then runs in `Engine::init`'s one frame,

@@ -40,11 +40,11 @@
 //! old table after `next` was set and missed the root there, so the old table's entry was
 //! claimed after that search, by an operation that then sees `next` and moves it. Init
 //! checks `next` after the search that found its entry and before its join CAS, again
-//! after its join CAS, and after the claim of a new root's entry (JOINING), and settles
-//! nothing in a table being migrated (it unjoins, moves the HELD entry over and starts
-//! again), so an entry that settles in the old table was joined or claimed before `next`
-//! was set, when every creator in the successor would still find it, and every mover
-//! after it finds it JOINING or joined. The check after the join is needed for a merge's
+//! after its join CAS, and after the claim of a new root's entry (JOINING), and keeps no
+//! join or claim made after `next` was set (it unjoins, moves the HELD entry over and
+//! starts again), so an entry that settles in the old table was joined or claimed before
+//! `next` was set, when every creator in the successor would still find it, and every
+//! mover after it finds it JOINING or joined. The check after the join is needed for a merge's
 //! loser: EMPTY between its merge's EMPTY CAS and its restore (`Landed::Restored`), it is
 //! counted clean by a mover that passes then, and the restore puts back the very word an
 //! init read before, so that init's join CAS lands after `next` was set, in a group
@@ -60,10 +60,8 @@
 //! finds it. A HELD twin of it can still reach the successor first: an ack that searched
 //! this table before the tree's claim, claimed its orphan after the tree's twin search, and
 //! found `next` set after its claim moves the orphan over without searching here (its copy
-//! searches the successor, where the tree is not yet). And a merge's loser is EMPTY for a
-//! moment and then put back (`Landed::Restored`), so an init's join may land on it after
-//! `next` was set, behind a creator that found nothing. Only the tree's copy, claimed
-//! after both, sees the pair: skipping its search (measured at about 200 instructions a
+//! searches the successor, where the tree is not yet). Only the tree's copy, claimed
+//! after it, sees the pair: skipping its search (measured at about 200 instructions a
 //! moved root of a fill from empty) left such twins unmerged (the loom model
 //! `migrate_orphan_moved_before_its_tree`, in the workspace's `loom-tests`, fails so).
 

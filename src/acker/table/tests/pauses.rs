@@ -16,7 +16,8 @@ use std::time::Duration;
 pub(in crate::acker::table) enum Point {
     /// An init searched and found no entry; it claims one next.
     BeforeClaim,
-    /// An init claimed a new entry JOINING; it searches for twins next.
+    /// An init's claim of a new entry returned (JOINING, if it succeeded); it searches for
+    /// twins next.
     ClaimedJoining,
     /// A claimer's twin search is about to begin (`merge_twins`).
     BeforeTwinSearch,
