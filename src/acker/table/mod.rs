@@ -48,6 +48,22 @@
 //! counts, credit) until its contents land, and holds them again if the root has no entry
 //! left: a carry never needs room or a credit, and nothing it holds is dropped ([`twins`]).
 //!
+//! A twin is merged only once its claimer has searched again, and a message that finds it
+//! before then may apply to it and return. So a search prefers the root's joined entry
+//! (JOINING or LIVE) to a HELD one, looking on past a HELD entry to the end of the window:
+//! a twin claimed in a slot freed before the tree's (after the tree's claimer passed it)
+//! would otherwise take later messages, and a completing ack whose search passed that slot
+//! before the claim would complete the tree without the ones that had returned (Acked
+//! after a fail, or with the XOR of the tree's messages not 0; the test
+//! `an_ack_goes_to_the_tree_not_to_an_unmerged_twin_before_it`). A message applies to a
+//! HELD entry only where its search saw no joined one, and a joined entry made after the
+//! search passed its slot is a claim or a join whose own twin search (after the claim, or
+//! before the join) sees the HELD one and merges it first. (Across a migration this holds
+//! for a joined entry in the same table: a HELD entry claimed in the old table by an
+//! operation that began before `next` was set takes messages until its claimer moves it,
+//! and a tree settled meanwhile in the successor, whose twin search looks there alone,
+//! does not wait for it.)
+//!
 //! A merge moves a root's contents from one slot to another, possibly one earlier in
 //! probe order, so a search that walks the slots once can pass the winner before the
 //! contents land and reach the loser after it went EMPTY. Searches that create (an ack, an
@@ -502,6 +518,10 @@ impl<T> Table<T> {
                 (slot, self.word(slot), word)
             }
         };
+        if word.state().phase() == Some(Phase::Held) {
+            // An orphan, or a twin a joined entry may follow: `search` decides.
+            return None;
+        }
         let step = message.step(word)?;
         cell.cas_on(self.cpu, word, step.word()).ok()?;
         Some(match step {
@@ -557,6 +577,7 @@ impl<T> Table<T> {
                 }
                 Search::Missing(_) if !create => return Applied::Missing,
                 Search::Missing(vacancy) => {
+                    pause_point!(BeforeMessageClaim);
                     match self.claim(key, message.held(key), vacancy, effects) {
                         Ok(slot) => {
                             self.created(key, slot, effects);

@@ -284,10 +284,22 @@ fn the_shortcut_defers_a_frozen_word_and_stops_where_search_stops() {
     fill(&table, 1);
     put(&table, 2, 0, twin);
     deferred(&table, 2, 0);
-    // Counted: found, one CAS.
+    // Counted: found, but HELD: left to `search` (a joined entry may follow it, which the
+    // ack must reach instead), which applies it there, there being none.
     table.overflow[1].fetch_add(1, Ordering::SeqCst);
-    assert_eq!(table.apply_found(key, Change::Ack(1)), Some(None));
+    deferred(&table, 2, 0);
+    let mut effects = Effects::default();
+    assert_eq!(table.ack(key, 1, &mut effects), Applied::Changed);
     assert_eq!(table.group(2).0[0].load(), Word::held_ack(key, 5));
+    // A joined entry there: found, one CAS.
+    let Some(Step::To(live)) = Word::joining(key, 4).settled() else {
+        panic!("a JOINING word with a value settles LIVE");
+    };
+    table.group(2).0[0]
+        .cas(Word::held_ack(key, 5), live)
+        .unwrap();
+    assert_eq!(table.apply_found(key, Change::Ack(1)), Some(None));
+    assert_eq!(table.group(2).0[0].load().value(), 5);
 }
 
 /// A claimer's twin check: any other uncompleted or FROZEN word of the key in the window,
@@ -611,3 +623,111 @@ fn merges_conserve_every_xor_under_churn() {
 mod migration;
 pub(super) mod pauses;
 mod times;
+
+/// What [`twin_before_the_tree`] saw: the third message's result and completion, the
+/// completing ack's, and the root's one entry at the end (if any), as its word.
+struct TwinSchedule {
+    third: (Applied, Option<(u32, Outcome)>),
+    last: (Applied, Option<(u32, Outcome)>),
+    left: Option<Word>,
+}
+
+/// A twin claimed before the tree in probe order, run by hand ([`pauses`]): the tree
+/// (init 0b11, payload 9) settles past its full home group; an ack A1 of 0b01, whose
+/// search found nothing before the tree existed, claims a slot of the home group freed
+/// meanwhile and stops before its twin search; `third` (A3) is sent and returns; then an
+/// ack A2 of 0b11, whose search had passed the home group before A1's claim, goes on; then
+/// A1 merges. A twin is merged only after its claimer's own search, so before messages
+/// preferred the tree's joined entry to a HELD one before it, A3 went to the twin, and A2
+/// completed the tree without it.
+fn twin_before_the_tree(third: Change) -> TwinSchedule {
+    use pauses::{script, Point::*};
+    use std::sync::mpsc::channel;
+    let table = Table::<u32>::new(4);
+    let key = key_in(4, 0, 77);
+    // The home group full of other roots' trees.
+    let others: Vec<Key> = (0..GROUP_SLOTS as u64)
+        .map(|i| key_in(4, 0, 1000 + i))
+        .collect();
+    for (i, &other) in others.iter().enumerate() {
+        let mut effects = Effects::default();
+        table
+            .init(other, 0b1, 100 + i as u32, &mut effects)
+            .unwrap();
+    }
+    let (a1_tx, a1_rx) = channel();
+    let (a2_tx, a2_rx) = channel();
+    std::thread::scope(|s| {
+        let a1 = s.spawn(|| {
+            script(&[BeforeMessageClaim, BeforeTwinSearch], &a1_tx);
+            let mut effects = Effects::default();
+            table.ack(key, 0b01, &mut effects)
+        });
+        let a1_at = a1_rx.recv().unwrap();
+        a1_at.reaches(BeforeMessageClaim);
+        let mut effects = Effects::default();
+        table.init(key, 0b11, 9, &mut effects).unwrap();
+        let (tree, _) = table.find(key).unwrap();
+        assert_eq!(tree / GROUP_SLOTS, 1, "past its full home group");
+        let (freed, _) = table.find(others[1]).unwrap();
+        table.ack(others[1], 0b1, &mut effects);
+        assert_eq!(finish(&table, &mut effects), Some((101, Outcome::Acked)));
+        let a2 = s.spawn(|| {
+            script(&[SearchedGroup], &a2_tx);
+            let mut effects = Effects::default();
+            let applied = table.ack(key, 0b11, &mut effects);
+            (applied, finish(&table, &mut effects))
+        });
+        let a2_at = a2_rx.recv().unwrap();
+        a2_at.reaches(SearchedGroup); // A2 passed the home group
+        a1_at.go();
+        a1_at.reaches(BeforeTwinSearch); // A1's orphan in the freed slot, not merged yet
+        assert_eq!(table.word(freed).load(), Word::held_ack(key, 0b01));
+        let mut effects = Effects::default();
+        let applied = table.apply(key, third, true, &mut effects);
+        let third = (applied, finish(&table, &mut effects));
+        a2_at.go();
+        let last = a2.join().unwrap();
+        a1_at.go();
+        a1.join().unwrap();
+        let left = table.find(key).map(|(slot, word)| {
+            assert_eq!(table.find_other(key, Some(slot)), None, "no twin left");
+            word
+        });
+        TwinSchedule { third, last, left }
+    })
+}
+
+/// An ack A3 of 0b10 (so that A2's 0b11 sends both edges again): every ack lands in the
+/// tree, which stays pending with the XOR of all its messages, 0b11. Before the fix, A2
+/// completed it Acked.
+#[test]
+fn an_ack_goes_to_the_tree_not_to_an_unmerged_twin_before_it() {
+    let seen = twin_before_the_tree(Change::Ack(0b10));
+    assert_eq!(seen.third, (Applied::Changed, None));
+    assert_eq!(
+        seen.last,
+        (Applied::Changed, None),
+        "completed without A3's ack"
+    );
+    let left = seen.left.expect("the tree is pending");
+    assert_eq!(
+        (left.state().phase(), left.value()),
+        (Some(Phase::Live), 0b11)
+    );
+}
+
+/// A fail A3: it completes the tree, Failed, and A2's ack comes after (an orphan). Before
+/// the fix, the fail was held in the twin and A2 completed the tree Acked.
+#[test]
+fn a_fail_goes_to_the_tree_not_to_an_unmerged_twin_before_it() {
+    let seen = twin_before_the_tree(Change::Fail);
+    assert_eq!(seen.third, (Applied::Changed, Some((9, Outcome::Failed))));
+    assert_eq!(seen.last.1, None, "the tree completed again, or Acked");
+    // A2's ack and A1's, after the completion: one orphan of both.
+    let left = seen.left.expect("an orphan");
+    assert_eq!(
+        (left.state().phase(), left.value()),
+        (Some(Phase::Held), 0b10)
+    );
+}

@@ -31,6 +31,10 @@ pub(in crate::acker::table) enum Point {
     BeforeJoin,
     /// An init's join CAS landed.
     Joined,
+    /// A message's search found no entry; its claim is next.
+    BeforeMessageClaim,
+    /// A search looked at a group without the root's entry and goes on to the next.
+    SearchedGroup,
 }
 
 thread_local! {
