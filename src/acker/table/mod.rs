@@ -48,21 +48,21 @@
 //! counts, credit) until its contents land, and holds them again if the root has no entry
 //! left: a carry never needs room or a credit, and nothing it holds is dropped ([`twins`]).
 //!
-//! A twin is merged only once its claimer has searched again, and a message that finds it
-//! before then may apply to it and return. So a search prefers the root's joined entry
-//! (JOINING or LIVE) to a HELD one, looking on past a HELD entry to the end of the window:
-//! a twin claimed in a slot freed before the tree's (after the tree's claimer passed it)
-//! would otherwise take later messages, and a completing ack whose search passed that slot
-//! before the claim would complete the tree without the ones that had returned (Acked
-//! after a fail, or with the XOR of the tree's messages not 0; the test
-//! `an_ack_goes_to_the_tree_not_to_an_unmerged_twin_before_it`). A message applies to a
-//! HELD entry only where its search saw no joined one, and a joined entry made after the
-//! search passed its slot is a claim or a join whose own twin search (after the claim, or
-//! before the join) sees the HELD one and merges it first. (Across a migration this holds
-//! for a joined entry in the same table: a HELD entry claimed in the old table by an
-//! operation that began before `next` was set takes messages until its claimer moves it,
-//! and a tree settled meanwhile in the successor, whose twin search looks there alone,
-//! does not wait for it.)
+//! A twin is merged by its claimer only after its claim, and a message that finds it
+//! first (a HELD entry: the search returns the first entry in probe order) lands there.
+//! The tree's joined entry may be anywhere in the window: before the twin (claimed in a
+//! slot freed after the tree's claimer passed it) or after it (in a slot the message's
+//! search passed before the tree's claim). Had the message returned with its change
+//! there, an ack completing the tree before the merge, even one sent after this message
+//! returned, would complete it without it: Acked after a fail, or with the XOR of the
+//! tree's messages not 0 (the tests `a_fail_on_an_unmerged_twin_after_the_tree_...` and
+//! `..._before_the_tree_...`). So an ack or a fail that lands in a HELD entry searches
+//! for twins and merges them before it returns, as a claimer does (during a migration it
+//! moves the entry to the successor instead, whose copy merges there). Of the message
+//! (its CAS, then its search) and a new claim of the tree (its CAS, then its twin search),
+//! at least one sees the other; an entry joined meanwhile was found twinless by its
+//! joiner, or had its twin merged by that twin's claimer, which searches after its claim.
+//! The fast path (`apply_found`) leaves a HELD entry to `apply`.
 //!
 //! A merge moves a root's contents from one slot to another, possibly one earlier in
 //! probe order, so a search that walks the slots once can pass the winner before the
@@ -494,8 +494,9 @@ impl<T> Table<T> {
 
     /// The common case of [`apply`](Self::apply): the root's entry exists and one CAS
     /// applies `message`. `None` when anything else is needed (no entry, a CAS lost, a
-    /// frozen entry, a twin's contents): the caller then calls `apply`, which starts again
-    /// from the search, so nothing was changed.
+    /// frozen entry, a HELD entry, whose message must then merge its twins, a twin's
+    /// contents): the caller then calls `apply`, which starts again from the search, so
+    /// nothing was changed.
     ///
     /// It is `apply`'s own first step, the same walk of the window and the same CAS,
     /// without the general path's frame (its `Effects`, a migration's help, the timer
@@ -519,7 +520,8 @@ impl<T> Table<T> {
             }
         };
         if word.state().phase() == Some(Phase::Held) {
-            // An orphan, or a twin a joined entry may follow: `search` decides.
+            // An orphan, maybe a twin: `apply` lands the message and merges (module docs,
+            // "Twin claims").
             return None;
         }
         let step = message.step(word)?;
@@ -599,6 +601,11 @@ impl<T> Table<T> {
                     Ok(()) => {
                         if let Step::Complete(_, outcome) = step {
                             self.claimed(effects, slot, key, outcome);
+                        }
+                        let message_held = !matches!(message, Change::Twin(..))
+                            && word.state().phase() == Some(Phase::Held);
+                        if message_held {
+                            self.held_message_landed(key, slot, effects);
                         }
                         return Applied::Changed;
                     }

@@ -5,9 +5,7 @@
 //! root").
 
 use super::group::masks;
-use super::{
-    Effects, Key, Phase, Side, Stamp, Table, Word, CROWDED_DISTANCE, GROUP_SLOTS, MAX_PROBE,
-};
+use super::{Effects, Key, Side, Stamp, Table, Word, CROWDED_DISTANCE, GROUP_SLOTS, MAX_PROBE};
 use crate::sync::{store_raced, AtomicUsize, Ordering};
 
 /// Whether a claim takes a credit ([`bound`](crate::acker::bound)), and from which hand.
@@ -87,13 +85,8 @@ impl<T> Table<T> {
         }
     }
 
-    /// Looks for `key`'s entry (but for `skip`): the first joined one (JOINING or LIVE) in
-    /// probe order, else the first HELD one, and, on the way, for the first EMPTY slot,
-    /// where a new entry could go. A HELD entry found before a joined one is a twin not
-    /// merged yet (its claimer's search is under way): what is applied to it reaches the
-    /// tree only with the merge, so a message that returned after applying there, and a
-    /// completion of the joined entry before the merge, would leave it out of the tree
-    /// (module docs of [`table`](crate::acker::table), "Twin claims").
+    /// Looks for `key`'s entry (the first in probe order, but for `skip`) and, on the way,
+    /// for the first EMPTY slot, where a new entry could go.
     // Always: in the frame of init's path and a message's general path
     // ([`init_or`](Self::init_or)).
     #[inline(always)]
@@ -101,8 +94,6 @@ impl<T> Table<T> {
         let home = self.home(key);
         self.prefetch_home(home, false);
         let mut vacancy = None;
-        // The first HELD entry, while the walk looks on for a joined one.
-        let mut held = None;
         // `walk(home)` written out, as in `find_displaced`: the iterator's state cost a
         // search a dozen instructions more.
         let (mut group, mut d) = (home, 0);
@@ -113,7 +104,7 @@ impl<T> Table<T> {
                 let (mine, empty) = masks(&words, key);
                 match mine {
                     0 => Err(empty),
-                    _ => Self::entry_in(&words, group, mine, key, skip, &mut held).ok_or(empty),
+                    _ => Self::entry_in(&words, group, mine, key, skip).ok_or(empty),
                 }
             });
             let empty = match looked {
@@ -125,10 +116,7 @@ impl<T> Table<T> {
                 vacancy = Some(Vacancy { slot, d });
             }
             if d == self.window() || self.overflow[group].load(Ordering::SeqCst) == 0 {
-                return match held {
-                    Some((slot, word)) => Search::Found(slot, word),
-                    None => Search::Missing(vacancy),
-                };
+                return Search::Missing(vacancy);
             }
             pause_point!(SearchedGroup);
             d += 1;
@@ -137,8 +125,7 @@ impl<T> Table<T> {
     }
 
     /// [`search`](Self::search)'s look at the words of `group` whose key is `key`'s (the
-    /// bits of `mine`): the first that is the root's joined entry (but for `skip`), or
-    /// FROZEN; a HELD entry is kept in `held` (the first one) while the search looks on.
+    /// bits of `mine`): the first that is the root's entry (but for `skip`), or FROZEN.
     /// Apart, so that the words are indexed (through memory) only in a group that has one.
     #[inline(never)]
     fn entry_in(
@@ -147,18 +134,13 @@ impl<T> Table<T> {
         mut mine: u32,
         key: Key,
         skip: Option<usize>,
-        held: &mut Option<(usize, Word)>,
     ) -> Option<Search> {
         while mine != 0 {
             let i = mine.trailing_zeros() as usize;
             mine &= mine - 1;
             let (slot, w) = (group * GROUP_SLOTS + i, words[i]);
             if w.holds(key) && Some(slot) != skip {
-                if w.state().phase() != Some(Phase::Held) {
-                    return Some(Search::Found(slot, w));
-                }
-                held.get_or_insert((slot, w));
-                continue;
+                return Some(Search::Found(slot, w));
             }
             if w.frozen_for(key) {
                 return Some(Search::Frozen(slot, w));
@@ -179,10 +161,7 @@ impl<T> Table<T> {
                 // The words of the key but `mine` (a mask of none outside its group).
                 let own = u32::from(mine / GROUP_SLOTS == group);
                 let others = masks(&words, key).0 & !(own << (mine % GROUP_SLOTS));
-                let mut held = None;
-                others != 0
-                    && (Self::entry_in(&words, group, others, key, None, &mut held).is_some()
-                        || held.is_some())
+                others != 0 && Self::entry_in(&words, group, others, key, None).is_some()
             })
         })
     }

@@ -55,6 +55,22 @@ impl<T> Table<T> {
         self.merge_twins(key, slot, effects);
     }
 
+    /// After an ack or a fail landed in the HELD entry `slot` of `key` (not its claim): merges
+    /// any twin, or, when a migration has begun, moves the entry to the successor (where
+    /// its copy merges with any twin there), before the message returns. A HELD entry may
+    /// be a twin whose claimer has not searched yet, and a joined entry of the root may be
+    /// anywhere in the window (claimed in a slot this message's search passed before the
+    /// claim, or in one freed before the twin's): left unmerged, the message would be out
+    /// of the tree until that claimer merges, and an ack that completes the tree meanwhile,
+    /// even one sent after this message returned, would complete it without this one
+    /// (module docs of [`table`](crate::acker::table), "Twin claims").
+    pub(super) fn held_message_landed(&self, key: Key, slot: usize, effects: &mut Effects) {
+        match self.successor() {
+            Some(next) => self.relocate(slot, next, effects),
+            None => self.merge_twins(key, slot, effects),
+        }
+    }
+
     /// After claiming `mine` for `key`: merges every twin entry (module docs) until `mine`
     /// is the root's only entry or has been merged into another. Carrying a twin's contents
     /// may complete the tree (into `effects`).

@@ -624,37 +624,60 @@ mod migration;
 pub(super) mod pauses;
 mod times;
 
-/// What [`twin_before_the_tree`] saw: the third message's result and completion, the
-/// completing ack's, and the root's one entry at the end (if any), as its word.
+/// What a twin schedule saw: the third message's result and completion, the last ack's,
+/// and the root's one entry at the end (if any), as its word.
+#[derive(Debug)]
 struct TwinSchedule {
     third: (Applied, Option<(u32, Outcome)>),
     last: (Applied, Option<(u32, Outcome)>),
     left: Option<Word>,
 }
 
-/// A twin claimed before the tree in probe order, run by hand ([`pauses`]): the tree
-/// (init 0b11, payload 9) settles past its full home group; an ack A1 of 0b01, whose
-/// search found nothing before the tree existed, claims a slot of the home group freed
-/// meanwhile and stops before its twin search; `third` (A3) is sent and returns; then an
-/// ack A2 of 0b11, whose search had passed the home group before A1's claim, goes on; then
-/// A1 merges. A twin is merged only after its claimer's own search, so before messages
-/// preferred the tree's joined entry to a HELD one before it, A3 went to the twin, and A2
-/// completed the tree without it.
-fn twin_before_the_tree(third: Change) -> TwinSchedule {
-    use pauses::{script, Point::*};
-    use std::sync::mpsc::channel;
+/// A table of 4 groups whose group 0 is full of other roots' trees (and group 1 holds one
+/// more of them when `spill`, so that searches from group 0 go on to group 1); the other
+/// roots, in their slots' order.
+fn crowded_home(spill: bool) -> (Table<u32>, Vec<Key>) {
     let table = Table::<u32>::new(4);
-    let key = key_in(4, 0, 77);
-    // The home group full of other roots' trees.
-    let others: Vec<Key> = (0..GROUP_SLOTS as u64)
-        .map(|i| key_in(4, 0, 1000 + i))
-        .collect();
+    let count = GROUP_SLOTS as u64 + u64::from(spill);
+    let others: Vec<Key> = (0..count).map(|i| key_in(4, 0, 1000 + i)).collect();
     for (i, &other) in others.iter().enumerate() {
         let mut effects = Effects::default();
         table
             .init(other, 0b1, 100 + i as u32, &mut effects)
             .unwrap();
     }
+    (table, others)
+}
+
+/// Completes another root's tree: its slot is free.
+fn free_slot_of(table: &Table<u32>, other: Key) -> usize {
+    let (slot, _) = table.find(other).unwrap();
+    let mut effects = Effects::default();
+    table.ack(other, 0b1, &mut effects);
+    assert!(finish(table, &mut effects).is_some());
+    slot
+}
+
+/// The root's one entry at the end, checked twinless.
+fn only_entry(table: &Table<u32>, key: Key) -> Option<Word> {
+    table.find(key).map(|(slot, word)| {
+        assert_eq!(table.find_other(key, Some(slot)), None, "a twin left");
+        word
+    })
+}
+
+/// A twin claimed before the tree in probe order, run by hand ([`pauses`]): the tree
+/// (init 0b11, payload 9) settles past its full home group; an ack A1 of 0b01, whose
+/// search found nothing before the tree existed, claims a slot of the home group freed
+/// meanwhile and stops before its twin search; `third` (A3) is sent and returns; an ack A2
+/// of 0b11, whose search had passed the home group before A1's claim, goes on; A1 merges.
+/// A3 found the twin first, which is merged only after its claimer's search: before a
+/// message on a HELD entry merged it, A2 completed the tree without A3.
+fn twin_before_the_tree(third: Change) -> TwinSchedule {
+    use pauses::{script, Point::*};
+    use std::sync::mpsc::channel;
+    let (table, others) = crowded_home(false);
+    let key = key_in(4, 0, 77);
     let (a1_tx, a1_rx) = channel();
     let (a2_tx, a2_rx) = channel();
     std::thread::scope(|s| {
@@ -669,9 +692,7 @@ fn twin_before_the_tree(third: Change) -> TwinSchedule {
         table.init(key, 0b11, 9, &mut effects).unwrap();
         let (tree, _) = table.find(key).unwrap();
         assert_eq!(tree / GROUP_SLOTS, 1, "past its full home group");
-        let (freed, _) = table.find(others[1]).unwrap();
-        table.ack(others[1], 0b1, &mut effects);
-        assert_eq!(finish(&table, &mut effects), Some((101, Outcome::Acked)));
+        let freed = free_slot_of(&table, others[1]);
         let a2 = s.spawn(|| {
             script(&[SearchedGroup], &a2_tx);
             let mut effects = Effects::default();
@@ -690,44 +711,105 @@ fn twin_before_the_tree(third: Change) -> TwinSchedule {
         let last = a2.join().unwrap();
         a1_at.go();
         a1.join().unwrap();
-        let left = table.find(key).map(|(slot, word)| {
-            assert_eq!(table.find_other(key, Some(slot)), None, "no twin left");
-            word
-        });
-        TwinSchedule { third, last, left }
+        TwinSchedule {
+            third,
+            last,
+            left: only_entry(&table, key),
+        }
     })
 }
 
-/// An ack A3 of 0b10 (so that A2's 0b11 sends both edges again): every ack lands in the
-/// tree, which stays pending with the XOR of all its messages, 0b11. Before the fix, A2
-/// completed it Acked.
-#[test]
-fn an_ack_goes_to_the_tree_not_to_an_unmerged_twin_before_it() {
-    let seen = twin_before_the_tree(Change::Ack(0b10));
-    assert_eq!(seen.third, (Applied::Changed, None));
-    assert_eq!(
-        seen.last,
-        (Applied::Changed, None),
-        "completed without A3's ack"
-    );
-    let left = seen.left.expect("the tree is pending");
-    assert_eq!(
-        (left.state().phase(), left.value()),
-        (Some(Phase::Live), 0b11)
-    );
+/// A twin claimed after the tree in probe order, run by hand ([`pauses`]): an ack A1 of
+/// 0b01 finds no entry, a free slot of the home group its vacancy, and stops before its
+/// claim; `third` (A3) searches the home group and stops; the tree's init (0b11, payload
+/// 9) claims that slot and settles; A1's claim, its vacancy taken, lands in the next group
+/// and stops before its twin search; A3 finds A1's twin, lands there and returns; then an
+/// ack A2 of 0b11 is sent, after A3 returned. Before a message on a HELD entry merged it,
+/// A2 completed the tree without A3, though A3 came first.
+fn twin_after_the_tree(third: Change) -> TwinSchedule {
+    use pauses::{script, Point::*};
+    use std::sync::mpsc::channel;
+    let (table, others) = crowded_home(true);
+    let key = key_in(4, 0, 77);
+    let freed = free_slot_of(&table, others[1]);
+    let (a1_tx, a1_rx) = channel();
+    let (a3_tx, a3_rx) = channel();
+    std::thread::scope(|s| {
+        let a1 = s.spawn(|| {
+            script(&[BeforeMessageClaim, BeforeTwinSearch], &a1_tx);
+            let mut effects = Effects::default();
+            table.ack(key, 0b01, &mut effects)
+        });
+        let a1_at = a1_rx.recv().unwrap();
+        a1_at.reaches(BeforeMessageClaim);
+        let a3 = s.spawn(|| {
+            script(&[SearchedGroup], &a3_tx);
+            let mut effects = Effects::default();
+            let applied = table.apply(key, third, true, &mut effects);
+            (applied, finish(&table, &mut effects))
+        });
+        let a3_at = a3_rx.recv().unwrap();
+        a3_at.reaches(SearchedGroup); // A3 passed the home group
+        let mut effects = Effects::default();
+        table.init(key, 0b11, 9, &mut effects).unwrap();
+        assert_eq!(table.find(key).map(|(slot, _)| slot), Some(freed));
+        a1_at.go();
+        a1_at.reaches(BeforeTwinSearch); // A1's orphan past the tree, not merged yet
+        a3_at.go();
+        let third = a3.join().unwrap();
+        let mut effects = Effects::default();
+        let applied = table.ack(key, 0b11, &mut effects);
+        let last = (applied, finish(&table, &mut effects));
+        a1_at.go();
+        a1.join().unwrap();
+        TwinSchedule {
+            third,
+            last,
+            left: only_entry(&table, key),
+        }
+    })
 }
 
-/// A fail A3: it completes the tree, Failed, and A2's ack comes after (an orphan). Before
-/// the fix, the fail was held in the twin and A2 completed the tree Acked.
+/// A3 an ack of 0b10: it carries A1's ack and its own to the tree, which they complete
+/// (0b11 ^ 0b01 ^ 0b10), Acked, in A3's call; A2's 0b11 comes after, an orphan. Before
+/// the fix, A3 stayed in the twin and A2 completed the tree with the XOR of all the
+/// messages 0b11.
 #[test]
-fn a_fail_goes_to_the_tree_not_to_an_unmerged_twin_before_it() {
-    let seen = twin_before_the_tree(Change::Fail);
-    assert_eq!(seen.third, (Applied::Changed, Some((9, Outcome::Failed))));
-    assert_eq!(seen.last.1, None, "the tree completed again, or Acked");
-    // A2's ack and A1's, after the completion: one orphan of both.
-    let left = seen.left.expect("an orphan");
+fn an_ack_on_an_unmerged_twin_before_the_tree_reaches_the_tree_before_it_returns() {
+    let seen = twin_before_the_tree(Change::Ack(0b10));
     assert_eq!(
-        (left.state().phase(), left.value()),
-        (Some(Phase::Held), 0b10)
+        seen.third,
+        (Applied::Changed, Some((9, Outcome::Acked))),
+        "{seen:?}"
     );
+    assert_eq!(seen.last, (Applied::Created, None), "{seen:?}");
+    assert_eq!(seen.left, Some(Word::held_ack(key_in(4, 0, 77), 0b11)));
+}
+
+/// A3 a fail: it carries itself and A1's ack to the tree, which fails in A3's call; A2's
+/// ack comes after, an orphan. Before the fix, A2 completed the tree Acked.
+#[test]
+fn a_fail_on_an_unmerged_twin_before_the_tree_reaches_the_tree_before_it_returns() {
+    let seen = twin_before_the_tree(Change::Fail);
+    assert_eq!(
+        seen.third,
+        (Applied::Changed, Some((9, Outcome::Failed))),
+        "{seen:?}"
+    );
+    assert_eq!(seen.last, (Applied::Created, None), "{seen:?}");
+    assert_eq!(seen.left, Some(Word::held_ack(key_in(4, 0, 77), 0b11)));
+}
+
+/// The same with the twin after the tree: A2, sent after the fail returned, must not
+/// complete the tree Acked. Before the fix it did.
+#[test]
+fn a_fail_on_an_unmerged_twin_after_the_tree_reaches_the_tree_before_it_returns() {
+    let seen = twin_after_the_tree(Change::Fail);
+    assert_eq!(
+        seen.third,
+        (Applied::Changed, Some((9, Outcome::Failed))),
+        "{seen:?}"
+    );
+    assert_eq!(seen.last, (Applied::Created, None), "{seen:?}");
+    assert_eq!(seen.left, Some(Word::held_ack(key_in(4, 0, 77), 0b11)));
 }
