@@ -448,3 +448,41 @@ fn roots_reset_vs_an_unjoining_init_is_never_lost() {
         assert!(table.is_clear(), "an entry was left behind");
     });
 }
+
+/// A fail against the tree's init and an orphan ack of its root on two other threads, then,
+/// once the fail and the init have returned, an ack of every edge. The orphan ack's search
+/// may miss the tree and its claim land after it (a twin); the fail's search may pass the
+/// tree's slot before the init's claim and land in the twin before the twin's claimer
+/// merges it, or land in an orphan of its own that another thread's merge then empties.
+/// Either way the fail is in the tree before it returns, so the ack after it and after the
+/// init completes nothing: the tree ends Failed, once (the fail held before the init, or
+/// applied after it).
+///
+/// Catches: a message that lands in a HELD entry and returns without merging its twins,
+/// and a claimer or message whose entry another thread's merge emptied that returns
+/// before that merge has landed (in both, the last ack completes the tree Acked, and the
+/// fail is left in an orphan). Each fails at 3 preemptions.
+///
+/// Bounded at 3 preemptions. At 4 it fails: an init whose twin check ran while another
+/// thread's merge held the fail's orphan (EMPTY, in flight) settles without it, and the
+/// merge, finding the tree completed by the last ack, puts the fail back as an orphan
+/// (`src/acker/table/mod.rs`, "Twin claims", the case left open).
+#[test]
+fn roots_fail_in_a_twin_reaches_the_tree_before_it_returns() {
+    bounded(3).check(|| {
+        let table = new_table();
+        let k = key(0, 1);
+        let initializer = Arc::clone(&table);
+        let a = thread::spawn(move || init(&initializer, k, 0b11, 7));
+        let orphan = Arc::clone(&table);
+        let b = thread::spawn(move || ack(&orphan, k, 0b01));
+        let mut effects = Effects::default();
+        assert_ne!(table.fail(k, &mut effects), Applied::Full);
+        let mut all: Vec<_> = finish(&table, effects).into_iter().collect();
+        all.extend(a.join().unwrap());
+        let last = ack(&table, k, 0b11);
+        all.extend(last);
+        all.extend(b.join().unwrap());
+        assert_eq!(all, [(7, Outcome::Failed)], "the last ack: {last:?}");
+    });
+}

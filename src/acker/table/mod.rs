@@ -62,7 +62,17 @@
 //! (its CAS, then its search) and a new claim of the tree (its CAS, then its twin search),
 //! at least one sees the other; an entry joined meanwhile was found twinless by its
 //! joiner, or had its twin merged by that twin's claimer, which searches after its claim.
-//! The fast path (`apply_found`) leaves a HELD entry to `apply`.
+//! The fast path (`apply_found`) leaves a HELD entry to `apply`. A claimer or message whose
+//! own entry another thread's merge has emptied waits for that merge to land before it
+//! returns ([`InFlight`]): until then what its entry held is in no slot a search sees.
+//!
+//! Left open (the loom model `roots_fail_in_a_twin_reaches_the_tree_before_it_returns`
+//! reaches it at 4 preemptions): an init's check for twins before it joins or settles can
+//! run while a merge holds a twin's contents in flight; the tree then settles without
+//! them, and a completion before the merge lands leaves them out (the merge puts them back
+//! as an orphan). An init that waited for merges under way before settling was tried: the
+//! model then found a schedule that never ends. A merge whose contents every check can
+//! see (the loser's word kept, marked, until its contents land) would close it.
 //!
 //! A merge moves a root's contents from one slot to another, possibly one earlier in
 //! probe order, so a search that walks the slots once can pass the winner before the

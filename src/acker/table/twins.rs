@@ -4,7 +4,7 @@
 //! carries its contents to the winner, so they are applied once.
 
 use super::{Applied, Change, Effects, Key, Phase, Table, Tick, Word, GROUP_SLOTS};
-use crate::sync::{AtomicU64, Ordering};
+use crate::sync::{AtomicU64, Backoff, Ordering};
 
 /// Merges started and merges whose contents have landed, in one table: between the two, a
 /// root's contents may be in no slot a walk can see (the loser EMPTY, the carry not yet
@@ -40,6 +40,18 @@ impl InFlight {
     /// After a walk that began at `mark`: whether a merge was under way during it.
     pub(super) fn overlapped(&self, mark: u64) -> bool {
         self.started.load(Ordering::SeqCst) != mark
+    }
+
+    /// Waits until no merge is under way: every merge started by now has landed (`landed`
+    /// read, then `started` equal to it: a merge counts its start before its landing).
+    /// For a thread whose entry another thread's merge emptied: its messages are in that
+    /// merge's hands until it lands. A merge's carry holds no lock and waits only for a
+    /// move under way, as a message does, so the wait is short.
+    pub(super) fn await_landed(&self) {
+        let mut backoff = Backoff::default();
+        while self.overlapped(self.mark()) {
+            backoff.wait();
+        }
     }
 }
 
@@ -79,7 +91,15 @@ impl<T> Table<T> {
         while let Some((other, theirs)) = self.find_other(key, Some(mine)) {
             let ours = self.word(mine).load_on(self.cpu);
             if !ours.holds(key) {
-                // Merged away by the other claimer, or completed: nothing of ours is left.
+                // Merged away by another thread, or completed: nothing of ours is left
+                // here. Merged away, what our entry held (this call's message, or its
+                // claim's) may still be in that merge's hands, in no slot a search sees:
+                // returned now, a message sent after this call could complete the tree
+                // without it. So wait for the merge to land (a FROZEN word, moving, is
+                // seen by every search, which waits for it).
+                if ours == Word::EMPTY {
+                    self.in_flight.await_landed();
+                }
                 return;
             }
             let (loser, lost) = if wins(ours, mine, theirs, other, |s| self.distance(key, s)) {
