@@ -14,8 +14,9 @@
 //!   times, timeout and payload into a slot it claims in the successor (keeping the entry's
 //!   credit), filing a timer for the new slot, CASing FROZEN to MOVED, and merging any twin
 //!   the copy has in the successor. Nobody but the mover changes a FROZEN word, and an
-//!   operation that meets one waits (briefly: the mover holds no lock and does no wait of
-//!   its own) and starts again from the acker's current table;
+//!   operation that meets one waits (briefly: the mover holds no lock, and waits itself
+//!   only for a move further on or a merge under way in the successor, its copy's twin
+//!   search) and starts again from the acker's current table;
 //! * JOINING words are left for a later pass (their owners leave that state in
 //!   nanoseconds); a group whose words are all EMPTY or MOVED is *clean* (an EMPTY slot
 //!   whose completer has not freed it yet is clean too: its tree is over, and the completer

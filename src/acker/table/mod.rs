@@ -57,22 +57,26 @@
 //! returned, would complete it without it: Acked after a fail, or with the XOR of the
 //! tree's messages not 0 (the tests `a_fail_on_an_unmerged_twin_after_the_tree_...` and
 //! `..._before_the_tree_...`). So an ack or a fail that lands in a HELD entry searches
-//! for twins and merges them before it returns, as a claimer does (during a migration it
-//! moves the entry to the successor instead, whose copy merges there). Of the message
-//! (its CAS, then its search) and a new claim of the tree (its CAS, then its twin search),
-//! at least one sees the other; an entry joined meanwhile was found twinless by its
-//! joiner, or had its twin merged by that twin's claimer, which searches after its claim.
-//! The fast path (`apply_found`) leaves a HELD entry to `apply`. A claimer or message whose
-//! own entry another thread's merge has emptied waits for that merge to land before it
-//! returns ([`InFlight`]): until then what its entry held is in no slot a search sees.
+//! for twins in its table and merges them before it returns, as a claimer does. Of the
+//! message (its CAS, then its search) and a new claim of the tree in the same table (its
+//! CAS, then its twin search), at least one sees the other; an entry joined meanwhile was
+//! found twinless by its joiner, or had its twin merged by that twin's claimer, which
+//! searches after its claim. The fast path (`apply_found`) leaves a HELD entry to
+//! `apply`. A claimer or message whose own entry another thread's merge has emptied waits
+//! for that merge to land before it returns ([`InFlight`]): until then what its entry held
+//! is in no slot a search sees.
 //!
-//! Left open (the loom model `roots_fail_in_a_twin_reaches_the_tree_before_it_returns`
-//! reaches it at 4 preemptions): an init's check for twins before it joins or settles can
-//! run while a merge holds a twin's contents in flight; the tree then settles without
-//! them, and a completion before the merge lands leaves them out (the merge puts them back
-//! as an orphan). An init that waited for merges under way before settling was tried: the
-//! model then found a schedule that never ends. A merge whose contents every check can
-//! see (the loser's word kept, marked, until its contents land) would close it.
+//! Left open: (1) an init's check for twins before it joins or settles can run while a
+//! merge holds a twin's contents in flight; the tree then settles without them, and a
+//! completion before the merge lands leaves them out (the merge puts them back as an
+//! orphan; the loom model `roots_fail_in_a_twin_reaches_the_tree_before_it_returns`
+//! reaches this at 4 preemptions). An init that waited for merges under way before
+//! settling was tried: the model then found a schedule that never ends. A merge whose
+//! contents every check can see (the loser's word kept, marked, until its contents land)
+//! would close it. (2) Across a migration: a HELD entry in the old table and the tree in
+//! the successor (or the other way round, the tree not yet moved) are merged only when
+//! the HELD entry moves, by its claimer or a mover, and a message that lands in it
+//! meanwhile merges in its own table only.
 //!
 //! A merge moves a root's contents from one slot to another, possibly one earlier in
 //! probe order, so a search that walks the slots once can pass the winner before the

@@ -46,7 +46,9 @@ impl InFlight {
     /// read, then `started` equal to it: a merge counts its start before its landing).
     /// For a thread whose entry another thread's merge emptied: its messages are in that
     /// merge's hands until it lands. A merge's carry holds no lock and waits only for a
-    /// move under way, as a message does, so the wait is short.
+    /// move under way, as a message does; merges come only from twins, which are rare, but
+    /// the wait is for every merge of the table, and a merger the kernel preempted holds
+    /// every such waiter (as a mover holds whoever meets its FROZEN word).
     pub(super) fn await_landed(&self) {
         let mut backoff = Backoff::default();
         while self.overlapped(self.mark()) {
@@ -67,20 +69,19 @@ impl<T> Table<T> {
         self.merge_twins(key, slot, effects);
     }
 
-    /// After an ack or a fail landed in the HELD entry `slot` of `key` (not its claim): merges
-    /// any twin, or, when a migration has begun, moves the entry to the successor (where
-    /// its copy merges with any twin there), before the message returns. A HELD entry may
-    /// be a twin whose claimer has not searched yet, and a joined entry of the root may be
+    /// After an ack or a fail landed in the HELD entry `slot` of `key` (not its claim):
+    /// merges any twin in this table before the message returns. A HELD entry may be a
+    /// twin whose claimer has not searched yet, and a joined entry of the root may be
     /// anywhere in the window (claimed in a slot this message's search passed before the
     /// claim, or in one freed before the twin's): left unmerged, the message would be out
     /// of the tree until that claimer merges, and an ack that completes the tree meanwhile,
     /// even one sent after this message returned, would complete it without this one
-    /// (module docs of [`table`](crate::acker::table), "Twin claims").
+    /// (module docs of [`table`](crate::acker::table), "Twin claims"). The entry is not
+    /// moved here during a migration: it is not this call's claim (it may be joined, or
+    /// another root's, by the time a move would freeze it), and its claimer or a mover
+    /// moves it.
     pub(super) fn held_message_landed(&self, key: Key, slot: usize, effects: &mut Effects) {
-        match self.successor() {
-            Some(next) => self.relocate(slot, next, effects),
-            None => self.merge_twins(key, slot, effects),
-        }
+        self.merge_twins(key, slot, effects);
     }
 
     /// After claiming `mine` for `key`: merges every twin entry (module docs) until `mine`
@@ -88,7 +89,9 @@ impl<T> Table<T> {
     /// may complete the tree (into `effects`).
     pub(super) fn merge_twins(&self, key: Key, mine: usize, effects: &mut Effects) {
         pause_point!(BeforeTwinSearch);
-        while let Some((other, theirs)) = self.find_other(key, Some(mine)) {
+        loop {
+            // Ours first: the twin that merged it away may be gone from the window (moved on
+            // by a migration) by the time a search looks.
             let ours = self.word(mine).load_on(self.cpu);
             if !ours.holds(key) {
                 // Merged away by another thread, or completed: nothing of ours is left
@@ -102,6 +105,9 @@ impl<T> Table<T> {
                 }
                 return;
             }
+            let Some((other, theirs)) = self.find_other(key, Some(mine)) else {
+                return;
+            };
             let (loser, lost) = if wins(ours, mine, theirs, other, |s| self.distance(key, s)) {
                 (other, theirs)
             } else {
@@ -187,8 +193,10 @@ impl<T> Table<T> {
             // reserver (`claim_with`). Were it to, the contents go as a new entry.
             debug_assert!(false, "a reserved slot's word left EMPTY");
             self.release(loser, key);
-            self.recreate(key, Change::Twin(lost, base), effects);
+            // Landed first: the new entry's claim searches for twins, which may wait for
+            // the merges under way to land, this one included.
             self.in_flight.land();
+            self.recreate(key, Change::Twin(lost, base), effects);
             return Landed::Recreated;
         }
         self.in_flight.land();
