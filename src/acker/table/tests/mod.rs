@@ -666,6 +666,25 @@ fn only_entry(table: &Table<u32>, key: Key) -> Option<Word> {
     })
 }
 
+/// A1 of the schedules below, on a thread of `s`: an ack of `key` (0b01) stopped after its
+/// search found no entry, before its claim (and to stop again before its twin search).
+fn orphan_ack_before_its_claim<'s>(
+    s: &'s std::thread::Scope<'s, '_>,
+    table: &'s Table<u32>,
+    key: Key,
+) -> (std::thread::ScopedJoinHandle<'s, Applied>, pauses::Actor) {
+    use pauses::{script, Point::*};
+    let (tx, rx) = std::sync::mpsc::channel();
+    let a1 = s.spawn(move || {
+        script(&[BeforeMessageClaim, BeforeTwinSearch], &tx);
+        let mut effects = Effects::default();
+        table.ack(key, 0b01, &mut effects)
+    });
+    let at = rx.recv().unwrap();
+    at.reaches(BeforeMessageClaim);
+    (a1, at)
+}
+
 /// A twin claimed before the tree in probe order, run by hand ([`pauses`]): the tree
 /// (init 0b11, payload 9) settles past its full home group; an ack A1 of 0b01, whose
 /// search found nothing before the tree existed, claims a slot of the home group freed
@@ -678,16 +697,9 @@ fn twin_before_the_tree(third: Change) -> TwinSchedule {
     use std::sync::mpsc::channel;
     let (table, others) = crowded_home(false);
     let key = key_in(4, 0, 77);
-    let (a1_tx, a1_rx) = channel();
     let (a2_tx, a2_rx) = channel();
     std::thread::scope(|s| {
-        let a1 = s.spawn(|| {
-            script(&[BeforeMessageClaim, BeforeTwinSearch], &a1_tx);
-            let mut effects = Effects::default();
-            table.ack(key, 0b01, &mut effects)
-        });
-        let a1_at = a1_rx.recv().unwrap();
-        a1_at.reaches(BeforeMessageClaim);
+        let (a1, a1_at) = orphan_ack_before_its_claim(s, &table, key);
         let mut effects = Effects::default();
         table.init(key, 0b11, 9, &mut effects).unwrap();
         let (tree, _) = table.find(key).unwrap();
@@ -732,16 +744,9 @@ fn twin_after_the_tree(third: Change) -> TwinSchedule {
     let (table, others) = crowded_home(true);
     let key = key_in(4, 0, 77);
     let freed = free_slot_of(&table, others[1]);
-    let (a1_tx, a1_rx) = channel();
     let (a3_tx, a3_rx) = channel();
     std::thread::scope(|s| {
-        let a1 = s.spawn(|| {
-            script(&[BeforeMessageClaim, BeforeTwinSearch], &a1_tx);
-            let mut effects = Effects::default();
-            table.ack(key, 0b01, &mut effects)
-        });
-        let a1_at = a1_rx.recv().unwrap();
-        a1_at.reaches(BeforeMessageClaim);
+        let (a1, a1_at) = orphan_ack_before_its_claim(s, &table, key);
         let a3 = s.spawn(|| {
             script(&[SearchedGroup], &a3_tx);
             let mut effects = Effects::default();
@@ -770,46 +775,36 @@ fn twin_after_the_tree(third: Change) -> TwinSchedule {
     })
 }
 
-/// A3 an ack of 0b10: it carries A1's ack and its own to the tree, which they complete
-/// (0b11 ^ 0b01 ^ 0b10), Acked, in A3's call; A2's 0b11 comes after, an orphan. Before
-/// the fix, A3 stayed in the twin and A2 completed the tree with the XOR of all the
-/// messages 0b11.
-#[test]
-fn an_ack_on_an_unmerged_twin_before_the_tree_reaches_the_tree_before_it_returns() {
-    let seen = twin_before_the_tree(Change::Ack(0b10));
+/// What each schedule below must end with: the third message, carried to the tree with
+/// A1's ack, completed it `outcome` in its own call, and A2's 0b11 came after it, an
+/// orphan, the root's one entry left.
+fn assert_reached_the_tree(seen: TwinSchedule, outcome: Outcome) {
     assert_eq!(
         seen.third,
-        (Applied::Changed, Some((9, Outcome::Acked))),
+        (Applied::Changed, Some((9, outcome))),
         "{seen:?}"
     );
     assert_eq!(seen.last, (Applied::Created, None), "{seen:?}");
     assert_eq!(seen.left, Some(Word::held_ack(key_in(4, 0, 77), 0b11)));
 }
 
-/// A3 a fail: it carries itself and A1's ack to the tree, which fails in A3's call; A2's
-/// ack comes after, an orphan. Before the fix, A2 completed the tree Acked.
+/// A3 an ack of 0b10: with A1's ack it completes the tree (0b11 ^ 0b01 ^ 0b10), Acked.
+/// Before the fix, A3 stayed in the twin and A2 completed the tree with the XOR of all the
+/// messages 0b11.
+#[test]
+fn an_ack_on_an_unmerged_twin_before_the_tree_reaches_the_tree_before_it_returns() {
+    assert_reached_the_tree(twin_before_the_tree(Change::Ack(0b10)), Outcome::Acked);
+}
+
+/// A3 a fail: the tree fails in A3's call. Before the fix, A2 completed it Acked.
 #[test]
 fn a_fail_on_an_unmerged_twin_before_the_tree_reaches_the_tree_before_it_returns() {
-    let seen = twin_before_the_tree(Change::Fail);
-    assert_eq!(
-        seen.third,
-        (Applied::Changed, Some((9, Outcome::Failed))),
-        "{seen:?}"
-    );
-    assert_eq!(seen.last, (Applied::Created, None), "{seen:?}");
-    assert_eq!(seen.left, Some(Word::held_ack(key_in(4, 0, 77), 0b11)));
+    assert_reached_the_tree(twin_before_the_tree(Change::Fail), Outcome::Failed);
 }
 
 /// The same with the twin after the tree: A2, sent after the fail returned, must not
 /// complete the tree Acked. Before the fix it did.
 #[test]
 fn a_fail_on_an_unmerged_twin_after_the_tree_reaches_the_tree_before_it_returns() {
-    let seen = twin_after_the_tree(Change::Fail);
-    assert_eq!(
-        seen.third,
-        (Applied::Changed, Some((9, Outcome::Failed))),
-        "{seen:?}"
-    );
-    assert_eq!(seen.last, (Applied::Created, None), "{seen:?}");
-    assert_eq!(seen.left, Some(Word::held_ack(key_in(4, 0, 77), 0b11)));
+    assert_reached_the_tree(twin_after_the_tree(Change::Fail), Outcome::Failed);
 }
