@@ -616,10 +616,17 @@ impl<T> Table<T> {
                         if let Step::Complete(_, outcome) = step {
                             self.claimed(effects, slot, key, outcome);
                         }
+                        // An ack or a fail in a HELD entry (not its claim): it may be a twin
+                        // whose claimer has not searched yet, with the tree anywhere in the
+                        // window. Left unmerged, the message is out of the tree until that
+                        // claimer merges, and an ack completing the tree meanwhile, even
+                        // one sent after this returns, would leave it out. So merge now, in
+                        // this table (module docs, "Twin claims"); during a migration the
+                        // entry is not ours to move: its claimer or a mover moves it.
                         let message_held = !matches!(message, Change::Twin(..))
                             && word.state().phase() == Some(Phase::Held);
                         if message_held {
-                            self.held_message_landed(key, slot, effects);
+                            self.merge_twins(key, slot, effects);
                         }
                         return Applied::Changed;
                     }

@@ -49,7 +49,7 @@ impl InFlight {
     /// move under way, as a message does; merges come only from twins, which are rare, but
     /// the wait is for every merge of the table, and a merger the kernel preempted holds
     /// every such waiter (as a mover holds whoever meets its FROZEN word).
-    pub(super) fn await_landed(&self) {
+    fn await_landed(&self) {
         let mut backoff = Backoff::default();
         while self.overlapped(self.mark()) {
             backoff.wait();
@@ -69,23 +69,9 @@ impl<T> Table<T> {
         self.merge_twins(key, slot, effects);
     }
 
-    /// After an ack or a fail landed in the HELD entry `slot` of `key` (not its claim):
-    /// merges any twin in this table before the message returns. A HELD entry may be a
-    /// twin whose claimer has not searched yet, and a joined entry of the root may be
-    /// anywhere in the window (claimed in a slot this message's search passed before the
-    /// claim, or in one freed before the twin's): left unmerged, the message would be out
-    /// of the tree until that claimer merges, and an ack that completes the tree meanwhile,
-    /// even one sent after this message returned, would complete it without this one
-    /// (module docs of [`table`](crate::acker::table), "Twin claims"). The entry is not
-    /// moved here during a migration: it is not this call's claim (it may be joined, or
-    /// another root's, by the time a move would freeze it), and its claimer or a mover
-    /// moves it.
-    pub(super) fn held_message_landed(&self, key: Key, slot: usize, effects: &mut Effects) {
-        self.merge_twins(key, slot, effects);
-    }
-
-    /// After claiming `mine` for `key`: merges every twin entry (module docs) until `mine`
-    /// is the root's only entry or has been merged into another. Carrying a twin's contents
+    /// After claiming `mine` for `key`, or after a message landed in the HELD entry `mine`:
+    /// merges every twin entry (module docs) until `mine` is the root's only entry or has
+    /// been merged into another. Carrying a twin's contents
     /// may complete the tree (into `effects`).
     pub(super) fn merge_twins(&self, key: Key, mine: usize, effects: &mut Effects) {
         pause_point!(BeforeTwinSearch);
